@@ -1,0 +1,34 @@
+# orderworker developer tasks. `make help` lists them.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHTIME   ?= 2s
+
+.PHONY: help test lint fmt bench demo fuzz
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+test: ## the test suite, exactly as the README and CI run it
+	$(GO) test -race -count=1 ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fmt: ## rewrite files with gofmt
+	gofmt -w $$(git ls-files '*.go')
+
+bench: ## the benchmarks (not part of test)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/...
+
+demo: ## the scenario on an embedded Redis
+	$(GO) run ./cmd/demo
+
+FUZZTIME ?= 60s
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done

@@ -1,0 +1,389 @@
+// Package redistest gives each test a real Redis.
+//
+// The server is chosen once per test binary, in this order:
+//
+//  1. TEST_REDIS_URL, when set: a server the helper did not start. It is
+//     never flushed; tests are isolated by a unique key prefix and their keys
+//     are deleted with t.Cleanup.
+//  2. A redis-server found on PATH, spawned on a free loopback port the first
+//     time a test asks for one and killed when the test binary exits. Each
+//     test also gets a database of its own, flushed before use.
+//  3. The in-process miniredis, with a loud note on stderr. Tests that need a
+//     real server process (restart, kill, CLIENT PAUSE) skip there with the
+//     reason. When the CI environment variable is set this fallback is an
+//     error instead, so CI never passes on the stand-in.
+//
+// Use [New] for an isolated client on the shared server and [Dedicated] for a
+// server of the test's own that it may stop and restart. Packages that use the
+// shared server should call [Main] from TestMain so the server is stopped when
+// the tests end.
+//
+// redistest is imported by _test.go files only.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Kind says which sort of server backs a [DB].
+type Kind string
+
+// The kinds of server, see the package comment.
+const (
+	External  Kind = "external"  // TEST_REDIS_URL
+	Spawned   Kind = "spawned"   // a redis-server started by this package
+	Miniredis Kind = "miniredis" // the in-process stand-in
+)
+
+// databases is how many logical databases a spawned server has; database 0 is
+// left unused so that a test author poking around with redis-cli sees nothing
+// surprising there.
+const databases = 128
+
+// DB is one test's view of the shared Redis.
+type DB struct {
+	// Client is connected to the test's database and closed by t.Cleanup.
+	Client *redis.Client
+	// Options are the options Client was made with; use them to make more
+	// clients (for example one per simulated replica).
+	Options *redis.Options
+	// Prefix is unique to the test. Keys a test creates should start with it:
+	// on an external server they are the only keys deleted at cleanup.
+	Prefix string
+	// Kind says what backs the database.
+	Kind Kind
+}
+
+// NewClient returns one more client to the test's database, closed by
+// t.Cleanup. Each client has its own connection pool, as a separate process
+// would.
+func (db *DB) NewClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(db.Options)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// URL returns a redis:// URL for the test's database, for code under test that
+// parses one itself (binaries, config).
+func (db *DB) URL() string {
+	return fmt.Sprintf("redis://%s/%d", db.Options.Addr, db.Options.DB)
+}
+
+// RequireProcess skips the test when the server is the in-process miniredis,
+// giving reason in the skip message.
+func (db *DB) RequireProcess(tb testing.TB, reason string) {
+	tb.Helper()
+	if db.Kind == Miniredis {
+		tb.Skipf("needs a real redis-server process (%s); running on miniredis", reason)
+	}
+}
+
+type shared struct {
+	once    sync.Once
+	err     error
+	kind    Kind
+	opts    *redis.Options
+	proc    *Process
+	mini    *miniredis.Miniredis
+	mu      sync.Mutex
+	nextDB  int
+}
+
+var pkg shared
+
+// New returns a client isolated for this test on the package's shared server.
+// It fails the test when no server can be had (and, under CI, when only the
+// in-process fallback is left).
+func New(tb testing.TB) *DB {
+	tb.Helper()
+	pkg.once.Do(pkg.start)
+	if pkg.err != nil {
+		tb.Fatalf("redistest: %v", pkg.err)
+	}
+	opts := *pkg.opts
+	db := &DB{Options: &opts, Prefix: prefix(tb), Kind: pkg.kind}
+	if pkg.kind == Spawned {
+		pkg.mu.Lock()
+		pkg.nextDB = pkg.nextDB%(databases-1) + 1
+		opts.DB = pkg.nextDB
+		pkg.mu.Unlock()
+	}
+	db.Client = db.NewClient(tb)
+	ctx := context.Background()
+	switch pkg.kind {
+	case Spawned:
+		if err := db.Client.FlushDB(ctx).Err(); err != nil {
+			tb.Fatalf("redistest: flush db %d: %v", opts.DB, err)
+		}
+	case Miniredis:
+		// Miniredis keeps per-DB state in-process; nothing to flush between
+		// tests because prefixes keep them apart and cleanup deletes keys.
+	}
+	tb.Cleanup(func() { deletePrefix(tb, db) })
+	return db
+}
+
+// deletePrefix removes the keys a test made under its prefix. It uses SCAN so
+// that it is safe on a server the helper does not own.
+func deletePrefix(tb testing.TB, db *DB) {
+	c := redis.NewClient(db.Options)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, db.Prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		// The test may have stopped the server on purpose; nothing to clean.
+		tb.Logf("redistest: cleanup scan: %v", err)
+		return
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		_ = c.Del(ctx, keys[:n]...).Err()
+		keys = keys[n:]
+	}
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// prefix builds a key prefix that is unique to the test and readable in
+// redis-cli: "test:<name>:<random>:".
+func prefix(tb testing.TB) string {
+	name := unsafeChars.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "test:" + name + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+func (s *shared) start() {
+	if url := os.Getenv("TEST_REDIS_URL"); url != "" {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			s.err = fmt.Errorf("TEST_REDIS_URL: %w", err)
+			return
+		}
+		s.kind, s.opts = External, opts
+		return
+	}
+	p, err := StartProcess()
+	if err == nil {
+		s.kind, s.proc = Spawned, p
+		s.opts = &redis.Options{Addr: p.Addr()}
+		return
+	}
+	if os.Getenv("CI") != "" {
+		s.err = fmt.Errorf("no Redis for tests under CI (set TEST_REDIS_URL or install redis-server): %w", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "\n"+
+		"!!! redistest: %v\n"+
+		"!!! falling back to the in-process miniredis: tests that need a real\n"+
+		"!!! server skip, and the rest do not prove behaviour on real Redis.\n"+
+		"!!! Install redis-server or set TEST_REDIS_URL.\n\n", err)
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		s.err = fmt.Errorf("start miniredis: %w", err)
+		return
+	}
+	s.kind, s.mini = Miniredis, m
+	s.opts = &redis.Options{Addr: m.Addr()}
+}
+
+// Main runs the tests of a package and then stops the shared server, if this
+// package started one. Use it from TestMain, wrapped by goleak where the
+// package starts goroutines:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+func Main(m interface{ Run() int }) interface{ Run() int } {
+	return runner{m}
+}
+
+type runner struct{ m interface{ Run() int } }
+
+func (r runner) Run() int {
+	code := r.m.Run()
+	if pkg.proc != nil {
+		pkg.proc.Stop()
+	}
+	if pkg.mini != nil {
+		pkg.mini.Close()
+	}
+	return code
+}
+
+// Process is a redis-server this package started. Its methods are not safe
+// for concurrent use.
+type Process struct {
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// ErrNoServer is returned by [StartProcess] when no redis-server binary is on
+// PATH.
+var ErrNoServer = errors.New("redistest: redis-server not found on PATH")
+
+// StartProcess spawns a redis-server on a free loopback port with persistence
+// off, and waits until it answers PING. extra arguments are appended to the
+// command line (for example "--appendonly", "yes"). The process is killed if
+// the test binary dies.
+func StartProcess(extra ...string) (*Process, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, ErrNoServer
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: temp dir: %w", err)
+	}
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--databases", strconv.Itoa(databases), "--logfile", "redis.log",
+	}, extra...)
+	p := &Process{port: port, dir: dir, args: args}
+	if err := p.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Dedicated starts a redis-server for this test alone, stopped by t.Cleanup,
+// so the test may stop, pause and restart it. It skips the test when there is
+// no redis-server binary (and fails it under CI).
+func Dedicated(tb testing.TB, extra ...string) *Process {
+	tb.Helper()
+	p, err := StartProcess(extra...)
+	if errors.Is(err, ErrNoServer) && os.Getenv("CI") == "" {
+		tb.Skipf("needs a real redis-server process: %v", err)
+	}
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(p.Stop)
+	return p
+}
+
+// Addr is the server's host:port. It stays the same across restarts.
+func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// URL is a redis:// URL for database 0 of the server.
+func (p *Process) URL() string { return "redis://" + p.Addr() + "/0" }
+
+// Dir is the server's working directory (AOF and RDB files, redis.log).
+func (p *Process) Dir() string { return p.dir }
+
+// Start starts a stopped server again on the same port and directory and
+// waits until it answers PING.
+func (p *Process) Start() error {
+	cmd := exec.Command("redis-server", p.args...)
+	cmd.Dir = p.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.done)
+	if err := p.waitReady(10 * time.Second); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+func (p *Process) waitReady(limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	backoff := 5 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			log, _ := os.ReadFile(p.dir + "/redis.log")
+			return fmt.Errorf("redistest: redis-server exited: %s", strings.TrimSpace(string(log)))
+		case <-time.After(backoff):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: redis-server on %s not ready after %v: %w", p.Addr(), limit, err)
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL, as a crash would, and waits for it to
+// exit. Data not yet on disk is lost.
+func (p *Process) Kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	p.cmd = nil
+}
+
+// Pause stops the server with SIGSTOP; [Process.Resume] continues it. While
+// paused it accepts connections but answers nothing.
+func (p *Process) Pause() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a server stopped by [Process.Pause].
+func (p *Process) Resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Restart kills the server and starts it again on the same port.
+func (p *Process) Restart() error {
+	p.Kill()
+	return p.Start()
+}
+
+// Stop kills the server and removes its directory. It is safe to call twice.
+func (p *Process) Stop() {
+	p.Kill()
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+		p.dir = ""
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redistest: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

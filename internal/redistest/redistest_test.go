@@ -1,0 +1,43 @@
+package redistest_test
+
+import (
+	"testing"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+func TestNewIsolatesTests(t *testing.T) {
+	a, b := redistest.New(t), redistest.New(t)
+	if a.Prefix == b.Prefix {
+		t.Fatalf("two tests share prefix %q", a.Prefix)
+	}
+	ctx := t.Context()
+	if err := a.Client.Set(ctx, a.Prefix+"k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a.Kind == redistest.Spawned && a.Options.DB == b.Options.DB {
+		t.Fatalf("two tests share database %d on a spawned server", a.Options.DB)
+	}
+}
+
+func TestDedicatedRestart(t *testing.T) {
+	p := redistest.Dedicated(t)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Persistence is off, so the restarted server is empty and the client
+	// reconnects on its own.
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("after restart: exists=%d err=%v", n, err)
+	}
+}
