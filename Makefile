@@ -20,7 +20,8 @@ fmt: ## rewrite files with gofmt
 	gofmt -w $$(git ls-files '*.go')
 
 bench: ## the benchmarks (not part of test)
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/...
+	$(GO) test -run '^$$' -bench . -skip Handoff -benchtime $(BENCHTIME) ./...
+	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./internal/lock
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo

@@ -97,14 +97,14 @@ func (db *DB) RequireProcess(tb testing.TB, reason string) {
 }
 
 type shared struct {
-	once    sync.Once
-	err     error
-	kind    Kind
-	opts    *redis.Options
-	proc    *Process
-	mini    *miniredis.Miniredis
-	mu      sync.Mutex
-	nextDB  int
+	once   sync.Once
+	err    error
+	kind   Kind
+	opts   *redis.Options
+	proc   *Process
+	mini   *miniredis.Miniredis
+	mu     sync.Mutex
+	nextDB int
 }
 
 var pkg shared

@@ -1,0 +1,164 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// errReleased cancels a kept lease's context once the lease is released.
+var errReleased = errors.New("lock: lease released")
+
+// Stats describes how a lease was acquired.
+type Stats struct {
+	Waited        time.Duration // from the first attempt to the lock
+	Attempts      int           // acquire scripts run
+	WokenByNotice int           // waits ended by a release notice
+	WokenByDelay  int           // waits ended by the random delay
+}
+
+// Lease is a held lock. Its methods are safe for concurrent use. A lease must
+// be released with Release; a lease that is never released expires after the
+// Locker's TTL (if it was not kept).
+type Lease struct {
+	l     *Locker
+	key   string
+	owner string
+	meta  string
+	fence int64
+	stats Stats
+
+	mu       sync.Mutex
+	released bool
+	stop     chan struct{} // closed by Release to end the renewal
+	done     chan struct{} // closed when the renewal goroutine has ended
+	cancel   context.CancelCauseFunc
+}
+
+// Key returns the key the lease locks.
+func (s *Lease) Key() string { return s.key }
+
+// Fence returns the lease's fencing token: strictly greater than that of
+// every earlier lease on the key. Pass it with every write the lock guards.
+func (s *Lease) Fence() int64 { return s.fence }
+
+// Stats returns how the lease was acquired.
+func (s *Lease) Stats() Stats { return s.stats }
+
+// Keep starts renewing the lease every TTL/3 and returns a context derived
+// from ctx for the guarded work. That context is cancelled with cause
+// [ErrLost] when a renewal finds the lock gone or owned by someone else, or
+// when renewals fail (Redis unreachable) for longer than 2·TTL/3, after which
+// the lease may have expired. Renewal stops on Release, on ctx's end, or on
+// loss; its goroutine never outlives Release. Keep may be called once; later
+// calls, and calls after Release, return ctx unchanged.
+func (s *Lease) Keep(ctx context.Context) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil || s.released {
+		return ctx
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	s.stop, s.done, s.cancel = make(chan struct{}), make(chan struct{}), cancel
+	go s.renew(wctx, cancel)
+	return wctx
+}
+
+func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
+	defer close(s.done)
+	ttl := s.l.cfg.TTL
+	every := ttl / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastOK := time.Now()
+	log := s.l.log.With(zap.String("key", s.key), zap.Int64("fence", s.fence))
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		ok, err := s.refresh(rctx)
+		rcancel()
+		switch {
+		case err == nil && ok:
+			lastOK = time.Now()
+		case err == nil:
+			log.Warn("lease lost: lock gone or taken")
+			cancel(ErrLost)
+			return
+		case time.Since(lastOK) >= ttl-every:
+			log.Warn("lease lost: renewals failing", zap.Error(err))
+			cancel(fmt.Errorf("%w: renewals failing since %v: %w", ErrLost, lastOK.Format(time.RFC3339Nano), err))
+			return
+		default:
+			log.Info("lease renewal failed; retrying", zap.Error(err))
+		}
+	}
+}
+
+// refresh runs the renewal script once.
+func (s *Lease) refresh(ctx context.Context) (bool, error) {
+	n, err := refreshScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key)},
+		s.owner, s.l.cfg.TTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("renew %s: %w", s.key, err)
+	}
+	return n == 1, nil
+}
+
+// Refresh extends the lease to a full TTL once. It returns ErrNotHeld when
+// the lock is gone or owned by someone else. Kept leases renew themselves
+// and need no Refresh.
+func (s *Lease) Refresh(ctx context.Context) error {
+	ok, err := s.refresh(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("renew %s: %w", s.key, ErrNotHeld)
+	}
+	return nil
+}
+
+// Release stops the renewal (waiting for its goroutine), cancels the kept
+// context, and deletes the lock if this lease still holds it, waking the
+// waiters. It runs on a context that survives ctx's cancellation, bounded by
+// Config.ReleaseTimeout, so a cancelled task still releases its lock.
+//
+// It returns ErrNotHeld when the lock was no longer held by this lease (it
+// expired, was taken over, or was already released); nothing is deleted
+// then. Other errors are Redis errors; the lock then expires with its lease.
+func (s *Lease) Release(ctx context.Context) error {
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+	}
+	s.released = true
+	stop, done, cancel := s.stop, s.done, s.cancel
+	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+		defer cancel(errReleased)
+	}
+
+	ctx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
+	defer cancelTimeout()
+	n, err := releaseScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key)}, s.owner, s.l.channel).Int()
+	if err != nil {
+		return fmt.Errorf("release %s: %w", s.key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+	}
+	return nil
+}

@@ -1,0 +1,514 @@
+// Package lock is a mutual-exclusion lock per key on Redis, with fencing
+// tokens, self-renewing leases and waiting that is woken by release notices.
+//
+// It knows nothing of orders or task queues: a key is any short string.
+// orderworker uses one lock per order number so that no two tasks change the
+// same order at once.
+//
+// # Guarantees
+//
+//   - Acquire is one script: the lock is taken only if free, with a unique
+//     owner token and a lease (TTL). Release and renewal are owner-checked in
+//     one script, so a holder whose lease expired can never delete or extend
+//     someone else's lock.
+//   - Every acquire returns a fencing token that is strictly greater than any
+//     token handed out before for that key, even after the key has been idle
+//     and its lock expired: it is max(previous + 1, Redis TIME in µs), and the
+//     previous token is kept for Config.FenceRetention.
+//   - A lease renews itself every TTL/3 while the work runs ([Lease.Keep]);
+//     when a renewal finds the lock gone or taken, the work's context is
+//     cancelled with cause [ErrLost].
+//
+// # Limits
+//
+// A lease is time-based: a holder that stalls (GC pause, network partition)
+// past its TTL can still believe it holds the lock for up to TTL/3 before the
+// renewal notices. A single Redis can also lose a lock on failover to a
+// replica that had not yet received it. Neither can be fixed by the lock
+// alone, which is why every write downstream must carry the fencing token and
+// the store must refuse a token older than one it has seen.
+//
+// # Waiting
+//
+// [Locker.Acquire] retries while the key is held, sleeping a random delay
+// between Wait.MinDelay and Wait.MaxDelay (capped by the holder's remaining
+// TTL and by the deadline). A release notice for the key wakes it at once:
+// each Locker keeps one shared subscription to the notice channel and fans
+// the notices out to its local waiters. A lost notice only costs the random
+// delay. At the deadline Acquire returns a [*BusyError] naming the holder.
+package lock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Errors returned by the package. Match them with errors.Is.
+var (
+	// ErrBusy is matched by the [*BusyError] that Acquire returns when the
+	// key was still held at the wait deadline.
+	ErrBusy = errors.New("lock: key is held")
+	// ErrNotHeld is returned by Release when the lock is no longer held by
+	// the lease (it expired and may have been taken by someone else, or it
+	// was already released). Nothing is deleted then.
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrLost is the cause of a kept lease's context cancellation when a
+	// renewal found the lock gone or taken, or when renewals kept failing
+	// until the lease may have expired.
+	ErrLost = errors.New("lock: lease lost")
+	// ErrInvalidKey is returned for an empty or too long key, or one with a
+	// brace (braces would break the Redis Cluster hash tag).
+	ErrInvalidKey = errors.New("lock: invalid key")
+	// ErrClosed is returned by Acquire after the Locker was closed.
+	ErrClosed = errors.New("lock: locker closed")
+)
+
+// BusyError reports that a key was still held when the wait deadline came.
+// errors.Is(err, ErrBusy) is true for it.
+type BusyError struct {
+	Key    string        // the key asked for
+	Holder string        // the holder's meta, as given to Acquire
+	TTL    time.Duration // the holder's remaining lease when last seen
+	Waited time.Duration // how long Acquire waited
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("lock: %s held by %q (lease %v left) after waiting %v",
+		e.Key, e.Holder, e.TTL.Round(time.Millisecond), e.Waited.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// MaxKeyLen and MaxMetaLen bound a key and a holder's meta, in bytes.
+const (
+	MaxKeyLen  = 256
+	MaxMetaLen = 256
+)
+
+// Wait is a waiting policy for [Locker.Acquire]. A zero field means the
+// Locker's default (Config.Wait), and a zero Config.Wait field means the
+// package default.
+type Wait struct {
+	// MinDelay is the shortest random delay between two attempts.
+	// Defaults to 50ms.
+	MinDelay time.Duration
+	// MaxDelay is the longest random delay between two attempts; a waiter
+	// whose release notice was lost acquires at most this late.
+	// Defaults to 500ms.
+	MaxDelay time.Duration
+	// Deadline is how long Acquire waits in all before it returns ErrBusy.
+	// Defaults to 5s.
+	Deadline time.Duration
+}
+
+func (w Wait) or(d Wait) Wait {
+	return Wait{
+		MinDelay: cmp.Or(w.MinDelay, d.MinDelay),
+		MaxDelay: cmp.Or(w.MaxDelay, d.MaxDelay),
+		Deadline: cmp.Or(w.Deadline, d.Deadline),
+	}
+}
+
+func (w Wait) validate() error {
+	switch {
+	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0:
+		return fmt.Errorf("lock: negative wait %+v", w)
+	case w.MinDelay > w.MaxDelay:
+		return fmt.Errorf("lock: wait min delay %v above max delay %v", w.MinDelay, w.MaxDelay)
+	}
+	return nil
+}
+
+// DefaultWait is the package's default waiting policy.
+var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second}
+
+// Config tunes a Locker. The zero value is valid and means all defaults.
+type Config struct {
+	// Prefix starts every key and the notice channel of this Locker.
+	// Lockers that should exclude each other must share it.
+	// Defaults to "ow:lock:".
+	Prefix string
+	// TTL is the lease: how long a lock outlives a holder that died without
+	// releasing it. A kept lease renews every TTL/3. Defaults to 30s.
+	TTL time.Duration
+	// Wait is the default waiting policy of Acquire. Defaults to
+	// DefaultWait, field by field.
+	Wait Wait
+	// FenceRetention is how long the newest fencing token of a key is kept
+	// after its last acquire. Within it, tokens increase even if the Redis
+	// clock steps back; past it, Redis TIME alone keeps them increasing.
+	// Defaults to 24h.
+	FenceRetention time.Duration
+	// ReleaseTimeout bounds a release, which runs on a context that
+	// survives the caller's cancellation. Defaults to 5s.
+	ReleaseTimeout time.Duration
+	// Logger receives renewal problems and release failures of Do.
+	// Defaults to a no-op logger.
+	Logger *zap.Logger
+	// Jitter returns a random duration in [lo, hi]. Tests can make it
+	// deterministic. Defaults to a uniform pick from math/rand/v2.
+	Jitter func(lo, hi time.Duration) time.Duration
+}
+
+// Locker hands out leases on keys. It is safe for concurrent use. It owns
+// one pub/sub subscription, started by the first Acquire and stopped by
+// Close; the Redis client stays the caller's to close.
+type Locker struct {
+	rdb     redis.UniversalClient
+	cfg     Config
+	channel string
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{} // lock key → wake channels
+	sub     *redis.PubSub
+	subDone chan struct{} // closed when the fan-out goroutine ends
+	ready   chan struct{} // closed once the subscription is confirmed
+	closed  bool
+}
+
+// New returns a Locker on rdb. It returns an error when cfg is invalid.
+func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
+	if rdb == nil {
+		return nil, errors.New("lock: nil redis client")
+	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, "ow:lock:")
+	cfg.TTL = cmp.Or(cfg.TTL, 30*time.Second)
+	cfg.Wait = cfg.Wait.or(DefaultWait)
+	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
+	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Jitter == nil {
+		cfg.Jitter = uniform
+	}
+	switch {
+	case cfg.TTL < 3*time.Millisecond:
+		return nil, fmt.Errorf("lock: TTL %v too short", cfg.TTL)
+	case cfg.FenceRetention < cfg.TTL:
+		return nil, fmt.Errorf("lock: fence retention %v shorter than TTL %v", cfg.FenceRetention, cfg.TTL)
+	case cfg.ReleaseTimeout < 0:
+		return nil, fmt.Errorf("lock: negative release timeout %v", cfg.ReleaseTimeout)
+	case strings.ContainsAny(cfg.Prefix, "{}"):
+		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
+	}
+	if err := cfg.Wait.validate(); err != nil {
+		return nil, err
+	}
+	return &Locker{
+		rdb:     rdb,
+		cfg:     cfg,
+		channel: cfg.Prefix + "released",
+		log:     cfg.Logger,
+		waiters: make(map[string]map[chan struct{}]struct{}),
+	}, nil
+}
+
+func uniform(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo+1)
+}
+
+// TTL returns the lease length of this Locker's locks.
+func (l *Locker) TTL() time.Duration { return l.cfg.TTL }
+
+// lockKey and fenceKey build the two keys of a lock; both carry the hash tag
+// {key}.
+func (l *Locker) lockKey(key string) string  { return l.cfg.Prefix + "{" + key + "}" }
+func (l *Locker) fenceKey(key string) string { return l.cfg.Prefix + "{" + key + "}:fence" }
+
+func checkKey(key, meta string) error {
+	switch {
+	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	case len(meta) > MaxMetaLen:
+		return fmt.Errorf("lock: meta of %d bytes, at most %d", len(meta), MaxMetaLen)
+	}
+	return nil
+}
+
+// held describes the holder seen by a failed attempt.
+type held struct {
+	ttl  time.Duration
+	meta string
+}
+
+// try makes one attempt. It returns a lease, or the holder when the key is
+// held, or an error.
+func (l *Locker) try(ctx context.Context, key, meta string) (*Lease, held, error) {
+	owner := uuid.NewString()
+	res, err := acquireScript.Run(ctx, l.rdb,
+		[]string{l.lockKey(key), l.fenceKey(key)},
+		owner, l.cfg.TTL.Milliseconds(), meta, l.cfg.FenceRetention.Milliseconds(),
+	).Slice()
+	if err != nil {
+		return nil, held{}, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	if len(res) >= 2 && res[0] == int64(1) {
+		fence, err := parseFence(res[1])
+		if err != nil {
+			return nil, held{}, fmt.Errorf("acquire %s: %w", key, err)
+		}
+		return &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence}, held{}, nil
+	}
+	if len(res) != 3 {
+		return nil, held{}, fmt.Errorf("acquire %s: unexpected reply %v", key, res)
+	}
+	h := held{}
+	if ms, ok := res[1].(int64); ok && ms > 0 {
+		h.ttl = time.Duration(ms) * time.Millisecond
+	}
+	h.meta, _ = res[2].(string)
+	return nil, h, nil
+}
+
+func parseFence(v any) (int64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("fence of type %T", v)
+	}
+	var f int64
+	if _, err := fmt.Sscan(s, &f); err != nil || f <= 0 {
+		return 0, fmt.Errorf("bad fence %q", s)
+	}
+	return f, nil
+}
+
+// TryAcquire makes one attempt to take the lock of key. When the key is held
+// it returns a [*BusyError] at once (Waited is zero). meta describes the
+// holder to waiters and in logs (at most MaxMetaLen bytes). It costs one
+// Redis round trip.
+func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, error) {
+	if err := checkKey(key, meta); err != nil {
+		return nil, err
+	}
+	lease, h, err := l.try(ctx, key, meta)
+	if err != nil {
+		return nil, err
+	}
+	if lease == nil {
+		return nil, &BusyError{Key: key, Holder: h.meta, TTL: h.ttl}
+	}
+	lease.stats.Attempts = 1
+	return lease, nil
+}
+
+// Acquire takes the lock of key, waiting by policy w (zero fields mean the
+// Locker's defaults) while someone else holds it. meta describes the holder
+// to waiters and in logs, e.g. "order:exchange <task id>".
+//
+// It returns a [*BusyError] (errors.Is ErrBusy) when the key is still held at
+// the deadline, the context's cause when ctx ends first, [ErrClosed] after
+// Close, and Redis errors wrapped with the key. An uncontended Acquire costs
+// one round trip.
+func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease, error) {
+	if err := checkKey(key, meta); err != nil {
+		return nil, err
+	}
+	w = w.or(l.cfg.Wait)
+	if err := w.validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	deadline := start.Add(w.Deadline)
+	lk := l.lockKey(key)
+	wake, err := l.register(ctx, lk)
+	if err != nil {
+		return nil, err
+	}
+	defer l.unregister(lk, wake)
+
+	var st Stats
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		st.Attempts++
+		lease, h, err := l.try(ctx, key, meta)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("acquire %s: %w", key, context.Cause(ctx))
+			}
+			return nil, err
+		}
+		if lease != nil {
+			st.Waited = time.Since(start)
+			lease.stats = st
+			return lease, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, &BusyError{Key: key, Holder: h.meta, TTL: h.ttl, Waited: time.Since(start)}
+		}
+		d := l.cfg.Jitter(w.MinDelay, w.MaxDelay)
+		if h.ttl > 0 && h.ttl < d {
+			d = h.ttl + time.Millisecond // the lease ends before our delay would
+		}
+		d = min(d, left)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-wake:
+			st.WokenByNotice++
+		case <-timer.C:
+			st.WokenByDelay++
+		case <-ctx.Done():
+			return nil, fmt.Errorf("acquire %s: %w", key, context.Cause(ctx))
+		}
+	}
+}
+
+// register adds a local waiter for a lock key, starting the shared
+// subscription first if this is the Locker's first waiter. It waits briefly
+// for the subscription to be confirmed; if Redis does not confirm in time the
+// waiter goes on without notices, which only costs the random delays.
+func (l *Locker) register(ctx context.Context, lk string) (chan struct{}, error) {
+	wake := make(chan struct{}, 1)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if l.sub == nil {
+		l.startSubscription()
+	}
+	set := l.waiters[lk]
+	if set == nil {
+		set = make(map[chan struct{}]struct{})
+		l.waiters[lk] = set
+	}
+	set[wake] = struct{}{}
+	ready := l.ready
+	l.mu.Unlock()
+
+	select {
+	case <-ready:
+	default:
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-ready:
+		case <-t.C:
+		case <-ctx.Done():
+			l.unregister(lk, wake)
+			return nil, fmt.Errorf("acquire %s: %w", lk, context.Cause(ctx))
+		}
+	}
+	return wake, nil
+}
+
+func (l *Locker) unregister(lk string, wake chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := l.waiters[lk]
+	delete(set, wake)
+	if len(set) == 0 {
+		delete(l.waiters, lk)
+	}
+}
+
+// startSubscription subscribes to the notice channel and starts the
+// goroutine that fans notices out. l.mu must be held. The goroutine is owned
+// by the Locker and ends when Close closes the subscription.
+func (l *Locker) startSubscription() {
+	l.sub = l.rdb.Subscribe(context.Background(), l.channel)
+	l.ready = make(chan struct{})
+	l.subDone = make(chan struct{})
+	ch := l.sub.ChannelWithSubscriptions()
+	go func() {
+		defer close(l.subDone)
+		confirmed := false
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if !confirmed && m.Kind == "subscribe" {
+					confirmed = true
+					close(l.ready)
+				}
+			case *redis.Message:
+				l.notify(m.Payload)
+			}
+		}
+	}()
+}
+
+// notify wakes the local waiters of a lock key. It never blocks: a waiter
+// that already has a pending wake-up needs no second one.
+func (l *Locker) notify(lk string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for wake := range l.waiters[lk] {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Close stops the shared subscription and waits for its goroutine. Leases
+// already handed out stay valid and can still be released. Close is safe to
+// call more than once; Acquire after Close returns ErrClosed.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	sub, done := l.sub, l.subDone
+	l.mu.Unlock()
+	if sub == nil {
+		return nil
+	}
+	err := sub.Close()
+	<-done
+	if err != nil {
+		return fmt.Errorf("lock: close subscription: %w", err)
+	}
+	return nil
+}
+
+// Do takes the lock of key (waiting by policy w), keeps its lease renewed
+// while fn runs, and releases it when fn returns, also when ctx was
+// cancelled. fn's context is cancelled with cause ErrLost if the lease is
+// lost; fn's error is then wrapped so that errors.Is(err, ErrLost) holds.
+//
+// Do returns Acquire's error when the lock was not taken, and otherwise fn's
+// error. A failed release is logged, not returned: fn's work is done, and the
+// lock then expires with its lease.
+func (l *Locker) Do(ctx context.Context, key, meta string, w Wait, fn func(ctx context.Context, lease *Lease) error) error {
+	lease, err := l.Acquire(ctx, key, meta, w)
+	if err != nil {
+		return err
+	}
+	wctx := lease.Keep(ctx)
+	err = fn(wctx, lease)
+	if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
+		err = fmt.Errorf("%w: %w", cause, err)
+	}
+	if rerr := lease.Release(ctx); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+		l.log.Warn("release failed; the lock expires with its lease",
+			zap.String("key", key), zap.Int64("fence", lease.fence), zap.Error(rerr))
+	}
+	return err
+}

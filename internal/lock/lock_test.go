@@ -1,0 +1,427 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+// newLocker returns a Locker isolated to the test, closed at cleanup.
+func newLocker(t *testing.T, db *redistest.DB, cfg lock.Config) *lock.Locker {
+	t.Helper()
+	return newLockerOn(t, db.Client, db, cfg)
+}
+
+func newLockerOn(t *testing.T, c redis.UniversalClient, db *redistest.DB, cfg lock.Config) *lock.Locker {
+	t.Helper()
+	cfg.Prefix = db.Prefix + "lock:"
+	l, err := lock.New(c, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+// waitFor polls cond until it holds or the limit passes.
+func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", limit)
+		}
+		<-tick.C
+	}
+}
+
+func TestExactlyOneWinnerAmongRacers(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	const racers = 100
+	lockers := make([]*lock.Locker, 10) // ten "processes", each its own pool
+	for i := range lockers {
+		lockers[i] = newLockerOn(t, db.NewClient(t), db, lock.Config{})
+	}
+	var wins atomic.Int32
+	var leases sync.Map
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			lease, err := lockers[i%len(lockers)].TryAcquire(t.Context(), "SO-race", "racer "+strconv.Itoa(i))
+			if err != nil {
+				require.ErrorIs(t, err, lock.ErrBusy)
+				return
+			}
+			wins.Add(1)
+			leases.Store(i, lease)
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, int32(1), wins.Load())
+	leases.Range(func(_, v any) bool {
+		require.NoError(t, v.(*lock.Lease).Release(t.Context()))
+		return true
+	})
+}
+
+func TestCounterUnderLockLosesNothing(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	const workers, each = 8, 25
+	counter := db.Prefix + "counter"
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		c := db.NewClient(t) // a connection pool of its own
+		l := newLockerOn(t, c, db, lock.Config{Wait: lock.Wait{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute}})
+		wg.Go(func() {
+			for i := range each {
+				err := l.Do(t.Context(), "SO-counter", "worker "+strconv.Itoa(w)+" #"+strconv.Itoa(i), lock.Wait{},
+					func(ctx context.Context, _ *lock.Lease) error {
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						defer inside.Add(-1)
+						n, err := c.Get(ctx, counter).Int()
+						if err != nil && !errors.Is(err, redis.Nil) {
+							return err
+						}
+						return c.Set(ctx, counter, n+1, 0).Err()
+					})
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load(), "two holders at once")
+	n, err := db.Client.Get(t.Context(), counter).Int()
+	require.NoError(t, err)
+	require.Equal(t, workers*each, n)
+}
+
+// Seed bug: the release deleted the key without checking the owner.
+func TestReleaseAfterExpiryDeletesNothing(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{TTL: 100 * time.Millisecond})
+	a, err := l.TryAcquire(t.Context(), "SO-expire", "a")
+	require.NoError(t, err)
+	b, err := l.Acquire(t.Context(), "SO-expire", "b", lock.Wait{Deadline: 5 * time.Second})
+	require.NoError(t, err, "b takes over once a's lease ends")
+
+	require.ErrorIs(t, a.Release(t.Context()), lock.ErrNotHeld)
+	_, err = l.TryAcquire(t.Context(), "SO-expire", "c")
+	var busy *lock.BusyError
+	require.ErrorAs(t, err, &busy, "a's late release must not free b's lock")
+	require.Equal(t, "b", busy.Holder)
+	require.NoError(t, b.Release(t.Context()))
+	require.ErrorIs(t, b.Release(t.Context()), lock.ErrNotHeld, "second release")
+}
+
+// Seed bug: in one path the release deleted only when the key existed, and a
+// missing lock was silently "released". Releasing a lock that is gone must
+// say so and leave the key alone.
+func TestReleaseOfVanishedLockIsNotHeld(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	a, err := l.TryAcquire(t.Context(), "SO-gone", "a")
+	require.NoError(t, err)
+	require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-gone}").Err())
+	require.ErrorIs(t, a.Release(t.Context()), lock.ErrNotHeld)
+}
+
+// Seed bug: a waiter slept a random 0–1000 ms between checks. A waiter here is
+// woken by the release notice long before its (deliberately huge) delay.
+func TestWaiterWokenByReleaseNotice(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	holder, err := l.TryAcquire(t.Context(), "SO-wake", "exchange")
+	require.NoError(t, err)
+
+	got := make(chan *lock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(t.Context(), "SO-wake", "modify",
+			lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lease
+	}()
+	// Release once the waiter has marked the lock, so the notice is sent.
+	waitFor(t, 5*time.Second, func() bool {
+		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-wake}", "w").Val()
+	})
+	require.NoError(t, holder.Release(t.Context()))
+	select {
+	case lease := <-got:
+		st := lease.Stats()
+		require.Equal(t, 1, st.WokenByNotice)
+		require.Zero(t, st.WokenByDelay)
+		require.Greater(t, lease.Fence(), holder.Fence())
+		require.NoError(t, lease.Release(t.Context()))
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the release notice")
+	}
+}
+
+// A notice that never comes (here: the lock is deleted behind the Locker's
+// back, so nothing is published) only costs the random delay.
+func TestWaiterWithoutNoticeAcquiresWithinMaxDelay(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	_, err := l.TryAcquire(t.Context(), "SO-quiet", "exchange")
+	require.NoError(t, err)
+
+	got := make(chan *lock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(t.Context(), "SO-quiet", "modify",
+			lock.Wait{MinDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lease
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-quiet}", "w").Val()
+	})
+	require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-quiet}").Err())
+	select {
+	case lease := <-got:
+		require.Zero(t, lease.Stats().WokenByNotice)
+		require.GreaterOrEqual(t, lease.Stats().WokenByDelay, 1)
+		require.NoError(t, lease.Release(t.Context()))
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not acquire after its delay")
+	}
+}
+
+// Seed bug: past the deadline the old code went ahead without the lock. Here
+// the deadline is an error that names the holder, and no lease.
+func TestDeadlineReturnsBusyNamingHolder(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	holder, err := l.TryAcquire(t.Context(), "SO-busy", "order:exchange task-1")
+	require.NoError(t, err)
+	lease, err := l.Acquire(t.Context(), "SO-busy", "order:modify task-2",
+		lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 30 * time.Millisecond, Deadline: 200 * time.Millisecond})
+	require.Nil(t, lease)
+	require.ErrorIs(t, err, lock.ErrBusy)
+	var busy *lock.BusyError
+	require.ErrorAs(t, err, &busy)
+	require.Equal(t, "order:exchange task-1", busy.Holder)
+	require.Equal(t, "SO-busy", busy.Key)
+	require.Positive(t, busy.TTL)
+	require.GreaterOrEqual(t, busy.Waited, 200*time.Millisecond)
+	require.Contains(t, err.Error(), "order:exchange task-1")
+	require.NoError(t, holder.Release(t.Context()))
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	holder, err := l.TryAcquire(t.Context(), "SO-ctx", "exchange")
+	require.NoError(t, err)
+	defer holder.Release(t.Context())
+
+	cause := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "SO-ctx", "modify", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: time.Hour})
+		errc <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-ctx}", "w").Val()
+	})
+	cancel(cause)
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, cause)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire ignored the cancelled context")
+	}
+}
+
+func TestTakeoverWhenHolderDies(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	dead := newLockerOn(t, db.NewClient(t), db, lock.Config{TTL: 200 * time.Millisecond})
+	live := newLocker(t, db, lock.Config{TTL: 200 * time.Millisecond})
+	a, err := dead.TryAcquire(t.Context(), "SO-dead", "crashed worker")
+	require.NoError(t, err) // never released, never renewed
+	b, err := live.Acquire(t.Context(), "SO-dead", "next", lock.Wait{Deadline: 5 * time.Second})
+	require.NoError(t, err)
+	require.Greater(t, b.Fence(), a.Fence())
+	require.NoError(t, b.Release(t.Context()))
+}
+
+func TestKeptLeaseOutlivesTTL(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ttl := 150 * time.Millisecond
+	l := newLocker(t, db, lock.Config{TTL: ttl})
+	other := newLocker(t, db, lock.Config{TTL: ttl})
+	lease, err := l.TryAcquire(t.Context(), "SO-keep", "long task")
+	require.NoError(t, err)
+	ctx := lease.Keep(t.Context())
+	// For four TTLs, nobody else may get in and the work is not cancelled.
+	until := time.Now().Add(4 * ttl)
+	for time.Now().Before(until) {
+		_, err := other.TryAcquire(t.Context(), "SO-keep", "intruder")
+		require.ErrorIs(t, err, lock.ErrBusy)
+		require.NoError(t, ctx.Err())
+	}
+	require.NoError(t, lease.Release(t.Context()))
+	require.Error(t, ctx.Err(), "release ends the kept context")
+	_, err = other.TryAcquire(t.Context(), "SO-keep", "next")
+	require.NoError(t, err)
+}
+
+func TestRenewalFailureCancelsWithErrLost(t *testing.T) {
+	tests := []struct {
+		name  string
+		steal func(t *testing.T, db *redistest.DB, key string)
+	}{
+		{"deleted", func(t *testing.T, db *redistest.DB, key string) {
+			require.NoError(t, db.Client.Del(t.Context(), key).Err())
+		}},
+		{"stolen", func(t *testing.T, db *redistest.DB, key string) {
+			require.NoError(t, db.Client.HSet(t.Context(), key, "owner", "someone-else").Err())
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := redistest.New(t)
+			l := newLocker(t, db, lock.Config{TTL: 90 * time.Millisecond})
+			lease, err := l.TryAcquire(t.Context(), "SO-lost", "victim")
+			require.NoError(t, err)
+			ctx := lease.Keep(t.Context())
+			tt.steal(t, db, db.Prefix+"lock:{SO-lost}")
+			select {
+			case <-ctx.Done():
+				require.ErrorIs(t, context.Cause(ctx), lock.ErrLost)
+			case <-time.After(5 * time.Second):
+				t.Fatal("lost lease did not cancel the work")
+			}
+			require.ErrorIs(t, lease.Release(t.Context()), lock.ErrNotHeld)
+		})
+	}
+}
+
+func TestDoWrapsErrLost(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{TTL: 90 * time.Millisecond})
+	err := l.Do(t.Context(), "SO-do", "victim", lock.Wait{}, func(ctx context.Context, lease *lock.Lease) error {
+		require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-do}").Err())
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, lock.ErrLost)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestFenceStrictlyIncreases(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{TTL: 50 * time.Millisecond})
+	lockKey, fenceKey := db.Prefix+"lock:{SO-fence}", db.Prefix+"lock:{SO-fence}:fence"
+	var last int64
+	next := func(how string) {
+		t.Helper()
+		lease, err := l.Acquire(t.Context(), "SO-fence", how, lock.Wait{Deadline: 5 * time.Second})
+		require.NoError(t, err)
+		require.Greater(t, lease.Fence(), last, how)
+		last = lease.Fence()
+		if how != "left to expire" {
+			require.NoError(t, lease.Release(t.Context()))
+		}
+	}
+	for range 20 {
+		next("released")
+	}
+	next("left to expire")
+	waitFor(t, 5*time.Second, func() bool { return db.Client.Exists(t.Context(), lockKey).Val() == 0 })
+	next("after expiry")
+	// The key idles past the fence retention: its counter is gone too.
+	require.NoError(t, db.Client.Del(t.Context(), fenceKey).Err())
+	next("after retention")
+	// The counter runs ahead of the clock (as after a clock step back).
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	require.NoError(t, db.Client.Set(t.Context(), fenceKey, ahead, 0).Err())
+	next("clock behind")
+	require.Equal(t, ahead+1, last)
+
+	ttl := db.Client.PTTL(t.Context(), fenceKey).Val()
+	require.Positive(t, ttl, "fence counter must expire: memory stays bounded")
+}
+
+func TestInvalidKeys(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	for _, key := range []string{"", "a{b", "a}b", string(make([]byte, lock.MaxKeyLen+1))} {
+		_, err := l.TryAcquire(t.Context(), key, "")
+		require.ErrorIs(t, err, lock.ErrInvalidKey)
+	}
+}
+
+func TestAcquireAfterClose(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	_, err = l.Acquire(t.Context(), "SO-closed", "", lock.Wait{})
+	require.ErrorIs(t, err, lock.ErrClosed)
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	tests := []struct {
+		name string
+		cfg  lock.Config
+	}{
+		{"min above max", lock.Config{Wait: lock.Wait{MinDelay: time.Second, MaxDelay: time.Millisecond}}},
+		{"negative deadline", lock.Config{Wait: lock.Wait{Deadline: -time.Second}}},
+		{"brace in prefix", lock.Config{Prefix: "x{"}},
+		{"retention under ttl", lock.Config{TTL: time.Hour, FenceRetention: time.Minute}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := lock.New(db.Client, tt.cfg)
+			require.Error(t, err)
+		})
+	}
+}
