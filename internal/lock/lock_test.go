@@ -33,20 +33,6 @@ func newLockerOn(t *testing.T, c redis.UniversalClient, db *redistest.DB, cfg lo
 	return l
 }
 
-// waitFor polls cond until it holds or the limit passes.
-func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		<-tick.C
-	}
-}
-
 func TestExactlyOneWinnerAmongRacers(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -119,8 +105,9 @@ func TestCounterUnderLockLosesNothing(t *testing.T) {
 func TestReleaseAfterExpiryDeletesNothing(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{TTL: 100 * time.Millisecond})
-	a, err := l.TryAcquire(t.Context(), "SO-expire", "a")
+	short := newLocker(t, db, lock.Config{TTL: 100 * time.Millisecond})
+	l := newLocker(t, db, lock.Config{})
+	a, err := short.TryAcquire(t.Context(), "SO-expire", "a")
 	require.NoError(t, err)
 	b, err := l.Acquire(t.Context(), "SO-expire", "b", lock.Wait{Deadline: 5 * time.Second})
 	require.NoError(t, err, "b takes over once a's lease ends")
@@ -168,9 +155,9 @@ func TestWaiterWokenByReleaseNotice(t *testing.T) {
 		got <- lease
 	}()
 	// Release once the waiter has marked the lock, so the notice is sent.
-	waitFor(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-wake}", "w").Val()
-	})
+	}, 5*time.Second, 2*time.Millisecond)
 	require.NoError(t, holder.Release(t.Context()))
 	select {
 	case lease := <-got:
@@ -206,9 +193,9 @@ func TestWaiterWithoutNoticeAcquiresWithinMaxDelay(t *testing.T) {
 		}
 		got <- lease
 	}()
-	waitFor(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-quiet}", "w").Val()
-	})
+	}, 5*time.Second, 2*time.Millisecond)
 	require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-quiet}").Err())
 	select {
 	case lease := <-got:
@@ -259,9 +246,9 @@ func TestAcquireHonoursContext(t *testing.T) {
 		_, err := l.Acquire(ctx, "SO-ctx", "modify", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: time.Hour})
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		return db.Client.HExists(t.Context(), db.Prefix+"lock:{SO-ctx}", "w").Val()
-	})
+	}, 5*time.Second, 2*time.Millisecond)
 	cancel(cause)
 	select {
 	case err := <-errc:
@@ -287,14 +274,16 @@ func TestTakeoverWhenHolderDies(t *testing.T) {
 func TestKeptLeaseOutlivesTTL(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	ttl := 150 * time.Millisecond
+	// Long enough that a loaded machine still renews in time (every TTL/3,
+	// with two chances before the lease ends).
+	ttl := 900 * time.Millisecond
 	l := newLocker(t, db, lock.Config{TTL: ttl})
 	other := newLocker(t, db, lock.Config{TTL: ttl})
 	lease, err := l.TryAcquire(t.Context(), "SO-keep", "long task")
 	require.NoError(t, err)
 	ctx := lease.Keep(t.Context())
-	// For four TTLs, nobody else may get in and the work is not cancelled.
-	until := time.Now().Add(4 * ttl)
+	// For three TTLs, nobody else may get in and the work is not cancelled.
+	until := time.Now().Add(3 * ttl)
 	for time.Now().Before(until) {
 		_, err := other.TryAcquire(t.Context(), "SO-keep", "intruder")
 		require.ErrorIs(t, err, lock.ErrBusy)
@@ -371,7 +360,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 		next("released")
 	}
 	next("left to expire")
-	waitFor(t, 5*time.Second, func() bool { return db.Client.Exists(t.Context(), lockKey).Val() == 0 })
+	require.Eventually(t, func() bool { return db.Client.Exists(t.Context(), lockKey).Val() == 0 }, 5*time.Second, 2*time.Millisecond)
 	next("after expiry")
 	// The key idles past the fence retention: its counter is gone too.
 	require.NoError(t, db.Client.Del(t.Context(), fenceKey).Err())

@@ -38,7 +38,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/orderworker/orderworker/internal/embedded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,7 +102,7 @@ type shared struct {
 	kind   Kind
 	opts   *redis.Options
 	proc   *Process
-	mini   *miniredis.Miniredis
+	mini   *embedded.Server
 	mu     sync.Mutex
 	nextDB int
 }
@@ -204,9 +204,9 @@ func (s *shared) start() {
 		"!!! falling back to the in-process miniredis: tests that need a real\n"+
 		"!!! server skip, and the rest do not prove behaviour on real Redis.\n"+
 		"!!! Install redis-server or set TEST_REDIS_URL.\n\n", err)
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		s.err = fmt.Errorf("start miniredis: %w", err)
+	m, err := embedded.Start()
+	if err != nil {
+		s.err = err
 		return
 	}
 	s.kind, s.mini = Miniredis, m
