@@ -1,0 +1,65 @@
+// Package tasks is orderworker's wire contract: the asynq task types, the
+// queues they go to, their JSON payloads and the rules a payload must follow.
+// Producers build tasks with it and workers parse them with it, so both sides
+// agree byte for byte.
+//
+// It is a leaf package: it imports no other orderworker package, does no I/O
+// and holds no state. It is not the enqueueing policy (task IDs, retries,
+// retention, timeouts); that belongs to package producer.
+//
+// # Task types and queues
+//
+// There are two task types, each with its own queue. The queue names are part
+// of the contract: a system that enqueues by hand must use them, because the
+// worker gives [QueueExchange] a higher priority than [QueueModify].
+//
+//	type            queue           payload
+//	order:modify    order_modify    ModifyPayload
+//	order:exchange  order_exchange  ExchangePayload
+//
+// The producer uses the payload's event_id, unchanged, as the asynq task ID, so
+// the same event is refused while asynq still holds a task with that ID. A
+// system that enqueues by hand should do the same.
+//
+// # Payloads
+//
+// A payload is one JSON object in UTF-8. Field names are matched exactly
+// (case-sensitively); unknown fields, duplicate fields and anything after the
+// object are errors. A JSON null counts as an absent field. The limits are the
+// constants of this package.
+//
+// A modify changes an existing order. changes holds at least one of address,
+// remark and items; a field left out is left unchanged, and items, when
+// given, replaces the order's whole item list:
+//
+//	{
+//	  "event_id": "crm-7f3a9c",
+//	  "order_no": "SO123",
+//	  "changes": {
+//	    "address": "1 Main St, Springfield",
+//	    "remark": "leave at the door",
+//	    "items": [{"sku": "SKU-1", "qty": 2}, {"sku": "SKU-9", "qty": 1}]
+//	  }
+//	}
+//
+// An exchange cancels order_no and creates a replacement order holding items.
+// new_order_no names the replacement; when it is left out the worker derives
+// one from event_id, so a retry creates the same order:
+//
+//	{
+//	  "event_id": "crm-7f3a9d",
+//	  "order_no": "SO123",
+//	  "items": [{"sku": "SKU-2", "qty": 1}],
+//	  "new_order_no": "SO123-X1",
+//	  "reason": "wrong size"
+//	}
+//
+// # Errors
+//
+// Every error this package returns for a bad payload matches [ErrInvalid] and
+// asynq.SkipRetry with errors.Is, so a worker that returns it has asynq archive
+// the task with the message instead of retrying it. Where one field is at
+// fault the error is a [*FieldError] naming the field's path, for example
+//
+//	changes.items[2].qty: must be between 1 and 10000, got 0
+package tasks

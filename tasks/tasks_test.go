@@ -1,0 +1,91 @@
+package tasks_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The bytes on the wire are part of the contract: pin them.
+func TestNewModifyTask_Wire(t *testing.T) {
+	t.Parallel()
+	p := tasks.ModifyPayload{
+		EventID: "e1",
+		OrderNo: "SO1",
+		Changes: tasks.Changes{Address: new("1 Main St"), Remark: new(""), Items: []tasks.Item{{SKU: "A", Qty: 2}}},
+	}
+	task, err := tasks.NewModifyTask(p)
+	require.NoError(t, err)
+	assert.Equal(t, "order:modify", task.Type())
+	assert.JSONEq(t, `{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St","remark":"","items":[{"sku":"A","qty":2}]}}`,
+		string(task.Payload()))
+	assert.Equal(t, `{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St","remark":"","items":[{"sku":"A","qty":2}]}}`,
+		string(task.Payload()), "the encoding is compact and in field order")
+
+	got, err := tasks.ParseModify(task.Payload())
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+}
+
+func TestNewExchangeTask_Wire(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    tasks.ExchangePayload
+		want string
+	}{
+		{"minimal",
+			tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}},
+			`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`},
+		{"full",
+			tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}, NewOrderNo: "SO2", Reason: "<size> & fit"},
+			`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"\u003csize\u003e \u0026 fit"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			task, err := tasks.NewExchangeTask(tt.p)
+			require.NoError(t, err)
+			assert.Equal(t, "order:exchange", task.Type())
+			assert.Equal(t, tt.want, string(task.Payload()))
+			got, err := tasks.ParseExchange(task.Payload())
+			require.NoError(t, err)
+			assert.Equal(t, tt.p, got)
+		})
+	}
+}
+
+func TestNewTask_Invalid(t *testing.T) {
+	t.Parallel()
+	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "e1", OrderNo: "SO1"})
+	assert.Nil(t, task)
+	assert.EqualError(t, err, "changes: must set at least one of address, remark and items")
+	assert.ErrorIs(t, err, tasks.ErrInvalid)
+
+	task, err = tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1"})
+	assert.Nil(t, task)
+	assert.EqualError(t, err, "items: required")
+	assert.ErrorIs(t, err, tasks.ErrInvalid)
+}
+
+func TestNewTask_PassesOptions(t *testing.T) {
+	t.Parallel()
+	// Options given to the constructor travel with the task into Enqueue;
+	// asynq keeps them unexported, so only check they are accepted.
+	task, err := tasks.NewModifyTask(validModify(), asynq.Queue(tasks.QueueModify), asynq.Timeout(time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, tasks.TypeModify, task.Type())
+}
+
+func TestContractNames(t *testing.T) {
+	t.Parallel()
+	// Non-Go systems enqueue by these names; changing one breaks them.
+	assert.Equal(t, "order:modify", tasks.TypeModify)
+	assert.Equal(t, "order:exchange", tasks.TypeExchange)
+	assert.Equal(t, "order_modify", tasks.QueueModify)
+	assert.Equal(t, "order_exchange", tasks.QueueExchange)
+}

@@ -1,0 +1,215 @@
+package tasks
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+)
+
+// ErrInvalid is matched (with errors.Is) by every error this package returns
+// for a payload that breaks the contract: bad JSON, a field of the wrong type,
+// an unknown field or a broken rule. Such errors also match asynq.SkipRetry, so
+// a handler that returns one has asynq archive the task rather than retry it.
+var ErrInvalid = errors.New("tasks: invalid payload")
+
+// FieldError reports the one field of a payload that is at fault. It matches
+// [ErrInvalid] and asynq.SkipRetry with errors.Is.
+type FieldError struct {
+	// Field is the field's path in the JSON payload, for example
+	// "changes.items[2].qty". A key that is not a plain identifier is quoted.
+	Field string
+	// Msg says what is wrong, for example "must be between 1 and 10000, got 0".
+	Msg string
+}
+
+// Error returns "<Field>: <Msg>".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Unwrap returns [ErrInvalid] and asynq.SkipRetry.
+func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, asynq.SkipRetry} }
+
+// payloadError reports a payload that is wrong as a whole (not JSON, too
+// large, trailing data) rather than in one field.
+type payloadError struct{ msg string }
+
+func (e *payloadError) Error() string   { return e.msg }
+func (e *payloadError) Unwrap() []error { return []error{ErrInvalid, asynq.SkipRetry} }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ValidOrderNo reports whether s is a well-formed order number: 1 to
+// [MaxOrderNoLen] characters, each an ASCII letter, digit, '_' or '-'. Such a
+// number is safe in Redis keys and hash tags as it is.
+func ValidOrderNo(s string) bool { return orderNoProblem(s) == "" }
+
+// ValidEventID reports whether s is a well-formed event ID: 1 to
+// [MaxEventIDLen] printable ASCII characters without spaces (0x21 to 0x7E).
+// A UUID, a ULID or "crm:order-7:v3" all qualify.
+func ValidEventID(s string) bool { return eventIDProblem(s) == "" }
+
+func orderNoProblem(s string) string {
+	switch {
+	case s == "":
+		return "required"
+	case len(s) > MaxOrderNoLen:
+		return fmt.Sprintf("must be at most %d characters, got %d", MaxOrderNoLen, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return "must contain only A-Z, a-z, 0-9, '_' and '-', got " + quote(s)
+		}
+	}
+	return ""
+}
+
+func eventIDProblem(s string) string {
+	switch {
+	case s == "":
+		return "required"
+	case len(s) > MaxEventIDLen:
+		return fmt.Sprintf("must be at most %d characters, got %d", MaxEventIDLen, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return "must be printable ASCII without spaces, got " + quote(s)
+		}
+	}
+	return ""
+}
+
+// quote returns s quoted for an error message, cut short when long.
+func quote(s string) string {
+	const limit = 40
+	if len(s) <= limit {
+		return strconv.Quote(s)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
+}
+
+// Validate checks p against the contract (see the package documentation and
+// the field docs). It reports the first problem it finds, in the order of the
+// fields, as a [*FieldError]; nil means p is valid.
+func (p ModifyPayload) Validate() error {
+	if msg := eventIDProblem(p.EventID); msg != "" {
+		return &FieldError{Field: "event_id", Msg: msg}
+	}
+	if msg := orderNoProblem(p.OrderNo); msg != "" {
+		return &FieldError{Field: "order_no", Msg: msg}
+	}
+	return p.Changes.validate("changes")
+}
+
+func (c Changes) validate(path string) error {
+	if c.Address == nil && c.Remark == nil && c.Items == nil {
+		return fieldErr(path, "must set at least one of address, remark and items")
+	}
+	if c.Address != nil {
+		if strings.TrimSpace(*c.Address) == "" {
+			return fieldErr(path+".address", "must not be blank")
+		}
+		if err := text(path+".address", *c.Address, MaxAddressLen); err != nil {
+			return err
+		}
+	}
+	if c.Remark != nil {
+		if err := text(path+".remark", *c.Remark, MaxRemarkLen); err != nil {
+			return err
+		}
+	}
+	if c.Items != nil {
+		return validateItems(path+".items", c.Items)
+	}
+	return nil
+}
+
+// Validate checks p against the contract (see the package documentation and
+// the field docs). It reports the first problem it finds, in the order of the
+// fields, as a [*FieldError]; nil means p is valid.
+func (p ExchangePayload) Validate() error {
+	if msg := eventIDProblem(p.EventID); msg != "" {
+		return &FieldError{Field: "event_id", Msg: msg}
+	}
+	if msg := orderNoProblem(p.OrderNo); msg != "" {
+		return &FieldError{Field: "order_no", Msg: msg}
+	}
+	if p.Items == nil {
+		return fieldErr("items", "required")
+	}
+	if err := validateItems("items", p.Items); err != nil {
+		return err
+	}
+	if p.NewOrderNo != "" {
+		if msg := orderNoProblem(p.NewOrderNo); msg != "" {
+			return &FieldError{Field: "new_order_no", Msg: msg}
+		}
+		if p.NewOrderNo == p.OrderNo {
+			return fieldErr("new_order_no", "must differ from order_no")
+		}
+	}
+	return text("reason", p.Reason, MaxReasonLen)
+}
+
+func validateItems(path string, items []Item) error {
+	switch {
+	case len(items) == 0:
+		return fieldErr(path, "must have at least 1 entry")
+	case len(items) > MaxItems:
+		return fieldErr(path, "must have at most %d entries, got %d", MaxItems, len(items))
+	}
+	seen := make(map[string]int, len(items))
+	for i, it := range items {
+		at := path + "[" + strconv.Itoa(i) + "]"
+		if err := validateSKU(at+".sku", it.SKU); err != nil {
+			return err
+		}
+		if j, dup := seen[it.SKU]; dup {
+			return fieldErr(at+".sku", "duplicate of %s[%d].sku %s", path, j, quote(it.SKU))
+		}
+		seen[it.SKU] = i
+		if it.Qty < MinQty || it.Qty > MaxQty {
+			return fieldErr(at+".qty", "must be between %d and %d, got %d", MinQty, MaxQty, it.Qty)
+		}
+	}
+	return nil
+}
+
+func validateSKU(path, s string) error {
+	switch {
+	case s == "":
+		return fieldErr(path, "required")
+	case !utf8.ValidString(s):
+		return fieldErr(path, "must be valid UTF-8")
+	case strings.TrimSpace(s) == "":
+		return fieldErr(path, "must not be blank")
+	}
+	if n := utf8.RuneCountInString(s); n > MaxSKULen {
+		return fieldErr(path, "must be at most %d characters, got %d", MaxSKULen, n)
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return fieldErr(path, "must not contain control characters, got %s", quote(s))
+	}
+	return nil
+}
+
+// text checks a free-text field: valid UTF-8 of at most limit bytes.
+func text(path, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fieldErr(path, "must be at most %d bytes, got %d", limit, len(s))
+	case !utf8.ValidString(s):
+		return fieldErr(path, "must be valid UTF-8")
+	}
+	return nil
+}
