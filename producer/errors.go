@@ -1,0 +1,90 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+)
+
+var (
+	// ErrDuplicate is matched by the [*DuplicateError] returned when an event
+	// is enqueued while asynq still holds a task with its ID.
+	ErrDuplicate = errors.New("producer: duplicate event")
+
+	// ErrPayloadMismatch is matched, besides [ErrDuplicate], by a
+	// [*DuplicateError] whose existing task has a different type or payload:
+	// the event ID was reused for a different change, which is the caller's
+	// bug rather than a harmless retry.
+	ErrPayloadMismatch = errors.New("producer: duplicate event with a different payload")
+
+	// ErrInvalidOption is matched by the error returned when an [Option] is
+	// misused: an option for exchanges given to a modify, a negative
+	// [WithMaxRetry], an empty [WithEventID], or an option that contradicts
+	// the payload.
+	ErrInvalidOption = errors.New("producer: invalid option")
+
+	// ErrClosed is returned by the enqueue methods after [Producer.Close].
+	ErrClosed = errors.New("producer: closed")
+)
+
+// DuplicateError reports that an event was not enqueued because asynq still
+// holds a task with its task ID in the queue (see the package documentation
+// for how long). It matches [ErrDuplicate] with errors.Is, and also
+// [ErrPayloadMismatch] when the existing task is known to differ.
+//
+// A caller that retries the same event can treat it as success. The HTTP
+// intake answers 409 Conflict to a duplicate with the same payload and 422
+// Unprocessable Entity to one with a different payload.
+type DuplicateError struct {
+	// TaskID is the ID of the existing task, equal to EventID.
+	TaskID string
+	// Queue is the queue that holds it.
+	Queue string
+	// EventID is the duplicated event's ID.
+	EventID string
+	// SamePayload reports whether the existing task has the same type and
+	// the same payload bytes as the refused one (the producer encodes
+	// deterministically, so equal payloads have equal bytes). It is
+	// meaningful only when LookupErr is nil; otherwise it is false and
+	// whether the payloads match is unknown.
+	SamePayload bool
+	// State is the existing task's state, such as asynq.TaskStatePending or
+	// asynq.TaskStateCompleted. It is zero when LookupErr is not nil.
+	State asynq.TaskState
+	// LookupErr is why the existing task could not be read for comparison,
+	// for example because it expired or was deleted in the meantime
+	// (asynq.ErrTaskNotFound), Redis failed, or the context was done. It is
+	// nil when the comparison was made.
+	LookupErr error
+}
+
+// Error describes the duplicate and, when known, whether the payloads differ.
+func (e *DuplicateError) Error() string {
+	switch {
+	case e.LookupErr != nil:
+		return fmt.Sprintf("producer: duplicate event %q: task %q already in queue %s (payload not compared: %v)",
+			e.EventID, e.TaskID, e.Queue, e.LookupErr)
+	case e.SamePayload:
+		return fmt.Sprintf("producer: duplicate event %q: task %q already in queue %s (%s)",
+			e.EventID, e.TaskID, e.Queue, e.State)
+	default:
+		return fmt.Sprintf("producer: duplicate event %q with a different payload: task %q already in queue %s (%s)",
+			e.EventID, e.TaskID, e.Queue, e.State)
+	}
+}
+
+// Is reports whether target is [ErrDuplicate], or [ErrPayloadMismatch] when
+// the payloads were compared and differ.
+func (e *DuplicateError) Is(target error) bool {
+	switch target {
+	case ErrDuplicate:
+		return true
+	case ErrPayloadMismatch:
+		return e.LookupErr == nil && !e.SamePayload
+	}
+	return false
+}
+
+// Unwrap returns LookupErr.
+func (e *DuplicateError) Unwrap() error { return e.LookupErr }

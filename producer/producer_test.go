@@ -1,0 +1,597 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+type env struct {
+	p    *producer.Producer
+	insp *asynq.Inspector
+	db   *redistest.DB
+}
+
+// newEnv returns a producer on a database of the test's own, and an
+// inspector to read back what it enqueued.
+func newEnv(t *testing.T, cfg producer.Config) env {
+	t.Helper()
+	db := redistest.New(t)
+	p, err := producer.New(db.Client, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return env{p: p, insp: asynq.NewInspectorFromRedisClient(db.Client), db: db}
+}
+
+// requireEmpty checks that nothing at all was written to Redis.
+func (e env) requireEmpty(t *testing.T) {
+	t.Helper()
+	n, err := e.db.Client.DBSize(t.Context()).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is enqueued")
+}
+
+func TestEnqueueModify(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	changes := tasks.Changes{Address: new("1 Main St"), Items: []tasks.Item{{SKU: "A", Qty: 2}}}
+
+	res, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+	assert.Equal(t, producer.Result{TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1"}, res)
+
+	info, err := e.insp.GetTaskInfo("order_modify", "evt-1")
+	require.NoError(t, err)
+	assert.Equal(t, tasks.TypeModify, info.Type)
+	assert.Equal(t, `{"event_id":"evt-1","order_no":"SO1","changes":{"address":"1 Main St","items":[{"sku":"A","qty":2}]}}`,
+		string(info.Payload))
+	assert.Equal(t, asynq.TaskStatePending, info.State)
+	assert.Equal(t, producer.DefaultMaxRetry, info.MaxRetry)
+	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
+	assert.Equal(t, producer.DefaultRetention, info.Retention)
+
+	got, err := tasks.ParseModify(info.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, tasks.ModifyPayload{EventID: "evt-1", OrderNo: "SO1", Changes: changes}, got)
+}
+
+func TestEnqueueExchange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	items := []tasks.Item{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 3}}
+
+	res, err := e.p.EnqueueExchange(t.Context(), "SO1", items,
+		producer.WithEventID("evt-2"), producer.WithNewOrderNo("SO2"), producer.WithReason("size"))
+	require.NoError(t, err)
+	assert.Equal(t, producer.Result{TaskID: "evt-2", Queue: "order_exchange", EventID: "evt-2"}, res)
+
+	info, err := e.insp.GetTaskInfo("order_exchange", "evt-2")
+	require.NoError(t, err)
+	assert.Equal(t, tasks.TypeExchange, info.Type)
+	assert.Equal(t, `{"event_id":"evt-2","order_no":"SO1","items":[{"sku":"A","qty":1},{"sku":"B","qty":3}],"new_order_no":"SO2","reason":"size"}`,
+		string(info.Payload))
+	assert.Equal(t, producer.DefaultMaxRetry, info.MaxRetry)
+	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
+	assert.Equal(t, producer.DefaultRetention, info.Retention)
+}
+
+func TestEnqueuePayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+
+	// The payload's event ID is used; repeating it as an option is fine.
+	res, err := e.p.EnqueueModifyPayload(t.Context(),
+		tasks.ModifyPayload{EventID: "evt-3", OrderNo: "SO1", Changes: tasks.Changes{Remark: new("r")}},
+		producer.WithEventID("evt-3"))
+	require.NoError(t, err)
+	assert.Equal(t, producer.Result{TaskID: "evt-3", Queue: "order_modify", EventID: "evt-3"}, res)
+
+	// Options fill in what the payload leaves empty.
+	res, err = e.p.EnqueueExchangePayload(t.Context(),
+		tasks.ExchangePayload{EventID: "evt-4", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}, Reason: "size"},
+		producer.WithNewOrderNo("SO2"), producer.WithReason("size"))
+	require.NoError(t, err)
+	assert.Equal(t, producer.Result{TaskID: "evt-4", Queue: "order_exchange", EventID: "evt-4"}, res)
+	info, err := e.insp.GetTaskInfo("order_exchange", "evt-4")
+	require.NoError(t, err)
+	assert.Equal(t, `{"event_id":"evt-4","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"size"}`,
+		string(info.Payload))
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	cfg := producer.Config{
+		ModifyQueue:   "mod",
+		ExchangeQueue: "exch",
+		Retention:     time.Hour,
+		MaxRetry:      3,
+		Timeout:       30 * time.Second,
+	}
+	e := newEnv(t, cfg)
+	assert.Equal(t, cfg, e.p.Config())
+
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("m"))
+	require.NoError(t, err)
+	_, err = e.p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithEventID("x"))
+	require.NoError(t, err)
+
+	for _, at := range []struct{ queue, id string }{{"mod", "m"}, {"exch", "x"}} {
+		info, err := e.insp.GetTaskInfo(at.queue, at.id)
+		require.NoError(t, err)
+		assert.Equal(t, 3, info.MaxRetry)
+		assert.Equal(t, 30*time.Second, info.Timeout)
+		assert.Equal(t, time.Hour, info.Retention)
+	}
+}
+
+func TestConfig_Defaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	assert.Equal(t, producer.Config{
+		ModifyQueue:   "order_modify",
+		ExchangeQueue: "order_exchange",
+		Retention:     24 * time.Hour,
+		MaxRetry:      10,
+		Timeout:       2 * time.Minute,
+	}, e.p.Config())
+}
+
+func TestConfig_NoRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{MaxRetry: -1})
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
+	require.NoError(t, err)
+	info, err := e.insp.GetTaskInfo("order_modify", "e")
+	require.NoError(t, err)
+	assert.Zero(t, info.MaxRetry)
+}
+
+func TestNew_InvalidConfig(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	tests := []struct {
+		name string
+		cfg  producer.Config
+		msg  string
+	}{
+		{"same queues", producer.Config{ModifyQueue: "q", ExchangeQueue: "q"},
+			`producer: ModifyQueue and ExchangeQueue are both "q"; exchanges need a queue of their own`},
+		{"modify queue defaults to the exchange queue", producer.Config{ExchangeQueue: "order_modify"},
+			`producer: ModifyQueue and ExchangeQueue are both "order_modify"; exchanges need a queue of their own`},
+		{"blank queue", producer.Config{ModifyQueue: " "},
+			`producer: invalid ModifyQueue " ": want 1 to 64 characters of [A-Za-z0-9_.:-]`},
+		{"queue with a brace", producer.Config{ExchangeQueue: "ex}"},
+			`producer: invalid ExchangeQueue "ex}": want 1 to 64 characters of [A-Za-z0-9_.:-]`},
+		{"negative retention", producer.Config{Retention: -time.Hour},
+			"producer: Retention -1h0m0s is less than 1s"},
+		{"sub-second retention", producer.Config{Retention: time.Millisecond},
+			"producer: Retention 1ms is less than 1s"},
+		{"sub-second timeout", producer.Config{Timeout: 999 * time.Millisecond},
+			"producer: Timeout 999ms is less than 1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := producer.New(db.Client, tt.cfg)
+			assert.Nil(t, p)
+			assert.EqualError(t, err, tt.msg)
+		})
+	}
+}
+
+func TestNew_NilClient(t *testing.T) {
+	t.Parallel()
+	_, err := producer.New(nil, producer.Config{})
+	assert.EqualError(t, err, "producer: nil Redis client")
+}
+
+func TestWithMaxRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")},
+		producer.WithEventID("e"), producer.WithMaxRetry(-1), producer.WithMaxRetry(0))
+	require.NoError(t, err, "a later option overrides an earlier one")
+	info, err := e.insp.GetTaskInfo("order_modify", "e")
+	require.NoError(t, err)
+	assert.Zero(t, info.MaxRetry)
+}
+
+func TestWithProcessIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	before := time.Now()
+	_, err := e.p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}},
+		producer.WithEventID("later"), producer.WithProcessIn(time.Hour))
+	require.NoError(t, err)
+	_, err = e.p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}},
+		producer.WithEventID("now"), producer.WithProcessIn(-time.Second))
+	require.NoError(t, err)
+
+	info, err := e.insp.GetTaskInfo("order_exchange", "later")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateScheduled, info.State)
+	assert.WithinRange(t, info.NextProcessAt, before.Add(time.Hour).Truncate(time.Second), time.Now().Add(time.Hour))
+
+	info, err = e.insp.GetTaskInfo("order_exchange", "now")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State)
+
+	// A scheduled event is held as well.
+	_, err = e.p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithEventID("later"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.Equal(t, asynq.TaskStateScheduled, dup.State)
+	assert.True(t, dup.SamePayload)
+}
+
+func TestDuplicate_SamePayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	changes := tasks.Changes{Address: new("1 Main St")}
+	first, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+
+	res, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	assert.NotErrorIs(t, err, producer.ErrPayloadMismatch)
+	assert.Equal(t, first, res, "the result describes the existing task")
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.Equal(t, &producer.DuplicateError{
+		TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1", SamePayload: true, State: asynq.TaskStatePending,
+	}, dup)
+	assert.EqualError(t, err, `producer: duplicate event "evt-1": task "evt-1" already in queue order_modify (pending)`)
+
+	pending, err := e.insp.ListPendingTasks("order_modify")
+	require.NoError(t, err)
+	assert.Len(t, pending, 1)
+}
+
+func TestDuplicate_DifferentPayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Address: new("1 Main St")}, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Address: new("2 Main St")}, producer.WithEventID("evt-1"))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	require.ErrorIs(t, err, producer.ErrPayloadMismatch)
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.False(t, dup.SamePayload)
+	assert.NoError(t, dup.LookupErr)
+	assert.Equal(t, "evt-1", dup.TaskID)
+	assert.EqualError(t, err,
+		`producer: duplicate event "evt-1" with a different payload: task "evt-1" already in queue order_modify (pending)`)
+
+	info, err := e.insp.GetTaskInfo("order_modify", "evt-1")
+	require.NoError(t, err)
+	assert.Contains(t, string(info.Payload), "1 Main St", "the first task is kept")
+}
+
+// Exchanges reusing an event ID are compared on their payload too, whatever
+// the option or payload field that carried it.
+func TestDuplicate_Exchange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	items := []tasks.Item{{SKU: "A", Qty: 1}}
+	_, err := e.p.EnqueueExchange(t.Context(), "SO1", items, producer.WithEventID("x"), producer.WithReason("size"))
+	require.NoError(t, err)
+
+	_, err = e.p.EnqueueExchangePayload(t.Context(),
+		tasks.ExchangePayload{EventID: "x", OrderNo: "SO1", Items: items, Reason: "size"})
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	assert.NotErrorIs(t, err, producer.ErrPayloadMismatch)
+
+	_, err = e.p.EnqueueExchange(t.Context(), "SO1", items, producer.WithEventID("x"))
+	assert.ErrorIs(t, err, producer.ErrPayloadMismatch)
+}
+
+func TestDuplicate_Archived(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	changes := tasks.Changes{Remark: new("r")}
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+	require.NoError(t, e.insp.ArchiveTask("order_modify", "evt-1"))
+
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.Equal(t, asynq.TaskStateArchived, dup.State)
+	assert.True(t, dup.SamePayload)
+
+	// Deleting the archived task frees the event ID.
+	require.NoError(t, e.insp.DeleteTask("order_modify", "evt-1"))
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+}
+
+// A task that ran to completion keeps its ID for Config.Retention.
+func TestDuplicate_Completed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	changes := tasks.Changes{Remark: new("r")}
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+
+	handled := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(e.db.Client, asynq.Config{
+		Concurrency: 1,
+		Queues:      map[string]int{"order_modify": 1},
+		LogLevel:    asynq.FatalLevel,
+	})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		close(handled)
+		return nil
+	})))
+	t.Cleanup(srv.Shutdown)
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task was not handled")
+	}
+	// asynq records the completion just after the handler returns.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		info, err := e.insp.GetTaskInfo("order_modify", "evt-1")
+		require.NoError(c, err)
+		assert.Equal(c, asynq.TaskStateCompleted, info.State)
+	}, 10*time.Second, 10*time.Millisecond)
+
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.Equal(t, asynq.TaskStateCompleted, dup.State)
+	assert.True(t, dup.SamePayload)
+}
+
+// When the existing task cannot be read, the error still says duplicate but
+// makes no claim about the payload.
+func TestDuplicate_LookupFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	changes := tasks.Changes{Remark: new("r")}
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
+	require.NoError(t, err)
+	// Make the task unreadable to the Inspector.
+	require.NoError(t, e.db.Client.HSet(t.Context(), "asynq:{order_modify}:t:evt-1", "state", "bogus").Err())
+
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("other")}, producer.WithEventID("evt-1"))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	assert.NotErrorIs(t, err, producer.ErrPayloadMismatch, "unknown is not a mismatch")
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.Error(t, dup.LookupErr)
+	assert.False(t, dup.SamePayload)
+	assert.Zero(t, dup.State)
+	assert.Contains(t, err.Error(), `producer: duplicate event "evt-1": task "evt-1" already in queue order_modify (payload not compared: `)
+}
+
+func TestDuplicate_Concurrent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	const n = 50
+	start := make(chan struct{})
+	errs := make([]error, n)
+	results := make([]producer.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")},
+				producer.WithEventID("evt-race"))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var ok, dups int
+	for i, err := range errs {
+		var dup *producer.DuplicateError
+		switch {
+		case err == nil:
+			ok++
+		case assert.ErrorAs(t, err, &dup):
+			dups++
+			assert.True(t, dup.SamePayload, "goroutine %d: %v", i, err)
+		}
+		assert.Equal(t, producer.Result{TaskID: "evt-race", Queue: "order_modify", EventID: "evt-race"}, results[i])
+	}
+	assert.Equal(t, 1, ok, "exactly one enqueue succeeds")
+	assert.Equal(t, n-1, dups)
+	pending, err := e.insp.ListPendingTasks("order_modify")
+	require.NoError(t, err)
+	assert.Len(t, pending, 1)
+}
+
+func TestEnqueue_Invalid(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		enqueue func(context.Context, *producer.Producer) error
+		msg     string
+	}{
+		{"bad order no", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO 1", tasks.Changes{Remark: new("r")})
+			return err
+		}, `order_no: must contain only A-Z, a-z, 0-9, '_' and '-', got "SO 1"`},
+		{"no changes", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{})
+			return err
+		}, "changes: must set at least one of address, remark and items"},
+		{"bad event id", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("evt 1"))
+			return err
+		}, `event_id: must be printable ASCII without spaces, got "evt 1"`},
+		{"bad qty", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "A", Qty: 1}, {SKU: "B"}})
+			return err
+		}, "items[1].qty: must be between 1 and 10000, got 0"},
+		{"no items", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchange(ctx, "SO1", nil)
+			return err
+		}, "items: required"},
+		{"new order no is the old one", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithNewOrderNo("SO1"))
+			return err
+		}, "new_order_no: must differ from order_no"},
+		{"bad payload", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModifyPayload(ctx, tasks.ModifyPayload{EventID: "e", OrderNo: "SO1",
+				Changes: tasks.Changes{Address: new(" ")}})
+			return err
+		}, "changes.address: must not be blank"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, producer.Config{})
+			err := tt.enqueue(t.Context(), e.p)
+			require.ErrorIs(t, err, tasks.ErrInvalid)
+			assert.EqualError(t, err, tt.msg, "validation errors pass through as they are")
+			var fe *tasks.FieldError
+			assert.ErrorAs(t, err, &fe)
+			e.requireEmpty(t)
+		})
+	}
+}
+
+func TestEnqueue_InvalidOption(t *testing.T) {
+	t.Parallel()
+	items := []tasks.Item{{SKU: "A", Qty: 1}}
+	tests := []struct {
+		name    string
+		enqueue func(context.Context, *producer.Producer) error
+		msg     string
+	}{
+		{"reason on a modify", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithReason("x"))
+			return err
+		}, "producer: invalid option: WithReason applies to exchanges only"},
+		{"new order no on a modify", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithNewOrderNo("SO2"))
+			return err
+		}, "producer: invalid option: WithNewOrderNo applies to exchanges only"},
+		{"negative max retry", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchange(ctx, "SO1", items, producer.WithMaxRetry(-1))
+			return err
+		}, "producer: invalid option: WithMaxRetry(-1) is negative"},
+		{"empty event id", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchange(ctx, "SO1", items, producer.WithEventID(""))
+			return err
+		}, "producer: invalid option: WithEventID given an empty event ID"},
+		{"event id contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModifyPayload(ctx,
+				tasks.ModifyPayload{EventID: "a", OrderNo: "SO1", Changes: tasks.Changes{Remark: new("r")}},
+				producer.WithEventID("b"))
+			return err
+		}, `producer: invalid option: WithEventID("b") conflicts with the payload's event_id "a"`},
+		{"reason contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchangePayload(ctx,
+				tasks.ExchangePayload{OrderNo: "SO1", Items: items, Reason: "a"},
+				producer.WithReason("b"))
+			return err
+		}, `producer: invalid option: WithReason("b") conflicts with the payload's reason "a"`},
+		{"new order no contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueExchangePayload(ctx,
+				tasks.ExchangePayload{OrderNo: "SO1", Items: items, NewOrderNo: "SO2"},
+				producer.WithNewOrderNo("SO3"))
+			return err
+		}, `producer: invalid option: WithNewOrderNo("SO3") conflicts with the payload's new_order_no "SO2"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, producer.Config{})
+			err := tt.enqueue(t.Context(), e.p)
+			require.ErrorIs(t, err, producer.ErrInvalidOption)
+			assert.EqualError(t, err, tt.msg)
+			assert.NotErrorIs(t, err, tasks.ErrInvalid)
+			e.requireEmpty(t)
+		})
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, nil, producer.WithEventID("e"))
+	require.NoError(t, err)
+}
+
+func TestGeneratedEventIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	const n = 200
+	seen := make(map[string]bool, n)
+	for i := range n {
+		res, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new(fmt.Sprint(i))})
+		require.NoError(t, err)
+		require.False(t, seen[res.EventID], "event ID %s generated twice", res.EventID)
+		seen[res.EventID] = true
+
+		id, err := uuid.Parse(res.EventID)
+		require.NoError(t, err)
+		assert.Equal(t, uuid.Version(7), id.Version())
+		assert.Equal(t, res.EventID, res.TaskID)
+		assert.True(t, tasks.ValidEventID(res.EventID))
+	}
+	pending, err := e.insp.ListPendingTasks("order_modify", asynq.PageSize(n+1))
+	require.NoError(t, err)
+	require.Len(t, pending, n)
+	for _, info := range pending {
+		p, err := tasks.ParseModify(info.Payload)
+		require.NoError(t, err)
+		assert.Equal(t, info.ID, p.EventID, "the payload carries the generated event ID")
+	}
+}
+
+func TestClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	require.NoError(t, e.p.Close())
+	require.NoError(t, e.p.Close(), "Close may be called twice")
+
+	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")})
+	require.ErrorIs(t, err, producer.ErrClosed)
+	_, err = e.p.EnqueueExchangePayload(t.Context(), tasks.ExchangePayload{})
+	require.ErrorIs(t, err, producer.ErrClosed)
+
+	require.NoError(t, e.db.Client.Ping(t.Context()).Err(), "the caller's client stays open")
+	e.requireEmpty(t)
+}
+
+func TestEnqueue_RedisDown(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p, err := producer.New(rdb, producer.Config{})
+	require.NoError(t, err)
+
+	_, err = p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `producer: enqueue order:modify event "e" to order_modify: `)
+	assert.NotErrorIs(t, err, tasks.ErrInvalid)
+	assert.NotErrorIs(t, err, producer.ErrDuplicate)
+}
+
+func TestEnqueue_ContextDone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := e.p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), `producer: enqueue order:modify event "e" to order_modify: `)
+	e.requireEmpty(t)
+}
