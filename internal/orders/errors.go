@@ -1,0 +1,72 @@
+package orders
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound is returned when the order does not exist.
+	ErrNotFound = errors.New("orders: order not found")
+
+	// ErrStaleFence is returned by a write whose fence is older than the
+	// newest fence the store has seen for the order: the writer's lock has
+	// passed to someone else. Nothing was written. The work must run again
+	// under a fresh lock, so it is not [Permanent].
+	ErrStaleFence = errors.New("orders: stale fence")
+
+	// ErrClosed is returned by a write to an order that is exchanged or
+	// cancelled. The error is a [*ClosedError], which names the replacement.
+	ErrClosed = errors.New("orders: order is closed")
+
+	// ErrNoFence is returned by Modify and Exchange when the context carries
+	// no [Write] or its Fence is not positive. The store never writes
+	// unfenced.
+	ErrNoFence = errors.New("orders: write without a fence")
+
+	// ErrConflict is returned when a write contradicts what the store holds:
+	// the replacement order number of an exchange is taken by an unrelated
+	// order (or claimed by another exchange), or the event ID was already
+	// applied with a different type or different changes.
+	ErrConflict = errors.New("orders: conflict")
+
+	// ErrInvalid is returned for a request that can never succeed as given:
+	// a malformed order number, an empty event ID, an exchange without
+	// items, an item without SKU or with a quantity below 1.
+	ErrInvalid = errors.New("orders: invalid request")
+)
+
+// ClosedError is the error of a write to a closed order. It matches
+// [ErrClosed] with errors.Is.
+type ClosedError struct {
+	// OrderNo is the closed order.
+	OrderNo string
+	// Status is its status: exchanged or cancelled.
+	Status Status
+	// ExchangedTo is the replacement order, if any.
+	ExchangedTo string
+}
+
+// Error names the order, its status and its replacement.
+func (e *ClosedError) Error() string {
+	if e.ExchangedTo != "" {
+		return fmt.Sprintf("orders: order %s is %s; its replacement is order %s", e.OrderNo, e.Status, e.ExchangedTo)
+	}
+	return fmt.Sprintf("orders: order %s is %s", e.OrderNo, e.Status)
+}
+
+// Is reports whether target is [ErrClosed].
+func (e *ClosedError) Is(target error) bool { return target == ErrClosed }
+
+// Permanent reports whether retrying the operation that returned err can
+// never help: true for ErrNotFound, ErrClosed, ErrConflict, ErrNoFence and
+// ErrInvalid. It is false for nil, ErrStaleFence (the work must run again
+// under a fresh lock), context errors and Redis or network errors.
+func Permanent(err error) bool {
+	for _, target := range []error{ErrNotFound, ErrClosed, ErrConflict, ErrNoFence, ErrInvalid} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,275 @@
+// Package orders is the order model of orderworker and the store that order
+// changes are written to: the [Order] and its history [Entry], the [Store]
+// interface, and [RedisStore], the Redis-backed store that is the embedded
+// default and the verification oracle for other backends.
+//
+// Every write made on behalf of a task carries the event ID (the upstream's
+// idempotency key) and a [Write] in the context with the fencing token of the
+// per-order lock. The store applies each event at most once per order, and
+// refuses a write whose fence is older than the newest it has seen for that
+// order, so a lock holder that has lost its lock can never write.
+//
+// orders is not the wire contract (that is package tasks), does not take
+// locks (internal/lock does, and the worker hands the fence in through
+// [WithWrite]), and does not retry: [Permanent] tells the caller whether a
+// retry can help.
+package orders
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// Status is the state of an order.
+type Status string
+
+// The states of an order. Only an active order may be changed; the others are
+// closed for good (except by [Store.Put]).
+const (
+	// StatusActive is an order that may be modified or exchanged.
+	StatusActive Status = "active"
+	// StatusExchanged is an order that was replaced by another; its
+	// ExchangedTo names the replacement.
+	StatusExchanged Status = "exchanged"
+	// StatusCancelled is an order that was cancelled without a replacement.
+	StatusCancelled Status = "cancelled"
+)
+
+func (s Status) valid() bool {
+	switch s {
+	case StatusActive, StatusExchanged, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Item is one line of an order: a stock-keeping unit and a quantity. It is
+// the wire contract's item, so tasks and orders need no conversion.
+type Item = tasks.Item
+
+// Order is an order as the store holds it.
+type Order struct {
+	// No is the order number: 1 to 64 characters of [A-Za-z0-9_-].
+	No string `json:"order_no"`
+	// Status is active, exchanged or cancelled.
+	Status Status `json:"status"`
+	// Address is the delivery address.
+	Address string `json:"address"`
+	// Remark is free text from the customer or the shop.
+	Remark string `json:"remark"`
+	// Items are the order's lines; never nil when read from the store.
+	Items []Item `json:"items"`
+	// Version starts at 1 and goes up by one with every write to the order.
+	Version int64 `json:"version"`
+	// ExchangedTo is the replacement order, set when Status is exchanged.
+	ExchangedTo string `json:"exchanged_to,omitempty"`
+	// ExchangedFrom is the order this one replaced, if any.
+	ExchangedFrom string `json:"exchanged_from,omitempty"`
+	// UpdatedAt is the store's clock (Redis TIME for [RedisStore]) at the
+	// last write, in UTC with microsecond precision.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Changes is what a modify changes. A nil field is left as it is.
+type Changes struct {
+	Address *string
+	Remark  *string
+	// Items, when not nil, replaces the order's items. It must then be
+	// non-empty: an order without items is not a valid order, and an empty
+	// list is too easily told apart from "unchanged" only by accident
+	// (JSON null versus []).
+	Items []Item
+}
+
+// Exchange is what an exchange does: it closes the order and creates its
+// replacement with new items.
+type Exchange struct {
+	// Items are the replacement's items; required and non-empty.
+	Items []Item
+	// NewOrderNo is the replacement's number. When empty it is derived from
+	// the order and the event ID by [ReplacementOrderNo], so that a retry
+	// creates the same replacement.
+	NewOrderNo string
+	// Reason is recorded in the history of the exchanged order.
+	Reason string
+}
+
+// The history entry types. Task-driven writes use the task type names.
+const (
+	// TypeModify is the entry of an applied [Store.Modify].
+	TypeModify = "order:modify"
+	// TypeExchange is the entry, on the exchanged order, of an applied
+	// [Store.Exchange].
+	TypeExchange = "order:exchange"
+	// TypeCreated is the first entry of an order created by an exchange.
+	TypeCreated = "order:created"
+	// TypePut is the entry of a [Store.Put].
+	TypePut = "order:put"
+)
+
+// Entry is one entry of an order's history: one applied write.
+type Entry struct {
+	// EventID is the event that made the write; empty for a put.
+	EventID string `json:"event_id"`
+	// Type is one of TypeModify, TypeExchange, TypeCreated and TypePut.
+	Type string `json:"type"`
+	// Fence is the fencing token the write was made under; 0 for a put,
+	// which is not fenced. The entry that creates a replacement order
+	// carries the fence of the exchanged order's lock.
+	Fence int64 `json:"fence"`
+	// Worker is who wrote, from [Write.Worker].
+	Worker string `json:"worker"`
+	// StartedAt is when the writer started its work, from [Write.StartedAt]
+	// (the store's clock when not given).
+	StartedAt time.Time `json:"started_at"`
+	// EndedAt is the store's clock when the write was applied.
+	EndedAt time.Time `json:"ended_at"`
+	// Version is the order's version after the write.
+	Version int64 `json:"version"`
+	// Detail says what changed, for people: "changed address, items",
+	// "exchanged to SO2", "created from SO1 by event E".
+	Detail string `json:"detail"`
+}
+
+// Result is the outcome of a write.
+type Result struct {
+	// Order is the order as the write left it. For an exchange it is the
+	// replacement order; read the exchanged one with [Store.Get].
+	Order Order
+	// Replayed says the event had already been applied and Order is the
+	// recorded outcome of that first application; nothing was written this
+	// time. The recorded order may since have changed or closed.
+	Replayed bool
+}
+
+// Store holds orders and applies changes to them.
+//
+// Implementations are safe for concurrent use. Modify and Exchange need a
+// [Write] in the context (see [WithWrite]) and return [ErrNoFence] without
+// one. The errors are those of this package, wrapped with context; match
+// them with errors.Is and classify them with [Permanent].
+type Store interface {
+	// Get returns the order. It returns ErrNotFound when there is none.
+	Get(ctx context.Context, orderNo string) (Order, error)
+	// History returns the order's history, oldest first. It returns
+	// ErrNotFound when there is no such order.
+	History(ctx context.Context, orderNo string) ([]Entry, error)
+	// Put creates or replaces an order, for seeding and administration. It
+	// is not fenced and not idempotent: each call bumps the version and
+	// appends a history entry of type TypePut. An empty Status means
+	// active; Version and UpdatedAt are set by the store.
+	Put(ctx context.Context, o Order) error
+	// Modify applies c to an active order once per eventID. It returns
+	// ErrNotFound, ErrClosed (a *ClosedError naming the replacement),
+	// ErrStaleFence, ErrNoFence, ErrInvalid, or ErrConflict when eventID
+	// was already used for a different change.
+	Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error)
+	// Exchange closes an active order as exchanged and creates its
+	// replacement, once per eventID. Result.Order is the replacement. It
+	// returns the errors of Modify, and ErrConflict when the replacement's
+	// number is taken by an unrelated order.
+	Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error)
+}
+
+// Write says who writes and under which fence. It travels to the store in
+// the context; see [WithWrite].
+type Write struct {
+	// Fence is the fencing token of the per-order lock the writer holds. It
+	// must be positive. The store refuses it when it is older than the
+	// newest fence it has seen for the order; an equal fence is allowed, so
+	// one lock hold may write more than once.
+	Fence int64
+	// Worker identifies the writer in the history (for example host, process
+	// and task ID). Optional.
+	Worker string
+	// StartedAt is when the writer started the work, for the history.
+	// Optional: the store's clock is used when it is zero.
+	StartedAt time.Time
+}
+
+type writeKey struct{}
+
+// WithWrite returns a copy of ctx that carries w to the store.
+func WithWrite(ctx context.Context, w Write) context.Context {
+	return context.WithValue(ctx, writeKey{}, w)
+}
+
+// WriteFrom returns the [Write] that ctx carries, if any.
+func WriteFrom(ctx context.Context) (Write, bool) {
+	w, ok := ctx.Value(writeKey{}).(Write)
+	return w, ok
+}
+
+// maxOrderNo is the longest valid order number.
+const maxOrderNo = 64
+
+// validOrderNo says whether s is 1 to 64 characters of [A-Za-z0-9_-], which
+// also keeps Redis keys and hash tags safe.
+func validOrderNo(s string) bool {
+	if len(s) == 0 || len(s) > maxOrderNo {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ReplacementOrderNo returns the number that an exchange of orderNo by
+// eventID gives the replacement order when the exchange names none:
+//
+//	orderNo[:54] + "-X" + hex(sha256(orderNo + "\n" + eventID))[:8]
+//
+// orderNo is cut to 54 characters only when it is longer, so the result is
+// at most 64 characters of [A-Za-z0-9_-] and the same on every retry. The
+// hash covers the whole order number, so two long numbers that share their
+// first 54 characters still get different replacements (up to a 32-bit
+// hash collision, which the store reports as ErrConflict rather than
+// overwriting an order).
+func ReplacementOrderNo(orderNo, eventID string) string {
+	sum := sha256.Sum256([]byte(orderNo + "\n" + eventID))
+	base := orderNo
+	if len(base) > maxOrderNo-10 {
+		base = base[:maxOrderNo-10]
+	}
+	return base + "-X" + hex.EncodeToString(sum[:4])
+}
+
+func validItems(items []Item) error {
+	for i, it := range items {
+		if it.SKU == "" {
+			return fmt.Errorf("item %d: empty sku: %w", i, ErrInvalid)
+		}
+		if it.Qty <= 0 {
+			return fmt.Errorf("item %d (%s): qty %d is not positive: %w", i, it.SKU, it.Qty, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func checkOrderNo(no string) error {
+	if !validOrderNo(no) {
+		return fmt.Errorf("order number %q is not 1-64 characters of [A-Za-z0-9_-]: %w", no, ErrInvalid)
+	}
+	return nil
+}
+
+// writeFrom returns the Write of ctx, or ErrNoFence.
+func writeFrom(ctx context.Context) (Write, error) {
+	w, ok := WriteFrom(ctx)
+	if !ok {
+		return Write{}, ErrNoFence
+	}
+	if w.Fence <= 0 {
+		return Write{}, fmt.Errorf("fence %d: %w", w.Fence, ErrNoFence)
+	}
+	return w, nil
+}

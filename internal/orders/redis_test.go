@@ -1,0 +1,700 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+)
+
+// newStore returns a store on the test's own Redis prefix.
+func newStore(t *testing.T) *RedisStore {
+	t.Helper()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	return s
+}
+
+// fenced returns the test's context carrying a Write with fence.
+func fenced(t *testing.T, fence int64) context.Context {
+	t.Helper()
+	return WithWrite(t.Context(), Write{Fence: fence, Worker: "test-worker", StartedAt: time.Now()})
+}
+
+// baseFence is a realistic fence: microseconds from a clock.
+var baseFence = time.Now().UnixMicro()
+
+// seed puts an active order and returns it as stored.
+func seed(t *testing.T, s *RedisStore, no string) Order {
+	t.Helper()
+	require.NoError(t, s.Put(t.Context(), Order{
+		No: no, Address: "1 Old Street", Remark: "ring twice",
+		Items: []Item{{SKU: "shirt-m", Qty: 1}},
+	}))
+	o, err := s.Get(t.Context(), no)
+	require.NoError(t, err)
+	return o
+}
+
+func ptr(s string) *string { return &s }
+
+func TestNewRedis(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	tests := []struct {
+		name    string
+		cfg     RedisConfig
+		wantErr bool
+	}{
+		{"zero config", RedisConfig{}, false},
+		{"prefix", RedisConfig{Prefix: "x:"}, false},
+		{"brace in prefix", RedisConfig{Prefix: "x{:"}, true},
+		{"negative claim TTL", RedisConfig{ClaimTTL: -time.Second}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := NewRedis(db.Client, tt.cfg)
+			assert.Equal(t, tt.wantErr, err != nil, "err: %v", err)
+		})
+	}
+	_, err := NewRedis(nil, RedisConfig{})
+	assert.Error(t, err)
+}
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	s, err := NewRedis(redistest.New(t).Client, RedisConfig{})
+	require.NoError(t, err)
+	assert.Equal(t, "ow:order:{SO1}", s.orderKey("SO1"))
+	assert.Equal(t, "ow:order:{SO1}:history", s.historyKey("SO1"))
+	assert.Equal(t, "ow:order:{SO1}:events", s.eventsKey("SO1"))
+	assert.Equal(t, "ow:order:{SO1}:claim", s.claimKey("SO1"))
+}
+
+func TestPutAndGet(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	before := time.Now().Add(-time.Minute)
+
+	o := seed(t, s, "SO1")
+	assert.Equal(t, Order{
+		No: "SO1", Status: StatusActive, Address: "1 Old Street", Remark: "ring twice",
+		Items: []Item{{SKU: "shirt-m", Qty: 1}}, Version: 1, UpdatedAt: o.UpdatedAt,
+	}, o)
+	assert.True(t, o.UpdatedAt.After(before), "updated_at %v comes from Redis TIME", o.UpdatedAt)
+
+	require.NoError(t, s.Put(WithWrite(ctx, Write{Worker: "admin"}), Order{No: "SO1", Status: StatusCancelled, Version: 99}))
+	o, err := s.Get(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, StatusCancelled, o.Status)
+	assert.Equal(t, int64(2), o.Version, "version is the store's, not the caller's")
+	assert.Equal(t, []Item{}, o.Items)
+
+	h, err := s.History(ctx, "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, 2)
+	assert.Equal(t, Entry{
+		Type: TypePut, Worker: "admin", Version: 2, Detail: "put: cancelled",
+		StartedAt: h[1].EndedAt, EndedAt: h[1].EndedAt,
+	}, h[1])
+}
+
+func TestPutInvalid(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	tests := []struct {
+		name  string
+		order Order
+	}{
+		{"empty number", Order{}},
+		{"brace in number", Order{No: "SO{1}"}},
+		{"number too long", Order{No: strings.Repeat("a", 65)}},
+		{"unknown status", Order{No: "SO1", Status: "lost"}},
+		{"bad exchanged_to", Order{No: "SO1", ExchangedTo: "B B"}},
+		{"item without sku", Order{No: "SO1", Items: []Item{{Qty: 1}}}},
+		{"item without qty", Order{No: "SO1", Items: []Item{{SKU: "x"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := s.Put(t.Context(), tt.order)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.True(t, Permanent(err))
+		})
+	}
+}
+
+func TestGetAndHistoryNotFound(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	_, err := s.Get(t.Context(), "NOPE")
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = s.History(t.Context(), "NOPE")
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Get(t.Context(), "no/pe")
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = s.History(t.Context(), "")
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestModify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		changes Changes
+		want    func(o Order) Order
+		detail  string
+	}{
+		{
+			name:    "address",
+			changes: Changes{Address: ptr("2 New Road")},
+			want:    func(o Order) Order { o.Address = "2 New Road"; return o },
+			detail:  "changed address",
+		},
+		{
+			name:    "remark to empty",
+			changes: Changes{Remark: ptr("")},
+			want:    func(o Order) Order { o.Remark = ""; return o },
+			detail:  "changed remark",
+		},
+		{
+			name:    "items",
+			changes: Changes{Items: []Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}},
+			want:    func(o Order) Order { o.Items = []Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}; return o },
+			detail:  "changed items",
+		},
+		{
+			name: "everything, with JSON-hostile text",
+			changes: Changes{
+				Address: ptr(`"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"),
+				Remark:  ptr(`{}[]\`),
+				Items:   []Item{{SKU: "a/b", Qty: 1 << 40}},
+			},
+			want: func(o Order) Order {
+				o.Address = `"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"
+				o.Remark = `{}[]\`
+				o.Items = []Item{{SKU: "a/b", Qty: 1 << 40}}
+				return o
+			},
+			detail: "changed address, remark, items",
+		},
+		{
+			name:    "no changes",
+			changes: Changes{},
+			want:    func(o Order) Order { return o },
+			detail:  "no changes",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			before := seed(t, s, "SO1")
+			started := time.Now().Add(-time.Second)
+			ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "w1", StartedAt: started})
+
+			res, err := s.Modify(ctx, "evt-1", "SO1", tt.changes)
+			require.NoError(t, err)
+
+			want := tt.want(before)
+			want.Version = 2
+			want.UpdatedAt = res.Order.UpdatedAt
+			assert.Equal(t, Result{Order: want}, res)
+			got, err := s.Get(t.Context(), "SO1")
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+
+			h, err := s.History(t.Context(), "SO1")
+			require.NoError(t, err)
+			require.Len(t, h, 2)
+			assert.Equal(t, Entry{
+				EventID: "evt-1", Type: TypeModify, Fence: baseFence, Worker: "w1",
+				StartedAt: started.UTC().Truncate(time.Microsecond), EndedAt: got.UpdatedAt,
+				Version: 2, Detail: tt.detail,
+			}, h[1])
+		})
+	}
+}
+
+func TestModifyReplay(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("first")})
+	require.NoError(t, err)
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", Changes{Address: ptr("second")})
+	require.NoError(t, err)
+
+	// A retry under a newer lock, after the order has moved on.
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Address: ptr("first")})
+	require.NoError(t, err)
+	assert.Equal(t, Result{Order: first.Order, Replayed: true}, again)
+
+	got, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, "second", got.Address, "the replay wrote nothing")
+	assert.Equal(t, int64(3), got.Version)
+	h, err := s.History(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Len(t, h, 3)
+}
+
+func TestModifyReplayAfterExchange(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	require.NoError(t, err)
+	_, err = s.Exchange(fenced(t, baseFence+1), "evt-2", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	require.NoError(t, err)
+
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	require.NoError(t, err)
+	assert.Equal(t, Result{Order: first.Order, Replayed: true}, again)
+}
+
+func TestEventReusedForAnotherRequest(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("a")})
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"modify with other changes", func(ctx context.Context) error {
+			_, err := s.Modify(ctx, "evt-1", "SO1", Changes{Address: ptr("b")})
+			return err
+		}},
+		{"exchange", func(ctx context.Context) error {
+			_, err := s.Exchange(ctx, "evt-1", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(fenced(t, baseFence+1))
+			assert.ErrorIs(t, err, ErrConflict)
+			assert.ErrorContains(t, err, "evt-1")
+		})
+	}
+	got, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, StatusActive, got.Status)
+	assert.Equal(t, int64(2), got.Version)
+	_, err = s.Get(t.Context(), "SO2")
+	assert.ErrorIs(t, err, ErrNotFound, "the conflicting exchange left no replacement behind")
+	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val(), "nor a claim")
+}
+
+func TestModifyStaleFence(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("new holder")})
+	require.NoError(t, err)
+	before, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+
+	_, err = s.Modify(fenced(t, baseFence-1), "evt-late", "SO1", Changes{Address: ptr("late holder")})
+	assert.ErrorIs(t, err, ErrStaleFence)
+	assert.False(t, Permanent(err))
+
+	after, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	h, err := s.History(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Len(t, h, 2)
+
+	// The stale event was not recorded: under a fresh lock it applies.
+	res, err := s.Modify(fenced(t, baseFence+1), "evt-late", "SO1", Changes{Address: ptr("late holder")})
+	require.NoError(t, err)
+	assert.False(t, res.Replayed)
+	assert.Equal(t, "late holder", res.Order.Address)
+}
+
+func TestModifyEqualFence(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	ctx := fenced(t, baseFence)
+	_, err := s.Modify(ctx, "evt-1", "SO1", Changes{Address: ptr("a")})
+	require.NoError(t, err)
+	res, err := s.Modify(ctx, "evt-2", "SO1", Changes{Remark: ptr("b")})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), res.Order.Version)
+}
+
+func TestFencesComparedExactly(t *testing.T) {
+	t.Parallel()
+	// Near 2^63 doubles are 1024 apart: a float comparison would call
+	// MaxInt64-2 equal to MaxInt64-1.
+	tests := []struct {
+		name      string
+		first     int64
+		second    int64
+		wantStale bool
+	}{
+		{"int64 top, older", math.MaxInt64 - 1, math.MaxInt64 - 2, true},
+		{"int64 top, newer", math.MaxInt64 - 1, math.MaxInt64, false},
+		{"above 2^53, older", 1<<53 + 1, 1 << 53, true},
+		{"shorter is older", 100000, 99999, true},
+		{"longer is newer", 99999, 100000, false},
+		{"microseconds, older", baseFence, baseFence - 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			seed(t, s, "SO1")
+			_, err := s.Modify(fenced(t, tt.first), "evt-1", "SO1", Changes{})
+			require.NoError(t, err)
+			_, err = s.Modify(fenced(t, tt.second), "evt-2", "SO1", Changes{})
+			assert.Equal(t, tt.wantStale, errors.Is(err, ErrStaleFence), "err: %v", err)
+		})
+	}
+}
+
+func TestWriteWithoutFence(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	tests := []struct {
+		name string
+		ctx  func(t *testing.T) context.Context
+	}{
+		{"no write", func(t *testing.T) context.Context { return t.Context() }},
+		{"zero fence", func(t *testing.T) context.Context { return WithWrite(t.Context(), Write{Worker: "w"}) }},
+		{"negative fence", func(t *testing.T) context.Context { return WithWrite(t.Context(), Write{Fence: -1}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Modify(tt.ctx(t), "evt-1", "SO1", Changes{Address: ptr("x")})
+			assert.ErrorIs(t, err, ErrNoFence)
+			assert.True(t, Permanent(err))
+			_, err = s.Exchange(tt.ctx(t), "evt-2", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}})
+			assert.ErrorIs(t, err, ErrNoFence)
+		})
+	}
+	got, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), got.Version)
+}
+
+func TestModifyInvalid(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	tests := []struct {
+		name    string
+		eventID string
+		orderNo string
+		changes Changes
+	}{
+		{"empty event", "", "SO1", Changes{}},
+		{"bad order number", "evt", "SO 1", Changes{}},
+		{"empty items", "evt", "SO1", Changes{Items: []Item{}}},
+		{"zero qty", "evt", "SO1", Changes{Items: []Item{{SKU: "x"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := s.Modify(fenced(t, baseFence), tt.eventID, tt.orderNo, tt.changes)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.True(t, Permanent(err))
+		})
+	}
+}
+
+func TestModifyNotFound(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "NOPE", Changes{Address: ptr("x")})
+	assert.ErrorIs(t, err, ErrNotFound)
+	assert.True(t, Permanent(err))
+	_, err = s.Get(t.Context(), "NOPE")
+	assert.ErrorIs(t, err, ErrNotFound, "modify created nothing")
+}
+
+func TestModifyClosed(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	require.NoError(t, err)
+	require.NoError(t, s.Put(t.Context(), Order{No: "SO3", Status: StatusCancelled}))
+
+	tests := []struct {
+		name    string
+		orderNo string
+		want    ClosedError
+	}{
+		{"exchanged", "SO1", ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
+		{"cancelled", "SO3", ClosedError{OrderNo: "SO3", Status: StatusCancelled}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Modify(fenced(t, baseFence+1), "evt-m", tt.orderNo, Changes{Address: ptr("x")})
+			assert.ErrorIs(t, err, ErrClosed)
+			assert.True(t, Permanent(err))
+			var ce *ClosedError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tt.want, *ce)
+			assert.ErrorContains(t, err, tt.want.ExchangedTo)
+		})
+	}
+}
+
+func TestExchange(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		newOrderNo string
+		wantNo     string
+	}{
+		{"named", "SO2", "SO2"},
+		{"derived", "", ReplacementOrderNo("SO1", "evt-x")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			seed(t, s, "SO1")
+			items := []Item{{SKU: "shirt-l", Qty: 1}}
+			ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "w1"})
+
+			res, err := s.Exchange(ctx, "evt-x", "SO1", Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
+			require.NoError(t, err)
+			assert.False(t, res.Replayed)
+			b := res.Order
+			assert.Equal(t, Order{
+				No: tt.wantNo, Status: StatusActive, Address: "1 Old Street", Remark: "ring twice",
+				Items: items, Version: 1, ExchangedFrom: "SO1", UpdatedAt: b.UpdatedAt,
+			}, b)
+			got, err := s.Get(t.Context(), tt.wantNo)
+			require.NoError(t, err)
+			assert.Equal(t, b, got)
+
+			a, err := s.Get(t.Context(), "SO1")
+			require.NoError(t, err)
+			assert.Equal(t, StatusExchanged, a.Status)
+			assert.Equal(t, tt.wantNo, a.ExchangedTo)
+			assert.Equal(t, int64(2), a.Version)
+			assert.Equal(t, []Item{{SKU: "shirt-m", Qty: 1}}, a.Items, "the exchanged order keeps its items")
+
+			ha, err := s.History(t.Context(), "SO1")
+			require.NoError(t, err)
+			require.Len(t, ha, 2)
+			assert.Equal(t, Entry{
+				EventID: "evt-x", Type: TypeExchange, Fence: baseFence, Worker: "w1",
+				StartedAt: a.UpdatedAt, EndedAt: a.UpdatedAt, Version: 2,
+				Detail: "exchanged to " + tt.wantNo + ": wrong size",
+			}, ha[1])
+			hb, err := s.History(t.Context(), tt.wantNo)
+			require.NoError(t, err)
+			assert.Equal(t, []Entry{{
+				EventID: "evt-x", Type: TypeCreated, Fence: baseFence, Worker: "w1",
+				StartedAt: b.UpdatedAt, EndedAt: b.UpdatedAt, Version: 1,
+				Detail: "created from SO1 by event evt-x",
+			}}, hb)
+
+			// The replacement has no fence yet: any fenced writer may
+			// modify it, even one whose fence is older than SO1's.
+			_, err = s.Modify(fenced(t, 1), "evt-m", tt.wantNo, Changes{Remark: ptr("ok")})
+			assert.NoError(t, err)
+
+			again, err := s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
+			require.NoError(t, err)
+			assert.Equal(t, Result{Order: b, Replayed: true}, again, "a repeat returns the replacement as created")
+		})
+	}
+}
+
+func TestExchangeRetryAfterCrash(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	items := []Item{{SKU: "shirt-l", Qty: 1}}
+	x := Exchange{Items: items}
+	newNo := ReplacementOrderNo("SO1", "evt-x")
+	fp := fingerprint(exchangeRequest{Items: items})
+
+	// The first attempt closes SO1 and dies before creating the replacement.
+	w := Write{Fence: baseFence, Worker: "w1"}
+	_, replayed, err := s.closeOrder(WithWrite(t.Context(), w), w, "evt-x", "SO1", newNo, fp, "")
+	require.NoError(t, err)
+	require.False(t, replayed)
+	_, err = s.Get(t.Context(), newNo)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO1", Changes{})
+	require.ErrorIs(t, err, ErrClosed, "the half-done exchange already names its replacement")
+
+	// Another exchange may not take the number meanwhile.
+	seed(t, s, "SO9")
+	_, err = s.Exchange(fenced(t, baseFence), "evt-other", "SO9", Exchange{Items: items, NewOrderNo: newNo})
+	require.ErrorIs(t, err, ErrConflict)
+	assert.ErrorContains(t, err, "SO1")
+
+	// The retry, under a new lock, completes it.
+	res, err := s.Exchange(fenced(t, baseFence+2), "evt-x", "SO1", x)
+	require.NoError(t, err)
+	assert.False(t, res.Replayed, "this call created the replacement")
+	assert.Equal(t, newNo, res.Order.No)
+	assert.Equal(t, "SO1", res.Order.ExchangedFrom)
+	assert.Equal(t, "1 Old Street", res.Order.Address)
+	assert.Equal(t, items, res.Order.Items)
+	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey(newNo)).Val(), "the claim is gone")
+
+	a, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), a.Version, "SO1 was closed once")
+
+	again, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
+	require.NoError(t, err)
+	assert.Equal(t, Result{Order: res.Order, Replayed: true}, again)
+}
+
+func TestExchangeConflict(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	a := seed(t, s, "SO1")
+	b := seed(t, s, "SO2")
+
+	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	assert.ErrorIs(t, err, ErrConflict)
+	assert.True(t, Permanent(err))
+	assert.ErrorContains(t, err, "SO2")
+
+	for _, want := range []Order{a, b} {
+		got, err := s.Get(t.Context(), want.No)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "nothing changed")
+		h, err := s.History(t.Context(), want.No)
+		require.NoError(t, err)
+		assert.Len(t, h, 1)
+	}
+	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
+}
+
+func TestExchangeFailureReleasesClaim(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	require.NoError(t, err)
+	items := []Item{{SKU: "x", Qty: 1}}
+
+	_, err = s.Exchange(fenced(t, baseFence-1), "evt-x", "SO1", Exchange{Items: items, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, ErrStaleFence)
+	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
+
+	_, err = s.Exchange(fenced(t, baseFence), "evt-y", "NOPE", Exchange{Items: items, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, ErrNotFound)
+	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
+
+	// SO2 is free for the next exchange.
+	seed(t, s, "SO3")
+	_, err = s.Exchange(fenced(t, baseFence), "evt-z", "SO3", Exchange{Items: items, NewOrderNo: "SO2"})
+	assert.NoError(t, err)
+}
+
+func TestExchangeInvalid(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	tests := []struct {
+		name string
+		x    Exchange
+	}{
+		{"no items", Exchange{NewOrderNo: "SO2"}},
+		{"bad item", Exchange{Items: []Item{{SKU: "x", Qty: -1}}}},
+		{"bad new number", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO{2}"}},
+		{"own number", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", tt.x)
+			assert.ErrorIs(t, err, ErrInvalid)
+		})
+	}
+	got, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, StatusActive, got.Status)
+}
+
+func TestPutKeepsFence(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	require.NoError(t, err)
+	seed(t, s, "SO1")
+
+	_, err = s.Modify(fenced(t, baseFence-1), "evt-2", "SO1", Changes{})
+	assert.ErrorIs(t, err, ErrStaleFence, "a put does not reset the fence")
+	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	require.NoError(t, err)
+	assert.True(t, res.Replayed, "a put does not forget events")
+}
+
+func TestConcurrentModifies(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	seed(t, s, "SO1")
+	const writers = 64
+	var (
+		next    atomic.Int64
+		applied atomic.Int64
+		wg      sync.WaitGroup
+		errs    = make(chan error, writers)
+	)
+	next.Store(baseFence)
+	for i := range writers {
+		wg.Go(func() {
+			fence := next.Add(1)
+			_, err := s.Modify(fenced(t, fence), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(fmt.Sprint(i))})
+			if err == nil {
+				applied.Add(1)
+				return
+			}
+			if !errors.Is(err, ErrStaleFence) {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("unexpected error: %v", err)
+	}
+
+	got, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Positive(t, applied.Load())
+	assert.Equal(t, 1+applied.Load(), got.Version, "version counts the put and every applied modify")
+	h, err := s.History(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, int(got.Version))
+	for i := 2; i < len(h); i++ {
+		assert.LessOrEqual(t, h[i-1].Fence, h[i].Fence, "entry %d", i)
+		assert.Equal(t, int64(i+1), h[i].Version)
+	}
+	t.Logf("%d of %d writers applied, the rest were stale", applied.Load(), writers)
+}
