@@ -323,14 +323,14 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 	if err := w.validate(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	deadline := start.Add(w.Deadline)
 	lk := l.lockKey(key)
 	wake, err := l.register(ctx, lk)
 	if err != nil {
 		return nil, err
 	}
 	defer l.unregister(lk, wake)
+	start := time.Now()
+	deadline := start.Add(w.Deadline)
 
 	var st Stats
 	var timer *time.Timer

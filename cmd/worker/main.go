@@ -1,0 +1,21 @@
+// Command worker runs orderworker's asynq worker: it takes order:modify and
+// order:exchange tasks from Redis and applies each inside its order's lock.
+// Run it with -h for its settings; every one is also an environment variable.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}

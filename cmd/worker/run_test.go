@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
+	db := redistest.New(t)
+	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+
+	ops := freeAddr(t)
+	env := map[string]string{
+		"REDIS_URL":  db.URL(),
+		"KEY_PREFIX": db.Prefix,
+		"OPS_ADDR":   ops,
+		"LOG_LEVEL":  "warn",
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-concurrency", "4"}, func(k string) string { return env[k] }) }()
+
+	addr := "new address"
+	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-1", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
+	require.NoError(t, err)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	_, err = cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-1"))
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		o, err := store.Get(t.Context(), "SO1")
+		return err == nil && o.Address == addr
+	}, 30*time.Second, 10*time.Millisecond)
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + ops + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	defer func() {
+		_ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true)
+	}()
+}
+
+func TestRunRejectsBadSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"bad url", map[string]string{"REDIS_URL": "http://x"}, "REDIS_URL"},
+		{"unknown queue weight", map[string]string{"WORKER_QUEUES": "order_modify=x"}, "WORKER_QUEUES"},
+		{"unknown queue", map[string]string{"WORKER_QUEUES": "default=1"}, "unknown queue"},
+		{"negative timeout", map[string]string{"SHUTDOWN_TIMEOUT": "-1s"}, "SHUTDOWN_TIMEOUT"},
+		{"min over max", map[string]string{"MODIFY_WAIT_MIN": "2s", "MODIFY_WAIT_MAX": "1s"}, "modify wait"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"OPS_ADDR": "", "REDIS_URL": "redis://127.0.0.1:1/0"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			err := run(t.Context(), nil, func(k string) string { return env[k] })
+			require.Error(t, err)
+			require.True(t, strings.Contains(err.Error(), tt.want), "%v", err)
+		})
+	}
+}
