@@ -1,0 +1,25 @@
+// Command demo plays orderworker's core scenario in one process, on an
+// embedded in-process Redis: an exchange holds an order while modifies of
+// the same order wait for it and are woken the moment it is released. It
+// prints a timeline and the final orders, then exits; -serve keeps the
+// worker and the embedded Redis running.
+//
+//	go run ./cmd/demo
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}

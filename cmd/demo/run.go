@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/embedded"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+type settings struct {
+	Hold     time.Duration
+	Work     time.Duration
+	Serve    bool
+	LogLevel string
+	Timeout  time.Duration
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	var c settings
+	s := config.NewSet("demo", getenv)
+	s.Duration(&c.Hold, "hold", "DEMO_HOLD", 1500*time.Millisecond, "how long the exchange works while holding its order").Check(config.Positive[time.Duration])
+	s.Duration(&c.Work, "work", "DEMO_WORK", 200*time.Millisecond, "how long each modify works while holding its order").Check(config.Positive[time.Duration])
+	s.Bool(&c.Serve, "serve", "DEMO_SERVE", false, "keep the worker and the embedded Redis running after the scenario, until interrupted")
+	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "error", "level of the raw logs written to stderr besides the timeline: "+logging.Levels).Check(logging.CheckLevel)
+	s.Duration(&c.Timeout, "timeout", "DEMO_TIMEOUT", time.Minute, "give up when the scenario has not finished by then").Check(config.Positive[time.Duration])
+	if err := s.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+
+	srv, err := embedded.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	tl := newTimeline(stdout)
+	raw, err := logging.New(c.LogLevel, logging.FormatConsole, nil)
+	if err != nil {
+		return err
+	}
+	log := zap.New(zapcore.NewTee(raw.Core(), tl.core()))
+	defer func() { _ = log.Sync() }()
+
+	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock")})
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	base, err := orders.NewRedis(rdb, orders.RedisConfig{})
+	if err != nil {
+		return err
+	}
+	store := &slowStore{Store: base, tl: tl, hold: c.Hold, work: c.Work, exchanging: make(chan struct{})}
+	w, err := worker.New(rdb, locker, store, worker.Config{
+		Concurrency: 8, Logger: log, ID: "demo-worker",
+		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(); err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	prod, err := producer.New(rdb, producer.Config{})
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+
+	fmt.Fprintf(stdout, "orderworker demo: embedded Redis at %s, one worker running 8 tasks at once.\n", srv.Addr())
+	fmt.Fprintf(stdout, "An exchange of SO1001 holds its order for %v; modifies of SO1001 and SO1002 arrive meanwhile.\n\n", c.Hold)
+
+	sctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	if err := scenario(sctx, base, prod, store, tl); err != nil {
+		return err
+	}
+	for _, no := range []string{"SO1001", "SO2001", "SO1002"} {
+		if err := printOrder(sctx, stdout, base, no); err != nil {
+			return err
+		}
+	}
+	if c.Serve {
+		fmt.Fprintf(stdout, "\nServing on the embedded Redis at %s until interrupted. Try:\n", srv.Addr())
+		fmt.Fprintf(stdout, "  REDIS_URL=%s go run ./cmd/producer modify SO2001 -remark hello\n", srv.URL())
+		fmt.Fprintf(stdout, "  REDIS_URL=%s go run ./cmd/producer order get SO2001\n", srv.URL())
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// scenario seeds the orders, enqueues the tasks and waits for them.
+func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, slow *slowStore, tl *timeline) error {
+	for _, o := range []orders.Order{
+		{No: "SO1001", Address: "12 Harbour St", Remark: "ring twice", Items: []orders.Item{{SKU: "TEA-GREEN", Qty: 2}}},
+		{No: "SO1002", Address: "7 Mill Lane", Items: []orders.Item{{SKU: "MUG-BLUE", Qty: 1}}},
+	} {
+		if err := store.Put(ctx, o); err != nil {
+			return err
+		}
+	}
+	str := func(s string) *string { return &s }
+	enqueue := func(what string, f func() (producer.Result, error)) error {
+		r, err := f()
+		if err != nil {
+			return fmt.Errorf("enqueue %s: %w", what, err)
+		}
+		tl.expect(r.TaskID)
+		tl.printf("%-9s %-22s %s", "enqueue", r.EventID, what)
+		return nil
+	}
+	if err := enqueue("exchange SO1001 for SO2001", func() (producer.Result, error) {
+		return prod.EnqueueExchange(ctx, "SO1001", []tasks.Item{{SKU: "TEA-BLACK", Qty: 2}},
+			producer.WithEventID("exchange-1"), producer.WithNewOrderNo("SO2001"), producer.WithReason("wrong tea"))
+	}); err != nil {
+		return err
+	}
+	select { // the modifies arrive while the exchange holds SO1001
+	case <-slow.exchanging:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	mods := []struct {
+		event, order string
+		c            tasks.Changes
+		what         string
+	}{
+		{"modify-1", "SO1001", tasks.Changes{Address: str("3 Quay Rd")}, "modify SO1001 address"},
+		{"modify-2", "SO1001", tasks.Changes{Remark: str("leave at door")}, "modify SO1001 remark"},
+		{"modify-3", "SO1002", tasks.Changes{Remark: str("gift wrap")}, "modify SO1002 remark"},
+		{"modify-4", "SO1002", tasks.Changes{Items: []tasks.Item{{SKU: "MUG-BLUE", Qty: 2}}}, "modify SO1002 items"},
+		{"modify-5", "SO1002", tasks.Changes{Address: str("9 Mill Lane")}, "modify SO1002 address"},
+	}
+	for _, m := range mods {
+		if err := enqueue(m.what, func() (producer.Result, error) {
+			return prod.EnqueueModify(ctx, m.order, m.c, producer.WithEventID(m.event))
+		}); err != nil {
+			return err
+		}
+	}
+	if err := tl.wait(ctx); err != nil {
+		return err
+	}
+	// The replacement exists now; a modify of it goes through.
+	if err := enqueue("modify SO2001 remark (the replacement)", func() (producer.Result, error) {
+		return prod.EnqueueModify(ctx, "SO2001", tasks.Changes{Remark: str("leave at door")}, producer.WithEventID("modify-6"))
+	}); err != nil {
+		return err
+	}
+	return tl.wait(ctx)
+}
+
+func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string) error {
+	o, err := store.Get(ctx, no)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s  %s  v%d  address=%q remark=%q items=%v", o.No, o.Status, o.Version, o.Address, o.Remark, o.Items)
+	if o.ExchangedTo != "" {
+		fmt.Fprintf(w, "  exchanged_to=%s", o.ExchangedTo)
+	}
+	if o.ExchangedFrom != "" {
+		fmt.Fprintf(w, "  exchanged_from=%s", o.ExchangedFrom)
+	}
+	fmt.Fprintln(w)
+	hist, err := store.History(ctx, no)
+	if err != nil {
+		return err
+	}
+	for _, h := range hist {
+		fmt.Fprintf(w, "    v%-2d %-15s %-11s fence=%-17d %s\n", h.Version, h.Type, h.EventID, h.Fence, h.Detail)
+	}
+	return nil
+}
+
+// slowStore stands in for real work: each write takes a while, inside the
+// order's lock, and reports to the timeline when it starts.
+type slowStore struct {
+	orders.Store
+	tl         *timeline
+	hold, work time.Duration
+	once       sync.Once
+	exchanging chan struct{} // closed when the first exchange has the lock
+}
+
+func (s *slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	s.started(ctx, ev, no)
+	if err := sleep(ctx, s.work); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Modify(ctx, ev, no, c)
+}
+
+func (s *slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
+	s.started(ctx, ev, no)
+	s.once.Do(func() { close(s.exchanging) })
+	if err := sleep(ctx, s.hold); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Exchange(ctx, ev, no, x)
+}
+
+func (s *slowStore) started(ctx context.Context, ev, no string) {
+	w, _ := orders.WriteFrom(ctx)
+	s.tl.printf("%-9s %-22s has the lock of %s (fence %d)", "locked", ev, no, w.Fence)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// timeline prints what happens, with the time since the start, and counts
+// the tasks that have finished.
+type timeline struct {
+	mu      sync.Mutex
+	w       io.Writer
+	start   time.Time
+	pending map[string]bool // task IDs enqueued and not yet finished
+	changed chan struct{}   // signalled when a task finishes
+}
+
+func newTimeline(w io.Writer) *timeline {
+	return &timeline{w: w, start: time.Now(), pending: map[string]bool{}, changed: make(chan struct{}, 1)}
+}
+
+func (t *timeline) printf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "%+7.2fs  %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (t *timeline) expect(taskID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending[taskID] = true
+}
+
+// finished records the worker's log line of a finished task run.
+func (t *timeline) finished(msg string, f map[string]any) {
+	id, _ := f["task_id"].(string)
+	ev, _ := f["event_id"].(string)
+	wait, _ := f["lock_wait"].(time.Duration)
+	woken, _ := f["woken_by_notice"].(int64)
+	attempts, _ := f["lock_attempts"].(int64)
+	var how string
+	switch {
+	case attempts <= 1:
+		how = "took the lock at once"
+	case woken > 0:
+		how = fmt.Sprintf("waited %v, woken by the release notice", wait.Round(time.Millisecond))
+	default:
+		how = fmt.Sprintf("waited %v, woken by its random delay", wait.Round(time.Millisecond))
+	}
+	outcome := "applied"
+	if e, ok := f["error"].(string); ok {
+		outcome = msg + ": " + strings.TrimSuffix(e, ": "+asynq.SkipRetry.Error())
+	}
+	t.printf("%-9s %-22s %s; %s", "done", ev, how, outcome)
+	t.mu.Lock()
+	final := msg == "task done" || strings.HasPrefix(msg, "task rejected")
+	if final {
+		delete(t.pending, id)
+	}
+	t.mu.Unlock()
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns when every expected task has finished.
+func (t *timeline) wait(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		n := len(t.pending)
+		t.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-t.changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d tasks still unfinished: %w", n, ctx.Err())
+		}
+	}
+}
+
+// core returns a zap core that feeds the worker's task log to the timeline.
+func (t *timeline) core() zapcore.Core { return &timelineCore{tl: t} }
+
+type timelineCore struct {
+	tl     *timeline
+	fields []zapcore.Field
+}
+
+func (c *timelineCore) Enabled(zapcore.Level) bool { return true }
+func (c *timelineCore) With(fs []zapcore.Field) zapcore.Core {
+	return &timelineCore{tl: c.tl, fields: append(c.fields[:len(c.fields):len(c.fields)], fs...)}
+}
+func (c *timelineCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.LoggerName == "worker" && strings.HasPrefix(e.Message, "task ") || strings.HasPrefix(e.Message, "order busy") {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+func (c *timelineCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range append(c.fields[:len(c.fields):len(c.fields)], fs...) {
+		f.AddTo(enc)
+	}
+	c.tl.finished(e.Message, enc.Fields)
+	return nil
+}
+func (c *timelineCore) Sync() error { return nil }
