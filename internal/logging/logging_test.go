@@ -1,0 +1,62 @@
+package logging_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/logging"
+)
+
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log, err := logging.New("INFO", logging.FormatJSON, &buf)
+	require.NoError(t, err)
+	log.Debug("hidden")
+	log.Named("dashboard").Info("listening", zap.String("addr", ":8090"))
+	require.NoError(t, log.Sync())
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, "debug is below info")
+	var entry map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &entry))
+	assert.Equal(t, "info", entry["level"])
+	assert.Equal(t, "dashboard", entry["logger"])
+	assert.Equal(t, "listening", entry["msg"])
+	assert.Equal(t, ":8090", entry["addr"])
+	assert.Contains(t, entry, "ts")
+	assert.Contains(t, entry["caller"], "logging_test.go")
+}
+
+func TestConsole(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log, err := logging.New("debug", logging.FormatConsole, &buf)
+	require.NoError(t, err)
+	log.Debug("shown", zap.Int("n", 1))
+	assert.Contains(t, buf.String(), "DEBUG")
+	assert.Contains(t, buf.String(), "shown")
+	assert.Contains(t, buf.String(), `{"n": 1}`)
+}
+
+func TestBadSettings(t *testing.T) {
+	t.Parallel()
+	_, err := logging.New("verbose", logging.FormatJSON, nil)
+	require.ErrorIs(t, err, logging.ErrLevel)
+	assert.EqualError(t, err, `logging: unknown level "verbose" (want one of debug, info, warn, error)`)
+
+	_, err = logging.New("info", "xml", nil)
+	require.ErrorIs(t, err, logging.ErrFormat)
+	assert.EqualError(t, err, `logging: unknown format "xml" (want json or console)`)
+
+	assert.NoError(t, logging.CheckLevel(" Warn "))
+	assert.ErrorIs(t, logging.CheckLevel("fatal"), logging.ErrLevel)
+	assert.NoError(t, logging.CheckFormat("console"))
+	assert.ErrorIs(t, logging.CheckFormat("JSON"), logging.ErrFormat)
+}
