@@ -145,11 +145,11 @@ type Producer struct {
 // Result describes an enqueued task.
 type Result struct {
 	// TaskID is the asynq task ID, equal to EventID.
-	TaskID string
+	TaskID string `json:"task_id"`
 	// Queue is the queue the task went to.
-	Queue string
+	Queue string `json:"queue"`
 	// EventID is the event's ID, as given or as generated.
-	EventID string
+	EventID string `json:"event_id"`
 }
 
 // New returns a Producer that enqueues through rdb, filling the zero fields of

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/redis/go-redis/v9"
+)
+
+const usage = `Usage: producer [settings] <command> [flags] [args]
+
+Commands:
+  modify <order_no> [-address A] [-remark R] [-item SKU=QTY]... [-event-id ID]
+        enqueue an order:modify task
+  exchange <order_no> -item SKU=QTY [-item SKU=QTY]... [-new-order-no N] [-reason R] [-event-id ID]
+        enqueue an order:exchange task
+  order get <order_no>          print an order as JSON
+  order history <order_no>      print an order's history as JSON
+  order put <order_no> -address A [-remark R] -item SKU=QTY...
+        create or replace an order (seeding; not fenced)
+  serve                         run the HTTP intake (see README)
+
+Settings (before the command; each also an environment variable):
+`
+
+// common are the settings every command shares.
+type common struct {
+	Redis  *redis.Options
+	Prefix string
+}
+
+func declareCommon(s *config.Set, c *common) {
+	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
+		"Redis shared by all processes: redis://[user:pass@]host:port/db, rediss:// for TLS")
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
+}
+
+// run dispatches the command line. Results go to stdout as JSON.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "serve" {
+		return serve(ctx, args[1:], getenv, stdout)
+	}
+	var c common
+	s := config.NewSet("producer", getenv)
+	declareCommon(s, &c)
+	s.SetOutput(io.Discard)
+	if err := s.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			s.WriteUsage(stdout)
+			return nil
+		}
+		return err
+	}
+	rest := s.Args()
+	if len(rest) == 0 {
+		return errors.New("no command (run with -h for the list)")
+	}
+	if rest[0] == "serve" {
+		return serve(ctx, rest[1:], getenv, stdout)
+	}
+	rdb := redis.NewClient(c.Redis)
+	defer rdb.Close()
+
+	switch rest[0] {
+	case "modify", "exchange":
+		p, err := producer.New(rdb, producer.Config{})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		var r producer.Result
+		if rest[0] == "modify" {
+			r, err = modify(ctx, p, rest[1:])
+		} else {
+			r, err = exchange(ctx, p, rest[1:])
+		}
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, r)
+	case "order":
+		store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		if err != nil {
+			return err
+		}
+		return order(ctx, store, rest[1:], stdout)
+	}
+	return fmt.Errorf("unknown command %q (run with -h for the list)", rest[0])
+}
+
+// items collects repeated -item SKU=QTY flags.
+type items []tasks.Item
+
+func (it *items) String() string { return fmt.Sprint(*it) }
+func (it *items) Set(v string) error {
+	sku, qty, ok := strings.Cut(v, "=")
+	n, err := strconv.Atoi(qty)
+	if !ok || err != nil {
+		return fmt.Errorf("%q: want SKU=QTY", v)
+	}
+	*it = append(*it, tasks.Item{SKU: sku, Qty: n})
+	return nil
+}
+
+// optString is a string flag that knows whether it was given.
+type optString struct{ p *string }
+
+func (o *optString) String() string {
+	if o.p == nil {
+		return ""
+	}
+	return *o.p
+}
+func (o *optString) Set(v string) error { o.p = &v; return nil }
+
+// parseCommand parses a command's flags, which may come before or after its
+// one positional argument (the order number).
+func parseCommand(fs *flag.FlagSet, args []string) (string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", fmt.Errorf("%s: %w", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%s: want exactly one order number, got %d arguments", fs.Name(), len(pos))
+	}
+	return pos[0], nil
+}
+
+func modify(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
+	fs := flag.NewFlagSet("modify", flag.ContinueOnError)
+	var address, remark optString
+	var its items
+	fs.Var(&address, "address", "new delivery address")
+	fs.Var(&remark, "remark", "new remark (empty clears it)")
+	fs.Var(&its, "item", "SKU=QTY; repeat to replace the whole item list")
+	eventID := fs.String("event-id", "", "idempotency key (default: a new UUID)")
+	no, err := parseCommand(fs, args)
+	if err != nil {
+		return producer.Result{}, err
+	}
+	var opts []producer.Option
+	if *eventID != "" {
+		opts = append(opts, producer.WithEventID(*eventID))
+	}
+	return p.EnqueueModify(ctx, no, tasks.Changes{Address: address.p, Remark: remark.p, Items: its}, opts...)
+}
+
+func exchange(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
+	fs := flag.NewFlagSet("exchange", flag.ContinueOnError)
+	var its items
+	fs.Var(&its, "item", "SKU=QTY of the replacement order; repeat for more")
+	newNo := fs.String("new-order-no", "", "the replacement's number (default: derived from the event)")
+	reason := fs.String("reason", "", "why, for the history")
+	eventID := fs.String("event-id", "", "idempotency key (default: a new UUID)")
+	no, err := parseCommand(fs, args)
+	if err != nil {
+		return producer.Result{}, err
+	}
+	var opts []producer.Option
+	if *eventID != "" {
+		opts = append(opts, producer.WithEventID(*eventID))
+	}
+	if *newNo != "" {
+		opts = append(opts, producer.WithNewOrderNo(*newNo))
+	}
+	if *reason != "" {
+		opts = append(opts, producer.WithReason(*reason))
+	}
+	return p.EnqueueExchange(ctx, no, its, opts...)
+}
+
+func order(ctx context.Context, store orders.Store, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("order: want get, history or put")
+	}
+	switch args[0] {
+	case "get", "history":
+		if len(args) != 2 {
+			return fmt.Errorf("order %s: want one order number", args[0])
+		}
+		if args[0] == "get" {
+			o, err := store.Get(ctx, args[1])
+			if err != nil {
+				return err
+			}
+			return printJSON(stdout, o)
+		}
+		h, err := store.History(ctx, args[1])
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, h)
+	case "put":
+		fs := flag.NewFlagSet("order put", flag.ContinueOnError)
+		address := fs.String("address", "", "delivery address")
+		remark := fs.String("remark", "", "remark")
+		var its items
+		fs.Var(&its, "item", "SKU=QTY; repeat for more")
+		no, err := parseCommand(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if err := store.Put(ctx, orders.Order{No: no, Address: *address, Remark: *remark, Items: its}); err != nil {
+			return err
+		}
+		o, err := store.Get(ctx, no)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, o)
+	}
+	return fmt.Errorf("order: unknown subcommand %q (want get, history or put)", args[0])
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
