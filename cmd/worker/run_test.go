@@ -4,11 +4,13 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -97,4 +99,12 @@ func TestRunRejectsBadSettings(t *testing.T) {
 			require.True(t, strings.Contains(err.Error(), tt.want), "%v", err)
 		})
 	}
+}
+
+func TestREADMEListsEverySetting(t *testing.T) {
+	doc, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	s := config.NewSet("worker", nil)
+	declare(s, &settings{})
+	require.NoError(t, s.CheckDoc(doc, "worker-settings"))
 }

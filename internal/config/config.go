@@ -77,8 +77,9 @@ type Error struct {
 	Env string
 	// Source is where the bad value came from.
 	Source Source
-	// Value is the bad value as given, "<redacted>" for a secret, or a Redis
-	// URL with its password redacted.
+	// Value is the bad value as given, quoted; "<redacted>" for a secret; a
+	// Redis URL with its password redacted, or "<unparseable URL>" for one
+	// that does not parse (which may be a misplaced password).
 	Value string
 	// Err says what is wrong with it.
 	Err error
@@ -232,9 +233,10 @@ func (s *Set) Int(p *int, flagName, env string, def int, usage string) *Var[int]
 		})
 }
 
-// Bool declares a boolean setting. The variable and flag accept 1, t, true,
-// 0, f, false (any case); on the command line "-name" alone means true and
-// false must be written "-name=false".
+// Bool declares a boolean setting. The variable and flag accept what
+// strconv.ParseBool does (1, t, T, true, TRUE, True, and 0, f, F, false,
+// FALSE, False); on the command line "-name" alone means true, and false
+// must be written "-name=false".
 func (s *Set) Bool(p *bool, flagName, env string, def bool, usage string) *Var[bool] {
 	v := register(s, p, flagName, env, "bool", usage, def, strconv.FormatBool,
 		func(raw string) (bool, error) {
@@ -520,4 +522,25 @@ func (s *Set) Entries() []Entry {
 		out = append(out, Entry{Flag: st.flag, Env: st.env, Value: v, Source: st.source})
 	}
 	return out
+}
+
+// CheckDoc reports whether doc (a README) holds the Set's [Set.Markdown]
+// table between the lines "<!-- section:begin -->" and
+// "<!-- section:end -->". Binaries call it from a test so that the
+// documented settings never drift from the code; the error says what to
+// paste.
+func (s *Set) CheckDoc(doc []byte, section string) error {
+	begin, end := "<!-- "+section+":begin -->\n", "<!-- "+section+":end -->"
+	_, rest, ok := strings.Cut(string(doc), begin)
+	if !ok {
+		return fmt.Errorf("config: no %q marker", strings.TrimSpace(begin))
+	}
+	table, _, ok := strings.Cut(rest, end)
+	if !ok {
+		return fmt.Errorf("config: no %q marker", end)
+	}
+	if want := s.Markdown(); table != want {
+		return fmt.Errorf("config: the %s table is stale; replace it with:\n%s", section, want)
+	}
+	return nil
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynq/x/metrics"
+	"github.com/hibiken/asynqmon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/orderworker/orderworker/internal/httpauth"
+)
+
+// readyTimeout bounds the Redis PING behind /readyz.
+const readyTimeout = 2 * time.Second
+
+// sharedConn is an asynq.RedisConnOpt that hands out the process's one Redis
+// client instead of describing a new connection.
+//
+// asynqmon v0.7.2 takes its connection only as a RedisConnOpt: asynqmon.New
+// calls MakeRedisClient once for itself (the Redis info page) and once more
+// through asynq.NewInspector, and HTTPHandler.Close closes both clients.
+// Passing an asynq.RedisClientOpt built from REDIS_URL would open two more
+// connection pools and drop the go-redis options the URL may carry (pool
+// sizes, timeouts). Since RedisConnOpt is an interface, sharedConn returns
+// the existing client both times; the dashboard therefore never calls
+// HTTPHandler.Close, and run closes the client once, after the server has
+// stopped. MakeRedisClient returns a *redis.Client underneath, so asynqmon's
+// Redis info page still works.
+type sharedConn struct{ client redis.UniversalClient }
+
+var _ asynq.RedisConnOpt = sharedConn{}
+
+// MakeRedisClient returns the shared client; see sharedConn.
+func (c sharedConn) MakeRedisClient() any { return c.client }
+
+// newHandler returns the dashboard's routes, wrapped in the access log:
+//
+//	<root>/...   asynqmon's UI and API, behind authentication
+//	/metrics     Prometheus metrics, behind authentication if MetricsAuth
+//	/healthz     200 while the process serves
+//	/readyz      200 while Redis answers PING, else 503
+//	/            redirects to <root>/ when root is not /
+func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http.Handler, error) {
+	protect := func(h http.Handler) http.Handler { return h }
+	if cfg.auth != nil {
+		require := httpauth.Require(cfg.auth)
+		protect = func(h http.Handler) http.Handler { return require(notePrincipal(h)) }
+	}
+
+	monRoot := cfg.Root
+	if monRoot == "/" {
+		monRoot = ""
+	}
+	mon := asynqmon.New(asynqmon.Options{
+		RootPath:          monRoot,
+		RedisConnOpt:      sharedConn{rdb},
+		ReadOnly:          cfg.ReadOnly,
+		PayloadFormatter:  asynqmon.PayloadFormatterFunc(formatPayload),
+		ResultFormatter:   asynqmon.ResultFormatterFunc(formatResult),
+		PrometheusAddress: cfg.PrometheusURL,
+	})
+	// Cross-origin protection refuses the UI's write requests (POST, DELETE)
+	// when a browser says they come from another site: the browser would
+	// otherwise attach the cached basic-auth credentials to them.
+	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(mon)))
+
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	var metricsHandler http.Handler = promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: zap.NewStdLog(log.Named("metrics")),
+	}))
+	if cfg.MetricsAuth {
+		metricsHandler = protect(metricsHandler)
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", noStore(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})))
+	mux.Handle("GET /readyz", noStore(readyz(rdb, log)))
+	mux.Handle("GET /metrics", metricsHandler)
+	if cfg.Root == "/" {
+		mux.Handle("/", ui)
+	} else {
+		mux.Handle(cfg.Root, ui)
+		mux.Handle(cfg.Root+"/", ui)
+		mux.Handle("GET /{$}", http.RedirectHandler(cfg.Root+"/", http.StatusFound))
+	}
+	return accessLog(log.Named("http"), mux), nil
+}
+
+// unchecked turns a collector into an unchecked one, whose Describe sends
+// nothing. asynq's queue collector describes itself by collecting, which
+// would query Redis when it is registered and delay the start by Redis's
+// dial timeouts whenever Redis is down.
+type unchecked struct{ prometheus.Collector }
+
+// Describe sends no descriptions.
+func (unchecked) Describe(chan<- *prometheus.Desc) {}
+
+func readyz(rdb redis.UniversalClient, log *zap.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			log.Warn("not ready: redis ping failed", zap.Error(err))
+			http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}
+}
+
+func noStore(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// uiHeaders adds the browser hardening headers of the UI: no framing (so
+// the write buttons cannot be clickjacked), no MIME sniffing, and no
+// referrer leaving the dashboard.
+func uiHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// userSlotKey is the context key of the *string in which notePrincipal
+// leaves the authenticated user for the access log, which runs outside the
+// authentication middleware and so cannot see the context it derives.
+type userSlotKey struct{}
+
+func notePrincipal(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slot, ok := r.Context().Value(userSlotKey{}).(*string); ok {
+			*slot, _ = httpauth.Principal(r.Context())
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter records the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// accessLog logs one line per request: method, path (never the query),
+// status, size, duration, remote address and, once authenticated, the user
+// ("key#N" for a bearer token). It logs no header, so no credential. Probes
+// and scrapes are logged at debug level, everything else at info.
+func accessLog(log *zap.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		var user string
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), userSlotKey{}, &user)))
+
+		level := zapcore.InfoLevel
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			level = zapcore.DebugLevel
+		}
+		ce := log.Check(level, "request")
+		if ce == nil {
+			return
+		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		ce.Write(
+			zap.String("method", r.Method),
+			zap.String("path", r.URL.Path),
+			zap.Int("status", status),
+			zap.Int64("bytes", sw.bytes),
+			zap.Duration("duration", time.Since(start)),
+			zap.String("remote", r.RemoteAddr),
+			zap.String("user", user),
+		)
+	})
+}

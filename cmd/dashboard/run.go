@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/logging"
+)
+
+// run is the dashboard process. args is the whole command line (program
+// name first), getenv looks up environment variables, and stdout receives
+// the logs and the -h text.
+//
+// It loads the settings (see [settings] for the defaults and why), builds the
+// logger and the process's one Redis client, serves until ctx is done, and
+// then shuts down gracefully: the server stops accepting, lets requests in
+// flight finish within the shutdown timeout, and the Redis client is closed
+// last. It returns nil after -h and after a clean shutdown, and an error for
+// bad settings, a port it cannot listen on, or a shutdown that timed out.
+//
+// Redis may be down at start: the dashboard starts anyway, logs a warning,
+// and /readyz answers 503 until Redis answers.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, set, err := loadSettings(args[1:], getenv, stdout)
+	if errors.Is(err, config.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	root, err := logging.New(cfg.LogLevel, cfg.LogFormat, stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Sync() }()
+	log := root.Named("dashboard")
+
+	var fields []zap.Field
+	for _, e := range set.Entries() {
+		fields = append(fields, zap.String(e.Flag, e.Value))
+	}
+	log.Info("starting", zap.Dict("settings", fields...))
+
+	rdb := redis.NewClient(cfg.Redis)
+	defer func() {
+		if err := rdb.Close(); err != nil {
+			log.Warn("close redis", zap.Error(err))
+		}
+	}()
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		log.Warn("redis not reachable yet; serving anyway", zap.String("redis_addr", cfg.Redis.Addr), zap.Error(err))
+	}
+	cancel()
+
+	handler, err := newHandler(cfg, rdb, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (DASHBOARD_ADDR): %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.ReadTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening",
+		zap.String("addr", ln.Addr().String()),
+		zap.String("root", cfg.Root),
+		zap.String("auth", cfg.authKind),
+		zap.Bool("read_only", cfg.ReadOnly),
+		zap.Bool("metrics_auth", cfg.MetricsAuth))
+	if cfg.InsecureNoAuth {
+		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port sees and may change the queues")
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", zap.Duration("timeout", cfg.ShutdownTimeout))
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	<-served // Serve returns as soon as Shutdown starts.
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/redistest"
+)
+
+func TestDashboard(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db))
+
+	t.Run("refused without credentials", func(t *testing.T) {
+		for _, path := range []string{"/", "/api/queues", "/queues/" + queue, "/metrics"} {
+			r := d.get(t, path, noAuth)
+			assert.Equal(t, http.StatusUnauthorized, r.status, path)
+			assert.Equal(t, []string{`Basic realm="orderworker dashboard", charset="UTF-8"`, `Bearer realm="orderworker dashboard"`},
+				r.header.Values("WWW-Authenticate"), path)
+		}
+		assert.Equal(t, http.StatusUnauthorized, d.get(t, "/api/queues", basicAuth(testUser, "wrong")).status)
+		assert.Equal(t, http.StatusUnauthorized, d.get(t, "/api/queues", bearerAuth("wrong-token-0123456789")).status)
+	})
+
+	t.Run("ui", func(t *testing.T) {
+		r := d.get(t, "/", basicAuth(testUser, testPassword))
+		require.Equal(t, http.StatusOK, r.status)
+		assert.Contains(t, r.body, "<title>Asynq - Monitoring</title>")
+		assert.Equal(t, "DENY", r.header.Get("X-Frame-Options"))
+		// A deep link is served the app too.
+		assert.Equal(t, http.StatusOK, d.get(t, "/queues/"+queue+"?status=pending", basicAuth(testUser, testPassword)).status)
+	})
+
+	t.Run("api lists the queue", func(t *testing.T) {
+		for _, a := range []auth{basicAuth(testUser, testPassword), bearerAuth(testToken)} {
+			r := d.get(t, "/api/queues", a)
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			var body struct {
+				Queues []struct {
+					Queue   string `json:"queue"`
+					Size    int    `json:"size"`
+					Pending int    `json:"pending"`
+				} `json:"queues"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(r.body), &body))
+			require.Len(t, body.Queues, 1)
+			assert.Equal(t, queue, body.Queues[0].Queue)
+			assert.Equal(t, 2, body.Queues[0].Pending)
+		}
+	})
+
+	t.Run("payload formatter", func(t *testing.T) {
+		r := d.get(t, "/api/queues/"+queue+"/pending_tasks", basicAuth(testUser, testPassword))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		var body struct {
+			Tasks []struct {
+				ID      string `json:"id"`
+				Type    string `json:"type"`
+				Payload string `json:"payload"`
+			} `json:"tasks"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.body), &body))
+		require.Len(t, body.Tasks, 2)
+		payloads := map[string]string{}
+		for _, task := range body.Tasks {
+			payloads[task.ID] = task.Payload
+		}
+		assert.Equal(t, "order:modify  order_no=SO1001\n"+
+			"event_id=evt-1001\n"+
+			"{\n"+
+			"  \"event_id\": \"evt-1001\",\n"+
+			"  \"order_no\": \"SO1001\",\n"+
+			"  \"changes\": {\n"+
+			"    \"address\": \"1 Main St\",\n"+
+			"    \"remark\": \"leave at door\"\n"+
+			"  }\n"+
+			"}", payloads["evt-1001"])
+	})
+
+	t.Run("read only", func(t *testing.T) {
+		r := d.do(t, http.MethodPost, "/api/queues/"+queue+":pause", basicAuth(testUser, testPassword))
+		assert.Equal(t, http.StatusMethodNotAllowed, r.status, r.body)
+		r = d.do(t, http.MethodDelete, "/api/queues/"+queue+"/pending_tasks/evt-1001", basicAuth(testUser, testPassword))
+		assert.Equal(t, http.StatusMethodNotAllowed, r.status, r.body)
+		assert.Equal(t, 2, pending(t, d))
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		r := d.get(t, "/metrics", bearerAuth(testToken))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="order_modify",state="pending"} 2`)
+		assert.Contains(t, r.body, `asynq_queue_size{queue="order_modify"} 2`)
+		assert.Contains(t, r.body, "go_goroutines ")
+		assert.Contains(t, r.body, "process_resident_memory_bytes ")
+		assert.Contains(t, r.body, "promhttp_metric_handler_requests_total")
+		assert.Equal(t, http.StatusOK, d.get(t, "/metrics", basicAuth(testUser, testPassword)).status)
+	})
+
+	t.Run("probes need no credentials", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			r := d.get(t, path, noAuth)
+			assert.Equal(t, http.StatusOK, r.status, path)
+			assert.Equal(t, "ok\n", r.body, path)
+			assert.Equal(t, "no-store", r.header.Get("Cache-Control"), path)
+		}
+	})
+
+	t.Run("access log", func(t *testing.T) {
+		logs := d.logs.String()
+		requireNoSecrets(t, logs)
+		assert.Contains(t, logs, `"msg":"request","method":"GET","path":"/api/queues","status":401`)
+		assert.Contains(t, logs, `"status":200`)
+		assert.Contains(t, logs, `"user":"ops"`)
+		assert.Contains(t, logs, `"user":"key#1"`)
+		assert.Contains(t, logs, `"redis-url":"`+db.URL()+`"`)
+		assert.Contains(t, logs, `"password":"<redacted>"`)
+	})
+}
+
+// pending returns the size of the order_modify queue's pending list.
+func pending(t *testing.T, d *dashboard) int {
+	t.Helper()
+	r := d.get(t, "/api/queues/"+queue, bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	var body struct {
+		Current struct {
+			Pending int `json:"pending"`
+		} `json:"current"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &body))
+	return body.Current.Pending
+}
+
+func TestReadWrite(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+	basic := basicAuth(testUser, testPassword)
+
+	crossSite := func(r *http.Request) {
+		r.Header.Set("Origin", "https://evil.example")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+	}
+	r := d.do(t, http.MethodDelete, "/api/queues/"+queue+"/pending_tasks/evt-1001", basic, crossSite)
+	assert.Equal(t, http.StatusForbidden, r.status, "a cross-site write is refused")
+	assert.Equal(t, 2, pending(t, d))
+
+	r = d.do(t, http.MethodDelete, "/api/queues/"+queue+"/pending_tasks/evt-1001", basic)
+	assert.Equal(t, http.StatusNoContent, r.status, r.body)
+	assert.Equal(t, 1, pending(t, d))
+}
+
+func TestRootPath(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_ROOT", "/ops/asynq/"))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/", noAuth)
+	assert.Equal(t, http.StatusFound, r.status)
+	assert.Equal(t, "/ops/asynq/", r.header.Get("Location"))
+
+	r = d.get(t, "/ops/asynq/", basic)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, r.body, `window.FLAG_ROOT_PATH="\/ops\/asynq"`)
+	assert.Equal(t, http.StatusOK, d.get(t, "/ops/asynq", basic).status)
+	assert.Contains(t, d.get(t, "/ops/asynq/api/queues", basic).body, `"queue":"order_modify"`)
+	assert.Equal(t, http.StatusUnauthorized, d.get(t, "/ops/asynq/api/queues", noAuth).status)
+	assert.Equal(t, http.StatusNotFound, d.get(t, "/api/queues", basic).status)
+	assert.Equal(t, http.StatusOK, d.get(t, "/metrics", basic).status)
+}
+
+func TestMetricsWithoutAuth(t *testing.T) {
+	db := redistest.New(t)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_METRICS_AUTH", "false"))
+	assert.Equal(t, http.StatusOK, d.get(t, "/metrics", noAuth).status)
+	assert.Equal(t, http.StatusUnauthorized, d.get(t, "/api/queues", noAuth).status)
+}
+
+func TestInsecureNoAuth(t *testing.T) {
+	db := redistest.New(t)
+	d := startDashboard(t, map[string]string{"REDIS_URL": db.URL()}, "-insecure-no-auth")
+	assert.Equal(t, http.StatusOK, d.get(t, "/api/queues", noAuth).status)
+	assert.Equal(t, http.StatusOK, d.get(t, "/metrics", noAuth).status)
+	assert.Contains(t, d.logs.String(), "authentication is off")
+}
+
+func TestRedisDown(t *testing.T) {
+	t.Parallel()
+	// A port that was free a moment ago: nothing answers there.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	d := startDashboard(t, map[string]string{
+		"REDIS_URL":          "redis://:redis-secret-pw@" + addr + "/0?dial_timeout=200ms&max_retries=-1",
+		"DASHBOARD_USER":     testUser,
+		"DASHBOARD_PASSWORD": testPassword,
+	})
+	assert.Equal(t, http.StatusOK, d.get(t, "/healthz", noAuth).status)
+	r := d.get(t, "/readyz", noAuth)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, "redis unreachable\n", r.body)
+	logs := d.logs.String()
+	assert.Contains(t, logs, "redis not reachable yet")
+	assert.NotContains(t, logs, "redis-secret-pw")
+}
+
+func TestSettingsErrors(t *testing.T) {
+	t.Parallel()
+	creds := []string{"DASHBOARD_USER", testUser, "DASHBOARD_PASSWORD", testPassword}
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{name: "no credentials", want: "no credentials: set DASHBOARD_USER and DASHBOARD_PASSWORD (-user, -password), or DASHBOARD_TOKENS (-tokens), or pass -insecure-no-auth"},
+		{name: "user without password", env: []string{"DASHBOARD_USER", "ops"}, want: "DASHBOARD_USER (-user) and DASHBOARD_PASSWORD (-password) must be set together"},
+		{name: "password without user", env: []string{"DASHBOARD_PASSWORD", "pw"}, want: "must be set together"},
+		{name: "insecure with credentials", env: creds, args: []string{"-insecure-no-auth"}, want: "-insecure-no-auth given together with credentials"},
+		{name: "insecure is flag only", env: []string{"INSECURE_NO_AUTH", "true", "DASHBOARD_INSECURE_NO_AUTH", "true"}, want: "no credentials"},
+		{name: "short token", env: []string{"DASHBOARD_TOKENS", "tok-0123456789abcdef,short"}, want: "DASHBOARD_TOKENS (-tokens): httpauth: bad configuration: bearer key #2 is shorter than 16 bytes"},
+		{name: "colon in user", env: []string{"DASHBOARD_USER", "a:b", "DASHBOARD_PASSWORD", "x"}, want: "DASHBOARD_USER/DASHBOARD_PASSWORD: httpauth: bad configuration: basic-auth user may not contain a colon"},
+		{name: "bad timeout", env: append([]string{"DASHBOARD_WRITE_TIMEOUT", "abc"}, creds...), want: `DASHBOARD_WRITE_TIMEOUT="abc" (env; flag -write-timeout): not a duration`},
+		{name: "zero timeout", env: creds, args: []string{"-shutdown-timeout", "0s"}, want: `-shutdown-timeout="0s" (flag; env DASHBOARD_SHUTDOWN_TIMEOUT): must be positive`},
+		{name: "relative root", env: append([]string{"DASHBOARD_ROOT", "asynq"}, creds...), want: `DASHBOARD_ROOT="asynq" (env; flag -root): must start with /`},
+		{name: "reserved root", env: append([]string{"DASHBOARD_ROOT", "/metrics"}, creds...), want: "must not be /metrics"},
+		{name: "unclean root", env: append([]string{"DASHBOARD_ROOT", "/a//b"}, creds...), want: "must be a clean path"},
+		{name: "bad redis url", env: append([]string{"REDIS_URL", "redis://:hunter2@host:port/0"}, creds...), want: `REDIS_URL="<unparseable URL>" (env; flag -redis-url): not a valid URL`},
+		{name: "bad prometheus url", env: append([]string{"DASHBOARD_PROMETHEUS_URL", "prometheus:9090"}, creds...), want: "DASHBOARD_PROMETHEUS_URL"},
+		{name: "bad log level", env: append([]string{"LOG_LEVEL", "verbose"}, creds...), want: `LOG_LEVEL="verbose" (env; flag -log-level): logging: unknown level`},
+		{name: "stray argument", env: creds, args: []string{"serve"}, want: `unexpected arguments ["serve"]`},
+		{name: "unknown flag", env: creds, args: []string{"-port", "1"}, want: "flag provided but not defined: -port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
+			for i := 0; i+1 < len(tt.env); i += 2 {
+				env[tt.env[i]] = tt.env[i+1]
+			}
+			var out bytes.Buffer
+			err := run(t.Context(), append([]string{"dashboard"}, tt.args...), func(k string) string { return env[k] }, &out)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), testPassword)
+			assert.NotContains(t, err.Error(), "hunter2")
+			assert.Empty(t, out.String(), "nothing is logged before the settings are good")
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	env := map[string]string{"DASHBOARD_PASSWORD": testPassword, "DASHBOARD_TOKENS": testToken}
+	require.NoError(t, run(t.Context(), []string{"dashboard", "-h"}, func(k string) string { return env[k] }, &out))
+	assert.Contains(t, out.String(), "Usage: dashboard [flags]")
+	assert.Contains(t, out.String(), "-insecure-no-auth\n")
+	assert.NotContains(t, out.String(), testPassword)
+	assert.NotContains(t, out.String(), testToken)
+}
+
+// TestSettingsTable prints the settings table for the README and checks
+// that every setting the dashboard reads is in it.
+func TestSettingsTable(t *testing.T) {
+	t.Parallel()
+	s := config.NewSet("dashboard", func(string) string { return "" })
+	declare(s, &settings{})
+	md := s.Markdown()
+	t.Logf("settings:\n%s", md)
+	for _, name := range []string{"DASHBOARD_ADDR", "DASHBOARD_ROOT", "REDIS_URL", "DASHBOARD_USER", "DASHBOARD_PASSWORD",
+		"DASHBOARD_TOKENS", "`-insecure-no-auth`", "DASHBOARD_READ_ONLY", "DASHBOARD_METRICS_AUTH", "LOG_LEVEL", "LOG_FORMAT"} {
+		assert.Contains(t, md, name)
+	}
+	assert.Contains(t, md, "| `-read-only` | `DASHBOARD_READ_ONLY` | `true` |")
+	assert.Contains(t, md, "| `-password` | `DASHBOARD_PASSWORD` | (secret) |")
+
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	require.NoError(t, s.CheckDoc(readme, "settings"))
+}
+
+// TestShutdown checks that run returns nil promptly when its context ends.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	logs := &logSink{ready: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	env := testEnv(db)
+	go func() {
+		done <- run(ctx, []string{"dashboard", "-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, logs)
+	}()
+	select {
+	case <-logs.ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	assert.True(t, strings.Contains(logs.String(), `"msg":"stopped"`), logs.String())
+}

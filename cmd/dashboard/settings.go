@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/logging"
+)
+
+// realm names the dashboard in the browser's login prompt and in
+// WWW-Authenticate challenges.
+const realm = "orderworker dashboard"
+
+// settings is the dashboard's configuration, read by loadSettings.
+//
+// Choices behind the defaults:
+//
+//   - ReadOnly defaults to true. The dashboard is mostly looked at; its
+//     write actions (delete, archive, run now, pause a queue) act on real
+//     order changes, and deleting a pending order:modify loses a customer's
+//     change for good. Operators who need them start a dashboard with
+//     DASHBOARD_READ_ONLY=false, on purpose.
+//   - There is no default credential, and the dashboard refuses to start
+//     without one unless -insecure-no-auth is given. That switch is a flag
+//     only, with no environment variable, so that turning authentication off
+//     is visible on the command line and never inherited from a stray
+//     variable; it may not be combined with credentials.
+//   - MetricsAuth defaults to true: /metrics sits behind the same
+//     credentials as the UI, since the dashboard's port is often the one
+//     exposed to people, and queue names and sizes are business data.
+//     Prometheus scrapes with a bearer token from DASHBOARD_TOKENS
+//     (scrape config `authorization: {credentials: ...}`) or with basic
+//     auth. Set DASHBOARD_METRICS_AUTH=false where only the scraper can
+//     reach the port. /healthz and /readyz are never authenticated: probes
+//     carry no credentials, and the answers reveal nothing.
+type settings struct {
+	Addr            string
+	Root            string
+	Redis           *redis.Options
+	User            string
+	Password        string
+	Tokens          []string
+	InsecureNoAuth  bool
+	ReadOnly        bool
+	MetricsAuth     bool
+	PrometheusURL   string
+	ReadTimeout     time.Duration
+	WriteTimeout    time.Duration
+	IdleTimeout     time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+
+	// auth is built from User, Password and Tokens; nil with InsecureNoAuth.
+	auth httpauth.Scheme
+	// authKind names the accepted schemes for the startup log.
+	authKind string
+}
+
+// declare declares the dashboard's settings on s, filling in cfg.
+func declare(s *config.Set, cfg *settings) {
+	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", ":8090", "listen address, host:port").Check(config.NotEmpty)
+	s.String(&cfg.Root, "root", "DASHBOARD_ROOT", "/", "URL path the UI and its API are served under, such as /asynq").Check(checkRoot)
+	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: redis://[user:password@]host:port/db, rediss:// for TLS")
+	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")
+	s.String(&cfg.Password, "password", "DASHBOARD_PASSWORD", "", "basic-auth password").Secret()
+	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters (several allow rotation)").Secret()
+	s.Bool(&cfg.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
+	s.Bool(&cfg.ReadOnly, "read-only", "DASHBOARD_READ_ONLY", true, "hide and refuse the UI's write actions (delete, archive, run, pause)")
+	s.Bool(&cfg.MetricsAuth, "metrics-auth", "DASHBOARD_METRICS_AUTH", true, "require the dashboard's credentials on /metrics")
+	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
+	s.Duration(&cfg.ReadTimeout, "read-timeout", "DASHBOARD_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers included").Check(config.Positive)
+	s.Duration(&cfg.WriteTimeout, "write-timeout", "DASHBOARD_WRITE_TIMEOUT", 30*time.Second, "longest time to answer a request").Check(config.Positive)
+	s.Duration(&cfg.IdleTimeout, "idle-timeout", "DASHBOARD_IDLE_TIMEOUT", 2*time.Minute, "how long an idle keep-alive connection stays open").Check(config.Positive)
+	s.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "DASHBOARD_SHUTDOWN_TIMEOUT", 10*time.Second, "how long to let requests finish on SIGTERM").Check(config.Positive)
+	s.String(&cfg.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
+	s.String(&cfg.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
+}
+
+// reserved are the paths the dashboard serves outside its root.
+var reserved = []string{"/metrics", "/healthz", "/readyz"}
+
+func checkRoot(root string) error {
+	switch {
+	case !strings.HasPrefix(root, "/"):
+		return errors.New("must start with /")
+	case strings.ContainsAny(root, "?#%{} \t"):
+		return errors.New("must be a plain path without ?, #, %, braces or spaces")
+	case root != "/" && path.Clean(root) != strings.TrimSuffix(root, "/"):
+		return errors.New("must be a clean path (no //, . or ..)")
+	}
+	for _, r := range reserved {
+		if root == r || strings.HasPrefix(root, r+"/") {
+			return fmt.Errorf("must not be %s, which the dashboard serves itself", r)
+		}
+	}
+	return nil
+}
+
+// loadSettings reads the settings from args (without the program name) and
+// getenv, writing the usage text to out for -h, and checks the settings
+// that depend on each other. It returns config.ErrHelp after -h.
+func loadSettings(args []string, getenv func(string) string, out io.Writer) (*settings, *config.Set, error) {
+	cfg := &settings{}
+	s := config.NewSet("dashboard", getenv)
+	s.SetOutput(out)
+	declare(s, cfg)
+	if err := s.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	if len(s.Args()) > 0 {
+		return nil, nil, fmt.Errorf("unexpected arguments %q (the dashboard takes flags only; see -h)", s.Args())
+	}
+	cfg.Root = strings.TrimSuffix(cfg.Root, "/")
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	if err := cfg.buildAuth(); err != nil {
+		return nil, nil, err
+	}
+	return cfg, s, nil
+}
+
+// buildAuth checks the credentials and builds the scheme that checks them.
+func (cfg *settings) buildAuth() error {
+	hasBasic := cfg.User != "" || cfg.Password != ""
+	hasTokens := len(cfg.Tokens) > 0
+	switch {
+	case cfg.InsecureNoAuth && (hasBasic || hasTokens):
+		return errors.New("-insecure-no-auth given together with credentials (DASHBOARD_USER/DASHBOARD_PASSWORD or DASHBOARD_TOKENS): drop one or the other")
+	case cfg.InsecureNoAuth:
+		cfg.authKind = "none"
+		return nil
+	case !hasBasic && !hasTokens:
+		return errors.New("no credentials: set DASHBOARD_USER and DASHBOARD_PASSWORD (-user, -password), or DASHBOARD_TOKENS (-tokens), or pass -insecure-no-auth to serve without authentication")
+	case hasBasic && (cfg.User == "" || cfg.Password == ""):
+		return errors.New("DASHBOARD_USER (-user) and DASHBOARD_PASSWORD (-password) must be set together")
+	}
+	var kinds []string
+	var all []httpauth.Scheme
+	if hasBasic {
+		b, err := httpauth.Basic(realm, cfg.User, cfg.Password)
+		if err != nil {
+			return fmt.Errorf("DASHBOARD_USER/DASHBOARD_PASSWORD: %w", err)
+		}
+		all = append(all, b)
+		kinds = append(kinds, "basic")
+	}
+	if hasTokens {
+		b, err := httpauth.Bearer(realm, cfg.Tokens)
+		if err != nil {
+			return fmt.Errorf("DASHBOARD_TOKENS (-tokens): %w", err)
+		}
+		all = append(all, b)
+		kinds = append(kinds, "bearer")
+	}
+	cfg.auth = httpauth.Any(all...)
+	cfg.authKind = strings.Join(kinds, "+")
+	return nil
+}
