@@ -66,6 +66,8 @@ func (w *Worker) logTasks(next asynq.Handler) asynq.Handler {
 		ctx = context.WithValue(ctx, taskInfoKey{}, ti)
 		start := time.Now()
 		err := next.ProcessTask(ctx, t)
+		took := time.Since(start)
+		w.cfg.Metrics.observeTask(t.Type(), err, took, ti)
 		id, _ := asynq.GetTaskID(ctx)
 		retried, _ := asynq.GetRetryCount(ctx)
 		fields := []zap.Field{
@@ -77,7 +79,7 @@ func (w *Worker) logTasks(next asynq.Handler) asynq.Handler {
 			zap.Duration("lock_wait", ti.lock.Waited),
 			zap.Int("lock_attempts", ti.lock.Attempts),
 			zap.Int("woken_by_notice", ti.lock.WokenByNotice),
-			zap.Duration("duration", time.Since(start)),
+			zap.Duration("duration", took),
 		}
 		if ti.locked {
 			fields = append(fields, zap.Int64("fence", ti.fence))

@@ -73,6 +73,9 @@ type Config struct {
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
 	ID string
+	// Metrics receives the worker's Prometheus series. Defaults to nil:
+	// none are recorded.
+	Metrics *Metrics
 	// Logger receives the task log (one line per task) and asynq's own
 	// logs. Defaults to a no-op logger.
 	Logger *zap.Logger

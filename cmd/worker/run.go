@@ -15,6 +15,9 @@ import (
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -35,6 +38,7 @@ type settings struct {
 	BusyRetryMin   time.Duration
 	BusyRetryMax   time.Duration
 	Shutdown       time.Duration
+	SimulateWork   time.Duration
 }
 
 // declare registers the worker's settings on s.
@@ -58,6 +62,7 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.BusyRetryMin, "busy-retry-min", "BUSY_RETRY_MIN", 500*time.Millisecond, "shortest delay before a task that met its wait deadline runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", 2*time.Second, "longest delay before a task that met its wait deadline runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", 25*time.Second, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
+	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
 }
 
 func noBraces(s string) error {
@@ -122,11 +127,22 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	defer locker.Close()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+	var store orders.Store
+	store, err = orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+	if err != nil {
+		return err
+	}
+	if c.SimulateWork > 0 {
+		store = slowStore{Store: store, work: c.SimulateWork}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := worker.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
 	w, err := worker.New(rdb, locker, store, worker.Config{
+		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
 		Queues:          queues,
 		StrictPriority:  c.StrictPriority,
@@ -153,7 +169,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 			w.Shutdown()
 			return fmt.Errorf("ops listener: %w", err)
 		}
-		ops = &http.Server{Handler: opsHandler(rdb, w), ReadHeaderTimeout: 5 * time.Second}
+		ops = &http.Server{Handler: opsHandler(rdb, w, reg), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("ops server listening", zap.String("addr", ln.Addr().String()))
 		go func() { opsErr <- ops.Serve(ln) }()
 	}
@@ -174,9 +190,10 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return nil
 }
 
-// opsHandler serves the worker's health endpoints.
-func opsHandler(rdb redis.UniversalClient, w *worker.Worker) http.Handler {
+// opsHandler serves the worker's health endpoints and metrics.
+func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Write([]byte("ok\n"))
 	})
@@ -194,4 +211,37 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker) http.Handler {
 		rw.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// slowStore makes every write take a while inside the order's lock, for
+// tests and benchmarks (WORKER_SIMULATE_WORK). The wait ends early, with the
+// context's cause, when the task is cancelled.
+type slowStore struct {
+	orders.Store
+	work time.Duration
+}
+
+func (s slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	if err := s.wait(ctx); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Modify(ctx, ev, no, c)
+}
+
+func (s slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
+	if err := s.wait(ctx); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Exchange(ctx, ev, no, x)
+}
+
+func (s slowStore) wait(ctx context.Context) error {
+	t := time.NewTimer(s.work)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -63,6 +64,13 @@ func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 	}
+	// The task's run shows in the metrics. The log line is written after
+	// the store commit, so wait for the series rather than assume it.
+	require.Eventually(t, func() bool {
+		m := scrape(t, "http://"+ops+"/metrics")
+		return strings.Contains(m, `orderworker_task_duration_seconds_count{outcome="ok",task_type="order:modify"} 1`) &&
+			strings.Contains(m, `orderworker_lock_wait_seconds_count{task_type="order:modify"} 1`)
+	}, 10*time.Second, 10*time.Millisecond)
 
 	cancel()
 	select {
@@ -74,6 +82,17 @@ func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
 	defer func() {
 		_ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true)
 	}()
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }
 
 func TestRunRejectsBadSettings(t *testing.T) {

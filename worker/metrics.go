@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a worker process's own Prometheus series (asynq's queue gauges
+// are exported once, by the dashboard). Create them once per process with
+// NewMetrics and pass them in Config.Metrics. All methods are safe for
+// concurrent use; a nil *Metrics records nothing.
+//
+// The series:
+//
+//	orderworker_task_duration_seconds{task_type,outcome}  histogram: one task run, lock wait included
+//	orderworker_lock_wait_seconds{task_type}              histogram: time to get the order's lock
+//	orderworker_lock_wakeups_total{task_type,by}          waits ended by a release notice (by="notice") or the random delay (by="delay")
+//	orderworker_lock_busy_total{task_type}                tasks that met their wait deadline and went back to the queue
+//	orderworker_lock_lost_total{task_type}                task runs cancelled because their lease was lost
+//	orderworker_stale_fence_total{task_type}              writes the store refused for a stale fence
+//	orderworker_token_refreshes_total{result}             upstream token refreshes by this process (result="ok"|"error")
+//	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
+//	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
+//
+// outcome is one of the Outcome* constants.
+type Metrics struct {
+	taskDuration *prometheus.HistogramVec
+	lockWait     *prometheus.HistogramVec
+	wakeups      *prometheus.CounterVec
+	busy         *prometheus.CounterVec
+	lost         *prometheus.CounterVec
+	staleFence   *prometheus.CounterVec
+	refreshes    *prometheus.CounterVec
+	refreshTime  prometheus.Histogram
+	tokenWait    prometheus.Histogram
+}
+
+// NewMetrics creates the worker's series and registers them on reg. It
+// returns an error when they are already registered there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		taskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderworker_task_duration_seconds", Help: "Duration of one task run, lock wait included, by task type and outcome.", Buckets: buckets,
+		}, []string{"task_type", "outcome"}),
+		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderworker_lock_wait_seconds", Help: "Time a task waited for its order's lock.", Buckets: buckets,
+		}, []string{"task_type"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_lock_wakeups_total", Help: "Lock waits ended by a release notice (by=notice) or by the random delay (by=delay).",
+		}, []string{"task_type", "by"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_lock_busy_total", Help: "Tasks that met their lock wait deadline and went back to the queue.",
+		}, []string{"task_type"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_lock_lost_total", Help: "Task runs cancelled because their order lock's lease was lost.",
+		}, []string{"task_type"}),
+		staleFence: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_stale_fence_total", Help: "Writes the order store refused because their fencing token was stale.",
+		}, []string{"task_type"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_token_refreshes_total", Help: "Upstream access token refreshes made by this process, by result.",
+		}, []string{"result"}),
+		refreshTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orderworker_token_refresh_seconds", Help: "Duration of one upstream access token refresh.", Buckets: buckets,
+		}),
+		tokenWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orderworker_token_wait_seconds", Help: "Time callers waited for an access token when none was cached.", Buckets: buckets,
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.refreshes, m.refreshTime, m.tokenWait} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("worker: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observeTask records one task run.
+func (m *Metrics) observeTask(taskType string, err error, took time.Duration, ti *taskInfo) {
+	if m == nil {
+		return
+	}
+	m.taskDuration.WithLabelValues(taskType, Outcome(err)).Observe(took.Seconds())
+	if ti.lock.Attempts > 0 {
+		m.lockWait.WithLabelValues(taskType).Observe(ti.lock.Waited.Seconds())
+	}
+	if n := ti.lock.WokenByNotice; n > 0 {
+		m.wakeups.WithLabelValues(taskType, "notice").Add(float64(n))
+	}
+	if n := ti.lock.WokenByDelay; n > 0 {
+		m.wakeups.WithLabelValues(taskType, "delay").Add(float64(n))
+	}
+	var busy *lock.BusyError
+	switch {
+	case errors.As(err, &busy):
+		m.busy.WithLabelValues(taskType).Inc()
+		m.lockWait.WithLabelValues(taskType).Observe(busy.Waited.Seconds())
+	case errors.Is(err, lock.ErrLost):
+		m.lost.WithLabelValues(taskType).Inc()
+	}
+	if errors.Is(err, orders.ErrStaleFence) {
+		m.staleFence.WithLabelValues(taskType).Inc()
+	}
+}
+
+// TokenRefreshed records one upstream token refresh; it has the shape of the
+// token cache's refresh hook.
+func (m *Metrics) TokenRefreshed(took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.refreshes.WithLabelValues(result).Inc()
+	m.refreshTime.Observe(took.Seconds())
+}
+
+// TokenWaited records how long a caller waited for a token; it has the shape
+// of the token cache's wait hook.
+func (m *Metrics) TokenWaited(took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.tokenWait.Observe(took.Seconds())
+}
