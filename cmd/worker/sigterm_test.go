@@ -69,6 +69,12 @@ func TestSIGTERM(t *testing.T) {
 			_, err = asynq.NewClientFromRedisClient(db.Client).Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-term"), asynq.Retention(time.Hour))
 			require.NoError(t, err)
 
+			t.Cleanup(func() {
+				if t.Failed() {
+					b, _ := os.ReadFile(logs.Name())
+					t.Logf("worker log:\n%s", b)
+				}
+			})
 			lockKey := db.Prefix + "lock:{SO1}"
 			require.Eventually(t, func() bool { return db.Client.Exists(t.Context(), lockKey).Val() == 1 },
 				30*time.Second, 5*time.Millisecond, "the task never took its lock")

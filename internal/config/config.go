@@ -281,7 +281,8 @@ func splitList(raw string) []string {
 	return out
 }
 
-// Redis declares a Redis URL setting, parsed with redis.ParseURL into *p:
+// Redis declares a Redis URL setting, parsed with redis.ParseURL into *p,
+// with ContextTimeoutEnabled set so that context deadlines bound commands:
 // redis://[user:password@]host[:port][/db] for plain TCP, rediss:// for TLS
 // (server name checked against the host, TLS 1.2 or newer), unix:///path for a
 // socket, and go-redis's query options such as ?dial_timeout=3s. def must be a
@@ -321,6 +322,10 @@ func parseRedisURL(raw string) (*redis.Options, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a Redis URL (want redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path): %w", err)
 	}
+	// Let a context's deadline cut a command short, as the lock's release
+	// and renewal timeouts expect; go-redis otherwise waits out its own
+	// read timeout (3 s) whatever the context says.
+	opts.ContextTimeoutEnabled = true
 	return opts, nil
 }
 

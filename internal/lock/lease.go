@@ -52,8 +52,8 @@ func (s *Lease) Stats() Stats { return s.stats }
 // Keep starts renewing the lease every TTL/3 and returns a context derived
 // from ctx for the guarded work. That context is cancelled with cause
 // [ErrLost] when a renewal finds the lock gone or owned by someone else, or
-// when renewals fail (Redis unreachable) for longer than 2·TTL/3, after which
-// the lease may have expired. Renewal stops on Release, on ctx's end, or on
+// when renewals fail (Redis unreachable) until the lease may have expired; a
+// failed renewal is retried at a quarter of the time left. Renewal stops on Release, on ctx's end, or on
 // loss; its goroutine never outlives Release. Keep may be called once; later
 // calls, and calls after Release, return ctx unchanged.
 func (s *Lease) Keep(ctx context.Context) context.Context {
@@ -72,9 +72,11 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	defer close(s.done)
 	ttl := s.l.cfg.TTL
 	every := ttl / 3
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
-	lastOK := time.Now()
+	// The lease surely lasts until ttl after the start of the last renewal
+	// that succeeded (Redis extended it after that start).
+	expires := time.Now().Add(ttl)
 	log := s.l.log.With(zap.String("key", s.key), zap.Int64("fence", s.fence))
 	for {
 		select {
@@ -84,22 +86,32 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 			return
 		case <-t.C:
 		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		start := time.Now()
+		left := expires.Sub(start)
+		if left <= 0 {
+			log.Warn("lease lost: renewals failed until it expired")
+			cancel(fmt.Errorf("%w: renewals failed until the lease expired", ErrLost))
+			return
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), left)
 		ok, err := s.refresh(rctx)
 		rcancel()
 		switch {
 		case err == nil && ok:
-			lastOK = time.Now()
+			expires = start.Add(ttl)
+			t.Reset(every)
 		case err == nil:
 			log.Warn("lease lost: lock gone or taken")
 			cancel(ErrLost)
 			return
-		case time.Since(lastOK) >= ttl-every:
+		case time.Now().After(expires):
 			log.Warn("lease lost: renewals failing", zap.Error(err))
-			cancel(fmt.Errorf("%w: renewals failing since %v: %w", ErrLost, lastOK.Format(time.RFC3339Nano), err))
+			cancel(fmt.Errorf("%w: renewals failing: %w", ErrLost, err))
 			return
 		default:
+			// Try again soon: the lease is still running.
 			log.Info("lease renewal failed; retrying", zap.Error(err))
+			t.Reset(min(every, time.Until(expires)) / 4)
 		}
 	}
 }

@@ -276,7 +276,7 @@ func TestKeptLeaseOutlivesTTL(t *testing.T) {
 	db := redistest.New(t)
 	// Long enough that a loaded machine still renews in time (every TTL/3,
 	// with two chances before the lease ends).
-	ttl := 900 * time.Millisecond
+	ttl := 1500 * time.Millisecond
 	l := newLocker(t, db, lock.Config{TTL: ttl})
 	other := newLocker(t, db, lock.Config{TTL: ttl})
 	lease, err := l.TryAcquire(t.Context(), "SO-keep", "long task")

@@ -186,13 +186,14 @@ func (s *shared) start() {
 			s.err = fmt.Errorf("TEST_REDIS_URL: %w", err)
 			return
 		}
+		opts.ContextTimeoutEnabled = true
 		s.kind, s.opts = External, opts
 		return
 	}
 	p, err := StartProcess()
 	if err == nil {
 		s.kind, s.proc = Spawned, p
-		s.opts = &redis.Options{Addr: p.Addr()}
+		s.opts = &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}
 		return
 	}
 	if os.Getenv("CI") != "" {
@@ -210,7 +211,7 @@ func (s *shared) start() {
 		return
 	}
 	s.kind, s.mini = Miniredis, m
-	s.opts = &redis.Options{Addr: m.Addr()}
+	s.opts = &redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}
 }
 
 // Main runs the tests of a package and then stops the shared server, if this
