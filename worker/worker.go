@@ -56,7 +56,9 @@ type Config struct {
 	// to a random 50–500 ms between attempts and a 10 s deadline.
 	ExchangeWait lock.Wait
 	// BusyRetryMin and BusyRetryMax bound the random delay before a task
-	// that met its wait deadline runs again. Defaults to 500ms and 2s.
+	// runs again after it met its wait deadline, lost its lease or had its
+	// write refused for a stale fence. Only the deadline is free: the other
+	// two count against the task's retries. Defaults to 500ms and 2s.
 	BusyRetryMin, BusyRetryMax time.Duration
 	// ShutdownTimeout is how long Shutdown lets tasks in flight finish
 	// before it cancels them; cancelled tasks go back to their queue and
@@ -219,10 +221,11 @@ func (w *Worker) Ping() error {
 // retries. Lock contention (lock.ErrBusy) does not: the task did not run.
 func IsFailure(err error) bool { return !errors.Is(err, lock.ErrBusy) }
 
-// retryDelay gives a task that met its lock deadline a short random delay,
-// and asynq's exponential backoff to everything else.
+// retryDelay gives a short random delay to a task that did not get to run
+// or lost its order to another holder (lock contention: busy, lost lease,
+// stale fence), and asynq's exponential backoff to everything else.
 func (w *Worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	if errors.Is(err, lock.ErrBusy) {
+	if errors.Is(err, lock.ErrBusy) || errors.Is(err, lock.ErrLost) || errors.Is(err, orders.ErrStaleFence) {
 		lo, hi := w.cfg.BusyRetryMin, w.cfg.BusyRetryMax
 		return lo + rand.N(hi-lo+1)
 	}

@@ -305,10 +305,10 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	entered := make(chan struct{})
 	var once sync.Once
 	blocking := func(s orders.Store) orders.Store {
-		return &hookStore{Store: s, beforeModify: func(ctx context.Context) error {
+		return &hookStore{Store: s, modify: func(ctx context.Context, _, _ string, _ orders.Changes) (orders.Result, error) {
 			once.Do(func() { close(entered) })
 			<-ctx.Done() // the handler blocks until its lease is lost
-			return context.Cause(ctx)
+			return orders.Result{}, context.Cause(ctx)
 		}}
 	}
 	c := e.db.NewClient(t)
@@ -333,16 +333,14 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	require.Contains(t, info.LastErr, lock.ErrLost.Error())
 }
 
+// hookStore replaces a store's Modify.
 type hookStore struct {
 	orders.Store
-	beforeModify func(ctx context.Context) error
+	modify func(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error)
 }
 
 func (s *hookStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
-	if err := s.beforeModify(ctx); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Modify(ctx, ev, no, c)
+	return s.modify(ctx, ev, no, c)
 }
 
 func TestConfigValidation(t *testing.T) {
