@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,7 +68,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return errors.New("no command (run with -h for the list)")
 	}
 	if rest[0] == "serve" {
-		return serve(ctx, rest[1:], getenv, stdout)
+		// serve declares the shared settings too: hand it those given
+		// before the command along with its own.
+		given := args[:len(args)-len(rest)]
+		return serve(ctx, append(slices.Clip(given), rest[1:]...), getenv, stdout)
 	}
 	rdb := redis.NewClient(c.Redis)
 	defer rdb.Close()

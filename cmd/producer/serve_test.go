@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+const (
+	testKey1 = "serve-key-one-0123456789"
+	testKey2 = "serve-key-two-0123456789"
+)
+
+// logSink is serve's stdout: it keeps everything written and hands each
+// JSON log line to waitFor.
+type logSink struct {
+	mu    sync.Mutex
+	all   bytes.Buffer
+	part  []byte
+	lines chan map[string]any
+}
+
+func newLogSink() *logSink { return &logSink{lines: make(chan map[string]any, 1000)} }
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all.Write(p)
+	s.part = append(s.part, p...)
+	for {
+		i := bytes.IndexByte(s.part, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		var line map[string]any
+		if json.Unmarshal(s.part[:i], &line) == nil {
+			s.lines <- line
+		}
+		s.part = s.part[i+1:]
+	}
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.all.String()
+}
+
+// waitFor returns the first log line from now on whose msg is msg.
+func (s *logSink) waitFor(t *testing.T, msg string) map[string]any {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-s.lines:
+			if line["msg"] == msg {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no log line %q in:\n%s", msg, s)
+		}
+	}
+}
+
+// started is a running "producer serve".
+type started struct {
+	addr   string
+	logs   *logSink
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startServe runs "producer serve" with env and args until the test ends,
+// and waits until it listens.
+func startServe(t *testing.T, env map[string]string, args ...string) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &started{logs: newLogSink(), cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		s.done <- run(ctx, append([]string{"serve"}, args...), func(k string) string { return env[k] }, s.logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not return")
+		}
+	})
+	s.addr = s.logs.waitFor(t, "listening")["addr"].(string)
+	return s
+}
+
+func baseEnv(db *redistest.DB) map[string]string {
+	return map[string]string{
+		"REDIS_URL":       db.URL(),
+		"KEY_PREFIX":      db.Prefix,
+		"INTAKE_ADDR":     "127.0.0.1:0",
+		"INTAKE_API_KEYS": testKey1 + ", " + testKey2,
+		"LOG_LEVEL":       "debug",
+	}
+}
+
+// TestServeGracefulShutdown cancels serve's context (SIGTERM in main) while a
+// request is in flight, and checks that the request still gets its answer
+// and that serve returns only after.
+func TestServeGracefulShutdown(t *testing.T) {
+	db := redistest.New(t)
+	s := startServe(t, baseEnv(db))
+
+	conn, err := net.Dial("tcp", s.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	body := `{"changes":{"remark":"late"}}`
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/v1/orders/SO1/modify", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey2)
+	req.Header.Set("Idempotency-Key", "evt-inflight")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	req.ContentLength = int64(len(body))
+
+	// Send the headers only. The server answers 100 Continue when the
+	// handler starts reading the body: from then on the request is in
+	// flight.
+	var head bytes.Buffer
+	require.NoError(t, req.Header.Write(&head))
+	_, err = fmt.Fprintf(conn, "POST /v1/orders/SO1/modify HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n", s.addr, len(body), head.String())
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", status)
+	blank, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "\r\n", blank)
+
+	s.cancel()
+	s.logs.waitFor(t, "shutting down")
+	// Shutdown closes the listener first, then waits for the requests in
+	// flight: once new connections are refused, it is waiting for ours.
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", s.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 10*time.Second, 5*time.Millisecond, "the listener stays open")
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		t.Fatalf("serve returned with a request in flight: %v", err)
+	default:
+	}
+
+	_, err = io.WriteString(conn, body)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(br, req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s", b)
+	assert.JSONEq(t, `{"task_id":"evt-inflight","queue":"order_modify","event_id":"evt-inflight"}`, string(b))
+
+	select {
+	case err := <-s.done:
+		require.NoError(t, err)
+		s.done <- err // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return after the request finished")
+	}
+	s.logs.waitFor(t, "stopped")
+	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "evt-inflight")
+	require.NoError(t, err)
+}
+
+// TestServeEndToEnd enqueues and reads through the real binary's wiring,
+// and checks that the keys never reach the logs.
+func TestServeEndToEnd(t *testing.T) {
+	db := redistest.New(t)
+	s := startServe(t, baseEnv(db), "-max-body", "4096")
+	base := "http://" + s.addr
+
+	do := func(method, path, key, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		req.Header.Set("Idempotency-Key", "evt-e2e")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, body := do(http.MethodPost, "/v1/orders/SO1/exchange", testKey1, `{"items":[{"sku":"A","qty":1}]}`)
+	require.Equal(t, http.StatusAccepted, code, body)
+	code, body = do(http.MethodGet, "/v1/tasks/evt-e2e", testKey2, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"queue":"order_exchange"`)
+	code, _ = do(http.MethodGet, "/v1/orders/SO1", "wrong-key-0123456789abcdef", "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = do(http.MethodPost, "/v1/orders/SO1/modify", testKey1, `{"changes":{"remark":"`+strings.Repeat("x", 4096)+`"}}`)
+	require.Equal(t, http.StatusRequestEntityTooLarge, code)
+	code, _ = do(http.MethodGet, "/readyz", "", "")
+	require.Equal(t, http.StatusOK, code)
+	http.DefaultClient.CloseIdleConnections()
+
+	s.cancel()
+	s.logs.waitFor(t, "stopped")
+	logs := s.logs.String()
+	assert.Contains(t, logs, `"api-keys":"<redacted>"`)
+	assert.Contains(t, logs, `"principal":"key#2"`)
+	for _, secret := range []string{testKey1, testKey2, "wrong-key-0123456789abcdef"} {
+		assert.NotContains(t, logs, secret)
+	}
+}
+
+func TestServeInsecureNoAuth(t *testing.T) {
+	db := redistest.New(t)
+	env := baseEnv(db)
+	delete(env, "INTAKE_API_KEYS")
+	s := startServe(t, env, "-insecure-no-auth")
+	s.logs.waitFor(t, "authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes")
+
+	resp, err := http.Get("http://" + s.addr + "/v1/orders/SO1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestServeRejectsBadSettings(t *testing.T) {
+	const short = "tooshort"
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no keys", map[string]string{"INTAKE_API_KEYS": ""}, nil, "no API keys"},
+		{"keys and insecure", nil, []string{"-insecure-no-auth"}, "-insecure-no-auth given together"},
+		{"short key", map[string]string{"INTAKE_API_KEYS": testKey1 + "," + short}, nil, "INTAKE_API_KEYS (-api-keys): intake: APIKeys: httpauth: bad configuration: bearer key #2 is shorter"},
+		{"body over the payload limit", map[string]string{"INTAKE_MAX_BODY": "1048576"}, nil, "INTAKE_MAX_BODY"},
+		{"zero body", nil, []string{"-max-body", "0"}, "must be positive"},
+		{"request timeout over write timeout", map[string]string{"INTAKE_REQUEST_TIMEOUT": "30s"}, nil, "must be below INTAKE_WRITE_TIMEOUT"},
+		{"bad prefix", map[string]string{"KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
+		{"bad log level", map[string]string{"LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
+		{"arguments", nil, []string{"extra"}, "unexpected arguments"},
+		{"address in use", nil, nil, "INTAKE_ADDR"},
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{
+				"REDIS_URL":       "redis://127.0.0.1:1/0",
+				"INTAKE_ADDR":     busy.Addr().String(),
+				"INTAKE_API_KEYS": testKey1,
+				"LOG_LEVEL":       "error",
+			}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			var out bytes.Buffer
+			err := run(t.Context(), append([]string{"serve"}, tt.args...), func(k string) string { return env[k] }, &out)
+			require.ErrorContains(t, err, tt.want)
+			assert.NotContains(t, err.Error()+out.String(), short)
+			assert.NotContains(t, err.Error()+out.String(), testKey1)
+		})
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"serve", "-h"}, func(string) string { return "" }, &out))
+	for _, env := range []string{"INTAKE_ADDR", "INTAKE_API_KEYS", "INTAKE_MAX_BODY", "INTAKE_READ_TIMEOUT", "INTAKE_WRITE_TIMEOUT",
+		"INTAKE_IDLE_TIMEOUT", "INTAKE_REQUEST_TIMEOUT", "INTAKE_SHUTDOWN_TIMEOUT", "REDIS_URL", "KEY_PREFIX", "LOG_LEVEL", "LOG_FORMAT", "-insecure-no-auth"} {
+		assert.Contains(t, out.String(), env)
+	}
+}
+
+func TestREADMEListsEveryServeSetting(t *testing.T) {
+	doc, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	s := config.NewSet("producer serve", nil)
+	declareServe(s, &serveSettings{})
+	require.NoError(t, s.CheckDoc(doc, "intake-settings"))
+}

@@ -1,0 +1,156 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// readBody reads the body of an enqueue: a JSON media type (or none) and at
+// most MaxBody bytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || !(mt == mediaTypeJSON || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+			return nil, &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, field: "Content-Type",
+				message: "the body must be JSON, with Content-Type: application/json"}
+		}
+	}
+	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+		message: fmt.Sprintf("the body is larger than %d bytes", s.cfg.MaxBody)}
+	if r.ContentLength > s.cfg.MaxBody {
+		return nil, tooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge
+	case err != nil:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeMalformedBody,
+			message: "could not read the body: " + err.Error()}
+	}
+	return b, nil
+}
+
+// decodeModify makes the payload of a modify from the order number in the
+// path, the values of the Idempotency-Key header and the body; see
+// decodePayload.
+func decodeModify(orderNo string, keys []string, body []byte) (tasks.ModifyPayload, *apiError) {
+	return decodePayload(orderNo, keys, body, tasks.ParseModify,
+		func(p *tasks.ModifyPayload) (*string, *string) { return &p.OrderNo, &p.EventID })
+}
+
+// decodeExchange makes the payload of an exchange as decodeModify does that
+// of a modify.
+func decodeExchange(orderNo string, keys []string, body []byte) (tasks.ExchangePayload, *apiError) {
+	return decodePayload(orderNo, keys, body, tasks.ParseExchange,
+		func(p *tasks.ExchangePayload) (*string, *string) { return &p.OrderNo, &p.EventID })
+}
+
+// decodePayload parses body strictly with parse, fills in the order number
+// from the path and the event ID from the header, and validates the result.
+// ids returns pointers to the payload's order_no and event_id. The error is
+// always a 400. On success the payload is valid, its order_no is orderNo and
+// its event_id is the header's key or, without one, the body's.
+func decodePayload[P interface{ Validate() error }](orderNo string, keys []string, body []byte,
+	parse func([]byte) (P, error), ids func(*P) (orderNo, eventID *string)) (P, *apiError) {
+	var zero P
+	if !tasks.ValidOrderNo(orderNo) {
+		return zero, badOrderNo()
+	}
+	key, hasKey, aerr := idempotencyKey(keys)
+	if aerr != nil {
+		return zero, aerr
+	}
+	p, err := parse(body)
+	// parse returns the decoded payload with its validation error when the
+	// JSON decodes, and the zero payload otherwise; so an error that is not
+	// the payload's own validation error is a decoding error. The payload
+	// may be incomplete only for lack of what the path and header give.
+	if err != nil && err.Error() != errText(p.Validate()) {
+		return zero, payloadError(err)
+	}
+	no, id := ids(&p)
+	if *no != "" && *no != orderNo {
+		return zero, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "order_no",
+			message: "order_no: the body's order_no, when given, must equal the order number in the path"}
+	}
+	*no = orderNo
+	switch {
+	case hasKey && *id != "" && *id != key:
+		return zero, &apiError{status: http.StatusBadRequest, code: codeKeyMismatch, field: "event_id",
+			message: "event_id: the body's event_id, when given, must equal the Idempotency-Key header"}
+	case hasKey:
+		*id = key
+	case *id == "":
+		return zero, &apiError{status: http.StatusBadRequest, code: codeKeyRequired, field: HeaderIdempotencyKey,
+			message: "an event ID is required, in the Idempotency-Key header or the body's event_id"}
+	}
+	if err := p.Validate(); err != nil {
+		return zero, payloadError(err)
+	}
+	return p, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// idempotencyKey reads the Idempotency-Key header from its values: absent,
+// or exactly one valid event ID, bare or as a structured-field string
+// (RFC 8941) in double quotes.
+func idempotencyKey(values []string) (key string, ok bool, _ *apiError) {
+	switch len(values) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", false, badParameter(HeaderIdempotencyKey, "the Idempotency-Key header must be given once")
+	}
+	key = strings.TrimSpace(values[0])
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		unquoted, ok := unquoteSFString(key)
+		if !ok {
+			return "", false, badParameter(HeaderIdempotencyKey,
+				`the Idempotency-Key header is quoted but is not a valid structured-field string`)
+		}
+		key = unquoted
+	}
+	if !tasks.ValidEventID(key) {
+		return "", false, badParameter(HeaderIdempotencyKey, fmt.Sprintf(
+			"the Idempotency-Key header must be 1 to %d printable ASCII characters without spaces", tasks.MaxEventIDLen))
+	}
+	return key, true, nil
+}
+
+// unquoteSFString decodes a structured-field string (RFC 8941 section
+// 3.3.3): printable ASCII in double quotes, in which only `"` and `\` are
+// escaped, with a backslash.
+func unquoteSFString(s string) (string, bool) {
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(s)-1 || (s[i] != '"' && s[i] != '\\') {
+				return "", false
+			}
+			b.WriteByte(s[i])
+		case c == '"' || c < 0x20 || c > 0x7e:
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}

@@ -1,0 +1,246 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// postModify enqueues a modify: 202 with the producer's Result.
+func (s *Server) postModify(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	p, aerr := decodeModify(r.PathValue("order_no"), r.Header.Values(HeaderIdempotencyKey), body)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	requestInfoFrom(r.Context()).eventID = p.EventID
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	res, err := s.producer.EnqueueModifyPayload(ctx, p)
+	s.enqueued(w, r, res, err)
+}
+
+// postExchange enqueues an exchange, as postModify does a modify.
+func (s *Server) postExchange(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	p, aerr := decodeExchange(r.PathValue("order_no"), r.Header.Values(HeaderIdempotencyKey), body)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	requestInfoFrom(r.Context()).eventID = p.EventID
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	res, err := s.producer.EnqueueExchangePayload(ctx, p)
+	s.enqueued(w, r, res, err)
+}
+
+// enqueued answers an enqueue by the producer's outcome.
+func (s *Server) enqueued(w http.ResponseWriter, r *http.Request, res producer.Result, err error) {
+	var dup *producer.DuplicateError
+	switch {
+	case err == nil:
+		w.Header().Set("Location", "/v1/tasks/"+url.PathEscape(res.TaskID))
+		writeJSON(w, http.StatusAccepted, res)
+	case errors.As(err, &dup) && dup.LookupErr != nil:
+		// The event's ID is taken, but the task holding it could not be
+		// read: Redis failed, or the task went away in between (then a
+		// retry enqueues it afresh).
+		s.writeError(w, r, unavailable(msgUnavailable, err))
+	case errors.As(err, &dup) && dup.SamePayload:
+		s.writeError(w, r, &apiError{
+			status: http.StatusConflict, code: codeDuplicate,
+			message: fmt.Sprintf("event %q was already enqueued with this payload, as task %q in queue %s (%s)",
+				dup.EventID, dup.TaskID, dup.Queue, dup.State),
+			existing: &existingTask{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, State: dup.State.String()},
+		})
+	case errors.As(err, &dup):
+		s.writeError(w, r, &apiError{
+			status: http.StatusUnprocessableEntity, code: codeKeyReused, field: "event_id",
+			message: fmt.Sprintf("event %q was already enqueued with a different payload, as task %q in queue %s; use a new Idempotency-Key for a different change",
+				dup.EventID, dup.TaskID, dup.Queue),
+			existing: &existingTask{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID},
+		})
+	case errors.Is(err, tasks.ErrInvalid):
+		// Unreachable: the payload was validated before.
+		s.writeError(w, r, payloadError(err))
+	default:
+		// A Redis or timeout error, or the producer closed at shutdown.
+		s.writeError(w, r, unavailable(msgUnavailable, err))
+	}
+}
+
+// orderNo returns the order number of the path, or a 400.
+func orderNo(r *http.Request) (string, *apiError) {
+	no := r.PathValue("order_no")
+	if !tasks.ValidOrderNo(no) {
+		return "", badOrderNo()
+	}
+	return no, nil
+}
+
+// storeError answers an error of the order store.
+func storeError(err error) *apiError {
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		return &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such order"}
+	case errors.Is(err, orders.ErrInvalid):
+		return badParameter("order_no", err.Error())
+	}
+	return unavailable(msgUnavailableReadOnly, err)
+}
+
+// getOrder answers the order.
+func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
+	no, aerr := orderNo(r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	o, err := s.store.Get(ctx, no)
+	if err != nil {
+		s.writeError(w, r, storeError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// history is the answer of GET /v1/orders/{order_no}/history.
+type history struct {
+	OrderNo string         `json:"order_no"`
+	Entries []orders.Entry `json:"entries"`
+}
+
+// getHistory answers the order's history, oldest entry first.
+func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
+	no, aerr := orderNo(r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	entries, err := s.store.History(ctx, no)
+	if err != nil {
+		s.writeError(w, r, storeError(err))
+		return
+	}
+	if entries == nil {
+		entries = []orders.Entry{}
+	}
+	writeJSON(w, http.StatusOK, history{OrderNo: no, Entries: entries})
+}
+
+// taskView is the answer of GET /v1/tasks/{task_id}.
+type taskView struct {
+	TaskID        string    `json:"task_id"`
+	Queue         string    `json:"queue"`
+	Type          string    `json:"type"`
+	State         string    `json:"state"`
+	MaxRetry      int       `json:"max_retry"`
+	Retried       int       `json:"retried"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastFailedAt  time.Time `json:"last_failed_at,omitzero"`
+	NextProcessAt time.Time `json:"next_process_at,omitzero"`
+	CompletedAt   time.Time `json:"completed_at,omitzero"`
+}
+
+// getTask answers the state of a task, looked for in the exchange queue and
+// then the modify queue, or in the one the queue parameter names.
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("task_id")
+	if !tasks.ValidEventID(id) {
+		s.writeError(w, r, badParameter("task_id", fmt.Sprintf(
+			"the task ID in the path must be 1 to %d printable ASCII characters without spaces, percent-encoded", tasks.MaxEventIDLen)))
+		return
+	}
+	queues := s.queues
+	if q := r.URL.Query().Get("queue"); q != "" {
+		if !slices.Contains(s.queues, q) {
+			s.writeError(w, r, badParameter("queue", "queue must be one of "+strings.Join(s.queues, ", ")))
+			return
+		}
+		queues = []string{q}
+	}
+	for _, q := range queues {
+		info, err := s.inspector.GetTaskInfo(q, id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		case err != nil:
+			s.writeError(w, r, unavailable(msgUnavailableReadOnly, err))
+			return
+		}
+		var due time.Time
+		if info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry {
+			// asynq says "now" for other states; it means nothing there.
+			due = utc(info.NextProcessAt)
+		}
+		writeJSON(w, http.StatusOK, taskView{
+			TaskID:        info.ID,
+			Queue:         info.Queue,
+			Type:          info.Type,
+			State:         info.State.String(),
+			MaxRetry:      info.MaxRetry,
+			Retried:       info.Retried,
+			LastError:     info.LastErr,
+			LastFailedAt:  utc(info.LastFailedAt),
+			NextProcessAt: due,
+			CompletedAt:   utc(info.CompletedAt),
+		})
+		return
+	}
+	s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound,
+		message: "no such task in " + strings.Join(queues, " or ")})
+}
+
+// utc returns t in UTC, keeping the zero time zero.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// status is the answer of /healthz and /readyz.
+type status struct {
+	Status string `json:"status"`
+}
+
+// healthz answers 200 while the process serves.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, status{"ok"})
+}
+
+// readyz answers 200 while Redis answers PING within ProbeTimeout.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProbeTimeout)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.writeError(w, r, unavailable("Redis does not answer", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, status{"ready"})
+}

@@ -1,0 +1,323 @@
+// Package intake is orderworker's HTTP API for upstream systems that cannot
+// import package producer, most of them Java services. Through it they
+// enqueue order modifies and exchanges with the producer's policy, and read
+// orders, order histories and the state of tasks. "producer serve" (the
+// intake process of the Procfile) serves it; api/openapi.yaml describes it
+// exactly, and a test holds the two together.
+//
+// A [Server] is an http.Handler. It owns no listener, no http.Server and no
+// Redis client: cmd/producer sets the server's timeouts, shuts it down and
+// closes the client. It is not an authorization layer: every caller with a
+// valid key may do everything.
+//
+// # Routes
+//
+//	POST /v1/orders/{order_no}/modify     enqueue an order:modify      202
+//	POST /v1/orders/{order_no}/exchange   enqueue an order:exchange    202
+//	GET  /v1/orders/{order_no}            the order                    200
+//	GET  /v1/orders/{order_no}/history    the order's history          200
+//	GET  /v1/tasks/{task_id}              a task's state and retries   200
+//	GET  /healthz                         the process serves           200
+//	GET  /readyz                          Redis answers                200 or 503
+//
+// Every /v1 route needs an `Authorization: Bearer <key>` header with one of
+// [Config.APIKeys]; /healthz and /readyz need none. [Routes] lists them.
+//
+// # Enqueueing and idempotency
+//
+// The body of a POST is the task's JSON payload as package tasks defines it,
+// without order_no, which the path gives (a body may repeat it, equal to the
+// path's). The event ID, the idempotency key, comes in the Idempotency-Key
+// header or in the body's event_id; given both, they must be equal. One of
+// them is required: the intake does not make one up, because a client that
+// retries a request whose answer it lost must send the same key, or the
+// change would be applied twice. The header may be a bare key (as Stripe
+// takes it) or a structured-field string in double quotes (as the IETF
+// Idempotency-Key draft writes it): `abc` and `"abc"` are the same key.
+//
+// The task ID is the event ID. A request whose key asynq still holds (see
+// package producer for how long) is refused: with 409 Conflict and the
+// existing task's ID and state when its payload is the same, so that a retry
+// can count as success, and with 422 Unprocessable Content when the key was
+// used for a different change. Keys are scoped to the task type: a modify and
+// an exchange do not collide. Nothing is enqueued for any 4xx answer.
+//
+// # Errors
+//
+// Every answer other than 2xx has a JSON body of one shape:
+//
+//	{"error": {"code": "invalid_field",
+//	           "message": "changes.items[0].qty: must be between 1 and 10000, got 0",
+//	           "field": "changes.items[0].qty",
+//	           "request_id": "5f0c..."}}
+//
+// code is one of the codes below; field, when present, names what is at
+// fault: a body field's path, a path or query parameter, or a header.
+// request_id echoes the X-Request-Id of the response. A 409 or 422 adds the
+// existing task's task_id, queue and event_id beside "error", a 409 also its
+// state.
+//
+//	400 malformed_body            the body is not one JSON object in UTF-8, or could not be read
+//	400 invalid_field             a body field is unknown, of the wrong type or breaks a rule
+//	400 invalid_parameter         a path or query parameter or the Idempotency-Key header is malformed
+//	400 idempotency_key_required  neither the Idempotency-Key header nor the body's event_id is given
+//	400 idempotency_key_mismatch  the header and the body's event_id differ
+//	401 unauthorized              no valid API key; WWW-Authenticate says how to give one
+//	404 not_found                 no such order, task or route
+//	405 method_not_allowed        the path exists with other methods (listed in Allow)
+//	409 duplicate                 the key was already enqueued with this payload
+//	413 body_too_large            the body is over [Config.MaxBody]
+//	415 unsupported_media_type    the Content-Type is not JSON
+//	422 idempotency_key_reused    the key was already enqueued with a different payload
+//	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
+//
+// # Logs
+//
+// Each request is logged once, on the logger's "http" child, with its
+// request ID (the caller's X-Request-Id when it is 1 to 128 visible ASCII
+// characters, otherwise a new UUID, echoed either way), method, path, route,
+// status, size, duration, remote address, the key's position ("key#2", never
+// the key) and, where known, the event ID and error code. No header and no
+// body is logged.
+package intake
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The defaults of [Config].
+const (
+	// DefaultMaxBody is the default of [Config.MaxBody]: 64 KiB.
+	DefaultMaxBody = 64 << 10
+	// DefaultRequestTimeout is the default of [Config.RequestTimeout].
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultRetryAfter is the default of [Config.RetryAfter].
+	DefaultRetryAfter = 5 * time.Second
+	// DefaultProbeTimeout is the default of [Config.ProbeTimeout].
+	DefaultProbeTimeout = time.Second
+)
+
+// Realm is the protection space named in the WWW-Authenticate challenge of a
+// 401 answer.
+const Realm = "orderworker intake"
+
+// The headers the intake reads or writes besides the standard ones.
+const (
+	// HeaderIdempotencyKey carries the event ID of an enqueue.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderRequestID carries the request ID, taken from the request when
+	// usable and always set on the response.
+	HeaderRequestID = "X-Request-Id"
+)
+
+// Config tunes a [Server]. A zero field means its default; APIKeys has none
+// and must be set unless InsecureNoAuth is.
+type Config struct {
+	// APIKeys are the bearer keys the /v1 routes accept, each at least
+	// httpauth.MinKeyLength bytes of visible ASCII. List several to rotate
+	// keys without downtime: add the new key, move the clients over, then
+	// drop the old one. Keys are compared in constant time and never
+	// logged. Required unless InsecureNoAuth is set; there is no default.
+	APIKeys []string
+
+	// InsecureNoAuth serves the /v1 routes without authentication, for
+	// local development. It may not be combined with APIKeys. Defaults to
+	// false.
+	InsecureNoAuth bool
+
+	// MaxBody is the largest request body accepted, in bytes; a larger one
+	// is answered 413. It must not exceed tasks.MaxPayloadBytes. Defaults to
+	// 64 KiB, far above any valid payload.
+	MaxBody int64
+
+	// RequestTimeout bounds the Redis work of one request (an enqueue, an
+	// order read); past it the request is answered 503. asynq's Inspector,
+	// which reads tasks, takes no context and is bounded by the Redis
+	// client's own timeouts instead. Defaults to 10 seconds.
+	RequestTimeout time.Duration
+
+	// RetryAfter is the Retry-After of a 503 answer, rounded up to whole
+	// seconds. Defaults to 5 seconds.
+	RetryAfter time.Duration
+
+	// ProbeTimeout bounds the Redis PING behind /readyz. Defaults to 1
+	// second, the default timeout of a Kubernetes probe.
+	ProbeTimeout time.Duration
+
+	// Logger receives the access log, on its "http" child. Defaults to a
+	// logger that discards everything.
+	Logger *zap.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxBody = cmp.Or(c.MaxBody, DefaultMaxBody)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, DefaultProbeTimeout)
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.InsecureNoAuth && len(c.APIKeys) > 0:
+		return errors.New("intake: InsecureNoAuth given together with APIKeys: drop one or the other")
+	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
+		return errors.New("intake: no APIKeys (set InsecureNoAuth to serve without authentication)")
+	case c.MaxBody < 0 || c.MaxBody > tasks.MaxPayloadBytes:
+		return fmt.Errorf("intake: MaxBody %d is not between 1 and %d bytes", c.MaxBody, tasks.MaxPayloadBytes)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("intake: negative RequestTimeout %v", c.RequestTimeout)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("intake: negative RetryAfter %v", c.RetryAfter)
+	case c.ProbeTimeout < 0:
+		return fmt.Errorf("intake: negative ProbeTimeout %v", c.ProbeTimeout)
+	}
+	return nil
+}
+
+// Route is one operation of the API.
+type Route struct {
+	// Method is the HTTP method. A GET route answers HEAD as well.
+	Method string
+	// Path is the path pattern, in the syntax of both net/http.ServeMux and
+	// OpenAPI: "/v1/orders/{order_no}".
+	Path string
+	// Public reports whether the route is served without credentials.
+	Public bool
+}
+
+// table is the API's one route table: what [Routes] returns and what [New]
+// registers.
+var table = []struct {
+	Route
+	serve func(*Server, http.ResponseWriter, *http.Request)
+}{
+	{Route{http.MethodPost, "/v1/orders/{order_no}/modify", false}, (*Server).postModify},
+	{Route{http.MethodPost, "/v1/orders/{order_no}/exchange", false}, (*Server).postExchange},
+	{Route{http.MethodGet, "/v1/orders/{order_no}", false}, (*Server).getOrder},
+	{Route{http.MethodGet, "/v1/orders/{order_no}/history", false}, (*Server).getHistory},
+	{Route{http.MethodGet, "/v1/tasks/{task_id}", false}, (*Server).getTask},
+	{Route{http.MethodGet, "/healthz", true}, (*Server).healthz},
+	{Route{http.MethodGet, "/readyz", true}, (*Server).readyz},
+}
+
+// Routes returns the API's routes in a new slice, in the order of the
+// package documentation.
+func Routes() []Route {
+	out := make([]Route, len(table))
+	for i, rt := range table {
+		out[i] = rt.Route
+	}
+	return out
+}
+
+// Server is the intake's http.Handler. Make one with [New]. It is safe for
+// concurrent use.
+type Server struct {
+	cfg        Config
+	rdb        redis.UniversalClient
+	producer   *producer.Producer
+	store      orders.Store
+	inspector  *asynq.Inspector
+	queues     []string // where tasks are looked for: exchanges first
+	auth       httpauth.Scheme
+	challenges []string
+	log        *zap.Logger
+	handler    http.Handler
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns a Server that enqueues with p, reads orders from store, and
+// reads tasks and answers /readyz through rdb, which should be the Redis
+// that p enqueues to. Tasks are looked for in p's queues. It fills the zero
+// fields of cfg with their defaults.
+//
+// It returns an error for a nil dependency, a field of cfg that breaks its
+// documented rules, or an unusable API key (the error gives the key's
+// position, never its value).
+func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cfg Config) (*Server, error) {
+	switch {
+	case rdb == nil:
+		return nil, errors.New("intake: nil Redis client")
+	case p == nil:
+		return nil, errors.New("intake: nil producer")
+	case store == nil:
+		return nil, errors.New("intake: nil order store")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	pc := p.Config()
+	s := &Server{
+		cfg:       cfg,
+		rdb:       rdb,
+		producer:  p,
+		store:     store,
+		inspector: asynq.NewInspectorFromRedisClient(rdb),
+		queues:    []string{pc.ExchangeQueue, pc.ModifyQueue},
+		log:       cfg.Logger.Named("http"),
+	}
+	if !cfg.InsecureNoAuth {
+		auth, err := httpauth.Bearer(Realm, cfg.APIKeys)
+		if err != nil {
+			return nil, fmt.Errorf("intake: APIKeys: %w", err)
+		}
+		s.auth, s.challenges = auth, auth.Challenges()
+	}
+
+	mux := http.NewServeMux()
+	methods := make(map[string][]string)
+	var paths []string
+	for _, rt := range table {
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		if !rt.Public {
+			h = s.authenticate(h)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, h)
+		if _, ok := methods[rt.Path]; !ok {
+			paths = append(paths, rt.Path)
+		}
+		methods[rt.Path] = append(methods[rt.Path], rt.Method)
+		if rt.Method == http.MethodGet {
+			methods[rt.Path] = append(methods[rt.Path], http.MethodHead)
+		}
+	}
+	// The same paths with any other method, and every other path, get the
+	// API's JSON errors rather than ServeMux's plain text.
+	for _, path := range paths {
+		allow := strings.Join(slices.Sorted(slices.Values(methods[path])), ", ")
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, r, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
+				message: fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allow)})
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
+	})
+	s.handler = s.accessLog(mux)
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

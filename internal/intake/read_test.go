@@ -1,0 +1,174 @@
+package intake
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+func TestGetOrderAndHistory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{
+		No: "SO1", Address: "1 Main St", Remark: "r", Items: []tasks.Item{{SKU: "A", Qty: 2}},
+	}))
+
+	r := e.do(t, http.MethodGet, "/v1/orders/SO1", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var o orders.Order
+	r.decode(t, &o)
+	assert.Equal(t, "SO1", o.No)
+	assert.Equal(t, orders.StatusActive, o.Status)
+	assert.Equal(t, "1 Main St", o.Address)
+	assert.Equal(t, []tasks.Item{{SKU: "A", Qty: 2}}, o.Items)
+	assert.Equal(t, int64(1), o.Version)
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO1/history", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var h history
+	r.decode(t, &h)
+	assert.Equal(t, "SO1", h.OrderNo)
+	require.Len(t, h.Entries, 1)
+	assert.Equal(t, orders.TypePut, h.Entries[0].Type)
+
+	for _, path := range []string{"/v1/orders/SO2", "/v1/orders/SO2/history"} {
+		r = e.do(t, http.MethodGet, path, "", nil)
+		require.Equal(t, http.StatusNotFound, r.status, "%s: %s", path, r.body)
+		assert.Equal(t, codeNotFound, r.errorBody(t).Error.Code)
+	}
+	for _, path := range []string{"/v1/orders/S%20O", "/v1/orders/" + strings.Repeat("9", 65) + "/history"} {
+		r = e.do(t, http.MethodGet, path, "", nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", path, r.body)
+		body := r.errorBody(t)
+		assert.Equal(t, codeInvalidParameter, body.Error.Code)
+		assert.Equal(t, "order_no", body.Error.Field)
+	}
+}
+
+// TestUnavailable points the server at a port nothing listens on: every
+// route that needs Redis answers 503 with Retry-After, while requests that
+// are wrong anyway still get their 4xx and /healthz its 200.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, closedRedis(t), "ow:", func(c *Config) { c.RetryAfter = 1500 * time.Millisecond })
+	tests := []struct {
+		method, path, body string
+	}{
+		{http.MethodPost, "/v1/orders/SO1/modify", modifyBody},
+		{http.MethodPost, "/v1/orders/SO1/exchange", exchangeBody},
+		{http.MethodGet, "/v1/orders/SO1", ""},
+		{http.MethodGet, "/v1/orders/SO1/history", ""},
+		{http.MethodGet, "/v1/tasks/evt-1", ""},
+		{http.MethodGet, "/readyz", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+tt.path, func(t *testing.T) {
+			r := e.do(t, tt.method, tt.path, tt.body, map[string]string{HeaderIdempotencyKey: "evt-1"})
+			require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+			assert.Equal(t, "2", r.header.Get("Retry-After"))
+			assert.Equal(t, codeUnavailable, r.errorBody(t).Error.Code)
+		})
+	}
+
+	r := e.do(t, http.MethodGet, "/healthz", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.post(t, "/v1/orders/SO1/modify", "evt-1", `{"changes":{}}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+
+	// The cause is logged, at warn.
+	entries := e.logs.FilterField(zap.Int("status", http.StatusServiceUnavailable)).All()
+	require.NotEmpty(t, entries)
+	for _, en := range entries {
+		assert.Equal(t, zapcore.WarnLevel, en.Level)
+		assert.NotEmpty(t, en.ContextMap()["error"])
+	}
+}
+
+// TestRedisDownAndBack stops a server of the test's own and starts it again.
+func TestRedisDownAndBack(t *testing.T) {
+	t.Parallel()
+	p := redistest.Dedicated(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := newEnvOn(t, rdb, "ow:", nil)
+
+	r := e.do(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.JSONEq(t, `{"status":"ready"}`, string(r.body))
+
+	p.Kill()
+	r = e.do(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	assert.Equal(t, "5", r.header.Get("Retry-After"))
+	r = e.post(t, "/v1/orders/SO1/modify", "evt-1", modifyBody)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+
+	require.NoError(t, p.Start())
+	r = e.do(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.post(t, "/v1/orders/SO1/modify", "evt-1", modifyBody)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+}
+
+func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, closedRedis(t), "ow:", nil)
+
+	r := e.do(t, http.MethodGet, "/v2/orders/SO1", "", nil)
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	assert.Equal(t, codeNotFound, r.errorBody(t).Error.Code)
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO1/modify", "", nil)
+	require.Equal(t, http.StatusMethodNotAllowed, r.status, "%s", r.body)
+	assert.Equal(t, "POST", r.header.Get("Allow"))
+	assert.Equal(t, codeMethodNotAllowed, r.errorBody(t).Error.Code)
+
+	r = e.do(t, http.MethodDelete, "/v1/orders/SO1", "", nil)
+	require.Equal(t, http.StatusMethodNotAllowed, r.status, "%s", r.body)
+	assert.Equal(t, "GET, HEAD", r.header.Get("Allow"))
+
+	r = e.do(t, http.MethodHead, "/healthz", "", nil)
+	require.Equal(t, http.StatusOK, r.status)
+}
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, closedRedis(t), "ow:", nil)
+
+	r := e.do(t, http.MethodGet, "/healthz", "", map[string]string{HeaderRequestID: "req-42"})
+	assert.Equal(t, "req-42", r.header.Get(HeaderRequestID))
+
+	// A generated one is a UUID, and the error body carries it.
+	r = e.do(t, http.MethodGet, "/v1/orders/SO.1", "", nil)
+	id := r.header.Get(HeaderRequestID)
+	_, err := uuid.Parse(id)
+	require.NoError(t, err, id)
+	assert.Equal(t, id, r.errorBody(t).Error.RequestID)
+
+	// One that is unsafe to log is replaced.
+	for _, bad := range []string{"a b", strings.Repeat("x", 129), "é"} {
+		r = e.do(t, http.MethodGet, "/healthz", "", map[string]string{HeaderRequestID: bad})
+		_, err := uuid.Parse(r.header.Get(HeaderRequestID))
+		require.NoError(t, err, bad)
+	}
+
+	// The access log has it, with the route.
+	entries := e.logs.FilterMessage("request").FilterField(zap.String("request_id", "req-42")).All()
+	require.Len(t, entries, 1)
+	fields := entries[0].ContextMap()
+	assert.Equal(t, "GET /healthz", fields["route"])
+	assert.Equal(t, int64(http.StatusOK), fields["status"])
+	assert.Equal(t, zapcore.DebugLevel, entries[0].Level)
+}

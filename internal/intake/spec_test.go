@@ -1,0 +1,251 @@
+package intake
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+const specPath = "../../api/openapi.yaml"
+
+// spec is the part of the OpenAPI document the tests compare with the code.
+type spec struct {
+	OpenAPI    string                          `yaml:"openapi"`
+	Security   []map[string][]string           `yaml:"security"`
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components struct {
+		Schemas map[string]schema `yaml:"schemas"`
+	} `yaml:"components"`
+}
+
+// operation is one operation of a path item.
+type operation struct {
+	OperationID string                 `yaml:"operationId"`
+	Security    *[]map[string][]string `yaml:"security"`
+	Responses   map[string]yaml.Node   `yaml:"responses"`
+}
+
+// schema is the part of a schema object the tests read.
+type schema struct {
+	Required   []string             `yaml:"required"`
+	Properties map[string]yaml.Node `yaml:"properties"`
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+func loadSpec(tb testing.TB) spec {
+	tb.Helper()
+	b, err := os.ReadFile(specPath)
+	require.NoError(tb, err)
+	var s spec
+	require.NoError(tb, yaml.Unmarshal(b, &s))
+	return s
+}
+
+// operations returns the spec's operations by "METHOD /path".
+func (s spec) operations(tb testing.TB) map[string]operation {
+	tb.Helper()
+	out := make(map[string]operation)
+	for path, item := range s.Paths {
+		for key, node := range item {
+			if !slices.Contains(httpMethods, key) {
+				continue
+			}
+			var op operation
+			require.NoError(tb, node.Decode(&op), "%s %s", key, path)
+			out[strings.ToUpper(key)+" "+path] = op
+		}
+	}
+	return out
+}
+
+// TestSpecRoutes checks that the server's routes are the spec's operations,
+// with the same authentication.
+func TestSpecRoutes(t *testing.T) {
+	s := loadSpec(t)
+	require.True(t, strings.HasPrefix(s.OpenAPI, "3.1."), "OpenAPI version %q", s.OpenAPI)
+	require.Equal(t, []map[string][]string{{"apiKey": {}}}, s.Security, "authentication is the default")
+	ops := s.operations(t)
+
+	var inSpec, inCode []string
+	for k := range ops {
+		inSpec = append(inSpec, k)
+	}
+	for _, rt := range Routes() {
+		inCode = append(inCode, rt.Method+" "+rt.Path)
+	}
+	slices.Sort(inSpec)
+	slices.Sort(inCode)
+	require.Equal(t, inCode, inSpec, "routes registered by the server vs operations in %s", specPath)
+
+	for _, rt := range Routes() {
+		op := ops[rt.Method+" "+rt.Path]
+		public := op.Security != nil && len(*op.Security) == 0
+		assert.Equal(t, rt.Public, public, "%s %s: public (security: [])", rt.Method, rt.Path)
+		assert.NotEmpty(t, op.OperationID, "%s %s", rt.Method, rt.Path)
+	}
+}
+
+// TestSpecSchemas checks that the spec's schemas have the members of the Go
+// values the server reads and writes, and that a response schema requires
+// exactly the members the server always writes.
+func TestSpecSchemas(t *testing.T) {
+	s := loadSpec(t)
+	tests := []struct {
+		schema   string
+		value    any
+		drop     []string // members of value the schema leaves out
+		response bool
+	}{
+		{"Item", tasks.Item{}, nil, false},
+		{"Changes", tasks.Changes{}, nil, false},
+		{"ModifyRequest", tasks.ModifyPayload{}, nil, false},
+		{"ExchangeRequest", tasks.ExchangePayload{}, nil, false},
+		{"EnqueueResult", producer.Result{}, nil, true},
+		{"ErrorDetail", errorDetail{}, nil, true},
+		{"Error", errorBody{}, []string{"task_id", "queue", "event_id", "state"}, true},
+		{"DuplicateError", errorBody{existingTask: &existingTask{}}, nil, false},
+		{"KeyReusedError", errorBody{existingTask: &existingTask{}}, []string{"state"}, false},
+		{"Order", orders.Order{}, nil, true},
+		{"HistoryEntry", orders.Entry{}, nil, true},
+		{"History", history{}, nil, true},
+		{"Task", taskView{}, nil, true},
+		{"Status", status{}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema, func(t *testing.T) {
+			sc, ok := s.Components.Schemas[tt.schema]
+			require.True(t, ok, "schema %s missing", tt.schema)
+			all, always := jsonMembers(reflect.TypeOf(tt.value))
+			all = slices.DeleteFunc(all, func(m string) bool { return slices.Contains(tt.drop, m) })
+			always = slices.DeleteFunc(always, func(m string) bool { return slices.Contains(tt.drop, m) })
+			var props []string
+			for p := range sc.Properties {
+				props = append(props, p)
+			}
+			slices.Sort(props)
+			assert.Equal(t, all, props, "members")
+			if tt.response {
+				assert.ElementsMatch(t, always, sc.Required, "required = members never omitted")
+			}
+		})
+	}
+}
+
+// jsonMembers returns the JSON member names of struct type t, sorted, and
+// those of them that encoding/json never omits. Embedded structs are
+// flattened; their members count as omittable when the embedding is a
+// pointer.
+func jsonMembers(t reflect.Type) (all, always []string) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	for f := range t.Fields() {
+		if !f.IsExported() && !f.Anonymous {
+			continue
+		}
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			a, w := jsonMembers(f.Type)
+			all = append(all, a...)
+			if f.Type.Kind() != reflect.Pointer {
+				always = append(always, w...)
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		all = append(all, name)
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+			always = append(always, name)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(always)
+	return all, always
+}
+
+// specCoverage runs the tests and then, on a full run, checks that every
+// response the spec documents was answered by some test and that no test
+// saw an answer the spec does not document.
+type specCoverage struct{ m interface{ Run() int } }
+
+func (c specCoverage) Run() int {
+	code := c.m.Run()
+	if code != 0 || !fullRun() {
+		return code
+	}
+	if err := checkCoverage(); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: spec coverage:", err)
+		return 1
+	}
+	return code
+}
+
+// fullRun reports whether every test ran: no -run, -skip, -fuzz or -list.
+func fullRun() bool {
+	for _, name := range []string{"test.run", "test.skip", "test.fuzz", "test.list"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			return false
+		}
+	}
+	return true
+}
+
+func checkCoverage() error {
+	s := loadSpec(failer{})
+	var problems []string
+	observed.Lock()
+	defer observed.Unlock()
+	for key, op := range s.operations(failer{}) {
+		documented := make(map[int]bool)
+		for code := range op.Responses {
+			n, err := strconv.Atoi(code)
+			if err != nil {
+				return fmt.Errorf("%s: response %q is not a status code", key, code)
+			}
+			documented[n] = true
+			if !observed.m[key][n] {
+				problems = append(problems, fmt.Sprintf("%s: documented %d, answered by no test", key, n))
+			}
+		}
+		for n := range observed.m[key] {
+			if !documented[n] {
+				problems = append(problems, fmt.Sprintf("%s: answered %d, not documented", key, n))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return fmt.Errorf("\n\t%s", strings.Join(problems, "\n\t"))
+	}
+	return nil
+}
+
+// failer is a testing.TB for loading the spec outside a test: it panics
+// on failure, which fails the test binary.
+type failer struct{ testing.TB }
+
+func (failer) Helper() {}
+func (failer) Errorf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+func (failer) FailNow() { panic("spec coverage: cannot load the spec") }
