@@ -83,7 +83,7 @@ func TestBrowser(t *testing.T) {
 	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 	require.NoError(t, err)
 	assert.NotContains(t, text, "Queues")
-	assert.Contains(t, d.logs.String(), `"method":"GET","path":"/","status":401`)
+	assert.Contains(t, d.logs.String(), `"method":"GET","path":"/","route":"/","status":401`)
 
 	// Log in: every request of the tab, the UI's API calls included,
 	// carries the basic-auth header.

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/httpserve"
 )
 
 // readyTimeout bounds the Redis PING behind /readyz.
@@ -104,7 +104,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 		mux.Handle(cfg.Root+"/", ui)
 		mux.Handle("GET /{$}", http.RedirectHandler(cfg.Root+"/", http.StatusFound))
 	}
-	return accessLog(log.Named("http"), mux), nil
+	return httpserve.AccessLog(log.Named("http"), mux), nil
 }
 
 // unchecked turns a collector into an unchecked one, whose Describe sends
@@ -149,78 +149,10 @@ func uiHeaders(h http.Handler) http.Handler {
 	})
 }
 
-// userSlotKey is the context key of the *string in which notePrincipal
-// leaves the authenticated user for the access log, which runs outside the
-// authentication middleware and so cannot see the context it derives.
-type userSlotKey struct{}
-
+// notePrincipal tells the access log who is authenticated.
 func notePrincipal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if slot, ok := r.Context().Value(userSlotKey{}).(*string); ok {
-			*slot, _ = httpauth.Principal(r.Context())
-		}
+		httpserve.InfoFrom(r.Context()).Principal, _ = httpauth.Principal(r.Context())
 		h.ServeHTTP(w, r)
-	})
-}
-
-// statusWriter records the status and size of a response.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(p)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// accessLog logs one line per request: method, path (never the query),
-// status, size, duration, remote address and, once authenticated, the user
-// ("key#N" for a bearer token). It logs no header, so no credential. Probes
-// and scrapes are logged at debug level, everything else at info.
-func accessLog(log *zap.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		var user string
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), userSlotKey{}, &user)))
-
-		level := zapcore.InfoLevel
-		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics":
-			level = zapcore.DebugLevel
-		}
-		ce := log.Check(level, "request")
-		if ce == nil {
-			return
-		}
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		ce.Write(
-			zap.String("method", r.Method),
-			zap.String("path", r.URL.Path),
-			zap.Int("status", status),
-			zap.Int64("bytes", sw.bytes),
-			zap.Duration("duration", time.Since(start)),
-			zap.String("remote", r.RemoteAddr),
-			zap.String("user", user),
-		)
 	})
 }

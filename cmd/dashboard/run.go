@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/logging"
 )
 
@@ -70,17 +70,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on %s (DASHBOARD_ADDR): %w", cfg.Addr, err)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: cfg.ReadTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening",
 		zap.String("addr", ln.Addr().String()),
 		zap.String("root", cfg.Root),
@@ -90,21 +79,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if cfg.InsecureNoAuth {
 		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port sees and may change the queues")
 	}
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", zap.Duration("timeout", cfg.ShutdownTimeout))
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
-	<-served // Serve returns as soon as Shutdown starts.
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	log.Info("stopped")
-	return nil
+	return httpserve.Serve(ctx, ln, handler, httpserve.Config{
+		ReadTimeout:     cfg.ReadTimeout,
+		WriteTimeout:    cfg.WriteTimeout,
+		IdleTimeout:     cfg.IdleTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	}, log)
 }

@@ -119,10 +119,10 @@ func TestDashboard(t *testing.T) {
 	t.Run("access log", func(t *testing.T) {
 		logs := d.logs.String()
 		requireNoSecrets(t, logs)
-		assert.Contains(t, logs, `"msg":"request","method":"GET","path":"/api/queues","status":401`)
+		assert.Contains(t, logs, `"method":"GET","path":"/api/queues","route":"/","status":401`)
 		assert.Contains(t, logs, `"status":200`)
-		assert.Contains(t, logs, `"user":"ops"`)
-		assert.Contains(t, logs, `"user":"key#1"`)
+		assert.Contains(t, logs, `"principal":"ops"`)
+		assert.Contains(t, logs, `"principal":"key#1"`)
 		assert.Contains(t, logs, `"redis-url":"`+db.URL()+`"`)
 		assert.Contains(t, logs, `"password":"<redacted>"`)
 	})

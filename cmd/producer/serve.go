@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
@@ -149,36 +149,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s (INTAKE_ADDR): %w", c.Addr, err)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: c.ReadTimeout,
-		ReadTimeout:       c.ReadTimeout,
-		WriteTimeout:      c.WriteTimeout,
-		IdleTimeout:       c.IdleTimeout,
-		MaxHeaderBytes:    32 << 10,
-		ErrorLog:          zap.NewStdLog(log.Named("server")),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("auth", !c.InsecureNoAuth))
 	if c.InsecureNoAuth {
 		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes")
 	}
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
-	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownTimeout)
-	defer cancelShutdown()
-	err = srv.Shutdown(shutdownCtx)
-	<-served // Serve returns as soon as Shutdown starts.
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("serve: shutdown: %w", err)
-	}
-	log.Info("stopped")
-	return nil
+	return httpserve.Serve(ctx, ln, handler, httpserve.Config{
+		ReadTimeout:     c.ReadTimeout,
+		WriteTimeout:    c.WriteTimeout,
+		IdleTimeout:     c.IdleTimeout,
+		ShutdownTimeout: c.ShutdownTimeout,
+	}, log)
 }

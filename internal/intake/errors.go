@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -102,8 +103,8 @@ func payloadError(err error) *apiError {
 // writeError sends e with the headers its status calls for, and notes its
 // code and cause for the access log.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	info := requestInfoFrom(r.Context())
-	info.code, info.cause = e.code, e.cause
+	info := httpserve.InfoFrom(r.Context())
+	info.Code, info.Cause = e.code, e.cause
 	h := w.Header()
 	switch e.status {
 	case http.StatusUnauthorized:
@@ -114,7 +115,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError)
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(s.cfg.RetryAfter.Seconds()))))
 	}
 	writeJSON(w, e.status, errorBody{
-		Error:        errorDetail{Code: e.code, Message: e.message, Field: e.field, RequestID: info.id},
+		Error:        errorDetail{Code: e.code, Message: e.message, Field: e.field, RequestID: info.ID},
 		existingTask: e.existing,
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -29,7 +30,7 @@ func (s *Server) postModify(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, aerr)
 		return
 	}
-	requestInfoFrom(r.Context()).eventID = p.EventID
+	httpserve.InfoFrom(r.Context()).EventID = p.EventID
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := s.producer.EnqueueModifyPayload(ctx, p)
@@ -48,7 +49,7 @@ func (s *Server) postExchange(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, aerr)
 		return
 	}
-	requestInfoFrom(r.Context()).eventID = p.EventID
+	httpserve.InfoFrom(r.Context()).EventID = p.EventID
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := s.producer.EnqueueExchangePayload(ctx, p)

@@ -197,7 +197,7 @@ var routeMux = sync.OnceValue(func() *http.ServeMux {
 func record(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := routeMux().Handler(r)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusRecorder{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
 		if pattern == "" {
 			return
@@ -217,3 +217,19 @@ func cmpStatus(s int) int {
 	}
 	return s
 }
+
+// statusRecorder notes the status of an answer.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

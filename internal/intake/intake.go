@@ -95,6 +95,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -122,7 +123,7 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderRequestID carries the request ID, taken from the request when
 	// usable and always set on the response.
-	HeaderRequestID = "X-Request-Id"
+	HeaderRequestID = httpserve.HeaderRequestID
 )
 
 // Config tunes a [Server]. A zero field means its default; APIKeys has none
@@ -315,7 +316,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
 	})
-	s.handler = s.accessLog(mux)
+	s.handler = httpserve.AccessLog(s.log, mux)
 	return s, nil
 }
 
