@@ -30,7 +30,9 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	served := make(chan error, 1)
-	go func() { served <- httpserve.Serve(ctx, ln, h, httpserve.Config{ShutdownTimeout: 10 * time.Second}, zap.NewNop()) }()
+	go func() {
+		served <- httpserve.Serve(ctx, ln, h, httpserve.Config{ShutdownTimeout: 10 * time.Second}, zap.NewNop())
+	}()
 
 	got := make(chan string, 1)
 	go func() {
