@@ -71,7 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	store := &slowStore{Store: base, tl: tl, hold: c.Hold, work: c.Work, exchanging: make(chan struct{})}
+	exchanging := make(chan struct{})
+	store := orders.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
 	w, err := worker.New(rdb, locker, store, worker.Config{
 		Concurrency: 8, Logger: log, ID: "demo-worker",
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
@@ -94,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	sctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	if err := scenario(sctx, base, prod, store, tl); err != nil {
+	if err := scenario(sctx, base, prod, exchanging, tl); err != nil {
 		return err
 	}
 	for _, no := range []string{"SO1001", "SO2001", "SO1002"} {
@@ -112,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 }
 
 // scenario seeds the orders, enqueues the tasks and waits for them.
-func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, slow *slowStore, tl *timeline) error {
+func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, exchanging <-chan struct{}, tl *timeline) error {
 	for _, o := range []orders.Order{
 		{No: "SO1001", Address: "12 Harbour St", Remark: "ring twice", Items: []orders.Item{{SKU: "TEA-GREEN", Qty: 2}}},
 		{No: "SO1002", Address: "7 Mill Lane", Items: []orders.Item{{SKU: "MUG-BLUE", Qty: 1}}},
@@ -138,7 +139,7 @@ func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, 
 		return err
 	}
 	select { // the modifies arrive while the exchange holds SO1001
-	case <-slow.exchanging:
+	case <-exchanging:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -195,46 +196,21 @@ func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string)
 	return nil
 }
 
-// slowStore stands in for real work: each write takes a while, inside the
-// order's lock, and reports to the timeline when it starts.
-type slowStore struct {
-	orders.Store
-	tl         *timeline
-	hold, work time.Duration
-	once       sync.Once
-	exchanging chan struct{} // closed when the first exchange has the lock
-}
-
-func (s *slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
-	s.started(ctx, ev, no)
-	if err := sleep(ctx, s.work); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Modify(ctx, ev, no, c)
-}
-
-func (s *slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
-	s.started(ctx, ev, no)
-	s.once.Do(func() { close(s.exchanging) })
-	if err := sleep(ctx, s.hold); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Exchange(ctx, ev, no, x)
-}
-
-func (s *slowStore) started(ctx context.Context, ev, no string) {
-	w, _ := orders.WriteFrom(ctx)
-	s.tl.printf("%-9s %-22s has the lock of %s (fence %d)", "locked", ev, no, w.Fence)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+// work stands in for real work: each write takes a while inside the
+// order's lock (hold for an exchange, work for a modify), and reports to the
+// timeline when it starts. exchanging is closed when the first exchange has
+// the lock.
+func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) orders.Hook {
+	var once sync.Once
+	return func(ctx context.Context, typ, ev, no string) error {
+		w, _ := orders.WriteFrom(ctx)
+		tl.printf("%-9s %-22s has the lock of %s (fence %d)", "locked", ev, no, w.Fence)
+		d := work
+		if typ == orders.TypeExchange {
+			once.Do(func() { close(exchanging) })
+			d = hold
+		}
+		return orders.Delay(d)(ctx, typ, ev, no)
 	}
 }
 

@@ -1,0 +1,50 @@
+package orders_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBeforeWrite(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	base, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, base.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	veto := errors.New("veto")
+	var seen []string
+	s := orders.BeforeWrite(base, func(ctx context.Context, typ, ev, no string) error {
+		seen = append(seen, typ+" "+ev+" "+no)
+		if ev == "ev-veto" {
+			return veto
+		}
+		return nil
+	})
+	ctx := orders.WithWrite(t.Context(), orders.Write{Fence: 1})
+	r := "x"
+	_, err = s.Modify(ctx, "ev-1", "SO1", orders.Changes{Remark: &r})
+	require.NoError(t, err)
+	_, err = s.Modify(ctx, "ev-veto", "SO1", orders.Changes{Remark: &r})
+	require.ErrorIs(t, err, veto)
+	_, err = s.Exchange(ctx, "ev-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "B", Qty: 1}}, NewOrderNo: "SO2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"order:modify ev-1 SO1", "order:modify ev-veto SO1", "order:exchange ev-2 SO1"}, seen)
+	o, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), o.Version, "put, ev-1, the exchange; not the vetoed write")
+}
+
+func TestDelayEndsWithContext(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("shutdown")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(cause)
+	require.ErrorIs(t, orders.Delay(time.Hour)(ctx, orders.TypeModify, "e", "SO1"), cause)
+	require.NoError(t, orders.Delay(time.Millisecond)(t.Context(), orders.TypeModify, "e", "SO1"))
+}
