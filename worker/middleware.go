@@ -62,6 +62,8 @@ func Outcome(err error) string {
 // errors are logged here and nowhere else.
 func (w *Worker) logTasks(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		w.inflight.Add(1)
+		defer w.inflight.Done()
 		ti := &taskInfo{}
 		ctx = context.WithValue(ctx, taskInfoKey{}, ti)
 		start := time.Now()

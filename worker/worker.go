@@ -25,6 +25,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -153,11 +154,12 @@ func (c Config) validate() error {
 // Worker is an asynq server that applies order tasks to a store. Start it
 // once and Shutdown it once.
 type Worker struct {
-	cfg   Config
-	srv   *asynq.Server
-	mux   *asynq.ServeMux
-	lockr *lock.Locker
-	log   *zap.Logger
+	cfg      Config
+	srv      *asynq.Server
+	mux      *asynq.ServeMux
+	lockr    *lock.Locker
+	log      *zap.Logger
+	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
 }
 
 // New returns a Worker that takes tasks from rdb, locks orders with locker
@@ -205,9 +207,15 @@ func (w *Worker) Start() error {
 }
 
 // Shutdown stops fetching, waits up to Config.ShutdownTimeout for tasks in
-// flight, then cancels the rest; they go back to their queues and their
-// order locks are released. It returns when all handlers have returned.
-func (w *Worker) Shutdown() { w.srv.Shutdown() }
+// flight, then cancels the rest; they go back to their queues. It returns
+// once every handler has returned, which releases its order lock, so the
+// caller may close the Redis client afterwards. (asynq itself stops waiting
+// for a handler at the shutdown timeout; Shutdown waits for the cancelled
+// handlers too. A handler that ignores its context keeps Shutdown waiting.)
+func (w *Worker) Shutdown() {
+	w.srv.Shutdown()
+	w.inflight.Wait()
+}
 
 // Ping reports whether the Worker's server is running and Redis answers.
 func (w *Worker) Ping() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,7 +42,23 @@ type settings struct {
 	BusyRetryMax   time.Duration
 	Shutdown       time.Duration
 	SimulateWork   time.Duration
+
+	OrderStore         string
+	OrderAPIURL        string
+	OrderAPITimeout    time.Duration
+	TokenURL           string
+	TokenClientID      string
+	TokenClientSecret  string
+	TokenScopes        []string
+	TokenRefreshBefore time.Duration
+	TokenWaitTimeout   time.Duration
 }
+
+// The order stores ORDER_STORE names.
+const (
+	storeRedis = "redis"
+	storeHTTP  = "http"
+)
 
 // declare registers the worker's settings on s.
 func declare(s *config.Set, c *settings) {
@@ -47,7 +66,7 @@ func declare(s *config.Set, c *settings) {
 		"Redis shared by all processes: redis://[user:pass@]host:port/db, rediss:// for TLS")
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders); shared by all processes").Check(noBraces)
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; empty to disable")
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", 20, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", "order_exchange=6,order_modify=3", "queues to serve with their priority weights").Check(checkQueues)
@@ -63,6 +82,42 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", 2*time.Second, "longest delay before a task that met its wait deadline runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", 25*time.Second, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
 	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
+	s.String(&c.OrderStore, "order-store", "ORDER_STORE", storeRedis, "where orders are written: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(storeRedis, storeHTTP))
+	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", 10*time.Second, "timeout of one request to the order API; a timed-out write is retried").Check(config.Positive[time.Duration])
+	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
+	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
+	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
+	s.Duration(&c.TokenRefreshBefore, "token-refresh-before", "TOKEN_REFRESH_BEFORE", 10*time.Second, "remaining lifetime at which one replica refreshes the shared token in the background").Check(config.Positive[time.Duration])
+	s.Duration(&c.TokenWaitTimeout, "token-wait-timeout", "TOKEN_WAIT_TIMEOUT", 15*time.Second, "how long a task waits for a token when none is cached before it fails and is retried").Check(config.Positive[time.Duration])
+}
+
+// checkOrderStore checks the settings that depend on each other: the HTTP
+// store needs its URLs and client ID. It also returns the order API
+// settings that are set but unused, for a warning.
+func (c *settings) checkOrderStore() (ignored []string, err error) {
+	given := []struct {
+		env string
+		set bool
+	}{
+		{"ORDER_API_URL (-order-api-url)", c.OrderAPIURL != ""},
+		{"TOKEN_URL (-token-url)", c.TokenURL != ""},
+		{"TOKEN_CLIENT_ID (-token-client-id)", c.TokenClientID != ""},
+	}
+	var missing []string
+	for _, g := range given {
+		switch {
+		case c.OrderStore == storeHTTP && !g.set:
+			missing = append(missing, g.env)
+		case c.OrderStore != storeHTTP && g.set:
+			ignored = append(ignored, g.env)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("config: ORDER_STORE=%s needs %s", storeHTTP, strings.Join(missing, ", "))
+	}
+	return ignored, nil
 }
 
 func noBraces(s string) error {
@@ -100,8 +155,13 @@ func checkQueues(s string) error {
 
 // run is the worker process: it loads the settings, connects to Redis,
 // starts the worker and the ops server, waits for ctx to end, and shuts down
-// in reverse order.
+// in reverse order. It logs to stderr.
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return runLogTo(ctx, args, getenv, nil)
+}
+
+// runLogTo is run with its log written to logw (os.Stderr when nil).
+func runLogTo(ctx context.Context, args []string, getenv func(string) string, logw io.Writer) error {
 	var c settings
 	s := config.NewSet("worker", getenv)
 	declare(s, &c)
@@ -112,12 +172,19 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	queues, _ := parseQueues(c.Queues) // checked by Parse
+	ignored, err := c.checkOrderStore()
+	if err != nil {
+		return err
+	}
 
-	log, err := logging.New(c.LogLevel, c.LogFormat, nil)
+	log, err := logging.New(c.LogLevel, c.LogFormat, logw)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if len(ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
+	}
 
 	rdb := redis.NewClient(c.Redis)
 	defer rdb.Close()
@@ -127,19 +194,19 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	defer locker.Close()
-	var store orders.Store
-	store, err = orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
-	if err != nil {
-		return err
-	}
-	if c.SimulateWork > 0 {
-		store = slowStore{Store: store, work: c.SimulateWork}
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := worker.NewMetrics(reg)
 	if err != nil {
 		return err
+	}
+	store, closeStore, err := newStore(&c, rdb, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if c.SimulateWork > 0 {
+		store = orders.BeforeWrite(store, orders.Delay(c.SimulateWork))
 	}
 	w, err := worker.New(rdb, locker, store, worker.Config{
 		Metrics:         metrics,
@@ -159,35 +226,84 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", queues), zap.Int("concurrency", c.Concurrency))
+	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", queues), zap.Int("concurrency", c.Concurrency),
+		zap.String("order_store", c.OrderStore))
 
-	var ops *http.Server
-	opsErr := make(chan error, 1)
-	if c.OpsAddr != "" {
+	// The ops server answers until the worker has shut down, so probes and
+	// scrapes see the shutdown through.
+	var opsErr error
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	opsDone := make(chan error, 1)
+	if c.OpsAddr == "" {
+		close(opsDone)
+	} else {
 		ln, err := net.Listen("tcp", c.OpsAddr)
 		if err != nil {
 			w.Shutdown()
-			return fmt.Errorf("ops listener: %w", err)
+			stopOps()
+			return fmt.Errorf("ops listener on %s (OPS_ADDR): %w", c.OpsAddr, err)
 		}
-		ops = &http.Server{Handler: opsHandler(rdb, w, reg), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("ops server listening", zap.String("addr", ln.Addr().String()))
-		go func() { opsErr <- ops.Serve(ln) }()
+		go func() {
+			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
+		}()
 	}
-
 	select {
 	case <-ctx.Done():
-	case err := <-opsErr:
-		log.Error("ops server stopped", zap.Error(err))
+	case opsErr = <-opsDone: // it stopped by itself: shut down and say why
 	}
 	log.Info("shutting down", zap.Duration("timeout", c.Shutdown))
 	w.Shutdown()
-	if ops != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = ops.Shutdown(sctx)
+	stopOps()
+	if err := <-opsDone; opsErr == nil {
+		opsErr = err
 	}
 	log.Info("worker stopped")
-	return nil
+	return opsErr
+}
+
+var _ orders.TokenSource = (*token.Cache)(nil)
+
+// newStore builds the order store that ORDER_STORE names, and returns it
+// with the function that releases what it holds (after the worker's
+// shutdown). The HTTP store shares one access token with every replica
+// through a token cache under KEY_PREFIX.
+func newStore(c *settings, rdb redis.UniversalClient, metrics *worker.Metrics, log *zap.Logger) (orders.Store, func(), error) {
+	if c.OrderStore != storeHTTP {
+		s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() {}, nil
+	}
+	src, err := token.ClientCredentials(token.ClientCredentialsConfig{
+		TokenURL:     c.TokenURL,
+		ClientID:     c.TokenClientID,
+		ClientSecret: c.TokenClientSecret,
+		Scopes:       c.TokenScopes,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	tokens, err := token.New(rdb, src, token.Config{
+		Key:           c.Prefix + "token:{upstream}",
+		RefreshBefore: c.TokenRefreshBefore,
+		WaitTimeout:   c.TokenWaitTimeout,
+		OnRefresh:     metrics.TokenRefreshed,
+		OnWait:        metrics.TokenWaited,
+	}, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := orders.NewHTTP(c.OrderAPIURL, tokens, orders.HTTPConfig{Timeout: c.OrderAPITimeout})
+	if err != nil {
+		_ = tokens.Close() // it has started nothing yet
+		return nil, nil, err
+	}
+	return s, func() {
+		s.CloseIdleConnections()
+		_ = tokens.Close() // always nil
+	}, nil
 }
 
 // opsHandler serves the worker's health endpoints and metrics.
@@ -211,37 +327,4 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Reg
 		rw.Write([]byte("ready\n"))
 	})
 	return mux
-}
-
-// slowStore makes every write take a while inside the order's lock, for
-// tests and benchmarks (WORKER_SIMULATE_WORK). The wait ends early, with the
-// context's cause, when the task is cancelled.
-type slowStore struct {
-	orders.Store
-	work time.Duration
-}
-
-func (s slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
-	if err := s.wait(ctx); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Modify(ctx, ev, no, c)
-}
-
-func (s slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
-	if err := s.wait(ctx); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Exchange(ctx, ev, no, x)
-}
-
-func (s slowStore) wait(ctx context.Context) error {
-	t := time.NewTimer(s.work)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

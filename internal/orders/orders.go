@@ -1,7 +1,8 @@
 // Package orders is the order model of orderworker and the store that order
 // changes are written to: the [Order] and its history [Entry], the [Store]
-// interface, and [RedisStore], the Redis-backed store that is the embedded
-// default and the verification oracle for other backends.
+// interface, [RedisStore], the Redis-backed store that is the embedded
+// default and the verification oracle for other backends, and [HTTPStore],
+// which writes through the company's order API (docs/upstream-order-api.md).
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	apiClientID = "orderworker-e2e"
+	apiSecret   = "e2e-client-secret-do-not-log"
+)
+
+// orderAPI is an upstream for the worker: an OAuth2 client credentials
+// token endpoint at /oauth/token and the order API at /api/, served by
+// orders.NewHTTPHandler over a RedisStore (the oracle). It refuses unknown
+// tokens with 401, answers 503 for the orders in down, and records what
+// it saw.
+type orderAPI struct {
+	srv    *httptest.Server
+	oracle *orders.RedisStore
+	issued atomic.Int64
+	down   map[string]bool
+
+	mu       sync.Mutex
+	tokens   []string
+	scopes   []string
+	requests []http.Header // headers of the write requests, by arrival
+}
+
+func newOrderAPI(t *testing.T, db *redistest.DB, down ...string) *orderAPI {
+	t.Helper()
+	oracle, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix + "upstream:"})
+	require.NoError(t, err)
+	a := &orderAPI{oracle: oracle, down: map[string]bool{}}
+	for _, no := range down {
+		a.down[no] = true
+	}
+	api := http.StripPrefix("/api", orders.NewHTTPHandler(oracle))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /oauth/token", a.token)
+	mux.Handle("/api/", a.auth(api))
+	a.srv = httptest.NewServer(mux)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *orderAPI) token(w http.ResponseWriter, r *http.Request) {
+	id, secret, ok := r.BasicAuth()
+	if !ok || id != apiClientID || secret != apiSecret || r.FormValue("grant_type") != "client_credentials" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	tok := "at-" + hex.EncodeToString(b[:])
+	a.mu.Lock()
+	a.tokens = append(a.tokens, tok)
+	a.scopes = append(a.scopes, r.FormValue("scope"))
+	a.mu.Unlock()
+	a.issued.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": 3600})
+}
+
+func (a *orderAPI) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		a.mu.Lock()
+		known := slices.Contains(a.tokens, tok)
+		if r.Method == http.MethodPost {
+			a.requests = append(a.requests, r.Header.Clone())
+		}
+		a.mu.Unlock()
+		parts := strings.Split(r.URL.Path, "/") // "", "api", "orders", no, ...
+		switch {
+		case !known:
+			http.Error(w, `{"error":{"code":"unauthorized"}}`, http.StatusUnauthorized)
+		case len(parts) > 3 && a.down[parts[3]]:
+			http.Error(w, `{"error":{"code":"internal","message":"order database down"}}`, http.StatusServiceUnavailable)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// write returns the headers of the write request with Idempotency-Key
+// eventID.
+func (a *orderAPI) write(t *testing.T, eventID string) http.Header {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, h := range a.requests {
+		if h.Get(orders.HeaderIdempotencyKey) == eventID {
+			return h
+		}
+	}
+	t.Fatalf("the upstream saw no write with Idempotency-Key %s", eventID)
+	return nil
+}
+
+// lockedBuffer is a log sink that is safe to write from many goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRunWithHTTPStore runs the worker with ORDER_STORE=http against a
+// reference upstream: a modify and an exchange reach the upstream with the
+// token, the event ID and the lock's fence; a write to the closed order is
+// archived, one the upstream cannot take is retried; one token serves it
+// all; and neither the secret nor the token is logged.
+func TestRunWithHTTPStore(t *testing.T) {
+	db := redistest.New(t)
+	api := newOrderAPI(t, db, "SO2")
+	ctx := t.Context()
+	require.NoError(t, api.oracle.Put(ctx, orders.Order{No: "SO1", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+
+	ops := freeAddr(t)
+	env := map[string]string{
+		"REDIS_URL":           db.URL(),
+		"KEY_PREFIX":          db.Prefix,
+		"OPS_ADDR":            ops,
+		"LOG_LEVEL":           "debug",
+		"ORDER_STORE":         "http",
+		"ORDER_API_URL":       api.srv.URL + "/api",
+		"ORDER_API_TIMEOUT":   "5s",
+		"TOKEN_URL":           api.srv.URL + "/oauth/token",
+		"TOKEN_CLIENT_ID":     apiClientID,
+		"TOKEN_CLIENT_SECRET": apiSecret,
+		"TOKEN_SCOPES":        "orders.read, orders.write",
+	}
+	var logs lockedBuffer
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- runLogTo(runCtx, nil, func(k string) string { return env[k] }, &logs) }()
+
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		_ = insp.DeleteQueue(tasks.QueueModify, true)
+		_ = insp.DeleteQueue(tasks.QueueExchange, true)
+	})
+	enqueueModify := func(eventID, orderNo, address string) {
+		t.Helper()
+		task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: eventID, OrderNo: orderNo, Changes: tasks.Changes{Address: &address}})
+		require.NoError(t, err)
+		_, err = cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID(eventID), asynq.Retention(time.Hour))
+		require.NoError(t, err)
+	}
+
+	enqueueModify("ev-mod", "SO1", "new address")
+	require.Eventually(t, func() bool {
+		o, err := api.oracle.Get(ctx, "SO1")
+		return err == nil && o.Address == "new address"
+	}, 30*time.Second, 10*time.Millisecond, "the modify never reached the upstream")
+
+	x, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "ev-x", OrderNo: "SO1", Items: []tasks.Item{{SKU: "B", Qty: 2}}, Reason: "wrong size"})
+	require.NoError(t, err)
+	_, err = cli.Enqueue(x, asynq.Queue(tasks.QueueExchange), asynq.TaskID("ev-x"), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	newNo := orders.ReplacementOrderNo("SO1", "ev-x")
+	require.Eventually(t, func() bool {
+		o, err := api.oracle.Get(ctx, newNo)
+		return err == nil && o.ExchangedFrom == "SO1"
+	}, 30*time.Second, 10*time.Millisecond, "the exchange never reached the upstream")
+
+	// A modify of the exchanged order can never succeed: archived, with
+	// the replacement named. One the upstream cannot take now is retried.
+	enqueueModify("ev-closed", "SO1", "too late")
+	require.NoError(t, api.oracle.Put(ctx, orders.Order{No: "SO2", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	enqueueModify("ev-down", "SO2", "later")
+	require.Eventually(t, func() bool {
+		c, err1 := insp.GetTaskInfo(tasks.QueueModify, "ev-closed")
+		d, err2 := insp.GetTaskInfo(tasks.QueueModify, "ev-down")
+		return err1 == nil && err2 == nil && c.State == asynq.TaskStateArchived && d.State == asynq.TaskStateRetry
+	}, 30*time.Second, 10*time.Millisecond, "tasks were not archived and retried")
+	closed, err := insp.GetTaskInfo(tasks.QueueModify, "ev-closed")
+	require.NoError(t, err)
+	assert.Contains(t, closed.LastErr, newNo, "the archived task names the replacement")
+	retried, err := insp.GetTaskInfo(tasks.QueueModify, "ev-down")
+	require.NoError(t, err)
+	assert.Contains(t, retried.LastErr, "503")
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(t, "http://"+ops+"/metrics"), `orderworker_token_refreshes_total{result="ok"} 1`)
+	}, 10*time.Second, 10*time.Millisecond, "the token refresh hook is wired to the metrics")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+
+	// One token, asked for with the configured scopes, served every request.
+	require.EqualValues(t, 1, api.issued.Load(), "token fetches")
+	api.mu.Lock()
+	tok, scopes := api.tokens[0], api.scopes
+	api.mu.Unlock()
+	assert.Equal(t, []string{"orders.read orders.write"}, scopes)
+	assert.Equal(t, 1, int(db.Client.Exists(ctx, db.Prefix+"token:{upstream}").Val()), "the token is shared under KEY_PREFIX")
+
+	// Each write carried the token, its event ID and the fence that the
+	// oracle recorded in the order's history.
+	h, err := api.oracle.History(ctx, "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, 3, "put, modify, exchange")
+	for _, e := range h[1:] {
+		hdr := api.write(t, e.EventID)
+		assert.Equal(t, "Bearer "+tok, hdr.Get("Authorization"), e.EventID)
+		assert.Equal(t, e.EventID, hdr.Get(orders.HeaderIdempotencyKey))
+		assert.Equal(t, strconv.FormatInt(e.Fence, 10), hdr.Get(orders.HeaderFencingToken), e.EventID)
+		assert.Positive(t, e.Fence)
+		assert.Equal(t, e.Worker, hdr.Get(orders.HeaderWorkerID))
+		assert.NotEmpty(t, e.Worker)
+	}
+	assert.Equal(t, []string{"ev-mod", "ev-x"}, []string{h[1].EventID, h[2].EventID})
+	assert.Zero(t, db.Client.Exists(ctx, db.Prefix+"order:{SO1}").Val(), "no order written to the worker's Redis")
+
+	out := logs.String()
+	assert.Contains(t, out, `"order_store":"http"`, "the log was captured")
+	assert.Contains(t, out, "ev-closed")
+	assert.NotContains(t, out, apiSecret)
+	assert.NotContains(t, out, tok)
+	assert.NotContains(t, out, strings.TrimPrefix(tok, "at-")[:16])
+}
+
+func TestRunRejectsHTTPStoreSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown store", map[string]string{"ORDER_STORE": "postgres"}, []string{"ORDER_STORE", "redis, http"}},
+		{"http without settings", map[string]string{"ORDER_STORE": "http"}, []string{"ORDER_API_URL", "TOKEN_URL", "TOKEN_CLIENT_ID"}},
+		{"http without client ID", map[string]string{"ORDER_STORE": "http", "ORDER_API_URL": "http://orders", "TOKEN_URL": "http://auth/token"}, []string{"needs TOKEN_CLIENT_ID"}},
+		{"API URL not absolute", map[string]string{"ORDER_API_URL": "orders.example/v1"}, []string{"ORDER_API_URL", "absolute"}},
+		{"token URL scheme", map[string]string{"TOKEN_URL": "ftp://auth/token"}, []string{"TOKEN_URL", "scheme"}},
+		{"API URL with a password", map[string]string{"ORDER_STORE": "http", "ORDER_API_URL": "https://u:hunter2@orders", "TOKEN_URL": "http://auth/token", "TOKEN_CLIENT_ID": "id"}, []string{"credentials"}},
+		{"zero API timeout", map[string]string{"ORDER_API_TIMEOUT": "0s"}, []string{"ORDER_API_TIMEOUT", "positive"}},
+		{"zero token wait", map[string]string{"TOKEN_WAIT_TIMEOUT": "0s"}, []string{"TOKEN_WAIT_TIMEOUT", "positive"}},
+		{"negative refresh before", map[string]string{"TOKEN_REFRESH_BEFORE": "-1s"}, []string{"TOKEN_REFRESH_BEFORE", "positive"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"OPS_ADDR": "", "REDIS_URL": "redis://127.0.0.1:1/0", "TOKEN_CLIENT_SECRET": "hunter2"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			err := run(t.Context(), nil, func(k string) string { return env[k] })
+			require.Error(t, err)
+			for _, want := range tt.want {
+				assert.ErrorContains(t, err, want)
+			}
+			assert.NotContains(t, err.Error(), "hunter2", "no secret in errors")
+		})
+	}
+}
+
+// TestRunWarnsOfIgnoredAPISettings: order API settings without
+// ORDER_STORE=http are a likely mistake, so the worker says so.
+func TestRunWarnsOfIgnoredAPISettings(t *testing.T) {
+	db := redistest.New(t)
+	env := map[string]string{
+		"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": "", "LOG_LEVEL": "warn",
+		"ORDER_API_URL": "http://orders.example", "TOKEN_CLIENT_SECRET": apiSecret,
+	}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // start and stop at once
+	require.NoError(t, runLogTo(ctx, nil, func(k string) string { return env[k] }, &logs))
+	assert.Contains(t, logs.String(), "order API settings ignored")
+	assert.Contains(t, logs.String(), "ORDER_API_URL")
+	assert.NotContains(t, logs.String(), apiSecret)
+}

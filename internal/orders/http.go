@@ -1,0 +1,622 @@
+package orders
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The headers of the upstream order API (docs/upstream-order-api.md).
+const (
+	// HeaderIdempotencyKey carries the event ID of a write. The upstream
+	// applies each key at most once per order and answers a repeat with the
+	// recorded outcome.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderFencingToken carries the fence of a write ([Write.Fence]) as a
+	// decimal int64. The upstream refuses a fence older than the newest it
+	// has seen for the order.
+	HeaderFencingToken = "Fencing-Token"
+	// HeaderWorkerID carries [Write.Worker], for the order's history.
+	HeaderWorkerID = "X-Worker-Id"
+	// HeaderStartedAt carries [Write.StartedAt] in RFC 3339 with
+	// microseconds, for the order's history.
+	HeaderStartedAt = "X-Work-Started-At"
+	// HeaderReplayed is set to "true" on the answer to a write whose
+	// Idempotency-Key had already been applied: the body is the recorded
+	// outcome and nothing was written (Stripe's convention).
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// The error codes of the upstream order API, in the error body
+// {"error": {"code": ..., "message": ...}}.
+const (
+	// CodeInvalid (400 or 422): the request can never succeed as given.
+	CodeInvalid = "invalid"
+	// CodeNoFence (400): a write without a positive Fencing-Token.
+	CodeNoFence = "no_fence"
+	// CodeUnauthorized (401): the access token is missing, unknown or
+	// expired.
+	CodeUnauthorized = "unauthorized"
+	// CodeNotFound (404): no such order.
+	CodeNotFound = "not_found"
+	// CodeStaleFence (409): the fence is older than the newest the
+	// upstream has seen for the order.
+	CodeStaleFence = "stale_fence"
+	// CodeOrderClosed (409): the order is exchanged or cancelled; the body
+	// also carries "status" and "exchanged_to".
+	CodeOrderClosed = "order_closed"
+	// CodeConflict (409): the replacement's number is taken, or the
+	// Idempotency-Key was used for a different request.
+	CodeConflict = "conflict"
+	// CodeInternal (5xx): the upstream failed; retry later.
+	CodeInternal = "internal"
+)
+
+// ErrUpstream is returned (wrapped, usually in an [*UpstreamError]) by
+// [HTTPStore] when the order API failed in a way that a later retry may fix:
+// a 5xx, 408, 425 or 429 answer, a 401 to a freshly fetched token, no answer
+// within HTTPConfig.Timeout, a connection error, or an answer that does not
+// follow the API (a redirect, an undecodable body, a 404 without code
+// not_found). It is not [Permanent].
+var ErrUpstream = errors.New("orders: order API failed")
+
+// UpstreamError is an error answer of the upstream order API. It matches the
+// package error that the answer means (see [HTTPStore]) with errors.Is, and
+// a *[ClosedError] with errors.As when the order is closed.
+type UpstreamError struct {
+	// StatusCode is the HTTP status of the answer.
+	StatusCode int
+	// Code is error.code of the error body, or "" without one.
+	Code string
+	// Message is error.message of the error body (cut to 512 bytes, control
+	// characters removed), or "" without one.
+	Message string
+	// Err is what the answer means: ErrNotFound, ErrStaleFence, a
+	// *ClosedError, ErrConflict, ErrNoFence, ErrInvalid, or ErrUpstream for
+	// an answer a retry may fix. Never nil.
+	Err error
+}
+
+// Error names the status, the code, the upstream's message and Err (unless
+// the message already has Err's text).
+func (e *UpstreamError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "order API answered %d", e.StatusCode)
+	if e.Code != "" {
+		b.WriteString(" " + e.Code)
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	// The upstream's message often says it already (the reference
+	// server's does).
+	if err := e.Err.Error(); !strings.Contains(e.Message, err) {
+		b.WriteString(": " + err)
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// TokenSource hands out the access token for the order API. *token.Cache
+// satisfies it. Implementations must be safe for concurrent use.
+type TokenSource interface {
+	// Get returns the current access token. [HTTPStore] returns its error
+	// wrapped, so an error a retry may fix must not match one of this
+	// package's permanent errors (token.ErrUnavailable does not).
+	Get(ctx context.Context) (string, error)
+	// Invalidate reports that the upstream refused token (a 401), so that
+	// the next Get returns another one.
+	Invalidate(ctx context.Context, token string) error
+}
+
+// HTTPConfig tunes an [HTTPStore]. The zero value is ready to use.
+type HTTPConfig struct {
+	// Timeout bounds each request to the order API, from sending it to
+	// reading the whole answer; a request that runs out of it fails with
+	// ErrUpstream (retryable). It does not bound the wait for a token,
+	// which the TokenSource bounds (token.Config.WaitTimeout), and a call
+	// may make two requests (see [HTTPStore]). The caller's context bounds
+	// everything. Defaults to 10s.
+	Timeout time.Duration
+	// Client sends the requests. The store uses a shallow copy that never
+	// follows redirects (a redirected POST may become a GET); its own
+	// Timeout, if any, applies too. Defaults to a client over a clone of
+	// http.DefaultTransport that keeps up to 64 idle connections to the
+	// upstream, enough for a worker's concurrency.
+	Client *http.Client
+}
+
+// maxResponse is the largest answer the store reads; a longer one fails
+// with ErrUpstream. A history of a few thousand entries fits.
+const maxResponse = 8 << 20
+
+// maxMessage is the longest upstream error message kept in an error.
+const maxMessage = 512
+
+// HTTPStore is the [Store] backed by the upstream order API, specified in
+// docs/upstream-order-api.md: a Bearer token from a [TokenSource] on every
+// request, and on every write the event ID as Idempotency-Key and the fence
+// as Fencing-Token. The upstream applies the fence and idempotency rules, so
+// the store behaves as [RedisStore] does, as seen by the worker.
+//
+// Before sending, the store checks what RedisStore checks (a fenced [Write]
+// in the context, order numbers, items) with the same errors, and also that
+// an event ID is 1 to 128 printable ASCII characters (tasks.ValidEventID),
+// so that it fits a header; an exchange without NewOrderNo is sent with
+// [ReplacementOrderNo], so the upstream never derives it.
+//
+// The answers map to errors, each wrapped in an *[UpstreamError]:
+//
+//	2xx                 success; Idempotent-Replayed: true sets Result.Replayed
+//	400 no_fence        ErrNoFence
+//	400, 422, other 4xx ErrInvalid (permanent), with the upstream's message
+//	401                 the token is invalidated and the request sent once
+//	                    more with a new one; a second 401 is ErrUpstream
+//	404 not_found       ErrNotFound; any other 404 is ErrUpstream (likely a
+//	                    wrong base URL, not a missing order)
+//	409 stale_fence     ErrStaleFence
+//	409 order_closed    *ClosedError naming the replacement (ErrClosed)
+//	409 other           ErrConflict
+//	408, 425, 429, 5xx  ErrUpstream
+//
+// Timeouts, connection errors and unreadable answers are ErrUpstream too,
+// and a TokenSource error is returned wrapped as it is (token.ErrUnavailable
+// stays retryable). When ctx ends, the error wraps context.Cause(ctx), so a
+// lost lock's cause reaches the caller. Only ErrNotFound, ErrClosed,
+// ErrConflict, ErrNoFence and ErrInvalid are [Permanent].
+//
+// An HTTPStore is safe for concurrent use. It owns no goroutines;
+// [HTTPStore.CloseIdleConnections] releases its idle connections.
+type HTTPStore struct {
+	base    string // without a trailing slash
+	tokens  TokenSource
+	hc      *http.Client
+	timeout time.Duration
+}
+
+var _ Store = (*HTTPStore)(nil)
+
+// NewHTTP returns a store that calls the order API at baseURL (an absolute
+// http or https URL, possibly with a path such as https://host/v1; the
+// store appends /orders/...) with tokens from tokens. It returns an error
+// when baseURL is not such a URL, has credentials, a query or a fragment,
+// when tokens is nil, or when cfg.Timeout is negative.
+func NewHTTP(baseURL string, tokens TokenSource, cfg HTTPConfig) (*HTTPStore, error) {
+	u, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		return nil, errors.New("orders: order API URL does not parse")
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return nil, fmt.Errorf("orders: order API URL %q: want an absolute http or https URL", u.Redacted())
+	case u.User != nil:
+		return nil, fmt.Errorf("orders: order API URL %q has credentials; the store authenticates with its token", u.Redacted())
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return nil, fmt.Errorf("orders: order API URL %q has a query or fragment", u.Redacted())
+	case tokens == nil:
+		return nil, errors.New("orders: nil token source")
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("orders: negative order API timeout %v", cfg.Timeout)
+	}
+	var hc http.Client
+	if cfg.Client != nil {
+		hc = *cfg.Client
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		hc.Transport = tr
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &HTTPStore{
+		base:    strings.TrimRight(u.String(), "/"),
+		tokens:  tokens,
+		hc:      &hc,
+		timeout: cmp.Or(cfg.Timeout, 10*time.Second),
+	}, nil
+}
+
+// CloseIdleConnections closes the connections to the upstream that are not
+// in use. The store stays usable. Call it when the store is done with.
+func (s *HTTPStore) CloseIdleConnections() { s.hc.CloseIdleConnections() }
+
+// orderPath is the path of order no, with suffix ("", "/history",
+// "/modify" or "/exchange").
+func (s *HTTPStore) orderPath(no, suffix string) string {
+	return s.base + "/orders/" + url.PathEscape(no) + suffix
+}
+
+// Get returns the order (GET /orders/{no}). It returns ErrInvalid for a
+// malformed order number, ErrNotFound, and the other errors listed on
+// [HTTPStore].
+func (s *HTTPStore) Get(ctx context.Context, orderNo string) (Order, error) {
+	if err := checkOrderNo(orderNo); err != nil {
+		return Order{}, fmt.Errorf("get: %w", err)
+	}
+	var o Order
+	if _, err := s.call(ctx, http.MethodGet, orderNo, "", nil, nil, &o, checkOrder(&o, orderNo)); err != nil {
+		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+	}
+	return o, nil
+}
+
+// historyBody is the answer of GET /orders/{no}/history.
+type historyBody struct {
+	Entries []Entry `json:"entries"`
+}
+
+// History returns the order's history, oldest first (GET
+// /orders/{no}/history). It returns ErrInvalid for a malformed order
+// number, ErrNotFound, and the other errors listed on [HTTPStore].
+func (s *HTTPStore) History(ctx context.Context, orderNo string) ([]Entry, error) {
+	if err := checkOrderNo(orderNo); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	var h historyBody
+	if _, err := s.call(ctx, http.MethodGet, orderNo, "/history", nil, nil, &h, nil); err != nil {
+		return nil, fmt.Errorf("history %s: %w", orderNo, err)
+	}
+	entries := make([]Entry, 0, len(h.Entries))
+	for _, e := range h.Entries {
+		e.StartedAt, e.EndedAt = e.StartedAt.UTC(), e.EndedAt.UTC()
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+// Put creates or replaces an order (PUT /orders/{no} with the order as
+// body; the upstream ignores version and updated_at). It is neither fenced
+// nor idempotent, as [Store.Put] says; a [Write] in ctx, when present,
+// names the worker. It returns ErrInvalid for a malformed order, and the
+// other errors listed on [HTTPStore].
+func (s *HTTPStore) Put(ctx context.Context, o Order) error {
+	o.Status = cmp.Or(o.Status, StatusActive)
+	if err := checkPut(o); err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	body, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", o.No, err)
+	}
+	hdr := http.Header{}
+	if w, ok := WriteFrom(ctx); ok {
+		setWriter(hdr, w)
+	}
+	if _, err := s.call(ctx, http.MethodPut, o.No, "", hdr, body, nil, nil); err != nil {
+		return fmt.Errorf("put %s: %w", o.No, err)
+	}
+	return nil
+}
+
+// modifyBody is the body of POST /orders/{no}/modify. An absent field is
+// left as it is; items, when present, is never empty. It converts to and
+// from Changes, so a field added there fails to compile until it is added
+// here (and to docs/upstream-order-api.md).
+type modifyBody struct {
+	Address *string `json:"address,omitempty"`
+	Remark  *string `json:"remark,omitempty"`
+	Items   []Item  `json:"items,omitempty"`
+}
+
+// exchangeBody is the body of POST /orders/{no}/exchange. NewOrderNo is
+// always set by the client. The handler converts it to Exchange, so a
+// field added there fails to compile until it is added here.
+type exchangeBody struct {
+	Items      []Item `json:"items"`
+	NewOrderNo string `json:"new_order_no"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Modify applies c to the active order orderNo, once per eventID, under the
+// fence of the [Write] in ctx (POST /orders/{no}/modify). Result.Order is
+// the order as the upstream's answer has it; Result.Replayed is set when
+// the upstream says the event had been applied before.
+//
+// It returns the errors of [Store.Modify] as [RedisStore.Modify] does
+// (ErrNoFence and ErrInvalid before sending anything, and also ErrInvalid
+// for an event ID that does not fit a header), and the upstream errors
+// listed on [HTTPStore].
+func (s *HTTPStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
+	w, err := writeFrom(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	if err := checkModify(eventID, orderNo, c); err != nil {
+		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	if err := checkHeaderEventID(eventID); err != nil {
+		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	body, err := json.Marshal(modifyBody(c))
+	if err != nil {
+		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	var o Order
+	replayed, err := s.call(ctx, http.MethodPost, orderNo, "/modify", writeHeader(eventID, w), body, &o, checkOrder(&o, orderNo))
+	if err != nil {
+		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	return Result{Order: o, Replayed: replayed}, nil
+}
+
+// Exchange closes the active order orderNo as exchanged and creates its
+// replacement, once per eventID, under the fence of the [Write] in ctx
+// (POST /orders/{no}/exchange). The replacement is numbered x.NewOrderNo,
+// or [ReplacementOrderNo] of orderNo and eventID, which the store fills in
+// before sending. Result.Order is the replacement as the upstream's answer
+// has it.
+//
+// It returns the errors of [Store.Exchange] as [RedisStore.Exchange] does
+// (the request checks before sending anything), and the upstream errors
+// listed on [HTTPStore].
+func (s *HTTPStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
+	w, err := writeFrom(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
+	newNo := cmp.Or(x.NewOrderNo, ReplacementOrderNo(orderNo, eventID))
+	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
+		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
+	if err := checkHeaderEventID(eventID); err != nil {
+		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
+	body, err := json.Marshal(exchangeBody{Items: x.Items, NewOrderNo: newNo, Reason: x.Reason})
+	if err != nil {
+		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
+	var o Order
+	replayed, err := s.call(ctx, http.MethodPost, orderNo, "/exchange", writeHeader(eventID, w), body, &o, checkOrder(&o, newNo))
+	if err != nil {
+		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
+	return Result{Order: o, Replayed: replayed}, nil
+}
+
+func checkHeaderEventID(eventID string) error {
+	if !tasks.ValidEventID(eventID) {
+		return fmt.Errorf("event ID %q is not 1-%d printable ASCII characters: %w", eventID, tasks.MaxEventIDLen, ErrInvalid)
+	}
+	return nil
+}
+
+// writeHeader returns the headers of a fenced write.
+func writeHeader(eventID string, w Write) http.Header {
+	hdr := http.Header{}
+	hdr.Set(HeaderIdempotencyKey, eventID)
+	hdr.Set(HeaderFencingToken, strconv.FormatInt(w.Fence, 10))
+	setWriter(hdr, w)
+	return hdr
+}
+
+// setWriter sets the worker and start time headers of w, when given.
+func setWriter(hdr http.Header, w Write) {
+	if w.Worker != "" {
+		hdr.Set(HeaderWorkerID, headerSafe(w.Worker))
+	}
+	if !w.StartedAt.IsZero() {
+		hdr.Set(HeaderStartedAt, w.StartedAt.UTC().Format(startedAtLayout))
+	}
+}
+
+// startedAtLayout is RFC 3339 with exactly microseconds, the precision of
+// the order history.
+const startedAtLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// headerSafe returns s when it is printable ASCII, and s percent-encoded
+// otherwise, so that it always fits a header value.
+func headerSafe(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return url.PathEscape(s)
+		}
+	}
+	return s
+}
+
+// checkOrder returns a check that the answer decoded into o is order no.
+// It also normalises what JSON leaves loose: nil items and non-UTC times.
+func checkOrder(o *Order, no string) func() error {
+	return func() error {
+		if o.No != no {
+			return fmt.Errorf("order %q instead of %q", o.No, no)
+		}
+		if o.Items == nil {
+			o.Items = []Item{}
+		}
+		o.UpdatedAt = o.UpdatedAt.UTC()
+		return nil
+	}
+}
+
+// call makes one API request about order orderNo with a token, and once
+// more with a new token after a 401. It decodes a 2xx answer into out
+// (unless out is nil), runs check (unless nil) on it, and reports whether
+// the answer was a replay; any other answer is an error.
+func (s *HTTPStore) call(ctx context.Context, method, orderNo, suffix string, hdr http.Header, body []byte, out any, check func() error) (bool, error) {
+	target := s.orderPath(orderNo, suffix)
+	tok, err := s.tokens.Get(ctx)
+	if err != nil {
+		return false, fmt.Errorf("token: %w", err)
+	}
+	ans, err := s.send(ctx, method, target, hdr, body, tok)
+	if err != nil {
+		return false, err
+	}
+	if ans.status == http.StatusUnauthorized {
+		// Invalidate exactly the refused token, so that concurrent 401s
+		// cause one refresh; then try once more with a new one.
+		if err := s.tokens.Invalidate(ctx, tok); err != nil {
+			return false, fmt.Errorf("%w; invalidate token: %w", decodeError(ans.status, ans.body, orderNo), err)
+		}
+		fresh, err := s.tokens.Get(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w; token: %w", decodeError(ans.status, ans.body, orderNo), err)
+		}
+		if fresh == tok {
+			return false, decodeError(ans.status, ans.body, orderNo)
+		}
+		if ans, err = s.send(ctx, method, target, hdr, body, fresh); err != nil {
+			return false, err
+		}
+	}
+	if ans.status < 200 || ans.status > 299 {
+		return false, decodeError(ans.status, ans.body, orderNo)
+	}
+	if out != nil {
+		if err := json.Unmarshal(ans.body, out); err != nil {
+			return false, badAnswer(ans.status, "undecodable answer: "+err.Error())
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return false, badAnswer(ans.status, err.Error())
+		}
+	}
+	return strings.EqualFold(strings.TrimSpace(ans.replayed), "true"), nil
+}
+
+// answer is a response, read whole.
+type answer struct {
+	status   int
+	replayed string // the Idempotent-Replayed header
+	body     []byte
+}
+
+// errTimeout is the cause of a request's own deadline.
+var errTimeout = errors.New("order API timeout")
+
+// send makes one request with tok, within the store's timeout, and reads
+// the whole answer.
+func (s *HTTPStore) send(ctx context.Context, method, target string, hdr http.Header, body []byte, tok string) (answer, error) {
+	rctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(rctx, method, target, rd)
+	if err != nil {
+		return answer{}, fmt.Errorf("%s request: %w", method, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return answer{}, s.sendError(ctx, rctx, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	if err != nil {
+		return answer{}, s.sendError(ctx, rctx, err)
+	}
+	if len(b) > maxResponse {
+		return answer{}, badAnswer(resp.StatusCode, fmt.Sprintf("answer longer than %d bytes", maxResponse))
+	}
+	return answer{status: resp.StatusCode, replayed: resp.Header.Get(HeaderReplayed), body: b}, nil
+}
+
+// sendError classifies a failed request: the caller's context ended, the
+// request's own timeout passed, or the upstream could not be reached.
+func (s *HTTPStore) sendError(ctx, rctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("order API: %w", context.Cause(ctx))
+	case errors.Is(context.Cause(rctx), errTimeout):
+		return fmt.Errorf("%w: no answer within %v: %w", ErrUpstream, s.timeout, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%w: %w", ErrUpstream, err)
+}
+
+// badAnswer is the error of an answer that does not follow the API.
+func badAnswer(status int, msg string) *UpstreamError {
+	return &UpstreamError{StatusCode: status, Message: clean(msg, maxMessage), Err: ErrUpstream}
+}
+
+// errorBody is the API's error body.
+type errorBody struct {
+	Error *errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Status and ExchangedTo are set with CodeOrderClosed.
+	Status      Status `json:"status,omitempty"`
+	ExchangedTo string `json:"exchanged_to,omitempty"`
+}
+
+// decodeError maps an answer about order orderNo that is not a success to
+// an *UpstreamError. body may be anything: the API's error body, a proxy's
+// HTML page, nothing.
+func decodeError(status int, body []byte, orderNo string) *UpstreamError {
+	e := &UpstreamError{StatusCode: status}
+	var eb errorBody
+	api := json.Unmarshal(body, &eb) == nil && eb.Error != nil
+	if api {
+		e.Code = clean(eb.Error.Code, 64)
+		e.Message = clean(eb.Error.Message, maxMessage)
+	}
+	switch {
+	case status == http.StatusNotFound && e.Code == CodeNotFound:
+		e.Err = ErrNotFound
+	case status == http.StatusNotFound:
+		e.Err = fmt.Errorf("%w: 404 without code %s: is the order API URL right?", ErrUpstream, CodeNotFound)
+	case status == http.StatusConflict && e.Code == CodeStaleFence:
+		e.Err = ErrStaleFence
+	case status == http.StatusConflict && e.Code == CodeOrderClosed:
+		ce := &ClosedError{OrderNo: orderNo, Status: Status(clean(string(eb.Error.Status), 32)), ExchangedTo: clean(eb.Error.ExchangedTo, maxOrderNo)}
+		if ce.Status == "" {
+			ce.Status = StatusCancelled
+			if ce.ExchangedTo != "" {
+				ce.Status = StatusExchanged
+			}
+		}
+		e.Err = ce
+	case status == http.StatusConflict:
+		e.Err = ErrConflict
+	case status == http.StatusBadRequest && e.Code == CodeNoFence:
+		e.Err = ErrNoFence
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
+		status == http.StatusUnauthorized:
+		e.Err = ErrUpstream
+	case status >= 400 && status <= 499:
+		e.Err = ErrInvalid
+	default: // 5xx, and 1xx or 3xx that the client did not handle
+		e.Err = ErrUpstream
+	}
+	return e
+}
+
+// clean drops control characters from s and cuts it to at most n bytes of
+// valid UTF-8, so that an upstream's text is safe in a log line.
+func clean(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
+	}
+	return s
+}

@@ -1,0 +1,785 @@
+package orders
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/token"
+)
+
+var _ TokenSource = (*token.Cache)(nil)
+
+func TestNewHTTP(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		url      string
+		cfg      HTTPConfig
+		wantBase string
+	}{
+		{"plain", "http://orders.example", HTTPConfig{}, "http://orders.example"},
+		{"https with path and slash", "https://orders.example/v1/", HTTPConfig{Timeout: time.Second, Client: &http.Client{}}, "https://orders.example/v1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := NewHTTP(tt.url, &staticTokens{tok: "t"}, tt.cfg)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantBase+"/orders/SO1/modify", s.orderPath("SO1", "/modify"))
+		})
+	}
+}
+
+func TestNewHTTPRejects(t *testing.T) {
+	t.Parallel()
+	tokens := &staticTokens{tok: "t"}
+	tests := []struct {
+		name    string
+		url     string
+		tokens  TokenSource
+		cfg     HTTPConfig
+		wantErr string
+	}{
+		{"empty", "", tokens, HTTPConfig{}, "absolute http or https"},
+		{"relative", "/v1", tokens, HTTPConfig{}, "absolute http or https"},
+		{"other scheme", "ftp://orders.example", tokens, HTTPConfig{}, "absolute http or https"},
+		{"credentials", "https://user:hunter2@orders.example", tokens, HTTPConfig{}, "credentials"},
+		{"query", "https://orders.example/?a=1", tokens, HTTPConfig{}, "query"},
+		{"fragment", "https://orders.example/#x", tokens, HTTPConfig{}, "fragment"},
+		{"unparseable", "http://[::1", tokens, HTTPConfig{}, "does not parse"},
+		{"no tokens", "http://orders.example", nil, HTTPConfig{}, "nil token source"},
+		{"negative timeout", "http://orders.example", tokens, HTTPConfig{Timeout: -time.Second}, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := NewHTTP(tt.url, tt.tokens, tt.cfg)
+			assert.ErrorContains(t, err, tt.wantErr)
+			assert.NotContains(t, err.Error(), "hunter2", "no password in errors")
+		})
+	}
+}
+
+// TestHTTPRoundTrip writes through the HTTP store and checks each answer
+// against the oracle behind the upstream, and what the upstream saw.
+func TestHTTPRoundTrip(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	s := u.store(t, HTTPConfig{})
+	ctx := t.Context()
+
+	require.NoError(t, s.Put(WithWrite(ctx, Write{Worker: "admin"}), Order{
+		No: "SO1", Address: "1 Old Street", Remark: "ring twice", Items: []Item{{SKU: "shirt-m", Qty: 1}},
+	}))
+	got, err := s.Get(ctx, "SO1")
+	require.NoError(t, err)
+	want, err := u.oracle.Get(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	started := time.Now().Add(-time.Second)
+	w := Write{Fence: baseFence, Worker: "worker-1", StartedAt: started}
+	res, err := s.Modify(WithWrite(ctx, w), "evt-m", "SO1", Changes{Address: ptr("2 New Road"), Items: []Item{{SKU: "shirt-l", Qty: 2}}})
+	require.NoError(t, err)
+	assert.False(t, res.Replayed)
+	want, err = u.oracle.Get(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, want, res.Order)
+	assert.Equal(t, "2 New Road", res.Order.Address)
+	assert.Equal(t, int64(2), res.Order.Version)
+
+	w.Fence++
+	res, err = s.Exchange(WithWrite(ctx, w), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "shirt-s", Qty: 1}}, Reason: "wrong size"})
+	require.NoError(t, err)
+	newNo := ReplacementOrderNo("SO1", "evt-x")
+	want, err = u.oracle.Get(ctx, newNo)
+	require.NoError(t, err)
+	assert.Equal(t, want, res.Order, "the answer is the replacement")
+	assert.Equal(t, "SO1", res.Order.ExchangedFrom)
+	a, err := s.Get(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, StatusExchanged, a.Status)
+	assert.Equal(t, newNo, a.ExchangedTo)
+
+	h, err := s.History(ctx, "SO1")
+	require.NoError(t, err)
+	wantH, err := u.oracle.History(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, wantH, h)
+	require.Len(t, h, 3)
+	assert.Equal(t, Entry{
+		EventID: "evt-m", Type: TypeModify, Fence: baseFence, Worker: "worker-1",
+		StartedAt: started.UTC().Truncate(time.Microsecond), EndedAt: h[1].EndedAt,
+		Version: 2, Detail: "changed address, items",
+	}, h[1], "the headers became the write")
+	assert.Equal(t, "admin", h[0].Worker)
+	assert.Equal(t, baseFence+1, h[2].Fence)
+	hb, err := s.History(ctx, newNo)
+	require.NoError(t, err)
+	require.Len(t, hb, 1)
+	assert.Equal(t, TypeCreated, hb[0].Type)
+
+	issued := u.issuedTokens()
+	require.Len(t, issued, 1, "one token for every request")
+	writes := 0
+	for _, r := range u.seen() {
+		assert.Equal(t, issued[0], r.Token, "%s %s", r.Method, r.Path)
+		if r.Method == http.MethodPost {
+			writes++
+			assert.Equal(t, "worker-1", r.Worker)
+			assert.Equal(t, started.UTC().Format(startedAtLayout), r.StartedAt)
+		}
+	}
+	assert.Equal(t, 2, writes)
+	assert.Equal(t, []apiRequest{{
+		Method: http.MethodPost, Path: "/api/orders/SO1/modify", Token: issued[0], IdempotencyKey: "evt-m",
+		Fence: strconv.FormatInt(baseFence, 10), Worker: "worker-1", StartedAt: started.UTC().Format(startedAtLayout), Status: http.StatusOK,
+	}}, u.seenFor("evt-m"))
+	assert.Equal(t, strconv.FormatInt(baseFence+1, 10), u.seenFor("evt-x")[0].Fence)
+
+	_, err = s.Get(ctx, "NOPE")
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = s.History(ctx, "NOPE")
+	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestHTTPReplay(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	s := u.store(t, HTTPConfig{})
+	seed(t, u.oracle, "SO1")
+
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	require.NoError(t, err)
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", Changes{Remark: ptr("later")})
+	require.NoError(t, err)
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	require.NoError(t, err)
+	assert.Equal(t, Result{Order: first.Order, Replayed: true}, again, "the recorded outcome")
+
+	x := Exchange{Items: []Item{{SKU: "x", Qty: 1}}}
+	created, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
+	require.NoError(t, err)
+	replayed, err := s.Exchange(fenced(t, baseFence+4), "evt-x", "SO1", x)
+	require.NoError(t, err)
+	assert.Equal(t, Result{Order: created.Order, Replayed: true}, replayed)
+
+	seen := u.seenFor("evt-1")
+	require.Len(t, seen, 2)
+	assert.Equal(t, []bool{false, true}, []bool{seen[0].Replayed, seen[1].Replayed})
+	h, err := u.oracle.History(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Len(t, h, 4, "put, two modifies and the exchange: the replays wrote nothing")
+}
+
+// outcome is what a store call did, without timestamps, so that two stores
+// can be compared.
+type outcome struct {
+	Result    Result
+	Orders    []Order
+	Entries   []Entry
+	Sentinels []string
+	Closed    *ClosedError
+	Permanent bool
+}
+
+func outcomeOf(res Result, err error) outcome {
+	o := outcome{Result: res, Permanent: Permanent(err)}
+	o.Result.Order.UpdatedAt = time.Time{}
+	for _, s := range []error{ErrNotFound, ErrStaleFence, ErrClosed, ErrNoFence, ErrConflict, ErrInvalid, ErrUpstream} {
+		if errors.Is(err, s) {
+			o.Sentinels = append(o.Sentinels, s.Error())
+		}
+	}
+	var ce *ClosedError
+	if errors.As(err, &ce) {
+		o.Closed = ce
+	}
+	return o
+}
+
+// TestHTTPMatchesRedisStore plays one script against a RedisStore and an
+// HTTPStore (over another RedisStore) and expects the same outcome from
+// every step.
+func TestHTTPMatchesRedisStore(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	stores := map[string]Store{"redis": newStore(t), "http": u.store(t, HTTPConfig{})}
+	items := []Item{{SKU: "x", Qty: 1}}
+	type step struct {
+		name string
+		do   func(ctx context.Context, s Store) outcome
+	}
+	modify := func(fence int64, ev, no string, c Changes) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			return outcomeOf(s.Modify(WithWrite(ctx, Write{Fence: fence, Worker: "w1"}), ev, no, c))
+		}
+	}
+	exchange := func(fence int64, ev, no string, x Exchange) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			return outcomeOf(s.Exchange(WithWrite(ctx, Write{Fence: fence, Worker: "w1"}), ev, no, x))
+		}
+	}
+	put := func(o Order) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome { return outcomeOf(Result{}, s.Put(ctx, o)) }
+	}
+	get := func(no string) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			o, err := s.Get(ctx, no)
+			o.UpdatedAt = time.Time{}
+			out := outcomeOf(Result{}, err)
+			out.Orders = []Order{o}
+			return out
+		}
+	}
+	history := func(no string) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			h, err := s.History(ctx, no)
+			for i := range h {
+				h[i].StartedAt, h[i].EndedAt = time.Time{}, time.Time{}
+			}
+			out := outcomeOf(Result{}, err)
+			out.Entries = h
+			return out
+		}
+	}
+	steps := []step{
+		{"put SO1", put(Order{No: "SO1", Address: "a", Remark: "r", Items: []Item{{SKU: "s", Qty: 1}}})},
+		{"put SO9", put(Order{No: "SO9", Items: items})},
+		{"put SO3 cancelled", put(Order{No: "SO3", Status: StatusCancelled})},
+		{"put invalid", put(Order{No: "SO 4"})},
+		{"modify", modify(baseFence, "evt-1", "SO1", Changes{Address: ptr("b")})},
+		{"modify replay", modify(baseFence+5, "evt-1", "SO1", Changes{Address: ptr("b")})},
+		{"event reused", modify(baseFence, "evt-1", "SO1", Changes{Address: ptr("c")})},
+		{"stale fence", modify(baseFence-1, "evt-2", "SO1", Changes{Remark: ptr("late")})},
+		{"equal fence", modify(baseFence, "evt-3", "SO1", Changes{Remark: ptr("same lock")})},
+		{"not found", modify(baseFence, "evt-4", "NOPE", Changes{})},
+		{"empty items", modify(baseFence, "evt-5", "SO1", Changes{Items: []Item{}})},
+		{"no fence", modify(0, "evt-6", "SO1", Changes{})},
+		{"empty event", modify(baseFence, "", "SO1", Changes{})},
+		{"replacement taken", exchange(baseFence, "evt-7", "SO1", Exchange{Items: items, NewOrderNo: "SO9"})},
+		{"exchange without items", exchange(baseFence, "evt-8", "SO1", Exchange{})},
+		{"exchange", exchange(baseFence+1, "evt-9", "SO1", Exchange{Items: items, Reason: "why"})},
+		{"exchange replay", exchange(baseFence+2, "evt-9", "SO1", Exchange{Items: items, Reason: "why"})},
+		{"exchange event reused", exchange(baseFence+2, "evt-9", "SO1", Exchange{Items: items, Reason: "other"})},
+		{"modify exchanged", modify(baseFence+3, "evt-10", "SO1", Changes{})},
+		{"modify cancelled", modify(baseFence+3, "evt-11", "SO3", Changes{})},
+		{"modify replacement", modify(1, "evt-12", ReplacementOrderNo("SO1", "evt-9"), Changes{Remark: ptr("new")})},
+		{"get SO1", get("SO1")},
+		{"get replacement", get(ReplacementOrderNo("SO1", "evt-9"))},
+		{"get unknown", get("NOPE")},
+		{"get invalid", get("SO/1")},
+		{"history SO1", history("SO1")},
+		{"history replacement", history(ReplacementOrderNo("SO1", "evt-9"))},
+		{"history unknown", history("NOPE")},
+	}
+	for _, st := range steps {
+		want := st.do(t.Context(), stores["redis"])
+		got := st.do(t.Context(), stores["http"])
+		assert.Equal(t, want, got, st.name)
+	}
+}
+
+func TestHTTPStatusMapping(t *testing.T) {
+	t.Parallel()
+	jsonHeader := http.Header{"Content-Type": {"application/json"}}
+	tests := []struct {
+		name      string
+		status    int
+		header    http.Header
+		body      string
+		want      error
+		permanent bool
+		msg       string
+	}{
+		{"404 not found", 404, jsonHeader, `{"error":{"code":"not_found","message":"no order SO1"}}`, ErrNotFound, true, "no order SO1"},
+		{"404 from a wrong URL", 404, nil, "404 page not found\n", ErrUpstream, false, "URL"},
+		{"404 with another code", 404, jsonHeader, `{"error":{"code":"no_route"}}`, ErrUpstream, false, "no_route"},
+		{"409 stale fence", 409, jsonHeader, `{"error":{"code":"stale_fence","message":"fence 1 < 2"}}`, ErrStaleFence, false, "fence 1 < 2"},
+		{"409 order closed", 409, jsonHeader, `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, ErrClosed, true, "replacement is order SO2"},
+		{"409 conflict", 409, jsonHeader, `{"error":{"code":"conflict","message":"SO2 exists"}}`, ErrConflict, true, "SO2 exists"},
+		{"409 unknown code", 409, jsonHeader, `{"error":{"code":"locked"}}`, ErrConflict, true, "locked"},
+		{"409 without body", 409, nil, "", ErrConflict, true, "409"},
+		{"400 no fence", 400, jsonHeader, `{"error":{"code":"no_fence"}}`, ErrNoFence, true, "no_fence"},
+		{"400 invalid", 400, jsonHeader, `{"error":{"code":"invalid","message":"bad JSON"}}`, ErrInvalid, true, "bad JSON"},
+		{"422 invalid", 422, jsonHeader, `{"error":{"code":"invalid","message":"items[0].qty must be positive"}}`, ErrInvalid, true, "items[0].qty must be positive"},
+		{"403 forbidden", 403, jsonHeader, `{"error":{"code":"forbidden","message":"not your order"}}`, ErrInvalid, true, "not your order"},
+		{"413 too large", 413, nil, "", ErrInvalid, true, "413"},
+		{"408 request timeout", 408, nil, "", ErrUpstream, false, "408"},
+		{"429 too many requests", 429, http.Header{"Retry-After": {"1"}}, "", ErrUpstream, false, "429"},
+		{"500", 500, jsonHeader, `{"error":{"code":"internal","message":"db down"}}`, ErrUpstream, false, "db down"},
+		{"502 from a proxy", 502, http.Header{"Content-Type": {"text/html"}}, "<html>Bad Gateway</html>", ErrUpstream, false, "502"},
+		{"503", 503, nil, "", ErrUpstream, false, "503"},
+		{"redirect is not followed", 307, http.Header{"Location": {"/elsewhere"}}, "", ErrUpstream, false, "307"},
+		{"200 not JSON", 200, nil, "<html>", ErrUpstream, false, "undecodable answer"},
+		{"200 another order", 200, jsonHeader, orderJSON("SO7"), ErrUpstream, false, `"SO7"`},
+		{"200 null", 200, jsonHeader, "null", ErrUpstream, false, "instead of"},
+		{"message with control characters", 422, jsonHeader, `{"error":{"code":"invalid","message":"line1\nline2\u0000"}}`, ErrInvalid, true, "line1line2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCanned(t, tt.status, tt.header, tt.body)
+			tokens := &staticTokens{tok: "tok"}
+			s, err := NewHTTP(c.srv.URL, tokens, HTTPConfig{})
+			require.NoError(t, err)
+			t.Cleanup(s.CloseIdleConnections)
+
+			_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("x")})
+			assert.ErrorIs(t, err, tt.want)
+			assert.Equal(t, tt.permanent, Permanent(err), "permanent: %v", err)
+			assert.ErrorContains(t, err, tt.msg)
+			var ue *UpstreamError
+			require.ErrorAs(t, err, &ue)
+			assert.Equal(t, tt.status, ue.StatusCode)
+			assert.EqualValues(t, 1, c.requests.Load(), "one request, no retry, no redirect")
+			assert.Zero(t, tokens.invalidated.Load())
+		})
+	}
+}
+
+func TestHTTPClosedErrorNamesReplacement(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		want ClosedError
+	}{
+		{"exchanged", `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
+		{"cancelled", `{"error":{"code":"order_closed","status":"cancelled"}}`, ClosedError{OrderNo: "SO1", Status: StatusCancelled}},
+		{"status left out", `{"error":{"code":"order_closed","exchanged_to":"SO2"}}`, ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCanned(t, http.StatusConflict, nil, tt.body)
+			s, err := NewHTTP(c.srv.URL, &staticTokens{tok: "tok"}, HTTPConfig{})
+			require.NoError(t, err)
+			t.Cleanup(s.CloseIdleConnections)
+			_, err = s.Exchange(fenced(t, baseFence), "evt-1", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}})
+			var ce *ClosedError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tt.want, *ce)
+		})
+	}
+}
+
+func TestHTTPReplayedHeader(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		header http.Header
+		want   bool
+	}{
+		{"absent", nil, false},
+		{"true", http.Header{HeaderReplayed: {"true"}}, true},
+		{"True", http.Header{HeaderReplayed: {"True"}}, true},
+		{"false", http.Header{HeaderReplayed: {"false"}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCanned(t, http.StatusOK, tt.header, orderJSON("SO1"))
+			s, err := NewHTTP(c.srv.URL, &staticTokens{tok: "tok"}, HTTPConfig{})
+			require.NoError(t, err)
+			t.Cleanup(s.CloseIdleConnections)
+			res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Replayed)
+		})
+	}
+}
+
+// TestHTTP401RefreshesOnce: a refused token is invalidated and the request
+// sent once more with a new one, and a burst of 401s costs one refresh.
+func TestHTTP401RefreshesOnce(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	s := u.store(t, HTTPConfig{})
+	const orders = 8
+	for i := range orders {
+		seed(t, u.oracle, "SO"+strconv.Itoa(i))
+	}
+	_, err := s.Get(t.Context(), "SO0")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, u.issued.Load())
+
+	// One request: refused, then sent once more with one new token.
+	u.expire() // as if the upstream's clock ran ahead of expires_in
+	res, err := s.Modify(fenced(t, baseFence), "evt-one", "SO0", Changes{Remark: ptr("after 401")})
+	require.NoError(t, err)
+	assert.Equal(t, "after 401", res.Order.Remark)
+	issued := u.issuedTokens()
+	require.Len(t, issued, 2, "exactly one extra token")
+	seen := u.seenFor("evt-one")
+	require.Len(t, seen, 2)
+	assert.Equal(t, []int{http.StatusUnauthorized, http.StatusOK}, []int{seen[0].Status, seen[1].Status})
+	assert.Equal(t, []string{issued[0], issued[1]}, []string{seen[0].Token, seen[1].Token})
+
+	// A burst: every caller holds the refused token, one refresh for all.
+	u.expire()
+	var wg sync.WaitGroup
+	errs := make([]error, orders)
+	for i := range orders {
+		wg.Go(func() {
+			_, errs[i] = s.Modify(fenced(t, baseFence), "evt-"+strconv.Itoa(i), "SO"+strconv.Itoa(i), Changes{Remark: ptr("burst")})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "modify %d", i)
+	}
+	issued = u.issuedTokens()
+	require.Len(t, issued, 3, "exactly one extra token for the whole burst")
+	refused := 0
+	for i := range orders {
+		// A caller that started after the first 401 already had the new
+		// token; the others were refused once.
+		seen := u.seenFor("evt-" + strconv.Itoa(i))
+		require.NotEmpty(t, seen)
+		require.LessOrEqual(t, len(seen), 2, "modify %d: at most one retry", i)
+		last := seen[len(seen)-1]
+		assert.Equal(t, http.StatusOK, last.Status)
+		assert.Equal(t, issued[2], last.Token)
+		for _, r := range seen[:len(seen)-1] {
+			assert.Equal(t, http.StatusUnauthorized, r.Status)
+			assert.Equal(t, issued[1], r.Token)
+			refused++
+		}
+	}
+	assert.Positive(t, refused)
+}
+
+func TestHTTPSecond401IsAnError(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	s := u.store(t, HTTPConfig{})
+	seed(t, u.oracle, "SO1")
+	u.rejectAll.Store(true)
+
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("x")})
+	assert.ErrorIs(t, err, ErrUpstream)
+	assert.False(t, Permanent(err), "an auth problem is retried, not archived: %v", err)
+	var ue *UpstreamError
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, http.StatusUnauthorized, ue.StatusCode)
+	assert.EqualValues(t, 2, u.issued.Load(), "the first token and exactly one more")
+	assert.Len(t, u.seen(), 2, "two requests, no loop")
+	for _, tok := range u.issuedTokens() {
+		assert.NotContains(t, err.Error(), tok, "no token in errors")
+	}
+}
+
+func TestHTTPUnknownTokenRetriedOnce(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	seed(t, u.oracle, "SO1")
+	tokens := &staticTokens{tok: "not-a-token"}
+	s, err := NewHTTP(u.URL(), tokens, HTTPConfig{})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+
+	_, err = s.Get(t.Context(), "SO1")
+	assert.ErrorIs(t, err, ErrUpstream)
+	assert.EqualValues(t, 1, tokens.invalidated.Load())
+	assert.EqualValues(t, 2, tokens.gets.Load())
+	assert.Len(t, u.seen(), 1, "the same token again is not sent again")
+	assert.NotContains(t, err.Error(), "not-a-token")
+}
+
+func TestHTTPTokenUnavailableIsRetryable(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	u.failTokens.Store(true)
+	s := u.store(t, HTTPConfig{})
+
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	assert.ErrorIs(t, err, token.ErrUnavailable)
+	assert.False(t, Permanent(err))
+	assert.Empty(t, u.seen(), "nothing sent without a token")
+}
+
+// hanging is an order API that answers nothing until the client gives up;
+// arrived is signalled once per request.
+func hanging(t *testing.T) (url string, arrived chan struct{}) {
+	t.Helper()
+	arrived = make(chan struct{}, 10)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs before srv.Close
+	return srv.URL, arrived
+}
+
+func TestHTTPTimeout(t *testing.T) {
+	t.Parallel()
+	url, arrived := hanging(t)
+	s, err := NewHTTP(url, &staticTokens{tok: "tok"}, HTTPConfig{Timeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	assert.ErrorIs(t, err, ErrUpstream)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "no answer within 50ms")
+	assert.False(t, Permanent(err))
+	assert.Len(t, arrived, 1)
+}
+
+func TestHTTPCallerCancelled(t *testing.T) {
+	t.Parallel()
+	url, arrived := hanging(t)
+	s, err := NewHTTP(url, &staticTokens{tok: "tok"}, HTTPConfig{})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+
+	lost := errors.New("lock lost")
+	ctx, cancel := context.WithCancelCause(fenced(t, baseFence))
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-arrived:
+			cancel(lost)
+		case <-ctx.Done():
+		}
+	}()
+	_, err = s.Modify(ctx, "evt-1", "SO1", Changes{})
+	assert.ErrorIs(t, err, lost, "the context's cause reaches the caller")
+	assert.NotErrorIs(t, err, ErrUpstream)
+	assert.False(t, Permanent(err))
+}
+
+func TestHTTPConnectionRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	s, err := NewHTTP("http://"+addr, &staticTokens{tok: "tok"}, HTTPConfig{})
+	require.NoError(t, err)
+
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	assert.ErrorIs(t, err, ErrUpstream)
+	assert.False(t, Permanent(err))
+}
+
+// TestHTTPChecksBeforeSending: requests that can never succeed fail as in
+// the RedisStore, without a token or a request.
+func TestHTTPChecksBeforeSending(t *testing.T) {
+	t.Parallel()
+	c := newCanned(t, http.StatusOK, nil, orderJSON("SO1"))
+	tokens := &staticTokens{tok: "tok"}
+	s, err := NewHTTP(c.srv.URL, tokens, HTTPConfig{})
+	require.NoError(t, err)
+	items := []Item{{SKU: "x", Qty: 1}}
+	tests := []struct {
+		name string
+		call func(ctx context.Context) error
+		want error
+	}{
+		{"modify without fence", func(ctx context.Context) error {
+			_, err := s.Modify(ctx, "evt", "SO1", Changes{})
+			return err
+		}, ErrNoFence},
+		{"exchange without fence", func(ctx context.Context) error {
+			_, err := s.Exchange(ctx, "evt", "SO1", Exchange{Items: items})
+			return err
+		}, ErrNoFence},
+		{"event ID with a newline", func(ctx context.Context) error {
+			_, err := s.Modify(WithWrite(ctx, Write{Fence: 1}), "evt\r\nX-Evil: 1", "SO1", Changes{})
+			return err
+		}, ErrInvalid},
+		{"event ID too long", func(ctx context.Context) error {
+			_, err := s.Exchange(WithWrite(ctx, Write{Fence: 1}), strings.Repeat("e", 129), "SO1", Exchange{Items: items})
+			return err
+		}, ErrInvalid},
+		{"bad order number", func(ctx context.Context) error {
+			_, err := s.Get(ctx, "../admin")
+			return err
+		}, ErrInvalid},
+		{"bad history order number", func(ctx context.Context) error {
+			_, err := s.History(ctx, "")
+			return err
+		}, ErrInvalid},
+		{"exchange to itself", func(ctx context.Context) error {
+			_, err := s.Exchange(WithWrite(ctx, Write{Fence: 1}), "evt", "SO1", Exchange{Items: items, NewOrderNo: "SO1"})
+			return err
+		}, ErrInvalid},
+		{"put with bad status", func(ctx context.Context) error {
+			return s.Put(ctx, Order{No: "SO1", Status: "lost"})
+		}, ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(t.Context())
+			assert.ErrorIs(t, err, tt.want)
+			assert.True(t, Permanent(err))
+		})
+	}
+	assert.Zero(t, c.requests.Load())
+	assert.Zero(t, tokens.gets.Load())
+}
+
+func TestHTTPWorkerHeaderIsSafe(t *testing.T) {
+	t.Parallel()
+	u := newRefUpstream(t)
+	s := u.store(t, HTTPConfig{})
+	seed(t, u.oracle, "SO1")
+	ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "host\nX-Evil: 1 é"})
+	_, err := s.Modify(ctx, "evt-1", "SO1", Changes{})
+	require.NoError(t, err)
+	seen := u.seenFor("evt-1")
+	require.Len(t, seen, 1)
+	assert.Equal(t, "host%0AX-Evil:%201%20%C3%A9", seen[0].Worker)
+}
+
+func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	oracle := newStore(t)
+	seed(t, oracle, "SO1")
+	h := NewHTTPHandler(oracle)
+	fence := strconv.FormatInt(baseFence, 10)
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		header map[string]string
+		body   string
+		status int
+		code   string
+	}{
+		{"no idempotency key", "POST", "/orders/SO1/modify", map[string]string{HeaderFencingToken: fence}, `{}`, 400, CodeInvalid},
+		{"no fence", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e"}, `{}`, 400, CodeNoFence},
+		{"zero fence", "POST", "/orders/SO1/exchange", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "0"}, `{"items":[{"sku":"x","qty":1}]}`, 400, CodeNoFence},
+		{"fence not a number", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "1e9"}, `{}`, 400, CodeNoFence},
+		{"bad started at", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderStartedAt: "yesterday"}, `{}`, 400, CodeInvalid},
+		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid},
+		{"two values", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{} {}`, 400, CodeInvalid},
+		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", maxRequest) + `"}`, 413, CodeInvalid},
+		{"put naming another order", "PUT", "/orders/SO1", nil, `{"order_no":"SO2"}`, 422, CodeInvalid},
+		{"bad order number", "GET", "/orders/SO%201", nil, ``, 422, CodeInvalid},
+		{"not found", "GET", "/orders/NOPE/history", nil, ``, 404, CodeNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, strings.NewReader(tt.body))
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			assert.Equal(t, tt.status, rec.Code, rec.Body.String())
+			e := decodeError(rec.Code, rec.Body.Bytes(), "SO1")
+			assert.Equal(t, tt.code, e.Code)
+		})
+	}
+	o, err := oracle.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), o.Version, "nothing was written")
+}
+
+// FuzzDecodeError: any answer maps to an error without panicking, only
+// client errors are permanent, and the upstream's text is cut and cleaned.
+func FuzzDecodeError(f *testing.F) {
+	f.Add(404, []byte(`{"error":{"code":"not_found","message":"no"}}`))
+	f.Add(409, []byte(`{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`))
+	f.Add(409, []byte(`{"error":{"code":"stale_fence"}}`))
+	f.Add(400, []byte(`{"error":{"code":"no_fence"}}`))
+	f.Add(502, []byte(`<html>`))
+	f.Add(422, []byte(`{"error":null}`))
+	f.Add(429, []byte(`{"error":{"message":"\u0000\n\u00e9"}}`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		e := decodeError(status, body, "SO1")
+		require.NotNil(t, e.Err)
+		assert.NotEmpty(t, e.Error())
+		if Permanent(e) {
+			assert.True(t, status >= 400 && status <= 499, "status %d is permanent", status)
+		}
+		if status >= 500 || status < 400 {
+			assert.ErrorIs(t, e, ErrUpstream)
+		}
+		assert.LessOrEqual(t, len(e.Message), maxMessage)
+		assert.True(t, utf8.ValidString(e.Message) && utf8.ValidString(e.Code))
+		assert.False(t, strings.ContainsFunc(e.Message+e.Code, unicode.IsControl), "control characters in %q", e.Message)
+	})
+}
+
+// checkingStore is a Store that checks writes as RedisStore does and
+// answers them with the order, without keeping anything.
+type checkingStore struct{ Store }
+
+func (checkingStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
+	if _, err := writeFrom(ctx); err != nil {
+		return Result{}, err
+	}
+	if err := checkModify(eventID, orderNo, c); err != nil {
+		return Result{}, err
+	}
+	return Result{Order: Order{No: orderNo, Status: StatusActive, Items: []Item{}}}, nil
+}
+
+func (checkingStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
+	if _, err := writeFrom(ctx); err != nil {
+		return Result{}, err
+	}
+	if err := checkExchange(eventID, orderNo, x.NewOrderNo, x); err != nil {
+		return Result{}, err
+	}
+	return Result{Order: Order{No: x.NewOrderNo, Status: StatusActive, Items: x.Items}}, nil
+}
+
+// FuzzHTTPHandler: whatever a client sends, the reference server answers
+// with the order or with the API's error body, never anything else.
+func FuzzHTTPHandler(f *testing.F) {
+	f.Add(false, "evt-1", "1796264668538149", "", []byte(`{"address":"a","items":[{"sku":"x","qty":1}]}`))
+	f.Add(true, "evt-1", "1", "2026-12-03T02:24:28.541123Z", []byte(`{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`))
+	f.Add(false, "", "-1", "x", []byte(`{"items":[]}`))
+	f.Add(true, "e", "9223372036854775808", "", []byte(`{"items":null} []`))
+	h := NewHTTPHandler(checkingStore{})
+	f.Fuzz(func(t *testing.T, exchange bool, key, fence, started string, body []byte) {
+		path := "/orders/SO1/modify"
+		if exchange {
+			path = "/orders/SO1/exchange"
+		}
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, bytes.NewReader(body))
+		req.Header.Set(HeaderIdempotencyKey, key)
+		req.Header.Set(HeaderFencingToken, fence)
+		req.Header.Set(HeaderStartedAt, started)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK:
+			var o Order
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
+			assert.NotEmpty(t, o.No)
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			e := decodeError(rec.Code, rec.Body.Bytes(), "SO1")
+			assert.Contains(t, []string{CodeInvalid, CodeNoFence}, e.Code, rec.Body.String())
+			assert.True(t, Permanent(e))
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+	})
+}
