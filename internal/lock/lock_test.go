@@ -274,16 +274,17 @@ func TestTakeoverWhenHolderDies(t *testing.T) {
 func TestKeptLeaseOutlivesTTL(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	// Long enough that a loaded machine still renews in time (every TTL/3,
-	// with two chances before the lease ends).
-	ttl := 1500 * time.Millisecond
+	// Long enough that a heavily loaded machine still renews in time (every
+	// TTL/3, with retries at a quarter of what is left before the lease
+	// ends): a stall longer than the lease loses any lease-based lock.
+	ttl := 3 * time.Second
 	l := newLocker(t, db, lock.Config{TTL: ttl})
 	other := newLocker(t, db, lock.Config{TTL: ttl})
 	lease, err := l.TryAcquire(t.Context(), "SO-keep", "long task")
 	require.NoError(t, err)
 	ctx := lease.Keep(t.Context())
-	// For three TTLs, nobody else may get in and the work is not cancelled.
-	until := time.Now().Add(3 * ttl)
+	// For two TTLs, nobody else may get in and the work is not cancelled.
+	until := time.Now().Add(2 * ttl)
 	for time.Now().Before(until) {
 		_, err := other.TryAcquire(t.Context(), "SO-keep", "intruder")
 		require.ErrorIs(t, err, lock.ErrBusy)
