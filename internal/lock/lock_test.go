@@ -344,12 +344,17 @@ func TestDoWrapsErrLost(t *testing.T) {
 func TestFenceStrictlyIncreases(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{TTL: 50 * time.Millisecond})
+	l := newLocker(t, db, lock.Config{})
+	short := newLocker(t, db, lock.Config{TTL: 50 * time.Millisecond})
 	lockKey, fenceKey := db.Prefix+"lock:{SO-fence}", db.Prefix+"lock:{SO-fence}:fence"
 	var last int64
 	next := func(how string) {
 		t.Helper()
-		lease, err := l.Acquire(t.Context(), "SO-fence", how, lock.Wait{Deadline: 5 * time.Second})
+		by := l
+		if how == "left to expire" {
+			by = short
+		}
+		lease, err := by.Acquire(t.Context(), "SO-fence", how, lock.Wait{Deadline: 5 * time.Second})
 		require.NoError(t, err)
 		require.Greater(t, lease.Fence(), last, how)
 		last = lease.Fence()
