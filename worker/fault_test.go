@@ -19,9 +19,9 @@ import (
 
 // A handler that stalls past its lease (as in a long GC pause) has its
 // context cancelled with lock.ErrLost, and the write it makes when it wakes
-// up — late, under its old fence, after the next holder wrote — is refused
-// by the store. The task then runs again under a fresh lock and is applied
-// exactly once.
+// up — late, under its old fence, after the next holder took the lock but
+// before that holder wrote — is refused by the store. The task then runs
+// again under a fresh lock and is applied exactly once.
 func TestStalledHolderCannotWriteLate(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-P")
@@ -62,15 +62,15 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		t.Fatal("handler never started")
 	}
 
-	// A's lease runs out while it stalls, and B takes the order and writes.
+	// A's lease runs out while it stalls, and B takes the order. A wakes up
+	// and writes before B has written anything: the store still refuses A,
+	// because B's lock handed out a newer fence.
 	require.NoError(t, e.db.Client.Del(t.Context(), e.db.Prefix+"lock:{SO-P}").Err())
 	other, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	defer other.Close()
-	require.NoError(t, other.Do(t.Context(), "SO-P", "B", lock.Wait{}, func(ctx context.Context, l *lock.Lease) error {
-		_, err := e.store.Modify(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "B"}), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
-		return err
-	}))
+	leaseB, err := other.Acquire(t.Context(), "SO-P", "B", lock.Wait{})
+	require.NoError(t, err)
 
 	select {
 	case <-ctxA.Done():
@@ -79,6 +79,16 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		t.Fatal("the stalled handler's context was not cancelled")
 	}
 	close(resume)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lateErr != nil
+	}, 30*time.Second, time.Millisecond, "A's late write never came")
+
+	wB := orders.Write{Fence: leaseB.Fence(), LockFenceKey: leaseB.FenceKey(), Worker: "B"}
+	_, err = e.store.Modify(orders.WithWrite(t.Context(), wB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	require.NoError(t, err)
+	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)
 
 	mu.Lock()

@@ -129,7 +129,7 @@ func (w *Worker) orderLock(next asynq.Handler) asynq.Handler {
 		meta := t.Type() + " " + id
 		return w.lockr.Do(ctx, env.OrderNo, meta, w.policy(t.Type()), func(ctx context.Context, lease *lock.Lease) error {
 			ti.locked, ti.fence, ti.lock = true, lease.Fence(), lease.Stats()
-			ctx = orders.WithWrite(ctx, orders.Write{Fence: lease.Fence(), Worker: w.cfg.ID, StartedAt: time.Now()})
+			ctx = orders.WithWrite(ctx, orders.Write{Fence: lease.Fence(), LockFenceKey: lease.FenceKey(), Worker: w.cfg.ID, StartedAt: time.Now()})
 			return next.ProcessTask(ctx, t)
 		})
 	})

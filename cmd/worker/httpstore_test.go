@@ -276,7 +276,7 @@ func TestRunRejectsHTTPStoreSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{"OPS_ADDR": "", "REDIS_URL": "redis://127.0.0.1:1/0", "TOKEN_CLIENT_SECRET": "hunter2"}
+			env := map[string]string{"OPS_ADDR": "off", "REDIS_URL": "redis://127.0.0.1:1/0", "TOKEN_CLIENT_SECRET": "hunter2"}
 			for k, v := range tt.env {
 				env[k] = v
 			}
@@ -295,7 +295,7 @@ func TestRunRejectsHTTPStoreSettings(t *testing.T) {
 func TestRunWarnsOfIgnoredAPISettings(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{
-		"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": "", "LOG_LEVEL": "warn",
+		"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": "off", "LOG_LEVEL": "warn",
 		"ORDER_API_URL": "http://orders.example", "TOKEN_CLIENT_SECRET": apiSecret,
 	}
 	var logs lockedBuffer

@@ -67,7 +67,7 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
-	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; empty to disable")
+	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", 20, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", "order_exchange=6,order_modify=3", "queues to serve with their priority weights").Check(checkQueues)
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
@@ -233,17 +233,16 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	// scrapes see the shutdown through.
 	var opsErr error
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	opsDone := make(chan error, 1)
-	if c.OpsAddr == "" {
-		close(opsDone)
-	} else {
+	defer stopOps()
+	var opsDone chan error // nil, never ready, without an ops server
+	if c.OpsAddr != "off" {
 		ln, err := net.Listen("tcp", c.OpsAddr)
 		if err != nil {
 			w.Shutdown()
-			stopOps()
 			return fmt.Errorf("ops listener on %s (OPS_ADDR): %w", c.OpsAddr, err)
 		}
 		log.Info("ops server listening", zap.String("addr", ln.Addr().String()))
+		opsDone = make(chan error, 1)
 		go func() {
 			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
 		}()
@@ -251,12 +250,13 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	select {
 	case <-ctx.Done():
 	case opsErr = <-opsDone: // it stopped by itself: shut down and say why
+		opsDone = nil
 	}
 	log.Info("shutting down", zap.Duration("timeout", c.Shutdown))
 	w.Shutdown()
 	stopOps()
-	if err := <-opsDone; opsErr == nil {
-		opsErr = err
+	if opsDone != nil {
+		opsErr = <-opsDone
 	}
 	log.Info("worker stopped")
 	return opsErr

@@ -109,7 +109,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{"OPS_ADDR": "", "REDIS_URL": "redis://127.0.0.1:1/0"}
+			env := map[string]string{"OPS_ADDR": "off", "REDIS_URL": "redis://127.0.0.1:1/0"}
 			for k, v := range tt.env {
 				env[k] = v
 			}

@@ -52,7 +52,7 @@ func TestSIGTERM(t *testing.T) {
 
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(),
-				"REDIS_URL="+db.URL(), "KEY_PREFIX="+db.Prefix, "OPS_ADDR=", "LOG_FORMAT=console",
+				"REDIS_URL="+db.URL(), "KEY_PREFIX="+db.Prefix, "OPS_ADDR=off", "LOG_FORMAT=console",
 				"WORKER_SIMULATE_WORK="+tt.work, "SHUTDOWN_TIMEOUT="+tt.timeout)
 			logs, err := os.Create(filepath.Join(t.TempDir(), "worker.log"))
 			require.NoError(t, err)

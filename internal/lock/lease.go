@@ -46,6 +46,12 @@ func (s *Lease) Key() string { return s.key }
 // every earlier lease on the key. Pass it with every write the lock guards.
 func (s *Lease) Fence() int64 { return s.fence }
 
+// FenceKey returns the Redis key that holds the newest fence handed out for
+// the lease's key. A store on the same Redis can refuse a fence older than
+// it, which shuts out a former holder as soon as the lock changes hands
+// (see orders.Write.LockFenceKey). It carries the key's hash tag.
+func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
+
 // Stats returns how the lease was acquired.
 func (s *Lease) Stats() Stats { return s.stats }
 

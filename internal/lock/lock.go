@@ -506,7 +506,13 @@ func (l *Locker) Do(ctx context.Context, key, meta string, w Wait, fn func(ctx c
 	if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
 		err = fmt.Errorf("%w: %w", cause, err)
 	}
-	if rerr := lease.Release(ctx); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+	switch rerr := lease.Release(ctx); {
+	case rerr == nil:
+	case errors.Is(rerr, ErrNotHeld) && err == nil:
+		// The work finished, but the lease had ended first (a stall past
+		// the TTL): only the fence kept a newer holder safe.
+		l.log.Warn("lease ended before the work did", zap.String("key", key), zap.Int64("fence", lease.fence))
+	case !errors.Is(rerr, ErrNotHeld):
 		l.log.Warn("release failed; the lock expires with its lease",
 			zap.String("key", key), zap.Int64("fence", lease.fence), zap.Error(rerr))
 	}

@@ -191,6 +191,15 @@ type Write struct {
 	// StartedAt is when the writer started the work, for the history.
 	// Optional: the store's clock is used when it is zero.
 	StartedAt time.Time
+	// LockFenceKey is the Redis key where the order's lock keeps the newest
+	// fence it has handed out (lock.Lease.FenceKey). Optional. When set, the
+	// Redis store also refuses a fence older than that one, so a holder
+	// whose lease has passed to someone else cannot write even before the
+	// new holder's first write. It must carry the order's hash tag
+	// ("{<order_no>}") so that one script touches one Cluster slot. The
+	// HTTP store ignores it: the upstream compares with the fences it has
+	// seen.
+	LockFenceKey string
 }
 
 type writeKey struct{}

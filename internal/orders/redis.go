@@ -140,7 +140,8 @@ end
 // applyScript applies one fenced event to an existing, active order: a
 // modify, or the first half of an exchange (closing the order).
 //
-// KEYS[1] order hash, KEYS[2] history list, KEYS[3] events hash
+// KEYS[1] order hash, KEYS[2] history list, KEYS[3] events hash,
+// KEYS[4] (optional) the order lock's newest handed-out fence
 // ARGV[1] event ID, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] request fingerprint,
 // ARGV[6] history detail, ARGV[7] type, ARGV[8] replacement's number or "",
@@ -151,7 +152,7 @@ end
 //	{"notfound"}
 //	{"replay", record}              the event was applied before; no write
 //	{"closed", status, exchanged_to}
-//	{"stale", newest fence}
+//	{"stale", newest fence}          older than the order's or the lock's newest
 //	{"ok", record}                  applied: fence stored, version bumped,
 //	                                history appended, outcome recorded
 var applyScript = redis.NewScript(luaLib + `
@@ -161,6 +162,10 @@ if rec then return {'replay', rec} end
 local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence')
 if st[1] ~= 'active' then return {'closed', st[1] or '', st[2] or ''} end
 if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
+if KEYS[4] then
+  local lf = redis.call('GET', KEYS[4])
+  if lf and older(ARGV[2], lf) then return {'stale', lf} end
+end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local t = now()
 redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 9))
@@ -590,6 +595,12 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 // whether it was a replay, or the package's error.
 func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, fp, detail, newNo string, fields []any) (record, bool, error) {
 	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo), s.eventsKey(orderNo)}
+	if w.LockFenceKey != "" {
+		if !strings.Contains(w.LockFenceKey, "{"+orderNo+"}") {
+			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag {%s}: %w", w.LockFenceKey, orderNo, ErrInvalid)
+		}
+		keys = append(keys, w.LockFenceKey)
+	}
 	fence := strconv.FormatInt(w.Fence, 10)
 	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo}, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()

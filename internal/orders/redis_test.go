@@ -698,3 +698,28 @@ func TestConcurrentModifies(t *testing.T) {
 	}
 	t.Logf("%d of %d writers applied, the rest were stale", applied.Load(), writers)
 }
+
+// A former lock holder's write is refused as soon as the lock hands out a
+// newer fence, even before the new holder has written to the order.
+func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, s.Put(t.Context(), Order{No: "SO1", Address: "a", Items: []Item{{SKU: "A", Qty: 1}}}))
+	fenceKey := db.Prefix + "lock:{SO1}:fence"
+	require.NoError(t, db.Client.Set(t.Context(), fenceKey, "200", 0).Err()) // the new holder's fence
+	r := "late"
+
+	old := WithWrite(t.Context(), Write{Fence: 100, LockFenceKey: fenceKey})
+	_, err = s.Modify(old, "ev-old", "SO1", Changes{Remark: &r})
+	require.ErrorIs(t, err, ErrStaleFence)
+
+	current := WithWrite(t.Context(), Write{Fence: 200, LockFenceKey: fenceKey})
+	_, err = s.Modify(current, "ev-new", "SO1", Changes{Remark: &r})
+	require.NoError(t, err)
+
+	wrongSlot := WithWrite(t.Context(), Write{Fence: 300, LockFenceKey: db.Prefix + "lock:{SO2}:fence"})
+	_, err = s.Modify(wrongSlot, "ev-x", "SO1", Changes{Remark: &r})
+	require.ErrorIs(t, err, ErrInvalid)
+}
