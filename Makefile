@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint fmt bench demo fuzz
+.PHONY: help test lint fmt bench bench-replicas stress stress-short demo fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -19,9 +19,19 @@ lint: ## gofmt, go vet and staticcheck
 fmt: ## rewrite files with gofmt
 	gofmt -w $$(git ls-files '*.go')
 
-bench: ## the benchmarks (not part of test)
+bench: ## the benchmarks (not part of test), then cmd/bench's side-by-side table (about 1 minute)
 	$(GO) test -run '^$$' -bench . -skip Handoff -benchtime $(BENCHTIME) ./...
 	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./internal/lock
+	$(GO) run ./cmd/bench -json bench.json
+
+bench-replicas: ## throughput with 1, 2 and 4 worker processes
+	$(GO) run ./cmd/bench -replicas 1,2,4 -replicas-only -json bench-replicas.json
+
+stress: ## reliability suite on real binaries: SIGKILLs, a Redis restart (about 3-5 minutes)
+	$(GO) run ./cmd/stress
+
+stress-short: ## the CI configuration of the reliability suite (about 2.5 minutes)
+	$(GO) run ./cmd/stress -short
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo

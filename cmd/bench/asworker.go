@@ -1,0 +1,45 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/redis/go-redis/v9"
+)
+
+// runPlainWorker is the bench binary's -as-worker=plain mode: a plain asynq
+// worker process, (a) of the replica runs, configured like cmd/worker from
+// REDIS_URL, WORKER_CONCURRENCY and WORKER_SIMULATE_WORK. Its handler only
+// sleeps the work time. It runs until ctx ends (SIGTERM).
+func runPlainWorker(ctx context.Context, getenv func(string) string) error {
+	opts, err := redis.ParseURL(cmp.Or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"))
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	concurrency, err := strconv.Atoi(cmp.Or(getenv("WORKER_CONCURRENCY"), "20"))
+	if err != nil || concurrency <= 0 {
+		return fmt.Errorf("WORKER_CONCURRENCY=%q: want a positive number", getenv("WORKER_CONCURRENCY"))
+	}
+	work, err := time.ParseDuration(cmp.Or(getenv("WORKER_SIMULATE_WORK"), "0s"))
+	if err != nil || work < 0 {
+		return fmt.Errorf("WORKER_SIMULATE_WORK=%q: want a duration >= 0", getenv("WORKER_SIMULATE_WORK"))
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
+	mux := asynq.NewServeMux()
+	mux.Handle(tasks.TypeModify, noop)
+	mux.Handle(tasks.TypeExchange, noop)
+	srv := asynq.NewServerFromRedisClient(rdb, plainConfig(concurrency))
+	if err := srv.Start(mux); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	srv.Shutdown()
+	return nil
+}

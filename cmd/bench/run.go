@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// settings are the bench's flags. They are flags only: a measuring tool
+// reads no environment, except in -as-worker mode (see asworker.go).
+type settings struct {
+	RedisURL      string
+	Tasks         int
+	Hot           int
+	HotTasks      int
+	SeedHotTasks  int
+	Concurrency   int
+	Work          time.Duration
+	Only          []string
+	JSON          string
+	CPUProfile    string
+	Replicas      []string
+	ReplicaTasks  int
+	ReplicaWork   time.Duration
+	ReplicaPlain  bool
+	Timeout       time.Duration
+	Verbose       bool
+	AsWorker      string
+	ReplicasAlone bool
+}
+
+func declare(s *config.Set, c *settings) {
+	s.String(&c.RedisURL, "redis-url", "", "", "Redis to measure on, database included; it must be empty and is flushed between scenarios. Default: spawn a dedicated redis-server")
+	s.Int(&c.Tasks, "tasks", "", 10000, "tasks of the uncontended scenarios, each on an order of its own").Check(config.Positive[int])
+	s.Int(&c.Hot, "hot", "", 10, "hot orders of the contended scenarios").Check(config.Positive[int])
+	s.Int(&c.HotTasks, "hot-tasks", "", 10000, "tasks of the contended scenarios (a) and (b), spread round-robin over the hot orders").Check(config.Positive[int])
+	s.Int(&c.SeedHotTasks, "seed-hot-tasks", "", 3000, "tasks of the contended scenario (c), fewer to bound the run: its waiters sleep 0-1000 ms between checks").Check(config.Positive[int])
+	s.Int(&c.Concurrency, "concurrency", "", 20, "tasks one worker runs at once (the worker's default is 20)").Check(config.Positive[int])
+	s.Duration(&c.Work, "work", "", 10*time.Millisecond, "simulated handler work per task, inside the lock for (b) and (c); (a) sleeps it too").Check(config.NonNegative[time.Duration])
+	s.StringList(&c.Only, "only", "", nil, "run only these scenarios, e.g. b-uncontended,b-contended (names as in the table)")
+	s.String(&c.JSON, "json", "", "", "also write the results as JSON to this file")
+	s.String(&c.CPUProfile, "cpuprofile", "", "", "write a CPU profile of each in-process scenario's measured phase to this path plus \".<scenario>\"")
+	s.StringList(&c.Replicas, "replicas", "", nil, "also measure throughput with this many worker processes each, e.g. 1,2,4 (built from cmd/worker)")
+	s.Bool(&c.ReplicasAlone, "replicas-only", "", false, "with -replicas: skip the in-process scenarios")
+	s.Int(&c.ReplicaTasks, "replica-tasks", "", 20000, "tasks of each replica run, each on an order of its own").Check(config.Positive[int])
+	s.Duration(&c.ReplicaWork, "replica-work", "", 10*time.Millisecond, "simulated work per task in the replica runs (WORKER_SIMULATE_WORK)").Check(config.NonNegative[time.Duration])
+	s.Bool(&c.ReplicaPlain, "replica-plain", "", true, "with -replicas: also run plain asynq processes, for the ratio")
+	s.Duration(&c.Timeout, "timeout", "", 3*time.Minute, "give up on a scenario that has not finished after this long").Check(config.Positive[time.Duration])
+	s.Bool(&c.Verbose, "v", "", false, "print each scenario's commands per task by command, and its round trips by command")
+	s.String(&c.AsWorker, "as-worker", "", "", "internal: run as a plain asynq worker process for -replicas (reads REDIS_URL, WORKER_CONCURRENCY, WORKER_SIMULATE_WORK)").Check(config.OneOf("", "plain"))
+}
+
+// run is the bench: it parses the flags, gets a Redis, runs the scenarios
+// and prints the table (and the JSON).
+func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
+	var c settings
+	s := config.NewSet("bench", nil)
+	declare(s, &c)
+	if err := s.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if c.AsWorker != "" {
+		return runPlainWorker(ctx, getenv)
+	}
+	replicas, err := parseReplicas(c.Replicas)
+	if err != nil {
+		return err
+	}
+
+	opts, stopRedis, err := redisFor(ctx, c.RedisURL, out)
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+
+	rep := report{
+		Started:     time.Now().UTC(),
+		GoVersion:   runtime.Version(),
+		CPUs:        runtime.NumCPU(),
+		Concurrency: c.Concurrency,
+		WorkMs:      float64(c.Work) / float64(time.Millisecond),
+	}
+	rep.LoadAvg[0] = loadAvg()
+	admin := redis.NewClient(opts)
+	defer admin.Close()
+	if v, err := admin.InfoMap(ctx, "server").Result(); err == nil {
+		rep.RedisVersion = v["Server"]["redis_version"]
+	}
+	if !c.ReplicasAlone || len(replicas) == 0 {
+		for _, sc := range scenarios(c) {
+			if len(c.Only) > 0 && !slices.Contains(c.Only, sc.Name) {
+				continue
+			}
+			fmt.Fprintf(out, "running %s: %d tasks over %d orders ...\n", sc.Name, sc.Tasks, sc.Orders)
+			r, err := runScenario(ctx, opts, c, sc)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.Name, err)
+			}
+			rep.Results = append(rep.Results, r)
+		}
+		rep.LoadAvg[1] = loadAvg()
+		rep.ratios()
+		rep.print(out, c)
+	}
+	if !c.ReplicasAlone || len(replicas) == 0 {
+		fmt.Fprintln(out, "\nrunning the token waiters ...")
+		tr, err := measureTokens(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("tokens: %w", err)
+		}
+		rep.Tokens = tr
+		printTokens(out, tr)
+	}
+	if len(replicas) > 0 {
+		rr, err := runReplicas(ctx, opts, c, replicas, out)
+		if err != nil {
+			return fmt.Errorf("replicas: %w", err)
+		}
+		rep.Replicas = rr
+		printReplicas(out, c, rr)
+	}
+	if c.JSON != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.JSON, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nwrote %s\n", c.JSON)
+	}
+	return nil
+}
+
+func parseReplicas(list []string) ([]int, error) {
+	var out []int
+	for _, s := range list {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-replicas: %q is not a positive number", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// redisFor returns the options of the Redis to measure on: the given URL's
+// (whose database must be empty), or a redis-server spawned for the run.
+func redisFor(ctx context.Context, url string, out io.Writer) (*redis.Options, func(), error) {
+	if url != "" {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-redis-url: %w", err)
+		}
+		c := redis.NewClient(opts)
+		defer c.Close()
+		n, err := c.DBSize(ctx).Result()
+		if err != nil {
+			return nil, nil, fmt.Errorf("-redis-url: %w", err)
+		}
+		if n != 0 {
+			return nil, nil, fmt.Errorf("-redis-url: database %d holds %d keys; the bench flushes it between scenarios, so give it an empty one", opts.DB, n)
+		}
+		fmt.Fprintf(out, "redis: %s (given); note that commands per task count every client of that server\n", opts.Addr)
+		return opts, func() {}, nil
+	}
+	p, err := redistest.StartProcess()
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(out, "redis: dedicated redis-server on %s (persistence off)\n", p.Addr())
+	return &redis.Options{Addr: p.Addr()}, p.Stop, nil
+}

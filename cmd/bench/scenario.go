@@ -1,0 +1,473 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// The systems under measurement.
+const (
+	sysPlain = "a" // plain asynq, a handler that only sleeps the work time
+	sysOW    = "b" // orderworker: worker.New with the order lock and the Redis store
+	sysSeed  = "c" // the seed-style lock (EXISTS then SET) around the same store write
+)
+
+var systemNames = map[string]string{
+	sysPlain: "(a) asynq, no-op handler",
+	sysOW:    "(b) orderworker",
+	sysSeed:  "(c) seed-style lock",
+}
+
+// prefix is the key prefix of the order store and the locks in every
+// scenario (each scenario starts on a flushed database).
+const prefix = "ow:"
+
+// scenario is one system on one workload.
+type scenario struct {
+	Name      string
+	System    string
+	Contended bool
+	Tasks     int
+	Orders    int
+	Note      string
+}
+
+func scenarios(c settings) []scenario {
+	var out []scenario
+	for _, contended := range []bool{false, true} {
+		for _, sys := range []string{sysPlain, sysOW, sysSeed} {
+			sc := scenario{System: sys, Contended: contended, Tasks: c.Tasks, Orders: c.Tasks}
+			sc.Name = sys + "-uncontended"
+			if contended {
+				sc.Name = sys + "-contended"
+				sc.Tasks, sc.Orders = c.HotTasks, c.Hot
+				if sys == sysSeed && c.SeedHotTasks < c.HotTasks {
+					sc.Tasks = c.SeedHotTasks
+					sc.Note = fmt.Sprintf("%d tasks, not %d, to bound the run: the seed's waiters sleep 0-1000 ms between checks (-seed-hot-tasks)", c.SeedHotTasks, c.HotTasks)
+				}
+			}
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// orderNo names order i of a scenario.
+func orderNo(sc scenario, i int) string {
+	if sc.Contended {
+		return "H" + strconv.Itoa(i%sc.Orders)
+	}
+	return fmt.Sprintf("U%06d", i%sc.Orders)
+}
+
+// result is one row of the table.
+type result struct {
+	Scenario  string  `json:"scenario"`
+	System    string  `json:"system"`
+	Contended bool    `json:"contended"`
+	Tasks     int     `json:"tasks"`
+	Orders    int     `json:"orders"`
+	Note      string  `json:"note,omitempty"`
+	Seconds   float64 `json:"seconds"`
+	TasksPerS float64 `json:"tasks_per_s"`
+	RatioToA  float64 `json:"ratio_to_a,omitempty"`
+	Completed int64   `json:"completed"`
+	Archived  int64   `json:"archived"`
+	// Handoffs are the hand-offs to a task that was already waiting when
+	// the lock was released (see benchkit.WaiterHandoffs); HandoffsAll
+	// counts every two consecutive holders, including a newcomer that
+	// took the lock without waiting.
+	Handoffs      int     `json:"handoffs"`
+	HandoffP50    float64 `json:"handoff_p50_ms"`
+	HandoffP99    float64 `json:"handoff_p99_ms"`
+	HandoffMax    float64 `json:"handoff_max_ms"`
+	HandoffsAll   int     `json:"handoffs_all"`
+	HandoffAllP50 float64 `json:"handoff_all_p50_ms"`
+	HandoffAllP99 float64 `json:"handoff_all_p99_ms"`
+	// LockWait* are the tasks' waits for their order's lock, from asking
+	// to having it (or, for (c), to giving up at the deadline); for (b)
+	// from the worker's own per-task lock_wait.
+	LockWaitP50 float64 `json:"lock_wait_p50_ms"`
+	LockWaitP99 float64 `json:"lock_wait_p99_ms"`
+	LockWaitMax float64 `json:"lock_wait_max_ms"`
+	// CmdsPerTask is INFO commandstats' calls (commands run inside scripts
+	// included) over the measured phase, per task.
+	CmdsPerTask float64 `json:"redis_cmds_per_task"`
+	// ScriptsPerTask is the EVAL/EVALSHA calls of CmdsPerTask, per task.
+	ScriptsPerTask float64 `json:"redis_scripts_per_task"`
+	// RoundTripsPerTask is what the workers' client sent (a pipeline is
+	// one), per task.
+	RoundTripsPerTask float64                     `json:"round_trips_per_task"`
+	Commands          map[string]benchkit.CmdStat `json:"redis_commands"`
+	// WorkerCPUPerTask is the bench process's CPU time (user + system)
+	// over the measured phase, per task, in µs: the workers run in it.
+	// RedisCPUPerTask is the server's, from INFO cpu.
+	WorkerCPUPerTask float64          `json:"worker_cpu_us_per_task"`
+	RedisCPUPerTask  float64          `json:"redis_cpu_us_per_task"`
+	RoundTrips       map[string]int64 `json:"round_trips"`
+	// PeakRSSKiB is the bench process's VmHWM over the measured phase (it
+	// was reset at its start); PeakRSSDeltaKiB is that over its RSS at the
+	// start.
+	PeakRSSKiB      int64  `json:"peak_rss_kib"`
+	PeakRSSDeltaKiB int64  `json:"peak_rss_delta_kib"`
+	PeakHeapKiB     uint64 `json:"peak_heap_kib"`
+	// SeedBypasses is how often (c) gave up waiting after 5 s and ran
+	// without the lock, as the seed did.
+	SeedBypasses int64 `json:"seed_bypasses"`
+	// Overlaps counts critical sections on one order that overlapped,
+	// from the histories; FenceErrors fences that did not increase.
+	Overlaps    int `json:"overlaps"`
+	FenceErrors int `json:"fence_errors"`
+}
+
+// system is a running worker of one kind.
+type system struct {
+	stop    func()
+	waits   *waits // the tasks' lock waits; nil for (a)
+	bypass  func() int64
+	hook    *benchkit.CountHook
+	history bool // whether the store holds a history to analyse
+}
+
+// runScenario measures one scenario on a flushed database: it seeds the
+// orders, enqueues the tasks, then starts the system and measures until
+// every task is completed or archived.
+func runScenario(ctx context.Context, opts *redis.Options, c settings, sc scenario) (result, error) {
+	r := result{Scenario: sc.Name, System: systemNames[sc.System], Contended: sc.Contended, Tasks: sc.Tasks, Orders: sc.Orders, Note: sc.Note}
+	admin := redis.NewClient(opts)
+	defer admin.Close()
+	if err := admin.FlushDB(ctx).Err(); err != nil {
+		return r, err
+	}
+	store, err := orders.NewRedis(admin, orders.RedisConfig{Prefix: prefix})
+	if err != nil {
+		return r, err
+	}
+	if sc.System != sysPlain {
+		if err := seedOrders(ctx, store, sc); err != nil {
+			return r, err
+		}
+	}
+	if err := enqueue(ctx, admin, sc); err != nil {
+		return r, err
+	}
+
+	// The measured phase.
+	monitor := redis.NewClient(opts)
+	defer monitor.Close()
+	before, err := benchkit.CommandStats(ctx, monitor)
+	if err != nil {
+		return r, err
+	}
+	runtime.GC()
+	peakRSSReset := benchkit.ResetPeakRSS() == nil
+	memStart, _ := benchkit.ProcMemory(0)
+	heap := startHeapWatch()
+	defer heap()
+	redisCPU0, err := benchkit.RedisCPU(ctx, monitor)
+	if err != nil {
+		return r, err
+	}
+	selfCPU0 := benchkit.SelfCPU()
+
+	stopProfile, err := startProfile(c.CPUProfile, sc.Name)
+	if err != nil {
+		return r, err
+	}
+	defer stopProfile()
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	sys, err := startSystem(rdb, c, sc)
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeoutCause(ctx, c.Timeout, fmt.Errorf("not finished after %v", c.Timeout))
+	samples, err := benchkit.WaitFinished(wctx, monitor, int64(sc.Tasks), 5*time.Millisecond)
+	cancel()
+	if err != nil {
+		sys.stop()
+		return r, err
+	}
+	end := samples[len(samples)-1].At
+	rt := sys.hook.RoundTrips()
+	rtBy := sys.hook.ByName()
+	after, err := benchkit.CommandStats(ctx, monitor)
+	if err != nil {
+		sys.stop()
+		return r, err
+	}
+	selfCPU := benchkit.SelfCPU() - selfCPU0
+	redisCPU, err := benchkit.RedisCPU(ctx, monitor)
+	if err != nil {
+		sys.stop()
+		return r, err
+	}
+	redisCPU -= redisCPU0
+	mem, _ := benchkit.ProcMemory(0)
+	r.PeakHeapKiB = heap() / 1024
+	stopProfile()
+	sys.stop()
+
+	n := float64(sc.Tasks)
+	r.Seconds = end.Sub(start).Seconds()
+	r.TasksPerS = n / r.Seconds
+	r.Completed, r.Archived, _ = benchkit.Finished(ctx, admin)
+	// The monitor's own commands: its INFO and its ZCARD polls (asynq runs
+	// no ZCARD while processing).
+	r.Commands = benchkit.Delta(before, after)
+	delete(r.Commands, "info")
+	delete(r.Commands, "zcard")
+	r.CmdsPerTask = float64(benchkit.Sum(r.Commands)) / n
+	r.ScriptsPerTask = float64(r.Commands["evalsha"].Calls+r.Commands["eval"].Calls) / n
+	r.RoundTrips = rtBy
+	r.WorkerCPUPerTask = float64(selfCPU) / float64(time.Microsecond) / n
+	r.RedisCPUPerTask = float64(redisCPU) / float64(time.Microsecond) / n
+	r.RoundTripsPerTask = float64(rt) / n
+	if peakRSSReset {
+		r.PeakRSSKiB, r.PeakRSSDeltaKiB = mem.HWM, mem.HWM-memStart.RSS
+	}
+	if sys.waits != nil {
+		w := sys.waits.sorted()
+		r.LockWaitP50 = ms(benchkit.Quantile(w, 0.50))
+		r.LockWaitP99 = ms(benchkit.Quantile(w, 0.99))
+		r.LockWaitMax = ms(benchkit.Quantile(w, 1))
+	}
+	if sys.bypass != nil {
+		r.SeedBypasses = sys.bypass()
+	}
+	if sys.history {
+		nos := make([]string, 0, sc.Orders)
+		for i := range sc.Orders {
+			nos = append(nos, orderNo(sc, i))
+		}
+		hist, err := benchkit.Histories(ctx, store, nos, 16)
+		if err != nil {
+			return r, err
+		}
+		a := benchkit.Analyze(hist)
+		h := benchkit.WaiterHandoffs(hist, func(e orders.Entry) (time.Duration, bool) { return sys.waits.of(e.EventID) })
+		r.Handoffs, r.HandoffsAll = len(h), len(a.Handoffs)
+		r.HandoffP50 = ms(benchkit.Quantile(h, 0.50))
+		r.HandoffP99 = ms(benchkit.Quantile(h, 0.99))
+		r.HandoffMax = ms(benchkit.Quantile(h, 1))
+		r.HandoffAllP50 = ms(benchkit.Quantile(a.Handoffs, 0.50))
+		r.HandoffAllP99 = ms(benchkit.Quantile(a.Handoffs, 0.99))
+		r.Overlaps = a.Count("overlap")
+		r.FenceErrors = a.Count("fence")
+	}
+	return r, nil
+}
+
+// startProfile starts a CPU profile to path.name when path is set. The
+// returned func stops it; calling it again does nothing.
+func startProfile(path, name string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path + "." + name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		})
+	}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// startHeapWatch samples the Go heap (live and dead objects not yet swept,
+// from runtime/metrics, which does not stop the world) every 10 ms until
+// the returned func is called, which returns the highest value seen (again
+// on later calls).
+func startHeapWatch() func() uint64 {
+	stop, done := make(chan struct{}), make(chan uint64, 1)
+	go func() {
+		var peak uint64
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(sample)
+			if sample[0].Value.Kind() == metrics.KindUint64 {
+				peak = max(peak, sample[0].Value.Uint64())
+			}
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	var peak uint64
+	return func() uint64 {
+		once.Do(func() { close(stop); peak = <-done })
+		return peak
+	}
+}
+
+// seedOrders puts the scenario's orders into the store.
+func seedOrders(ctx context.Context, store orders.Store, sc scenario) error {
+	return benchkit.ForEach(ctx, sc.Orders, 16, func(ctx context.Context, i int) error {
+		return store.Put(ctx, orders.Order{No: orderNo(sc, i), Address: "seeded", Items: []orders.Item{{SKU: "A", Qty: 1}}})
+	})
+}
+
+// enqueue enqueues the scenario's tasks with the producer: modifies of
+// the address, task i on order orderNo(sc, i), in order. The workload has
+// no exchanges: an exchange closes its order, and the next modify of it
+// would be rejected.
+func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error {
+	p, err := producer.New(rdb, producer.Config{})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	// In order, so that the contended workload keeps every hot order's
+	// tasks spread evenly through the queue; in batches of 16 at a time.
+	const batch = 16
+	for from := 0; from < sc.Tasks; from += batch {
+		to := min(from+batch, sc.Tasks)
+		err := benchkit.ForEach(ctx, to-from, batch, func(ctx context.Context, j int) error {
+			i := from + j
+			addr := "address " + strconv.Itoa(i)
+			_, err := p.EnqueueModify(ctx, orderNo(sc, i), tasks.Changes{Address: &addr},
+				producer.WithEventID(sc.Name+"-"+strconv.Itoa(i)))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startSystem starts the scenario's system on rdb, which it instruments
+// with a round-trip counter.
+func startSystem(rdb *redis.Client, c settings, sc scenario) (*system, error) {
+	hook := benchkit.NewCountHook()
+	rdb.AddHook(hook)
+	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	if err != nil {
+		return nil, err
+	}
+	switch sc.System {
+	case sysOW:
+		locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
+		if err != nil {
+			return nil, err
+		}
+		lw := newWaits()
+		w, err := worker.New(rdb, locker, slowStore{Store: store, work: c.Work}, worker.Config{
+			Concurrency: c.Concurrency,
+			ID:          "bench-b",
+			Logger:      zap.New(waitCore{lw}),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
+		return &system{hook: hook, history: true, waits: lw, stop: func() { w.Shutdown(); _ = locker.Close() }}, nil
+	case sysPlain, sysSeed:
+		mux := asynq.NewServeMux()
+		var sl *seedLock
+		if sc.System == sysPlain {
+			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, c.Work) })
+			mux.Handle(tasks.TypeModify, noop)
+			mux.Handle(tasks.TypeExchange, noop)
+		} else {
+			sl = &seedLock{rdb: rdb, store: store, work: c.Work, keyPrefix: prefix + "seedlock:", waits: newWaits()}
+			mux.Handle(tasks.TypeModify, sl)
+		}
+		srv := asynq.NewServerFromRedisClient(rdb, plainConfig(c.Concurrency))
+		if err := srv.Start(mux); err != nil {
+			return nil, err
+		}
+		s := &system{hook: hook, stop: srv.Shutdown}
+		if sl != nil {
+			s.history = true
+			s.bypass = sl.bypasses.Load
+			s.waits = sl.waits
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("unknown system %q", sc.System)
+}
+
+// plainConfig is the asynq configuration of (a) and (c): worker.New's,
+// without the order lock's retry policy.
+func plainConfig(concurrency int) asynq.Config {
+	return asynq.Config{
+		Concurrency:              concurrency,
+		Queues:                   worker.DefaultQueues(),
+		TaskCheckInterval:        time.Second,
+		DelayedTaskCheckInterval: time.Second,
+		Logger:                   zap.NewNop().Sugar(),
+		LogLevel:                 asynq.WarnLevel,
+	}
+}
+
+// slowStore makes every write work a while first, inside the order's lock,
+// as cmd/worker's WORKER_SIMULATE_WORK does.
+type slowStore struct {
+	orders.Store
+	work time.Duration
+}
+
+func (s slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	if err := sleep(ctx, s.work); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Modify(ctx, ev, no, c)
+}
+
+func (s slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
+	if err := sleep(ctx, s.work); err != nil {
+		return orders.Result{}, err
+	}
+	return s.Store.Exchange(ctx, ev, no, x)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/internal/redistest"
+)
+
+// workerPool runs the worker processes, one per slot, each with its logs
+// in a file of its own per start (worker<slot>.<start>.log). It is safe for
+// concurrent use.
+type workerPool struct {
+	bin string
+	dir string
+	env []string
+	c   settings
+
+	mu      sync.Mutex
+	procs   []*benchkit.Process
+	starts  []int
+	killed  map[*benchkit.Process]bool
+	crashes []string // logs of workers that exited on their own
+}
+
+func (p *workerPool) startAll() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.procs = make([]*benchkit.Process, p.c.Workers)
+	p.starts = make([]int, p.c.Workers)
+	p.killed = map[*benchkit.Process]bool{}
+	for slot := range p.c.Workers {
+		if err := p.start(slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts the worker of slot; p.mu is held.
+func (p *workerPool) start(slot int) error {
+	concurrency, work := p.c.Concurrency, p.c.Work
+	if slot == 0 && p.c.SlowWork > 0 {
+		concurrency, work = p.c.SlowConcurrency, p.c.SlowWork
+	}
+	env := append(slices.Clone(p.env),
+		"WORKER_CONCURRENCY="+strconv.Itoa(concurrency),
+		"WORKER_SIMULATE_WORK="+work.String())
+	p.starts[slot]++
+	log := filepath.Join(p.dir, fmt.Sprintf("worker%d.%d.log", slot, p.starts[slot]))
+	proc, err := benchkit.Start(p.bin, workerArgs, env, log)
+	if err != nil {
+		return err
+	}
+	p.procs[slot] = proc
+	go p.watch(proc, log)
+	return nil
+}
+
+// watch records a worker that exits without being killed or stopped.
+func (p *workerPool) watch(proc *benchkit.Process, log string) {
+	<-proc.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.killed[proc] {
+		p.crashes = append(p.crashes, fmt.Sprintf("%s (%v)", log, proc.Err()))
+	}
+}
+
+// kill SIGKILLs the worker of slot and starts a new one in its place.
+func (p *workerPool) kill(slot int) error {
+	p.mu.Lock()
+	proc := p.procs[slot]
+	p.killed[proc] = true
+	p.mu.Unlock()
+	proc.Kill()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start(slot)
+}
+
+// pause freezes the worker of slot with SIGSTOP for d (or until ctx ends),
+// then continues it. A worker killed meanwhile is left alone.
+func (p *workerPool) pause(ctx context.Context, slot int, d time.Duration) {
+	p.mu.Lock()
+	proc := p.procs[slot]
+	p.mu.Unlock()
+	if proc.Pause() != nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-proc.Done():
+	case <-time.After(d):
+	}
+	_ = proc.Resume()
+}
+
+// stopAll stops every worker with SIGTERM and waits for them.
+func (p *workerPool) stopAll() error {
+	p.mu.Lock()
+	procs := slices.Clone(p.procs)
+	for _, proc := range procs {
+		p.killed[proc] = true
+	}
+	p.mu.Unlock()
+	var errs []error
+	for slot, proc := range procs {
+		if err := proc.Stop(p.c.ShutdownTimeout + 10*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: exit after SIGTERM: %w", slot, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killAll kills whatever still runs; for the end of a failed run.
+func (p *workerPool) killAll() {
+	p.mu.Lock()
+	procs := slices.Clone(p.procs)
+	for _, proc := range procs {
+		p.killed[proc] = true
+	}
+	p.mu.Unlock()
+	for _, proc := range procs {
+		select {
+		case <-proc.Done():
+		default:
+			proc.Kill()
+		}
+	}
+}
+
+// crashed returns the logs of the workers that exited on their own.
+func (p *workerPool) crashed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.crashes)
+}
+
+// chaos kills a random worker every KillEvery and restarts Redis once,
+// half-way through Duration, until its context ends.
+type chaos struct {
+	pool  *workerPool
+	redis *redistest.Process
+	c     settings
+	out   io.Writer
+
+	kills         int
+	pauses        int
+	redisRestarts int
+}
+
+func (ch *chaos) run(ctx context.Context, seed int) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rng := rand.New(rand.NewPCG(uint64(seed), 2))
+	var kill <-chan time.Time
+	if ch.c.KillEvery > 0 {
+		t := time.NewTicker(ch.c.KillEvery)
+		defer t.Stop()
+		kill = t.C
+	}
+	var pause <-chan time.Time
+	if ch.c.PauseEvery > 0 {
+		t := time.NewTicker(ch.c.PauseEvery)
+		defer t.Stop()
+		pause = t.C
+	}
+	var restart <-chan time.Time
+	if ch.c.RedisRestart {
+		t := time.NewTimer(ch.c.Duration / 2)
+		defer t.Stop()
+		restart = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kill:
+			if err := ch.pool.kill(rng.IntN(ch.c.Workers)); err != nil {
+				return err
+			}
+			ch.kills++
+		case <-pause:
+			// The freeze runs beside the kills; a frozen worker may
+			// also be killed.
+			slot := rng.IntN(ch.c.Workers)
+			ch.pauses++
+			wg.Go(func() { ch.pool.pause(ctx, slot, ch.c.PauseFor) })
+		case <-restart:
+			at := time.Now()
+			if err := ch.redis.Restart(); err != nil {
+				return fmt.Errorf("restart redis: %w", err)
+			}
+			ch.redisRestarts++
+			fmt.Fprintf(ch.out, "redis restarted (SIGKILL, then up again on its AOF) in %v\n", time.Since(at).Round(time.Millisecond))
+		}
+	}
+}
+
+// queueCounts sums asynq's queue sizes over the order queues.
+type queueCounts struct {
+	Pending, Active, Scheduled, Retry, Archived, Completed int
+}
+
+func (q queueCounts) unfinished() int { return q.Pending + q.Active + q.Scheduled + q.Retry }
+
+func counts(insp *asynq.Inspector) (queueCounts, error) {
+	var sum queueCounts
+	queues, err := insp.Queues()
+	if err != nil {
+		return sum, err
+	}
+	for _, name := range benchkit.Queues {
+		if !slices.Contains(queues, name) {
+			continue
+		}
+		qi, err := insp.GetQueueInfo(name)
+		if err != nil {
+			return sum, err
+		}
+		sum.Pending += qi.Pending
+		sum.Active += qi.Active
+		sum.Scheduled += qi.Scheduled
+		sum.Retry += qi.Retry + qi.Aggregating
+		sum.Archived += qi.Archived
+		sum.Completed += qi.Completed
+	}
+	return sum, nil
+}
+
+// drain waits until no task is pending, active, scheduled or waiting for a
+// retry, or until timeout. It reports whether the queues drained.
+func drain(ctx context.Context, insp *asynq.Inspector, timeout time.Duration, out io.Writer) (bool, error) {
+	fmt.Fprintf(out, "draining (up to %v; a killed worker's tasks come back a minute or two after their lease expires) ...\n", timeout)
+	deadline := time.Now().Add(timeout)
+	lastReport := time.Now()
+	for {
+		q, err := counts(insp)
+		if err == nil && q.unfinished() == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(out, "drain: gave up after %v: %+v\n", timeout, q)
+			return false, nil
+		}
+		if time.Since(lastReport) >= 15*time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(out, "  drain: %d pending, %d active, %d scheduled, %d retry; %d completed, %d archived\n",
+				q.Pending, q.Active, q.Scheduled, q.Retry, q.Completed, q.Archived)
+		}
+		select {
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/redis/go-redis/v9"
+)
+
+// prefix is the key prefix of the run (KEY_PREFIX of the workers).
+const prefix = "ow:"
+
+// settings are the suite's flags (flags only: it reads no environment).
+type settings struct {
+	Tasks           int
+	Orders          int
+	Workers         int
+	Concurrency     int
+	Work            time.Duration
+	SlowWork        time.Duration
+	SlowConcurrency int
+	ExchangesPerK   int
+	LockTTL         time.Duration
+	ShutdownTimeout time.Duration
+	Duration        time.Duration
+	KillEvery       time.Duration
+	RedisRestart    bool
+	PauseEvery      time.Duration
+	PauseFor        time.Duration
+	DrainTimeout    time.Duration
+	Short           bool
+	Keep            bool
+	WorkerBin       string
+	Seed            int
+}
+
+type vars struct {
+	tasks                          *config.Var[int]
+	duration, killEvery, drainTime *config.Var[time.Duration]
+}
+
+func declare(s *config.Set, c *settings) vars {
+	var v vars
+	v.tasks = s.Int(&c.Tasks, "tasks", "", 20000, "tasks to enqueue, spread evenly over -duration").Check(config.Positive[int])
+	s.Int(&c.Orders, "orders", "", 50, "orders the tasks go to (seeded with the store's Put)").Check(config.Positive[int])
+	s.Int(&c.Workers, "workers", "", 4, "worker processes (built from cmd/worker)").Check(config.Positive[int])
+	s.Int(&c.Concurrency, "concurrency", "", 20, "WORKER_CONCURRENCY of each worker").Check(config.Positive[int])
+	s.Duration(&c.Work, "work", "", 2*time.Millisecond, "WORKER_SIMULATE_WORK: how long each task works inside its lock").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.SlowWork, "slow-work", "", 7*time.Second, "the first worker's simulated work instead, longer than -lock-ttl so that its leases renew while it is killed and Redis restarts; 0 for none").Check(config.NonNegative[time.Duration])
+	s.Int(&c.SlowConcurrency, "slow-concurrency", "", 2, "WORKER_CONCURRENCY of the slow first worker").Check(config.Positive[int])
+	s.Int(&c.ExchangesPerK, "exchanges-per-1000", "", 10, "exchanges per 1000 tasks; the rest are modifies").Check(config.NonNegative[int])
+	s.Duration(&c.LockTTL, "lock-ttl", "", 5*time.Second, "LOCK_TTL of the workers").Check(config.Positive[time.Duration])
+	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "", 3*time.Second, "SHUTDOWN_TIMEOUT of the workers (they are stopped with SIGTERM at the end)").Check(config.Positive[time.Duration])
+	v.duration = s.Duration(&c.Duration, "duration", "", 90*time.Second, "how long the tasks are enqueued and the workers killed").Check(config.Positive[time.Duration])
+	v.killEvery = s.Duration(&c.KillEvery, "kill-every", "", 3*time.Second, "SIGKILL one worker (and start it again) this often; 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.PauseEvery, "pause-every", "", 10*time.Second, "also freeze one worker (SIGSTOP) this often, for -pause-for, then SIGCONT it: a stall past the lock's lease (the fencing case); 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.PauseFor, "pause-for", "", 0, "how long a frozen worker stays frozen; defaults to -lock-ttl + 2s").Check(config.NonNegative[time.Duration])
+	s.Bool(&c.RedisRestart, "redis-restart", "", true, "restart Redis (SIGKILL, then start on its AOF) once, half-way through -duration")
+	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
+	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 150 s drain limit (flags given explicitly win)")
+	s.Bool(&c.Keep, "keep", "", false, "keep the directory with the workers' logs and Redis's files even when the run passes")
+	s.String(&c.WorkerBin, "worker-bin", "", "", "use this worker binary instead of building cmd/worker")
+	s.Int(&c.Seed, "seed", "", 0, "seed of the task mix and the kills; 0 for a random one (printed)")
+	return v
+}
+
+// applyShort gives the settings that were not set explicitly their -short
+// values.
+func (v vars) applyShort(c *settings) {
+	if v.tasks.Source() == config.FromDefault {
+		c.Tasks = 3000
+	}
+	if v.duration.Source() == config.FromDefault {
+		c.Duration = 25 * time.Second
+	}
+	if v.killEvery.Source() == config.FromDefault {
+		c.KillEvery = 3 * time.Second
+	}
+	if v.drainTime.Source() == config.FromDefault {
+		c.DrainTimeout = 150 * time.Second
+	}
+}
+
+// run is the suite. It returns an error for a violation (after printing
+// the figures) and for a run that could not be carried out.
+func run(ctx context.Context, args []string, out io.Writer) (err error) {
+	var c settings
+	s := config.NewSet("stress", nil)
+	v := declare(s, &c)
+	if err := s.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if c.Short {
+		v.applyShort(&c)
+	}
+	if c.PauseFor == 0 {
+		c.PauseFor = c.LockTTL + 2*time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = int(time.Now().UnixNano() % 1_000_000)
+	}
+	started := time.Now()
+
+	dir, err := os.MkdirTemp("", "orderworker-stress-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil || c.Keep {
+			fmt.Fprintf(out, "\nlogs and Redis files kept in %s\n", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+
+	bin := c.WorkerBin
+	if bin == "" {
+		fmt.Fprintf(out, "building %s ...\n", benchkit.WorkerPackage)
+		if bin, err = benchkit.BuildWorker(ctx, dir); err != nil {
+			return err
+		}
+	}
+	srv, err := redistest.StartProcess("--appendonly", "yes", "--appendfsync", "always")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Keep Redis's log and AOF with the workers' logs.
+		_ = os.CopyFS(filepath.Join(dir, "redis"), os.DirFS(srv.Dir()))
+		srv.Stop()
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 5})
+	defer rdb.Close()
+	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	prod, err := producer.New(rdb, producer.Config{})
+	if err != nil {
+		return err
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+
+	fmt.Fprintf(out, "stress: %d tasks (%d exchanges per 1000) over %d orders in %v; %d workers × %d, work %v",
+		c.Tasks, c.ExchangesPerK, c.Orders, c.Duration, c.Workers, c.Concurrency, c.Work)
+	if c.SlowWork > 0 {
+		fmt.Fprintf(out, " (worker 0: × %d, work %v)", c.SlowConcurrency, c.SlowWork)
+	}
+	fmt.Fprintf(out, "; LOCK_TTL %v; kill every %v; redis restart %v", c.LockTTL, c.KillEvery, c.RedisRestart)
+	if c.PauseEvery > 0 {
+		fmt.Fprintf(out, "; freeze a worker for %v every %v", c.PauseFor, c.PauseEvery)
+	}
+	fmt.Fprintf(out, "; seed %d\n", c.Seed)
+	fmt.Fprintf(out, "redis-server on %s with appendonly yes, appendfsync always; logs in %s\n", srv.Addr(), dir)
+
+	l := newLoad(prod, rdb, c)
+	if err := l.seed(ctx, store); err != nil {
+		return err
+	}
+	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(srv.URL(), c), c: c}
+	if err := pool.startAll(); err != nil {
+		return err
+	}
+	defer pool.killAll()
+
+	// The chaos phase: enqueue while killing workers and restarting Redis.
+	ch := &chaos{pool: pool, redis: srv, c: c, out: out}
+	chaosDone := make(chan error, 1)
+	cctx, stopChaos := context.WithCancel(ctx)
+	go func() { chaosDone <- ch.run(cctx, c.Seed) }()
+	loadErr := l.run(ctx, c.Duration)
+	stopChaos()
+	if cerr := <-chaosDone; cerr != nil {
+		return fmt.Errorf("chaos: %w", cerr)
+	}
+	if loadErr != nil {
+		return fmt.Errorf("enqueue: %w", loadErr)
+	}
+	fmt.Fprintf(out, "enqueued %d tasks (%d modifies, %d exchanges) in %v; %d worker kills, %d worker freezes, %d redis restarts\n",
+		len(l.tasks), l.count(taskModify), l.count(taskExchange), time.Since(started).Round(time.Second), ch.kills, ch.pauses, ch.redisRestarts)
+
+	drainStart := time.Now()
+	drained, derr := drain(ctx, insp, c.DrainTimeout, out)
+	if derr != nil {
+		return derr
+	}
+	drainTook := time.Since(drainStart)
+	if err := pool.stopAll(); err != nil {
+		fmt.Fprintf(out, "note: %v\n", err)
+	}
+
+	res, err := check(ctx, rdb, store, insp, l)
+	if err != nil {
+		return err
+	}
+	res.drained, res.drainTook = drained, drainTook
+	res.crashes = pool.crashed()
+	res.print(out, time.Since(started))
+	if n := res.violations(); n > 0 {
+		return fmt.Errorf("%d violations (seed %d; worker logs in %s)", n, c.Seed, dir)
+	}
+	return nil
+}
+
+// workerArgs are the command-line arguments of every worker process. The
+// ops server listens on a free loopback port, since four workers cannot
+// share :9090 (the checks read the store and the Inspector, not /metrics).
+var workerArgs = []string{"-ops-addr", "127.0.0.1:0"}
+
+// workerEnv is the environment of every worker process.
+func workerEnv(url string, c settings) []string {
+	return []string{
+		"REDIS_URL=" + url,
+		"KEY_PREFIX=" + prefix,
+		"LOG_FORMAT=json",
+		"LOG_LEVEL=info",
+		"LOCK_TTL=" + c.LockTTL.String(),
+		"SHUTDOWN_TIMEOUT=" + c.ShutdownTimeout.String(),
+	}
+}
