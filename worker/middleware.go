@@ -127,6 +127,9 @@ func (w *Worker) orderLock(next asynq.Handler) asynq.Handler {
 		ti.orderNo, ti.eventID = env.OrderNo, env.EventID
 		id, _ := asynq.GetTaskID(ctx)
 		meta := t.Type() + " " + id
+		if len(meta) > lock.MaxMetaLen { // a hand-enqueued task may have any ID
+			meta = meta[:lock.MaxMetaLen]
+		}
 		return w.lockr.Do(ctx, env.OrderNo, meta, w.policy(t.Type()), func(ctx context.Context, lease *lock.Lease) error {
 			ti.locked, ti.fence, ti.lock = true, lease.Fence(), lease.Stats()
 			ctx = orders.WithWrite(ctx, orders.Write{Fence: lease.Fence(), LockFenceKey: lease.FenceKey(), Worker: w.cfg.ID, StartedAt: time.Now()})

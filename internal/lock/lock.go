@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -281,8 +282,8 @@ func parseFence(v any) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("fence of type %T", v)
 	}
-	var f int64
-	if _, err := fmt.Sscan(s, &f); err != nil || f <= 0 {
+	f, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || f <= 0 {
 		return 0, fmt.Errorf("bad fence %q", s)
 	}
 	return f, nil
