@@ -44,11 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer func() { _ = root.Sync() }()
 	log := root.Named("dashboard")
 
-	var fields []zap.Field
-	for _, e := range set.Entries() {
-		fields = append(fields, zap.String(e.Flag, e.Value))
-	}
-	log.Info("starting", zap.Dict("settings", fields...))
+	log.Info("starting", set.LogField())
 
 	rdb := redis.NewClient(cfg.Redis)
 	defer func() {

@@ -104,11 +104,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer func() { _ = root.Sync() }()
 	log := root.Named("intake")
-	var fields []zap.Field
-	for _, e := range set.Entries() {
-		fields = append(fields, zap.String(e.Flag, e.Value))
-	}
-	log.Info("starting", zap.Dict("settings", fields...))
+	log.Info("starting", set.LogField())
 
 	rdb := redis.NewClient(c.Redis)
 	defer func() {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // DefaultRedisURL is the conventional default of REDIS_URL: database 0 of a
@@ -548,4 +549,14 @@ func (s *Set) CheckDoc(doc []byte, section string) error {
 		return fmt.Errorf("config: the %s table is stale; replace it with:\n%s", section, want)
 	}
 	return nil
+}
+
+// LogField returns the settings as one zap field, "settings", with secrets
+// redacted as in [Set.Entries], for a binary's start-up log line.
+func (s *Set) LogField() zap.Field {
+	var fields []zap.Field
+	for _, e := range s.Entries() {
+		fields = append(fields, zap.String(e.Flag, e.Value))
+	}
+	return zap.Dict("settings", fields...)
 }
