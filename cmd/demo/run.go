@@ -62,7 +62,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	log := zap.New(zapcore.NewTee(raw.Core(), tl.core()))
 	defer func() { _ = log.Sync() }()
 
-	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock")})
+	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock"), OnWait: func(key, meta, holder string) {
+		tl.printf("%-9s %-22s %s is held by %s", "waiting", eventOf(meta), key, holder)
+	}})
 	if err != nil {
 		return err
 	}
@@ -317,3 +319,9 @@ func (c *timelineCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
 	return nil
 }
 func (c *timelineCore) Sync() error { return nil }
+
+// eventOf returns the task ID (the event ID) of a lock meta, "<type> <id>".
+func eventOf(meta string) string {
+	_, id, _ := strings.Cut(meta, " ")
+	return id
+}

@@ -19,6 +19,7 @@ func TestScenario(t *testing.T) {
 	got := out.String()
 	t.Log(got)
 	for _, want := range []string{
+		"SO1001 is held by order:exchange exchange-1",                  // modifies of SO1001 wait for the exchange
 		"woken by the release notice; applied",                         // SO1002's modifies hand over
 		"woken by the release notice; task rejected",                   // SO1001's modifies waited for the exchange
 		"its replacement is order SO2001",                              // and the rejection names the replacement

@@ -157,6 +157,10 @@ type Config struct {
 	// Logger receives renewal problems and release failures of Do.
 	// Defaults to a no-op logger.
 	Logger *zap.Logger
+	// OnWait, when set, is called once per Acquire that finds the key held
+	// and starts waiting, with the key, the waiter's meta and the holder's.
+	// It runs on the waiter's goroutine and must not block. Defaults to nil.
+	OnWait func(key, meta, holder string)
 	// Jitter returns a random duration in [lo, hi]. Tests can make it
 	// deterministic. Defaults to a uniform pick from math/rand/v2.
 	Jitter func(lo, hi time.Duration) time.Duration
@@ -353,6 +357,9 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 			st.Waited = time.Since(start)
 			lease.stats = st
 			return lease, nil
+		}
+		if st.Attempts == 1 && l.cfg.OnWait != nil {
+			l.cfg.OnWait(key, meta, h.meta)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {

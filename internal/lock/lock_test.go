@@ -139,7 +139,8 @@ func TestReleaseOfVanishedLockIsNotHeld(t *testing.T) {
 func TestWaiterWokenByReleaseNotice(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	waits := make(chan string, 1)
+	l := newLocker(t, db, lock.Config{OnWait: func(key, meta, holder string) { waits <- key + " " + meta + " " + holder }})
 	holder, err := l.TryAcquire(t.Context(), "SO-wake", "exchange")
 	require.NoError(t, err)
 
@@ -164,6 +165,7 @@ func TestWaiterWokenByReleaseNotice(t *testing.T) {
 		st := lease.Stats()
 		require.Equal(t, 1, st.WokenByNotice)
 		require.Zero(t, st.WokenByDelay)
+		require.Equal(t, "SO-wake modify exchange", <-waits, "OnWait once, naming the holder")
 		require.Greater(t, lease.Fence(), holder.Fence())
 		require.NoError(t, lease.Release(t.Context()))
 	case err := <-errc:
