@@ -132,7 +132,13 @@ func (w *Worker) orderLock(next asynq.Handler) asynq.Handler {
 		}
 		return w.lockr.Do(ctx, env.OrderNo, meta, w.policy(t.Type()), func(ctx context.Context, lease *lock.Lease) error {
 			ti.locked, ti.fence, ti.lock = true, lease.Fence(), lease.Stats()
-			ctx = orders.WithWrite(ctx, orders.Write{Fence: lease.Fence(), LockFenceKey: lease.FenceKey(), Worker: w.cfg.ID, StartedAt: time.Now()})
+			ctx = orders.WithWrite(ctx, orders.Write{
+				Fence:        lease.Fence(),
+				LockFenceKey: lease.FenceKey(),
+				Handoff:      lease.Handoff(), // a Redis store releases with the commit
+				Worker:       w.cfg.ID,
+				StartedAt:    time.Now(),
+			})
 			return next.ProcessTask(ctx, t)
 		})
 	})

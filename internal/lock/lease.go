@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,8 +33,11 @@ type Lease struct {
 	fence int64
 	stats Stats
 
+	handingOff atomic.Bool // a store script may release the lock (Handoff)
+
 	mu       sync.Mutex
 	released bool
+	byStore  bool          // a store script released it (Handoff.Released)
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended
 	cancel   context.CancelCauseFunc
@@ -106,6 +110,8 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 		case err == nil && ok:
 			expires = start.Add(ttl)
 			t.Reset(every)
+		case err == nil && s.handingOff.Load():
+			return // a store script may have released it with the work's commit
 		case err == nil:
 			log.Warn("lease lost: lock gone or taken")
 			cancel(ErrLost)
@@ -146,6 +152,39 @@ func (s *Lease) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// Handoff is what a store's script on the same Redis needs to release a
+// lease itself, with [ReleaseLua], in the round trip that commits the work:
+// one round trip fewer per hold. Call Released when the script reports that
+// it released the lock.
+type Handoff struct {
+	Key     string // the lock hash, with the key's hash tag
+	Owner   string // the lease's owner token
+	Channel string // the release notice channel
+	lease   *Lease
+}
+
+// Committing tells the lease that the store is about to run the script
+// that may release it: from then on a renewal that finds the lock gone stops
+// quietly instead of cancelling the work with ErrLost (the script's fence
+// check still refuses a late write). Call it right before that script.
+func (h *Handoff) Committing() { h.lease.handingOff.Store(true) }
+
+// Released tells the lease that a store script released it: Release then
+// only stops the renewal and returns nil, without a round trip. It is safe
+// for concurrent use.
+func (h *Handoff) Released() {
+	h.lease.mu.Lock()
+	h.lease.byStore = true
+	h.lease.mu.Unlock()
+}
+
+// Handoff returns what a store script needs to release the lease with the
+// work's commit. Handing it out changes nothing until the store calls
+// Committing.
+func (s *Lease) Handoff() *Handoff {
+	return &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
+}
+
 // Release stops the renewal (waiting for its goroutine), cancels the kept
 // context, and deletes the lock if this lease still holds it, waking the
 // waiters. It runs on a context that survives ctx's cancellation, bounded by
@@ -153,7 +192,7 @@ func (s *Lease) Refresh(ctx context.Context) error {
 //
 // It returns ErrNotHeld when the lock was no longer held by this lease (it
 // expired, was taken over, or was already released); nothing is deleted
-// then. Other errors are Redis errors; the lock then expires with its lease.
+// then. After Handoff.Released it only stops the renewal and returns nil. Other errors are Redis errors; the lock then expires with its lease.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	if s.released {
@@ -161,12 +200,15 @@ func (s *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
 	}
 	s.released = true
-	stop, done, cancel := s.stop, s.done, s.cancel
+	stop, done, cancel, byStore := s.stop, s.done, s.cancel, s.byStore
 	s.mu.Unlock()
 	if stop != nil {
 		close(stop)
 		<-done
 		defer cancel(errReleased)
+	}
+	if byStore {
+		return nil
 	}
 
 	ctx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)

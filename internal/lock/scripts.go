@@ -38,6 +38,22 @@ redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
 return {1, s}
 `)
 
+// ReleaseLua defines the Lua function release_lock(key, owner, channel):
+// it deletes the lock hash at key if its owner is owner, publishes key on
+// channel when a waiter marked the lock, and returns 1; otherwise it returns
+// 0 and deletes nothing. A store's script on the same Redis includes it to
+// release a lease in the round trip that commits the work (see
+// [Lease.Handoff]); key must then be one of that script's KEYS.
+const ReleaseLua = `
+local function release_lock(key, owner, channel)
+  if redis.call('HGET', key, 'owner') ~= owner then return 0 end
+  local waited = redis.call('HEXISTS', key, 'w')
+  redis.call('DEL', key)
+  if waited == 1 then redis.call('PUBLISH', channel, key) end
+  return 1
+end
+`
+
 // releaseScript deletes the lock if the caller still owns it, and publishes
 // a release notice when a waiter has marked the lock.
 //
@@ -46,13 +62,7 @@ return {1, s}
 //
 // Returns 1 when released, 0 when the caller no longer held the lock (it
 // expired, or someone else holds it now); nothing is deleted then.
-var releaseScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-local waited = redis.call('HEXISTS', KEYS[1], 'w')
-redis.call('DEL', KEYS[1])
-if waited == 1 then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
-return 1
-`)
+var releaseScript = redis.NewScript(ReleaseLua + `return release_lock(KEYS[1], ARGV[1], ARGV[2])`)
 
 // refreshScript extends the lease if the caller still owns the lock.
 //

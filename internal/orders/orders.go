@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -200,6 +201,12 @@ type Write struct {
 	// HTTP store ignores it: the upstream compares with the fences it has
 	// seen.
 	LockFenceKey string
+	// Handoff, when set together with LockFenceKey, lets the Redis store
+	// release the order's lock in the script that commits a Modify, which
+	// saves the release's round trip; the store calls Handoff.Released when
+	// it did. Exchanges (which write again after closing the order) and the
+	// HTTP store ignore it, and the caller releases as usual.
+	Handoff *lock.Handoff
 }
 
 type writeKey struct{}

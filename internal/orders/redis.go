@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -138,16 +139,22 @@ end
 `
 
 // applyScript applies one fenced event to an existing, active order: a
-// modify, or the first half of an exchange (closing the order).
+// modify, or the first half of an exchange (closing the order). When it is
+// given the order lock's hash, it also releases the lock (owner-checked,
+// with lock.ReleaseLua) before it returns, whatever the outcome: the
+// caller's work ends with this write.
 //
 // KEYS[1] order hash, KEYS[2] history list, KEYS[3] events hash,
-// KEYS[4] (optional) the order lock's newest handed-out fence
+// KEYS[4] (optional) the order lock's newest handed-out fence,
+// KEYS[5] (optional, with KEYS[4]) the order lock's hash
 // ARGV[1] event ID, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] request fingerprint,
 // ARGV[6] history detail, ARGV[7] type, ARGV[8] replacement's number or "",
-// ARGV[9...] field, value pairs to set on the order.
+// ARGV[9] lock owner, ARGV[10] lock notice channel (with KEYS[5]),
+// ARGV[11...] field, value pairs to set on the order.
 //
-// Returns one of
+// Returns one of the following, followed with KEYS[5] by "1" when it
+// released the lock and "0" when the lock was not the caller's
 //
 //	{"notfound"}
 //	{"replay", record}              the event was applied before; no write
@@ -155,24 +162,29 @@ end
 //	{"stale", newest fence}          older than the order's or the lock's newest
 //	{"ok", record}                  applied: fence stored, version bumped,
 //	                                history appended, outcome recorded
-var applyScript = redis.NewScript(luaLib + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
-local rec = redis.call('HGET', KEYS[3], ARGV[1])
-if rec then return {'replay', rec} end
-local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence')
-if st[1] ~= 'active' then return {'closed', st[1] or '', st[2] or ''} end
-if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
-if KEYS[4] then
-  local lf = redis.call('GET', KEYS[4])
-  if lf and older(ARGV[2], lf) then return {'stale', lf} end
+var applyScript = redis.NewScript(luaLib + lock.ReleaseLua + `
+local function apply()
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
+  local rec = redis.call('HGET', KEYS[3], ARGV[1])
+  if rec then return {'replay', rec} end
+  local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence')
+  if st[1] ~= 'active' then return {'closed', st[1] or '', st[2] or ''} end
+  if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
+  if KEYS[4] then
+    local lf = redis.call('GET', KEYS[4])
+    if lf and older(ARGV[2], lf) then return {'stale', lf} end
+  end
+  local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+  local t = now()
+  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 11))
+  append(KEYS[2], ARGV[1], ARGV[7], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[6])
+  rec = record(KEYS[1], ARGV[7], ARGV[5], ARGV[8])
+  redis.call('HSET', KEYS[3], ARGV[1], rec)
+  return {'ok', rec}
 end
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-local t = now()
-redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 9))
-append(KEYS[2], ARGV[1], ARGV[7], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[6])
-rec = record(KEYS[1], ARGV[7], ARGV[5], ARGV[8])
-redis.call('HSET', KEYS[3], ARGV[1], rec)
-return {'ok', rec}
+local r = apply()
+if KEYS[5] then r[#r + 1] = tostring(release_lock(KEYS[5], ARGV[9], ARGV[10])) end
+return r
 `)
 
 // claimScript reserves a replacement's order number for one exchange before
@@ -595,17 +607,39 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 // whether it was a replay, or the package's error.
 func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, fp, detail, newNo string, fields []any) (record, bool, error) {
 	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo), s.eventsKey(orderNo)}
+	tag := "{" + orderNo + "}"
 	if w.LockFenceKey != "" {
-		if !strings.Contains(w.LockFenceKey, "{"+orderNo+"}") {
-			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag {%s}: %w", w.LockFenceKey, orderNo, ErrInvalid)
+		if !strings.Contains(w.LockFenceKey, tag) {
+			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", w.LockFenceKey, tag, ErrInvalid)
 		}
 		keys = append(keys, w.LockFenceKey)
 	}
+	// Only a modify ends its work with this write; an exchange still
+	// creates the replacement after it.
+	h := w.Handoff
+	if typ != TypeModify {
+		h = nil
+	}
+	owner, channel := "", ""
+	if h != nil {
+		if w.LockFenceKey == "" || !strings.Contains(h.Key, tag) {
+			return record{}, false, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
+		}
+		keys = append(keys, h.Key)
+		owner, channel = h.Owner, h.Channel
+		h.Committing()
+	}
 	fence := strconv.FormatInt(w.Fence, 10)
-	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo}, fields...)
+	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo, owner, channel}, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
 		return record{}, false, err
+	}
+	if h != nil && len(res) > 1 {
+		if res[len(res)-1] == "1" {
+			h.Released()
+		}
+		res = res[:len(res)-1]
 	}
 	switch res[0] {
 	case "notfound":

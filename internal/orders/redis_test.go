@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redistest"
 )
 
@@ -722,4 +723,39 @@ func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	wrongSlot := WithWrite(t.Context(), Write{Fence: 300, LockFenceKey: db.Prefix + "lock:{SO2}:fence"})
 	_, err = s.Modify(wrongSlot, "ev-x", "SO1", Changes{Remark: &r})
 	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// With a lock handoff, a modify's commit script also releases the order's
+// lock (one round trip instead of two) and the lease's Release is then free;
+// an exchange, which writes again after closing the order, leaves the lock
+// to its holder.
+func TestHandoffReleasesWithTheCommit(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, s.Put(t.Context(), Order{No: "SO1", Address: "a", Items: []Item{{SKU: "A", Qty: 1}}}))
+	locker, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close() })
+	write := func(l *lock.Lease) context.Context {
+		return WithWrite(t.Context(), Write{Fence: l.Fence(), LockFenceKey: l.FenceKey(), Handoff: l.Handoff()})
+	}
+	lockKey := db.Prefix + "lock:{SO1}"
+
+	lease, err := locker.TryAcquire(t.Context(), "SO1", "modify")
+	require.NoError(t, err)
+	r := "x"
+	_, err = s.Modify(write(lease), "ev-1", "SO1", Changes{Remark: &r})
+	require.NoError(t, err)
+	require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val(), "released by the commit")
+	require.NoError(t, lease.Release(t.Context()), "nothing left to release")
+
+	lease, err = locker.TryAcquire(t.Context(), "SO1", "exchange")
+	require.NoError(t, err)
+	_, err = s.Exchange(write(lease), "ev-2", "SO1", Exchange{Items: []Item{{SKU: "B", Qty: 1}}, NewOrderNo: "SO2"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), db.Client.Exists(t.Context(), lockKey).Val(), "an exchange keeps its lock")
+	require.NoError(t, lease.Release(t.Context()))
+	require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val())
 }
