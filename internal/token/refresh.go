@@ -106,6 +106,9 @@ func (c *Cache) refresh(ctx context.Context, prev string) (entry, error) {
 		r, err := c.acquire(ctx, prev, owner)
 		wait := c.cfg.Jitter(c.cfg.FallbackMin, c.cfg.FallbackMax)
 		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			// The deadline cut this attempt short; the cause before it says
+			// more than "deadline exceeded" does.
 		case err != nil:
 			last = err
 		case r.e.value != "":
