@@ -6,12 +6,15 @@
 //     never flushed; tests are isolated by a unique key prefix and their keys
 //     are deleted with t.Cleanup.
 //  2. A redis-server found on PATH, spawned on a free loopback port the first
-//     time a test asks for one and killed when the test binary exits. Each
-//     test also gets a database of its own, flushed before use.
+//     time a test asks for one and killed when the test binary exits.
 //  3. The in-process miniredis, with a loud note on stderr. Tests that need a
 //     real server process (restart, kill, CLIENT PAUSE) skip there with the
 //     reason. When the CI environment variable is set this fallback is an
 //     error instead, so CI never passes on the stand-in.
+//
+// On a server the helper owns (2 and 3), each test also gets a database of
+// its own, flushed before use, so that keys without the test's prefix (such
+// as asynq's) do not meet either.
 //
 // Use [New] for an isolated client on the shared server and [Dedicated] for a
 // server of the test's own that it may stop and restart. Packages that use the
@@ -120,7 +123,7 @@ func New(tb testing.TB) *DB {
 	}
 	opts := *pkg.opts
 	db := &DB{Options: &opts, Prefix: prefix(tb), Kind: pkg.kind}
-	if pkg.kind == Spawned {
+	if pkg.kind != External { // a server this package owns: a database per test
 		pkg.mu.Lock()
 		pkg.nextDB = pkg.nextDB%(databases-1) + 1
 		opts.DB = pkg.nextDB
@@ -128,14 +131,10 @@ func New(tb testing.TB) *DB {
 	}
 	db.Client = db.NewClient(tb)
 	ctx := context.Background()
-	switch pkg.kind {
-	case Spawned:
+	if pkg.kind != External {
 		if err := db.Client.FlushDB(ctx).Err(); err != nil {
 			tb.Fatalf("redistest: flush db %d: %v", opts.DB, err)
 		}
-	case Miniredis:
-		// Miniredis keeps per-DB state in-process; nothing to flush between
-		// tests because prefixes keep them apart and cleanup deletes keys.
 	}
 	tb.Cleanup(func() { deletePrefix(tb, db) })
 	return db
