@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ type Stats struct {
 	Attempts      int           // acquire scripts run
 	WokenByNotice int           // waits ended by a release notice
 	WokenByDelay  int           // waits ended by the random delay
+	TurnWaits     int           // attempts that found it not yet the position's turn
 }
 
 // Lease is a held lock. Its methods are safe for concurrent use. A lease must
@@ -32,10 +34,14 @@ type Lease struct {
 	meta  string
 	fence int64
 	stats Stats
+	turn  Turn
+	mode  Mode
 
 	handingOff atomic.Bool // a store script may release the lock (Handoff)
 
 	mu       sync.Mutex
+	finished bool      // Finish: the turn is done
+	retryAt  time.Time // RetryAt: when the holder runs again
 	released bool
 	byStore  bool          // a store script released it (Handoff.Released)
 	stop     chan struct{} // closed by Release to end the renewal
@@ -58,6 +64,33 @@ func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
 
 // Stats returns how the lease was acquired.
 func (s *Lease) Stats() Stats { return s.stats }
+
+// Mode returns how the lease was granted: ModeFree without a position,
+// ModeTurn in its position's turn, ModePassed for a position that was
+// already finished.
+func (s *Lease) Mode() Mode { return s.mode }
+
+// Turn returns the position the lease was acquired for (zero for none).
+func (s *Lease) Turn() Turn { return s.turn }
+
+// Finish says that the work of the lease's position is done, whatever its
+// outcome: Release then moves the sequence on to the next position. Without
+// Finish, Release keeps the position next (the holder will run again).
+// It matters only for a lease in ModeTurn, and is safe for concurrent use.
+func (s *Lease) Finish() {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+}
+
+// RetryAt says when the holder of an unfinished turn will run again, so that
+// the positions waiting behind it can stop waiting until then (see
+// TurnError.Retry). Release records it.
+func (s *Lease) RetryAt(t time.Time) {
+	s.mu.Lock()
+	s.retryAt = t
+	s.mu.Unlock()
+}
 
 // Keep starts renewing the lease every TTL/3 and returns a context derived
 // from ctx for the guarded work. That context is cancelled with cause
@@ -153,14 +186,22 @@ func (s *Lease) Refresh(ctx context.Context) error {
 }
 
 // Handoff is what a store's script on the same Redis needs to release a
-// lease itself, with [ReleaseLua], in the round trip that commits the work:
-// one round trip fewer per hold. Call Released when the script reports that
-// it released the lock.
+// lease itself, and pass its turn on, with [CommitLua]'s lock_commit, in the
+// round trip that commits the work: one round trip fewer per hold. Call
+// Released when the script reports that it released the lock, and Finished
+// when it passed the turn on.
 type Handoff struct {
 	Key     string // the lock hash, with the key's hash tag
 	Owner   string // the lease's owner token
 	Channel string // the release notice channel
-	lease   *Lease
+	// SeqKey is the key's sequence and Pos the lease's position, when the
+	// lease holds a turn (ModeTurn); "" and 0 otherwise.
+	SeqKey string
+	Pos    int64
+	// SeqTTL is the sequence retention in milliseconds, lock_commit's last
+	// argument.
+	SeqTTL int64
+	lease  *Lease
 }
 
 // Committing tells the lease that the store is about to run the script
@@ -169,12 +210,16 @@ type Handoff struct {
 // check still refuses a late write). Call it right before that script.
 func (h *Handoff) Committing() { h.lease.handingOff.Store(true) }
 
-// Released tells the lease that a store script released it: Release then
-// only stops the renewal and returns nil, without a round trip. It is safe
-// for concurrent use.
-func (h *Handoff) Released() {
+// Released tells the lease that a store script released it (and, when
+// finished is true, passed its turn on): Release then only stops the
+// renewal and returns nil, without a round trip. It is safe for concurrent
+// use.
+func (h *Handoff) Released(finished bool) {
 	h.lease.mu.Lock()
 	h.lease.byStore = true
+	if finished {
+		h.lease.finished = true
+	}
 	h.lease.mu.Unlock()
 }
 
@@ -182,17 +227,29 @@ func (h *Handoff) Released() {
 // work's commit. Handing it out changes nothing until the store calls
 // Committing.
 func (s *Lease) Handoff() *Handoff {
-	return &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
+	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s,
+		SeqTTL: s.l.cfg.SeqRetention.Milliseconds()}
+	if s.mode == ModeTurn {
+		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.turn.Pos
+	}
+	return h
 }
 
 // Release stops the renewal (waiting for its goroutine), cancels the kept
 // context, and deletes the lock if this lease still holds it, waking the
-// waiters. It runs on a context that survives ctx's cancellation, bounded by
-// Config.ReleaseTimeout, so a cancelled task still releases its lock.
+// waiters. For a lease in its turn (ModeTurn) it also passes the turn on
+// when the lease was finished ([Lease.Finish]), even if the lock was lost
+// meanwhile (the work is done either way), and otherwise records
+// [Lease.RetryAt] for the waiters behind it. It runs on a context that
+// survives ctx's cancellation, bounded by Config.ReleaseTimeout, so a
+// cancelled task still releases its lock. It costs one round trip.
 //
 // It returns ErrNotHeld when the lock was no longer held by this lease (it
-// expired, was taken over, or was already released); nothing is deleted
-// then. After Handoff.Released it only stops the renewal and returns nil. Other errors are Redis errors; the lock then expires with its lease.
+// expired, was taken over, or was already released); nothing of the lock is
+// deleted then. After Handoff.Released it only stops the renewal and
+// returns nil. Other errors are Redis errors; the lock then expires with its
+// lease, and a finished turn stays next until its holder's work is found
+// done (see [Sequencer.Skip]).
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	if s.released {
@@ -201,6 +258,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	s.released = true
 	stop, done, cancel, byStore := s.stop, s.done, s.cancel, s.byStore
+	finished, retryAt := s.finished, s.retryAt
 	s.mu.Unlock()
 	if stop != nil {
 		close(stop)
@@ -213,7 +271,19 @@ func (s *Lease) Release(ctx context.Context) error {
 
 	ctx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
 	defer cancelTimeout()
-	n, err := releaseScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key)}, s.owner, s.l.channel).Int()
+	keys := []string{s.l.lockKey(s.key)}
+	args := []any{s.owner, s.l.channel}
+	if s.mode == ModeTurn {
+		adv, at := "0", ""
+		if finished {
+			adv = "1"
+		} else if !retryAt.IsZero() {
+			at = strconv.FormatInt(retryAt.UnixMilli(), 10)
+		}
+		keys = append(keys, s.l.seq.SeqKey(s.key))
+		args = append(args, s.turn.Pos, adv, s.l.cfg.SeqRetention.Milliseconds(), at)
+	}
+	n, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Int()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.key, err)
 	}

@@ -36,6 +36,15 @@
 // each Locker keeps one shared subscription to the notice channel and fans
 // the notices out to its local waiters. A lost notice only costs the random
 // delay. At the deadline Acquire returns a [*BusyError] naming the holder.
+//
+// # Turns
+//
+// [Locker.AcquireTurn] also takes a position in the key's sequence (see
+// [Sequencer]) and admits the caller only in its turn: once every earlier
+// position is finished. The turn check rides in the acquire script, and a
+// [Lease.Finish]ed turn is passed on by the release script (or by a store's
+// commit script, see [CommitLua]), so ordering costs no extra round trip. The
+// notice of a finished turn wakes only the waiter whose turn is next.
 package lock
 
 import (
@@ -74,6 +83,9 @@ var (
 	ErrClosed = errors.New("lock: locker closed")
 )
 
+// DefaultPrefix is the default of Config.Prefix and SeqConfig.Prefix.
+const DefaultPrefix = "ow:lock:"
+
 // BusyError reports that a key was still held when the wait deadline came.
 // errors.Is(err, ErrBusy) is true for it.
 type BusyError struct {
@@ -108,22 +120,29 @@ type Wait struct {
 	// whose release notice was lost acquires at most this late.
 	// Defaults to 500ms.
 	MaxDelay time.Duration
-	// Deadline is how long Acquire waits in all before it returns ErrBusy.
-	// Defaults to 5s.
+	// Deadline is how long Acquire waits in all before it returns ErrBusy
+	// (or AcquireTurn ErrNotYourTurn). Defaults to 5s.
 	Deadline time.Duration
+	// StuckAfter makes AcquireTurn stop waiting, with a [*TurnError], as
+	// soon as the head position (the one whose turn it is) was reserved
+	// more than StuckAfter ago, so that the caller can check whether the
+	// head's holder will ever come (and [Sequencer.Skip] it if not).
+	// Defaults to 0: wait to the deadline.
+	StuckAfter time.Duration
 }
 
 func (w Wait) or(d Wait) Wait {
 	return Wait{
-		MinDelay: cmp.Or(w.MinDelay, d.MinDelay),
-		MaxDelay: cmp.Or(w.MaxDelay, d.MaxDelay),
-		Deadline: cmp.Or(w.Deadline, d.Deadline),
+		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
+		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
+		Deadline:   cmp.Or(w.Deadline, d.Deadline),
+		StuckAfter: cmp.Or(w.StuckAfter, d.StuckAfter),
 	}
 }
 
 func (w Wait) validate() error {
 	switch {
-	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0:
+	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
 		return fmt.Errorf("lock: negative wait %+v", w)
 	case w.MinDelay > w.MaxDelay:
 		return fmt.Errorf("lock: wait min delay %v above max delay %v", w.MinDelay, w.MaxDelay)
@@ -137,9 +156,13 @@ var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Mil
 // Config tunes a Locker. The zero value is valid and means all defaults.
 type Config struct {
 	// Prefix starts every key and the notice channel of this Locker.
-	// Lockers that should exclude each other must share it.
-	// Defaults to "ow:lock:".
+	// Lockers that should exclude each other must share it, and so must the
+	// [Sequencer] that hands out the positions AcquireTurn honours.
+	// Defaults to DefaultPrefix ("ow:lock:").
 	Prefix string
+	// SeqRetention is how long a key's sequence outlives its last use; see
+	// SeqConfig.Retention. Defaults to 7 days.
+	SeqRetention time.Duration
 	// TTL is the lease: how long a lock outlives a holder that died without
 	// releasing it. A kept lease renews every TTL/3. Defaults to 30s.
 	TTL time.Duration
@@ -158,8 +181,10 @@ type Config struct {
 	// Defaults to a no-op logger.
 	Logger *zap.Logger
 	// OnWait, when set, is called once per Acquire that finds the key held
-	// and starts waiting, with the key, the waiter's meta and the holder's.
-	// It runs on the waiter's goroutine and must not block. Defaults to nil.
+	// (or, for AcquireTurn, not yet its turn) and starts waiting, with the
+	// key, the waiter's meta and the holder's (for a turn, the head's
+	// label). It runs on the waiter's goroutine and must not block.
+	// Defaults to nil.
 	OnWait func(key, meta, holder string)
 	// Jitter returns a random duration in [lo, hi]. Tests can make it
 	// deterministic. Defaults to a uniform pick from math/rand/v2.
@@ -175,12 +200,16 @@ type Locker struct {
 	channel string
 	log     *zap.Logger
 
+	seq     *Sequencer
+
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{} // lock key → wake channels
+	waiters map[string]map[chan struct{}]int64 // lock key → wake channel → position (0: none)
 	sub     *redis.PubSub
 	subDone chan struct{} // closed when the fan-out goroutine ends
 	ready   chan struct{} // closed once the subscription is confirmed
 	closed  bool
+	// noNotices: CheckNotices found the channel refused; waiters poll.
+	noNotices bool
 }
 
 // New returns a Locker on rdb. It returns an error when cfg is invalid.
@@ -188,7 +217,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	if rdb == nil {
 		return nil, errors.New("lock: nil redis client")
 	}
-	cfg.Prefix = cmp.Or(cfg.Prefix, "ow:lock:")
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.SeqRetention = cmp.Or(cfg.SeqRetention, DefaultSeqRetention)
 	cfg.TTL = cmp.Or(cfg.TTL, 30*time.Second)
 	cfg.Wait = cfg.Wait.or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
@@ -212,12 +242,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
+	seq, err := NewSequencer(rdb, SeqConfig{Prefix: cfg.Prefix, Retention: cfg.SeqRetention})
+	if err != nil {
+		return nil, err
+	}
 	return &Locker{
 		rdb:     rdb,
 		cfg:     cfg,
 		channel: cfg.Prefix + "released",
 		log:     cfg.Logger,
-		waiters: make(map[string]map[chan struct{}]struct{}),
+		seq:     seq,
+		waiters: make(map[string]map[chan struct{}]int64),
 	}, nil
 }
 
@@ -230,6 +265,9 @@ func uniform(lo, hi time.Duration) time.Duration {
 
 // TTL returns the lease length of this Locker's locks.
 func (l *Locker) TTL() time.Duration { return l.cfg.TTL }
+
+// Sequencer returns the Sequencer of this Locker's keys (same prefix).
+func (l *Locker) Sequencer() *Sequencer { return l.seq }
 
 // lockKey and fenceKey build the two keys of a lock; both carry the hash tag
 // {key}.
@@ -246,39 +284,97 @@ func checkKey(key, meta string) error {
 	return nil
 }
 
-// held describes the holder seen by a failed attempt.
-type held struct {
-	ttl  time.Duration
-	meta string
+// Turn is a position in a key's sequence, to acquire in turn with
+// [Locker.AcquireTurn]. The zero Turn means no position: the lock alone.
+type Turn struct {
+	// Pos is the position, as [Sequencer.Reserve] handed it out.
+	Pos int64
+	// Label is the label it was reserved under; AcquireTurn refuses a
+	// position reserved under another label ([ErrBadPosition]).
+	Label string
 }
 
-// try makes one attempt. It returns a lease, or the holder when the key is
-// held, or an error.
-func (l *Locker) try(ctx context.Context, key, meta string) (*Lease, held, error) {
+// Mode says how a lease was granted.
+type Mode string
+
+// The modes of a lease.
+const (
+	// ModeFree is a lease taken without a position.
+	ModeFree Mode = "free"
+	// ModeTurn is a lease taken in its position's turn; [Lease.Finish]
+	// and Release pass the turn on.
+	ModeTurn Mode = "turn"
+	// ModePassed is a lease whose position was already finished (or whose
+	// sequence is gone): it was granted at once, like ModeFree, and
+	// finishing it moves nothing.
+	ModePassed Mode = "passed"
+)
+
+// attempt is what one acquire script run found.
+type attempt struct {
+	lease *Lease
+	// held: the lock is held by someone else.
+	heldTTL  time.Duration
+	holder   string
+	held     bool
+	notTurn  *TurnError // not the position's turn
+	badPos   string     // the position is not the caller's
+}
+
+// try makes one attempt.
+func (l *Locker) try(ctx context.Context, key, meta string, turn Turn) (attempt, error) {
 	owner := uuid.NewString()
-	res, err := acquireScript.Run(ctx, l.rdb,
-		[]string{l.lockKey(key), l.fenceKey(key)},
-		owner, l.cfg.TTL.Milliseconds(), meta, l.cfg.FenceRetention.Milliseconds(),
-	).Slice()
-	if err != nil {
-		return nil, held{}, fmt.Errorf("acquire %s: %w", key, err)
+	keys := []string{l.lockKey(key), l.fenceKey(key)}
+	args := []any{owner, l.cfg.TTL.Milliseconds(), meta, l.cfg.FenceRetention.Milliseconds()}
+	if turn.Pos > 0 {
+		keys = append(keys, l.seq.SeqKey(key))
+		args = append(args, turn.Pos, turn.Label, l.cfg.SeqRetention.Milliseconds())
 	}
-	if len(res) >= 2 && res[0] == int64(1) {
+	res, err := acquireScript.Run(ctx, l.rdb, keys, args...).Slice()
+	if err != nil {
+		return attempt{}, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	code, _ := res[0].(int64)
+	switch {
+	case code == 1 && len(res) == 3:
 		fence, err := parseFence(res[1])
 		if err != nil {
-			return nil, held{}, fmt.Errorf("acquire %s: %w", key, err)
+			return attempt{}, fmt.Errorf("acquire %s: %w", key, err)
 		}
-		return &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence}, held{}, nil
+		mode, _ := res[2].(string)
+		return attempt{lease: &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence, turn: turn, mode: Mode(mode)}}, nil
+	case code == 0 && len(res) == 3:
+		a := attempt{held: true}
+		if ms, ok := res[1].(int64); ok && ms > 0 {
+			a.heldTTL = time.Duration(ms) * time.Millisecond
+		}
+		a.holder, _ = res[2].(string)
+		return a, nil
+	case code == 2 && len(res) == 5:
+		return attempt{notTurn: turnError(key, turn.Pos, res)}, nil
+	case code == 3 && len(res) == 2:
+		why, _ := res[1].(string)
+		return attempt{badPos: why}, nil
 	}
-	if len(res) != 3 {
-		return nil, held{}, fmt.Errorf("acquire %s: unexpected reply %v", key, res)
+	return attempt{}, fmt.Errorf("acquire %s: unexpected reply %v", key, res)
+}
+
+// turnError reads {2, head, record, retry at, now}.
+func turnError(key string, pos int64, res []any) *TurnError {
+	str := func(v any) string { s, _ := v.(string); return s }
+	e := &TurnError{Key: key, Pos: pos}
+	e.Head, _ = strconv.ParseInt(str(res[1]), 10, 64)
+	now, _ := strconv.ParseInt(str(res[4]), 10, 64)
+	label, reserved := splitRecord(str(res[2]))
+	e.Label = label
+	if !reserved.IsZero() {
+		e.Age = max(0, time.Duration(now-reserved.UnixMilli())*time.Millisecond)
 	}
-	h := held{}
-	if ms, ok := res[1].(int64); ok && ms > 0 {
-		h.ttl = time.Duration(ms) * time.Millisecond
+	if r, err := strconv.ParseInt(str(res[3]), 10, 64); err == nil && r > now {
+		e.Retry = time.Duration(r-now) * time.Millisecond
 	}
-	h.meta, _ = res[2].(string)
-	return nil, h, nil
+	e.Record = str(res[2])
+	return e
 }
 
 func parseFence(v any) (int64, error) {
@@ -301,15 +397,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, erro
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
-	lease, h, err := l.try(ctx, key, meta)
+	a, err := l.try(ctx, key, meta, Turn{})
 	if err != nil {
 		return nil, err
 	}
-	if lease == nil {
-		return nil, &BusyError{Key: key, Holder: h.meta, TTL: h.ttl}
+	if a.lease == nil {
+		return nil, &BusyError{Key: key, Holder: a.holder, TTL: a.heldTTL}
 	}
-	lease.stats.Attempts = 1
-	return lease, nil
+	a.lease.stats.Attempts = 1
+	return a.lease, nil
 }
 
 // Acquire takes the lock of key, waiting by policy w (zero fields mean the
@@ -321,15 +417,35 @@ func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, erro
 // Close, and Redis errors wrapped with the key. An uncontended Acquire costs
 // one round trip.
 func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease, error) {
+	return l.AcquireTurn(ctx, key, meta, Turn{}, w)
+}
+
+// AcquireTurn takes the lock of key in the turn of position turn.Pos of the
+// key's sequence: once every earlier position is finished (see
+// [Sequencer]). It waits by policy w, as Acquire does, both for its turn and
+// for the lock; the notice of the turn before it wakes it. A zero turn is
+// Acquire. A position that is already finished, or whose sequence expired,
+// is granted at once, without order ([ModePassed]); see [Lease.Mode].
+//
+// Besides Acquire's errors it returns a [*TurnError] (errors.Is
+// ErrNotYourTurn) when the position is not next at the deadline, at once
+// when the head's holder runs again only after the deadline, and when the
+// head was reserved more than w.StuckAfter ago; and an error matching
+// [ErrBadPosition] when the position is not the caller's. An uncontended
+// AcquireTurn in turn costs one round trip.
+func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, error) {
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
+	}
+	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > MaxLabelLen)) {
+		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
 	w = w.or(l.cfg.Wait)
 	if err := w.validate(); err != nil {
 		return nil, err
 	}
 	lk := l.lockKey(key)
-	wake, err := l.register(ctx, lk)
+	wake, err := l.register(ctx, lk, turn.Pos)
 	if err != nil {
 		return nil, err
 	}
@@ -346,28 +462,42 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 	}()
 	for {
 		st.Attempts++
-		lease, h, err := l.try(ctx, key, meta)
+		a, err := l.try(ctx, key, meta, turn)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("acquire %s: %w", key, context.Cause(ctx))
 			}
 			return nil, err
 		}
-		if lease != nil {
+		switch {
+		case a.lease != nil:
 			st.Waited = time.Since(start)
-			lease.stats = st
-			return lease, nil
+			a.lease.stats = st
+			return a.lease, nil
+		case a.badPos != "":
+			return nil, fmt.Errorf("acquire %s: %w: %s", key, ErrBadPosition, a.badPos)
 		}
 		if st.Attempts == 1 && l.cfg.OnWait != nil {
-			l.cfg.OnWait(key, meta, h.meta)
+			holder := a.holder
+			if a.notTurn != nil {
+				holder = a.notTurn.Label
+			}
+			l.cfg.OnWait(key, meta, holder)
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, &BusyError{Key: key, Holder: h.meta, TTL: h.ttl, Waited: time.Since(start)}
+		if t := a.notTurn; t != nil {
+			if left <= 0 || t.Retry > left || (w.StuckAfter > 0 && t.Age > w.StuckAfter) {
+				t.Waited = time.Since(start)
+				st.Waited = t.Waited
+				return nil, t
+			}
+			st.TurnWaits++
+		} else if left <= 0 {
+			return nil, &BusyError{Key: key, Holder: a.holder, TTL: a.heldTTL, Waited: time.Since(start)}
 		}
 		d := l.cfg.Jitter(w.MinDelay, w.MaxDelay)
-		if h.ttl > 0 && h.ttl < d {
-			d = h.ttl + time.Millisecond // the lease ends before our delay would
+		if a.held && a.heldTTL > 0 && a.heldTTL < d {
+			d = a.heldTTL + time.Millisecond // the lease ends before our delay would
 		}
 		d = min(d, left)
 		if timer == nil {
@@ -386,29 +516,33 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 	}
 }
 
-// register adds a local waiter for a lock key, starting the shared
-// subscription first if this is the Locker's first waiter. It waits briefly
-// for the subscription to be confirmed; if Redis does not confirm in time the
-// waiter goes on without notices, which only costs the random delays.
-func (l *Locker) register(ctx context.Context, lk string) (chan struct{}, error) {
+// register adds a local waiter for a lock key (and position), starting the
+// shared subscription first if this is the Locker's first waiter. It waits
+// briefly for the subscription to be confirmed; if Redis does not confirm in
+// time the waiter goes on without notices, which only costs the random
+// delays.
+func (l *Locker) register(ctx context.Context, lk string, pos int64) (chan struct{}, error) {
 	wake := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if l.sub == nil {
+	if l.sub == nil && !l.noNotices {
 		l.startSubscription()
 	}
 	set := l.waiters[lk]
 	if set == nil {
-		set = make(map[chan struct{}]struct{})
+		set = make(map[chan struct{}]int64)
 		l.waiters[lk] = set
 	}
-	set[wake] = struct{}{}
+	set[wake] = pos
 	ready := l.ready
 	l.mu.Unlock()
 
+	if ready == nil {
+		return wake, nil // notices are off: the waiter polls
+	}
 	select {
 	case <-ready:
 	default:
@@ -460,17 +594,78 @@ func (l *Locker) startSubscription() {
 	}()
 }
 
-// notify wakes the local waiters of a lock key. It never blocks: a waiter
-// that already has a pending wake-up needs no second one.
-func (l *Locker) notify(lk string) {
+// notify handles a notice "<lock key>" or "<lock key> <next position>": it
+// wakes the local waiters of that lock that can proceed: those without a
+// position, those whose position is next, and those whose position is
+// already passed. It never blocks: a waiter that already has a pending
+// wake-up needs no second one.
+func (l *Locker) notify(payload string) {
+	lk, nextStr, hasNext := strings.Cut(payload, " ")
+	var next int64
+	if hasNext {
+		n, err := strconv.ParseInt(nextStr, 10, 64)
+		if err != nil {
+			return
+		}
+		next = n
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for wake := range l.waiters[lk] {
+	for wake, pos := range l.waiters[lk] {
+		if hasNext && pos > next {
+			continue
+		}
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// CheckNotices makes sure that the Redis user may publish and subscribe to
+// the notice channel. When it may not, waiters cannot be woken by notices:
+// CheckNotices then turns the subscription off for this Locker (waiters
+// poll with their random delays, which is slower but correct) and returns
+// an error matching [ErrNoNotices] that names the channel the user's ACL
+// needs (for example `&ow:lock:released`). Call it before the first
+// Acquire; later calls only report.
+func (l *Locker) CheckNotices(ctx context.Context) error {
+	err := checkPubSub(ctx, l.rdb, l.channel)
+	if errors.Is(err, ErrNoNotices) {
+		l.mu.Lock()
+		if l.sub == nil {
+			l.noNotices = true
+		}
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// ErrNoNotices is matched by CheckNotices' error when the Redis user may not
+// use the notice channel.
+var ErrNoNotices = errors.New("lock: no permission for the notice channel")
+
+// checkPubSub publishes to channel and subscribes to it once. It returns an
+// error matching ErrNoNotices when Redis refuses either for permission.
+func checkPubSub(ctx context.Context, rdb redis.UniversalClient, channel string) error {
+	noPerm := func(err error) error {
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return fmt.Errorf("%w: grant the Redis user the channel with the ACL rule %q (%v)", ErrNoNotices, "&"+channel, err)
+		}
+		return fmt.Errorf("lock: check notice channel %s: %w", channel, err)
+	}
+	if err := rdb.Publish(ctx, channel, "").Err(); err != nil {
+		return noPerm(err)
+	}
+	ps := rdb.Subscribe(ctx)
+	defer ps.Close()
+	if err := ps.Subscribe(ctx, channel); err != nil {
+		return noPerm(err)
+	}
+	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
+		return noPerm(err)
+	}
+	return nil
 }
 
 // Close stops the shared subscription and waits for its goroutine. Leases
@@ -498,31 +693,47 @@ func (l *Locker) Close() error {
 
 // Do takes the lock of key (waiting by policy w), keeps its lease renewed
 // while fn runs, and releases it when fn returns, also when ctx was
-// cancelled. fn's context is cancelled with cause ErrLost if the lease is
-// lost; fn's error is then wrapped so that errors.Is(err, ErrLost) holds.
+// cancelled and when fn panics (the panic then goes on). fn's context is
+// cancelled with cause ErrLost if the lease is lost; fn's error is then
+// wrapped so that errors.Is(err, ErrLost) holds.
 //
 // Do returns Acquire's error when the lock was not taken, and otherwise fn's
 // error. A failed release is logged, not returned: fn's work is done, and the
 // lock then expires with its lease.
 func (l *Locker) Do(ctx context.Context, key, meta string, w Wait, fn func(ctx context.Context, lease *Lease) error) error {
-	lease, err := l.Acquire(ctx, key, meta, w)
+	return l.DoTurn(ctx, key, meta, Turn{}, w, fn)
+}
+
+// DoTurn is Do in the turn of a position (see AcquireTurn). fn says with
+// [Lease.Finish] whether its work for the position is done; the release then
+// passes the turn on. A turn that is not finished stays: the position is
+// still next, and fn's caller runs it again later.
+func (l *Locker) DoTurn(ctx context.Context, key, meta string, turn Turn, w Wait, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	lease, err := l.AcquireTurn(ctx, key, meta, turn, w)
 	if err != nil {
 		return err
 	}
 	wctx := lease.Keep(ctx)
-	err = fn(wctx, lease)
-	if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
-		err = fmt.Errorf("%w: %w", cause, err)
-	}
+	defer func() {
+		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		l.release(ctx, lease, err == nil)
+	}()
+	return fn(wctx, lease)
+}
+
+// release releases lease for Do, logging what goes wrong. ok says whether
+// the work ended without an error.
+func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
 	switch rerr := lease.Release(ctx); {
 	case rerr == nil:
-	case errors.Is(rerr, ErrNotHeld) && err == nil:
+	case errors.Is(rerr, ErrNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
-		l.log.Warn("lease ended before the work did", zap.String("key", key), zap.Int64("fence", lease.fence))
+		l.log.Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.fence))
 	case !errors.Is(rerr, ErrNotHeld):
 		l.log.Warn("release failed; the lock expires with its lease",
-			zap.String("key", key), zap.Int64("fence", lease.fence), zap.Error(rerr))
+			zap.String("key", lease.key), zap.Int64("fence", lease.fence), zap.Error(rerr))
 	}
-	return err
 }

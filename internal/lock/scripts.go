@@ -10,19 +10,167 @@ import "github.com/redis/go-redis/v9"
 //	w      present once a waiter has found the lock held
 //
 // and the newest fencing token handed out for the key is a string at
-// fenceKey, kept for Config.FenceRetention after the last acquire. Both keys
-// share the hash tag {key}, so every script touches one Cluster slot.
+// fenceKey, kept for Config.FenceRetention after the last acquire.
+//
+// The key's sequence (see [Sequencer]) is a hash at seqKey with the fields
+//
+//	n        the last position handed out
+//	d        the cursor: every position up to d is finished
+//	p:<pos>  a position after d: "<taken at, ms> <label>" while it waits for
+//	         its holder, "v <reason>" once voided, "f <outcome>" once
+//	         finished ahead of its turn
+//	r:<pos>  the time (ms) the head position's holder will run again after
+//	         a failure, so that the positions behind it need not wait
+//	w:<pos>  a waiter for pos is waiting: notify it when pos is next
+//	ref:<x>  the position reserved under reference x (Reserve's ref)
+//	log      the latest skipped positions, as JSON (see seqLog)
+//
+// All three keys share the hash tag {key}, so every script touches one
+// Cluster slot. Positions start at Redis TIME in microseconds (see
+// reserveScript): about 1.8e15, exact in Lua's doubles (below 2^53) but
+// longer than Lua's default number format (%.14g) prints exactly, so the
+// scripts format every position with num().
 
-// acquireScript takes the lock if it is free.
+// commonLua holds the helpers every script of this package shares.
+const commonLua = `
+local function num(x) return string.format('%.0f', x) end
+
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- seq_advance moves the cursor of sequence s past pos when pos is the next
+-- position, and then past every voided or finished position after it. It
+-- returns the position that is next after the move, or nil when pos was not
+-- next (finished already, or not yet its turn).
+local function seq_advance(s, pos)
+  local d = tonumber(redis.call('HGET', s, 'd'))
+  if not d or pos ~= d + 1 then return nil end
+  local p = num(pos)
+  redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p)
+  d = pos
+  while true do
+    local nx = num(d + 1)
+    local rec = redis.call('HGET', s, 'p:' .. nx)
+    if not rec then break end
+    local k = string.sub(rec, 1, 2)
+    if k ~= 'v ' and k ~= 'f ' then break end
+    redis.call('HDEL', s, 'p:' .. nx, 'r:' .. nx, 'w:' .. nx)
+    d = d + 1
+  end
+  redis.call('HSET', s, 'd', num(d))
+  return d + 1
+end
+
+-- seq_log records that position pos was skipped, and why, in the capped log
+-- of sequence s.
+local function seq_log(s, pos, why)
+  local log = {}
+  local old = redis.call('HGET', s, 'log')
+  if old then log = cjson.decode(old) end
+  table.insert(log, {pos = num(pos), at = num(nowms()), why = why})
+  while #log > 20 do table.remove(log, 1) end
+  redis.call('HSET', s, 'log', cjson.encode(log))
+end
+
+-- notify publishes "lk next" (or "lk" when next is nil) on channel when a
+-- waiter can use it: lockWaited says a waiter marked the lock, and a waiter
+-- for position next marks w:next in s. A refused PUBLISH (a Redis user
+-- without the channel in its ACL) is ignored: a notice only saves a waiter
+-- its polling delay, and must never fail the write it follows.
+local function notify(channel, lk, s, next, lockWaited)
+  local send = lockWaited
+  if s and next and redis.call('HDEL', s, 'w:' .. num(next)) == 1 then send = true end
+  if not send then return end
+  local msg = lk
+  if next then msg = lk .. ' ' .. num(next) end
+  redis.pcall('PUBLISH', channel, msg)
+end
+`
+
+// CommitLua defines the Lua function
 //
-// KEYS[1] lock hash, KEYS[2] fence counter
+//	lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
+//
+// that releases the lock hash lk if owner holds it and, when s is given and
+// advance is true, moves the sequence s past position pos (whoever holds the
+// lock: the work of pos is done). It notifies the waiters that can proceed
+// and returns 1 when it released the lock, 0 when the lock was not owner's
+// (nothing of the lock is touched then). A store's script on the same Redis
+// includes it to release a lease and finish its turn in the round trip that
+// commits the work (see [Lease.Handoff]); lk and s must then be among that
+// script's KEYS. It needs the helpers of commonLua, which it includes.
+const CommitLua = commonLua + `
+local function lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
+  local released, waited = 0, false
+  if redis.call('HGET', lk, 'owner') == owner then
+    waited = redis.call('HEXISTS', lk, 'w') == 1
+    redis.call('DEL', lk)
+    released = 1
+  end
+  local next = nil
+  if s and s ~= '' then
+    if advance then next = seq_advance(s, pos) end
+    if next then
+      redis.call('PEXPIRE', s, seqTTL)
+    elseif released == 1 then
+      local d = redis.call('HGET', s, 'd')
+      if d then next = tonumber(d) + 1 end
+    end
+  end
+  if released == 1 or next then notify(channel, lk, s, next, waited) end
+  return released
+end
+`
+
+// acquireScript takes the lock if it is free and, with a position, if it is
+// that position's turn.
+//
+// KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] (optional) sequence
 // ARGV[1] owner token, ARGV[2] lease TTL in ms, ARGV[3] meta,
-// ARGV[4] fence retention in ms
+// ARGV[4] fence retention in ms; with KEYS[3]: ARGV[5] position,
+// ARGV[6] the position's label, ARGV[7] sequence retention in ms
 //
-// Returns {1, fence} when the lock was taken, where fence is
-// max(previous fence + 1, Redis TIME in µs); or {0, holder's PTTL in ms,
-// holder's meta} when it is held, after marking that someone waits.
-var acquireScript = redis.NewScript(`
+// Returns one of
+//
+//	{1, fence, mode}   taken; fence is max(previous fence + 1, Redis TIME in
+//	                   µs); mode is "turn" (it is the position's turn),
+//	                   "passed" (the position is finished, or the sequence
+//	                   is gone) or "free" (no position given)
+//	{0, pttl, holder}  held by someone else (a waiter mark is set)
+//	{2, head, record, retry at, now}
+//	                   not the position's turn yet: head is the next
+//	                   position, record its p: field ("" when missing),
+//	                   retry at its r: field (""), now Redis TIME in ms
+//	{3, reason}        the position is not this caller's: never handed
+//	                   out, or reserved under another label
+var acquireScript = redis.NewScript(commonLua + `
+local mode = 'free'
+if KEYS[3] then
+  local pos = tonumber(ARGV[5])
+  local st = redis.call('HMGET', KEYS[3], 'n', 'd')
+  local n, d = tonumber(st[1]), tonumber(st[2])
+  if not d or pos <= d then
+    mode = 'passed'
+  elseif pos > n then
+    return {3, 'position ' .. num(pos) .. ' was never handed out (the last is ' .. num(n) .. ')'}
+  else
+    local rec = redis.call('HGET', KEYS[3], 'p:' .. num(pos))
+    local sp = rec and string.find(rec, ' ', 1, true)
+    if not sp or string.sub(rec, sp + 1) ~= ARGV[6] then
+      return {3, 'position ' .. num(pos) .. ' is reserved as ' .. (rec or 'nothing')}
+    end
+    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+    if pos > d + 1 then
+      redis.call('HSET', KEYS[3], 'w:' .. num(pos), '1')
+      local h = num(d + 1)
+      local head = redis.call('HMGET', KEYS[3], 'p:' .. h, 'r:' .. h)
+      return {2, h, head[1] or '', head[2] or '', num(nowms())}
+    end
+    mode = 'turn'
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HSET', KEYS[1], 'w', '1')
   return {0, redis.call('PTTL', KEYS[1]), redis.call('HGET', KEYS[1], 'meta') or ''}
@@ -31,38 +179,33 @@ local t = redis.call('TIME')
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local prev = tonumber(redis.call('GET', KEYS[2]) or '0')
 if prev and prev >= fence then fence = prev + 1 end
-local s = string.format('%.0f', fence)
+local s = num(fence)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'meta', ARGV[3], 'fence', s)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
-return {1, s}
+return {1, s, mode}
 `)
 
-// ReleaseLua defines the Lua function release_lock(key, owner, channel):
-// it deletes the lock hash at key if its owner is owner, publishes key on
-// channel when a waiter marked the lock, and returns 1; otherwise it returns
-// 0 and deletes nothing. A store's script on the same Redis includes it to
-// release a lease in the round trip that commits the work (see
-// [Lease.Handoff]); key must then be one of that script's KEYS.
-const ReleaseLua = `
-local function release_lock(key, owner, channel)
-  if redis.call('HGET', key, 'owner') ~= owner then return 0 end
-  local waited = redis.call('HEXISTS', key, 'w')
-  redis.call('DEL', key)
-  if waited == 1 then redis.call('PUBLISH', channel, key) end
-  return 1
-end
-`
-
-// releaseScript deletes the lock if the caller still owns it, and publishes
-// a release notice when a waiter has marked the lock.
+// releaseScript releases the lock if the caller still owns it, and finishes
+// or marks the caller's turn.
 //
-// KEYS[1] lock hash
-// ARGV[1] owner token, ARGV[2] notice channel
+// KEYS[1] lock hash, KEYS[2] (optional) sequence
+// ARGV[1] owner token, ARGV[2] notice channel; with KEYS[2]: ARGV[3]
+// position, ARGV[4] "1" to move the sequence past it, ARGV[5] sequence
+// retention in ms, ARGV[6] when the holder runs again, in ms since the epoch
+// ("" for unknown), recorded for the waiters behind it when the turn stays
 //
 // Returns 1 when released, 0 when the caller no longer held the lock (it
-// expired, or someone else holds it now); nothing is deleted then.
-var releaseScript = redis.NewScript(ReleaseLua + `return release_lock(KEYS[1], ARGV[1], ARGV[2])`)
+// expired, or someone else holds it now): nothing of the lock is touched
+// then, but the turn is still finished or marked.
+var releaseScript = redis.NewScript(CommitLua + `
+local s, pos = KEYS[2], tonumber(ARGV[3])
+if s and ARGV[4] ~= '1' and ARGV[6] ~= '' then
+  local d = tonumber(redis.call('HGET', s, 'd'))
+  if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[6]) end
+end
+return lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', ARGV[5])
+`)
 
 // refreshScript extends the lease if the caller still owns the lock.
 //
@@ -73,5 +216,82 @@ var releaseScript = redis.NewScript(ReleaseLua + `return release_lock(KEYS[1], A
 var refreshScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// reserveScript hands out the next position of a sequence.
+//
+// KEYS[1] sequence
+// ARGV[1] label, ARGV[2] sequence retention in ms, ARGV[3] a reference to
+// find the position by later ("" for none)
+//
+// A sequence that does not exist starts at Redis TIME in microseconds, so a
+// sequence that expired and starts again hands out positions above every
+// position of its earlier life (as long as that life handed out fewer
+// positions than it lasted microseconds, which one script per position
+// guarantees). Returns the position, as decimal.
+var reserveScript = redis.NewScript(commonLua + `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'n', num(start - 1), 'd', num(start - 1))
+end
+local pos = num(redis.call('HINCRBY', KEYS[1], 'n', 1))
+redis.call('HSET', KEYS[1], 'p:' .. pos, num(now) .. ' ' .. ARGV[1])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'ref:' .. ARGV[3], pos) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return pos
+`)
+
+// settleScript ends a position ahead of or at its turn without a lock hold:
+// it voids it (its task will never exist), skips it (its task is gone), or
+// finishes it (its task ended elsewhere).
+//
+// KEYS[1] sequence, KEYS[2] the key's lock hash (named in the notice)
+// ARGV[1] position, or "" to look it up by ARGV[2]; ARGV[2] reference ("" for
+// none); ARGV[3] what the p: field must hold now: "=<record>" for exactly
+// that record, "~<label>" for a pending record with that label, "" for any
+// pending record; ARGV[4] "v", "s" or "f" (void, skip, finish); ARGV[5] the
+// reason or outcome; ARGV[6] notice channel; ARGV[7] sequence retention in ms
+//
+// A skip applies only to the next position (the head). A void or finish
+// of a later position marks it, and the cursor passes it when it gets
+// there. Voids and skips are logged (seq_log). Returns 1 when it settled the
+// position, 0 when the position was not in the expected state (settled
+// already, reserved for someone else, or not the head for a skip).
+var settleScript = redis.NewScript(commonLua + `
+local s = KEYS[1]
+local p = ARGV[1]
+if ARGV[2] ~= '' then
+  local byref = redis.call('HGET', s, 'ref:' .. ARGV[2])
+  if p == '' then p = byref end
+  if byref == p then redis.call('HDEL', s, 'ref:' .. ARGV[2]) end
+end
+if not p or p == '' then return 0 end
+local pos = tonumber(p)
+p = num(pos)
+local rec = redis.call('HGET', s, 'p:' .. p)
+if not rec or not string.find(string.sub(rec, 1, 1), '%d') then return 0 end
+local want = ARGV[3]
+if string.sub(want, 1, 1) == '=' and rec ~= string.sub(want, 2) then return 0 end
+if string.sub(want, 1, 1) == '~' then
+  local sp = string.find(rec, ' ', 1, true)
+  if string.sub(rec, sp + 1) ~= string.sub(want, 2) then return 0 end
+end
+local d = tonumber(redis.call('HGET', s, 'd'))
+local kind = ARGV[4]
+if kind == 's' and pos ~= d + 1 then return 0 end
+if kind ~= 'f' then seq_log(s, pos, ARGV[5]) end
+if kind == 'f' then
+  redis.call('HSET', s, 'p:' .. p, 'f ' .. ARGV[5])
+else
+  redis.call('HSET', s, 'p:' .. p, 'v ' .. ARGV[5])
+end
+local next = seq_advance(s, pos)
+if next then
+  notify(ARGV[6], KEYS[2], s, next, false)
+end
+redis.call('PEXPIRE', s, ARGV[7])
 return 1
 `)

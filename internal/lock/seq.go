@@ -1,0 +1,349 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A key's sequence orders the acquisitions of its lock. [Sequencer.Reserve]
+// hands out positions (1, 2, 3, … above a starting point), and
+// [Locker.AcquireTurn] admits the holder of a position only once every
+// position before it is finished: its holder's work was done
+// ([Lease.Finish] then Release), or the position was voided, skipped or
+// finished without a hold ([Sequencer.Void], [Sequencer.Skip],
+// [Sequencer.Finish]). A waiter is woken by the notice of the position
+// before it, and only that waiter is.
+//
+// The sequence knows nothing of what a position stands for: each is
+// reserved under a label (for orderworker "m <event ID>" and the like),
+// which AcquireTurn checks, and which a caller that finds a position stuck
+// reads to decide whether its holder will ever come (see [TurnError]).
+
+// The defaults of [SeqConfig].
+const (
+	// DefaultSeqRetention is the default of SeqConfig.Retention.
+	DefaultSeqRetention = 7 * 24 * time.Hour
+)
+
+// MaxLabelLen bounds a position's label, in bytes.
+const MaxLabelLen = 256
+
+// ErrNotYourTurn is matched by the [*TurnError] that AcquireTurn returns
+// when the position was not yet next at the wait deadline, or when the head
+// position looks stuck.
+var ErrNotYourTurn = errors.New("lock: not this position's turn")
+
+// ErrBadPosition is returned by AcquireTurn for a position that is not the
+// caller's: never handed out, voided, or reserved under another label.
+// Waiting cannot help.
+var ErrBadPosition = errors.New("lock: not the caller's position")
+
+// TurnError reports that a position was not yet next. It matches
+// [ErrNotYourTurn] with errors.Is.
+type TurnError struct {
+	Key    string        // the lock key
+	Pos    int64         // the position asked for
+	Head   int64         // the position whose turn it is
+	Label  string        // the head's label; "" when the head's record is missing
+	Age    time.Duration // how long ago the head was reserved (Redis clock)
+	Retry  time.Duration // when the head's holder runs again after a failure, from now; 0 when unknown
+	Waited time.Duration // how long AcquireTurn waited
+	// Record is the head's p: field as read, for [Sequencer.Skip].
+	Record string
+}
+
+func (e *TurnError) Error() string {
+	s := fmt.Sprintf("lock: %s position %d waits for position %d (%q, reserved %v ago)",
+		e.Key, e.Pos, e.Head, e.Label, e.Age.Round(time.Millisecond))
+	if e.Retry > 0 {
+		s += fmt.Sprintf(", which runs again in %v", e.Retry.Round(time.Millisecond))
+	}
+	return s + fmt.Sprintf(" after waiting %v", e.Waited.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrNotYourTurn.
+func (e *TurnError) Is(target error) bool { return target == ErrNotYourTurn }
+
+// SeqConfig tunes a [Sequencer]. The zero value is valid and means all
+// defaults.
+type SeqConfig struct {
+	// Prefix starts every key and the notice channel, as Config.Prefix of
+	// the Lockers that honour the positions; it must be the same.
+	// Defaults to "ow:lock:".
+	Prefix string
+	// Retention is how long a sequence outlives its last use (a position
+	// handed out, finished or waited for). A sequence that expired starts
+	// again above every earlier position; a holder of a position of the
+	// expired sequence is then admitted at once, unordered. Keep it above
+	// the longest time a position may wait for its holder (retries and
+	// scheduled tasks). Defaults to 7 days.
+	Retention time.Duration
+}
+
+// Sequencer hands out and settles positions in per-key sequences. It is safe
+// for concurrent use, holds no connection of its own and starts no
+// goroutine; the Redis client stays the caller's.
+type Sequencer struct {
+	rdb       redis.UniversalClient
+	prefix    string
+	channel   string
+	retention time.Duration
+}
+
+// NewSequencer returns a Sequencer on rdb. It returns an error when rdb is
+// nil or cfg is invalid.
+func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) {
+	if rdb == nil {
+		return nil, errors.New("lock: nil redis client")
+	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultSeqRetention)
+	switch {
+	case strings.ContainsAny(cfg.Prefix, "{}"):
+		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
+	case cfg.Retention < time.Second:
+		return nil, fmt.Errorf("lock: sequence retention %v is under 1s", cfg.Retention)
+	}
+	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention}, nil
+}
+
+// SeqKey returns the Redis key of key's sequence. It carries the key's hash
+// tag.
+func (q *Sequencer) SeqKey(key string) string { return q.prefix + "{" + key + "}:seq" }
+
+func (q *Sequencer) lockKey(key string) string { return q.prefix + "{" + key + "}" }
+
+func checkLabel(key, label, ref string) error {
+	switch {
+	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	case label == "" || len(label) > MaxLabelLen:
+		return fmt.Errorf("lock: label of %d bytes, want 1 to %d", len(label), MaxLabelLen)
+	case len(ref) > MaxLabelLen:
+		return fmt.Errorf("lock: reference of %d bytes, at most %d", len(ref), MaxLabelLen)
+	}
+	return nil
+}
+
+// ReserveCmd is a reservation queued on a pipeline by
+// [Sequencer.ReserveIn]; read it after the pipeline ran.
+type ReserveCmd struct {
+	cmd *redis.Cmd
+	key string
+}
+
+// Pos returns the position handed out, or the reservation's error. An error
+// matching NoScript means Redis did not have the script loaded; see
+// [Sequencer.ReserveIn].
+func (c *ReserveCmd) Pos() (int64, error) {
+	s, err := c.cmd.Text()
+	if err != nil {
+		return 0, fmt.Errorf("reserve %s: %w", c.key, err)
+	}
+	pos, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || pos <= 0 {
+		return 0, fmt.Errorf("reserve %s: bad position %q", c.key, s)
+	}
+	return pos, nil
+}
+
+// NoScript reports whether err says that Redis lacked a script that a
+// pipelined call ran by its SHA; run [Sequencer.LoadScripts] and the
+// pipeline again.
+func NoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// LoadScripts loads the scripts that [Sequencer.ReserveIn] runs by SHA. A
+// plain [Sequencer.Reserve] loads them by itself.
+func (q *Sequencer) LoadScripts(ctx context.Context) error {
+	if err := reserveScript.Load(ctx, q.rdb).Err(); err != nil {
+		return fmt.Errorf("lock: load scripts: %w", err)
+	}
+	return nil
+}
+
+// ReserveIn queues on pipe the reservation of the next position of key's
+// sequence under label (1 to MaxLabelLen bytes, which AcquireTurn will ask
+// for), with an optional reference (ref, unique within the key) under which
+// [Sequencer.Finish] can find the position again. It lets a caller reserve
+// positions of several keys, and run other commands, in one round trip.
+// The script runs by its SHA: when Pos reports [NoScript], load the scripts
+// and run the pipeline again.
+func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*ReserveCmd, error) {
+	if err := checkLabel(key, label, ref); err != nil {
+		return nil, err
+	}
+	cmd := reserveScript.EvalSha(ctx, pipe, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref)
+	return &ReserveCmd{cmd: cmd, key: key}, nil
+}
+
+// Reserve hands out the next position of key's sequence under label, as
+// ReserveIn does, in one round trip. Positions of one key strictly increase
+// in the order the reservations reach Redis.
+func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64, error) {
+	if err := checkLabel(key, label, ref); err != nil {
+		return 0, err
+	}
+	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref), key: key}
+	return c.Pos()
+}
+
+// settle runs settleScript.
+func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want, kind, why string) (bool, error) {
+	p := ""
+	if pos > 0 {
+		p = strconv.FormatInt(pos, 10)
+	}
+	n, err := settleScript.Run(ctx, q.rdb, []string{q.SeqKey(key), q.lockKey(key)},
+		p, ref, want, kind, why, q.channel, q.retention.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)
+	}
+	return n == 1, nil
+}
+
+// Void gives up position pos of key, reserved under label, because its
+// holder will never come (its task was refused). The cursor passes it
+// without waiting; the reason is logged. It returns false, and changes
+// nothing, when the position is not pending under label.
+func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (bool, error) {
+	return q.settle(ctx, key, pos, "", "~"+label, "v", reason)
+}
+
+// Skip passes the head position pos of key, whose p: record is exactly
+// record (as [TurnError] and [Status] report it), because its holder is
+// gone. The reason is logged. It returns false, and changes nothing, when
+// pos is no longer the head or its record changed: someone else settled it,
+// or its holder finished.
+func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, reason string) (bool, error) {
+	return q.settle(ctx, key, pos, "", "="+record, "s", reason)
+}
+
+// Finish marks position pos of key (reserved under label), or, with pos 0,
+// the position reserved under ref, as finished with outcome, by a holder
+// that did its work without taking the lock in turn (or could not take it
+// at all). The cursor passes it when it gets there. It returns false when
+// the position is not pending (under label, when given).
+func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (bool, error) {
+	want := ""
+	if label != "" {
+		want = "~" + label
+	}
+	return q.settle(ctx, key, pos, ref, want, "f", outcome)
+}
+
+// Skipped is a position of a sequence that was voided or skipped.
+type Skipped struct {
+	Pos    int64     `json:"pos"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// Pending is a position after the cursor.
+type Pending struct {
+	Pos int64
+	// Record is the position's p: field: "<ms> <label>" while its holder
+	// is awaited, "v <reason>" voided, "f <outcome>" finished ahead.
+	Record string
+	// Label is the label of a pending record, "" otherwise.
+	Label string
+	// Reserved is when the position was handed out (pending records only).
+	Reserved time.Time
+	// RetryAt is when the holder of the head runs again after a failure,
+	// when it said so.
+	RetryAt time.Time
+	// Waiting says a waiter for the position is marked.
+	Waiting bool
+}
+
+// Status is the state of one key's sequence.
+type Status struct {
+	// Exists is false when the key has no sequence (never used, or
+	// expired); the other fields are then zero.
+	Exists bool
+	// Last is the last position handed out, Done the cursor: every
+	// position up to Done is finished.
+	Last, Done int64
+	// Pending are the positions after Done, in order.
+	Pending []Pending
+	// Skipped are the latest skipped or voided positions, oldest first
+	// (at most 20).
+	Skipped []Skipped
+	// TTL is how long the sequence lives without further use.
+	TTL time.Duration
+}
+
+// Status reads key's sequence, for operators, tests and checks. It costs
+// one round trip (two with the TTL) and reads the whole hash: it is not for
+// the hot path.
+func (q *Sequencer) Status(ctx context.Context, key string) (Status, error) {
+	sk := q.SeqKey(key)
+	var all *redis.MapStringStringCmd
+	var ttl *redis.DurationCmd
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, sk)
+		ttl = p.PTTL(ctx, sk)
+		return nil
+	}); err != nil {
+		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
+	}
+	return parseStatus(all.Val(), ttl.Val())
+}
+
+func parseStatus(f map[string]string, ttl time.Duration) (Status, error) {
+	if len(f) == 0 {
+		return Status{}, nil
+	}
+	st := Status{Exists: true, TTL: ttl}
+	var err error
+	if st.Last, err = strconv.ParseInt(f["n"], 10, 64); err != nil {
+		return Status{}, fmt.Errorf("sequence: bad n %q", f["n"])
+	}
+	if st.Done, err = strconv.ParseInt(f["d"], 10, 64); err != nil {
+		return Status{}, fmt.Errorf("sequence: bad d %q", f["d"])
+	}
+	for pos := st.Done + 1; pos <= st.Last; pos++ {
+		p := strconv.FormatInt(pos, 10)
+		rec, ok := f["p:"+p]
+		if !ok {
+			continue
+		}
+		pe := Pending{Pos: pos, Record: rec}
+		pe.Label, pe.Reserved = splitRecord(rec)
+		if r, err := strconv.ParseInt(f["r:"+p], 10, 64); err == nil {
+			pe.RetryAt = time.UnixMilli(r).UTC()
+		}
+		_, pe.Waiting = f["w:"+p]
+		st.Pending = append(st.Pending, pe)
+	}
+	if log := f["log"]; log != "" {
+		var raw []struct{ Pos, At, Why string }
+		if err := json.Unmarshal([]byte(log), &raw); err != nil {
+			return Status{}, fmt.Errorf("sequence: bad log: %w", err)
+		}
+		for _, r := range raw {
+			pos, _ := strconv.ParseInt(r.Pos, 10, 64)
+			at, _ := strconv.ParseInt(r.At, 10, 64)
+			st.Skipped = append(st.Skipped, Skipped{Pos: pos, At: time.UnixMilli(at).UTC(), Reason: r.Why})
+		}
+	}
+	return st, nil
+}
+
+// splitRecord reads a pending record "<ms> <label>"; it returns "" and the
+// zero time for a voided or finished one.
+func splitRecord(rec string) (string, time.Time) {
+	ms, label, ok := strings.Cut(rec, " ")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil {
+		return "", time.Time{}
+	}
+	return label, time.UnixMilli(n).UTC()
+}

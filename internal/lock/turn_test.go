@@ -1,0 +1,409 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// slow is a wait policy whose random delay is far longer than any test: a
+// waiter that gets its turn in time was woken by a notice.
+var slow = lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute}
+
+func reserve(t *testing.T, q *lock.Sequencer, key string, n int) []lock.Turn {
+	t.Helper()
+	turns := make([]lock.Turn, n)
+	for i := range turns {
+		label := "m ev-" + strconv.Itoa(i)
+		pos, err := q.Reserve(t.Context(), key, label, "")
+		require.NoError(t, err)
+		turns[i] = lock.Turn{Pos: pos, Label: label}
+		if i > 0 {
+			require.Equal(t, turns[i-1].Pos+1, pos, "positions of one key are consecutive")
+		}
+	}
+	return turns
+}
+
+// The holders of positions enter strictly in position order, however the
+// waiters arrive, across several Lockers (processes).
+func TestTurnsEnterInPositionOrder(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	lockers := make([]*lock.Locker, 4)
+	for i := range lockers {
+		lockers[i] = newLockerOn(t, db.NewClient(t), db, lock.Config{})
+	}
+	q := lockers[0].Sequencer()
+	turns := reserve(t, q, "SO-order", 30)
+	var mu sync.Mutex
+	var entered []int64
+	var wg sync.WaitGroup
+	for _, i := range rand.Perm(len(turns)) {
+		wg.Go(func() {
+			err := lockers[i%len(lockers)].DoTurn(t.Context(), "SO-order", "w"+strconv.Itoa(i), turns[i],
+				lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute},
+				func(ctx context.Context, lease *lock.Lease) error {
+					require.Equal(t, lock.ModeTurn, lease.Mode())
+					mu.Lock()
+					entered = append(entered, lease.Turn().Pos)
+					mu.Unlock()
+					lease.Finish()
+					return nil
+				})
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.Len(t, entered, len(turns))
+	for i, pos := range entered {
+		require.Equal(t, turns[i].Pos, pos, "entry %d", i)
+	}
+	st, err := q.Status(t.Context(), "SO-order")
+	require.NoError(t, err)
+	require.Equal(t, turns[len(turns)-1].Pos, st.Done)
+	require.Empty(t, st.Pending)
+}
+
+// A finished turn wakes the waiter of the next position, and only it.
+func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	turns := reserve(t, l.Sequencer(), "SO-wake", 3)
+	first, err := l.AcquireTurn(t.Context(), "SO-wake", "first", turns[0], slow)
+	require.NoError(t, err)
+
+	type result struct {
+		lease *lock.Lease
+		err   error
+	}
+	got := [3]chan result{nil, make(chan result, 1), make(chan result, 1)}
+	waiting := make(chan string, 2)
+	l2 := newLocker(t, db, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
+	for _, i := range []int{2, 1} {
+		go func() {
+			lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "w"+strconv.Itoa(i), turns[i], slow)
+			got[i] <- result{lease, err}
+		}()
+		require.Equal(t, "w"+strconv.Itoa(i), recvTimeout(t, waiting))
+	}
+	first.Finish()
+	require.NoError(t, first.Release(t.Context()))
+	second := recvTimeout(t, got[1])
+	require.NoError(t, second.err)
+	require.Equal(t, 1, second.lease.Stats().WokenByNotice)
+	select {
+	case r := <-got[2]:
+		t.Fatalf("position 3 ran before position 2 finished: %v", r.err)
+	default:
+	}
+	second.lease.Finish()
+	require.NoError(t, second.lease.Release(t.Context()))
+	third := recvTimeout(t, got[2])
+	require.NoError(t, third.err)
+	require.Equal(t, 1, third.lease.Stats().WokenByNotice, "woken once: by its own predecessor's notice")
+	third.lease.Finish()
+	require.NoError(t, third.lease.Release(t.Context()))
+}
+
+func recvTimeout[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting")
+		panic("unreachable")
+	}
+}
+
+// A turn that is released without Finish stays next: the position behind it
+// keeps waiting, and learns when the holder runs again.
+func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	turns := reserve(t, l.Sequencer(), "SO-stay", 2)
+	first, err := l.AcquireTurn(t.Context(), "SO-stay", "first", turns[0], slow)
+	require.NoError(t, err)
+	first.RetryAt(time.Now().Add(time.Hour))
+	require.NoError(t, first.Release(t.Context()))
+
+	_, err = l.AcquireTurn(t.Context(), "SO-stay", "second", turns[1], lock.Wait{Deadline: 10 * time.Second})
+	var te *lock.TurnError
+	require.ErrorAs(t, err, &te)
+	require.ErrorIs(t, err, lock.ErrNotYourTurn)
+	require.Equal(t, turns[0].Pos, te.Head)
+	require.Equal(t, turns[0].Label, te.Label)
+	require.Greater(t, te.Retry, 50*time.Minute, "the head runs again in an hour")
+	require.Less(t, te.Waited, 5*time.Second, "no point waiting past the deadline for it")
+
+	again, err := l.AcquireTurn(t.Context(), "SO-stay", "first again", turns[0], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, again.Mode())
+	again.Finish()
+	require.NoError(t, again.Release(t.Context()))
+	second, err := l.AcquireTurn(t.Context(), "SO-stay", "second", turns[1], slow)
+	require.NoError(t, err)
+	require.NoError(t, second.Release(t.Context()))
+}
+
+// A voided position is passed without waiting; a void ahead of the turn is
+// remembered until the cursor gets there.
+func TestVoidedPositionsArePassed(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	turns := reserve(t, q, "SO-void", 4)
+	ok, err := q.Void(t.Context(), "SO-void", turns[1].Pos, turns[1].Label, "enqueue refused: duplicate")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = q.Void(t.Context(), "SO-void", turns[2].Pos, "m someone-else", "wrong label")
+	require.NoError(t, err)
+	require.False(t, ok, "a void names the label it reserved under")
+	ok, err = q.Void(t.Context(), "SO-void", turns[0].Pos, turns[0].Label, "enqueue refused")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	lease, err := l.AcquireTurn(t.Context(), "SO-void", "third", turns[2], lock.Wait{Deadline: time.Second})
+	require.NoError(t, err, "positions 1 and 2 were voided")
+	require.Equal(t, lock.ModeTurn, lease.Mode())
+	lease.Finish()
+	require.NoError(t, lease.Release(t.Context()))
+
+	st, err := q.Status(t.Context(), "SO-void")
+	require.NoError(t, err)
+	require.Equal(t, turns[2].Pos, st.Done)
+	require.Len(t, st.Skipped, 2)
+	require.Equal(t, turns[1].Pos, st.Skipped[0].Pos)
+	require.Equal(t, "enqueue refused: duplicate", st.Skipped[0].Reason)
+	_, err = l.AcquireTurn(t.Context(), "SO-void", "voided one", turns[1], lock.Wait{Deadline: time.Second})
+	require.NoError(t, err, "a passed position is granted at once, unordered")
+}
+
+// Skip settles only the head, and only while its record is the one the
+// caller saw.
+func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	turns := reserve(t, q, "SO-skip", 3)
+	_, err := l.AcquireTurn(t.Context(), "SO-skip", "third", turns[2], lock.Wait{Deadline: time.Millisecond})
+	var te *lock.TurnError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, turns[0].Pos, te.Head)
+
+	ok, err := q.Skip(t.Context(), "SO-skip", turns[1].Pos, te.Record, "not the head")
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, "1 m other", "record changed")
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "its task does not exist")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "twice")
+	require.NoError(t, err)
+	require.False(t, ok, "already skipped")
+
+	second, err := l.AcquireTurn(t.Context(), "SO-skip", "second", turns[1], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, second.Mode())
+	require.NoError(t, second.Release(t.Context()))
+}
+
+// StuckAfter lets the caller look at a head that was reserved long ago
+// instead of waiting to the deadline.
+func TestStuckHeadReturnsEarly(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	turns := reserve(t, l.Sequencer(), "SO-stuck", 2)
+	start := time.Now()
+	_, err := l.AcquireTurn(t.Context(), "SO-stuck", "second", turns[1],
+		lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute, StuckAfter: 100 * time.Millisecond})
+	var te *lock.TurnError
+	require.ErrorAs(t, err, &te)
+	require.GreaterOrEqual(t, te.Age, 100*time.Millisecond)
+	require.Less(t, time.Since(start), 30*time.Second, "it did not wait to the deadline")
+}
+
+func TestPositionsThatAreNotTheCallers(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	turns := reserve(t, l.Sequencer(), "SO-bad", 1)
+	tests := []struct {
+		name string
+		turn lock.Turn
+	}{
+		{"never handed out", lock.Turn{Pos: turns[0].Pos + 5, Label: "m x"}},
+		{"another label", lock.Turn{Pos: turns[0].Pos, Label: "m someone-else"}},
+		{"no label", lock.Turn{Pos: turns[0].Pos}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := l.AcquireTurn(t.Context(), "SO-bad", "x", tt.turn, slow)
+			require.ErrorIs(t, err, lock.ErrBadPosition)
+		})
+	}
+}
+
+// A position of a sequence that expired is granted at once; a new sequence
+// starts above every position of the old one.
+func TestExpiredSequenceStartsAbove(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	old := reserve(t, q, "SO-expired", 3)
+	require.NoError(t, db.Client.Del(t.Context(), q.SeqKey("SO-expired")).Err())
+	lease, err := l.AcquireTurn(t.Context(), "SO-expired", "late", old[2], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModePassed, lease.Mode())
+	require.NoError(t, lease.Release(t.Context()))
+	pos, err := q.Reserve(t.Context(), "SO-expired", "m new", "")
+	require.NoError(t, err)
+	require.Greater(t, pos, old[2].Pos)
+}
+
+// Finish by reference settles a position ahead of its turn; the cursor
+// passes it when it gets there.
+func TestFinishAheadByReference(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	first := reserve(t, q, "SO-ref", 1)[0]
+	created, err := q.Reserve(t.Context(), "SO-ref", "c ev-x SO-from", "c:ev-x")
+	require.NoError(t, err)
+	third := lock.Turn{Label: "m ev-3"}
+	third.Pos, err = q.Reserve(t.Context(), "SO-ref", third.Label, "")
+	require.NoError(t, err)
+	ok, err := q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
+	require.NoError(t, err)
+	require.False(t, ok, "the reference is used up")
+	st, err := q.Status(t.Context(), "SO-ref")
+	require.NoError(t, err)
+	require.Len(t, st.Pending, 3)
+	require.Equal(t, created, st.Pending[1].Pos)
+	require.Equal(t, "f created", st.Pending[1].Record)
+
+	lease, err := l.AcquireTurn(t.Context(), "SO-ref", "first", first, slow)
+	require.NoError(t, err)
+	lease.Finish()
+	require.NoError(t, lease.Release(t.Context()))
+	lease, err = l.AcquireTurn(t.Context(), "SO-ref", "third", third, slow)
+	require.NoError(t, err, "the finished creation is passed")
+	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.NoError(t, lease.Release(t.Context()))
+}
+
+// Reservations racing from many clients get distinct, consecutive positions.
+func TestReservationsRaceToDistinctPositions(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	var wg sync.WaitGroup
+	for c := range 8 {
+		q, err := lock.NewSequencer(db.NewClient(t), lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+		require.NoError(t, err)
+		wg.Go(func() {
+			for i := range 25 {
+				pos, err := q.Reserve(t.Context(), "SO-race", fmt.Sprintf("m %d-%d", c, i), "")
+				require.NoError(t, err)
+				mu.Lock()
+				require.False(t, seen[pos], "position %d handed out twice", pos)
+				seen[pos] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	var lo, hi int64 = 1 << 62, 0
+	for pos := range seen {
+		lo, hi = min(lo, pos), max(hi, pos)
+	}
+	require.Equal(t, int64(len(seen)-1), hi-lo, "no holes")
+}
+
+// A panicking holder releases its lock on the way out.
+func TestPanicInDoReleases(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = l.Do(t.Context(), "SO-panic", "panicker", lock.Wait{}, func(context.Context, *lock.Lease) error {
+			panic("boom")
+		})
+	}()
+	lease, err := l.TryAcquire(t.Context(), "SO-panic", "next")
+	require.NoError(t, err, "the panicking holder released the lock")
+	require.NoError(t, lease.Release(t.Context()))
+}
+
+// A Redis user without the notice channel in its ACL still releases and
+// passes turns (the refused PUBLISH never fails the script), and
+// CheckNotices names the rule it needs.
+func TestNoticesRefusedByACL(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	db.RequireProcess(t, "ACL users")
+	srv := redistest.Dedicated(t)
+	admin := redisClient(t, srv.URL())
+	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", "worker", "on", ">secret-pass",
+		"~*", "+@all", "resetchannels").Err())
+	rdb := redisClient(t, "redis://worker:secret-pass@"+srv.Addr()+"/0")
+	waiting := make(chan string, 1)
+	l, err := lock.New(rdb, lock.Config{
+		Wait:   lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		OnWait: func(_, meta, _ string) { waiting <- meta },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	err = l.CheckNotices(t.Context())
+	require.ErrorIs(t, err, lock.ErrNoNotices)
+	require.ErrorContains(t, err, "&ow:lock:released")
+
+	turns := reserve(t, l.Sequencer(), "SO-acl", 2)
+	first, err := l.AcquireTurn(t.Context(), "SO-acl", "first", turns[0], lock.Wait{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := l.AcquireTurn(t.Context(), "SO-acl", "second", turns[1], lock.Wait{Deadline: 20 * time.Second})
+		if err == nil {
+			err = lease.Release(t.Context())
+		}
+		done <- err
+	}()
+	require.Equal(t, "second", recvTimeout(t, waiting), "the second waits, marked for a notice")
+	first.Finish()
+	require.NoError(t, first.Release(t.Context()), "the refused notice does not fail the release")
+	require.NoError(t, recvTimeout(t, done), "the waiter polls its way in")
+}
+
+func redisClient(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
