@@ -200,7 +200,7 @@ type Locker struct {
 	channel string
 	log     *zap.Logger
 
-	seq     *Sequencer
+	seq *Sequencer
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]int64 // lock key → wake channel → position (0: none)
@@ -314,11 +314,11 @@ const (
 type attempt struct {
 	lease *Lease
 	// held: the lock is held by someone else.
-	heldTTL  time.Duration
-	holder   string
-	held     bool
-	notTurn  *TurnError // not the position's turn
-	badPos   string     // the position is not the caller's
+	heldTTL time.Duration
+	holder  string
+	held    bool
+	notTurn *TurnError // not the position's turn
+	badPos  string     // the position is not the caller's
 }
 
 // try makes one attempt.
