@@ -109,6 +109,8 @@ func (d *decoder) modify(p *ModifyPayload) error {
 			p.OrderNo, err = d.str(path)
 		case "changes":
 			err = d.changes(path, &p.Changes)
+		case "seq":
+			p.Seq, err = d.seq(path)
 		default:
 			err = unknown(path)
 		}
@@ -145,6 +147,8 @@ func (d *decoder) exchange(p *ExchangePayload) error {
 			p.NewOrderNo, err = d.str(path)
 		case "reason":
 			p.Reason, err = d.str(path)
+		case "seq":
+			p.Seq, err = d.seq(path)
 		default:
 			err = unknown(path)
 		}
@@ -265,6 +269,24 @@ func (d *decoder) qty(path string) (int, error) {
 		return 0, fieldErr(path, "must be an integer between %d and %d, got %s", MinQty, MaxQty, quoteNumber(string(n)))
 	}
 	return int(v), nil
+}
+
+// seq reads a position, a JSON number written as a positive integer; null
+// reads as 0 (none).
+func (d *decoder) seq(path string) (int64, error) {
+	tok, err := d.token()
+	if err != nil || tok == nil {
+		return 0, err
+	}
+	n, ok := tok.(json.Number)
+	if !ok {
+		return 0, mismatch(path, "an integer", tok)
+	}
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fieldErr(path, "must be a positive integer, got %s", quoteNumber(string(n)))
+	}
+	return v, nil
 }
 
 // token returns the next token, turning a JSON syntax error into a payload

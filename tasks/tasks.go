@@ -1,8 +1,11 @@
 package tasks
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/hibiken/asynq"
 )
@@ -90,6 +93,11 @@ type ModifyPayload struct {
 	OrderNo string `json:"order_no"`
 	// Changes is what to change; at least one of its fields is set.
 	Changes Changes `json:"changes"`
+	// Seq is the change's position in its order's sequence (the order of
+	// acceptance), handed out by Redis when the change was accepted; see
+	// the package documentation. 0 (left out) means none: the task is
+	// applied without order. The producer and the intake always set it.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // ExchangePayload is the payload of a [TypeExchange] task: cancel OrderNo and
@@ -110,6 +118,83 @@ type ExchangePayload struct {
 	// Reason says why, for people: at most [MaxReasonLen] bytes of valid
 	// UTF-8. It may be empty.
 	Reason string `json:"reason,omitempty"`
+	// Seq is the exchange's position in OrderNo's sequence, as in
+	// [ModifyPayload.Seq].
+	Seq int64 `json:"seq,omitempty"`
+}
+
+// Replacement returns the replacement order's number: NewOrderNo, or the
+// one [ReplacementOrderNo] derives when it is empty.
+func (p ExchangePayload) Replacement() string {
+	if p.NewOrderNo != "" {
+		return p.NewOrderNo
+	}
+	return ReplacementOrderNo(p.OrderNo, p.EventID)
+}
+
+// ReplacementOrderNo returns the number that an exchange of orderNo by
+// eventID gives the replacement order when the exchange names none:
+//
+//	orderNo[:54] + "-X" + hex(sha256(orderNo + "\n" + eventID))[:8]
+//
+// orderNo is cut to 54 characters only when it is longer, so the result is
+// at most 64 characters of [A-Za-z0-9_-] and the same on every retry. The
+// hash covers the whole order number, so two long numbers that share their
+// first 54 characters still get different replacements (up to a 32-bit
+// hash collision, which the store reports as a conflict rather than
+// overwriting an order).
+func ReplacementOrderNo(orderNo, eventID string) string {
+	sum := sha256.Sum256([]byte(orderNo + "\n" + eventID))
+	base := orderNo
+	if len(base) > MaxOrderNoLen-10 {
+		base = base[:MaxOrderNoLen-10]
+	}
+	return base + "-X" + hex.EncodeToString(sum[:4])
+}
+
+// The labels of positions. A position of an order's sequence is reserved
+// under a label that says whose it is; the worker checks it before it
+// applies a task in turn, and reads it to find the task of a position that
+// seems stuck.
+const (
+	// labelCreate starts the label of a replacement order's first
+	// position, which the exchange that creates it reserves.
+	labelCreate = "order:create"
+)
+
+// PositionLabel returns the label of the position of a task of type typ
+// (TypeModify or TypeExchange) with event eventID in its order's sequence:
+// "<type> <event_id>", for example "order:modify crm-7f3a9c".
+func PositionLabel(typ, eventID string) string { return typ + " " + eventID }
+
+// CreationLabel returns the label of the position that an exchange of
+// orderNo by eventID reserves in its replacement's sequence: the
+// replacement's creation, "order:create <event_id> <order_no>". Changes of
+// the replacement accepted after it wait for it.
+func CreationLabel(eventID, orderNo string) string {
+	return labelCreate + " " + eventID + " " + orderNo
+}
+
+// ParseLabel reads a label of [PositionLabel] or [CreationLabel]. typ is
+// TypeModify or TypeExchange for a task's own position and TypeExchange for
+// a creation (then from is the exchanged order); ok is false for anything
+// else.
+func ParseLabel(label string) (typ, eventID, from string, ok bool) {
+	kind, rest, _ := strings.Cut(label, " ")
+	switch kind {
+	case TypeModify, TypeExchange:
+		if !ValidEventID(rest) {
+			return "", "", "", false
+		}
+		return kind, rest, "", true
+	case labelCreate:
+		ev, from, _ := strings.Cut(rest, " ")
+		if !ValidEventID(ev) || !ValidOrderNo(from) {
+			return "", "", "", false
+		}
+		return TypeExchange, ev, from, true
+	}
+	return "", "", "", false
 }
 
 // NewModifyTask validates p and returns a [TypeModify] task carrying it as

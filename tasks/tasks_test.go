@@ -1,6 +1,8 @@
 package tasks_test
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,30 @@ func TestContractNames(t *testing.T) {
 	assert.Equal(t, "order:exchange", tasks.TypeExchange)
 	assert.Equal(t, "order_modify", tasks.QueueModify)
 	assert.Equal(t, "order_exchange", tasks.QueueExchange)
+}
+
+func TestReplacementOrderNo(t *testing.T) {
+	t.Parallel()
+	valid := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	tests := []struct {
+		name    string
+		orderNo string
+		prefix  string
+	}{
+		{"short", "SO1", "SO1-X"},
+		{"fits exactly", strings.Repeat("a", 54), strings.Repeat("a", 54) + "-X"},
+		{"cut to 54", strings.Repeat("b", 64), strings.Repeat("b", 54) + "-X"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tasks.ReplacementOrderNo(tt.orderNo, "evt-1")
+			assert.Regexp(t, valid, got)
+			assert.True(t, strings.HasPrefix(got, tt.prefix), got)
+			assert.Len(t, got, len(tt.prefix)+8)
+			assert.Equal(t, got, tasks.ReplacementOrderNo(tt.orderNo, "evt-1"), "deterministic")
+			assert.NotEqual(t, got, tasks.ReplacementOrderNo(tt.orderNo, "evt-2"), "depends on the event")
+			assert.NotEqual(t, got, tasks.ReplacementOrderNo(tt.orderNo+"_", "evt-1"), "depends on the whole order number")
+		})
+	}
 }

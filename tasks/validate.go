@@ -108,7 +108,17 @@ func (p ModifyPayload) Validate() error {
 	if msg := orderNoProblem(p.OrderNo); msg != "" {
 		return &FieldError{Field: "order_no", Msg: msg}
 	}
-	return p.Changes.validate("changes")
+	if err := p.Changes.validate("changes"); err != nil {
+		return err
+	}
+	return validateSeq(p.Seq)
+}
+
+func validateSeq(seq int64) error {
+	if seq < 0 {
+		return fieldErr("seq", "must be a positive integer, got %d", seq)
+	}
+	return nil
 }
 
 func (c Changes) validate(path string) error {
@@ -158,7 +168,10 @@ func (p ExchangePayload) Validate() error {
 			return fieldErr("new_order_no", "must differ from order_no")
 		}
 	}
-	return text("reason", p.Reason, MaxReasonLen)
+	if err := text("reason", p.Reason, MaxReasonLen); err != nil {
+		return err
+	}
+	return validateSeq(p.Seq)
 }
 
 func validateItems(path string, items []Item) error {

@@ -190,7 +190,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cli.Enqueue(x, asynq.Queue(tasks.QueueExchange), asynq.TaskID("ev-x"), asynq.Retention(time.Hour))
 	require.NoError(t, err)
-	newNo := orders.ReplacementOrderNo("SO1", "ev-x")
+	newNo := tasks.ReplacementOrderNo("SO1", "ev-x")
 	require.Eventually(t, func() bool {
 		o, err := api.oracle.Get(ctx, newNo)
 		return err == nil && o.ExchangedFrom == "SO1"

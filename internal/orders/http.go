@@ -157,7 +157,7 @@ const maxMessage = 512
 // in the context, order numbers, items) with the same errors, and also that
 // an event ID is 1 to 128 printable ASCII characters (tasks.ValidEventID),
 // so that it fits a header; an exchange without NewOrderNo is sent with
-// [ReplacementOrderNo], so the upstream never derives it.
+// [tasks.ReplacementOrderNo], so the upstream never derives it.
 //
 // The answers map to errors, each wrapped in an *[UpstreamError]:
 //
@@ -354,7 +354,7 @@ func (s *HTTPStore) Modify(ctx context.Context, eventID, orderNo string, c Chang
 // Exchange closes the active order orderNo as exchanged and creates its
 // replacement, once per eventID, under the fence of the [Write] in ctx
 // (POST /orders/{no}/exchange). The replacement is numbered x.NewOrderNo,
-// or [ReplacementOrderNo] of orderNo and eventID, which the store fills in
+// or [tasks.ReplacementOrderNo] of orderNo and eventID, which the store fills in
 // before sending. Result.Order is the replacement as the upstream's answer
 // has it.
 //
@@ -366,7 +366,7 @@ func (s *HTTPStore) Exchange(ctx context.Context, eventID, orderNo string, x Exc
 	if err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	newNo := cmp.Or(x.NewOrderNo, ReplacementOrderNo(orderNo, eventID))
+	newNo := cmp.Or(x.NewOrderNo, tasks.ReplacementOrderNo(orderNo, eventID))
 	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}

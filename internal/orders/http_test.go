@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/token"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 var _ TokenSource = (*token.Cache)(nil)
@@ -106,7 +107,7 @@ func TestHTTPRoundTrip(t *testing.T) {
 	w.Fence++
 	res, err = s.Exchange(WithWrite(ctx, w), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "shirt-s", Qty: 1}}, Reason: "wrong size"})
 	require.NoError(t, err)
-	newNo := ReplacementOrderNo("SO1", "evt-x")
+	newNo := tasks.ReplacementOrderNo("SO1", "evt-x")
 	want, err = u.oracle.Get(ctx, newNo)
 	require.NoError(t, err)
 	assert.Equal(t, want, res.Order, "the answer is the replacement")
@@ -279,13 +280,13 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		{"exchange event reused", exchange(baseFence+2, "evt-9", "SO1", Exchange{Items: items, Reason: "other"})},
 		{"modify exchanged", modify(baseFence+3, "evt-10", "SO1", Changes{})},
 		{"modify cancelled", modify(baseFence+3, "evt-11", "SO3", Changes{})},
-		{"modify replacement", modify(1, "evt-12", ReplacementOrderNo("SO1", "evt-9"), Changes{Remark: ptr("new")})},
+		{"modify replacement", modify(1, "evt-12", tasks.ReplacementOrderNo("SO1", "evt-9"), Changes{Remark: ptr("new")})},
 		{"get SO1", get("SO1")},
-		{"get replacement", get(ReplacementOrderNo("SO1", "evt-9"))},
+		{"get replacement", get(tasks.ReplacementOrderNo("SO1", "evt-9"))},
 		{"get unknown", get("NOPE")},
 		{"get invalid", get("SO/1")},
 		{"history SO1", history("SO1")},
-		{"history replacement", history(ReplacementOrderNo("SO1", "evt-9"))},
+		{"history replacement", history(tasks.ReplacementOrderNo("SO1", "evt-9"))},
 		{"history unknown", history("NOPE")},
 	}
 	for _, st := range steps {

@@ -18,8 +18,6 @@ package orders
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -94,7 +92,7 @@ type Exchange struct {
 	// Items are the replacement's items; required and non-empty.
 	Items []Item
 	// NewOrderNo is the replacement's number. When empty it is derived from
-	// the order and the event ID by [ReplacementOrderNo], so that a retry
+	// the order and the event ID by [tasks.ReplacementOrderNo], so that a retry
 	// creates the same replacement.
 	NewOrderNo string
 	// Reason is recorded in the history of the exchanged order.
@@ -136,6 +134,10 @@ type Entry struct {
 	// Detail says what changed, for people: "changed address, items",
 	// "exchanged to SO2", "created from SO1 by event E".
 	Detail string `json:"detail"`
+	// Seq is the change's position in the order's sequence (the order of
+	// acceptance), from [Write.Seq]; 0 for none (a put, a creation, a task
+	// enqueued without a position, or a store that does not keep it).
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // Result is the outcome of a write.
@@ -202,11 +204,15 @@ type Write struct {
 	// seen.
 	LockFenceKey string
 	// Handoff, when set together with LockFenceKey, lets the Redis store
-	// release the order's lock in the script that commits a Modify, which
-	// saves the release's round trip; the store calls Handoff.Released when
-	// it did. Exchanges (which write again after closing the order) and the
-	// HTTP store ignore it, and the caller releases as usual.
+	// release the order's lock in the script that commits a Modify, and
+	// pass the lock's turn on (Handoff.SeqKey), which saves the release's
+	// round trip; the store calls Handoff.Released when it did. Exchanges
+	// (which write again after closing the order) and the HTTP store ignore
+	// it, and the caller releases as usual.
 	Handoff *lock.Handoff
+	// Seq is the change's position in its order's sequence, recorded in
+	// the history entry (Entry.Seq). 0 means none. Optional.
+	Seq int64
 }
 
 type writeKey struct{}
@@ -238,26 +244,6 @@ func validOrderNo(s string) bool {
 		}
 	}
 	return true
-}
-
-// ReplacementOrderNo returns the number that an exchange of orderNo by
-// eventID gives the replacement order when the exchange names none:
-//
-//	orderNo[:54] + "-X" + hex(sha256(orderNo + "\n" + eventID))[:8]
-//
-// orderNo is cut to 54 characters only when it is longer, so the result is
-// at most 64 characters of [A-Za-z0-9_-] and the same on every retry. The
-// hash covers the whole order number, so two long numbers that share their
-// first 54 characters still get different replacements (up to a 32-bit
-// hash collision, which the store reports as ErrConflict rather than
-// overwriting an order).
-func ReplacementOrderNo(orderNo, eventID string) string {
-	sum := sha256.Sum256([]byte(orderNo + "\n" + eventID))
-	base := orderNo
-	if len(base) > maxOrderNo-10 {
-		base = base[:maxOrderNo-10]
-	}
-	return base + "-X" + hex.EncodeToString(sum[:4])
 }
 
 func validItems(items []Item) error {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,32 +24,6 @@ func TestWriteContext(t *testing.T) {
 	got, ok := WriteFrom(WithWrite(t.Context(), w))
 	assert.True(t, ok)
 	assert.Equal(t, w, got)
-}
-
-func TestReplacementOrderNo(t *testing.T) {
-	t.Parallel()
-	valid := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	tests := []struct {
-		name    string
-		orderNo string
-		prefix  string
-	}{
-		{"short", "SO1", "SO1-X"},
-		{"fits exactly", strings.Repeat("a", 54), strings.Repeat("a", 54) + "-X"},
-		{"cut to 54", strings.Repeat("b", 64), strings.Repeat("b", 54) + "-X"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := ReplacementOrderNo(tt.orderNo, "evt-1")
-			assert.Regexp(t, valid, got)
-			assert.True(t, strings.HasPrefix(got, tt.prefix), got)
-			assert.Len(t, got, len(tt.prefix)+8)
-			assert.Equal(t, got, ReplacementOrderNo(tt.orderNo, "evt-1"), "deterministic")
-			assert.NotEqual(t, got, ReplacementOrderNo(tt.orderNo, "evt-2"), "depends on the event")
-			assert.NotEqual(t, got, ReplacementOrderNo(tt.orderNo+"_", "evt-1"), "depends on the whole order number")
-		})
-	}
 }
 
 func TestPermanent(t *testing.T) {

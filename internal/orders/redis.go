@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -117,44 +118,54 @@ local function older(a, b)
   return tonumber(string.sub(a, 10)) < tonumber(string.sub(b, 10))
 end
 
--- append adds a history entry to list key.
-local function append(key, event, typ, fence, worker, started, ended, version, detail)
+-- append adds a history entry to list key. seq is the change's position in
+-- its order's sequence, or '' for none.
+local function append(key, event, typ, fence, worker, started, ended, version, detail, seq)
   if started == '' then started = ended end
-  redis.call('RPUSH', key, cjson.encode({
+  local e = {
     event_id = event, type = typ, fence = fence, worker = worker,
     started_at = started, ended_at = ended, version = tostring(version),
-    detail = detail}))
+    detail = detail}
+  if seq ~= '' then e.seq = seq end
+  redis.call('RPUSH', key, cjson.encode(e))
 end
 
 -- record encodes the outcome of an event: its type, the fingerprint of the
--- request, the replacement's number (exchanges) and the order hash at key
--- without its fence.
-local function record(key, typ, fp, newno)
+-- request, the replacement's number (exchanges), the fence it was written
+-- under and the order hash at key without its fence.
+local function record(key, typ, fp, newno, fence)
   local flat = redis.call('HGETALL', key)
   local o = {}
   for i = 1, #flat, 2 do o[flat[i]] = flat[i + 1] end
   o.fence = nil
-  return cjson.encode({type = typ, fp = fp, new_order_no = newno, order = o})
+  return cjson.encode({type = typ, fp = fp, new_order_no = newno, fence = fence, order = o})
 end
 `
 
 // applyScript applies one fenced event to an existing, active order: a
 // modify, or the first half of an exchange (closing the order). When it is
 // given the order lock's hash, it also releases the lock (owner-checked,
-// with lock.ReleaseLua) before it returns, whatever the outcome: the
-// caller's work ends with this write.
+// with lock.CommitLua) before it returns, whatever the outcome: the
+// caller's work ends with this write. Given the order's sequence too, it
+// passes the caller's turn on unless the write was refused as stale (a
+// missing order, a closed one, a replay and an applied change all end the
+// turn's work).
 //
 // KEYS[1] order hash, KEYS[2] history list, KEYS[3] events hash,
 // KEYS[4] (optional) the order lock's newest handed-out fence,
-// KEYS[5] (optional, with KEYS[4]) the order lock's hash
+// KEYS[5] (optional, with KEYS[4]) the order lock's hash,
+// KEYS[6] (optional, with KEYS[5]) the order's sequence
 // ARGV[1] event ID, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] request fingerprint,
 // ARGV[6] history detail, ARGV[7] type, ARGV[8] replacement's number or "",
-// ARGV[9] lock owner, ARGV[10] lock notice channel (with KEYS[5]),
-// ARGV[11...] field, value pairs to set on the order.
+// ARGV[9] the change's position for the history, or "",
+// ARGV[10] lock owner, ARGV[11] lock notice channel (with KEYS[5]),
+// ARGV[12] the turn's position, ARGV[13] sequence retention in ms (with
+// KEYS[6]), ARGV[14...] field, value pairs to set on the order.
 //
 // Returns one of the following, followed with KEYS[5] by "1" when it
-// released the lock and "0" when the lock was not the caller's
+// released the lock and "0" when the lock was not the caller's, and with
+// KEYS[6] by "1" when it passed the turn on and "0" when not
 //
 //	{"notfound"}
 //	{"replay", record}              the event was applied before; no write
@@ -162,7 +173,7 @@ end
 //	{"stale", newest fence}          older than the order's or the lock's newest
 //	{"ok", record}                  applied: fence stored, version bumped,
 //	                                history appended, outcome recorded
-var applyScript = redis.NewScript(luaLib + lock.ReleaseLua + `
+var applyScript = redis.NewScript(luaLib + lock.CommitLua + `
 local function apply()
   if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
   local rec = redis.call('HGET', KEYS[3], ARGV[1])
@@ -176,14 +187,20 @@ local function apply()
   end
   local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
   local t = now()
-  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 11))
-  append(KEYS[2], ARGV[1], ARGV[7], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[6])
-  rec = record(KEYS[1], ARGV[7], ARGV[5], ARGV[8])
+  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 14))
+  append(KEYS[2], ARGV[1], ARGV[7], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[6], ARGV[9])
+  rec = record(KEYS[1], ARGV[7], ARGV[5], ARGV[8], ARGV[2])
   redis.call('HSET', KEYS[3], ARGV[1], rec)
   return {'ok', rec}
 end
 local r = apply()
-if KEYS[5] then r[#r + 1] = tostring(release_lock(KEYS[5], ARGV[9], ARGV[10])) end
+if KEYS[5] then
+  local finish = KEYS[6] ~= nil and r[1] ~= 'stale'
+  r[#r + 1] = tostring(lock_commit(KEYS[5], ARGV[10], ARGV[11], KEYS[6], tonumber(ARGV[12]), finish, ARGV[13]))
+  if KEYS[6] then
+    if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
+  end
+end
 return r
 `)
 
@@ -225,8 +242,8 @@ return 0
 //
 // KEYS[1] replacement's order hash, KEYS[2] its history list, KEYS[3] its
 // events hash, KEYS[4] its claim key
-// ARGV[1] event ID, ARGV[2] fence (of the exchanged order's lock),
-// ARGV[3] worker, ARGV[4] started_at (µs or ""), ARGV[5] request
+// ARGV[1] event ID, ARGV[2] fence (that the exchanged order was closed
+// under), ARGV[3] worker, ARGV[4] started_at (µs or ""), ARGV[5] request
 // fingerprint, ARGV[6] history detail, ARGV[7] exchanged order's number,
 // ARGV[8] replacement's number, ARGV[9] address, ARGV[10] remark,
 // ARGV[11] items (JSON)
@@ -246,8 +263,8 @@ local t = now()
 redis.call('HSET', KEYS[1], 'order_no', ARGV[8], 'status', 'active',
   'address', ARGV[9], 'remark', ARGV[10], 'items', ARGV[11], 'version', '1',
   'exchanged_to', '', 'exchanged_from', ARGV[7], 'updated_at', t)
-append(KEYS[2], ARGV[1], 'order:created', ARGV[2], ARGV[3], ARGV[4], t, 1, ARGV[6])
-rec = record(KEYS[1], 'order:created', ARGV[5], '')
+append(KEYS[2], ARGV[1], 'order:created', ARGV[2], ARGV[3], ARGV[4], t, 1, ARGV[6], '')
+rec = record(KEYS[1], 'order:created', ARGV[5], '', ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[1], rec)
 redis.call('DEL', KEYS[4])
 return {'ok', rec}
@@ -265,7 +282,7 @@ var putScript = redis.NewScript(luaLib + `
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local t = now()
 redis.call('HSET', KEYS[1], 'updated_at', t, unpack(ARGV, 4))
-append(KEYS[2], '', 'order:put', '0', ARGV[1], ARGV[2], t, v, ARGV[3])
+append(KEYS[2], '', 'order:put', '0', ARGV[1], ARGV[2], t, v, ARGV[3], '')
 return v
 `)
 
@@ -440,7 +457,7 @@ func checkModify(eventID, orderNo string, c Changes) error {
 // replacement, once per eventID, under the fence of the [Write] in ctx.
 // Result.Order is the replacement; read the exchanged order with Get.
 //
-// The replacement is numbered x.NewOrderNo, or [ReplacementOrderNo] of
+// The replacement is numbered x.NewOrderNo, or [tasks.ReplacementOrderNo] of
 // orderNo and eventID when that is empty. It is active, has x.Items, the
 // exchanged order's address and remark, ExchangedFrom set to orderNo and
 // version 1, and its history starts with an entry of type TypeCreated. The
@@ -466,7 +483,7 @@ func (s *RedisStore) Exchange(ctx context.Context, eventID, orderNo string, x Ex
 	if err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	newNo := cmp.Or(x.NewOrderNo, ReplacementOrderNo(orderNo, eventID))
+	newNo := cmp.Or(x.NewOrderNo, tasks.ReplacementOrderNo(orderNo, eventID))
 	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
@@ -571,8 +588,12 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 	newNo := rec.NewOrderNo
 	keys := []string{s.orderKey(newNo), s.historyKey(newNo), s.eventsKey(newNo), s.claimKey(newNo)}
 	detail := "created from " + a.No + " by event " + eventID
+	// The replacement's first entry carries the fence the exchanged order
+	// was closed under, also when a retry (under a newer fence) completes
+	// an exchange that a crash cut short.
+	fence := cmp.Or(rec.Fence, strconv.FormatInt(w.Fence, 10))
 	res, err := createScript.Run(ctx, s.rdb, keys,
-		eventID, strconv.FormatInt(w.Fence, 10), w.Worker, micros(w.StartedAt), fp, detail,
+		eventID, fence, w.Worker, micros(w.StartedAt), fp, detail,
 		a.No, newNo, a.Address, a.Remark, items).StringSlice()
 	if err != nil {
 		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
@@ -620,26 +641,45 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, 
 	if typ != TypeModify {
 		h = nil
 	}
-	owner, channel := "", ""
+	owner, channel, turn := "", "", ""
+	var seqTTL int64
 	if h != nil {
 		if w.LockFenceKey == "" || !strings.Contains(h.Key, tag) {
 			return record{}, false, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
 		}
 		keys = append(keys, h.Key)
 		owner, channel = h.Owner, h.Channel
+		if h.SeqKey != "" {
+			if !strings.Contains(h.SeqKey, tag) {
+				return record{}, false, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, ErrInvalid)
+			}
+			keys = append(keys, h.SeqKey)
+			turn, seqTTL = strconv.FormatInt(h.Pos, 10), h.SeqTTL
+		}
 		h.Committing()
 	}
 	fence := strconv.FormatInt(w.Fence, 10)
-	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo, owner, channel}, fields...)
+	seq := ""
+	if w.Seq > 0 {
+		seq = strconv.FormatInt(w.Seq, 10)
+	}
+	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo, seq, owner, channel, turn, seqTTL}, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
 		return record{}, false, err
 	}
-	if h != nil && len(res) > 1 {
-		if res[len(res)-1] == "1" {
-			h.Released()
+	if h != nil {
+		finished := false
+		if h.SeqKey != "" && len(res) > 2 {
+			finished = res[len(res)-1] == "1"
+			res = res[:len(res)-1]
 		}
-		res = res[:len(res)-1]
+		if len(res) > 1 {
+			if res[len(res)-1] == "1" {
+				h.Released(finished)
+			}
+			res = res[:len(res)-1]
+		}
 	}
 	switch res[0] {
 	case "notfound":
@@ -660,6 +700,7 @@ type record struct {
 	Type       string            `json:"type"`
 	FP         string            `json:"fp"`
 	NewOrderNo string            `json:"new_order_no"`
+	Fence      string            `json:"fence"` // the fence it was written under; "" in records older than this field
 	Order      map[string]string `json:"order"`
 }
 
@@ -714,6 +755,11 @@ func decodeEntry(s string) (Entry, error) {
 	var err error
 	if e.Fence, err = strconv.ParseInt(f["fence"], 10, 64); err != nil {
 		return Entry{}, fmt.Errorf("fence: %w", err)
+	}
+	if seq, ok := f["seq"]; ok {
+		if e.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil {
+			return Entry{}, fmt.Errorf("seq: %w", err)
+		}
 	}
 	if e.Version, err = strconv.ParseInt(f["version"], 10, 64); err != nil {
 		return Entry{}, fmt.Errorf("version: %w", err)

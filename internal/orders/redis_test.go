@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // newStore returns a store on the test's own Redis prefix.
@@ -470,7 +471,7 @@ func TestExchange(t *testing.T) {
 		wantNo     string
 	}{
 		{"named", "SO2", "SO2"},
-		{"derived", "", ReplacementOrderNo("SO1", "evt-x")},
+		{"derived", "", tasks.ReplacementOrderNo("SO1", "evt-x")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -533,7 +534,7 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	seed(t, s, "SO1")
 	items := []Item{{SKU: "shirt-l", Qty: 1}}
 	x := Exchange{Items: items}
-	newNo := ReplacementOrderNo("SO1", "evt-x")
+	newNo := tasks.ReplacementOrderNo("SO1", "evt-x")
 	fp := fingerprint(exchangeRequest{Items: items})
 
 	// The first attempt closes SO1 and dies before creating the replacement.
@@ -569,6 +570,17 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	again, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	assert.Equal(t, Result{Order: res.Order, Replayed: true}, again)
+
+	// Review finding: the replacement's first entry carried the retry's
+	// fence, not the one the exchange closed SO1 under.
+	hb, err := s.History(t.Context(), newNo)
+	require.NoError(t, err)
+	require.Len(t, hb, 1)
+	assert.Equal(t, TypeCreated, hb[0].Type)
+	assert.Equal(t, int64(baseFence), hb[0].Fence, "the exchange's fence, not the retry's")
+	ha, err := s.History(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, ha[len(ha)-1].Fence, hb[0].Fence)
 }
 
 func TestExchangeConflict(t *testing.T) {
