@@ -29,9 +29,10 @@ var (
 )
 
 // DuplicateError reports that an event was not enqueued because asynq still
-// holds a task with its task ID in the queue (see the package documentation
-// for how long). It matches [ErrDuplicate] with errors.Is, and also
-// [ErrPayloadMismatch] when the existing task is known to differ.
+// holds a task with its task ID in the queue, or because the event ID is
+// claimed for another change (see the package documentation for how long).
+// It matches [ErrDuplicate] with errors.Is, and also [ErrPayloadMismatch]
+// when the existing change is known to differ.
 //
 // A caller that retries the same event can treat it as success. The HTTP
 // intake answers 409 Conflict to a duplicate with the same payload and 422
@@ -39,10 +40,18 @@ var (
 type DuplicateError struct {
 	// TaskID is the ID of the existing task, equal to EventID.
 	TaskID string
-	// Queue is the queue that holds it.
+	// Queue is the queue that holds it (or held it: with Other set, the
+	// task of the other change may be gone).
 	Queue string
+	// Other, when set, says that the event ID is claimed for another
+	// change: which type and order it was first accepted for. Such a
+	// duplicate always matches [ErrPayloadMismatch].
+	Other *Claim
 	// EventID is the duplicated event's ID.
 	EventID string
+	// Seq is the existing task's position in its order's sequence, when
+	// it was read.
+	Seq int64
 	// SamePayload reports whether the existing task has the same type and
 	// the same payload bytes as the refused one (the producer encodes
 	// deterministically, so equal payloads have equal bytes). It is
@@ -59,9 +68,23 @@ type DuplicateError struct {
 	LookupErr error
 }
 
+// Claim says which change an event ID was first accepted for.
+type Claim struct {
+	// Type is the task type, such as tasks.TypeModify.
+	Type string
+	// OrderNo is the order.
+	OrderNo string
+}
+
 // Error describes the duplicate and, when known, whether the payloads differ.
 func (e *DuplicateError) Error() string {
 	switch {
+	case e.Other != nil && e.State != 0:
+		return fmt.Sprintf("producer: duplicate event %q for a different change: it was accepted for %s of order %s (task %q in queue %s, %s)",
+			e.EventID, e.Other.Type, e.Other.OrderNo, e.TaskID, e.Queue, e.State)
+	case e.Other != nil:
+		return fmt.Sprintf("producer: duplicate event %q for a different change: it was accepted for %s of order %s",
+			e.EventID, e.Other.Type, e.Other.OrderNo)
 	case e.LookupErr != nil:
 		return fmt.Sprintf("producer: duplicate event %q: task %q already in queue %s (payload not compared: %v)",
 			e.EventID, e.TaskID, e.Queue, e.LookupErr)
@@ -81,7 +104,7 @@ func (e *DuplicateError) Is(target error) bool {
 	case ErrDuplicate:
 		return true
 	case ErrPayloadMismatch:
-		return e.LookupErr == nil && !e.SamePayload
+		return e.Other != nil || (e.LookupErr == nil && !e.SamePayload)
 	}
 	return false
 }

@@ -3,39 +3,57 @@
 // the HTTP intake uses for everyone else.
 //
 // It owns the enqueue policy on top of the wire contract of package tasks:
-// which queue a task goes to, its task ID, how often it is retried, how long
-// its handler may run and how long a finished task is remembered.
+// the task ID, the change's position in its order's sequence, how often a
+// task is retried, how long its handler may run and how long a finished task
+// is remembered. The queue of each task type is the contract's (see
+// tasks.Kinds), not a setting.
 //
 // It is not a worker: it processes nothing, takes no order lock and never
 // touches the order store. Nor does it own the Redis client it is given; the
 // caller closes that.
+//
+// # Order of acceptance
+//
+// Every change takes the next position in its order's sequence when it is
+// accepted: Redis hands the position out (never a host's clock), so a change
+// accepted after another one's Enqueue returned is always later, across any
+// number of producer processes. The workers apply an order's changes
+// strictly in that sequence. An exchange also reserves the first position
+// of its replacement order, so that changes of the replacement accepted
+// after it wait for the replacement to exist. Accepting a change costs two
+// round trips: the position and the event claim together, then the enqueue.
 //
 // # Idempotency
 //
 // Every task carries an event ID, the upstream's idempotency key, given with
 // [WithEventID] or in the payload, or else generated (a UUIDv7). The asynq
 // task ID is the event ID itself, unchanged, so a system that enqueues by hand
-// can follow the same rule. asynq refuses a task ID it still holds in the
-// queue, and the producer reports that as a [*DuplicateError]. asynq holds an
-// ID
+// can follow the same rule. An event ID names one change: one task type, one
+// order, one payload. The producer refuses, as a [*DuplicateError]:
 //
-//   - while the task waits, runs or waits to be retried;
-//   - for [Config.Retention] after the task succeeds;
-//   - while the task sits in the archive after failing for good (asynq keeps
-//     archived tasks for up to 90 days, at most 10,000 per queue). Deleting it
-//     from the archive, with asynqmon for example, frees the event ID.
+//   - an event ID that asynq still holds in the task's queue: while the task
+//     waits, runs or waits to be retried, for [Config.Retention] after it
+//     succeeds, and while it sits in the archive after failing for good
+//     (asynq keeps archived tasks for up to 90 days, at most 10,000 per
+//     queue; deleting it from the archive frees the event ID there);
+//   - for [Config.DedupeWindow] after its first acceptance, an event ID used
+//     again with another task type, another order or another payload
+//     (matching [ErrPayloadMismatch] too).
 //
-// Task IDs are scoped to a queue, and modifies and exchanges have queues of
-// their own, so one event ID can be enqueued once as each. Upstreams should
-// not reuse an event ID across task types.
+// The same event sent again with the same payload within the dedupe window
+// but after asynq forgot it is enqueued again; the worker's store then
+// answers it with the recorded outcome and applies nothing twice.
 package producer
 
 import (
-	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -43,13 +61,18 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 )
 
 // The defaults of [Config].
 const (
+	// DefaultKeyPrefix is the default of [Config.KeyPrefix].
+	DefaultKeyPrefix = "ow:"
 	// DefaultRetention is the default of [Config.Retention].
 	DefaultRetention = 24 * time.Hour
+	// DefaultDedupeWindow is the default of [Config.DedupeWindow].
+	DefaultDedupeWindow = 7 * 24 * time.Hour
 	// DefaultMaxRetry is the default of [Config.MaxRetry].
 	DefaultMaxRetry = 10
 	// DefaultTimeout is the default of [Config.Timeout].
@@ -59,29 +82,38 @@ const (
 // Config tunes a [Producer]. The zero value is ready to use: every zero field
 // means its default.
 type Config struct {
-	// ModifyQueue is the queue of modify tasks. Change it only together with
-	// the workers' configuration. It is 1 to 64 characters of A-Z, a-z, 0-9,
-	// '_', '-', '.' and ':', and differs from ExchangeQueue. Defaults to
-	// tasks.QueueModify ("order_modify").
-	ModifyQueue string
-
-	// ExchangeQueue is the queue of exchange tasks, which the workers serve
-	// with a higher priority. Its rules are those of ModifyQueue. Defaults to
-	// tasks.QueueExchange ("order_exchange").
-	ExchangeQueue string
+	// KeyPrefix starts orderworker's Redis keys: the order sequences live
+	// under KeyPrefix+"lock:" and the event claims under
+	// KeyPrefix+"event:". It must be the workers' KEY_PREFIX. It must not
+	// contain "{" or "}". Defaults to "ow:".
+	KeyPrefix string
 
 	// Retention is how long asynq keeps a task after it succeeds, and with it
 	// the task's ID, so that the same event enqueued again within that time
-	// is refused as a duplicate. asynq counts it in whole seconds; it must be
-	// at least one second. Defaults to 24 hours.
+	// is refused as a duplicate and its task's state reported. asynq counts
+	// it in whole seconds; it must be at least one second. Defaults to 24
+	// hours.
 	Retention time.Duration
 
-	// MaxRetry is how many times a failed task is retried before asynq
-	// archives it. Retries back off with asynq's default delay (n⁴+15
-	// seconds plus jitter), so 10 retries span about four and a half hours;
-	// an order change that has not gone through by then wants a person. A
-	// negative value means no retries. Waiting for a busy order lock does not
-	// use up retries (that is the worker's policy). Defaults to 10.
+	// DedupeWindow is how long an event ID stays claimed after it was first
+	// accepted: within it, the same ID with another task type, another
+	// order or another payload is refused (ErrPayloadMismatch). Keep it at
+	// least as long as the workers' order store remembers events, so that
+	// no reused ID is accepted and then refused by the store. It must be at
+	// least Retention. Defaults to 7 days.
+	DedupeWindow time.Duration
+
+	// MaxRetry is the failure budget: how many times a task whose handler
+	// failed is retried before the worker archives it. Retries back off
+	// with asynq's default delay (n⁴+15 seconds plus jitter), so 10 retries
+	// span about four and a half hours; an order change that has not gone
+	// through by then wants a person. A negative value means no retries.
+	// Waiting (for a busy order, or for the change's turn) never uses it up.
+	// The asynq task carries MaxRetry+1: asynq archives a task that returns
+	// any error once its retries reach that number, even when it only
+	// waited, so the spare retry is what lets a task wait on its last
+	// allowed attempt (the worker archives it itself after MaxRetry
+	// failures). Defaults to 10.
 	MaxRetry int
 
 	// Timeout is how long the worker's handler may run for one attempt,
@@ -93,9 +125,9 @@ type Config struct {
 
 // withDefaults returns c with its zero fields filled in.
 func (c Config) withDefaults() Config {
-	c.ModifyQueue = cmp.Or(c.ModifyQueue, tasks.QueueModify)
-	c.ExchangeQueue = cmp.Or(c.ExchangeQueue, tasks.QueueExchange)
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	c.MaxRetry = cmp.Or(c.MaxRetry, DefaultMaxRetry)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	return c
@@ -103,42 +135,26 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case !validQueue(c.ModifyQueue):
-		return fmt.Errorf("producer: invalid ModifyQueue %q: want 1 to 64 characters of [A-Za-z0-9_.:-]", c.ModifyQueue)
-	case !validQueue(c.ExchangeQueue):
-		return fmt.Errorf("producer: invalid ExchangeQueue %q: want 1 to 64 characters of [A-Za-z0-9_.:-]", c.ExchangeQueue)
-	case c.ModifyQueue == c.ExchangeQueue:
-		return fmt.Errorf("producer: ModifyQueue and ExchangeQueue are both %q; exchanges need a queue of their own", c.ModifyQueue)
+	case strings.ContainsAny(c.KeyPrefix, "{}"):
+		return fmt.Errorf("producer: KeyPrefix %q contains a brace", c.KeyPrefix)
 	case c.Retention < time.Second:
 		return fmt.Errorf("producer: Retention %v is less than 1s", c.Retention)
+	case c.DedupeWindow < c.Retention:
+		return fmt.Errorf("producer: DedupeWindow %v is shorter than Retention %v", c.DedupeWindow, c.Retention)
 	case c.Timeout < time.Second:
 		return fmt.Errorf("producer: Timeout %v is less than 1s", c.Timeout)
 	}
 	return nil
 }
 
-// validQueue reports whether name is a queue name that is safe inside asynq's
-// hash-tagged keys ("asynq:{name}:...").
-func validQueue(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '_' || c == '-' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
-}
-
 // Producer enqueues order tasks. Make one with [New] and share it: it is safe
 // for concurrent use by multiple goroutines.
 type Producer struct {
 	cfg       Config
+	rdb       redis.UniversalClient
 	client    *asynq.Client
 	inspector *asynq.Inspector
+	seq       *lock.Sequencer
 	closed    atomic.Bool
 }
 
@@ -150,6 +166,8 @@ type Result struct {
 	Queue string `json:"queue"`
 	// EventID is the event's ID, as given or as generated.
 	EventID string `json:"event_id"`
+	// Seq is the change's position in its order's sequence.
+	Seq int64 `json:"seq"`
 }
 
 // New returns a Producer that enqueues through rdb, filling the zero fields of
@@ -166,10 +184,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:"})
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
 	return &Producer{
 		cfg:       cfg,
+		rdb:       rdb,
 		client:    asynq.NewClientFromRedisClient(rdb),
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
+		seq:       seq,
 	}, nil
 }
 
@@ -190,87 +214,85 @@ func (p *Producer) Close() error {
 }
 
 // EnqueueModify enqueues a modify of order orderNo. It builds the payload and
-// calls [Producer.EnqueueModifyPayload]; see there for the options and errors.
+// calls [Producer.Enqueue]; see there for the options and errors.
 // [WithNewOrderNo] and [WithReason] apply to exchanges only and fail here with
 // [ErrInvalidOption].
 func (p *Producer) EnqueueModify(ctx context.Context, orderNo string, changes tasks.Changes, opts ...Option) (Result, error) {
-	return p.EnqueueModifyPayload(ctx, tasks.ModifyPayload{OrderNo: orderNo, Changes: changes}, opts...)
+	return p.Enqueue(ctx, tasks.ModifyPayload{OrderNo: orderNo, Changes: changes}, opts...)
 }
 
 // EnqueueExchange enqueues an exchange of order orderNo for a new order
-// holding items. It builds the payload and calls
-// [Producer.EnqueueExchangePayload]; see there for the options and errors.
+// holding items; [WithNewOrderNo] and [WithReason] fill in the payload's
+// fields. It calls [Producer.Enqueue]; see there for the other options and
+// the errors.
 func (p *Producer) EnqueueExchange(ctx context.Context, orderNo string, items []tasks.Item, opts ...Option) (Result, error) {
-	return p.EnqueueExchangePayload(ctx, tasks.ExchangePayload{OrderNo: orderNo, Items: items}, opts...)
+	o, err := p.collect(opts)
+	if err != nil {
+		return Result{}, err
+	}
+	x := tasks.ExchangePayload{OrderNo: orderNo, Items: items}
+	if o.newOrderNo != nil {
+		x.NewOrderNo = *o.newOrderNo
+	}
+	if o.reason != nil {
+		x.Reason = *o.reason
+	}
+	return p.enqueuePayload(ctx, x, o)
 }
 
-// EnqueueModifyPayload enqueues a modify given as a whole payload, as the HTTP
-// intake decodes it, to [Config.ModifyQueue].
+// Enqueue enqueues a task carrying payload, of payload's kind, to the kind's
+// queue (see tasks.Kinds). This is how the HTTP intake enqueues what it
+// decoded.
 //
 // The event ID is the payload's, or the one given with [WithEventID] (giving
 // both, different, is an error), or else a generated UUIDv7. The task ID is
-// the event ID. The task gets [Config.MaxRetry] (or [WithMaxRetry]),
-// [Config.Timeout] and [Config.Retention].
+// the event ID. The payload's position (Seq) is set here: a position the
+// caller gave is ignored. The task gets [Config.MaxRetry] (or
+// [WithMaxRetry]) plus one, [Config.Timeout] and [Config.Retention].
 //
 // It returns
-//   - the [tasks.ModifyPayload.Validate] error, unwrapped, when the payload
-//     breaks the contract: it matches tasks.ErrInvalid and, where a field is at fault,
+//   - the payload's Validate error, unwrapped, when the payload breaks the
+//     contract: it matches tasks.ErrInvalid and, where a field is at fault,
 //     is a *tasks.FieldError. Nothing is enqueued.
 //   - an error matching [ErrInvalidOption] for a misused option;
 //   - a [*DuplicateError], matching [ErrDuplicate] and perhaps
-//     [ErrPayloadMismatch], when the event was enqueued before (see the
-//     package documentation). Result then describes the existing task too;
+//     [ErrPayloadMismatch], when the event was accepted before (see the
+//     package documentation). Result then describes the existing task;
 //   - [ErrClosed] after [Producer.Close];
-//   - a Redis or context error, wrapped with what was being enqueued.
+//   - a Redis or context error, wrapped with what was being enqueued. The
+//     change may or may not have been accepted then: send it again with the
+//     same event ID, which is safe.
 //
 // ctx bounds the enqueue. On a duplicate the existing task is read with
 // asynq's Inspector, which takes no context: that one read is bounded by the
 // Redis client's timeouts instead, and skipped when ctx is already done.
-func (p *Producer) EnqueueModifyPayload(ctx context.Context, payload tasks.ModifyPayload, opts ...Option) (Result, error) {
+func (p *Producer) Enqueue(ctx context.Context, payload tasks.Payload, opts ...Option) (Result, error) {
 	o, err := p.collect(opts)
 	if err != nil {
 		return Result{}, err
 	}
 	switch {
 	case o.newOrderNo != nil:
-		return Result{}, fmt.Errorf("%w: WithNewOrderNo applies to exchanges only", ErrInvalidOption)
+		return Result{}, fmt.Errorf("%w: WithNewOrderNo applies to EnqueueExchange only", ErrInvalidOption)
 	case o.reason != nil:
-		return Result{}, fmt.Errorf("%w: WithReason applies to exchanges only", ErrInvalidOption)
+		return Result{}, fmt.Errorf("%w: WithReason applies to EnqueueExchange only", ErrInvalidOption)
 	}
-	if payload.EventID, err = o.resolveEventID(payload.EventID); err != nil {
-		return Result{}, err
-	}
-	task, err := tasks.NewModifyTask(payload)
-	if err != nil {
-		return Result{}, err
-	}
-	return p.enqueue(ctx, task, p.cfg.ModifyQueue, payload.EventID, o)
+	return p.enqueuePayload(ctx, payload, o)
 }
 
-// EnqueueExchangePayload enqueues an exchange given as a whole payload to
-// [Config.ExchangeQueue], as [Producer.EnqueueModifyPayload] does a modify,
-// with the same errors ([tasks.ExchangePayload.Validate] for a bad payload). [WithNewOrderNo] and [WithReason] fill in the
-// payload's fields; giving a field both ways with different values fails with
-// [ErrInvalidOption].
-func (p *Producer) EnqueueExchangePayload(ctx context.Context, payload tasks.ExchangePayload, opts ...Option) (Result, error) {
-	o, err := p.collect(opts)
-	if err != nil {
+// enqueuePayload is Enqueue after the options were collected.
+func (p *Producer) enqueuePayload(ctx context.Context, payload tasks.Payload, o options) (Result, error) {
+	h := payload.Header()
+	var err error
+	if h.EventID, err = o.resolveEventID(h.EventID); err != nil {
 		return Result{}, err
 	}
-	if payload.EventID, err = o.resolveEventID(payload.EventID); err != nil {
+	h.Seq = 0
+	payload = payload.WithHeader(h)
+	if err := payload.Validate(); err != nil {
 		return Result{}, err
 	}
-	if payload.NewOrderNo, err = merge("WithNewOrderNo", "new_order_no", payload.NewOrderNo, o.newOrderNo); err != nil {
-		return Result{}, err
-	}
-	if payload.Reason, err = merge("WithReason", "reason", payload.Reason, o.reason); err != nil {
-		return Result{}, err
-	}
-	task, err := tasks.NewExchangeTask(payload)
-	if err != nil {
-		return Result{}, err
-	}
-	return p.enqueue(ctx, task, p.cfg.ExchangeQueue, payload.EventID, o)
+	return p.enqueue(ctx, payload, o)
 }
 
 // collect applies opts after checking that the producer is open.
@@ -296,9 +318,14 @@ func (o options) resolveEventID(fromPayload string) (string, error) {
 	if o.eventID != nil && *o.eventID == "" {
 		return "", fmt.Errorf("%w: WithEventID given an empty event ID", ErrInvalidOption)
 	}
-	id, err := merge("WithEventID", "event_id", fromPayload, o.eventID)
-	if err != nil || id != "" {
-		return id, err
+	switch {
+	case o.eventID == nil && fromPayload != "":
+		return fromPayload, nil
+	case o.eventID != nil && fromPayload != "" && fromPayload != *o.eventID:
+		return "", fmt.Errorf("%w: WithEventID(%q) conflicts with the payload's event_id %q",
+			ErrInvalidOption, *o.eventID, fromPayload)
+	case o.eventID != nil:
+		return *o.eventID, nil
 	}
 	u, err := uuid.NewV7()
 	if err != nil {
@@ -307,30 +334,87 @@ func (o options) resolveEventID(fromPayload string) (string, error) {
 	return u.String(), nil
 }
 
-// merge combines a payload field with the option that may also set it.
-func merge(option, field, fromPayload string, fromOption *string) (string, error) {
-	switch {
-	case fromOption == nil:
-		return fromPayload, nil
-	case fromPayload != "" && fromPayload != *fromOption:
-		return "", fmt.Errorf("%w: %s(%q) conflicts with the payload's %s %q",
-			ErrInvalidOption, option, *fromOption, field, fromPayload)
-	}
-	return *fromOption, nil
+// claim is what an event ID's claim holds: who took it.
+type claim struct {
+	typ, orderNo, fp string
 }
 
-// enqueue sends task with the producer's policy and turns a task ID conflict
-// into a *DuplicateError.
-func (p *Producer) enqueue(ctx context.Context, task *asynq.Task, queue, eventID string, o options) (Result, error) {
+func (c claim) String() string { return c.typ + " " + c.orderNo + " " + c.fp }
+
+func parseClaim(s string) claim {
+	f := strings.SplitN(s, " ", 3)
+	for len(f) < 3 {
+		f = append(f, "")
+	}
+	return claim{f[0], f[1], f[2]}
+}
+
+// fingerprint identifies a payload apart from its position: two payloads
+// with the same fingerprint are the same change.
+func fingerprint(payload tasks.Payload) string {
+	h := payload.Header()
+	h.Seq = 0
+	b, err := json.Marshal(payload.WithHeader(h))
+	if err != nil {
+		// Unreachable: the payloads have only strings, ints and slices of them.
+		panic(fmt.Sprintf("producer: fingerprint: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+func (p *Producer) claimKey(eventID string) string {
+	return p.cfg.KeyPrefix + "event:{" + eventID + "}"
+}
+
+// positions are the positions one acceptance took.
+type positions struct {
+	orderNo, label string
+	pos            int64
+	created        string // the order the task creates, or ""
+	createLabel    string
+	createPos      int64
+}
+
+// enqueue accepts a valid payload: it claims the event ID and takes the
+// positions in one round trip, then enqueues the task.
+func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options) (Result, error) {
+	kind, h := payload.Kind(), payload.Header()
+	me := claim{kind.Type, h.OrderNo, fingerprint(payload)}
+	at := positions{orderNo: h.OrderNo, label: tasks.PositionLabel(kind.Type, h.EventID)}
+	if c, ok := payload.(tasks.Creator); ok {
+		at.created = c.Creates()
+		at.createLabel = tasks.CreationLabel(h.EventID, h.OrderNo)
+	}
+	prev, err := p.accept(ctx, h.EventID, me, &at)
+	if err != nil {
+		return Result{}, fmt.Errorf("producer: accept %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, withCause(ctx, err))
+	}
+	if prev != nil && *prev != me {
+		// The event ID was taken for another change: refuse it before
+		// anything is enqueued.
+		p.void(ctx, at, "the event ID was taken for another change")
+		dup := p.duplicate(ctx, kind.Type, prev, h.EventID, "")
+		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
+	}
+
+	h.Seq = at.pos
+	payload = payload.WithHeader(h)
+	task, err := tasks.NewTask(payload)
+	if err != nil {
+		p.void(ctx, at, "invalid payload")
+		return Result{}, err
+	}
+	maxRetry := p.cfg.MaxRetry
+	if o.maxRetry != nil {
+		maxRetry = *o.maxRetry
+	}
 	opts := []asynq.Option{
-		asynq.Queue(queue),
-		asynq.TaskID(eventID),
-		asynq.MaxRetry(p.cfg.MaxRetry),
+		asynq.Queue(kind.Queue),
+		asynq.TaskID(h.EventID),
+		asynq.MaxRetry(tasks.MaxRetry(maxRetry)),
 		asynq.Timeout(p.cfg.Timeout),
 		asynq.Retention(p.cfg.Retention),
-	}
-	if o.maxRetry != nil {
-		opts = append(opts, asynq.MaxRetry(*o.maxRetry))
 	}
 	if o.processIn > 0 {
 		opts = append(opts, asynq.ProcessIn(o.processIn))
@@ -338,34 +422,140 @@ func (p *Producer) enqueue(ctx context.Context, task *asynq.Task, queue, eventID
 	info, err := p.client.EnqueueContext(ctx, task, opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		dup := p.duplicate(ctx, task, queue, eventID)
-		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID}, dup
+		// The refusal is certain: no task carries the positions just taken.
+		p.void(ctx, at, "the enqueue was refused as a duplicate")
+		dup := p.duplicate(ctx, kind.Type, &me, h.EventID, me.fp)
+		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	case err != nil:
-		err = fmt.Errorf("producer: enqueue %s event %q to %s: %w", task.Type(), eventID, queue, err)
-		// asynq flattens Redis errors to text; keep the context's error
-		// matchable with errors.Is.
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%w (%w)", err, cause)
-		}
-		return Result{}, err
+		// The task may or may not exist now: leave the positions to the
+		// worker, which skips them once it is sure that no task holds them.
+		return Result{}, fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, kind.Queue, withCause(ctx, err))
 	}
-	return Result{TaskID: info.ID, Queue: info.Queue, EventID: eventID}, nil
+	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
 }
 
-// duplicate reads the task that holds eventID's task ID and compares it with
-// task.
-func (p *Producer) duplicate(ctx context.Context, task *asynq.Task, queue, eventID string) *DuplicateError {
+// withCause keeps the context's error matchable with errors.Is: asynq
+// flattens Redis errors to text.
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
+}
+
+// accept claims the event ID for me and takes the positions of at, in one
+// round trip. It returns the claim's earlier holder, nil when the claim is
+// new.
+func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *positions) (*claim, error) {
+	run := func() (*redis.StatusCmd, *lock.ReserveCmd, *lock.ReserveCmd, error) {
+		var cl *redis.StatusCmd
+		var own, create *lock.ReserveCmd
+		var qerr error
+		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			cl = pipe.SetArgs(ctx, p.claimKey(eventID), me.String(), redis.SetArgs{Mode: "NX", Get: true, TTL: p.cfg.DedupeWindow})
+			if own, qerr = p.seq.ReserveIn(ctx, pipe, at.orderNo, at.label, ""); qerr != nil {
+				return qerr
+			}
+			if at.created != "" {
+				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, "c:"+eventID)
+			}
+			return qerr
+		})
+		if qerr != nil {
+			return nil, nil, nil, qerr
+		}
+		if err != nil && !errors.Is(err, redis.Nil) && !lock.NoScript(err) {
+			return nil, nil, nil, err
+		}
+		return cl, own, create, nil
+	}
+	cl, own, create, err := run()
+	if err == nil && (noScript(own) || noScript(create)) {
+		// Redis lost its script cache (a restart): load and go again. The
+		// claim is ours by then, and claiming again returns it.
+		if err = p.seq.LoadScripts(ctx); err == nil {
+			cl, own, create, err = run()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if at.pos, err = own.Pos(); err != nil {
+		return nil, err
+	}
+	if create != nil {
+		if at.createPos, err = create.Pos(); err != nil {
+			p.void(ctx, *at, "reservation failed")
+			return nil, err
+		}
+	}
+	prev, err := cl.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case err != nil:
+		p.void(ctx, *at, "claim failed")
+		return nil, err
+	}
+	c := parseClaim(prev)
+	return &c, nil
+}
+
+func noScript(c *lock.ReserveCmd) bool {
+	if c == nil {
+		return false
+	}
+	_, err := c.Pos()
+	return lock.NoScript(err)
+}
+
+// voidTimeout bounds a void, which runs even when the caller's context is
+// done.
+const voidTimeout = 5 * time.Second
+
+// void gives up the positions of at, whose task will never exist. A void
+// that fails is not the caller's problem: the worker skips the positions
+// after its gap wait, once it sees that no task holds them.
+func (p *Producer) void(ctx context.Context, at positions, why string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
+	defer cancel()
+	if at.pos > 0 {
+		_, _ = p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
+	}
+	if at.createPos > 0 {
+		_, _ = p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
+	}
+}
+
+// duplicate reads the task that holds eventID's task ID in the queue of
+// c.typ and describes it. fp is the refused payload's fingerprint, or ""
+// when c is already known to be another change.
+func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID, fp string) *DuplicateError {
+	queue := tasks.Modify.Queue
+	if k := tasks.KindOf(c.typ); k != nil {
+		queue = k.Queue
+	}
 	dup := &DuplicateError{TaskID: eventID, Queue: queue, EventID: eventID}
+	if fp == "" {
+		dup.Other = &Claim{Type: c.typ, OrderNo: c.orderNo}
+	}
 	if err := context.Cause(ctx); err != nil {
 		dup.LookupErr = err
 		return dup
 	}
 	info, err := p.inspector.GetTaskInfo(queue, eventID)
 	if err != nil {
-		dup.LookupErr = fmt.Errorf("read task %q in %s: %w", eventID, queue, err)
+		if dup.Other == nil {
+			dup.LookupErr = fmt.Errorf("read task %q in %s: %w", eventID, queue, err)
+		}
 		return dup
 	}
 	dup.State = info.State
-	dup.SamePayload = info.Type == task.Type() && bytes.Equal(info.Payload, task.Payload())
+	if k := tasks.KindOf(info.Type); k != nil {
+		if existing, err := k.Parse(info.Payload); err == nil {
+			dup.Seq = existing.Header().Seq
+			dup.SamePayload = fp != "" && info.Type == typ && fingerprint(existing) == fp
+		}
+	}
 	return dup
 }

@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,21 +51,22 @@ func TestEnqueueModify(t *testing.T) {
 
 	res, err := e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
 	require.NoError(t, err)
-	assert.Equal(t, producer.Result{TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1"}, res)
+	require.Positive(t, res.Seq)
+	assert.Equal(t, producer.Result{TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1", Seq: res.Seq}, res)
 
 	info, err := e.insp.GetTaskInfo("order_modify", "evt-1")
 	require.NoError(t, err)
 	assert.Equal(t, tasks.TypeModify, info.Type)
-	assert.Equal(t, `{"event_id":"evt-1","order_no":"SO1","changes":{"address":"1 Main St","items":[{"sku":"A","qty":2}]}}`,
-		string(info.Payload))
+	assert.Equal(t, `{"event_id":"evt-1","order_no":"SO1","changes":{"address":"1 Main St","items":[{"sku":"A","qty":2}]},"seq":`+
+		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
 	assert.Equal(t, asynq.TaskStatePending, info.State)
-	assert.Equal(t, producer.DefaultMaxRetry, info.MaxRetry)
+	assert.Equal(t, producer.DefaultMaxRetry+1, info.MaxRetry, "the budget plus the spare retry")
 	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
 	assert.Equal(t, producer.DefaultRetention, info.Retention)
 
 	got, err := tasks.ParseModify(info.Payload)
 	require.NoError(t, err)
-	assert.Equal(t, tasks.ModifyPayload{EventID: "evt-1", OrderNo: "SO1", Changes: changes}, got)
+	assert.Equal(t, tasks.ModifyPayload{EventID: "evt-1", OrderNo: "SO1", Changes: changes, Seq: res.Seq}, got)
 }
 
 func TestEnqueueExchange(t *testing.T) {
@@ -75,14 +77,14 @@ func TestEnqueueExchange(t *testing.T) {
 	res, err := e.p.EnqueueExchange(t.Context(), "SO1", items,
 		producer.WithEventID("evt-2"), producer.WithNewOrderNo("SO2"), producer.WithReason("size"))
 	require.NoError(t, err)
-	assert.Equal(t, producer.Result{TaskID: "evt-2", Queue: "order_exchange", EventID: "evt-2"}, res)
+	assert.Equal(t, producer.Result{TaskID: "evt-2", Queue: "order_exchange", EventID: "evt-2", Seq: res.Seq}, res)
 
 	info, err := e.insp.GetTaskInfo("order_exchange", "evt-2")
 	require.NoError(t, err)
 	assert.Equal(t, tasks.TypeExchange, info.Type)
-	assert.Equal(t, `{"event_id":"evt-2","order_no":"SO1","items":[{"sku":"A","qty":1},{"sku":"B","qty":3}],"new_order_no":"SO2","reason":"size"}`,
-		string(info.Payload))
-	assert.Equal(t, producer.DefaultMaxRetry, info.MaxRetry)
+	assert.Equal(t, `{"event_id":"evt-2","order_no":"SO1","items":[{"sku":"A","qty":1},{"sku":"B","qty":3}],"new_order_no":"SO2","reason":"size","seq":`+
+		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
+	assert.Equal(t, producer.DefaultMaxRetry+1, info.MaxRetry)
 	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
 	assert.Equal(t, producer.DefaultRetention, info.Retention)
 }
@@ -92,32 +94,31 @@ func TestEnqueuePayload(t *testing.T) {
 	e := newEnv(t, producer.Config{})
 
 	// The payload's event ID is used; repeating it as an option is fine.
-	res, err := e.p.EnqueueModifyPayload(t.Context(),
+	res, err := e.p.Enqueue(t.Context(),
 		tasks.ModifyPayload{EventID: "evt-3", OrderNo: "SO1", Changes: tasks.Changes{Remark: new("r")}},
 		producer.WithEventID("evt-3"))
 	require.NoError(t, err)
-	assert.Equal(t, producer.Result{TaskID: "evt-3", Queue: "order_modify", EventID: "evt-3"}, res)
+	assert.Equal(t, producer.Result{TaskID: "evt-3", Queue: "order_modify", EventID: "evt-3", Seq: res.Seq}, res)
 
-	// Options fill in what the payload leaves empty.
-	res, err = e.p.EnqueueExchangePayload(t.Context(),
-		tasks.ExchangePayload{EventID: "evt-4", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}, Reason: "size"},
-		producer.WithNewOrderNo("SO2"), producer.WithReason("size"))
+	// A position the caller gives is replaced by the one Redis hands out.
+	res, err = e.p.Enqueue(t.Context(),
+		tasks.ExchangePayload{EventID: "evt-4", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}, NewOrderNo: "SO2", Reason: "size", Seq: 7})
 	require.NoError(t, err)
-	assert.Equal(t, producer.Result{TaskID: "evt-4", Queue: "order_exchange", EventID: "evt-4"}, res)
+	assert.Equal(t, producer.Result{TaskID: "evt-4", Queue: "order_exchange", EventID: "evt-4", Seq: res.Seq}, res)
 	info, err := e.insp.GetTaskInfo("order_exchange", "evt-4")
 	require.NoError(t, err)
-	assert.Equal(t, `{"event_id":"evt-4","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"size"}`,
-		string(info.Payload))
+	assert.Equal(t, `{"event_id":"evt-4","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"size","seq":`+
+		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
 }
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	cfg := producer.Config{
-		ModifyQueue:   "mod",
-		ExchangeQueue: "exch",
-		Retention:     time.Hour,
-		MaxRetry:      3,
-		Timeout:       30 * time.Second,
+		KeyPrefix:    "p:",
+		Retention:    time.Hour,
+		DedupeWindow: 2 * time.Hour,
+		MaxRetry:     3,
+		Timeout:      30 * time.Second,
 	}
 	e := newEnv(t, cfg)
 	assert.Equal(t, cfg, e.p.Config())
@@ -127,10 +128,10 @@ func TestConfig(t *testing.T) {
 	_, err = e.p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithEventID("x"))
 	require.NoError(t, err)
 
-	for _, at := range []struct{ queue, id string }{{"mod", "m"}, {"exch", "x"}} {
+	for _, at := range []struct{ queue, id string }{{"order_modify", "m"}, {"order_exchange", "x"}} {
 		info, err := e.insp.GetTaskInfo(at.queue, at.id)
 		require.NoError(t, err)
-		assert.Equal(t, 3, info.MaxRetry)
+		assert.Equal(t, 4, info.MaxRetry)
 		assert.Equal(t, 30*time.Second, info.Timeout)
 		assert.Equal(t, time.Hour, info.Retention)
 	}
@@ -140,11 +141,11 @@ func TestConfig_Defaults(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, producer.Config{})
 	assert.Equal(t, producer.Config{
-		ModifyQueue:   "order_modify",
-		ExchangeQueue: "order_exchange",
-		Retention:     24 * time.Hour,
-		MaxRetry:      10,
-		Timeout:       2 * time.Minute,
+		KeyPrefix:    "ow:",
+		Retention:    24 * time.Hour,
+		DedupeWindow: 7 * 24 * time.Hour,
+		MaxRetry:     10,
+		Timeout:      2 * time.Minute,
 	}, e.p.Config())
 }
 
@@ -155,7 +156,7 @@ func TestConfig_NoRetries(t *testing.T) {
 	require.NoError(t, err)
 	info, err := e.insp.GetTaskInfo("order_modify", "e")
 	require.NoError(t, err)
-	assert.Zero(t, info.MaxRetry)
+	assert.Equal(t, 1, info.MaxRetry, "no retry of a failure; the spare one is for waiting")
 }
 
 func TestNew_InvalidConfig(t *testing.T) {
@@ -166,14 +167,10 @@ func TestNew_InvalidConfig(t *testing.T) {
 		cfg  producer.Config
 		msg  string
 	}{
-		{"same queues", producer.Config{ModifyQueue: "q", ExchangeQueue: "q"},
-			`producer: ModifyQueue and ExchangeQueue are both "q"; exchanges need a queue of their own`},
-		{"modify queue defaults to the exchange queue", producer.Config{ExchangeQueue: "order_modify"},
-			`producer: ModifyQueue and ExchangeQueue are both "order_modify"; exchanges need a queue of their own`},
-		{"blank queue", producer.Config{ModifyQueue: " "},
-			`producer: invalid ModifyQueue " ": want 1 to 64 characters of [A-Za-z0-9_.:-]`},
-		{"queue with a brace", producer.Config{ExchangeQueue: "ex}"},
-			`producer: invalid ExchangeQueue "ex}": want 1 to 64 characters of [A-Za-z0-9_.:-]`},
+		{"prefix with a brace", producer.Config{KeyPrefix: "ow{"},
+			`producer: KeyPrefix "ow{" contains a brace`},
+		{"dedupe window under the retention", producer.Config{Retention: 48 * time.Hour, DedupeWindow: time.Hour},
+			"producer: DedupeWindow 1h0m0s is shorter than Retention 48h0m0s"},
 		{"negative retention", producer.Config{Retention: -time.Hour},
 			"producer: Retention -1h0m0s is less than 1s"},
 		{"sub-second retention", producer.Config{Retention: time.Millisecond},
@@ -204,7 +201,7 @@ func TestWithMaxRetry(t *testing.T) {
 	require.NoError(t, err, "a later option overrides an earlier one")
 	info, err := e.insp.GetTaskInfo("order_modify", "e")
 	require.NoError(t, err)
-	assert.Zero(t, info.MaxRetry)
+	assert.Equal(t, 1, info.MaxRetry)
 }
 
 func TestWithProcessIn(t *testing.T) {
@@ -249,7 +246,7 @@ func TestDuplicate_SamePayload(t *testing.T) {
 	var dup *producer.DuplicateError
 	require.ErrorAs(t, err, &dup)
 	assert.Equal(t, &producer.DuplicateError{
-		TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1", SamePayload: true, State: asynq.TaskStatePending,
+		TaskID: "evt-1", Queue: "order_modify", EventID: "evt-1", Seq: first.Seq, SamePayload: true, State: asynq.TaskStatePending,
 	}, dup)
 	assert.EqualError(t, err, `producer: duplicate event "evt-1": task "evt-1" already in queue order_modify (pending)`)
 
@@ -273,7 +270,7 @@ func TestDuplicate_DifferentPayload(t *testing.T) {
 	assert.NoError(t, dup.LookupErr)
 	assert.Equal(t, "evt-1", dup.TaskID)
 	assert.EqualError(t, err,
-		`producer: duplicate event "evt-1" with a different payload: task "evt-1" already in queue order_modify (pending)`)
+		`producer: duplicate event "evt-1" for a different change: it was accepted for order:modify of order SO1 (task "evt-1" in queue order_modify, pending)`)
 
 	info, err := e.insp.GetTaskInfo("order_modify", "evt-1")
 	require.NoError(t, err)
@@ -289,7 +286,7 @@ func TestDuplicate_Exchange(t *testing.T) {
 	_, err := e.p.EnqueueExchange(t.Context(), "SO1", items, producer.WithEventID("x"), producer.WithReason("size"))
 	require.NoError(t, err)
 
-	_, err = e.p.EnqueueExchangePayload(t.Context(),
+	_, err = e.p.Enqueue(t.Context(),
 		tasks.ExchangePayload{EventID: "x", OrderNo: "SO1", Items: items, Reason: "size"})
 	require.ErrorIs(t, err, producer.ErrDuplicate)
 	assert.NotErrorIs(t, err, producer.ErrPayloadMismatch)
@@ -367,7 +364,7 @@ func TestDuplicate_LookupFails(t *testing.T) {
 	// Make the task unreadable to the Inspector.
 	require.NoError(t, e.db.Client.HSet(t.Context(), "asynq:{order_modify}:t:evt-1", "state", "bogus").Err())
 
-	_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("other")}, producer.WithEventID("evt-1"))
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", changes, producer.WithEventID("evt-1"))
 	require.ErrorIs(t, err, producer.ErrDuplicate)
 	assert.NotErrorIs(t, err, producer.ErrPayloadMismatch, "unknown is not a mismatch")
 	var dup *producer.DuplicateError
@@ -406,7 +403,8 @@ func TestDuplicate_Concurrent(t *testing.T) {
 			dups++
 			assert.True(t, dup.SamePayload, "goroutine %d: %v", i, err)
 		}
-		assert.Equal(t, producer.Result{TaskID: "evt-race", Queue: "order_modify", EventID: "evt-race"}, results[i])
+		assert.Equal(t, "evt-race", results[i].TaskID)
+		assert.Equal(t, "order_modify", results[i].Queue)
 	}
 	assert.Equal(t, 1, ok, "exactly one enqueue succeeds")
 	assert.Equal(t, n-1, dups)
@@ -447,7 +445,7 @@ func TestEnqueue_Invalid(t *testing.T) {
 			return err
 		}, "new_order_no: must differ from order_no"},
 		{"bad payload", func(ctx context.Context, p *producer.Producer) error {
-			_, err := p.EnqueueModifyPayload(ctx, tasks.ModifyPayload{EventID: "e", OrderNo: "SO1",
+			_, err := p.Enqueue(ctx, tasks.ModifyPayload{EventID: "e", OrderNo: "SO1",
 				Changes: tasks.Changes{Address: new(" ")}})
 			return err
 		}, "changes.address: must not be blank"},
@@ -477,11 +475,11 @@ func TestEnqueue_InvalidOption(t *testing.T) {
 		{"reason on a modify", func(ctx context.Context, p *producer.Producer) error {
 			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithReason("x"))
 			return err
-		}, "producer: invalid option: WithReason applies to exchanges only"},
+		}, "producer: invalid option: WithReason applies to EnqueueExchange only"},
 		{"new order no on a modify", func(ctx context.Context, p *producer.Producer) error {
 			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithNewOrderNo("SO2"))
 			return err
-		}, "producer: invalid option: WithNewOrderNo applies to exchanges only"},
+		}, "producer: invalid option: WithNewOrderNo applies to EnqueueExchange only"},
 		{"negative max retry", func(ctx context.Context, p *producer.Producer) error {
 			_, err := p.EnqueueExchange(ctx, "SO1", items, producer.WithMaxRetry(-1))
 			return err
@@ -491,23 +489,15 @@ func TestEnqueue_InvalidOption(t *testing.T) {
 			return err
 		}, "producer: invalid option: WithEventID given an empty event ID"},
 		{"event id contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
-			_, err := p.EnqueueModifyPayload(ctx,
+			_, err := p.Enqueue(ctx,
 				tasks.ModifyPayload{EventID: "a", OrderNo: "SO1", Changes: tasks.Changes{Remark: new("r")}},
 				producer.WithEventID("b"))
 			return err
 		}, `producer: invalid option: WithEventID("b") conflicts with the payload's event_id "a"`},
-		{"reason contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
-			_, err := p.EnqueueExchangePayload(ctx,
-				tasks.ExchangePayload{OrderNo: "SO1", Items: items, Reason: "a"},
-				producer.WithReason("b"))
+		{"reason given to Enqueue", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.Enqueue(ctx, tasks.ExchangePayload{OrderNo: "SO1", Items: items, Reason: "a"}, producer.WithReason("b"))
 			return err
-		}, `producer: invalid option: WithReason("b") conflicts with the payload's reason "a"`},
-		{"new order no contradicts the payload", func(ctx context.Context, p *producer.Producer) error {
-			_, err := p.EnqueueExchangePayload(ctx,
-				tasks.ExchangePayload{OrderNo: "SO1", Items: items, NewOrderNo: "SO2"},
-				producer.WithNewOrderNo("SO3"))
-			return err
-		}, `producer: invalid option: WithNewOrderNo("SO3") conflicts with the payload's new_order_no "SO2"`},
+		}, `producer: invalid option: WithReason applies to EnqueueExchange only`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -564,7 +554,7 @@ func TestClose(t *testing.T) {
 
 	_, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")})
 	require.ErrorIs(t, err, producer.ErrClosed)
-	_, err = e.p.EnqueueExchangePayload(t.Context(), tasks.ExchangePayload{})
+	_, err = e.p.Enqueue(t.Context(), tasks.ExchangePayload{})
 	require.ErrorIs(t, err, producer.ErrClosed)
 
 	require.NoError(t, e.db.Client.Ping(t.Context()).Err(), "the caller's client stays open")
@@ -580,7 +570,7 @@ func TestEnqueue_RedisDown(t *testing.T) {
 
 	_, err = p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `producer: enqueue order:modify event "e" to order_modify: `)
+	assert.Contains(t, err.Error(), `producer: accept order:modify event "e" for order SO1: `)
 	assert.NotErrorIs(t, err, tasks.ErrInvalid)
 	assert.NotErrorIs(t, err, producer.ErrDuplicate)
 }
@@ -592,6 +582,6 @@ func TestEnqueue_ContextDone(t *testing.T) {
 	cancel()
 	_, err := e.p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Contains(t, err.Error(), `producer: enqueue order:modify event "e" to order_modify: `)
+	assert.Contains(t, err.Error(), `producer: accept order:modify event "e" for order SO1: `)
 	e.requireEmpty(t)
 }

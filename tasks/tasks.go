@@ -3,8 +3,6 @@ package tasks
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/hibiken/asynq"
@@ -197,36 +195,12 @@ func ParseLabel(label string) (typ, eventID, from string, ok bool) {
 	return "", "", "", false
 }
 
-// NewModifyTask validates p and returns a [TypeModify] task carrying it as
-// JSON. The encoding is deterministic: equal payloads give equal bytes. opts
-// are passed to asynq.NewTask; NewModifyTask sets no options of its own (the
-// queue, task ID and retry policy are the producer's).
-//
-// It returns the error of [ModifyPayload.Validate] when p is invalid.
+// NewModifyTask is [NewTask] for a modify.
 func NewModifyTask(p ModifyPayload, opts ...asynq.Option) (*asynq.Task, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		// Unreachable: the payload has only strings, ints and slices of them.
-		return nil, fmt.Errorf("tasks: marshal %s: %w", TypeModify, err)
-	}
-	return asynq.NewTask(TypeModify, b, opts...), nil
+	return NewTask(p, opts...)
 }
 
-// NewExchangeTask validates p and returns a [TypeExchange] task carrying it as
-// JSON, as [NewModifyTask] does for a modify.
-//
-// It returns the error of [ExchangePayload.Validate] when p is invalid.
+// NewExchangeTask is [NewTask] for an exchange.
 func NewExchangeTask(p ExchangePayload, opts ...asynq.Option) (*asynq.Task, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		// Unreachable: the payload has only strings, ints and slices of them.
-		return nil, fmt.Errorf("tasks: marshal %s: %w", TypeExchange, err)
-	}
-	return asynq.NewTask(TypeExchange, b, opts...), nil
+	return NewTask(p, opts...)
 }

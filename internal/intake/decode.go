@@ -38,71 +38,47 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	return b, nil
 }
 
-// decodeModify makes the payload of a modify from the order number in the
-// path, the values of the Idempotency-Key header and the body; see
-// decodePayload.
-func decodeModify(orderNo string, keys []string, body []byte) (tasks.ModifyPayload, *apiError) {
-	return decodePayload(orderNo, keys, body, tasks.ParseModify,
-		func(p *tasks.ModifyPayload) (*string, *string) { return &p.OrderNo, &p.EventID })
-}
-
-// decodeExchange makes the payload of an exchange as decodeModify does that
-// of a modify.
-func decodeExchange(orderNo string, keys []string, body []byte) (tasks.ExchangePayload, *apiError) {
-	return decodePayload(orderNo, keys, body, tasks.ParseExchange,
-		func(p *tasks.ExchangePayload) (*string, *string) { return &p.OrderNo, &p.EventID })
-}
-
-// decodePayload parses body strictly with parse, fills in the order number
-// from the path and the event ID from the header, and validates the result.
-// ids returns pointers to the payload's order_no and event_id. The error is
+// decodePayload makes the payload of a task of kind k from the order
+// number in the path, the values of the Idempotency-Key header and the
+// body: it decodes body strictly, fills in the order number from the path
+// and the event ID from the header, and validates the result. The error is
 // always a 400. On success the payload is valid, its order_no is orderNo and
 // its event_id is the header's key or, without one, the body's.
-func decodePayload[P interface{ Validate() error }](orderNo string, keys []string, body []byte,
-	parse func([]byte) (P, error), ids func(*P) (orderNo, eventID *string)) (P, *apiError) {
-	var zero P
+func decodePayload(k *tasks.Kind, orderNo string, keys []string, body []byte) (tasks.Payload, *apiError) {
 	if !tasks.ValidOrderNo(orderNo) {
-		return zero, badOrderNo()
+		return nil, badOrderNo()
 	}
 	key, hasKey, aerr := idempotencyKey(keys)
 	if aerr != nil {
-		return zero, aerr
+		return nil, aerr
 	}
-	p, err := parse(body)
-	// parse returns the decoded payload with its validation error when the
-	// JSON decodes, and the zero payload otherwise; so an error that is not
-	// the payload's own validation error is a decoding error. The payload
-	// may be incomplete only for lack of what the path and header give.
-	if err != nil && err.Error() != errText(p.Validate()) {
-		return zero, payloadError(err)
+	p, err := k.Decode(body)
+	if err != nil {
+		return nil, payloadError(err)
 	}
-	no, id := ids(&p)
-	if *no != "" && *no != orderNo {
-		return zero, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "order_no",
-			message: "order_no: the body's order_no, when given, must equal the order number in the path"}
-	}
-	*no = orderNo
+	h := p.Header()
 	switch {
-	case hasKey && *id != "" && *id != key:
-		return zero, &apiError{status: http.StatusBadRequest, code: codeKeyMismatch, field: "event_id",
+	case h.OrderNo != "" && h.OrderNo != orderNo:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "order_no",
+			message: "order_no: the body's order_no, when given, must equal the order number in the path"}
+	case h.Seq != 0:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "seq",
+			message: "seq: the position is handed out when the change is accepted; leave it out"}
+	case hasKey && h.EventID != "" && h.EventID != key:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeKeyMismatch, field: "event_id",
 			message: "event_id: the body's event_id, when given, must equal the Idempotency-Key header"}
 	case hasKey:
-		*id = key
-	case *id == "":
-		return zero, &apiError{status: http.StatusBadRequest, code: codeKeyRequired, field: HeaderIdempotencyKey,
+		h.EventID = key
+	case h.EventID == "":
+		return nil, &apiError{status: http.StatusBadRequest, code: codeKeyRequired, field: HeaderIdempotencyKey,
 			message: "an event ID is required, in the Idempotency-Key header or the body's event_id"}
 	}
+	h.OrderNo = orderNo
+	p = p.WithHeader(h)
 	if err := p.Validate(); err != nil {
-		return zero, payloadError(err)
+		return nil, payloadError(err)
 	}
 	return p, nil
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // idempotencyKey reads the Idempotency-Key header from its values: absent,

@@ -50,8 +50,7 @@ func TestIdempotencyKey(t *testing.T) {
 // checkDecoded checks the invariants of a decoder's outcome: an error is a
 // well-formed 400; a payload is valid, for the path's order, with the
 // header's event ID when one is given, and survives a round trip.
-func checkDecoded[P interface{ Validate() error }](t *testing.T, orderNo string, keys []string, p P, aerr *apiError,
-	ids func(*P) (string, string), parse func([]byte) (P, error)) {
+func checkDecoded(t *testing.T, k *tasks.Kind, orderNo string, keys []string, p tasks.Payload, aerr *apiError) {
 	t.Helper()
 	if aerr != nil {
 		require.Equal(t, http.StatusBadRequest, aerr.status)
@@ -63,16 +62,18 @@ func checkDecoded[P interface{ Validate() error }](t *testing.T, orderNo string,
 		return
 	}
 	require.NoError(t, p.Validate())
-	no, id := ids(&p)
-	require.Equal(t, orderNo, no)
+	require.Equal(t, k, p.Kind())
+	h := p.Header()
+	require.Equal(t, orderNo, h.OrderNo)
+	require.Zero(t, h.Seq)
 	if len(keys) == 1 {
 		key, _, kerr := idempotencyKey(keys)
 		require.Nil(t, kerr)
-		require.Equal(t, key, id)
+		require.Equal(t, key, h.EventID)
 	}
 	b, err := json.Marshal(p)
 	require.NoError(t, err)
-	back, err := parse(b)
+	back, err := k.Parse(b)
 	require.NoError(t, err)
 	require.Equal(t, p, back)
 }
@@ -98,9 +99,8 @@ func FuzzDecodeModifyRequest(f *testing.F) {
 	f.Add("SO1", "e", false, []byte("{\"changes\":{\"remark\":\"\xff\"}}"))
 	f.Fuzz(func(t *testing.T, orderNo, key string, twice bool, body []byte) {
 		keys := keysOf(key, twice)
-		p, aerr := decodeModify(orderNo, keys, body)
-		checkDecoded(t, orderNo, keys, p, aerr,
-			func(p *tasks.ModifyPayload) (string, string) { return p.OrderNo, p.EventID }, tasks.ParseModify)
+		p, aerr := decodePayload(tasks.Modify, orderNo, keys, body)
+		checkDecoded(t, tasks.Modify, orderNo, keys, p, aerr)
 	})
 }
 
@@ -112,9 +112,8 @@ func FuzzDecodeExchangeRequest(f *testing.F) {
 	f.Add("SO1", "e", true, []byte(`{"order_no":"SO1","items":[{"sku":"A","qty":1},{"sku":"A","qty":2}]}`))
 	f.Fuzz(func(t *testing.T, orderNo, key string, twice bool, body []byte) {
 		keys := keysOf(key, twice)
-		p, aerr := decodeExchange(orderNo, keys, body)
-		checkDecoded(t, orderNo, keys, p, aerr,
-			func(p *tasks.ExchangePayload) (string, string) { return p.OrderNo, p.EventID }, tasks.ParseExchange)
+		p, aerr := decodePayload(tasks.Exchange, orderNo, keys, body)
+		checkDecoded(t, tasks.Exchange, orderNo, keys, p, aerr)
 	})
 }
 
@@ -143,14 +142,17 @@ func TestDecodeRequest(t *testing.T) {
 		{"wrong type of event_id", "SO1", []string{"h"}, `{"event_id":1,"changes":{"remark":"x"}}`, "", codeInvalidField, "event_id"},
 		{"null", "SO1", []string{"h"}, `null`, "", codeMalformedBody, ""},
 		{"not UTF-8", "SO1", []string{"h"}, "{\"changes\":{\"remark\":\"\xff\"}}", "", codeMalformedBody, ""},
+		{"a position", "SO1", []string{"h"}, `{"changes":{"remark":"x"},"seq":7}`, "", codeInvalidField, "seq"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, aerr := decodeModify(tt.orderNo, tt.keys, []byte(tt.body))
+			p, aerr := decodePayload(tasks.Modify, tt.orderNo, tt.keys, []byte(tt.body))
 			code, field := aerr.codeAndField()
 			assert.Equal(t, tt.code, code, "%+v", aerr)
 			assert.Equal(t, tt.field, field)
-			assert.Equal(t, tt.wantID, p.EventID)
+			if tt.wantID != "" {
+				assert.Equal(t, tt.wantID, p.Header().EventID)
+			}
 		})
 	}
 }

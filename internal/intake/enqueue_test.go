@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +33,8 @@ func TestEnqueueModify(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	var res producer.Result
 	r.decode(t, &res)
-	assert.Equal(t, producer.Result{TaskID: "evt-1", Queue: tasks.QueueModify, EventID: "evt-1"}, res)
+	require.Positive(t, res.Seq)
+	assert.Equal(t, producer.Result{TaskID: "evt-1", Queue: tasks.QueueModify, EventID: "evt-1", Seq: res.Seq}, res)
 	assert.Equal(t, "/v1/tasks/evt-1", r.header.Get("Location"))
 	assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
 	assert.NotEmpty(t, r.header.Get(HeaderRequestID))
@@ -40,9 +42,9 @@ func TestEnqueueModify(t *testing.T) {
 	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "evt-1")
 	require.NoError(t, err)
 	assert.Equal(t, tasks.TypeModify, info.Type)
-	assert.JSONEq(t, `{"event_id":"evt-1","order_no":"SO1","changes":{"address":"1 Main St","items":[{"sku":"A","qty":2}]}}`,
-		string(info.Payload))
-	assert.Equal(t, producer.DefaultMaxRetry, info.MaxRetry)
+	assert.JSONEq(t, `{"event_id":"evt-1","order_no":"SO1","changes":{"address":"1 Main St","items":[{"sku":"A","qty":2}]},"seq":`+
+		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
+	assert.Equal(t, tasks.MaxRetry(producer.DefaultMaxRetry), info.MaxRetry)
 	assert.Equal(t, 1, e.queued(t))
 }
 
@@ -54,18 +56,37 @@ func TestEnqueueExchange(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	var res producer.Result
 	r.decode(t, &res)
-	assert.Equal(t, producer.Result{TaskID: "evt-x", Queue: tasks.QueueExchange, EventID: "evt-x"}, res)
+	assert.Equal(t, producer.Result{TaskID: "evt-x", Queue: tasks.QueueExchange, EventID: "evt-x", Seq: res.Seq}, res)
 
 	info, err := e.insp.GetTaskInfo(tasks.QueueExchange, "evt-x")
 	require.NoError(t, err)
 	assert.Equal(t, tasks.TypeExchange, info.Type)
-	assert.JSONEq(t, `{"event_id":"evt-x","order_no":"SO1","items":[{"sku":"B","qty":1}],"new_order_no":"SO1-X","reason":"size"}`,
-		string(info.Payload))
+	assert.JSONEq(t, `{"event_id":"evt-x","order_no":"SO1","items":[{"sku":"B","qty":1}],"new_order_no":"SO1-X","reason":"size","seq":`+
+		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
+}
 
-	// Keys are scoped to the task type: the same key as a modify is new.
-	r = e.post(t, "/v1/orders/SO1/modify", "evt-x", modifyBody)
+// One key across both types: the second use is refused when it is
+// enqueued (422), never accepted and then archived by the worker.
+func TestKeyAcrossTypes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.post(t, "/v1/orders/SO1/exchange", "evt-x", exchangeBody)
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
-	assert.Equal(t, 2, e.queued(t))
+
+	for _, path := range []string{"/v1/orders/SO1/modify", "/v1/orders/SO2/modify"} {
+		r = e.post(t, path, "evt-x", modifyBody)
+		require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
+		var body struct {
+			Error  map[string]string `json:"error"`
+			TaskID string            `json:"task_id"`
+			Queue  string            `json:"queue"`
+		}
+		r.decode(t, &body)
+		assert.Equal(t, codeKeyReused, body.Error["code"])
+		assert.Equal(t, "evt-x", body.TaskID)
+		assert.Equal(t, tasks.QueueExchange, body.Queue, "the queue of the change the key was first used for")
+	}
+	assert.Equal(t, 1, e.queued(t), "nothing more was enqueued")
 }
 
 // TestEnqueueKeyForms checks the ways of giving the event ID, which all make
@@ -285,7 +306,7 @@ func TestGetTask(t *testing.T) {
 	r.decode(t, &got)
 	assert.Equal(t, map[string]any{
 		"task_id": id, "queue": tasks.QueueModify, "type": tasks.TypeModify, "state": "pending",
-		"max_retry": float64(producer.DefaultMaxRetry), "retried": float64(0),
+		"max_retry": float64(producer.DefaultMaxRetry), "retried": float64(0), // the failure budget
 	}, got)
 
 	r = e.do(t, http.MethodGet, loc+"?queue="+tasks.QueueModify, "", nil)

@@ -18,41 +18,22 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 )
 
-// postModify enqueues a modify: 202 with the producer's Result.
-func (s *Server) postModify(w http.ResponseWriter, r *http.Request) {
+// post enqueues a task of kind k: 202 with the producer's Result.
+func (s *Server) post(k *tasks.Kind, w http.ResponseWriter, r *http.Request) {
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
 	}
-	p, aerr := decodeModify(r.PathValue("order_no"), r.Header.Values(HeaderIdempotencyKey), body)
+	p, aerr := decodePayload(k, r.PathValue("order_no"), r.Header.Values(HeaderIdempotencyKey), body)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
 	}
-	httpserve.InfoFrom(r.Context()).EventID = p.EventID
+	httpserve.InfoFrom(r.Context()).EventID = p.Header().EventID
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	res, err := s.producer.EnqueueModifyPayload(ctx, p)
-	s.enqueued(w, r, res, err)
-}
-
-// postExchange enqueues an exchange, as postModify does a modify.
-func (s *Server) postExchange(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.writeError(w, r, aerr)
-		return
-	}
-	p, aerr := decodeExchange(r.PathValue("order_no"), r.Header.Values(HeaderIdempotencyKey), body)
-	if aerr != nil {
-		s.writeError(w, r, aerr)
-		return
-	}
-	httpserve.InfoFrom(r.Context()).EventID = p.EventID
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	res, err := s.producer.EnqueueExchangePayload(ctx, p)
+	res, err := s.producer.Enqueue(ctx, p)
 	s.enqueued(w, r, res, err)
 }
 
@@ -204,7 +185,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 			Queue:         info.Queue,
 			Type:          info.Type,
 			State:         info.State.String(),
-			MaxRetry:      info.MaxRetry,
+			MaxRetry:      tasks.FailureBudget(info.MaxRetry),
 			Retried:       info.Retried,
 			LastError:     info.LastErr,
 			LastFailedAt:  utc(info.LastFailedAt),

@@ -14,6 +14,9 @@
 //
 //	POST /v1/orders/{order_no}/modify     enqueue an order:modify      202
 //	POST /v1/orders/{order_no}/exchange   enqueue an order:exchange    202
+//
+// (one POST route per task kind of the contract, named by the kind: see
+// tasks.Kinds)
 //	GET  /v1/orders/{order_no}            the order                    200
 //	GET  /v1/orders/{order_no}/history    the order's history          200
 //	GET  /v1/tasks/{task_id}              a task's state and retries   200
@@ -35,12 +38,18 @@
 // takes it) or a structured-field string in double quotes (as the IETF
 // Idempotency-Key draft writes it): `abc` and `"abc"` are the same key.
 //
-// The task ID is the event ID. A request whose key asynq still holds (see
-// package producer for how long) is refused: with 409 Conflict and the
-// existing task's ID and state when its payload is the same, so that a retry
-// can count as success, and with 422 Unprocessable Content when the key was
-// used for a different change. Keys are scoped to the task type: a modify and
-// an exchange do not collide. Nothing is enqueued for any 4xx answer.
+// The task ID is the event ID, and an event ID names one change. A request
+// whose key asynq still holds (see package producer for how long) with the
+// same payload is refused with 409 Conflict and the existing task's ID and
+// state, so that a retry can count as success; a key used for a different
+// change (another payload, another order or another task type: a modify and
+// an exchange with one key collide) is refused with 422 Unprocessable
+// Content for the producer's dedupe window (7 days). Nothing is enqueued for
+// any 4xx answer.
+//
+// Each accepted change takes the next position in its order's sequence (see
+// package producer), returned as seq; the workers apply an order's changes
+// in that order.
 //
 // # Errors
 //
@@ -68,7 +77,7 @@
 //	409 duplicate                 the key was already enqueued with this payload
 //	413 body_too_large            the body is over [Config.MaxBody]
 //	415 unsupported_media_type    the Content-Type is not JSON
-//	422 idempotency_key_reused    the key was already enqueued with a different payload
+//	422 idempotency_key_reused    the key was already used for a different change
 //	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
 //
 // # Logs
@@ -205,19 +214,32 @@ type Route struct {
 	Public bool
 }
 
-// table is the API's one route table: what [Routes] returns and what [New]
-// registers.
-var table = []struct {
+// route is a route and the method that serves it.
+type route struct {
 	Route
 	serve func(*Server, http.ResponseWriter, *http.Request)
-}{
-	{Route{http.MethodPost, "/v1/orders/{order_no}/modify", false}, (*Server).postModify},
-	{Route{http.MethodPost, "/v1/orders/{order_no}/exchange", false}, (*Server).postExchange},
-	{Route{http.MethodGet, "/v1/orders/{order_no}", false}, (*Server).getOrder},
-	{Route{http.MethodGet, "/v1/orders/{order_no}/history", false}, (*Server).getHistory},
-	{Route{http.MethodGet, "/v1/tasks/{task_id}", false}, (*Server).getTask},
-	{Route{http.MethodGet, "/healthz", true}, (*Server).healthz},
-	{Route{http.MethodGet, "/readyz", true}, (*Server).readyz},
+}
+
+// table is the API's one route table: what [Routes] returns and what [New]
+// registers. Every task kind of the contract has its POST route,
+// /v1/orders/{order_no}/<kind name>.
+var table = append(kindRoutes(),
+	route{Route{http.MethodGet, "/v1/orders/{order_no}", false}, (*Server).getOrder},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false}, (*Server).getHistory},
+	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false}, (*Server).getTask},
+	route{Route{http.MethodGet, "/healthz", true}, (*Server).healthz},
+	route{Route{http.MethodGet, "/readyz", true}, (*Server).readyz},
+)
+
+// kindRoutes returns the POST route of each task kind, in the contract's
+// order of priority.
+func kindRoutes() []route {
+	var out []route
+	for _, k := range tasks.Kinds() {
+		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false},
+			func(s *Server, w http.ResponseWriter, r *http.Request) { s.post(k, w, r) }})
+	}
+	return out
 }
 
 // Routes returns the API's routes in a new slice, in the order of the
@@ -268,14 +290,17 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	pc := p.Config()
+	var queues []string
+	for _, k := range tasks.Kinds() {
+		queues = append(queues, k.Queue)
+	}
 	s := &Server{
 		cfg:       cfg,
 		rdb:       rdb,
 		producer:  p,
 		store:     store,
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
-		queues:    []string{pc.ExchangeQueue, pc.ModifyQueue},
+		queues:    queues,
 		log:       cfg.Logger.Named("http"),
 	}
 	if !cfg.InsecureNoAuth {
