@@ -82,18 +82,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // observeTask records one task run.
-func (m *Metrics) observeTask(taskType string, err error, took time.Duration, ti *taskInfo) {
+func (m *Metrics) observeTask(taskType string, err error, took time.Duration, ti *Done) {
 	if m == nil {
 		return
 	}
 	m.taskDuration.WithLabelValues(taskType, Outcome(err)).Observe(took.Seconds())
-	if ti.lock.Attempts > 0 {
-		m.lockWait.WithLabelValues(taskType).Observe(ti.lock.Waited.Seconds())
+	if ti.Lock.Attempts > 0 {
+		m.lockWait.WithLabelValues(taskType).Observe(ti.Lock.Waited.Seconds())
 	}
-	if n := ti.lock.WokenByNotice; n > 0 {
+	if n := ti.Lock.WokenByNotice; n > 0 {
 		m.wakeups.WithLabelValues(taskType, "notice").Add(float64(n))
 	}
-	if n := ti.lock.WokenByDelay; n > 0 {
+	if n := ti.Lock.WokenByDelay; n > 0 {
 		m.wakeups.WithLabelValues(taskType, "delay").Add(float64(n))
 	}
 	var busy *lock.BusyError

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,32 +13,59 @@ import (
 	"go.uber.org/zap"
 )
 
-// taskInfo collects what the middleware learns about a task, for its one
-// log line (and metrics). It lives in the context for the task's run.
-type taskInfo struct {
-	orderNo string
-	eventID string
-	fence   int64
-	lock    lock.Stats
-	locked  bool
+// Done describes one task run, for [Config.OnDone].
+type Done struct {
+	// Type is the task's type as found ("unknown" types included).
+	Type string
+	// TaskID is the asynq task ID.
+	TaskID string
+	// Retried is how many times the task had failed before this run.
+	Retried int
+	// OrderNo, EventID and Seq are the payload's, when it could be read.
+	OrderNo, EventID string
+	Seq              int64
+	// Outcome classifies Err: one of the Outcome* constants.
+	Outcome string
+	// Err is what the run returned to asynq (nil when applied).
+	Err error
+	// Locked says the run held its order's lock; Fence is the lease's
+	// fencing token then, and Mode how it was granted (lock.ModeTurn in
+	// its turn, lock.ModePassed for a position already passed, lock.ModeFree
+	// without a position).
+	Locked bool
+	Fence  int64
+	Mode   lock.Mode
+	// Lock says how the lock (and the turn) was waited for.
+	Lock lock.Stats
+	// Skipped counts the positions before this one that the run skipped
+	// (their tasks did not exist).
+	Skipped int
+	// Started is when the run began; Took how long it lasted.
+	Started time.Time
+	Took    time.Duration
 }
 
-type taskInfoKey struct{}
+// run collects what one task run learns, for its log line, its metrics and
+// OnDone. It lives in the context for the run.
+type run struct{ Done }
 
-func infoFrom(ctx context.Context) *taskInfo {
-	if ti, ok := ctx.Value(taskInfoKey{}).(*taskInfo); ok {
-		return ti
+type runKey struct{}
+
+func runFrom(ctx context.Context) *run {
+	if r, ok := ctx.Value(runKey{}).(*run); ok {
+		return r
 	}
-	return &taskInfo{} // a handler run outside the Worker's mux
+	return &run{} // a run outside the Worker's handler
 }
 
 // Outcomes of a task run, as logged and counted.
 const (
 	OutcomeOK       = "ok"       // applied (or replayed: already applied)
-	OutcomeBusy     = "busy"     // lock wait deadline; back to the queue, not a failure
-	OutcomeRejected = "rejected" // permanent error; the task is archived
-	OutcomeLost     = "lost"     // the lease was lost mid-run; retried
-	OutcomeError    = "error"    // any other error; retried with backoff
+	OutcomeBusy     = "busy"     // the order stayed locked past the wait deadline; back to the queue, not a failure
+	OutcomeWaiting  = "waiting"  // not yet its turn; back to the queue, not a failure
+	OutcomeRejected = "rejected" // permanent error or out of its failure budget; the task is archived
+	OutcomeLost     = "lost"     // the lease was lost or the fence was stale mid-run; runs again soon, not a failure
+	OutcomeError    = "error"    // any other error; retried with backoff, a failure
 )
 
 // Outcome classifies a handler's error.
@@ -47,99 +73,337 @@ func Outcome(err error) string {
 	switch {
 	case err == nil:
 		return OutcomeOK
+	case errors.Is(err, lock.ErrNotYourTurn):
+		return OutcomeWaiting
 	case errors.Is(err, lock.ErrBusy):
 		return OutcomeBusy
 	case errors.Is(err, asynq.SkipRetry):
 		return OutcomeRejected
-	case errors.Is(err, lock.ErrLost):
+	case errors.Is(err, lock.ErrLost), errors.Is(err, orders.ErrStaleFence):
 		return OutcomeLost
 	}
 	return OutcomeError
 }
 
-// logTasks is the outermost middleware: it writes the one log line of each
-// task run, with the order, the event, the fence and the lock wait. Task
-// errors are logged here and nowhere else.
-func (w *Worker) logTasks(next asynq.Handler) asynq.Handler {
+// waitError is a task that only waited (for the lock or its turn): it goes
+// back to its queue after delay, without spending a retry.
+type waitError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// failure is a failed run that will be retried after delay, chosen when it
+// failed so that the positions behind it can wait just as long.
+type failure struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *failure) Error() string { return e.err.Error() }
+func (e *failure) Unwrap() error { return e.err }
+
+// observe is the outermost layer: it writes the one log line of each task
+// run, records its metrics and calls OnDone. Task errors are logged here and
+// nowhere else.
+func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		w.inflight.Add(1)
 		defer w.inflight.Done()
-		ti := &taskInfo{}
-		ctx = context.WithValue(ctx, taskInfoKey{}, ti)
-		start := time.Now()
+		r := &run{}
+		r.Started = time.Now()
+		r.Type = t.Type()
+		r.TaskID, _ = asynq.GetTaskID(ctx)
+		r.Retried, _ = asynq.GetRetryCount(ctx)
+		ctx = context.WithValue(ctx, runKey{}, r)
 		err := next.ProcessTask(ctx, t)
-		took := time.Since(start)
-		w.cfg.Metrics.observeTask(t.Type(), err, took, ti)
-		id, _ := asynq.GetTaskID(ctx)
-		retried, _ := asynq.GetRetryCount(ctx)
-		fields := []zap.Field{
-			zap.String("task_type", t.Type()),
-			zap.String("task_id", id),
-			zap.Int("retried", retried),
-			zap.String("order_no", ti.orderNo),
-			zap.String("event_id", ti.eventID),
-			zap.Duration("lock_wait", ti.lock.Waited),
-			zap.Int("lock_attempts", ti.lock.Attempts),
-			zap.Int("woken_by_notice", ti.lock.WokenByNotice),
-			zap.Duration("duration", took),
-		}
-		if ti.locked {
-			fields = append(fields, zap.Int64("fence", ti.fence))
-		}
-		switch outcome := Outcome(err); outcome {
-		case OutcomeOK:
-			w.log.Info("task done", fields...)
-		case OutcomeBusy:
-			w.log.Info("order busy; task back to its queue", append(fields, zap.Error(err))...)
-		case OutcomeRejected:
-			w.log.Warn("task rejected; archived", append(fields, zap.Error(err))...)
-		default:
-			w.log.Warn("task failed; will retry", append(fields, zap.String("outcome", outcome), zap.Error(err))...)
+		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
+		w.cfg.Metrics.observeTask(metricType(t.Type()), err, r.Took, &r.Done)
+		w.logRun(&r.Done)
+		if w.cfg.OnDone != nil {
+			w.cfg.OnDone(r.Done)
 		}
 		return err
 	})
 }
 
-// envelope is the part of every order payload the lock needs.
-type envelope struct {
-	OrderNo string `json:"order_no"`
-	EventID string `json:"event_id"`
+// metricType is a task type as a metric label: the contract's types, and
+// "unknown" for anything else, so that a stray type cannot add series.
+func metricType(typ string) string {
+	if tasks.KindOf(typ) == nil {
+		return "unknown"
+	}
+	return typ
 }
 
-// orderLock runs the handler inside the lock of the task's order, waiting by
-// the task type's policy, with the fence in the context for the store. A
-// payload without a valid order_no, and a task of an unknown type, are
-// archived with the reason (asynq.SkipRetry), never retried.
-func (w *Worker) orderLock(next asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		if t.Type() != tasks.TypeModify && t.Type() != tasks.TypeExchange {
-			return fmt.Errorf("unknown task type %q: %w", t.Type(), asynq.SkipRetry)
+func (w *Worker) logRun(d *Done) {
+	fields := []zap.Field{
+		zap.String("task_type", d.Type),
+		zap.String("task_id", d.TaskID),
+		zap.Int("retried", d.Retried),
+		zap.String("order_no", d.OrderNo),
+		zap.String("event_id", d.EventID),
+		zap.Duration("lock_wait", d.Lock.Waited),
+		zap.Int("lock_attempts", d.Lock.Attempts),
+		zap.Int("woken_by_notice", d.Lock.WokenByNotice),
+		zap.Duration("duration", d.Took),
+	}
+	if d.Seq > 0 {
+		fields = append(fields, zap.Int64("seq", d.Seq))
+	}
+	if d.Locked {
+		fields = append(fields, zap.Int64("fence", d.Fence), zap.String("lock_mode", string(d.Mode)))
+	}
+	if d.Skipped > 0 {
+		fields = append(fields, zap.Int("skipped_before", d.Skipped))
+	}
+	switch d.Outcome {
+	case OutcomeOK:
+		w.log.Info("task done", fields...)
+	case OutcomeBusy, OutcomeWaiting:
+		w.log.Info("task waits; back to its queue", append(fields, zap.String("outcome", d.Outcome), zap.Error(d.Err))...)
+	case OutcomeRejected:
+		w.log.Warn("task rejected; archived", append(fields, zap.Error(d.Err))...)
+	default:
+		w.log.Warn("task failed; will run again", append(fields, zap.String("outcome", d.Outcome), zap.Error(d.Err))...)
+	}
+}
+
+// process runs one task: it reads the payload once, strictly, takes the
+// order's lock in the task's turn and applies the payload.
+func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
+	r := runFrom(ctx)
+	k := kindOf(t.Type())
+	if k == nil {
+		return fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry)
+	}
+	p, err := k.Kind.Parse(t.Payload())
+	if err != nil {
+		// tasks' errors match asynq.SkipRetry: archived with the reason.
+		return fmt.Errorf("%s payload: %w", k.Kind.Type, err)
+	}
+	h := p.Header()
+	r.OrderNo, r.EventID, r.Seq = h.OrderNo, h.EventID, h.Seq
+	var turn lock.Turn
+	if h.Seq > 0 {
+		turn = lock.Turn{Pos: h.Seq, Label: tasks.PositionLabel(k.Kind.Type, h.EventID)}
+	}
+	if q, _ := asynq.GetQueueName(ctx); q != k.Kind.Queue {
+		err := fmt.Errorf("%s task on queue %q: its queue is %s: %w", k.Kind.Type, clip(q), k.Kind.Queue, asynq.SkipRetry)
+		w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
+		return err
+	}
+	if h.Seq > 0 && r.TaskID != h.EventID {
+		err := fmt.Errorf("task ID %q is not the payload's event_id %q, which a task with a position must use: %w",
+			clip(r.TaskID), h.EventID, asynq.SkipRetry)
+		return err
+	}
+
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	// asynq archives a task that returns any error once its retries reach
+	// MaxRetry, even a wait: such a task (enqueued by hand against
+	// tasks.MaxRetry's rule) waits for its turn until its own deadline.
+	lastChance := r.Retried >= maxRetry
+	wait := w.cfg.Waits[k.Kind.Name]
+	if lastChance {
+		if dl, ok := ctx.Deadline(); ok {
+			wait.Deadline = max(time.Until(dl)-time.Second, wait.Deadline)
 		}
-		var env envelope
-		if err := json.Unmarshal(t.Payload(), &env); err != nil {
-			return fmt.Errorf("%s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+	}
+	meta := clip(k.Kind.Type + " " + r.TaskID)
+
+	lease, err := w.acquire(ctx, h.OrderNo, meta, turn, wait, r)
+	if err != nil {
+		var bad error
+		if errors.Is(err, lock.ErrBadPosition) {
+			bad = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
-		if !tasks.ValidOrderNo(env.OrderNo) {
-			return fmt.Errorf("%s payload: order_no %q: must be 1 to %d of [A-Za-z0-9_-]: %w",
-				t.Type(), env.OrderNo, tasks.MaxOrderNoLen, asynq.SkipRetry)
+		return firstErr(bad, err)
+	}
+	st := lease.Stats()
+	st.Waited += r.Lock.Waited // waits of earlier rounds (a skipped head)
+	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), lease.Mode(), st
+	return w.apply(ctx, k, p, lease, r, tasks.FailureBudget(maxRetry))
+}
+
+// firstErr returns a when it is not nil, else b.
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// acquire takes the order's lock in the task's turn. When the head of the
+// order's sequence has been unfilled longer than GapWait, it checks whether
+// the head's task exists and skips the head when it does not, then tries
+// again. A task that has to wait longer returns a *waitError with the delay
+// after which it should run again.
+func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Turn, wait lock.Wait, r *run) (*lock.Lease, error) {
+	checked := int64(0) // the head found to exist: no need to look again
+	for {
+		wt := wait
+		if turn.Pos > 0 && checked == 0 {
+			wt.StuckAfter = w.cfg.GapWait
 		}
-		ti := infoFrom(ctx)
-		ti.orderNo, ti.eventID = env.OrderNo, env.EventID
-		id, _ := asynq.GetTaskID(ctx)
-		meta := t.Type() + " " + id
-		if len(meta) > lock.MaxMetaLen { // a hand-enqueued task may have any ID
-			meta = meta[:lock.MaxMetaLen]
+		lease, err := w.lockr.AcquireTurn(ctx, orderNo, meta, turn, wt)
+		var te *lock.TurnError
+		var busy *lock.BusyError
+		switch {
+		case err == nil:
+			return lease, nil
+		case errors.As(err, &busy):
+			r.Lock.Waited += busy.Waited
+			return nil, &waitError{err: err, delay: w.busyDelay()}
+		case !errors.As(err, &te):
+			return nil, err
 		}
-		return w.lockr.Do(ctx, env.OrderNo, meta, w.policy(t.Type()), func(ctx context.Context, lease *lock.Lease) error {
-			ti.locked, ti.fence, ti.lock = true, lease.Fence(), lease.Stats()
-			ctx = orders.WithWrite(ctx, orders.Write{
-				Fence:        lease.Fence(),
-				LockFenceKey: lease.FenceKey(),
-				Handoff:      lease.Handoff(), // a Redis store releases with the commit
-				Worker:       w.cfg.ID,
-				StartedAt:    time.Now(),
-			})
-			return next.ProcessTask(ctx, t)
-		})
+		r.Lock.Waited += te.Waited
+		if te.Retry > 0 {
+			// The head failed and runs again later: so do we, just after.
+			return nil, &waitError{err: err, delay: w.park(te.Retry)}
+		}
+		if te.Age < w.cfg.GapWait || te.Head == checked {
+			return nil, &waitError{err: err, delay: w.busyDelay()}
+		}
+		res, err := w.resolveHead(ctx, orderNo, te)
+		switch {
+		case err != nil:
+			return nil, err
+		case res.skipped:
+			r.Skipped++
+			continue
+		case res.delay > 0:
+			return nil, &waitError{err: te, delay: w.park(res.delay)}
+		}
+		checked = te.Head
+	}
+}
+
+// park returns the delay of a task that waits for a head that runs again
+// only after d: just after it, but no later than GapWait, so that a head
+// whose task is deleted meanwhile is found and skipped within about GapWait.
+func (w *Worker) park(d time.Duration) time.Duration {
+	return min(d, w.cfg.GapWait) + w.busyDelay()
+}
+
+// apply runs the kind's handler inside the lease, and releases it: passing
+// the turn on when the task's work is done (applied, or archived), keeping
+// it when the task will run again.
+func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *lock.Lease, r *run, budget int) (err error) {
+	h := p.Header()
+	wctx := lease.Keep(ctx)
+	defer func() {
+		if cause := context.Cause(wctx); errors.Is(cause, lock.ErrLost) && err != nil && !errors.Is(err, lock.ErrLost) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		err = w.decide(ctx, err, r.Retried, budget)
+		// When asynq's context for the run is done (its deadline, a
+		// shutdown, a cancel from the dashboard), asynq decides what
+		// becomes of the task without reading this error: the turn stays,
+		// and the task, if it is archived, is skipped by the gap check.
+		final := ctx.Err() == nil && (err == nil || errors.Is(err, asynq.SkipRetry))
+		if final {
+			lease.Finish()
+		} else {
+			var f *failure
+			if errors.As(err, &f) {
+				lease.RetryAt(time.Now().Add(f.delay))
+			}
+		}
+		w.release(ctx, lease, err == nil)
+		if final {
+			if c, ok := p.(tasks.Creator); ok {
+				w.settleCreation(ctx, c.Creates(), h, err)
+			}
+		}
+	}()
+	wctx = orders.WithWrite(wctx, orders.Write{
+		Fence:        lease.Fence(),
+		LockFenceKey: lease.FenceKey(),
+		Handoff:      lease.Handoff(), // a Redis store releases, and passes the turn on, with the commit
+		Worker:       w.cfg.ID,
+		StartedAt:    time.Now(),
+		Seq:          h.Seq,
 	})
+	return storeError(k.Apply(wctx, w.store, p))
+}
+
+// decide turns a handler error into what asynq gets: a failure within the
+// budget carries its retry delay; one past it is archived with the reason.
+// An error of a run whose context asynq ended passes as it is.
+func (w *Worker) decide(ctx context.Context, err error, retried, budget int) error {
+	if err == nil || errors.Is(err, asynq.SkipRetry) || !IsFailure(err) || ctx.Err() != nil {
+		return err
+	}
+	if retried >= budget {
+		return fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
+	}
+	return &failure{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, nil)}
+}
+
+// release releases a lease, logging what goes wrong: the task's outcome
+// stands either way.
+func (w *Worker) release(ctx context.Context, lease *lock.Lease, ok bool) {
+	switch err := lease.Release(ctx); {
+	case err == nil:
+	case errors.Is(err, lock.ErrNotHeld) && ok:
+		w.log.Warn("lease ended before the work did", zap.String("key", lease.Key()), zap.Int64("fence", lease.Fence()))
+	case !errors.Is(err, lock.ErrNotHeld):
+		w.log.Warn("release failed; the lock expires with its lease",
+			zap.String("key", lease.Key()), zap.Int64("fence", lease.Fence()), zap.Error(err))
+	}
+}
+
+// settleTimeout bounds the sequence writes a task makes after its work.
+const settleTimeout = 5 * time.Second
+
+// settleCreation finishes the position that an exchange reserved in its
+// replacement's sequence, so the changes of the replacement accepted after
+// the exchange can go: the replacement exists now, or it never will (then
+// the reason is logged in the replacement's sequence, where a modify of it
+// finds it).
+func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Header, err error) {
+	outcome := "created by exchange " + h.EventID + " of " + h.OrderNo
+	if err != nil {
+		outcome = notCreated + h.EventID + " of " + h.OrderNo + " failed: " + clip(err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if _, serr := w.seq.Finish(ctx, created, 0, "", "c:"+h.EventID, outcome); serr != nil {
+		w.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
+			zap.String("order_no", created), zap.String("event_id", h.EventID), zap.Error(serr))
+	}
+}
+
+// notCreated starts the outcome of a creation that failed.
+const notCreated = "not created: exchange "
+
+// settleAhead uses up the position of a task that is archived without
+// running in its turn (its work is done: it never will run).
+func (w *Worker) settleAhead(ctx context.Context, h tasks.Header, turn lock.Turn, p tasks.Payload, outcome string) {
+	if turn.Pos == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if _, err := w.seq.Finish(ctx, h.OrderNo, turn.Pos, turn.Label, "", clip(outcome)); err != nil {
+		w.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
+			zap.String("order_no", h.OrderNo), zap.Int64("seq", turn.Pos), zap.Error(err))
+	}
+	if c, ok := p.(tasks.Creator); ok {
+		w.settleCreation(ctx, c.Creates(), h, errors.New(outcome))
+	}
+}
+
+// clip cuts a string from a task (type, ID, queue) to a length fit for a
+// log line, an error or a lock's meta.
+func clip(s string) string {
+	const limit = lock.MaxMetaLen
+	if len(s) > limit {
+		return s[:limit]
+	}
+	return s
 }

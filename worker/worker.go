@@ -1,17 +1,43 @@
 // Package worker runs orderworker's tasks: the asynq server wiring, one
-// handler per task type, and the middleware that runs every handler inside
-// its order's lock.
+// handler per task kind (see [Kinds]), and the middleware that runs every
+// handler inside its order's lock, in its turn.
 //
-// A task of either type takes the lock of its order (see internal/lock)
-// before it runs, so no two tasks change one order at once, not even two
-// modifies. While another task holds the order, a task waits by its type's
-// policy (random delay between a min and a max, woken early by the release
-// notice, until a deadline). Past the deadline it goes back to asynq with a
-// short jittered delay; that is not counted as a failure and does not use up
-// retries. A task never runs without its lock. The lock's fencing token
-// reaches the store in the context (orders.WithWrite), so a handler whose
-// lease was lost can never write: its context is cancelled, and a late write
-// is refused by the store.
+// # Order
+//
+// Every change accepted by the producer carries its position in its order's
+// sequence (tasks.Header.Seq). A task runs only in its turn: once every
+// earlier position of its order is applied, rejected, archived or skipped
+// (see internal/lock's turns). A task whose turn has not come waits by its
+// kind's policy (random delay between a min and a max, woken early by the
+// notice of the position before it, until a deadline), then goes back to its
+// queue with a short delay, or, when the position before it is backing off
+// after a failure, until that one runs again. A position that no task will
+// ever fill (the producer died between taking it and enqueueing, the task was
+// deleted) is skipped once it has waited Config.GapWait and asynq confirms
+// that no such task exists; the skip is logged in the order's sequence. A
+// task enqueued without a position runs as soon as it gets the lock, without
+// order.
+//
+// # Exclusion
+//
+// A task of any kind takes its order's lock (see internal/lock) before it
+// runs, so no two tasks change one order at once. A task never runs without
+// its lock. The lock's fencing token reaches the store in the context
+// (orders.WithWrite), so a handler whose lease was lost can never write: its
+// context is cancelled, and a late write is refused by the store.
+//
+// # Failures and the failure budget
+//
+// Waiting (for the lock or for the turn) is never a failure: it spends no
+// retry and never archives a task, whatever MaxRetry it carries. Neither are
+// a lost lease, a write refused for a stale fence, nor a task whose worker
+// died (asynq's "task lease expired"): they run again after a short delay.
+// Every other handler error is a failure: it is retried with asynq's
+// backoff until the task has failed FailureBudget times (tasks.FailureBudget
+// of its asynq MaxRetry), and then the worker archives it with the reason. A
+// malformed task, and a change the store refuses for good (unknown or
+// closed order, conflict), is archived at once (asynq.SkipRetry). An
+// archived task uses up its position.
 //
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
@@ -37,6 +63,20 @@ import (
 	"go.uber.org/zap"
 )
 
+// The defaults of [Config].
+const (
+	// DefaultConcurrency is the default of Config.Concurrency.
+	DefaultConcurrency = 20
+	// DefaultGapWait is the default of Config.GapWait.
+	DefaultGapWait = 30 * time.Second
+	// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
+	// Config.BusyRetryMin and Config.BusyRetryMax.
+	DefaultBusyRetryMin = 500 * time.Millisecond
+	DefaultBusyRetryMax = 2 * time.Second
+	// DefaultShutdownTimeout is the default of Config.ShutdownTimeout.
+	DefaultShutdownTimeout = 25 * time.Second
+)
+
 // Config tunes a Worker. The zero value is valid and means all defaults.
 type Config struct {
 	// Concurrency is how many tasks one Worker runs at once. Handlers mostly
@@ -44,22 +84,29 @@ type Config struct {
 	// Defaults to 20.
 	Concurrency int
 	// Queues maps each queue to serve to its priority weight. Only the
-	// queues of package tasks are known; another name is an error.
-	// Defaults to {order_exchange: 6, order_modify: 3}: exchanges first.
+	// queues of the contract's kinds (tasks.Kinds) are known; another name
+	// is an error. Defaults to every kind's queue with its weight
+	// (order_exchange 6, order_modify 3): exchanges first.
 	Queues map[string]int
 	// StrictPriority serves a lower-priority queue only when the higher ones
 	// are empty. Defaults to false (weighted).
 	StrictPriority bool
-	// ModifyWait is how a modify waits for its order's lock. Defaults to a
-	// random 50–500 ms between attempts and a 5 s deadline.
-	ModifyWait lock.Wait
-	// ExchangeWait is how an exchange waits for its order's lock. Defaults
-	// to a random 50–500 ms between attempts and a 10 s deadline.
-	ExchangeWait lock.Wait
+	// Waits sets, by kind name ("modify", "exchange"), how a task waits for
+	// its order's lock and for its turn; a zero field keeps the kind's
+	// default (see [Kind.Wait]). Defaults to the kinds' defaults.
+	Waits map[string]lock.Wait
+	// GapWait is how long a position may stay unfilled (reserved, but no
+	// task of it has come) before the tasks behind it check with asynq and
+	// skip it when its task does not exist. It bounds how long an order
+	// stalls when a producer died between taking a position and enqueueing,
+	// and how long a producer may take to enqueue after taking a position
+	// (one that takes longer finds its position skipped and its change
+	// applied out of order). Defaults to 30s.
+	GapWait time.Duration
 	// BusyRetryMin and BusyRetryMax bound the random delay before a task
-	// runs again after it met its wait deadline, lost its lease or had its
-	// write refused for a stale fence. Only the deadline is free: the other
-	// two count against the task's retries. Defaults to 500ms and 2s.
+	// runs again after it met its wait deadline, lost its lease, had its
+	// write refused for a stale fence, or its worker died. None of these is
+	// a failure. Defaults to 500ms and 2s.
 	BusyRetryMin, BusyRetryMax time.Duration
 	// ShutdownTimeout is how long Shutdown lets tasks in flight finish
 	// before it cancels them; cancelled tasks go back to their queue and
@@ -70,8 +117,8 @@ type Config struct {
 	// empty queues again. Defaults to 1s.
 	TaskCheckInterval time.Duration
 	// DelayedTaskCheckInterval is how often scheduled and retried tasks are
-	// moved to their queue; it bounds how late a busy retry runs.
-	// Defaults to 1s (asynq's own default is 5 s).
+	// moved to their queue; it bounds how late a task that waited runs
+	// again. Defaults to 1s (asynq's own default is 5 s).
 	DelayedTaskCheckInterval time.Duration
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
@@ -79,32 +126,34 @@ type Config struct {
 	// Metrics receives the worker's Prometheus series. Defaults to nil:
 	// none are recorded.
 	Metrics *Metrics
-	// Logger receives the task log (one line per task) and asynq's own
+	// Logger receives the task log (one line per task run) and asynq's own
 	// logs. Defaults to a no-op logger.
 	Logger *zap.Logger
-}
-
-// Default waiting policies, see Config.
-var (
-	DefaultModifyWait   = lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second}
-	DefaultExchangeWait = lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 10 * time.Second}
-)
-
-// DefaultQueues is the default queue weighting, see Config.Queues.
-func DefaultQueues() map[string]int {
-	return map[string]int{tasks.QueueExchange: 6, tasks.QueueModify: 3}
+	// OnDone, when set, is called after every task run with what happened
+	// (see [Done]), on the task's goroutine, before asynq records the
+	// outcome. It must not block. Defaults to nil.
+	OnDone func(Done)
 }
 
 func (c Config) withDefaults() Config {
-	c.Concurrency = cmp.Or(c.Concurrency, 20)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	if len(c.Queues) == 0 {
 		c.Queues = DefaultQueues()
 	}
-	c.ModifyWait = orWait(c.ModifyWait, DefaultModifyWait)
-	c.ExchangeWait = orWait(c.ExchangeWait, DefaultExchangeWait)
-	c.BusyRetryMin = cmp.Or(c.BusyRetryMin, 500*time.Millisecond)
-	c.BusyRetryMax = cmp.Or(c.BusyRetryMax, 2*time.Second)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	waits := make(map[string]lock.Wait, len(kinds))
+	for _, k := range kinds {
+		waits[k.Kind.Name] = orWait(c.Waits[k.Kind.Name], k.Wait)
+	}
+	for name, w := range c.Waits {
+		if _, ok := waits[name]; !ok {
+			waits[name] = w // unknown: validate says so
+		}
+	}
+	c.Waits = waits
+	c.GapWait = cmp.Or(c.GapWait, DefaultGapWait)
+	c.BusyRetryMin = cmp.Or(c.BusyRetryMin, DefaultBusyRetryMin)
+	c.BusyRetryMax = cmp.Or(c.BusyRetryMax, DefaultBusyRetryMax)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, time.Second)
 	c.DelayedTaskCheckInterval = cmp.Or(c.DelayedTaskCheckInterval, time.Second)
 	if c.ID == "" {
@@ -119,23 +168,36 @@ func (c Config) withDefaults() Config {
 
 func orWait(w, d lock.Wait) lock.Wait {
 	return lock.Wait{
-		MinDelay: cmp.Or(w.MinDelay, d.MinDelay),
-		MaxDelay: cmp.Or(w.MaxDelay, d.MaxDelay),
-		Deadline: cmp.Or(w.Deadline, d.Deadline),
+		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
+		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
+		Deadline:   cmp.Or(w.Deadline, d.Deadline),
+		StuckAfter: cmp.Or(w.StuckAfter, d.StuckAfter),
 	}
 }
 
+// DefaultQueues returns every kind's queue with its default weight, see
+// Config.Queues.
+func DefaultQueues() map[string]int {
+	q := make(map[string]int)
+	for _, k := range tasks.Kinds() {
+		q[k.Queue] = k.Weight
+	}
+	return q
+}
+
 func (c Config) validate() error {
-	known := []string{tasks.QueueExchange, tasks.QueueModify}
 	for q, w := range c.Queues {
-		if !slices.Contains(known, q) {
-			return fmt.Errorf("worker: unknown queue %q (known: %v)", q, known)
+		if tasks.KindOfQueue(q) == nil {
+			return fmt.Errorf("worker: unknown queue %q (known: %v)", q, slices.Sorted(maps.Keys(DefaultQueues())))
 		}
 		if w <= 0 {
 			return fmt.Errorf("worker: queue %q has weight %d, want > 0", q, w)
 		}
 	}
-	for name, w := range map[string]lock.Wait{"modify": c.ModifyWait, "exchange": c.ExchangeWait} {
+	for name, w := range c.Waits {
+		if kindNamed(name) == nil {
+			return fmt.Errorf("worker: wait for unknown kind %q", name)
+		}
 		if w.MinDelay < 0 || w.MaxDelay < w.MinDelay || w.Deadline <= 0 {
 			return fmt.Errorf("worker: %s wait %+v: want 0 <= min <= max and deadline > 0", name, w)
 		}
@@ -143,6 +205,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Concurrency < 0:
 		return fmt.Errorf("worker: concurrency %d < 0", c.Concurrency)
+	case c.GapWait < 0:
+		return fmt.Errorf("worker: negative gap wait %v", c.GapWait)
 	case c.BusyRetryMin < 0 || c.BusyRetryMax < c.BusyRetryMin:
 		return fmt.Errorf("worker: busy retry %v–%v: want 0 <= min <= max", c.BusyRetryMin, c.BusyRetryMax)
 	case c.ShutdownTimeout < 0:
@@ -156,15 +220,19 @@ func (c Config) validate() error {
 type Worker struct {
 	cfg      Config
 	srv      *asynq.Server
-	mux      *asynq.ServeMux
+	handler  asynq.Handler
 	lockr    *lock.Locker
+	seq      *lock.Sequencer
+	insp     *asynq.Inspector
+	store    orders.Store
 	log      *zap.Logger
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
 }
 
 // New returns a Worker that takes tasks from rdb, locks orders with locker
-// and writes to store. The caller owns rdb and locker and closes them after
-// Shutdown. It returns an error when cfg is invalid.
+// (whose Sequencer holds the orders' sequences) and writes to store. The
+// caller owns rdb and locker and closes them after Shutdown. It returns an
+// error when cfg is invalid.
 func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -174,7 +242,8 @@ func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg
 		return nil, errors.New("worker: nil redis client, locker or store")
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	w := &Worker{cfg: cfg, lockr: locker, log: log}
+	w := &Worker{cfg: cfg, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
+		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   maps.Clone(cfg.Queues),
@@ -187,10 +256,7 @@ func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg
 		Logger:                   cfg.Logger.Named("asynq").Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	})
-	w.mux = asynq.NewServeMux()
-	w.mux.Use(w.logTasks, w.orderLock)
-	w.mux.Handle(tasks.TypeModify, &ModifyHandler{Store: store})
-	w.mux.Handle(tasks.TypeExchange, &ExchangeHandler{Store: store})
+	w.handler = w.observe(asynq.HandlerFunc(w.process))
 	return w, nil
 }
 
@@ -200,7 +266,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Start starts fetching and running tasks. It returns an error when the
 // server cannot start (for example Redis is unreachable).
 func (w *Worker) Start() error {
-	if err := w.srv.Start(w.mux); err != nil {
+	if err := w.srv.Start(w.handler); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	return nil
@@ -226,24 +292,40 @@ func (w *Worker) Ping() error {
 }
 
 // IsFailure reports whether a handler error counts against the task's
-// retries. Lock contention (lock.ErrBusy) does not: the task did not run.
-func IsFailure(err error) bool { return !errors.Is(err, lock.ErrBusy) }
+// failure budget: waiting (for the lock or the turn), a lost lease, a stale
+// fence and a dead worker's expired asynq lease do not.
+func IsFailure(err error) bool {
+	switch {
+	case errors.Is(err, lock.ErrBusy),
+		errors.Is(err, lock.ErrNotYourTurn),
+		errors.Is(err, lock.ErrLost),
+		errors.Is(err, orders.ErrStaleFence),
+		errors.Is(err, asynq.ErrLeaseExpired):
+		return false
+	}
+	return true
+}
 
-// retryDelay gives a short random delay to a task that did not get to run
-// or lost its order to another holder (lock contention: busy, lost lease,
-// stale fence), and asynq's exponential backoff to everything else.
+// retryDelay gives a task that only waited the delay it chose, a task that
+// lost its order to another holder or whose worker died a short random
+// delay, and a failed task the delay chosen when it failed (asynq's
+// exponential backoff).
 func (w *Worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	if errors.Is(err, lock.ErrBusy) || errors.Is(err, lock.ErrLost) || errors.Is(err, orders.ErrStaleFence) {
-		lo, hi := w.cfg.BusyRetryMin, w.cfg.BusyRetryMax
-		return lo + rand.N(hi-lo+1)
+	var wait *waitError
+	var fail *failure
+	switch {
+	case errors.As(err, &wait):
+		return wait.delay
+	case errors.As(err, &fail):
+		return fail.delay
+	case !IsFailure(err):
+		return w.busyDelay()
 	}
 	return asynq.DefaultRetryDelayFunc(n, err, t)
 }
 
-// policy returns the lock wait of a task type.
-func (w *Worker) policy(taskType string) lock.Wait {
-	if taskType == tasks.TypeExchange {
-		return w.cfg.ExchangeWait
-	}
-	return w.cfg.ModifyWait
+// busyDelay is a random delay between BusyRetryMin and BusyRetryMax.
+func (w *Worker) busyDelay() time.Duration {
+	lo, hi := w.cfg.BusyRetryMin, w.cfg.BusyRetryMax
+	return lo + rand.N(hi-lo+1)
 }

@@ -166,7 +166,7 @@ func TestHotOrderAcrossReplicas(t *testing.T) {
 	e.seed(hot)
 	check := &overlapStore{Store: e.store, inside: map[string]int{}}
 	wrap := func(orders.Store) orders.Store { return check }
-	cfg := worker.Config{Concurrency: 8, ModifyWait: lock.Wait{Deadline: 30 * time.Second}}
+	cfg := worker.Config{Concurrency: 8, Waits: map[string]lock.Wait{"modify": {Deadline: 30 * time.Second}}}
 	for range 3 {
 		e.startWorker(cfg, wrap)
 	}
@@ -231,7 +231,7 @@ func TestBusyGoesBackWithoutUsingRetries(t *testing.T) {
 	require.NoError(t, err)
 
 	e.startWorker(worker.Config{
-		ModifyWait:   lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: 100 * time.Millisecond},
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 50 * time.Millisecond, BusyRetryMax: 100 * time.Millisecond,
 	}, nil)
 	addr := "2 New St"
@@ -299,9 +299,9 @@ func TestStaleFenceIsRejectedAndRetried(t *testing.T) {
 	var info *asynq.TaskInfo
 	require.Eventually(t, func() bool {
 		info = e.taskInfo(tasks.QueueModify, "ev-late")
-		return info.Retried > 0
+		return strings.Contains(info.LastErr, "stale fence")
 	}, 30*time.Second, 5*time.Millisecond, "stale write was not refused")
-	require.Contains(t, info.LastErr, "stale fence")
+	require.Zero(t, info.Retried, "a stale fence is not a failure: it spends no retry")
 	o, err := e.store.Get(t.Context(), "SO-FENCE")
 	require.NoError(t, err)
 	require.Equal(t, r, o.Remark)
@@ -336,9 +336,9 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	var info *asynq.TaskInfo
 	require.Eventually(t, func() bool {
 		info = e.taskInfo(tasks.QueueModify, "ev-lost")
-		return info.Retried > 0
+		return strings.Contains(info.LastErr, lock.ErrLost.Error())
 	}, 30*time.Second, 5*time.Millisecond, "lost lease did not end the handler")
-	require.Contains(t, info.LastErr, lock.ErrLost.Error())
+	require.Zero(t, info.Retried, "a lost lease is not a failure: it spends no retry")
 }
 
 // hookStore replaces a store's Modify.
@@ -364,7 +364,9 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"unknown queue", worker.Config{Queues: map[string]int{"default": 1}}},
 		{"zero weight", worker.Config{Queues: map[string]int{tasks.QueueModify: 0, tasks.QueueExchange: 1}}},
-		{"min over max", worker.Config{ModifyWait: lock.Wait{MinDelay: time.Second, MaxDelay: time.Millisecond}}},
+		{"min over max", worker.Config{Waits: map[string]lock.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
+		{"wait of an unknown kind", worker.Config{Waits: map[string]lock.Wait{"refund": {Deadline: time.Second}}}},
+		{"negative gap wait", worker.Config{GapWait: -time.Second}},
 		{"negative shutdown", worker.Config{ShutdownTimeout: -time.Second}},
 	}
 	for _, tt := range tests {
@@ -382,12 +384,22 @@ func TestOutcome(t *testing.T) {
 	}{
 		{nil, worker.OutcomeOK},
 		{&lock.BusyError{Key: "k"}, worker.OutcomeBusy},
+		{&lock.TurnError{Key: "k"}, worker.OutcomeWaiting},
+		{fmt.Errorf("%w: late", orders.ErrStaleFence), worker.OutcomeLost},
+		{asynq.ErrLeaseExpired, worker.OutcomeError},
 		{fmt.Errorf("x: %w", asynq.SkipRetry), worker.OutcomeRejected},
 		{fmt.Errorf("%w: ctx", lock.ErrLost), worker.OutcomeLost},
 		{errors.New("boom"), worker.OutcomeError},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, worker.Outcome(tt.err), "%v", tt.err)
-		require.Equal(t, tt.want != worker.OutcomeBusy, worker.IsFailure(tt.err), "%v", tt.err)
+		if tt.err == nil {
+			continue
+		}
+		failure := tt.want == worker.OutcomeError || tt.want == worker.OutcomeRejected
+		if errors.Is(tt.err, asynq.ErrLeaseExpired) {
+			failure = false // a dead worker's task: not the task's failure
+		}
+		require.Equal(t, failure, worker.IsFailure(tt.err), "%v", tt.err)
 	}
 }

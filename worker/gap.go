@@ -1,0 +1,79 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/tasks"
+	"go.uber.org/zap"
+)
+
+// resolution is what resolveHead found.
+type resolution struct {
+	skipped bool          // the head was skipped (by this call or another)
+	delay   time.Duration // the head's task exists and runs no sooner than this; 0: soon
+}
+
+// resolveHead looks at the head of an order's sequence, which has waited
+// for its task longer than GapWait, and skips it when its task will never
+// come: asynq has no such task (the producer died before enqueueing it, or
+// someone deleted it), the task is archived (its work ended without it
+// taking its turn), completed (its turn was not passed on: the release that
+// would have done it failed), or holds another position (it was refused as
+// a duplicate and the void was lost). The skip is logged in the sequence
+// with the reason. When the task exists and will run, it reports when.
+func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnError) (resolution, error) {
+	why, delay, err := w.headFate(te)
+	if err != nil || why == "" {
+		return resolution{delay: delay}, err
+	}
+	ok, err := w.seq.Skip(ctx, orderNo, te.Head, te.Record, why)
+	if err != nil {
+		return resolution{}, fmt.Errorf("skip position %d of %s: %w", te.Head, orderNo, err)
+	}
+	if ok {
+		w.log.Warn("position skipped", zap.String("order_no", orderNo), zap.Int64("seq", te.Head),
+			zap.String("label", te.Label), zap.String("reason", why))
+	}
+	// Skipped by us or, meanwhile, by someone else, or its task came: try
+	// again either way.
+	return resolution{skipped: true}, nil
+}
+
+// headFate says why the head of te should be skipped ("" when it should
+// not), or, when its task exists, how long before it runs.
+func (w *Worker) headFate(te *lock.TurnError) (why string, delay time.Duration, err error) {
+	typ, eventID, from, ok := tasks.ParseLabel(te.Label)
+	if !ok {
+		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
+	}
+	queue := tasks.KindOf(typ).Queue
+	creation := from != "" // the position of a replacement's creation, held by the exchange
+	info, err := w.insp.GetTaskInfo(queue, eventID)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", eventID, queue), 0, nil
+	case err != nil:
+		return "", 0, fmt.Errorf("read task %s of position %d: %w", eventID, te.Head, err)
+	}
+	if !creation {
+		if k := tasks.KindOf(info.Type); k != nil {
+			if p, err := k.Parse(info.Payload); err == nil && p.Header().Seq != te.Head {
+				return fmt.Sprintf("task %s holds position %d, not this one (this one was refused as a duplicate)", eventID, p.Header().Seq), 0, nil
+			}
+		}
+	}
+	switch info.State {
+	case asynq.TaskStateArchived:
+		return fmt.Sprintf("task %s was archived: %s", eventID, clip(info.LastErr)), 0, nil
+	case asynq.TaskStateCompleted:
+		return fmt.Sprintf("task %s completed without passing its turn on", eventID), 0, nil
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
+	}
+	return "", 0, nil // pending, active or aggregating: it comes
+}

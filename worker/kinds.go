@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// Kind is the worker's entry for one task kind of the contract: how its
+// tasks wait and how they are applied to the store. [Kinds] lists them;
+// adding a task type means adding its tasks.Kind and one entry here.
+type Kind struct {
+	// Kind is the contract's kind.
+	Kind *tasks.Kind
+	// Wait is how a task of the kind waits for its order's lock and its
+	// turn, unless Config.Waits says otherwise.
+	Wait lock.Wait
+	// Apply applies a valid payload of the kind to store, inside the
+	// order's lock, with the fence in ctx. It returns the store's error.
+	Apply func(ctx context.Context, store orders.Store, p tasks.Payload) error
+}
+
+// kinds is the worker's table, one entry per kind of tasks.Kinds.
+var kinds = []Kind{
+	{
+		Kind: tasks.Exchange,
+		Wait: lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 10 * time.Second},
+		Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
+			x := p.(tasks.ExchangePayload)
+			_, err := store.Exchange(ctx, x.EventID, x.OrderNo, orders.Exchange{
+				Items: x.Items, NewOrderNo: x.NewOrderNo, Reason: x.Reason})
+			return err
+		},
+	},
+	{
+		Kind: tasks.Modify,
+		Wait: lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second},
+		Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
+			m := p.(tasks.ModifyPayload)
+			_, err := store.Modify(ctx, m.EventID, m.OrderNo, orders.Changes{
+				Address: m.Changes.Address, Remark: m.Changes.Remark, Items: m.Changes.Items})
+			return err
+		},
+	},
+}
+
+// Kinds returns the worker's entries, one per kind of the contract, with
+// their default waits.
+func Kinds() []Kind { return append([]Kind(nil), kinds...) }
+
+// kindOf returns the entry of task type typ, or nil.
+func kindOf(typ string) *Kind {
+	for i := range kinds {
+		if kinds[i].Kind.Type == typ {
+			return &kinds[i]
+		}
+	}
+	return nil
+}
+
+// kindNamed returns the entry of the kind named name, or nil.
+func kindNamed(name string) *Kind {
+	for i := range kinds {
+		if kinds[i].Kind.Name == name {
+			return &kinds[i]
+		}
+	}
+	return nil
+}
+
+// storeError marks the store errors that no retry can fix as SkipRetry.
+func storeError(err error) error {
+	if err != nil && orders.Permanent(err) {
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	return err
+}
