@@ -146,7 +146,7 @@ func TestRefusedEnqueueVoidsItsPositions(t *testing.T) {
 	for _, p := range st.Pending[1:] {
 		assert.Regexp(t, `^v `, p.Record, "voided")
 	}
-	require.Len(t, st.Skipped, 2)
+	require.Len(t, st.Log, 2)
 
 	b, err := q.Status(t.Context(), "SO2")
 	require.NoError(t, err)

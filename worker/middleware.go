@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -296,6 +297,12 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	h := p.Header()
 	wctx := lease.Keep(ctx)
 	defer func() {
+		if v := recover(); v != nil {
+			// A handler bug: a failure like any other, and the order's
+			// lock is released now rather than at the end of its lease.
+			w.log.Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
+			err = fmt.Errorf("panic in the %s handler: %v", k.Kind.Type, v)
+		}
 		if cause := context.Cause(wctx); errors.Is(cause, lock.ErrLost) && err != nil && !errors.Is(err, lock.ErrLost) {
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
@@ -328,7 +335,26 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		StartedAt:    time.Now(),
 		Seq:          h.Seq,
 	})
-	return storeError(k.Apply(wctx, w.store, p))
+	err = k.Apply(wctx, w.store, p)
+	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
+		err = w.whyNotFound(ctx, h.OrderNo, err)
+	}
+	return storeError(err)
+}
+
+// whyNotFound adds to a missing order's error the reason an exchange that
+// was to create it did not, when the order's sequence logged one.
+func (w *Worker) whyNotFound(ctx context.Context, orderNo string, err error) error {
+	st, serr := w.seq.Status(ctx, orderNo)
+	if serr != nil {
+		return err
+	}
+	for i := len(st.Log) - 1; i >= 0; i-- {
+		if e := st.Log[i]; e.Kind == "finish" && strings.HasPrefix(e.Reason, notCreated) {
+			return fmt.Errorf("%w; it was to be created, but %s", err, strings.TrimPrefix(e.Reason, "not created: "))
+		}
+	}
+	return err
 }
 
 // decide turns a handler error into what asynq gets: a failure within the
@@ -368,7 +394,7 @@ const settleTimeout = 5 * time.Second
 func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Header, err error) {
 	outcome := "created by exchange " + h.EventID + " of " + h.OrderNo
 	if err != nil {
-		outcome = notCreated + h.EventID + " of " + h.OrderNo + " failed: " + clip(err.Error())
+		outcome = notCreated + h.EventID + " of " + h.OrderNo + " was rejected: " + clip(err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()

@@ -65,6 +65,9 @@ func (e *env) startWorker(cfg worker.Config, wrap func(orders.Store) orders.Stor
 	if cfg.DelayedTaskCheckInterval == 0 {
 		cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
 	}
+	if cfg.TaskCheckInterval == 0 {
+		cfg.TaskCheckInterval = 100 * time.Millisecond
+	}
 	w, err := worker.New(c, l, store, cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

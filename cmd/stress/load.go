@@ -122,7 +122,7 @@ func (l *load) next(ctx context.Context, i int) error {
 		payload := tasks.ExchangePayload{EventID: ev, OrderNo: ch.cur, Items: []tasks.Item{{SKU: "B" + strconv.Itoa(i), Qty: 1 + i%5}},
 			NewOrderNo: newNo, Reason: "stress"}
 		err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
-			return l.p.EnqueueExchangePayload(ctx, payload)
+			return l.p.Enqueue(ctx, payload)
 		})
 		if err != nil {
 			return fmt.Errorf("exchange %s: %w", ev, err)
@@ -144,7 +144,7 @@ func (l *load) next(ctx context.Context, i int) error {
 	}
 	payload := tasks.ModifyPayload{EventID: ev, OrderNo: ch.cur, Changes: changes}
 	err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
-		return l.p.EnqueueModifyPayload(ctx, payload)
+		return l.p.Enqueue(ctx, payload)
 	})
 	if err != nil {
 		return fmt.Errorf("modify %s: %w", ev, err)

@@ -36,8 +36,8 @@ type settings struct {
 	Queues         string
 	StrictPriority bool
 	LockTTL        time.Duration
-	ModifyWait     lock.Wait
-	ExchangeWait   lock.Wait
+	Waits          map[string]*lock.Wait // by kind name
+	GapWait        time.Duration
 	BusyRetryMin   time.Duration
 	BusyRetryMax   time.Duration
 	Shutdown       time.Duration
@@ -68,19 +68,23 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
-	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", 20, "tasks run at once by this process").Check(config.Positive[int])
-	s.String(&c.Queues, "queues", "WORKER_QUEUES", "order_exchange=6,order_modify=3", "queues to serve with their priority weights").Check(checkQueues)
+	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
+	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights").Check(checkQueues)
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
 	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", 30*time.Second, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
-	s.Duration(&c.ModifyWait.MinDelay, "modify-wait-min", "MODIFY_WAIT_MIN", worker.DefaultModifyWait.MinDelay, "shortest random delay of a modify waiting for its order").Check(config.Positive[time.Duration])
-	s.Duration(&c.ModifyWait.MaxDelay, "modify-wait-max", "MODIFY_WAIT_MAX", worker.DefaultModifyWait.MaxDelay, "longest random delay of a modify waiting for its order").Check(config.Positive[time.Duration])
-	s.Duration(&c.ModifyWait.Deadline, "modify-wait-deadline", "MODIFY_WAIT_DEADLINE", worker.DefaultModifyWait.Deadline, "how long a modify waits for its order before going back to the queue").Check(config.Positive[time.Duration])
-	s.Duration(&c.ExchangeWait.MinDelay, "exchange-wait-min", "EXCHANGE_WAIT_MIN", worker.DefaultExchangeWait.MinDelay, "shortest random delay of an exchange waiting for its order").Check(config.Positive[time.Duration])
-	s.Duration(&c.ExchangeWait.MaxDelay, "exchange-wait-max", "EXCHANGE_WAIT_MAX", worker.DefaultExchangeWait.MaxDelay, "longest random delay of an exchange waiting for its order").Check(config.Positive[time.Duration])
-	s.Duration(&c.ExchangeWait.Deadline, "exchange-wait-deadline", "EXCHANGE_WAIT_DEADLINE", worker.DefaultExchangeWait.Deadline, "how long an exchange waits for its order before going back to the queue").Check(config.Positive[time.Duration])
-	s.Duration(&c.BusyRetryMin, "busy-retry-min", "BUSY_RETRY_MIN", 500*time.Millisecond, "shortest delay before a task that met its wait deadline runs again").Check(config.Positive[time.Duration])
-	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", 2*time.Second, "longest delay before a task that met its wait deadline runs again").Check(config.Positive[time.Duration])
-	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", 25*time.Second, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
+	c.Waits = make(map[string]*lock.Wait)
+	for _, k := range worker.Kinds() {
+		w := new(lock.Wait)
+		c.Waits[k.Kind.Name] = w
+		flag, env, name := k.Kind.Name+"-wait-", strings.ToUpper(k.Kind.Name)+"_WAIT_", k.Kind.Name
+		s.Duration(&w.MinDelay, flag+"min", env+"MIN", k.Wait.MinDelay, "shortest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration])
+		s.Duration(&w.MaxDelay, flag+"max", env+"MAX", k.Wait.MaxDelay, "longest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration])
+		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration])
+	}
+	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", worker.DefaultGapWait, "how long an order's next position may stay without its task before the tasks behind it check with asynq and skip it if the task does not exist").Check(config.Positive[time.Duration])
+	s.Duration(&c.BusyRetryMin, "busy-retry-min", "BUSY_RETRY_MIN", worker.DefaultBusyRetryMin, "shortest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
+	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", worker.DefaultBusyRetryMax, "longest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
+	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
 	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
 	s.String(&c.OrderStore, "order-store", "ORDER_STORE", storeRedis, "where orders are written: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(storeRedis, storeHTTP))
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
@@ -153,6 +157,24 @@ func checkQueues(s string) error {
 	return err
 }
 
+// defaultQueues is worker.DefaultQueues as WORKER_QUEUES writes it, highest
+// weight first.
+func defaultQueues() string {
+	var parts []string
+	for _, k := range worker.Kinds() {
+		parts = append(parts, k.Kind.Queue+"="+strconv.Itoa(k.Kind.Weight))
+	}
+	return strings.Join(parts, ",")
+}
+
+// article puts "a" or "an" before a kind's name.
+func article(name string) string {
+	if strings.ContainsRune("aeiou", rune(name[0])) {
+		return "an " + name
+	}
+	return "a " + name
+}
+
 // run is the worker process: it loads the settings, connects to Redis,
 // starts the worker and the ops server, waits for ctx to end, and shuts down
 // in reverse order. It logs to stderr.
@@ -209,13 +231,18 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if c.SimulateWork > 0 {
 		store = orders.BeforeWrite(store, orders.Delay(c.SimulateWork))
 	}
+
+	waits := make(map[string]lock.Wait, len(c.Waits))
+	for name, w := range c.Waits {
+		waits[name] = *w
+	}
 	w, err := worker.New(rdb, locker, store, worker.Config{
 		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
 		Queues:          queues,
 		StrictPriority:  c.StrictPriority,
-		ModifyWait:      c.ModifyWait,
-		ExchangeWait:    c.ExchangeWait,
+		Waits:           waits,
+		GapWait:         c.GapWait,
 		BusyRetryMin:    c.BusyRetryMin,
 		BusyRetryMax:    c.BusyRetryMax,
 		ShutdownTimeout: c.Shutdown,
@@ -223,6 +250,18 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	})
 	if err != nil {
 		return err
+	}
+	// Before the first task: with a Redis user that may not use the notice
+	// channel, the worker runs without notices (slower: waiters poll) and
+	// says which ACL rule would give them back.
+	checkCtx, cancelCheck := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = locker.CheckNotices(checkCtx)
+	cancelCheck()
+	switch {
+	case errors.Is(err, lock.ErrNoNotices):
+		log.Warn("release notices are off: waiting tasks poll with their random delays", zap.Error(err))
+	case err != nil:
+		return fmt.Errorf("check Redis (REDIS_URL): %w", err)
 	}
 	if err := w.Start(); err != nil {
 		return err

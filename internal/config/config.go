@@ -534,19 +534,61 @@ func (s *Set) Entries() []Entry {
 // table between the lines "<!-- section:begin -->" and
 // "<!-- section:end -->". Binaries call it from a test so that the
 // documented settings never drift from the code; the error says what to
-// paste.
+// paste, or to run the test with UPDATE_DOCS=1 (see [Set.UpdateDoc]).
 func (s *Set) CheckDoc(doc []byte, section string) error {
-	begin, end := "<!-- "+section+":begin -->\n", "<!-- "+section+":end -->"
-	_, rest, ok := strings.Cut(string(doc), begin)
-	if !ok {
-		return fmt.Errorf("config: no %q marker", strings.TrimSpace(begin))
-	}
-	table, _, ok := strings.Cut(rest, end)
-	if !ok {
-		return fmt.Errorf("config: no %q marker", end)
+	_, table, _, err := cutDoc(doc, section)
+	if err != nil {
+		return err
 	}
 	if want := s.Markdown(); table != want {
-		return fmt.Errorf("config: the %s table is stale; replace it with:\n%s", section, want)
+		return fmt.Errorf("config: the %s table is stale; run the test with UPDATE_DOCS=1, or replace it with:\n%s", section, want)
+	}
+	return nil
+}
+
+// UpdateDoc returns doc with the table between the section's markers
+// replaced by the Set's [Set.Markdown], for a test that rewrites the README
+// when asked to (UPDATE_DOCS=1).
+func (s *Set) UpdateDoc(doc []byte, section string) ([]byte, error) {
+	before, _, after, err := cutDoc(doc, section)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(before + s.Markdown() + after), nil
+}
+
+// cutDoc splits doc around the table of section: what precedes it (the
+// begin marker included), the table, and what follows (from the end marker).
+func cutDoc(doc []byte, section string) (before, table, after string, err error) {
+	begin, end := "<!-- "+section+":begin -->\n", "<!-- "+section+":end -->"
+	head, rest, ok := strings.Cut(string(doc), begin)
+	if !ok {
+		return "", "", "", fmt.Errorf("config: no %q marker", strings.TrimSpace(begin))
+	}
+	table, tail, ok := strings.Cut(rest, end)
+	if !ok {
+		return "", "", "", fmt.Errorf("config: no %q marker", end)
+	}
+	return head + begin, table, end + tail, nil
+}
+
+// CheckOrUpdateDoc is CheckDoc, or, when the environment variable
+// UPDATE_DOCS is "1", UpdateDoc written back to the file at path. Binaries'
+// tests call it with their README.
+func (s *Set) CheckOrUpdateDoc(path, section string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if os.Getenv("UPDATE_DOCS") != "1" {
+		return s.CheckDoc(doc, section)
+	}
+	updated, err := s.UpdateDoc(doc, section)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, updated, 0o644); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ import "github.com/redis/go-redis/v9"
 //	         a failure, so that the positions behind it need not wait
 //	w:<pos>  a waiter for pos is waiting: notify it when pos is next
 //	ref:<x>  the position reserved under reference x (Reserve's ref)
-//	log      the latest skipped positions, as JSON (see seqLog)
+//	log      the latest positions settled without a turn, as JSON (seq_log)
 //
 // All three keys share the hash tag {key}, so every script touches one
 // Cluster slot. Positions start at Redis TIME in microseconds (see
@@ -63,13 +63,13 @@ local function seq_advance(s, pos)
   return d + 1
 end
 
--- seq_log records that position pos was skipped, and why, in the capped log
--- of sequence s.
-local function seq_log(s, pos, why)
+-- seq_log records that position pos was settled without its turn (kind
+-- "void", "skip" or "finish"), and why, in the capped log of sequence s.
+local function seq_log(s, pos, kind, why)
   local log = {}
   local old = redis.call('HGET', s, 'log')
   if old then log = cjson.decode(old) end
-  table.insert(log, {pos = num(pos), at = num(nowms()), why = why})
+  table.insert(log, {pos = num(pos), at = num(nowms()), kind = kind, why = why})
   while #log > 20 do table.remove(log, 1) end
   redis.call('HSET', s, 'log', cjson.encode(log))
 end
@@ -257,7 +257,7 @@ return pos
 //
 // A skip applies only to the next position (the head). A void or finish
 // of a later position marks it, and the cursor passes it when it gets
-// there. Voids and skips are logged (seq_log). Returns 1 when it settled the
+// there. Each is logged (seq_log). Returns 1 when it settled the
 // position, 0 when the position was not in the expected state (settled
 // already, reserved for someone else, or not the head for a skip).
 var settleScript = redis.NewScript(commonLua + `
@@ -282,7 +282,8 @@ end
 local d = tonumber(redis.call('HGET', s, 'd'))
 local kind = ARGV[4]
 if kind == 's' and pos ~= d + 1 then return 0 end
-if kind ~= 'f' then seq_log(s, pos, ARGV[5]) end
+local kinds = {v = 'void', s = 'skip', f = 'finish'}
+seq_log(s, pos, kinds[kind], ARGV[5])
 if kind == 'f' then
   redis.call('HSET', s, 'p:' .. p, 'f ' .. ARGV[5])
 else

@@ -239,12 +239,22 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 	return q.settle(ctx, key, pos, ref, want, "f", outcome)
 }
 
-// Skipped is a position of a sequence that was voided or skipped.
-type Skipped struct {
-	Pos    int64     `json:"pos"`
-	At     time.Time `json:"at"`
-	Reason string    `json:"reason"`
+// Settled is a position of a sequence that was settled without its turn:
+// voided, skipped or finished.
+type Settled struct {
+	Pos int64 `json:"pos"`
+	// At is when (Redis clock).
+	At time.Time `json:"at"`
+	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]) or
+	// "finish" ([Sequencer.Finish]).
+	Kind string `json:"kind"`
+	// Reason is the reason or outcome given.
+	Reason string `json:"reason"`
 }
+
+// Skipped reports whether the position was given up (voided or skipped)
+// rather than finished.
+func (s Settled) Skipped() bool { return s.Kind == "void" || s.Kind == "skip" }
 
 // Pending is a position after the cursor.
 type Pending struct {
@@ -273,9 +283,9 @@ type Status struct {
 	Last, Done int64
 	// Pending are the positions after Done, in order.
 	Pending []Pending
-	// Skipped are the latest skipped or voided positions, oldest first
-	// (at most 20).
-	Skipped []Skipped
+	// Log holds the latest positions settled without their turn (voided,
+	// skipped or finished ahead), oldest first; at most 20.
+	Log []Settled
 	// TTL is how long the sequence lives without further use.
 	TTL time.Duration
 }
@@ -324,14 +334,14 @@ func parseStatus(f map[string]string, ttl time.Duration) (Status, error) {
 		st.Pending = append(st.Pending, pe)
 	}
 	if log := f["log"]; log != "" {
-		var raw []struct{ Pos, At, Why string }
+		var raw []struct{ Pos, At, Kind, Why string }
 		if err := json.Unmarshal([]byte(log), &raw); err != nil {
 			return Status{}, fmt.Errorf("sequence: bad log: %w", err)
 		}
 		for _, r := range raw {
 			pos, _ := strconv.ParseInt(r.Pos, 10, 64)
 			at, _ := strconv.ParseInt(r.At, 10, 64)
-			st.Skipped = append(st.Skipped, Skipped{Pos: pos, At: time.UnixMilli(at).UTC(), Reason: r.Why})
+			st.Log = append(st.Log, Settled{Pos: pos, At: time.UnixMilli(at).UTC(), Kind: r.Kind, Reason: r.Why})
 		}
 	}
 	return st, nil

@@ -185,9 +185,9 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	st, err := q.Status(t.Context(), "SO-void")
 	require.NoError(t, err)
 	require.Equal(t, turns[2].Pos, st.Done)
-	require.Len(t, st.Skipped, 2)
-	require.Equal(t, turns[1].Pos, st.Skipped[0].Pos)
-	require.Equal(t, "enqueue refused: duplicate", st.Skipped[0].Reason)
+	require.Len(t, st.Log, 2)
+	require.Equal(t, turns[1].Pos, st.Log[0].Pos)
+	require.Equal(t, "enqueue refused: duplicate", st.Log[0].Reason)
 	_, err = l.AcquireTurn(t.Context(), "SO-void", "voided one", turns[1], lock.Wait{Deadline: time.Second})
 	require.NoError(t, err, "a passed position is granted at once, unordered")
 }

@@ -1,0 +1,490 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// producer returns a producer on the test's Redis with its key prefix.
+func (e *env) producer(cfg producer.Config) *producer.Producer {
+	e.t.Helper()
+	cfg.KeyPrefix = e.db.Prefix
+	p, err := producer.New(e.db.NewClient(e.t), cfg)
+	require.NoError(e.t, err)
+	return p
+}
+
+// sequencer reads and writes the orders' sequences of the test.
+func (e *env) sequencer() *lock.Sequencer {
+	e.t.Helper()
+	q, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(e.t, err)
+	return q
+}
+
+// runs collects the workers' OnDone reports.
+type runs struct {
+	mu   sync.Mutex
+	all  []worker.Done
+	done chan worker.Done
+}
+
+func newRuns() *runs { return &runs{done: make(chan worker.Done, 10000)} }
+
+func (r *runs) add(d worker.Done) {
+	r.mu.Lock()
+	r.all = append(r.all, d)
+	r.mu.Unlock()
+	select {
+	case r.done <- d:
+	default:
+	}
+}
+
+// waitFor waits for a run of event id with an outcome in want.
+func (r *runs) waitFor(t *testing.T, id string, limit time.Duration, want ...string) worker.Done {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-r.done:
+			if d.EventID == id && (len(want) == 0 || contains(want, d.Outcome)) {
+				return d
+			}
+		case <-timer.C:
+			t.Fatalf("no run of %s with outcome %v within %v", id, want, limit)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// history returns an order's history.
+func (e *env) history(no string) []orders.Entry {
+	e.t.Helper()
+	h, err := e.store.History(e.t.Context(), no)
+	require.NoError(e.t, err)
+	return h
+}
+
+// requireInSequence checks that an order's history applies its positions in
+// increasing order.
+func requireInSequence(t *testing.T, hist []orders.Entry) {
+	t.Helper()
+	var last int64
+	for _, h := range hist {
+		if h.Seq == 0 {
+			continue
+		}
+		require.Greater(t, h.Seq, last, "%s (position %d) applied after position %d", h.EventID, h.Seq, last)
+		last = h.Seq
+	}
+}
+
+// slowStore makes every write take d, so that tasks pile up behind a hot
+// order.
+func slowStore(d time.Duration) func(orders.Store) orders.Store {
+	return func(s orders.Store) orders.Store { return orders.BeforeWrite(s, orders.Delay(d)) }
+}
+
+// Changes sent one after another apply in the order they were sent, across
+// several workers, even when many wait behind one hot order.
+func TestChangesApplyInAcceptanceOrder(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-SEQ")
+	for range 3 {
+		e.startWorker(worker.Config{Concurrency: 6}, slowStore(2*time.Millisecond))
+	}
+	p := e.producer(producer.Config{})
+	const n = 40
+	for i := range n {
+		_, err := p.EnqueueModify(t.Context(), "SO-SEQ", tasks.Changes{Remark: new("r" + strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	e.drain(time.Minute)
+	hist := e.history("SO-SEQ")
+	require.Len(t, hist, n+1, "the put and every modify, once")
+	requireInSequence(t, hist)
+	o, err := e.store.Get(t.Context(), "SO-SEQ")
+	require.NoError(t, err)
+	require.Equal(t, "r"+strconv.Itoa(n-1), o.Remark, "last word last")
+}
+
+// Several producer processes send to shared hot orders, one after another
+// each: every order's history follows its sequence, and each producer's
+// changes of an order apply in the order it sent them.
+func TestSequencesUnderConcurrency(t *testing.T) {
+	e := newEnv(t)
+	orderNos := []string{"SO-C1", "SO-C2", "SO-C3"}
+	for _, no := range orderNos {
+		e.seed(no)
+	}
+	for range 3 {
+		e.startWorker(worker.Config{Concurrency: 8}, nil)
+	}
+	const clients, each = 4, 30
+	sent := make([][]string, clients) // event IDs per client, in send order
+	var wg sync.WaitGroup
+	for c := range clients {
+		p := e.producer(producer.Config{})
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("c%d-%d", c, i)
+				no := orderNos[(c+i)%len(orderNos)]
+				_, err := p.EnqueueModify(t.Context(), no, tasks.Changes{Remark: new(id)}, producer.WithEventID(id))
+				require.NoError(t, err)
+				sent[c] = append(sent[c], no+" "+id)
+			}
+		})
+	}
+	wg.Wait()
+	e.drain(2 * time.Minute)
+
+	at := map[string]int{} // event → its index in its order's history
+	for _, no := range orderNos {
+		hist := e.history(no)
+		requireInSequence(t, hist)
+		for i, h := range hist {
+			at[no+" "+h.EventID] = i
+		}
+		o, err := e.store.Get(t.Context(), no)
+		require.NoError(t, err)
+		require.Equal(t, hist[len(hist)-1].EventID, o.Remark, "%s ends as its last change said", no)
+	}
+	for c := range clients {
+		last := map[string]int{}
+		for _, key := range sent[c] {
+			i, ok := at[key]
+			require.True(t, ok, "%s applied", key)
+			no := strings.Fields(key)[0]
+			require.Greater(t, i, last[no], "client %d: %s applied before its earlier change", c, key)
+			last[no] = i
+		}
+	}
+}
+
+// A task enqueued with MaxRetry(0) that has to wait, for its turn and for
+// the lock, is never archived for it.
+func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-M0")
+	r := newRuns()
+	for range 2 {
+		e.startWorker(worker.Config{
+			Concurrency:  4,
+			Waits:        map[string]lock.Wait{"modify": {MinDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond, Deadline: 20 * time.Millisecond}},
+			BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 20 * time.Millisecond,
+			OnDone: r.add,
+		}, slowStore(30*time.Millisecond))
+	}
+	p := e.producer(producer.Config{MaxRetry: -1})
+	const n = 12
+	for i := range n {
+		_, err := p.EnqueueModify(t.Context(), "SO-M0", tasks.Changes{Remark: new(strconv.Itoa(i))}, producer.WithMaxRetry(0))
+		require.NoError(t, err)
+	}
+	// And one enqueued by hand without a position, with asynq's MaxRetry at
+	// 1 (a budget of 0 by tasks.MaxRetry's rule).
+	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "by-hand", OrderNo: "SO-M0", Changes: tasks.Changes{Address: new("9 Hand St")}})
+	require.NoError(t, err)
+	_, err = e.cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("by-hand"), asynq.MaxRetry(1), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	e.drain(time.Minute)
+
+	archived, err := e.insp.ListArchivedTasks(tasks.QueueModify)
+	require.NoError(t, err)
+	require.Empty(t, archived, "waiting archived a task")
+	hist := e.history("SO-M0")
+	require.Len(t, hist, n+2)
+	requireInSequence(t, hist)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	waited := 0
+	for _, d := range r.all {
+		if d.Outcome == worker.OutcomeWaiting || d.Outcome == worker.OutcomeBusy {
+			waited++
+		}
+	}
+	require.Positive(t, waited, "the test must make tasks wait")
+}
+
+// Each kind of gap is skipped after the gap wait, and only then: a position
+// whose producer died before enqueueing, and a task deleted from the queue.
+// A refused enqueue's position is passed at once.
+func TestGapsAreSkippedAfterTheWait(t *testing.T) {
+	const gap = 2 * time.Second
+	e := newEnv(t)
+	e.seed("SO-GAP")
+	r := newRuns()
+	e.startWorker(worker.Config{GapWait: gap, OnDone: r.add,
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
+	p := e.producer(producer.Config{})
+	q := e.sequencer()
+
+	// 1. A producer that took a position and died.
+	reserved := time.Now()
+	dead, err := q.Reserve(t.Context(), "SO-GAP", tasks.PositionLabel(tasks.TypeModify, "never-sent"), "")
+	require.NoError(t, err)
+	after, err := p.EnqueueModify(t.Context(), "SO-GAP", tasks.Changes{Remark: new("after the dead one")}, producer.WithEventID("after-dead"))
+	require.NoError(t, err)
+	d := r.waitFor(t, "after-dead", 30*time.Second, worker.OutcomeOK)
+	require.GreaterOrEqual(t, time.Since(reserved), gap, "skipped only after the gap wait")
+	require.Equal(t, 1, d.Skipped)
+	require.Equal(t, after.Seq, d.Seq)
+
+	// 2. A task deleted from the queue while it waited to run.
+	later, err := p.EnqueueModify(t.Context(), "SO-GAP", tasks.Changes{Remark: new("deleted")},
+		producer.WithEventID("deleted"), producer.WithProcessIn(time.Hour))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-GAP", tasks.Changes{Remark: new("after the deleted one")}, producer.WithEventID("after-deleted"))
+	require.NoError(t, err)
+	r.waitFor(t, "after-deleted", 30*time.Second, worker.OutcomeWaiting)
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueModify, "deleted"))
+	d = r.waitFor(t, "after-deleted", 30*time.Second, worker.OutcomeOK)
+	require.Equal(t, 1, d.Skipped)
+
+	// 3. An enqueue refused as a duplicate: its position is voided, no wait.
+	_, err = p.EnqueueModify(t.Context(), "SO-GAP", tasks.Changes{Remark: new("after the deleted one")}, producer.WithEventID("after-deleted"))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	start := time.Now()
+	_, err = p.EnqueueModify(t.Context(), "SO-GAP", tasks.Changes{Remark: new("last")}, producer.WithEventID("last"))
+	require.NoError(t, err)
+	d = r.waitFor(t, "last", 30*time.Second, worker.OutcomeOK)
+	require.Less(t, time.Since(start), gap, "a voided position is passed without the gap wait")
+	require.Zero(t, d.Skipped)
+
+	st, err := q.Status(t.Context(), "SO-GAP")
+	require.NoError(t, err)
+	require.Empty(t, st.Pending)
+	reasons := map[int64]string{}
+	for _, s := range st.Log {
+		reasons[s.Pos] = s.Reason
+	}
+	require.Contains(t, reasons[dead], "never-sent is not in queue order_modify")
+	require.Contains(t, reasons[later.Seq], "deleted is not in queue order_modify")
+	require.Len(t, reasons, 3, "the two gaps and the void")
+	hist := e.history("SO-GAP")
+	requireInSequence(t, hist)
+	o, err := e.store.Get(t.Context(), "SO-GAP")
+	require.NoError(t, err)
+	require.Equal(t, "last", o.Remark)
+}
+
+// An archived task uses up its position at once: a rejected change, and a
+// task found on another kind's queue.
+func TestArchivedTaskUsesUpItsPosition(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-ARCH")
+	r := newRuns()
+	e.startWorker(worker.Config{GapWait: time.Hour, OnDone: r.add}, nil)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueExchange(t.Context(), "SO-ARCH", []tasks.Item{{SKU: "X", Qty: 1}}, producer.WithNewOrderNo("SO-ARCH-B"), producer.WithEventID("x"))
+	require.NoError(t, err)
+	// Rejected: the order is exchanged by then.
+	_, err = p.EnqueueModify(t.Context(), "SO-ARCH", tasks.Changes{Remark: new("too late")}, producer.WithEventID("late"))
+	require.NoError(t, err)
+	d := r.waitFor(t, "late", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorContains(t, d.Err, "SO-ARCH-B", "the rejection names the replacement")
+
+	// A modify on the exchange queue, with a real position.
+	q := e.sequencer()
+	pos, err := q.Reserve(t.Context(), "SO-ARCH-B", tasks.PositionLabel(tasks.TypeModify, "misplaced"), "")
+	require.NoError(t, err)
+	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "misplaced", OrderNo: "SO-ARCH-B", Seq: pos, Changes: tasks.Changes{Remark: new("wrong queue")}})
+	require.NoError(t, err)
+	_, err = e.cli.Enqueue(task, asynq.Queue(tasks.QueueExchange), asynq.TaskID("misplaced"), asynq.MaxRetry(3))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-ARCH-B", tasks.Changes{Remark: new("right after")}, producer.WithEventID("right-after"))
+	require.NoError(t, err)
+	r.waitFor(t, "right-after", 30*time.Second, worker.OutcomeOK)
+	info := e.taskInfo(tasks.QueueExchange, "misplaced")
+	require.Equal(t, asynq.TaskStateArchived, info.State)
+	require.Contains(t, info.LastErr, "its queue is order_modify")
+	b, err := e.store.Get(t.Context(), "SO-ARCH-B")
+	require.NoError(t, err)
+	require.Equal(t, "right after", b.Remark)
+}
+
+// An exchange takes its place in its order's sequence: the modifies
+// accepted before it apply before it and reach the replacement through the
+// copied fields; those after it are rejected naming the replacement; a
+// modify of the replacement sent after it waits for the creation.
+func TestExchangeInTheMiddleOfASequence(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-MID")
+	r := newRuns()
+	for range 2 {
+		e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add}, slowStore(20*time.Millisecond))
+	}
+	p := e.producer(producer.Config{})
+	send := func(id string, f func() (producer.Result, error)) {
+		t.Helper()
+		_, err := f()
+		require.NoError(t, err, id)
+	}
+	send("m1", func() (producer.Result, error) {
+		return p.EnqueueModify(t.Context(), "SO-MID", tasks.Changes{Address: new("1 First St")}, producer.WithEventID("m1"))
+	})
+	send("m2", func() (producer.Result, error) {
+		return p.EnqueueModify(t.Context(), "SO-MID", tasks.Changes{Remark: new("second")}, producer.WithEventID("m2"))
+	})
+	send("x", func() (producer.Result, error) {
+		return p.EnqueueExchange(t.Context(), "SO-MID", []tasks.Item{{SKU: "NEW", Qty: 2}},
+			producer.WithEventID("x"), producer.WithNewOrderNo("SO-MID-B"))
+	})
+	send("m3", func() (producer.Result, error) {
+		return p.EnqueueModify(t.Context(), "SO-MID", tasks.Changes{Remark: new("third")}, producer.WithEventID("m3"))
+	})
+	send("b1", func() (producer.Result, error) {
+		return p.EnqueueModify(t.Context(), "SO-MID-B", tasks.Changes{Remark: new("on the replacement")}, producer.WithEventID("b1"))
+	})
+	e.drain(time.Minute)
+
+	b, err := e.store.Get(t.Context(), "SO-MID-B")
+	require.NoError(t, err)
+	require.Equal(t, "1 First St", b.Address, "m1 reached the replacement")
+	require.Equal(t, "on the replacement", b.Remark, "b1 waited for the creation, then applied")
+	require.Equal(t, []tasks.Item{{SKU: "NEW", Qty: 2}}, b.Items)
+	m3 := e.taskInfo(tasks.QueueModify, "m3")
+	require.Equal(t, asynq.TaskStateArchived, m3.State)
+	require.Contains(t, m3.LastErr, "SO-MID-B")
+	require.Zero(t, m3.Retried)
+	for _, id := range []string{"m1", "m2", "b1"} {
+		require.Equal(t, asynq.TaskStateCompleted, e.taskInfo(tasks.QueueModify, id).State, id)
+	}
+	requireInSequence(t, e.history("SO-MID"))
+}
+
+// A modify of a replacement that is still being created waits for it; if
+// the exchange that was to create it is rejected, so is the modify, with
+// the reason.
+func TestModifyOfAReplacementBeingCreated(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-RC")
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	hold := func(s orders.Store) orders.Store {
+		return orders.BeforeWrite(s, func(ctx context.Context, typ, ev, no string) error {
+			if typ == orders.TypeExchange && gated.CompareAndSwap(false, true) {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+			return nil
+		})
+	}
+	r := newRuns()
+	e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add,
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, hold)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueExchange(t.Context(), "SO-RC", []tasks.Item{{SKU: "N", Qty: 1}}, producer.WithEventID("x1"), producer.WithNewOrderNo("SO-RC-B"))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-RC-B", tasks.Changes{Remark: new("early")}, producer.WithEventID("early"))
+	require.NoError(t, err)
+	r.waitFor(t, "early", 30*time.Second, worker.OutcomeWaiting)
+	close(gate)
+	r.waitFor(t, "early", 30*time.Second, worker.OutcomeOK)
+	b, err := e.store.Get(t.Context(), "SO-RC-B")
+	require.NoError(t, err)
+	require.Equal(t, "early", b.Remark)
+
+	// An exchange of an order that is exchanged already is rejected: the
+	// modify of its would-be replacement is rejected with the reason.
+	_, err = p.EnqueueExchange(t.Context(), "SO-RC", []tasks.Item{{SKU: "N", Qty: 1}}, producer.WithEventID("x2"), producer.WithNewOrderNo("SO-RC-C"))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-RC-C", tasks.Changes{Remark: new("never")}, producer.WithEventID("never"))
+	require.NoError(t, err)
+	d := r.waitFor(t, "never", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorContains(t, d.Err, "x2")
+	require.ErrorContains(t, d.Err, "SO-RC-B", "the reason the exchange was rejected")
+	require.Equal(t, asynq.TaskStateArchived, e.taskInfo(tasks.QueueExchange, "x2").State)
+}
+
+// A task that keeps failing is archived by the worker once it is out of
+// its failure budget; its position is used up and the next change goes.
+func TestFailureBudgetThenArchive(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-FAIL")
+	var fails atomic.Int32
+	failing := func(s orders.Store) orders.Store {
+		return orders.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
+			if ev == "doomed" {
+				fails.Add(1)
+				return errors.New("upstream said 500")
+			}
+			return nil
+		})
+	}
+	r := newRuns()
+	e.startWorker(worker.Config{OnDone: r.add}, failing)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueModify(t.Context(), "SO-FAIL", tasks.Changes{Remark: new("x")}, producer.WithEventID("doomed"), producer.WithMaxRetry(1))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-FAIL", tasks.Changes{Remark: new("after")}, producer.WithEventID("after-doomed"))
+	require.NoError(t, err)
+	first := r.waitFor(t, "doomed", 30*time.Second, worker.OutcomeError)
+	require.Zero(t, first.Retried)
+	// Speed the backoff up: run the retried task now.
+	require.Eventually(t, func() bool { return e.insp.RunTask(tasks.QueueModify, "doomed") == nil }, 10*time.Second, 10*time.Millisecond)
+	d := r.waitFor(t, "doomed", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorContains(t, d.Err, "out of its failure budget")
+	require.EqualValues(t, 2, fails.Load(), "one attempt and one retry")
+	r.waitFor(t, "after-doomed", 30*time.Second, worker.OutcomeOK)
+	info := e.taskInfo(tasks.QueueModify, "doomed")
+	require.Equal(t, asynq.TaskStateArchived, info.State)
+}
+
+// A handler that panics releases its order's lock on the way out.
+func TestPanicReleasesTheOrder(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-PANIC")
+	var panicked atomic.Bool
+	boom := func(s orders.Store) orders.Store {
+		return orders.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
+			if ev == "boom" && panicked.CompareAndSwap(false, true) {
+				panic("handler bug")
+			}
+			return nil
+		})
+	}
+	r := newRuns()
+	e.startWorker(worker.Config{OnDone: r.add}, boom)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueModify(t.Context(), "SO-PANIC", tasks.Changes{Remark: new("b")}, producer.WithEventID("boom"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := e.insp.GetTaskInfo(tasks.QueueModify, "boom")
+		return err == nil && strings.Contains(info.LastErr, "panic")
+	}, 30*time.Second, 10*time.Millisecond)
+	n, err := e.db.Client.Exists(t.Context(), e.db.Prefix+"lock:{SO-PANIC}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the lock was released, not left to its lease")
+}
