@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
@@ -78,7 +79,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch rest[0] {
 	case "modify", "exchange":
-		p, err := producer.New(rdb, producer.Config{})
+		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix})
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		return order(ctx, store, rest[1:], stdout)
+		views, err := orderview.New(rdb, store, c.Prefix)
+		if err != nil {
+			return err
+		}
+		return order(ctx, store, views, rest[1:], stdout)
 	}
 	return fmt.Errorf("unknown command %q (run with -h for the list)", rest[0])
 }
@@ -193,7 +198,7 @@ func exchange(ctx context.Context, p *producer.Producer, args []string) (produce
 	return p.EnqueueExchange(ctx, no, its, opts...)
 }
 
-func order(ctx context.Context, store orders.Store, args []string, stdout io.Writer) error {
+func order(ctx context.Context, store orders.Store, views *orderview.Reader, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("order: want get, history or put")
 	}
@@ -209,7 +214,7 @@ func order(ctx context.Context, store orders.Store, args []string, stdout io.Wri
 			}
 			return printJSON(stdout, o)
 		}
-		h, err := store.History(ctx, args[1])
+		h, err := views.History(ctx, args[1])
 		if err != nil {
 			return err
 		}

@@ -112,9 +112,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
-	p, err := producer.New(rdb, producer.Config{})
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix})
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}
 	defer p.Close()
 	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})

@@ -109,13 +109,8 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// history is the answer of GET /v1/orders/{order_no}/history.
-type history struct {
-	OrderNo string         `json:"order_no"`
-	Entries []orders.Entry `json:"entries"`
-}
-
-// getHistory answers the order's history, oldest entry first.
+// getHistory answers the order's history, oldest entry first, with the
+// positions its sequence skipped.
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 	no, aerr := orderNo(r)
 	if aerr != nil {
@@ -124,15 +119,12 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	entries, err := s.store.History(ctx, no)
+	h, err := s.views.History(ctx, no)
 	if err != nil {
 		s.writeError(w, r, storeError(err))
 		return
 	}
-	if entries == nil {
-		entries = []orders.Entry{}
-	}
-	writeJSON(w, http.StatusOK, history{OrderNo: no, Entries: entries})
+	writeJSON(w, http.StatusOK, h)
 }
 
 // taskView is the answer of GET /v1/tasks/{task_id}.

@@ -17,6 +17,7 @@
 //
 // (one POST route per task kind of the contract, named by the kind: see
 // tasks.Kinds)
+//
 //	GET  /v1/orders/{order_no}            the order                    200
 //	GET  /v1/orders/{order_no}/history    the order's history          200
 //	GET  /v1/tasks/{task_id}              a task's state and retries   200
@@ -106,6 +107,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -259,6 +261,7 @@ type Server struct {
 	rdb        redis.UniversalClient
 	producer   *producer.Producer
 	store      orders.Store
+	views      *orderview.Reader
 	inspector  *asynq.Inspector
 	queues     []string // where tasks are looked for: exchanges first
 	auth       httpauth.Scheme
@@ -294,11 +297,16 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	for _, k := range tasks.Kinds() {
 		queues = append(queues, k.Queue)
 	}
+	views, err := orderview.New(rdb, store, p.Config().KeyPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("intake: %w", err)
+	}
 	s := &Server{
 		cfg:       cfg,
 		rdb:       rdb,
 		producer:  p,
 		store:     store,
+		views:     views,
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		queues:    queues,
 		log:       cfg.Logger.Named("http"),

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -37,11 +38,13 @@ func TestGetOrderAndHistory(t *testing.T) {
 
 	r = e.do(t, http.MethodGet, "/v1/orders/SO1/history", "", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	var h history
+	var h orderview.History
 	r.decode(t, &h)
 	assert.Equal(t, "SO1", h.OrderNo)
 	require.Len(t, h.Entries, 1)
 	assert.Equal(t, orders.TypePut, h.Entries[0].Type)
+	assert.Empty(t, h.Skipped)
+	assert.Contains(t, string(r.body), `"skipped":[]`, "an empty list, not null")
 
 	for _, path := range []string{"/v1/orders/SO2", "/v1/orders/SO2/history"} {
 		r = e.do(t, http.MethodGet, path, "", nil)

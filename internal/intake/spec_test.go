@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -121,7 +122,8 @@ func TestSpecSchemas(t *testing.T) {
 		{"KeyReusedError", errorBody{existingTask: &existingTask{}}, []string{"state"}, false},
 		{"Order", orders.Order{}, nil, true},
 		{"HistoryEntry", orders.Entry{}, nil, true},
-		{"History", history{}, nil, true},
+		{"History", orderview.History{}, nil, true},
+		{"Skip", orderview.Skip{}, nil, true},
 		{"Task", taskView{}, nil, true},
 		{"Status", status{}, nil, true},
 	}
