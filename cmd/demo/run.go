@@ -19,8 +19,6 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 type settings struct {
@@ -55,16 +53,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer rdb.Close()
 
 	tl := newTimeline(stdout)
-	raw, err := logging.New(c.LogLevel, logging.FormatConsole, nil)
+	log, err := logging.New(c.LogLevel, logging.FormatConsole, nil)
 	if err != nil {
 		return err
 	}
-	log := zap.New(zapcore.NewTee(raw.Core(), tl.core()))
 	defer func() { _ = log.Sync() }()
 
-	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock"), OnWait: func(key, meta, holder string) {
-		tl.printf("%-9s %-22s %s is held by %s", "waiting", eventOf(meta), key, holder)
-	}})
+	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock"), OnWait: tl.waiting})
 	if err != nil {
 		return err
 	}
@@ -76,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	exchanging := make(chan struct{})
 	store := orders.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
 	w, err := worker.New(rdb, locker, store, worker.Config{
-		Concurrency: 8, Logger: log, ID: "demo-worker",
+		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 	})
 	if err != nil {
@@ -93,7 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer prod.Close()
 
 	fmt.Fprintf(stdout, "orderworker demo: embedded Redis at %s, one worker running 8 tasks at once.\n", srv.Addr())
-	fmt.Fprintf(stdout, "An exchange of SO1001 holds its order for %v; modifies of SO1001 and SO1002 arrive meanwhile.\n\n", c.Hold)
+	fmt.Fprintf(stdout, "Changes of SO1001 arrive around an exchange that holds the order for %v, and of SO1002 back to back.\n", c.Hold)
+	fmt.Fprintf(stdout, "Each change takes its order's next position when accepted (seq); the worker applies them in that order.\n\n")
 
 	sctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -114,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return nil
 }
 
-// scenario seeds the orders, enqueues the tasks and waits for them.
+// scenario seeds the orders, enqueues the changes and waits for them.
 func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, exchanging <-chan struct{}, tl *timeline) error {
 	for _, o := range []orders.Order{
 		{No: "SO1001", Address: "12 Harbour St", Remark: "ring twice", Items: []orders.Item{{SKU: "TEA-GREEN", Qty: 2}}},
@@ -131,8 +127,18 @@ func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, 
 			return fmt.Errorf("enqueue %s: %w", what, err)
 		}
 		tl.expect(r.TaskID)
-		tl.printf("%-9s %-22s %s", "enqueue", r.EventID, what)
+		tl.printf("%-9s %-22s %s (seq %d)", "enqueue", r.EventID, what, r.Seq)
 		return nil
+	}
+	modify := func(event, order string, c tasks.Changes, what string) error {
+		return enqueue(what, func() (producer.Result, error) {
+			return prod.EnqueueModify(ctx, order, c, producer.WithEventID(event))
+		})
+	}
+	// A modify accepted just before the exchange applies before it, and
+	// the replacement copies its address.
+	if err := modify("modify-1", "SO1001", tasks.Changes{Address: str("3 Quay Rd")}, "modify SO1001 address"); err != nil {
+		return err
 	}
 	if err := enqueue("exchange SO1001 for SO2001", func() (producer.Result, error) {
 		return prod.EnqueueExchange(ctx, "SO1001", []tasks.Item{{SKU: "TEA-BLACK", Qty: 2}},
@@ -140,7 +146,7 @@ func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, 
 	}); err != nil {
 		return err
 	}
-	select { // the modifies arrive while the exchange holds SO1001
+	select { // the next changes arrive while the exchange holds SO1001
 	case <-exchanging:
 	case <-ctx.Done():
 		return ctx.Err()
@@ -150,27 +156,20 @@ func scenario(ctx context.Context, store orders.Store, prod *producer.Producer, 
 		c            tasks.Changes
 		what         string
 	}{
-		{"modify-1", "SO1001", tasks.Changes{Address: str("3 Quay Rd")}, "modify SO1001 address"},
+		// Accepted after the exchange: rejected, naming the replacement.
 		{"modify-2", "SO1001", tasks.Changes{Remark: str("leave at door")}, "modify SO1001 remark"},
-		{"modify-3", "SO1002", tasks.Changes{Remark: str("gift wrap")}, "modify SO1002 remark"},
-		{"modify-4", "SO1002", tasks.Changes{Items: []tasks.Item{{SKU: "MUG-BLUE", Qty: 2}}}, "modify SO1002 items"},
-		{"modify-5", "SO1002", tasks.Changes{Address: str("9 Mill Lane")}, "modify SO1002 address"},
+		// A modify of the replacement, sent before it exists: it waits for
+		// the exchange to create it.
+		{"modify-3", "SO2001", tasks.Changes{Remark: str("leave at door")}, "modify SO2001 remark (the replacement)"},
+		// Two address changes of SO1002 back to back: the last word wins.
+		{"modify-4", "SO1002", tasks.Changes{Address: str("8 Mill Lane")}, "modify SO1002 address"},
+		{"modify-5", "SO1002", tasks.Changes{Address: str("9 Mill Lane")}, "modify SO1002 address again"},
+		{"modify-6", "SO1002", tasks.Changes{Remark: str("gift wrap")}, "modify SO1002 remark"},
 	}
 	for _, m := range mods {
-		if err := enqueue(m.what, func() (producer.Result, error) {
-			return prod.EnqueueModify(ctx, m.order, m.c, producer.WithEventID(m.event))
-		}); err != nil {
+		if err := modify(m.event, m.order, m.c, m.what); err != nil {
 			return err
 		}
-	}
-	if err := tl.wait(ctx); err != nil {
-		return err
-	}
-	// The replacement exists now; a modify of it goes through.
-	if err := enqueue("modify SO2001 remark (the replacement)", func() (producer.Result, error) {
-		return prod.EnqueueModify(ctx, "SO2001", tasks.Changes{Remark: str("leave at door")}, producer.WithEventID("modify-6"))
-	}); err != nil {
-		return err
 	}
 	return tl.wait(ctx)
 }
@@ -193,7 +192,11 @@ func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string)
 		return err
 	}
 	for _, h := range hist {
-		fmt.Fprintf(w, "    v%-2d %-15s %-11s fence=%-17d %s\n", h.Version, h.Type, h.EventID, h.Fence, h.Detail)
+		seq := ""
+		if h.Seq > 0 {
+			seq = fmt.Sprintf("seq=%d", h.Seq)
+		}
+		fmt.Fprintf(w, "    v%-2d %-15s %-11s %-20s fence=%-17d %s\n", h.Version, h.Type, h.EventID, seq, h.Fence, h.Detail)
 	}
 	return nil
 }
@@ -242,31 +245,41 @@ func (t *timeline) expect(taskID string) {
 	t.pending[taskID] = true
 }
 
-// finished records the worker's log line of a finished task run.
-func (t *timeline) finished(msg string, f map[string]any) {
-	id, _ := f["task_id"].(string)
-	ev, _ := f["event_id"].(string)
-	wait, _ := f["lock_wait"].(time.Duration)
-	woken, _ := f["woken_by_notice"].(int64)
-	attempts, _ := f["lock_attempts"].(int64)
+// waiting records a task that starts waiting for its order: the lock is
+// held (holder is the holder's meta), or it is not its turn yet (holder is
+// the label of the position before it).
+func (t *timeline) waiting(key, meta, holder string) {
+	_, id, _ := strings.Cut(meta, " ")
+	if typ, ev, from, ok := tasks.ParseLabel(holder); ok {
+		what := typ + " " + ev
+		if from != "" {
+			what = "the creation of " + key + " by " + ev + " of " + from
+		}
+		t.printf("%-9s %-22s waits for its turn on %s, after %s", "waiting", id, key, what)
+		return
+	}
+	t.printf("%-9s %-22s %s is held by %s", "waiting", id, key, holder)
+}
+
+// finished records a task run, from the worker's OnDone.
+func (t *timeline) finished(d worker.Done) {
 	var how string
 	switch {
-	case attempts <= 1:
+	case d.Lock.Attempts <= 1:
 		how = "took the lock at once"
-	case woken > 0:
-		how = fmt.Sprintf("waited %v, woken by the release notice", wait.Round(time.Millisecond))
+	case d.Lock.WokenByNotice > 0:
+		how = fmt.Sprintf("waited %v, woken by the notice of the change before it", d.Lock.Waited.Round(time.Millisecond))
 	default:
-		how = fmt.Sprintf("waited %v, woken by its random delay", wait.Round(time.Millisecond))
+		how = fmt.Sprintf("waited %v, woken by its random delay", d.Lock.Waited.Round(time.Millisecond))
 	}
 	outcome := "applied"
-	if e, ok := f["error"].(string); ok {
-		outcome = msg + ": " + strings.TrimSuffix(e, ": "+asynq.SkipRetry.Error())
+	if d.Err != nil {
+		outcome = d.Outcome + ": " + strings.TrimSuffix(d.Err.Error(), ": "+asynq.SkipRetry.Error())
 	}
-	t.printf("%-9s %-22s %s; %s", "done", ev, how, outcome)
+	t.printf("%-9s %-22s %s; %s", "done", d.EventID, how, outcome)
 	t.mu.Lock()
-	final := msg == "task done" || strings.HasPrefix(msg, "task rejected")
-	if final {
-		delete(t.pending, id)
+	if d.Outcome == worker.OutcomeOK || d.Outcome == worker.OutcomeRejected {
+		delete(t.pending, d.TaskID)
 	}
 	t.mu.Unlock()
 	select {
@@ -290,38 +303,4 @@ func (t *timeline) wait(ctx context.Context) error {
 			return fmt.Errorf("%d tasks still unfinished: %w", n, ctx.Err())
 		}
 	}
-}
-
-// core returns a zap core that feeds the worker's task log to the timeline.
-func (t *timeline) core() zapcore.Core { return &timelineCore{tl: t} }
-
-type timelineCore struct {
-	tl     *timeline
-	fields []zapcore.Field
-}
-
-func (c *timelineCore) Enabled(zapcore.Level) bool { return true }
-func (c *timelineCore) With(fs []zapcore.Field) zapcore.Core {
-	return &timelineCore{tl: c.tl, fields: append(c.fields[:len(c.fields):len(c.fields)], fs...)}
-}
-func (c *timelineCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.LoggerName == "worker" && strings.HasPrefix(e.Message, "task ") || strings.HasPrefix(e.Message, "order busy") {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-func (c *timelineCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
-	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range append(c.fields[:len(c.fields):len(c.fields)], fs...) {
-		f.AddTo(enc)
-	}
-	c.tl.finished(e.Message, enc.Fields)
-	return nil
-}
-func (c *timelineCore) Sync() error { return nil }
-
-// eventOf returns the task ID (the event ID) of a lock meta, "<type> <id>".
-func eventOf(meta string) string {
-	_, id, _ := strings.Cut(meta, " ")
-	return id
 }

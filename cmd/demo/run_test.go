@@ -19,13 +19,14 @@ func TestScenario(t *testing.T) {
 	got := out.String()
 	t.Log(got)
 	for _, want := range []string{
-		"SO1001 is held by order:exchange exchange-1",                  // modifies of SO1001 wait for the exchange
-		"woken by the release notice; applied",                         // SO1002's modifies hand over
-		"woken by the release notice; task rejected",                   // SO1001's modifies waited for the exchange
-		"its replacement is order SO2001",                              // and the rejection names the replacement
-		"SO1001  exchanged",                                            // final orders
-		"SO2001  active  v2",                                           // the replacement took the last modify
-		`SO1002  active  v4  address="9 Mill Lane" remark="gift wrap"`, // all three modifies applied
+		"exchange-1             waits for its turn on SO1001, after order:modify modify-1",  // the earlier modify goes first
+		"modify-3               waits for its turn on SO2001, after the creation of SO2001", // the replacement's modify waits for it
+		"modify-5               waits for its turn on SO1002, after order:modify modify-4",  // back to back, in order
+		"woken by the notice of the change before it; applied",
+		"rejected: modify SO1001: orders: order SO1001 is exchanged; its replacement is order SO2001",
+		`SO1001  exchanged  v3  address="3 Quay Rd"`,                     // modify-1 applied before the exchange
+		`SO2001  active  v2  address="3 Quay Rd" remark="leave at door"`, // copied, then modify-3 applied
+		`SO1002  active  v4  address="9 Mill Lane" remark="gift wrap"`,   // the last address wins
 	} {
 		require.Contains(t, got, want)
 	}
