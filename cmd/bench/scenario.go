@@ -388,7 +388,7 @@ func startSystem(rdb *redis.Client, c settings, sc scenario) (*system, error) {
 		w, err := worker.New(rdb, locker, slowStore{Store: store, work: c.Work}, worker.Config{
 			Concurrency: c.Concurrency,
 			ID:          "bench-b",
-			Logger:      zap.New(waitCore{lw}),
+			OnDone:      lw.done,
 		})
 		if err != nil {
 			return nil, err

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap/zapcore"
+	"github.com/orderworker/orderworker/worker"
 )
 
 // waits collects how long tasks waited for their order's lock: every wait,
@@ -44,39 +44,15 @@ func (w *waits) sorted() []time.Duration {
 	return slices.Sorted(slices.Values(w.d))
 }
 
-// waitCore is a zap core for (b)'s worker that keeps only the lock_wait
-// field of its one log line per task ("task done", and "order busy" for a
-// task that met its wait deadline) and drops everything else, so that
-// logging costs next to nothing.
-type waitCore struct{ w *waits }
-
-var _ zapcore.Core = waitCore{}
-
-func (c waitCore) Enabled(l zapcore.Level) bool      { return l >= zapcore.InfoLevel }
-func (c waitCore) With([]zapcore.Field) zapcore.Core { return c }
-func (c waitCore) Sync() error                       { return nil }
-
-func (c waitCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == "task done" || e.Message == "order busy; task back to its queue" {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
-func (c waitCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	var event string
-	var wait time.Duration
-	found := false
-	for _, f := range fields {
-		switch {
-		case f.Key == "event_id" && f.Type == zapcore.StringType:
-			event = f.String
-		case f.Key == "lock_wait" && f.Type == zapcore.DurationType:
-			wait, found = time.Duration(f.Integer), true
+// done records the lock wait of one run of (b)'s worker, from its OnDone:
+// every run that took the lock, or met its wait deadline.
+func (w *waits) done(d worker.Done) {
+	switch d.Outcome {
+	case worker.OutcomeBusy, worker.OutcomeWaiting:
+		w.add(d.EventID, d.Lock.Waited, false)
+	default:
+		if d.Locked {
+			w.add(d.EventID, d.Lock.Waited, true)
 		}
 	}
-	if found {
-		c.w.add(event, wait, e.Message == "task done")
-	}
-	return nil
 }
