@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,11 +48,21 @@ type results struct {
 	unknownEvents []string // history entries of events never enqueued
 	versionOff    []string // an order whose version is not its history's length
 	locksLeft     []string // lock keys left once drained
+
+	// Ordering.
+	inversions   []string // an order's history applying a position after a later one
+	clientOrder  []string // a client's changes of an order applied out of the order it sent them
+	replayOff    []string // an order whose state is not the replay of its changes in sequence order
+	stalled      []string // a sequence with positions left once drained
+	badSkips     []string // a skipped position whose task had existed
+	skips, voids int
+	lateRejected int // modifies accepted after their order's exchange, rejected naming the replacement
 }
 
 func (r *results) violations() int {
 	n := len(r.lost) + len(r.badArchive) + len(r.doubleApplied) + len(r.notApplied) + len(r.archApplied) +
-		len(r.unknownEvents) + len(r.versionOff) + len(r.locksLeft) + len(r.analysis.Violations) + len(r.crashes)
+		len(r.unknownEvents) + len(r.versionOff) + len(r.locksLeft) + len(r.analysis.Violations) + len(r.crashes) +
+		len(r.inversions) + len(r.clientOrder) + len(r.replayOff) + len(r.stalled) + len(r.badSkips)
 	for _, c := range r.unfinished {
 		n += c
 	}
@@ -58,7 +71,7 @@ func (r *results) violations() int {
 
 // check reads asynq's view of every enqueued task and every order's
 // history, and cross-checks them.
-func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, insp *asynq.Inspector, l *load) (*results, error) {
+func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, seq *lock.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
 	r := &results{tasks: l.tasks, outcomes: map[string]outcome{}, archivedBy: map[string]int{}, unfinished: map[string]int{}}
 	for _, q := range benchkit.Queues {
 		if err := listAll(insp.ListCompletedTasks, q, "completed", r.outcomes); err != nil {
@@ -133,6 +146,13 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, i
 			r.archivedBy[class]++
 			if strings.HasPrefix(class, "other") {
 				r.badArchive = append(r.badArchive, fmt.Sprintf("%s %s on %s: %s", t.Type, t.EventID, t.OrderNo, o.lastErr))
+			} else if x, ok := exchangeOf(hist[t.OrderNo]); !ok || t.Seq <= x.Seq {
+				// Only a change accepted after its order's exchange may
+				// find the order exchanged.
+				r.badArchive = append(r.badArchive, fmt.Sprintf("%s %s on %s at position %d: %s, but the exchange is at %d",
+					t.Type, t.EventID, t.OrderNo, t.Seq, o.lastErr, x.Seq))
+			} else {
+				r.lateRejected++
 			}
 			if len(applied) > 0 {
 				r.archApplied = append(r.archApplied, fmt.Sprintf("%s %s on %s: archived (%s) but applied %v", t.Type, t.EventID, t.OrderNo, o.lastErr, applied))
@@ -151,27 +171,195 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, i
 
 	iter := rdb.Scan(ctx, 0, prefix+"lock:{*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); !strings.HasSuffix(k, ":fence") {
+		if k := iter.Val(); !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
 			r.locksLeft = append(r.locksLeft, k)
 		}
 	}
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("scan locks: %w", err)
 	}
+	if err := r.checkOrder(ctx, store, seq, l, nos, hist); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
-// archiveClass says why a task was archived: a modify of an order that an
-// exchange had closed, or of a replacement not created yet, is a valid
-// outcome; anything else is a violation (class "other").
-func archiveClass(t enqueued, lastErr string) string {
-	switch {
-	case strings.Contains(lastErr, "is exchanged"):
-		return t.Type + " of an exchanged order"
-	case strings.Contains(lastErr, "order not found"):
-		return t.Type + " of an order not (yet) created"
+// exchangeOf returns the order:exchange entry of a history.
+func exchangeOf(hist []orders.Entry) (orders.Entry, bool) {
+	for _, e := range hist {
+		if e.Type == orders.TypeExchange {
+			return e, true
+		}
 	}
-	return "other"
+	return orders.Entry{}, false
+}
+
+// checkOrder checks the promise of order: every order's history applies its
+// positions in sequence, each client's changes apply in the order it sent
+// them, every order ends as a replay of its applied changes in sequence
+// order, no sequence is left waiting, and no position was skipped whose task
+// existed.
+func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *lock.Sequencer, l *load, nos []string, hist map[string][]orders.Entry) error {
+	byEvent := map[string]enqueued{}
+	for _, t := range l.tasks {
+		byEvent[t.EventID] = t
+	}
+	where := map[string]int{} // event → index in its order's history (applied changes)
+	for _, no := range nos {
+		var last orders.Entry
+		for i, e := range hist[no] {
+			if e.Type == orders.TypeModify || e.Type == orders.TypeExchange {
+				where[e.EventID] = i
+			}
+			if e.Seq == 0 {
+				continue
+			}
+			if e.Seq <= last.Seq {
+				r.inversions = append(r.inversions, fmt.Sprintf("%s: %s (position %d) applied after %s (position %d)", no, e.EventID, e.Seq, last.EventID, last.Seq))
+			}
+			last = e
+		}
+	}
+	// A client sends one change after another: of one order, they apply in
+	// the order it sent them.
+	type key struct {
+		client int
+		no     string
+	}
+	lastAt := map[key]int{}
+	for _, t := range l.tasks {
+		i, ok := where[t.EventID]
+		if !ok {
+			continue
+		}
+		k := key{t.Client, t.OrderNo}
+		if prev, seen := lastAt[k]; seen && i <= prev {
+			r.clientOrder = append(r.clientOrder, fmt.Sprintf("client %d, %s: %s applied at entry %d, before an earlier change (entry %d)", t.Client, t.OrderNo, t.EventID, i, prev))
+		}
+		lastAt[k] = i
+	}
+	// The final state is the replay, in sequence order, of the changes the
+	// histories applied.
+	for _, no := range nos {
+		want, err := replay(no, hist, byEvent, 1<<62, 0)
+		if err != nil {
+			r.replayOff = append(r.replayOff, fmt.Sprintf("%s: %v", no, err))
+			continue
+		}
+		o, err := store.Get(ctx, no)
+		if err != nil {
+			return err
+		}
+		if o.Address != want.Address || o.Remark != want.Remark || !slices.Equal(o.Items, want.Items) {
+			r.replayOff = append(r.replayOff, fmt.Sprintf("%s: store has %q / %q / %v, the replay gives %q / %q / %v",
+				no, o.Address, o.Remark, o.Items, want.Address, want.Remark, want.Items))
+		}
+	}
+	// Sequences: nothing left waiting; skips only of positions whose task
+	// never existed.
+	for _, no := range nos {
+		st, err := seq.Status(ctx, no)
+		if err != nil {
+			return err
+		}
+		for _, p := range st.Pending {
+			r.stalled = append(r.stalled, fmt.Sprintf("%s: position %d still waits (%s)", no, p.Pos, p.Record))
+		}
+		for _, e := range st.Log {
+			switch e.Kind {
+			case "void":
+				r.voids++
+			case "skip":
+				r.skips++
+				typ, ev, from, ok := tasks.ParseLabel(e.Label)
+				if !ok {
+					r.badSkips = append(r.badSkips, fmt.Sprintf("%s: position %d skipped, with a label naming no task: %q", no, e.Pos, e.Label))
+					continue
+				}
+				if from != "" {
+					continue // a creation: its exchange's own position is checked
+				}
+				for _, h := range hist[no] {
+					if h.EventID == ev && h.Seq == e.Pos {
+						r.badSkips = append(r.badSkips, fmt.Sprintf("%s: position %d skipped (%s), yet %s %s was applied there", no, e.Pos, e.Reason, typ, ev))
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// state is an order's fields that changes set.
+type state struct {
+	Address, Remark string
+	Items           []orders.Item
+}
+
+// replay returns what order no looks like after its applied changes with a
+// position below before, applied in position order, starting from how it
+// was seeded or created. depth bounds the chain of replacements.
+func replay(no string, hist map[string][]orders.Entry, byEvent map[string]enqueued, before int64, depth int) (state, error) {
+	h := hist[no]
+	if len(h) == 0 || depth > 100 {
+		return state{}, fmt.Errorf("no history")
+	}
+	var s state
+	switch first := h[0]; first.Type {
+	case orders.TypePut:
+		s = state{Address: seedAddress, Items: seedItems}
+	case orders.TypeCreated:
+		x, ok := byEvent[first.EventID]
+		if !ok {
+			return state{}, fmt.Errorf("created by unknown event %s", first.EventID)
+		}
+		from, err := replay(x.OrderNo, hist, byEvent, x.Seq, depth+1)
+		if err != nil {
+			return state{}, fmt.Errorf("its exchanged order %s: %w", x.OrderNo, err)
+		}
+		s = state{Address: from.Address, Remark: from.Remark, Items: x.Items}
+	default:
+		return state{}, fmt.Errorf("first entry is %s", first.Type)
+	}
+	var mods []enqueued
+	for _, e := range h {
+		if e.Type != orders.TypeModify {
+			continue
+		}
+		t, ok := byEvent[e.EventID]
+		if !ok {
+			return state{}, fmt.Errorf("modify of unknown event %s", e.EventID)
+		}
+		if t.Seq < before {
+			mods = append(mods, t)
+		}
+	}
+	slices.SortFunc(mods, func(a, b enqueued) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, m := range mods {
+		if m.Changes.Address != nil {
+			s.Address = *m.Changes.Address
+		}
+		if m.Changes.Remark != nil {
+			s.Remark = *m.Changes.Remark
+		}
+		if m.Changes.Items != nil {
+			s.Items = m.Changes.Items
+		}
+	}
+	return s, nil
+}
+
+// archiveClass says why a task was archived: a change of an order that an
+// exchange had closed is a valid outcome (when it was accepted after the
+// exchange: see check); anything else is a violation (class "other"),
+// including a modify of a replacement not created yet (it must wait for
+// the creation) and a task out of its failure budget (waits never spend
+// it, and nothing fails for real in this suite).
+func archiveClass(t enqueued, lastErr string) string {
+	if strings.Contains(lastErr, "is exchanged") {
+		return t.Type + " of an exchanged order"
+	}
+	return "other: " + t.Type
 }
 
 // listAll lists every task of one state in queue q into out.
@@ -217,6 +405,8 @@ func (r *results) print(out io.Writer, took time.Duration) {
 	fmt.Fprintf(out, "locking:       %d history entries on %d orders; %d overlapping critical sections, %d fence regressions, %d version gaps, %d replacement fences off, %d orders whose version is off\n",
 		a.Entries, a.Orders, a.Count("overlap"), a.Count("fence"), a.Count("version"), a.Count("created"), len(r.versionOff))
 	fmt.Fprintf(out, "locks left:    %d\n", len(r.locksLeft))
+	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
+		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
 	fmt.Fprintf(out, "worker crashes: %d\n", len(r.crashes))
 
 	show := func(title string, items []string) {
@@ -244,11 +434,16 @@ func (r *results) print(out io.Writer, took time.Duration) {
 	show("HISTORY violations", hv)
 	show("ORDER VERSION off", r.versionOff)
 	show("LOCKS LEFT", r.locksLeft)
+	show("INVERSIONS (a position applied after a later one)", r.inversions)
+	show("CLIENT ORDER broken", r.clientOrder)
+	show("REPLAY differs from the store", r.replayOff)
+	show("STALLED sequences", r.stalled)
+	show("SKIPPED positions whose task existed", r.badSkips)
 	show("WORKER CRASHES (exited on their own)", r.crashes)
 	if n := r.violations(); n > 0 {
 		fmt.Fprintf(out, "\nFAIL: %d violations\n", n)
 	} else {
-		fmt.Fprintln(out, "\nPASS: 0 lost, 0 double-applied, 0 overlaps, 0 locks left")
+		fmt.Fprintln(out, "\nPASS: 0 lost, 0 double-applied, 0 overlaps, 0 locks left, 0 inversions, every order its replay")
 	}
 }
 

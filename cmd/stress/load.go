@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
-	"github.com/redis/go-redis/v9"
 )
 
 // The task kinds of the mix.
@@ -28,33 +28,39 @@ type enqueued struct {
 	Queue   string
 	OrderNo string
 	NewNo   string // exchanges: the replacement's number
+	Client  int    // the upstream client that sent it
+	Seq     int64  // its position in its order's sequence
+	// Changes is a modify's change, for the replay check.
+	Changes tasks.Changes
+	// Items is an exchange's items.
+	Items []tasks.Item
 }
 
 // chain is one seeded order and the replacements exchanges made of it. Its
-// modifies go to the newest number the load has seen created: a modify
-// enqueued before an exchange of its order and run after it is rejected
-// (archived, "is exchanged"), which the checks accept. Until an exchange
-// has been seen applied, the chain gets no further tasks (unless ten picks
-// in a row found only such chains).
+// modifies go to the newest number an exchange was accepted for: they wait
+// for the replacement's creation. Now and then one more modify goes to the
+// number just exchanged, which the worker rejects (archived, "is
+// exchanged"), naming the replacement. The clients take turns on a chain:
+// its mutex keeps one client's send, and its choice of number, together.
 type chain struct {
-	cur     string // the number modifies go to
-	pending string // the replacement an enqueued exchange will create
-	n       int    // exchanges enqueued so far
-	checked time.Time
+	mu  sync.Mutex
+	cur string // the number modifies go to
+	old string // the number exchanged last, for the late modify
+	n   int    // exchanges enqueued so far
 }
 
-// load seeds the orders and enqueues the task mix.
+// load seeds the orders and enqueues the task mix from several clients.
 type load struct {
 	p      *producer.Producer
-	rdb    redis.UniversalClient
 	c      settings
-	rng    *rand.Rand
 	chains []*chain
-	tasks  []enqueued
+
+	mu    sync.Mutex
+	tasks []enqueued
 }
 
-func newLoad(p *producer.Producer, rdb redis.UniversalClient, c settings) *load {
-	l := &load{p: p, rdb: rdb, c: c, rng: rand.New(rand.NewPCG(uint64(c.Seed), 1))}
+func newLoad(p *producer.Producer, c settings) *load {
+	l := &load{p: p, c: c}
 	for i := range c.Orders {
 		l.chains = append(l.chains, &chain{cur: fmt.Sprintf("S%02d", i)})
 	}
@@ -63,13 +69,19 @@ func newLoad(p *producer.Producer, rdb redis.UniversalClient, c settings) *load 
 
 func (l *load) seed(ctx context.Context, store orders.Store) error {
 	for _, ch := range l.chains {
-		err := store.Put(ctx, orders.Order{No: ch.cur, Address: "seeded", Remark: "", Items: []orders.Item{{SKU: "A", Qty: 1}}})
+		err := store.Put(ctx, orders.Order{No: ch.cur, Address: seedAddress, Remark: "", Items: seedItems})
 		if err != nil {
 			return fmt.Errorf("seed %s: %w", ch.cur, err)
 		}
 	}
 	return nil
 }
+
+// The seeded orders' fields, for the replay check.
+var (
+	seedAddress = "seeded"
+	seedItems   = []orders.Item{{SKU: "A", Qty: 1}}
+)
 
 func (l *load) count(typ string) int {
 	n := 0
@@ -81,118 +93,116 @@ func (l *load) count(typ string) int {
 	return n
 }
 
-// run enqueues c.Tasks tasks evenly over d.
+// run enqueues c.Tasks tasks evenly over d, from c.Clients clients that
+// each send one change after another.
 func (l *load) run(ctx context.Context, d time.Duration) error {
 	start := time.Now()
-	for i := range l.c.Tasks {
-		at := start.Add(time.Duration(int64(d) * int64(i) / int64(l.c.Tasks)))
-		if wait := time.Until(at); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(wait):
+	errs := make(chan error, l.c.Clients)
+	var wg sync.WaitGroup
+	for client := range l.c.Clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(l.c.Seed), uint64(100+client)))
+			for i := client; i < l.c.Tasks; i += l.c.Clients {
+				at := start.Add(time.Duration(int64(d) * int64(i) / int64(l.c.Tasks)))
+				if wait := time.Until(at); wait > 0 {
+					select {
+					case <-ctx.Done():
+						errs <- context.Cause(ctx)
+						return
+					case <-time.After(wait):
+					}
+				}
+				if err := l.next(ctx, rng, client, i); err != nil {
+					errs <- err
+					return
+				}
 			}
-		}
-		if err := l.next(ctx, i); err != nil {
-			return err
-		}
+		})
 	}
-	return nil
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
-// next enqueues task i of the mix.
-func (l *load) next(ctx context.Context, i int) error {
-	// A chain whose exchange has not been seen applied yet gets no
-	// modifies: they would most likely find its order closed.
-	ch := l.chains[l.rng.IntN(len(l.chains))]
-	for range 10 {
-		if l.advance(ctx, ch); ch.pending == "" {
-			break
-		}
-		ch = l.chains[l.rng.IntN(len(l.chains))]
-	}
+// next enqueues task i of the mix, from client.
+func (l *load) next(ctx context.Context, rng *rand.Rand, client, i int) error {
+	ch := l.chains[rng.IntN(len(l.chains))]
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
 	ev := "ev-" + strconv.Itoa(i)
-	if ch.pending == "" && l.rng.IntN(1000) < l.c.ExchangesPerK {
+	t := enqueued{EventID: ev, Client: client}
+	var payload tasks.Payload
+	switch r := rng.IntN(1000); {
+	case r < l.c.ExchangesPerK:
 		ch.n++
 		base := ch.cur
 		if j := strings.Index(base, "-X"); j >= 0 {
 			base = base[:j]
 		}
-		newNo := base + "-X" + strconv.Itoa(ch.n)
-		payload := tasks.ExchangePayload{EventID: ev, OrderNo: ch.cur, Items: []tasks.Item{{SKU: "B" + strconv.Itoa(i), Qty: 1 + i%5}},
-			NewOrderNo: newNo, Reason: "stress"}
-		err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
-			return l.p.Enqueue(ctx, payload)
-		})
-		if err != nil {
-			return fmt.Errorf("exchange %s: %w", ev, err)
-		}
-		l.tasks = append(l.tasks, enqueued{EventID: ev, Type: taskExchange, Queue: tasks.QueueExchange, OrderNo: ch.cur, NewNo: newNo})
-		ch.pending = newNo
-		return nil
-	}
-	var changes tasks.Changes
-	switch i % 3 {
-	case 0:
-		a := "address " + strconv.Itoa(i)
-		changes.Address = &a
-	case 1:
-		r := "remark " + strconv.Itoa(i)
-		changes.Remark = &r
+		t.NewNo = base + "-X" + strconv.Itoa(ch.n)
+		t.Items = []tasks.Item{{SKU: "B" + strconv.Itoa(i), Qty: 1 + i%5}}
+		payload = tasks.ExchangePayload{EventID: ev, OrderNo: ch.cur, Items: t.Items, NewOrderNo: t.NewNo, Reason: "stress"}
 	default:
-		changes.Items = []tasks.Item{{SKU: "A", Qty: 1 + i%7}, {SKU: "C" + strconv.Itoa(i%11), Qty: 1}}
+		switch i % 3 {
+		case 0:
+			t.Changes.Address = new("address " + strconv.Itoa(i))
+		case 1:
+			t.Changes.Remark = new("remark " + strconv.Itoa(i))
+		default:
+			t.Changes.Items = []tasks.Item{{SKU: "A", Qty: 1 + i%7}, {SKU: "C" + strconv.Itoa(i%11), Qty: 1}}
+		}
+		no := ch.cur
+		if ch.old != "" && r < l.c.ExchangesPerK+l.c.LatePerK {
+			no = ch.old // a late modify of the order just exchanged: rejected
+		}
+		payload = tasks.ModifyPayload{EventID: ev, OrderNo: no, Changes: t.Changes}
 	}
-	payload := tasks.ModifyPayload{EventID: ev, OrderNo: ch.cur, Changes: changes}
-	err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
+	k, h := payload.Kind(), payload.Header()
+	t.Type, t.Queue, t.OrderNo = k.Type, k.Queue, h.OrderNo
+	res, err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
 		return l.p.Enqueue(ctx, payload)
 	})
 	if err != nil {
-		return fmt.Errorf("modify %s: %w", ev, err)
+		return fmt.Errorf("%s %s: %w", k.Name, ev, err)
 	}
-	l.tasks = append(l.tasks, enqueued{EventID: ev, Type: taskModify, Queue: tasks.QueueModify, OrderNo: ch.cur})
+	t.Seq = res.Seq
+	if t.NewNo != "" {
+		ch.old, ch.cur = ch.cur, t.NewNo
+	}
+	l.mu.Lock()
+	l.tasks = append(l.tasks, t)
+	l.mu.Unlock()
 	return nil
-}
-
-// advance moves a chain to its replacement once that exists (checked at
-// most every 200 ms per chain).
-func (l *load) advance(ctx context.Context, ch *chain) {
-	if ch.pending == "" || time.Since(ch.checked) < 200*time.Millisecond {
-		return
-	}
-	ch.checked = time.Now()
-	n, err := l.rdb.Exists(ctx, prefix+"order:{"+ch.pending+"}").Result()
-	if err == nil && n == 1 {
-		ch.cur, ch.pending = ch.pending, ""
-	}
 }
 
 // retryEnqueue enqueues until the producer accepts the task or reports it
 // already holds it (an earlier attempt got through but its reply was lost,
-// e.g. in the Redis restart), for up to a minute.
-func retryEnqueue(ctx context.Context, enqueue func(context.Context) (producer.Result, error)) error {
+// e.g. in the Redis restart), for up to a minute. It returns the accepted
+// task's result: the existing task's, for a duplicate.
+func retryEnqueue(ctx context.Context, enqueue func(context.Context) (producer.Result, error)) (producer.Result, error) {
 	deadline := time.Now().Add(time.Minute)
 	backoff := 50 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := enqueue(actx)
+		res, err := enqueue(actx)
 		cancel()
 		var dup *producer.DuplicateError
 		switch {
 		case err == nil:
-			return nil
+			return res, nil
 		case errors.As(err, &dup):
 			if errors.Is(err, producer.ErrPayloadMismatch) {
-				return err
+				return res, err
 			}
-			return nil
+			return res, nil
 		case ctx.Err() != nil:
-			return context.Cause(ctx)
+			return res, context.Cause(ctx)
 		case time.Now().After(deadline):
-			return err
+			return res, err
 		}
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return res, context.Cause(ctx)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
@@ -31,6 +32,9 @@ type settings struct {
 	SlowWork        time.Duration
 	SlowConcurrency int
 	ExchangesPerK   int
+	LatePerK        int
+	Clients         int
+	GapWait         time.Duration
 	LockTTL         time.Duration
 	ShutdownTimeout time.Duration
 	Duration        time.Duration
@@ -60,6 +64,9 @@ func declare(s *config.Set, c *settings) vars {
 	s.Duration(&c.SlowWork, "slow-work", "", 7*time.Second, "the first worker's simulated work instead, longer than -lock-ttl so that its leases renew while it is killed and Redis restarts; 0 for none").Check(config.NonNegative[time.Duration])
 	s.Int(&c.SlowConcurrency, "slow-concurrency", "", 2, "WORKER_CONCURRENCY of the slow first worker").Check(config.Positive[int])
 	s.Int(&c.ExchangesPerK, "exchanges-per-1000", "", 10, "exchanges per 1000 tasks; the rest are modifies").Check(config.NonNegative[int])
+	s.Int(&c.LatePerK, "late-per-1000", "", 5, "modifies per 1000 tasks sent to an order just exchanged (the worker rejects them, naming the replacement)").Check(config.NonNegative[int])
+	s.Int(&c.Clients, "clients", "", 4, "upstream clients enqueueing at once, each one change after another, to shared orders").Check(config.Positive[int])
+	s.Duration(&c.GapWait, "gap-wait", "", 5*time.Second, "GAP_WAIT of the workers").Check(config.Positive[time.Duration])
 	s.Duration(&c.LockTTL, "lock-ttl", "", 5*time.Second, "LOCK_TTL of the workers").Check(config.Positive[time.Duration])
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "", 3*time.Second, "SHUTDOWN_TIMEOUT of the workers (they are stopped with SIGTERM at the end)").Check(config.Positive[time.Duration])
 	v.duration = s.Duration(&c.Duration, "duration", "", 90*time.Second, "how long the tasks are enqueued and the workers killed").Check(config.Positive[time.Duration])
@@ -149,14 +156,14 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	prod, err := producer.New(rdb, producer.Config{})
+	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
 	if err != nil {
 		return err
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 
-	fmt.Fprintf(out, "stress: %d tasks (%d exchanges per 1000) over %d orders in %v; %d workers × %d, work %v",
-		c.Tasks, c.ExchangesPerK, c.Orders, c.Duration, c.Workers, c.Concurrency, c.Work)
+	fmt.Fprintf(out, "stress: %d tasks (%d exchanges and %d late modifies per 1000) from %d clients over %d orders in %v; %d workers × %d, work %v",
+		c.Tasks, c.ExchangesPerK, c.LatePerK, c.Clients, c.Orders, c.Duration, c.Workers, c.Concurrency, c.Work)
 	if c.SlowWork > 0 {
 		fmt.Fprintf(out, " (worker 0: × %d, work %v)", c.SlowConcurrency, c.SlowWork)
 	}
@@ -167,7 +174,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	fmt.Fprintf(out, "; seed %d\n", c.Seed)
 	fmt.Fprintf(out, "redis-server on %s with appendonly yes, appendfsync always; logs in %s\n", srv.Addr(), dir)
 
-	l := newLoad(prod, rdb, c)
+	l := newLoad(prod, c)
 	if err := l.seed(ctx, store); err != nil {
 		return err
 	}
@@ -203,7 +210,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "note: %v\n", err)
 	}
 
-	res, err := check(ctx, rdb, store, insp, l)
+	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: prefix + "lock:"})
+	if err != nil {
+		return err
+	}
+	res, err := check(ctx, rdb, store, seq, insp, l)
 	if err != nil {
 		return err
 	}
@@ -230,5 +241,6 @@ func workerEnv(url string, c settings) []string {
 		"LOG_LEVEL=info",
 		"LOCK_TTL=" + c.LockTTL.String(),
 		"SHUTDOWN_TIMEOUT=" + c.ShutdownTimeout.String(),
+		"GAP_WAIT=" + c.GapWait.String(),
 	}
 }

@@ -63,13 +63,14 @@ local function seq_advance(s, pos)
   return d + 1
 end
 
--- seq_log records that position pos was settled without its turn (kind
--- "void", "skip" or "finish"), and why, in the capped log of sequence s.
-local function seq_log(s, pos, kind, why)
+-- seq_log records that position pos, reserved under label, was settled
+-- without its turn (kind "void", "skip" or "finish"), and why, in the capped
+-- log of sequence s.
+local function seq_log(s, pos, kind, label, why)
   local log = {}
   local old = redis.call('HGET', s, 'log')
   if old then log = cjson.decode(old) end
-  table.insert(log, {pos = num(pos), at = num(nowms()), kind = kind, why = why})
+  table.insert(log, {pos = num(pos), at = num(nowms()), kind = kind, label = label, why = why})
   while #log > 20 do table.remove(log, 1) end
   redis.call('HSET', s, 'log', cjson.encode(log))
 end
@@ -283,7 +284,7 @@ local d = tonumber(redis.call('HGET', s, 'd'))
 local kind = ARGV[4]
 if kind == 's' and pos ~= d + 1 then return 0 end
 local kinds = {v = 'void', s = 'skip', f = 'finish'}
-seq_log(s, pos, kinds[kind], ARGV[5])
+seq_log(s, pos, kinds[kind], string.sub(rec, string.find(rec, ' ', 1, true) + 1), ARGV[5])
 if kind == 'f' then
   redis.call('HSET', s, 'p:' .. p, 'f ' .. ARGV[5])
 else

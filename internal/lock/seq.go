@@ -248,6 +248,8 @@ type Settled struct {
 	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]) or
 	// "finish" ([Sequencer.Finish]).
 	Kind string `json:"kind"`
+	// Label is the label the position was reserved under.
+	Label string `json:"label"`
 	// Reason is the reason or outcome given.
 	Reason string `json:"reason"`
 }
@@ -334,14 +336,14 @@ func parseStatus(f map[string]string, ttl time.Duration) (Status, error) {
 		st.Pending = append(st.Pending, pe)
 	}
 	if log := f["log"]; log != "" {
-		var raw []struct{ Pos, At, Kind, Why string }
+		var raw []struct{ Pos, At, Kind, Label, Why string }
 		if err := json.Unmarshal([]byte(log), &raw); err != nil {
 			return Status{}, fmt.Errorf("sequence: bad log: %w", err)
 		}
 		for _, r := range raw {
 			pos, _ := strconv.ParseInt(r.Pos, 10, 64)
 			at, _ := strconv.ParseInt(r.At, 10, 64)
-			st.Log = append(st.Log, Settled{Pos: pos, At: time.UnixMilli(at).UTC(), Kind: r.Kind, Reason: r.Why})
+			st.Log = append(st.Log, Settled{Pos: pos, At: time.UnixMilli(at).UTC(), Kind: r.Kind, Label: r.Label, Reason: r.Why})
 		}
 	}
 	return st, nil

@@ -701,3 +701,42 @@ func TestServesValidLocalCopyWhileRedisIsDown(t *testing.T) {
 	_, err = c.Get(t.Context())
 	require.ErrorIs(t, err, ErrUnavailable)
 }
+
+// A Redis user without the notice channel in its ACL (Redis 7's default for
+// new users) still gets and stores tokens: the refused PUBLISH must not fail
+// the store that happened, nor make the refresher fetch again.
+func TestRefreshWithoutChannelPermission(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	db.RequireProcess(t, "ACL users")
+	srv := redistest.Dedicated(t)
+	opts, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", "worker", "on", ">secret-pass", "~*", "+@all", "resetchannels").Err())
+	opts.Username, opts.Password = "worker", "secret-pass"
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	u := newUpstream(t, 3600)
+	cfg := fast()
+	cfg.Key = "acl:token:{upstream}"
+	var refreshErrs atomic.Int32
+	cfg.OnRefresh = func(_ time.Duration, err error) {
+		if err != nil {
+			refreshErrs.Add(1)
+		}
+	}
+	c, err := New(rdb, u.source(t), cfg, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	tok, err := c.Get(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, u.call(t, tok))
+	stored, err := admin.Get(t.Context(), "acl:token:{upstream}").Result()
+	require.NoError(t, err)
+	require.Equal(t, tok, stored)
+	require.EqualValues(t, 1, u.issued.Load(), "fetched once")
+	require.Zero(t, refreshErrs.Load(), "the refused notice failed the refresh")
+}

@@ -79,7 +79,9 @@ if holder and holder ~= ARGV[1] and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if holder then redis.call('DEL', KEYS[2]) end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+-- A refused notice (a Redis user without the channel in its ACL) must not
+-- fail the store that happened: waiters then find the token by polling.
+redis.pcall('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
 
