@@ -62,6 +62,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -519,12 +520,18 @@ const voidTimeout = 5 * time.Second
 func (p *Producer) void(ctx context.Context, at positions, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
 	defer cancel()
+	var wake []string
 	if at.pos > 0 {
-		_, _ = p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
+		st, _ := p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
+		wake = append(wake, st.Wake...)
 	}
 	if at.createPos > 0 {
-		_, _ = p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
+		st, _ := p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
+		wake = append(wake, st.Wake...)
 	}
+	// A void of the head passes the turn on: bring back a parked task that
+	// now has it (see the worker's parking).
+	_ = requeue.Labels(ctx, p.rdb, wake)
 }
 
 // duplicate reads the task that holds eventID's task ID in the queue of

@@ -31,14 +31,15 @@ func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnE
 	if err != nil || why == "" {
 		return resolution{delay: delay}, err
 	}
-	ok, err := w.seq.Skip(ctx, orderNo, te.Head, te.Record, why)
+	st, err := w.seq.Skip(ctx, orderNo, te.Head, te.Record, why)
 	if err != nil {
 		return resolution{}, fmt.Errorf("skip position %d of %s: %w", te.Head, orderNo, err)
 	}
-	if ok {
+	if st.Done {
 		w.log.Warn("position skipped", zap.String("order_no", orderNo), zap.Int64("seq", te.Head),
 			zap.String("label", te.Label), zap.String("reason", why))
 	}
+	w.wake(ctx, st.Wake)
 	// Skipped by us or, meanwhile, by someone else, or its task came: try
 	// again either way.
 	return resolution{skipped: true}, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"go.uber.org/zap"
 )
@@ -237,11 +238,13 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// acquire takes the order's lock in the task's turn. When the head of the
-// order's sequence has been unfilled longer than GapWait, it checks whether
-// the head's task exists and skips the head when it does not, then tries
-// again. A task that has to wait longer returns a *waitError with the delay
-// after which it should run again.
+// acquire takes the order's lock in the task's turn. A task that is not
+// next in line, or that waited its deadline, is parked: it goes back to its
+// queue with a *waitError, to be brought to the front of the queue when its
+// turn comes (see wake), and to look again after GapWait at the latest.
+// When the head of the order's sequence has been unfilled longer than
+// GapWait, it first checks whether the head's task exists and skips the
+// head when it does not, then tries again.
 func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Turn, wait lock.Wait, r *run) (*lock.Lease, error) {
 	checked := int64(0) // the head found to exist: no need to look again
 	for {
@@ -263,11 +266,12 @@ func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Tu
 		}
 		r.Lock.Waited += te.Waited
 		if te.Retry > 0 {
-			// The head failed and runs again later: so do we, just after.
+			// The head failed and runs again later: so do we, just after,
+			// unless its success calls us back first.
 			return nil, &waitError{err: err, delay: w.park(te.Retry)}
 		}
 		if te.Age < w.cfg.GapWait || te.Head == checked {
-			return nil, &waitError{err: err, delay: w.busyDelay()}
+			return nil, &waitError{err: err, delay: w.park(w.cfg.GapWait)}
 		}
 		res, err := w.resolveHead(ctx, orderNo, te)
 		switch {
@@ -280,6 +284,21 @@ func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Tu
 			return nil, &waitError{err: te, delay: w.park(res.delay)}
 		}
 		checked = te.Head
+	}
+}
+
+// wake brings back the parked tasks whose positions a release, a skip or a
+// settlement called (see lock.Lease.Wake): to the front of their queues.
+// A failure only costs them their park delay, and is logged.
+func (w *Worker) wake(ctx context.Context, labels []string) {
+	if len(labels) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := requeue.Labels(ctx, w.rdb, labels); err != nil {
+		w.log.Warn("could not bring parked tasks back; they come back after their park delay",
+			zap.Strings("labels", labels), zap.Error(err))
 	}
 }
 
@@ -321,6 +340,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 			}
 		}
 		w.release(ctx, lease, err == nil)
+		w.wake(ctx, lease.Wake())
 		if final {
 			if c, ok := p.(tasks.Creator); ok {
 				w.settleCreation(ctx, c.Creates(), h, err)
@@ -398,10 +418,12 @@ func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Hea
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if _, serr := w.seq.Finish(ctx, created, 0, "", "c:"+h.EventID, outcome); serr != nil {
+	st, serr := w.seq.Finish(ctx, created, 0, "", "c:"+h.EventID, outcome)
+	if serr != nil {
 		w.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
 			zap.String("order_no", created), zap.String("event_id", h.EventID), zap.Error(serr))
 	}
+	w.wake(ctx, st.Wake)
 }
 
 // notCreated starts the outcome of a creation that failed.
@@ -415,10 +437,12 @@ func (w *Worker) settleAhead(ctx context.Context, h tasks.Header, turn lock.Turn
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if _, err := w.seq.Finish(ctx, h.OrderNo, turn.Pos, turn.Label, "", clip(outcome)); err != nil {
+	st, err := w.seq.Finish(ctx, h.OrderNo, turn.Pos, turn.Label, "", clip(outcome))
+	if err != nil {
 		w.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
 			zap.String("order_no", h.OrderNo), zap.Int64("seq", turn.Pos), zap.Error(err))
 	}
+	w.wake(ctx, st.Wake)
 	if c, ok := p.(tasks.Creator); ok {
 		w.settleCreation(ctx, c.Creates(), h, errors.New(outcome))
 	}

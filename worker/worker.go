@@ -114,7 +114,9 @@ type Config struct {
 	// SIGKILL.
 	ShutdownTimeout time.Duration
 	// TaskCheckInterval is how long an idle Worker waits before it looks at
-	// empty queues again. Defaults to 1s.
+	// empty queues again; it bounds how late an idle Worker takes a task
+	// whose turn came while it was parked. Defaults to 200ms (asynq's own
+	// default is 1 s).
 	TaskCheckInterval time.Duration
 	// DelayedTaskCheckInterval is how often scheduled and retried tasks are
 	// moved to their queue; it bounds how late a task that waited runs
@@ -154,7 +156,7 @@ func (c Config) withDefaults() Config {
 	c.BusyRetryMin = cmp.Or(c.BusyRetryMin, DefaultBusyRetryMin)
 	c.BusyRetryMax = cmp.Or(c.BusyRetryMax, DefaultBusyRetryMax)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
-	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, time.Second)
+	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, 200*time.Millisecond)
 	c.DelayedTaskCheckInterval = cmp.Or(c.DelayedTaskCheckInterval, time.Second)
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -220,6 +222,7 @@ func (c Config) validate() error {
 type Worker struct {
 	cfg      Config
 	srv      *asynq.Server
+	rdb      redis.UniversalClient
 	handler  asynq.Handler
 	lockr    *lock.Locker
 	seq      *lock.Sequencer
@@ -242,7 +245,7 @@ func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg
 		return nil, errors.New("worker: nil redis client, locker or store")
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	w := &Worker{cfg: cfg, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
+	w := &Worker{cfg: cfg, rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,

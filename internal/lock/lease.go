@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ type Lease struct {
 	handingOff atomic.Bool // a store script may release the lock (Handoff)
 
 	mu       sync.Mutex
+	wake     string    // the parked next holder's label, once released
 	finished bool      // Finish: the turn is done
 	retryAt  time.Time // RetryAt: when the holder runs again
 	released bool
@@ -81,6 +83,25 @@ func (s *Lease) Finish() {
 	s.mu.Lock()
 	s.finished = true
 	s.mu.Unlock()
+}
+
+// Wake returns, after Release, the labels of the positions whose parked
+// holders the release called (see [TurnError.Parked]): the one whose turn
+// it now is, and the one next in line after it. The caller must bring
+// their holders back, since no waiter listens for them. It is empty
+// otherwise. It is safe for concurrent use.
+func (s *Lease) Wake() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return splitWake(s.wake)
+}
+
+// splitWake splits the labels that the scripts return joined by newlines.
+func splitWake(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
 
 // RetryAt says when the holder of an unfinished turn will run again, so that
@@ -211,15 +232,16 @@ type Handoff struct {
 func (h *Handoff) Committing() { h.lease.handingOff.Store(true) }
 
 // Released tells the lease that a store script released it (and, when
-// finished is true, passed its turn on): Release then only stops the
-// renewal and returns nil, without a round trip. It is safe for concurrent
-// use.
-func (h *Handoff) Released(finished bool) {
+// finished is true, passed its turn on; wake is lock_commit's second value):
+// Release then only stops the renewal and returns nil, without a round
+// trip. It is safe for concurrent use.
+func (h *Handoff) Released(finished bool, wake string) {
 	h.lease.mu.Lock()
 	h.lease.byStore = true
 	if finished {
 		h.lease.finished = true
 	}
+	h.lease.wake = wake
 	h.lease.mu.Unlock()
 }
 
@@ -283,9 +305,16 @@ func (s *Lease) Release(ctx context.Context) error {
 		keys = append(keys, s.l.seq.SeqKey(s.key))
 		args = append(args, s.turn.Pos, adv, s.l.cfg.SeqRetention.Milliseconds(), at)
 	}
-	n, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Int()
+	res, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", s.key, err)
+	}
+	n, _ := res[0].(int64)
+	if len(res) > 1 {
+		wake, _ := res[1].(string)
+		s.mu.Lock()
+		s.wake = wake
+		s.mu.Unlock()
 	}
 	if n == 0 {
 		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)

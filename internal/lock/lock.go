@@ -321,14 +321,19 @@ type attempt struct {
 	badPos  string     // the position is not the caller's
 }
 
-// try makes one attempt.
-func (l *Locker) try(ctx context.Context, key, meta string, turn Turn) (attempt, error) {
+// try makes one attempt; park asks to be marked parked when it is not the
+// position's turn.
+func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool) (attempt, error) {
 	owner := uuid.NewString()
 	keys := []string{l.lockKey(key), l.fenceKey(key)}
 	args := []any{owner, l.cfg.TTL.Milliseconds(), meta, l.cfg.FenceRetention.Milliseconds()}
 	if turn.Pos > 0 {
+		parkArg := "0"
+		if park {
+			parkArg = "1"
+		}
 		keys = append(keys, l.seq.SeqKey(key))
-		args = append(args, turn.Pos, turn.Label, l.cfg.SeqRetention.Milliseconds())
+		args = append(args, turn.Pos, turn.Label, l.cfg.SeqRetention.Milliseconds(), parkArg)
 	}
 	res, err := acquireScript.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
@@ -350,7 +355,7 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn) (attempt,
 		}
 		a.holder, _ = res[2].(string)
 		return a, nil
-	case code == 2 && len(res) == 5:
+	case code == 2 && len(res) == 6:
 		return attempt{notTurn: turnError(key, turn.Pos, res)}, nil
 	case code == 3 && len(res) == 2:
 		why, _ := res[1].(string)
@@ -359,7 +364,7 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn) (attempt,
 	return attempt{}, fmt.Errorf("acquire %s: unexpected reply %v", key, res)
 }
 
-// turnError reads {2, head, record, retry at, now}.
+// turnError reads {2, head, record, retry at, now, parked}.
 func turnError(key string, pos int64, res []any) *TurnError {
 	str := func(v any) string { s, _ := v.(string); return s }
 	e := &TurnError{Key: key, Pos: pos}
@@ -374,6 +379,7 @@ func turnError(key string, pos int64, res []any) *TurnError {
 		e.Retry = time.Duration(r-now) * time.Millisecond
 	}
 	e.Record = str(res[2])
+	e.Parked = res[5] == int64(1)
 	return e
 }
 
@@ -397,7 +403,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, erro
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
-	a, err := l.try(ctx, key, meta, Turn{})
+	a, err := l.try(ctx, key, meta, Turn{}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -427,12 +433,16 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 // Acquire. A position that is already finished, or whose sequence expired,
 // is granted at once, without order ([ModePassed]); see [Lease.Mode].
 //
-// Besides Acquire's errors it returns a [*TurnError] (errors.Is
-// ErrNotYourTurn) when the position is not next at the deadline, at once
-// when the head's holder runs again only after the deadline, and when the
-// head was reserved more than w.StuckAfter ago; and an error matching
-// [ErrBadPosition] when the position is not the caller's. An uncontended
-// AcquireTurn in turn costs one round trip.
+// Only the next in line (the position right after the head) waits in
+// place. A position further back is parked at once: AcquireTurn returns a
+// [*TurnError] (errors.Is ErrNotYourTurn) with Parked set, and when its turn
+// comes (or it becomes next in line), the release that passes the turn on
+// hands its label back ([Lease.Wake], Settlement.Wake) so that the caller
+// brings its holder back. The next in line parks too, with a last attempt,
+// when the deadline passes, when the head's holder runs again only after
+// the deadline, and when the head was reserved more than w.StuckAfter ago.
+// It also returns an error matching [ErrBadPosition] when the position is
+// not the caller's. An uncontended AcquireTurn in turn costs one round trip.
 func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, error) {
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
@@ -460,9 +470,10 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 			timer.Stop()
 		}
 	}()
+	park := false // the next attempt parks the position if not its turn
 	for {
 		st.Attempts++
-		a, err := l.try(ctx, key, meta, turn)
+		a, err := l.try(ctx, key, meta, turn, park)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("acquire %s: %w", key, context.Cause(ctx))
@@ -486,10 +497,13 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 		}
 		left := time.Until(deadline)
 		if t := a.notTurn; t != nil {
-			if left <= 0 || t.Retry > left || (w.StuckAfter > 0 && t.Age > w.StuckAfter) {
+			if t.Parked {
 				t.Waited = time.Since(start)
-				st.Waited = t.Waited
 				return nil, t
+			}
+			if left <= 0 || t.Retry > left || (w.StuckAfter > 0 && t.Age > w.StuckAfter) {
+				park = true // give up: once more, parking this time
+				continue
 			}
 			st.TurnWaits++
 		} else if left <= 0 {

@@ -21,7 +21,9 @@ import "github.com/redis/go-redis/v9"
 //	         finished ahead of its turn
 //	r:<pos>  the time (ms) the head position's holder will run again after
 //	         a failure, so that the positions behind it need not wait
-//	w:<pos>  a waiter for pos is waiting: notify it when pos is next
+//	w:<pos>  a waiter for pos waits in place: notify it when pos is next
+//	k:<pos>  the holder of pos is parked: hand its label back when pos is
+//	         next, so that the caller brings it back
 //	ref:<x>  the position reserved under reference x (Reserve's ref)
 //	log      the latest positions settled without a turn, as JSON (seq_log)
 //
@@ -48,7 +50,7 @@ local function seq_advance(s, pos)
   local d = tonumber(redis.call('HGET', s, 'd'))
   if not d or pos ~= d + 1 then return nil end
   local p = num(pos)
-  redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p)
+  redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p)
   d = pos
   while true do
     local nx = num(d + 1)
@@ -56,7 +58,7 @@ local function seq_advance(s, pos)
     if not rec then break end
     local k = string.sub(rec, 1, 2)
     if k ~= 'v ' and k ~= 'f ' then break end
-    redis.call('HDEL', s, 'p:' .. nx, 'r:' .. nx, 'w:' .. nx)
+    redis.call('HDEL', s, 'p:' .. nx, 'r:' .. nx, 'w:' .. nx, 'k:' .. nx)
     d = d + 1
   end
   redis.call('HSET', s, 'd', num(d))
@@ -79,14 +81,33 @@ end
 -- waiter can use it: lockWaited says a waiter marked the lock, and a waiter
 -- for position next marks w:next in s. A refused PUBLISH (a Redis user
 -- without the channel in its ACL) is ignored: a notice only saves a waiter
--- its polling delay, and must never fail the write it follows.
+-- its polling delay, and must never fail the write it follows. When the
+-- holder of position next, or of the one after it, is parked (k:), it
+-- returns their labels, separated by a newline, for the caller to bring
+-- them back (the one after it comes back to wait in place); '' otherwise.
 local function notify(channel, lk, s, next, lockWaited)
-  local send = lockWaited
-  if s and next and redis.call('HDEL', s, 'w:' .. num(next)) == 1 then send = true end
-  if not send then return end
-  local msg = lk
-  if next then msg = lk .. ' ' .. num(next) end
-  redis.pcall('PUBLISH', channel, msg)
+  local send, wake = lockWaited, ''
+  if s and next then
+    local p = num(next)
+    if redis.call('HDEL', s, 'w:' .. p) == 1 then send = true end
+    for i = 0, 1 do
+      local q = num(next + i)
+      if redis.call('HDEL', s, 'k:' .. q) == 1 then
+        local rec = redis.call('HGET', s, 'p:' .. q) or ''
+        local sp = string.find(rec, ' ', 1, true)
+        if sp and string.find(string.sub(rec, 1, 1), '%d') then
+          if wake ~= '' then wake = wake .. '\n' end
+          wake = wake .. string.sub(rec, sp + 1)
+        end
+      end
+    end
+  end
+  if send then
+    local msg = lk
+    if next then msg = lk .. ' ' .. num(next) end
+    redis.pcall('PUBLISH', channel, msg)
+  end
+  return wake
 end
 `
 
@@ -97,8 +118,10 @@ end
 // that releases the lock hash lk if owner holds it and, when s is given and
 // advance is true, moves the sequence s past position pos (whoever holds the
 // lock: the work of pos is done). It notifies the waiters that can proceed
-// and returns 1 when it released the lock, 0 when the lock was not owner's
-// (nothing of the lock is touched then). A store's script on the same Redis
+// and returns two values: 1 when it released the lock, 0 when the lock was
+// not owner's (nothing of the lock is touched then); and the label of the
+// next position when its holder is parked ('' otherwise), which the caller
+// must bring back (see [Lease.Wake]). A store's script on the same Redis
 // includes it to release a lease and finish its turn in the round trip that
 // commits the work (see [Lease.Handoff]); lk and s must then be among that
 // script's KEYS. It needs the helpers of commonLua, which it includes.
@@ -120,8 +143,9 @@ local function lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
       if d then next = tonumber(d) + 1 end
     end
   end
-  if released == 1 or next then notify(channel, lk, s, next, waited) end
-  return released
+  local wake = ''
+  if released == 1 or next then wake = notify(channel, lk, s, next, waited) end
+  return released, wake
 end
 `
 
@@ -131,7 +155,8 @@ end
 // KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] (optional) sequence
 // ARGV[1] owner token, ARGV[2] lease TTL in ms, ARGV[3] meta,
 // ARGV[4] fence retention in ms; with KEYS[3]: ARGV[5] position,
-// ARGV[6] the position's label, ARGV[7] sequence retention in ms
+// ARGV[6] the position's label, ARGV[7] sequence retention in ms, ARGV[8]
+// "1" when the caller parks if it is not its turn
 //
 // Returns one of
 //
@@ -140,10 +165,13 @@ end
 //	                   "passed" (the position is finished, or the sequence
 //	                   is gone) or "free" (no position given)
 //	{0, pttl, holder}  held by someone else (a waiter mark is set)
-//	{2, head, record, retry at, now}
+//	{2, head, record, retry at, now, parked}
 //	                   not the position's turn yet: head is the next
 //	                   position, record its p: field ("" when missing),
-//	                   retry at its r: field (""), now Redis TIME in ms
+//	                   retry at its r: field (""), now Redis TIME in ms;
+//	                   parked is 1 when the caller is marked parked (it is
+//	                   further back than next in line, or ARGV[8] is "1"),
+//	                   0 when it is marked waiting in place
 //	{3, reason}        the position is not this caller's: never handed
 //	                   out, or reserved under another label
 var acquireScript = redis.NewScript(commonLua + `
@@ -164,10 +192,17 @@ if KEYS[3] then
     end
     redis.call('PEXPIRE', KEYS[3], ARGV[7])
     if pos > d + 1 then
-      redis.call('HSET', KEYS[3], 'w:' .. num(pos), '1')
+      local parked = 0
+      if ARGV[8] == '1' or pos > d + 2 then parked = 1 end
+      if parked == 1 then
+        redis.call('HSET', KEYS[3], 'k:' .. num(pos), '1')
+        redis.call('HDEL', KEYS[3], 'w:' .. num(pos))
+      else
+        redis.call('HSET', KEYS[3], 'w:' .. num(pos), '1')
+      end
       local h = num(d + 1)
       local head = redis.call('HMGET', KEYS[3], 'p:' .. h, 'r:' .. h)
-      return {2, h, head[1] or '', head[2] or '', num(nowms())}
+      return {2, h, head[1] or '', head[2] or '', num(nowms()), parked}
     end
     mode = 'turn'
   end
@@ -196,16 +231,19 @@ return {1, s, mode}
 // retention in ms, ARGV[6] when the holder runs again, in ms since the epoch
 // ("" for unknown), recorded for the waiters behind it when the turn stays
 //
-// Returns 1 when released, 0 when the caller no longer held the lock (it
-// expired, or someone else holds it now): nothing of the lock is touched
-// then, but the turn is still finished or marked.
+// Returns {released, wake}: released is 1 when released, 0 when the caller
+// no longer held the lock (it expired, or someone else holds it now):
+// nothing of the lock is touched then, but the turn is still finished or
+// marked; wake is the label of the next position when its holder is parked
+// ('' otherwise).
 var releaseScript = redis.NewScript(CommitLua + `
 local s, pos = KEYS[2], tonumber(ARGV[3])
 if s and ARGV[4] ~= '1' and ARGV[6] ~= '' then
   local d = tonumber(redis.call('HGET', s, 'd'))
   if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[6]) end
 end
-return lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', ARGV[5])
+local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', ARGV[5])
+return {released, wake}
 `)
 
 // refreshScript extends the lease if the caller still owns the lock.
@@ -258,9 +296,11 @@ return pos
 //
 // A skip applies only to the next position (the head). A void or finish
 // of a later position marks it, and the cursor passes it when it gets
-// there. Each is logged (seq_log). Returns 1 when it settled the
-// position, 0 when the position was not in the expected state (settled
-// already, reserved for someone else, or not the head for a skip).
+// there. Each is logged (seq_log). Returns {1, wake} when it settled the
+// position, where wake is the label of the next position when its holder
+// is parked ('' otherwise), and {0, ''} when the position was not in the
+// expected state (settled already, reserved for someone else, or not the
+// head for a skip).
 var settleScript = redis.NewScript(commonLua + `
 local s = KEYS[1]
 local p = ARGV[1]
@@ -269,20 +309,20 @@ if ARGV[2] ~= '' then
   if p == '' then p = byref end
   if byref == p then redis.call('HDEL', s, 'ref:' .. ARGV[2]) end
 end
-if not p or p == '' then return 0 end
+if not p or p == '' then return {0, ''} end
 local pos = tonumber(p)
 p = num(pos)
 local rec = redis.call('HGET', s, 'p:' .. p)
-if not rec or not string.find(string.sub(rec, 1, 1), '%d') then return 0 end
+if not rec or not string.find(string.sub(rec, 1, 1), '%d') then return {0, ''} end
 local want = ARGV[3]
-if string.sub(want, 1, 1) == '=' and rec ~= string.sub(want, 2) then return 0 end
+if string.sub(want, 1, 1) == '=' and rec ~= string.sub(want, 2) then return {0, ''} end
 if string.sub(want, 1, 1) == '~' then
   local sp = string.find(rec, ' ', 1, true)
-  if string.sub(rec, sp + 1) ~= string.sub(want, 2) then return 0 end
+  if string.sub(rec, sp + 1) ~= string.sub(want, 2) then return {0, ''} end
 end
 local d = tonumber(redis.call('HGET', s, 'd'))
 local kind = ARGV[4]
-if kind == 's' and pos ~= d + 1 then return 0 end
+if kind == 's' and pos ~= d + 1 then return {0, ''} end
 local kinds = {v = 'void', s = 'skip', f = 'finish'}
 seq_log(s, pos, kinds[kind], string.sub(rec, string.find(rec, ' ', 1, true) + 1), ARGV[5])
 if kind == 'f' then
@@ -291,9 +331,10 @@ else
   redis.call('HSET', s, 'p:' .. p, 'v ' .. ARGV[5])
 end
 local next = seq_advance(s, pos)
+local wake = ''
 if next then
-  notify(ARGV[6], KEYS[2], s, next, false)
+  wake = notify(ARGV[6], KEYS[2], s, next, false)
 end
 redis.call('PEXPIRE', s, ARGV[7])
-return 1
+return {1, wake}
 `)

@@ -58,6 +58,12 @@ type TurnError struct {
 	Waited time.Duration // how long AcquireTurn waited
 	// Record is the head's p: field as read, for [Sequencer.Skip].
 	Record string
+	// Parked says the position is marked parked: whoever passes the turn
+	// to it gets its label back ([Lease.Wake], Settlement.Wake) and must
+	// bring its holder back. When Parked is false the position is marked
+	// as waiting in place, which only a waiter that goes on waiting should
+	// leave behind.
+	Parked bool
 }
 
 func (e *TurnError) Error() string {
@@ -195,25 +201,37 @@ func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64,
 	return c.Pos()
 }
 
+// Settlement is what settling a position did.
+type Settlement struct {
+	// Done is false when the position was not in the expected state and
+	// nothing changed.
+	Done bool
+	// Wake are the labels of the positions whose parked holders were
+	// called (see [Lease.Wake]): the caller must bring them back.
+	Wake []string
+}
+
 // settle runs settleScript.
-func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want, kind, why string) (bool, error) {
+func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want, kind, why string) (Settlement, error) {
 	p := ""
 	if pos > 0 {
 		p = strconv.FormatInt(pos, 10)
 	}
-	n, err := settleScript.Run(ctx, q.rdb, []string{q.SeqKey(key), q.lockKey(key)},
-		p, ref, want, kind, why, q.channel, q.retention.Milliseconds()).Int()
+	res, err := settleScript.Run(ctx, q.rdb, []string{q.SeqKey(key), q.lockKey(key)},
+		p, ref, want, kind, why, q.channel, q.retention.Milliseconds()).Slice()
 	if err != nil {
-		return false, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)
+		return Settlement{}, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)
 	}
-	return n == 1, nil
+	n, _ := res[0].(int64)
+	wake, _ := res[1].(string)
+	return Settlement{Done: n == 1, Wake: splitWake(wake)}, nil
 }
 
 // Void gives up position pos of key, reserved under label, because its
 // holder will never come (its task was refused). The cursor passes it
-// without waiting; the reason is logged. It returns false, and changes
-// nothing, when the position is not pending under label.
-func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (bool, error) {
+// without waiting; the reason is logged. Nothing changes (Done is false)
+// when the position is not pending under label.
+func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (Settlement, error) {
 	return q.settle(ctx, key, pos, "", "~"+label, "v", reason)
 }
 
@@ -222,16 +240,16 @@ func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reas
 // gone. The reason is logged. It returns false, and changes nothing, when
 // pos is no longer the head or its record changed: someone else settled it,
 // or its holder finished.
-func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, reason string) (bool, error) {
+func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, reason string) (Settlement, error) {
 	return q.settle(ctx, key, pos, "", "="+record, "s", reason)
 }
 
 // Finish marks position pos of key (reserved under label), or, with pos 0,
 // the position reserved under ref, as finished with outcome, by a holder
 // that did its work without taking the lock in turn (or could not take it
-// at all). The cursor passes it when it gets there. It returns false when
-// the position is not pending (under label, when given).
-func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (bool, error) {
+// at all). The cursor passes it when it gets there. Nothing changes (Done
+// is false) when the position is not pending (under label, when given).
+func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (Settlement, error) {
 	want := ""
 	if label != "" {
 		want = "~" + label

@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -34,6 +35,66 @@ func reserve(t *testing.T, q *lock.Sequencer, key string, n int) []lock.Turn {
 	return turns
 }
 
+// caller plays the worker's part around AcquireTurn: a parked position
+// waits until the release that calls it hands its label back (wakes), then
+// tries again.
+type caller struct {
+	mu    sync.Mutex
+	woken map[string]chan struct{}
+}
+
+func newCaller() *caller { return &caller{woken: map[string]chan struct{}{}} }
+
+func (c *caller) ch(label string) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.woken[label]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		c.woken[label] = ch
+	}
+	return ch
+}
+
+// wake brings back the holders of labels.
+func (c *caller) wake(labels []string) {
+	for _, l := range labels {
+		select {
+		case c.ch(l) <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// acquire takes turn's lock, parking as long as it has to. parked counts
+// the times it was parked.
+func (c *caller) acquire(ctx context.Context, l *lock.Locker, key, meta string, turn lock.Turn, w lock.Wait) (lease *lock.Lease, parked int, err error) {
+	for {
+		lease, err := l.AcquireTurn(ctx, key, meta, turn, w)
+		var te *lock.TurnError
+		if !errors.As(err, &te) {
+			return lease, parked, err
+		}
+		if !te.Parked {
+			return nil, parked, fmt.Errorf("a turn error that is not parked: %w", err)
+		}
+		parked++
+		select {
+		case <-c.ch(turn.Label):
+		case <-ctx.Done():
+			return nil, parked, ctx.Err()
+		}
+	}
+}
+
+// release releases lease, finished, and brings back the holders it calls.
+func (c *caller) release(ctx context.Context, lease *lock.Lease) error {
+	lease.Finish()
+	err := lease.Release(ctx)
+	c.wake(lease.Wake())
+	return err
+}
+
 // The holders of positions enter strictly in position order, however the
 // waiters arrive, across several Lockers (processes).
 func TestTurnsEnterInPositionOrder(t *testing.T) {
@@ -45,22 +106,22 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 	}
 	q := lockers[0].Sequencer()
 	turns := reserve(t, q, "SO-order", 30)
+	c := newCaller()
 	var mu sync.Mutex
 	var entered []int64
 	var wg sync.WaitGroup
 	for _, i := range rand.Perm(len(turns)) {
 		wg.Go(func() {
-			err := lockers[i%len(lockers)].DoTurn(t.Context(), "SO-order", "w"+strconv.Itoa(i), turns[i],
-				lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute},
-				func(ctx context.Context, lease *lock.Lease) error {
-					require.Equal(t, lock.ModeTurn, lease.Mode())
-					mu.Lock()
-					entered = append(entered, lease.Turn().Pos)
-					mu.Unlock()
-					lease.Finish()
-					return nil
-				})
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			lease, _, err := c.acquire(ctx, lockers[i%len(lockers)], "SO-order", "w"+strconv.Itoa(i), turns[i],
+				lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
 			require.NoError(t, err)
+			require.Equal(t, lock.ModeTurn, lease.Mode())
+			mu.Lock()
+			entered = append(entered, lease.Turn().Pos)
+			mu.Unlock()
+			require.NoError(t, c.release(t.Context(), lease))
 		})
 	}
 	wg.Wait()
@@ -74,7 +135,9 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 	require.Empty(t, st.Pending)
 }
 
-// A finished turn wakes the waiter of the next position, and only it.
+// A finished turn wakes the waiter of the next position, and only it; a
+// position further back is parked, and is called back when it becomes next
+// in line.
 func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -83,37 +146,50 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	first, err := l.AcquireTurn(t.Context(), "SO-wake", "first", turns[0], slow)
 	require.NoError(t, err)
 
+	_, err = l.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
+	var te *lock.TurnError
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Parked, "two behind the head: parked at once")
+	require.Equal(t, turns[0].Pos, te.Head)
+
 	type result struct {
 		lease *lock.Lease
 		err   error
 	}
-	got := [3]chan result{nil, make(chan result, 1), make(chan result, 1)}
+	second := make(chan result, 1)
 	waiting := make(chan string, 2)
 	l2 := newLocker(t, db, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
-	for _, i := range []int{2, 1} {
-		go func() {
-			lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "w"+strconv.Itoa(i), turns[i], slow)
-			got[i] <- result{lease, err}
-		}()
-		require.Equal(t, "w"+strconv.Itoa(i), recvTimeout(t, waiting))
-	}
+	go func() {
+		lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "second", turns[1], slow)
+		second <- result{lease, err}
+	}()
+	require.Equal(t, "second", recvTimeout(t, waiting))
 	first.Finish()
 	require.NoError(t, first.Release(t.Context()))
-	second := recvTimeout(t, got[1])
-	require.NoError(t, second.err)
-	require.Equal(t, 1, second.lease.Stats().WokenByNotice)
+	require.Equal(t, []string{turns[2].Label}, first.Wake(), "the third is next in line now: called back")
+	r := recvTimeout(t, second)
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.lease.Stats().WokenByNotice)
+
+	third := make(chan result, 1)
+	go func() {
+		lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
+		third <- result{lease, err}
+	}()
+	require.Equal(t, "third", recvTimeout(t, waiting), "next in line: it waits in place")
 	select {
-	case r := <-got[2]:
+	case r := <-third:
 		t.Fatalf("position 3 ran before position 2 finished: %v", r.err)
 	default:
 	}
-	second.lease.Finish()
-	require.NoError(t, second.lease.Release(t.Context()))
-	third := recvTimeout(t, got[2])
-	require.NoError(t, third.err)
-	require.Equal(t, 1, third.lease.Stats().WokenByNotice, "woken once: by its own predecessor's notice")
-	third.lease.Finish()
-	require.NoError(t, third.lease.Release(t.Context()))
+	r.lease.Finish()
+	require.NoError(t, r.lease.Release(t.Context()))
+	require.Empty(t, r.lease.Wake(), "the third waited in place: nobody to call")
+	r3 := recvTimeout(t, third)
+	require.NoError(t, r3.err)
+	require.Equal(t, 1, r3.lease.Stats().WokenByNotice, "woken once: by its own predecessor's notice")
+	r3.lease.Finish()
+	require.NoError(t, r3.lease.Release(t.Context()))
 }
 
 func recvTimeout[T any](t *testing.T, ch <-chan T) T {
@@ -143,6 +219,7 @@ func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
 	var te *lock.TurnError
 	require.ErrorAs(t, err, &te)
 	require.ErrorIs(t, err, lock.ErrNotYourTurn)
+	require.True(t, te.Parked, "it gave up waiting: parked, to be called back")
 	require.Equal(t, turns[0].Pos, te.Head)
 	require.Equal(t, turns[0].Label, te.Label)
 	require.Greater(t, te.Retry, 50*time.Minute, "the head runs again in an hour")
@@ -153,6 +230,7 @@ func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
 	require.Equal(t, lock.ModeTurn, again.Mode())
 	again.Finish()
 	require.NoError(t, again.Release(t.Context()))
+	require.Equal(t, []string{turns[1].Label}, again.Wake(), "the parked second is called back")
 	second, err := l.AcquireTurn(t.Context(), "SO-stay", "second", turns[1], slow)
 	require.NoError(t, err)
 	require.NoError(t, second.Release(t.Context()))
@@ -166,15 +244,15 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	l := newLocker(t, db, lock.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-void", 4)
-	ok, err := q.Void(t.Context(), "SO-void", turns[1].Pos, turns[1].Label, "enqueue refused: duplicate")
+	st0, err := q.Void(t.Context(), "SO-void", turns[1].Pos, turns[1].Label, "enqueue refused: duplicate")
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = q.Void(t.Context(), "SO-void", turns[2].Pos, "m someone-else", "wrong label")
+	require.True(t, st0.Done)
+	st0, err = q.Void(t.Context(), "SO-void", turns[2].Pos, "m someone-else", "wrong label")
 	require.NoError(t, err)
-	require.False(t, ok, "a void names the label it reserved under")
-	ok, err = q.Void(t.Context(), "SO-void", turns[0].Pos, turns[0].Label, "enqueue refused")
+	require.False(t, st0.Done, "a void names the label it reserved under")
+	st0, err = q.Void(t.Context(), "SO-void", turns[0].Pos, turns[0].Label, "enqueue refused")
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.True(t, st0.Done)
 
 	lease, err := l.AcquireTurn(t.Context(), "SO-void", "third", turns[2], lock.Wait{Deadline: time.Second})
 	require.NoError(t, err, "positions 1 and 2 were voided")
@@ -204,19 +282,21 @@ func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 	var te *lock.TurnError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, turns[0].Pos, te.Head)
+	require.True(t, te.Parked)
 
-	ok, err := q.Skip(t.Context(), "SO-skip", turns[1].Pos, te.Record, "not the head")
+	st0, err := q.Skip(t.Context(), "SO-skip", turns[1].Pos, te.Record, "not the head")
 	require.NoError(t, err)
-	require.False(t, ok)
-	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, "1 m other", "record changed")
+	require.False(t, st0.Done)
+	st0, err = q.Skip(t.Context(), "SO-skip", te.Head, "1 m other", "record changed")
 	require.NoError(t, err)
-	require.False(t, ok)
-	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "its task does not exist")
+	require.False(t, st0.Done)
+	st0, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "its task does not exist")
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "twice")
+	require.True(t, st0.Done)
+	require.Equal(t, []string{turns[2].Label}, st0.Wake, "the parked third is next in line now")
+	st0, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "twice")
 	require.NoError(t, err)
-	require.False(t, ok, "already skipped")
+	require.False(t, st0.Done, "already skipped")
 
 	second, err := l.AcquireTurn(t.Context(), "SO-skip", "second", turns[1], slow)
 	require.NoError(t, err)
@@ -292,12 +372,12 @@ func TestFinishAheadByReference(t *testing.T) {
 	third := lock.Turn{Label: "m ev-3"}
 	third.Pos, err = q.Reserve(t.Context(), "SO-ref", third.Label, "")
 	require.NoError(t, err)
-	ok, err := q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
+	st0, err := q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
+	require.True(t, st0.Done)
+	st0, err = q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
 	require.NoError(t, err)
-	require.False(t, ok, "the reference is used up")
+	require.False(t, st0.Done, "the reference is used up")
 	st, err := q.Status(t.Context(), "SO-ref")
 	require.NoError(t, err)
 	require.Len(t, st.Pending, 3)

@@ -165,7 +165,8 @@ end
 //
 // Returns one of the following, followed with KEYS[5] by "1" when it
 // released the lock and "0" when the lock was not the caller's, and with
-// KEYS[6] by "1" when it passed the turn on and "0" when not
+// KEYS[6] by "1" when it passed the turn on and "0" when not, and by the
+// label of the next position when its holder is parked ("" otherwise)
 //
 //	{"notfound"}
 //	{"replay", record}              the event was applied before; no write
@@ -196,9 +197,11 @@ end
 local r = apply()
 if KEYS[5] then
   local finish = KEYS[6] ~= nil and r[1] ~= 'stale'
-  r[#r + 1] = tostring(lock_commit(KEYS[5], ARGV[10], ARGV[11], KEYS[6], tonumber(ARGV[12]), finish, ARGV[13]))
+  local released, wake = lock_commit(KEYS[5], ARGV[10], ARGV[11], KEYS[6], tonumber(ARGV[12]), finish, ARGV[13])
+  r[#r + 1] = tostring(released)
   if KEYS[6] then
     if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
+    r[#r + 1] = wake
   end
 end
 return r
@@ -669,14 +672,14 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, 
 		return record{}, false, err
 	}
 	if h != nil {
-		finished := false
-		if h.SeqKey != "" && len(res) > 2 {
-			finished = res[len(res)-1] == "1"
-			res = res[:len(res)-1]
+		finished, wake := false, ""
+		if h.SeqKey != "" && len(res) > 3 {
+			finished, wake = res[len(res)-2] == "1", res[len(res)-1]
+			res = res[:len(res)-2]
 		}
 		if len(res) > 1 {
 			if res[len(res)-1] == "1" {
-				h.Released(finished)
+				h.Released(finished, wake)
 			}
 			res = res[:len(res)-1]
 		}

@@ -1,0 +1,107 @@
+// Package requeue brings a task that is waiting in asynq's retry set back
+// to the front of its queue at once. The worker parks a task whose turn in
+// its order's sequence has not come in the retry set, with a long delay;
+// when the turn comes, whoever passed it on (a worker's commit, a producer's
+// void) calls [Front] so the task runs next instead of after the whole
+// backlog.
+//
+// It writes asynq's keys directly, as asynq's own forwarder does
+// ("asynq:{<queue>}:retry", ":pending" and the task hash "t:<id>"). That
+// layout is asynq's, not a public API: it is checked against asynq v0.25.1,
+// the version go.mod pins, by this package's test, which runs a real asynq
+// server.
+package requeue
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/redis/go-redis/v9"
+)
+
+// frontScript moves a task from the retry set, or from anywhere in the
+// pending list, to the front of the pending list (asynq dequeues from the
+// right: RPUSH puts it first in line).
+//
+// KEYS[1] asynq:{q}:t:<id>, KEYS[2] asynq:{q}:pending, KEYS[3] asynq:{q}:retry
+// ARGV[1] task ID, ARGV[2] now in ns
+//
+// Returns "moved", or the task's state ("active", "scheduled", ...; ""
+// when there is no such task) when it was left alone.
+var frontScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'state')
+local g = redis.call('HGET', KEYS[1], 'group')
+if g and g ~= '' then return 'grouped' end
+if st == 'retry' then
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return st end
+elseif st == 'pending' then
+  if redis.call('LREM', KEYS[2], 1, ARGV[1]) == 0 then return st end
+else
+  return st or ''
+end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'pending_since', ARGV[2])
+return 'moved'
+`)
+
+// Front moves task id of queue from asynq's retry set (or from further back
+// in its pending list) to the front of the queue, so that a worker takes it
+// next. A task in any other state (active, scheduled on purpose, archived,
+// completed, gone) is left alone: Front then returns false and that state
+// ("" for no such task). It costs one round trip and is safe for concurrent
+// use.
+func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
+	p := "asynq:{" + queue + "}:"
+	res, err := frontScript.Run(ctx, rdb, []string{p + "t:" + id, p + "pending", p + "retry"},
+		id, strconv.FormatInt(time.Now().UnixNano(), 10)).Text()
+	if err != nil {
+		return false, "", fmt.Errorf("requeue: front %s in %s: %w", id, queue, err)
+	}
+	return res == "moved", res, nil
+}
+
+// InTransit is how long [Labels] keeps trying to bring back a task that is
+// still active: a task is parked by returning from its run, and asynq moves
+// it to the retry set just after; the call that wakes it may come first.
+const InTransit = 250 * time.Millisecond
+
+// Labels brings back the holders of parked positions, given by their labels
+// (tasks.PositionLabel): for each, the task of that event in its type's
+// queue. A task still active (on its way to being parked) is tried again,
+// with short pauses, for up to InTransit. A label that names no task is
+// ignored. It returns the first Redis error, after trying every label.
+func Labels(ctx context.Context, rdb redis.Scripter, labels []string) error {
+	var first error
+	for _, label := range labels {
+		typ, id, _, ok := tasks.ParseLabel(label)
+		if !ok {
+			continue
+		}
+		queue := tasks.KindOf(typ).Queue
+		pause := 5 * time.Millisecond
+		deadline := time.Now().Add(InTransit)
+		for {
+			_, state, err := Front(ctx, rdb, queue, id)
+			if err != nil {
+				first = cmp.Or(first, err)
+				break
+			}
+			if state != "active" || time.Now().After(deadline) {
+				break
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return cmp.Or(first, context.Cause(ctx))
+			}
+			pause = min(2*pause, 50*time.Millisecond)
+		}
+	}
+	return first
+}
