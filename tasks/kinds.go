@@ -51,7 +51,6 @@ func (k *Kind) Parse(b []byte) (Payload, error) {
 	return p, p.Validate()
 }
 
-
 // String returns the kind's type.
 func (k *Kind) String() string { return k.Type }
 
