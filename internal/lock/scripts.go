@@ -120,7 +120,7 @@ end
 // lock: the work of pos is done). It notifies the waiters that can proceed
 // and returns two values: 1 when it released the lock, 0 when the lock was
 // not owner's (nothing of the lock is touched then); and the label of the
-// next position when its holder is parked (” otherwise), which the caller
+// next position when its holder is parked (empty otherwise), which the caller
 // must bring back (see [Lease.Wake]). A store's script on the same Redis
 // includes it to release a lease and finish its turn in the round trip that
 // commits the work (see [Lease.Handoff]); lk and s must then be among that
@@ -234,8 +234,8 @@ return {1, s, mode}
 // Returns {released, wake}: released is 1 when released, 0 when the caller
 // no longer held the lock (it expired, or someone else holds it now):
 // nothing of the lock is touched then, but the turn is still finished or
-// marked; wake is the label of the next position when its holder is parked
-// (” otherwise).
+// marked; wake holds the labels of the parked holders it called (see
+// lock_commit), empty when none.
 var releaseScript = redis.NewScript(CommitLua + `
 local s, pos = KEYS[2], tonumber(ARGV[3])
 if s and ARGV[4] ~= '1' and ARGV[6] ~= '' then
@@ -298,7 +298,7 @@ return pos
 // of a later position marks it, and the cursor passes it when it gets
 // there. Each is logged (seq_log). Returns {1, wake} when it settled the
 // position, where wake is the label of the next position when its holder
-// is parked (” otherwise), and {0, ”} when the position was not in the
+// is parked (empty otherwise), and {0, ""} when the position was not in the
 // expected state (settled already, reserved for someone else, or not the
 // head for a skip).
 var settleScript = redis.NewScript(commonLua + `
