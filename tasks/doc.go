@@ -21,6 +21,12 @@
 // the same event is refused while asynq still holds a task with that ID. A
 // system that enqueues by hand should do the same.
 //
+// An event_id is 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.' and ':',
+// the first a letter or digit ([ValidEventID]): a UUID, a ULID and
+// "crm:order-7:v3" qualify. Since it is the task ID, and tools such as
+// asynqmon paste task IDs into URLs unescaped, it may hold nothing a URL reads
+// as structure ('/', '?', '#', '%') and cannot start with a dot.
+//
 // # Payloads
 //
 // A payload is one JSON object in UTF-8. Field names are matched exactly

@@ -82,9 +82,10 @@ type Changes struct {
 
 // ModifyPayload is the payload of a [TypeModify] task.
 type ModifyPayload struct {
-	// EventID is the upstream's idempotency key for this change: 1 to
-	// [MaxEventIDLen] printable ASCII characters without spaces (see
-	// [ValidEventID]). The producer generates one when the caller gives none.
+	// EventID is the upstream's idempotency key for this change, and the
+	// task's ID: 1 to [MaxEventIDLen] characters of A-Z, a-z, 0-9, '_', '-',
+	// '.' and ':', the first a letter or digit (see [ValidEventID]). The
+	// producer generates one (a UUID) when the caller gives none.
 	EventID string `json:"event_id"`
 	// OrderNo is the order to change (see [ValidOrderNo]).
 	OrderNo string `json:"order_no"`

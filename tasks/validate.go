@@ -49,9 +49,21 @@ func fieldErr(field, format string, args ...any) error {
 // number is safe in Redis keys and hash tags as it is.
 func ValidOrderNo(s string) bool { return orderNoProblem(s) == "" }
 
-// ValidEventID reports whether s is a well-formed event ID: 1 to
-// [MaxEventIDLen] printable ASCII characters without spaces (0x21 to 0x7E).
-// A UUID, a ULID or "crm:order-7:v3" all qualify.
+// EventIDRule says in words what [ValidEventID] accepts, for the error
+// messages and documents that state the rule, so that they all read the same.
+const EventIDRule = "1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.' and ':', the first a letter or digit"
+
+// ValidEventID reports whether s is a well-formed event ID (see
+// [EventIDRule]): 1 to [MaxEventIDLen] characters, each an ASCII letter or
+// digit, '_', '-', '.' or ':', the first a letter or digit. A UUID, a ULID or
+// "crm:order-7:v3" all qualify.
+//
+// The event ID is also the asynq task ID, and tools paste task IDs into URL
+// paths and Redis keys without escaping them (asynqmon's UI does). So the
+// rule leaves out everything a URL reads as structure ('/', '?', '#', '%',
+// '\'), and a leading '.' that could make a "." or ".." path segment; a
+// leading '-' or '_' is left out too, so that an ID never reads as a
+// command-line flag.
 func ValidEventID(s string) bool { return eventIDProblem(s) == "" }
 
 func orderNoProblem(s string) string {
@@ -78,8 +90,10 @@ func eventIDProblem(s string) string {
 		return fmt.Sprintf("must be at most %d characters, got %d", MaxEventIDLen, len(s))
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x21 || c > 0x7e {
-			return "must be printable ASCII without spaces, got " + quote(s)
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '-' && c != '.' && c != ':') {
+			return "must be " + EventIDRule + ", got " + quote(s)
 		}
 	}
 	return ""

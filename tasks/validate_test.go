@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,8 +84,11 @@ func TestValidEventID(t *testing.T) {
 		want bool
 	}{
 		{"uuid", "0190f8a2-5b7e-7c3d-9a41-2f6e8b1c0d3e", true},
-		{"punctuation", `crm:order/7#v3{"x"}~!`, true},
+		{"ulid", "01ARZ3NDEKTSV4RRFFQ69G5FAV", true},
+		{"colons and dots", "crm:order-7:v3.1", true},
+		{"underscore", "crm_7", true},
 		{"one character", "x", true},
+		{"one digit", "7", true},
 		{"128 characters", strings.Repeat("e", 128), true},
 		{"empty", "", false},
 		{"129 characters", strings.Repeat("e", 129), false},
@@ -92,6 +96,20 @@ func TestValidEventID(t *testing.T) {
 		{"tab", "evt\t1", false},
 		{"DEL", "evt\x7f", false},
 		{"non-ASCII", "évt", false},
+		// What a URL would read as something else: asynqmon pastes task
+		// IDs into its API paths unescaped.
+		{"dot segments", "../pending_tasks:delete_all", false},
+		{"slash", "crm/7", false},
+		{"query", "evt?x=1", false},
+		{"fragment", "evt#1", false},
+		{"percent", "evt%2F1", false},
+		{"backslash", `evt\1`, false},
+		{"other punctuation", `crm{"x"}~!`, false},
+		{"leading dot", ".evt", false},
+		{"leading hyphen", "-evt", false},
+		{"leading underscore", "_evt", false},
+		{"leading colon", ":evt", false},
+		{"only dots", "..", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +175,10 @@ func TestModifyPayloadValidate_Invalid(t *testing.T) {
 			"event_id", "must be at most 128 characters, got 129"},
 		{"event id with space",
 			modifyWith(func(p *tasks.ModifyPayload) { p.EventID = "evt 1" }),
-			"event_id", `must be printable ASCII without spaces, got "evt 1"`},
+			"event_id", `must be ` + tasks.EventIDRule + `, got "evt 1"`},
+		{"event id with a path",
+			modifyWith(func(p *tasks.ModifyPayload) { p.EventID = "../pending_tasks:delete_all" }),
+			"event_id", `must be ` + tasks.EventIDRule + `, got "../pending_tasks:delete_all"`},
 		{"no order no",
 			modifyWith(func(p *tasks.ModifyPayload) { p.OrderNo = "" }),
 			"order_no", "required"},
@@ -345,4 +366,11 @@ func TestFieldErrorWrapped(t *testing.T) {
 	assert.ErrorIs(t, wrapped, asynq.SkipRetry)
 	assert.ErrorIs(t, wrapped, tasks.ErrInvalid)
 	assert.NotErrorIs(t, tasks.ErrInvalid, asynq.SkipRetry, "the sentinel itself stays plain")
+}
+
+// TestEventIDRuleStatesTheLimit keeps the rule's words in step with the
+// constant.
+func TestEventIDRuleStatesTheLimit(t *testing.T) {
+	t.Parallel()
+	assert.Contains(t, tasks.EventIDRule, "1 to "+strconv.Itoa(tasks.MaxEventIDLen)+" characters")
 }

@@ -126,8 +126,7 @@ func idempotencyKey(values []string) (key string, ok bool, _ *apiError) {
 		key = unquoted
 	}
 	if !tasks.ValidEventID(key) {
-		return "", false, badParameter(HeaderIdempotencyKey, fmt.Sprintf(
-			"the Idempotency-Key header must be 1 to %d printable ASCII characters without spaces", tasks.MaxEventIDLen))
+		return "", false, badParameter(HeaderIdempotencyKey, "the Idempotency-Key header must be "+tasks.EventIDRule)
 	}
 	return key, true, nil
 }
