@@ -216,6 +216,31 @@ func pendingAt(t *testing.T, d *dashboard, api string) int {
 	return body.Current.Pending
 }
 
+// TestSeveralAuthorizationHeaders checks, over a real socket, that a
+// request with more than one Authorization header gets 401, whichever of
+// them is valid, on the UI, its API (a write too) and /metrics.
+func TestSeveralAuthorizationHeaders(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+	good := func(r *http.Request) { r.SetBasicAuth(testUser, testPassword) }
+	for i, extra := range []string{"Bearer " + testToken, "Bearer wrong-token-0123456789", "Basic b3BzOndyb25n"} {
+		add := func(r *http.Request) { r.Header.Add("Authorization", extra) }
+		for _, req := range []struct{ method, path string }{
+			{http.MethodGet, "/"},
+			{http.MethodGet, "/api/queues"},
+			{http.MethodGet, "/metrics"},
+			{http.MethodDelete, "/api/queues/" + queue + "/pending_tasks/evt-1001"},
+		} {
+			r := d.do(t, req.method, req.path, good, add)
+			assert.Equal(t, http.StatusUnauthorized, r.status, "%s %s with second header #%d", req.method, req.path, i)
+		}
+	}
+	assert.Equal(t, 2, pending(t, d), "nothing was deleted")
+	assert.Equal(t, http.StatusOK, d.get(t, "/api/queues", basicAuth(testUser, testPassword)).status, "one header is fine")
+	requireNoSecrets(t, d.logs.String())
+}
+
 func TestRootPath(t *testing.T) {
 	db := redistest.New(t)
 	enqueueOrders(t, db)
