@@ -60,6 +60,7 @@
 // state.
 //
 //	400 malformed_body            the body is not one JSON object in UTF-8, or could not be read
+//	408 request_timeout           the body did not arrive within the server's read timeout
 //	400 invalid_field             a body field is unknown, of the wrong type or breaks a rule
 //	400 invalid_parameter         a path or query parameter or the Idempotency-Key header is malformed
 //	400 idempotency_key_required  neither the Idempotency-Key header nor the body's event_id is given
