@@ -69,10 +69,12 @@ type Item struct {
 // field must be set.
 type Changes struct {
 	// Address, when set, replaces the delivery address. It must not be blank
-	// and is at most [MaxAddressLen] bytes of valid UTF-8.
+	// and is at most [MaxAddressLen] bytes of valid UTF-8, without control
+	// characters other than line breaks ("\n" or "\r\n"): no tab.
 	Address *string `json:"address,omitempty"`
 	// Remark, when set, replaces the order's remark. It is at most
-	// [MaxRemarkLen] bytes of valid UTF-8; an empty remark clears it.
+	// [MaxRemarkLen] bytes of valid UTF-8, without control characters other
+	// than line breaks ("\n" or "\r\n") and tabs; an empty remark clears it.
 	Remark *string `json:"remark,omitempty"`
 	// Items, when non-nil, replaces the order's whole item list. It has 1 to
 	// [MaxItems] entries; an empty non-nil list is an error, since an order
@@ -109,7 +111,7 @@ type ExchangePayload struct {
 	// order.
 	NewOrderNo string `json:"new_order_no,omitempty"`
 	// Reason says why, for people: at most [MaxReasonLen] bytes of valid
-	// UTF-8. It may be empty.
+	// UTF-8, under the rules of [Changes.Remark]. It may be empty.
 	Reason string `json:"reason,omitempty"`
 }
 

@@ -133,12 +133,12 @@ func (c Changes) validate(path string) error {
 		if strings.TrimSpace(*c.Address) == "" {
 			return fieldErr(path+".address", "must not be blank")
 		}
-		if err := text(path+".address", *c.Address, MaxAddressLen); err != nil {
+		if err := text(path+".address", *c.Address, MaxAddressLen, false); err != nil {
 			return err
 		}
 	}
 	if c.Remark != nil {
-		if err := text(path+".remark", *c.Remark, MaxRemarkLen); err != nil {
+		if err := text(path+".remark", *c.Remark, MaxRemarkLen, true); err != nil {
 			return err
 		}
 	}
@@ -172,7 +172,7 @@ func (p ExchangePayload) Validate() error {
 			return fieldErr("new_order_no", "must differ from order_no")
 		}
 	}
-	return text("reason", p.Reason, MaxReasonLen)
+	return text("reason", p.Reason, MaxReasonLen, true)
 }
 
 func validateItems(path string, items []Item) error {
@@ -217,13 +217,36 @@ func validateSKU(path, s string) error {
 	return nil
 }
 
-// text checks a free-text field: valid UTF-8 of at most limit bytes.
-func text(path, s string, limit int) error {
+// text checks a free-text field: valid UTF-8 of at most limit bytes, without
+// control characters other than line breaks ("\n" or "\r\n") and, if tabs,
+// tabs.
+//
+// Line breaks are text: an address has lines, and a remark typed in a
+// browser's text box arrives with "\r\n". Every other control character (NUL,
+// escape sequences, a carriage return on its own, DEL, the C1 controls) is
+// refused: none is meant by the people who write these fields, and they
+// truncate strings in C-based systems downstream, rewrite terminals that
+// show them and break fixed layouts. A tab is allowed in a remark or a
+// reason, where it may indent pasted text, and refused in an address, which
+// is printed on labels and exported to columns where it would shift fields.
+func text(path, s string, limit int, tabs bool) error {
 	switch {
 	case len(s) > limit:
 		return fieldErr(path, "must be at most %d bytes, got %d", limit, len(s))
 	case !utf8.ValidString(s):
 		return fieldErr(path, "must be valid UTF-8")
+	}
+	for i, r := range s {
+		switch {
+		case !unicode.IsControl(r), r == '\n', r == '\t' && tabs:
+		case r == '\r' && i+1 < len(s) && s[i+1] == '\n':
+		default:
+			allowed := `line breaks (\n or \r\n)`
+			if tabs {
+				allowed += " and tabs"
+			}
+			return fieldErr(path, "must not contain control characters other than %s, got %U at byte %d", allowed, r, i)
+		}
 	}
 	return nil
 }
