@@ -81,8 +81,13 @@ func guardTaskIDs(apiPrefix string, next http.Handler) http.Handler {
 // message for a refusal, or an empty message. It may replace r.Body with
 // the same bytes.
 func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int) (int, string) {
-	// The segments as the UI wrote them: a task ID is one segment.
+	// The segments as the UI wrote them: a task ID is one segment. Fewer of
+	// them than the decoded path has means an encoded '/' in the prefix.
+	const notCanonical = "the path is not canonical: it has an empty, '.' or '..' segment, an encoded '/' or a trailing '/'"
 	segments := strings.Split(r.URL.EscapedPath(), "/")
+	if len(segments) < 2+prefixSegments {
+		return http.StatusBadRequest, notCanonical
+	}
 	for i, seg := range segments {
 		d, err := url.PathUnescape(seg)
 		if err != nil {
@@ -116,7 +121,7 @@ func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int) (int
 	// path that reads the same every way is let through.
 	p := r.URL.Path
 	if path.Clean(p) != p || strings.Count(p, "/") != len(segments)-1 {
-		return http.StatusBadRequest, "the path is not canonical: it has an empty, '.' or '..' segment, an encoded '/' or a trailing '/'"
+		return http.StatusBadRequest, notCanonical
 	}
 	if strings.Contains(api[len(api)-1], "_tasks:batch_") {
 		return checkBatch(w, r)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // asynqmonRoute is one route of asynqmon's API, as its handler.go registers
@@ -162,7 +165,15 @@ func TestGuardCoversEveryWriteRoute(t *testing.T) {
 // would read, clean or redirect differently from what it says.
 func TestGuardRefusesAmbiguousPaths(t *testing.T) {
 	t.Parallel()
-	g := newGuarded(t, "", `{}`, "")
+	g := newGuarded(t, "/asynq", `{}`, "")
+	for _, p := range []string{"/asynq%2Fapi%2Fqueues:pause", "/asynq/api%2Fx", "/asynq/api/"} {
+		status, body := g.do(t, http.MethodPost, p, "")
+		assert.Equal(t, http.StatusBadRequest, status, p)
+		assertRefusal(t, body)
+	}
+	assert.Empty(t, g.take())
+
+	g = newGuarded(t, "", `{}`, "")
 	for _, p := range []string{
 		"/api/queues/order_modify/pending_tasks/..%2F..%2Fother/pending_tasks:delete_all",
 		"/api/queues/order_modify%2Fpending_tasks:delete_all",
@@ -207,11 +218,11 @@ func TestGuardRewritesTaskIDs(t *testing.T) {
 		dec := json.NewDecoder(strings.NewReader(body))
 		dec.UseNumber()
 		require.NoError(t, dec.Decode(&got), "Content-Type %q", ct)
-		tasks := got["tasks"].([]any)
-		assert.Equal(t, "~..%2Fpending_tasks:delete_all", tasks[0].(map[string]any)["id"])
-		assert.Equal(t, `{"event_id":"../x"}`, tasks[0].(map[string]any)["payload"], "payloads are not task IDs")
-		assert.Equal(t, json.Number("25"), tasks[0].(map[string]any)["max_retry"])
-		assert.Equal(t, "crm:order-7:v3", tasks[1].(map[string]any)["id"])
+		list := got["tasks"].([]any)
+		assert.Equal(t, "~..%2Fpending_tasks:delete_all", list[0].(map[string]any)["id"])
+		assert.Equal(t, `{"event_id":"../x"}`, list[0].(map[string]any)["payload"], "payloads are not task IDs")
+		assert.Equal(t, json.Number("25"), list[0].(map[string]any)["max_retry"])
+		assert.Equal(t, "crm:order-7:v3", list[1].(map[string]any)["id"])
 		assert.Equal(t, json.Number("12345678901234567890"), got["stats"].(map[string]any)["memory_usage_bytes"], "numbers are kept exactly")
 		assert.Equal(t, "~a%20b%3Fc%23d%5Ce%25f", got["workers"].([]any)[0].(map[string]any)["task_id"])
 		assert.Equal(t, json.Number("7"), got["id"], "a number is no task ID")
@@ -249,4 +260,62 @@ func TestDisplayTaskID(t *testing.T) {
 			assert.False(t, bytes.ContainsAny([]byte(got), "?#\\"))
 		})
 	}
+}
+
+// FuzzGuardWrite sends any path and body through the guard as a write: it
+// never panics, and what it lets through has a canonical path whose task
+// IDs, in the path and in a batch body, are valid event IDs.
+func FuzzGuardWrite(f *testing.F) {
+	for _, s := range []struct{ path, body string }{
+		{"/api/queues/order_modify/pending_tasks/evt-1", ""},
+		{"/api/queues/order_modify/pending_tasks/..%2Fpending_tasks:delete_all", ""},
+		{"/api/queues/order_modify/scheduled_tasks/crm:7:run", ""},
+		{"/api/queues/order_modify/pending_tasks:batch_delete", `{"task_ids":["evt-1","../x"]}`},
+		{"/api/queues/order_modify/groups/g/aggregating_tasks:batch_run", `{"task_ids":["a"]}`},
+		{"/api%2F", ""},
+		{"/api/queues//x", ""},
+		{"/api/queues/order_modify:pause", ""},
+	} {
+		f.Add(s.path, s.body)
+	}
+	f.Fuzz(func(t *testing.T, rawPath, body string) {
+		req, err := http.NewRequest(http.MethodPost, "http://dashboard"+rawPath, strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		var reached *http.Request
+		var reachedBody []byte
+		h := guardTaskIDs("/api/", http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			reached = r
+			reachedBody, _ = io.ReadAll(r.Body)
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if reached == nil || !strings.HasPrefix(reached.URL.Path, "/api/") {
+			return
+		}
+		p := reached.URL.Path
+		require.Equal(t, path.Clean(p), p, "a path that is not canonical got through")
+		segs := strings.Split(p, "/")
+		for i := 1; i < len(segs); i++ {
+			if strings.HasSuffix(segs[i-1], "_tasks") {
+				id := segs[i]
+				for _, a := range taskActions {
+					if s, ok := strings.CutSuffix(id, a); ok {
+						id = s
+						break
+					}
+				}
+				require.True(t, tasks.ValidEventID(id), "task ID %q got through", id)
+			}
+		}
+		if strings.Contains(segs[len(segs)-1], "_tasks:batch_") {
+			var b struct {
+				TaskIDs []string `json:"task_ids"`
+			}
+			require.NoError(t, json.NewDecoder(bytes.NewReader(reachedBody)).Decode(&b))
+			for _, id := range b.TaskIDs {
+				require.True(t, tasks.ValidEventID(id), "task ID %q got through in a batch", id)
+			}
+		}
+	})
 }
