@@ -1,9 +1,10 @@
 # orderworker developer tasks. `make help` lists them.
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint fmt bench bench-replicas stress stress-short demo fuzz
+.PHONY: help test lint vuln fmt bench bench-replicas stress stress-short demo fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -15,6 +16,9 @@ lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+vuln: ## known vulnerabilities in the code's call graph (govulncheck; needs https://vuln.go.dev)
+	$(GO) run $(GOVULNCHECK) ./...
 
 fmt: ## rewrite files with gofmt
 	gofmt -w $$(git ls-files '*.go')

@@ -431,7 +431,11 @@ func TestEnqueue_Invalid(t *testing.T) {
 		{"bad event id", func(ctx context.Context, p *producer.Producer) error {
 			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("evt 1"))
 			return err
-		}, `event_id: must be printable ASCII without spaces, got "evt 1"`},
+		}, `event_id: must be ` + tasks.EventIDRule + `, got "evt 1"`},
+		{"event id with a path", func(ctx context.Context, p *producer.Producer) error {
+			_, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("../pending_tasks:delete_all"))
+			return err
+		}, `event_id: must be ` + tasks.EventIDRule + `, got "../pending_tasks:delete_all"`},
 		{"bad qty", func(ctx context.Context, p *producer.Producer) error {
 			_, err := p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "A", Qty: 1}, {SKU: "B"}})
 			return err

@@ -21,12 +21,29 @@
 // the same event is refused while asynq still holds a task with that ID. A
 // system that enqueues by hand should do the same.
 //
+// An event_id is 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.' and ':',
+// the first a letter or digit ([ValidEventID]): a UUID, a ULID and
+// "crm:order-7:v3" qualify. Since it is the task ID, and tools such as
+// asynqmon paste task IDs into URLs unescaped, it may hold nothing a URL reads
+// as structure ('/', '?', '#', '%') and cannot start with a dot.
+//
 // # Payloads
 //
 // A payload is one JSON object in UTF-8. Field names are matched exactly
 // (case-sensitively); unknown fields, duplicate fields and anything after the
 // object are errors. A JSON null counts as an absent field. The limits are the
 // constants of this package.
+//
+// Text is taken as sent, never repaired. A string that escapes half of a
+// UTF-16 surrogate pair ("\ud800" alone) is an error naming the field, where
+// encoding/json would put U+FFFD in its place. Free text may hold line breaks
+// ("\n" or "\r\n"): an address has lines, and a browser's text box sends
+// "\r\n". A remark and a reason may hold tabs too; an address may not, since
+// it is printed on labels and exported to columns. No other control character
+// is accepted anywhere (NUL, escape sequences, a carriage return on its own,
+// DEL, the C1 controls): none is meant by the people who write these fields,
+// and downstream they truncate strings, rewrite terminals or break layouts. A
+// sku has no control character at all.
 //
 // A modify changes an existing order. changes holds at least one of address,
 // remark and items; a field left out is left unchanged, and items, when

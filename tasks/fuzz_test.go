@@ -1,8 +1,10 @@
 package tasks_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -41,6 +43,35 @@ var seeds = []string{
 	`{`,
 	``,
 	"{\"event_id\":\"e1\",\"order_no\":\"SO1\",\"changes\":{\"remark\":\"\xff\"}}",
+	// Lone surrogates, which encoding/json would turn into U+FFFD, next to
+	// pairs, escaped backslashes and U+FFFD itself.
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"\ud800"}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"address":"x\udc00","remark":"\uD83D\uDE00"}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"\ud83d\ud83d\ude00 \\ud800 \ufffd"}}`,
+	`{"event_id":"e1","order_no":"SO1","items":[{"sku":"\udbff\udfff","qty":1}],"reason":"\ud800x"}`,
+	`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"reason":"\ude00\ud83d"}`,
+	// Control characters: line breaks and (outside the address) tabs are
+	// text, the rest is refused.
+	`{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St\r\nSpringfield","remark":"a\tb\nc\r\n"}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St\u0000"}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St\tSpringfield"}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"a\rb\u001b[2J\u007f\u0085"}}`,
+	`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"reason":"size\r"}`,
+	// Event IDs a URL would read as something else.
+	`{"event_id":"../pending_tasks:delete_all","order_no":"SO1","changes":{"remark":"r"}}`,
+	`{"event_id":"crm:order-7:v3.1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`,
+}
+
+// requireNoReplacement fails if an accepted payload's texts hold U+FFFD that
+// the input did not: a lone surrogate replaced without a word.
+func requireNoReplacement(t *testing.T, b []byte, texts []string) {
+	t.Helper()
+	if bytes.ContainsRune(b, utf8.RuneError) || bytes.Contains(bytes.ToLower(b), []byte(`\ufffd`)) {
+		return
+	}
+	for _, s := range texts {
+		require.NotContains(t, s, string(utf8.RuneError), "U+FFFD that the input did not have: %q", b)
+	}
 }
 
 func FuzzParseModify(f *testing.F) {
@@ -55,6 +86,16 @@ func FuzzParseModify(f *testing.F) {
 			return
 		}
 		require.NoError(t, p.Validate())
+		texts := []string{p.EventID, p.OrderNo}
+		for _, s := range []*string{p.Changes.Address, p.Changes.Remark} {
+			if s != nil {
+				texts = append(texts, *s)
+			}
+		}
+		for _, it := range p.Changes.Items {
+			texts = append(texts, it.SKU)
+		}
+		requireNoReplacement(t, b, texts)
 
 		// What the strict parser accepts, the standard decoder reads the same.
 		var std tasks.ModifyPayload
@@ -85,6 +126,11 @@ func FuzzParseExchange(f *testing.F) {
 			return
 		}
 		require.NoError(t, p.Validate())
+		texts := []string{p.EventID, p.OrderNo, p.NewOrderNo, p.Reason}
+		for _, it := range p.Items {
+			texts = append(texts, it.SKU)
+		}
+		requireNoReplacement(t, b, texts)
 
 		var std tasks.ExchangePayload
 		require.NoError(t, json.Unmarshal(b, &std))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -83,7 +84,7 @@ func decode(b []byte, body func(*decoder) error) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	d := &decoder{dec: dec}
+	d := &decoder{dec: dec, b: b}
 	if err := body(d); err != nil {
 		return err
 	}
@@ -97,8 +98,11 @@ func decode(b []byte, body func(*decoder) error) error {
 
 // decoder reads the payloads token by token, so that it can name the field at
 // fault, match names exactly and refuse repeated names, none of which
-// json.Unmarshal does.
-type decoder struct{ dec *json.Decoder }
+// json.Unmarshal does. b is the whole input, for the raw form of a string.
+type decoder struct {
+	dec *json.Decoder
+	b   []byte
+}
 
 func (d *decoder) modify(p *ModifyPayload) error {
 	return d.object("", func(key, path string) (err error) {
@@ -230,19 +234,18 @@ func (d *decoder) object(path string, member func(key, path string) error) error
 
 // str reads a string; null reads as "".
 func (d *decoder) str(path string) (string, error) {
-	tok, err := d.token()
-	if err != nil || tok == nil {
+	s, err := d.optStr(path)
+	if err != nil || s == nil {
 		return "", err
 	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", mismatch(path, "a string", tok)
-	}
-	return s, nil
+	return *s, nil
 }
 
-// optStr reads a string; null reads as nil.
+// optStr reads a string; null reads as nil. A string that escapes a lone
+// UTF-16 surrogate is an error: encoding/json would replace it with U+FFFD
+// without a word, so the text stored would not be the text sent.
 func (d *decoder) optStr(path string) (*string, error) {
+	start := d.dec.InputOffset()
 	tok, err := d.token()
 	if err != nil || tok == nil {
 		return nil, err
@@ -251,7 +254,64 @@ func (d *decoder) optStr(path string) (*string, error) {
 	if !ok {
 		return nil, mismatch(path, "a string", tok)
 	}
+	// Only a string with U+FFFD in it can have had a lone surrogate. Between
+	// start and the end of the token lie white space, perhaps a ':' or ',',
+	// and the string literal, which begins at the first '"'.
+	if strings.ContainsRune(s, utf8.RuneError) {
+		raw := d.b[start:d.dec.InputOffset()]
+		if loneSurrogate(raw[bytes.IndexByte(raw, '"'):]) {
+			return nil, fieldErr(path, `must not contain a lone UTF-16 surrogate (\ud800 to \udfff without its pair)`)
+		}
+	}
 	return &s, nil
+}
+
+// loneSurrogate reports whether lit, a well-formed JSON string literal,
+// escapes a UTF-16 surrogate (\ud800 to \udfff) that is not half of a
+// high-low pair.
+func loneSurrogate(lit []byte) bool {
+	for i := 0; i < len(lit); i++ {
+		if lit[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character; the loop steps past it
+		if lit[i] != 'u' {
+			continue
+		}
+		r := hex4(lit[i+1:])
+		i += 4
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return true // a low surrogate first
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+6 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
+				return true
+			}
+			if lo := hex4(lit[i+3:]); lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 6 // the low half
+		}
+	}
+	return false
+}
+
+// hex4 decodes the four hexadecimal digits at the start of b, which the
+// JSON decoder has already checked.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
 }
 
 // qty reads a quantity, a JSON number written as an integer; null reads as 0.

@@ -70,10 +70,12 @@ type Item struct {
 // field must be set.
 type Changes struct {
 	// Address, when set, replaces the delivery address. It must not be blank
-	// and is at most [MaxAddressLen] bytes of valid UTF-8.
+	// and is at most [MaxAddressLen] bytes of valid UTF-8, without control
+	// characters other than line breaks ("\n" or "\r\n"): no tab.
 	Address *string `json:"address,omitempty"`
 	// Remark, when set, replaces the order's remark. It is at most
-	// [MaxRemarkLen] bytes of valid UTF-8; an empty remark clears it.
+	// [MaxRemarkLen] bytes of valid UTF-8, without control characters other
+	// than line breaks ("\n" or "\r\n") and tabs; an empty remark clears it.
 	Remark *string `json:"remark,omitempty"`
 	// Items, when non-nil, replaces the order's whole item list. It has 1 to
 	// [MaxItems] entries; an empty non-nil list is an error, since an order
@@ -83,9 +85,10 @@ type Changes struct {
 
 // ModifyPayload is the payload of a [TypeModify] task.
 type ModifyPayload struct {
-	// EventID is the upstream's idempotency key for this change: 1 to
-	// [MaxEventIDLen] printable ASCII characters without spaces (see
-	// [ValidEventID]). The producer generates one when the caller gives none.
+	// EventID is the upstream's idempotency key for this change, and the
+	// task's ID: 1 to [MaxEventIDLen] characters of A-Z, a-z, 0-9, '_', '-',
+	// '.' and ':', the first a letter or digit (see [ValidEventID]). The
+	// producer generates one (a UUID) when the caller gives none.
 	EventID string `json:"event_id"`
 	// OrderNo is the order to change (see [ValidOrderNo]).
 	OrderNo string `json:"order_no"`
@@ -114,7 +117,7 @@ type ExchangePayload struct {
 	// order.
 	NewOrderNo string `json:"new_order_no,omitempty"`
 	// Reason says why, for people: at most [MaxReasonLen] bytes of valid
-	// UTF-8. It may be empty.
+	// UTF-8, under the rules of [Changes.Remark]. It may be empty.
 	Reason string `json:"reason,omitempty"`
 	// Seq is the exchange's position in OrderNo's sequence, as in
 	// [ModifyPayload.Seq].

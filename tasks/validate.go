@@ -49,9 +49,21 @@ func fieldErr(field, format string, args ...any) error {
 // number is safe in Redis keys and hash tags as it is.
 func ValidOrderNo(s string) bool { return orderNoProblem(s) == "" }
 
-// ValidEventID reports whether s is a well-formed event ID: 1 to
-// [MaxEventIDLen] printable ASCII characters without spaces (0x21 to 0x7E).
-// A UUID, a ULID or "crm:order-7:v3" all qualify.
+// EventIDRule says in words what [ValidEventID] accepts, for the error
+// messages and documents that state the rule, so that they all read the same.
+const EventIDRule = "1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.' and ':', the first a letter or digit"
+
+// ValidEventID reports whether s is a well-formed event ID (see
+// [EventIDRule]): 1 to [MaxEventIDLen] characters, each an ASCII letter or
+// digit, '_', '-', '.' or ':', the first a letter or digit. A UUID, a ULID or
+// "crm:order-7:v3" all qualify.
+//
+// The event ID is also the asynq task ID, and tools paste task IDs into URL
+// paths and Redis keys without escaping them (asynqmon's UI does). So the
+// rule leaves out everything a URL reads as structure ('/', '?', '#', '%',
+// '\'), and a leading '.' that could make a "." or ".." path segment; a
+// leading '-' or '_' is left out too, so that an ID never reads as a
+// command-line flag.
 func ValidEventID(s string) bool { return eventIDProblem(s) == "" }
 
 func orderNoProblem(s string) string {
@@ -78,8 +90,10 @@ func eventIDProblem(s string) string {
 		return fmt.Sprintf("must be at most %d characters, got %d", MaxEventIDLen, len(s))
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x21 || c > 0x7e {
-			return "must be printable ASCII without spaces, got " + quote(s)
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '-' && c != '.' && c != ':') {
+			return "must be " + EventIDRule + ", got " + quote(s)
 		}
 	}
 	return ""
@@ -129,12 +143,12 @@ func (c Changes) validate(path string) error {
 		if strings.TrimSpace(*c.Address) == "" {
 			return fieldErr(path+".address", "must not be blank")
 		}
-		if err := text(path+".address", *c.Address, MaxAddressLen); err != nil {
+		if err := text(path+".address", *c.Address, MaxAddressLen, false); err != nil {
 			return err
 		}
 	}
 	if c.Remark != nil {
-		if err := text(path+".remark", *c.Remark, MaxRemarkLen); err != nil {
+		if err := text(path+".remark", *c.Remark, MaxRemarkLen, true); err != nil {
 			return err
 		}
 	}
@@ -168,7 +182,7 @@ func (p ExchangePayload) Validate() error {
 			return fieldErr("new_order_no", "must differ from order_no")
 		}
 	}
-	if err := text("reason", p.Reason, MaxReasonLen); err != nil {
+	if err := text("reason", p.Reason, MaxReasonLen, true); err != nil {
 		return err
 	}
 	return validateSeq(p.Seq)
@@ -216,13 +230,36 @@ func validateSKU(path, s string) error {
 	return nil
 }
 
-// text checks a free-text field: valid UTF-8 of at most limit bytes.
-func text(path, s string, limit int) error {
+// text checks a free-text field: valid UTF-8 of at most limit bytes, without
+// control characters other than line breaks ("\n" or "\r\n") and, if tabs,
+// tabs.
+//
+// Line breaks are text: an address has lines, and a remark typed in a
+// browser's text box arrives with "\r\n". Every other control character (NUL,
+// escape sequences, a carriage return on its own, DEL, the C1 controls) is
+// refused: none is meant by the people who write these fields, and they
+// truncate strings in C-based systems downstream, rewrite terminals that
+// show them and break fixed layouts. A tab is allowed in a remark or a
+// reason, where it may indent pasted text, and refused in an address, which
+// is printed on labels and exported to columns where it would shift fields.
+func text(path, s string, limit int, tabs bool) error {
 	switch {
 	case len(s) > limit:
 		return fieldErr(path, "must be at most %d bytes, got %d", limit, len(s))
 	case !utf8.ValidString(s):
 		return fieldErr(path, "must be valid UTF-8")
+	}
+	for i, r := range s {
+		switch {
+		case !unicode.IsControl(r), r == '\n', r == '\t' && tabs:
+		case r == '\r' && i+1 < len(s) && s[i+1] == '\n':
+		default:
+			allowed := `line breaks (\n or \r\n)`
+			if tabs {
+				allowed += " and tabs"
+			}
+			return fieldErr(path, "must not contain control characters other than %s, got %U at byte %d", allowed, r, i)
+		}
 	}
 	return nil
 }

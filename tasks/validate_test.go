@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,8 +84,11 @@ func TestValidEventID(t *testing.T) {
 		want bool
 	}{
 		{"uuid", "0190f8a2-5b7e-7c3d-9a41-2f6e8b1c0d3e", true},
-		{"punctuation", `crm:order/7#v3{"x"}~!`, true},
+		{"ulid", "01ARZ3NDEKTSV4RRFFQ69G5FAV", true},
+		{"colons and dots", "crm:order-7:v3.1", true},
+		{"underscore", "crm_7", true},
 		{"one character", "x", true},
+		{"one digit", "7", true},
 		{"128 characters", strings.Repeat("e", 128), true},
 		{"empty", "", false},
 		{"129 characters", strings.Repeat("e", 129), false},
@@ -92,6 +96,20 @@ func TestValidEventID(t *testing.T) {
 		{"tab", "evt\t1", false},
 		{"DEL", "evt\x7f", false},
 		{"non-ASCII", "évt", false},
+		// What a URL would read as something else: asynqmon pastes task
+		// IDs into its API paths unescaped.
+		{"dot segments", "../pending_tasks:delete_all", false},
+		{"slash", "crm/7", false},
+		{"query", "evt?x=1", false},
+		{"fragment", "evt#1", false},
+		{"percent", "evt%2F1", false},
+		{"backslash", `evt\1`, false},
+		{"other punctuation", `crm{"x"}~!`, false},
+		{"leading dot", ".evt", false},
+		{"leading hyphen", "-evt", false},
+		{"leading underscore", "_evt", false},
+		{"leading colon", ":evt", false},
+		{"only dots", "..", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,6 +151,15 @@ func TestModifyPayloadValidate_Valid(t *testing.T) {
 		{"multi-line address", modifyWith(func(p *tasks.ModifyPayload) {
 			p.Changes.Address = new("1 Main St\nSpringfield")
 		})},
+		{"address with CRLF", modifyWith(func(p *tasks.ModifyPayload) {
+			p.Changes.Address = new("1 Main St\r\nSpringfield\r\n")
+		})},
+		{"remark with tabs and line breaks", modifyWith(func(p *tasks.ModifyPayload) {
+			p.Changes.Remark = new("ring twice\n\tthen wait\r\n")
+		})},
+		{"address with a literal U+FFFD", modifyWith(func(p *tasks.ModifyPayload) {
+			p.Changes.Address = new("1 Main St \ufffd")
+		})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +184,10 @@ func TestModifyPayloadValidate_Invalid(t *testing.T) {
 			"event_id", "must be at most 128 characters, got 129"},
 		{"event id with space",
 			modifyWith(func(p *tasks.ModifyPayload) { p.EventID = "evt 1" }),
-			"event_id", `must be printable ASCII without spaces, got "evt 1"`},
+			"event_id", `must be ` + tasks.EventIDRule + `, got "evt 1"`},
+		{"event id with a path",
+			modifyWith(func(p *tasks.ModifyPayload) { p.EventID = "../pending_tasks:delete_all" }),
+			"event_id", `must be ` + tasks.EventIDRule + `, got "../pending_tasks:delete_all"`},
 		{"no order no",
 			modifyWith(func(p *tasks.ModifyPayload) { p.OrderNo = "" }),
 			"order_no", "required"},
@@ -185,6 +215,36 @@ func TestModifyPayloadValidate_Invalid(t *testing.T) {
 		{"address not UTF-8",
 			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("Main St \xff") }),
 			"changes.address", "must be valid UTF-8"},
+		{"address with NUL",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main St\x00") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+0000 at byte 9`},
+		{"address with a tab",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main St\tSpringfield") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+0009 at byte 9`},
+		{"address with a lone CR",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main St\rSpringfield") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+000D at byte 9`},
+		{"address ending in CR",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main St\r") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+000D at byte 9`},
+		{"address with a terminal escape",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("\x1b[2J1 Main St") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+001B at byte 0`},
+		{"address with DEL",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main\x7f St") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+007F at byte 6`},
+		{"address with a C1 control",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Address = new("1 Main\u0085St") }),
+			"changes.address", `must not contain control characters other than line breaks (\n or \r\n), got U+0085 at byte 6`},
+		{"remark with NUL",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Remark = new("call\x00") }),
+			"changes.remark", `must not contain control characters other than line breaks (\n or \r\n) and tabs, got U+0000 at byte 4`},
+		{"remark with a lone CR",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Remark = new("call\rfirst") }),
+			"changes.remark", `must not contain control characters other than line breaks (\n or \r\n) and tabs, got U+000D at byte 4`},
+		{"remark with a bell",
+			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Remark = new("\a") }),
+			"changes.remark", `must not contain control characters other than line breaks (\n or \r\n) and tabs, got U+0007 at byte 0`},
 		{"remark too long",
 			modifyWith(func(p *tasks.ModifyPayload) { p.Changes.Remark = new(strings.Repeat("r", 1025)) }),
 			"changes.remark", "must be at most 1024 bytes, got 1025"},
@@ -258,6 +318,9 @@ func TestExchangePayloadValidate_Valid(t *testing.T) {
 			p.NewOrderNo = "SO123-X1"
 			p.Reason = "wrong size"
 		})},
+		{"reason with tabs and line breaks", exchangeWith(func(p *tasks.ExchangePayload) {
+			p.Reason = "wrong size:\n\tM, not L\r\n"
+		})},
 		{"every limit reached", tasks.ExchangePayload{
 			EventID:    strings.Repeat("e", tasks.MaxEventIDLen),
 			OrderNo:    strings.Repeat("o", tasks.MaxOrderNoLen),
@@ -317,6 +380,9 @@ func TestExchangePayloadValidate_Invalid(t *testing.T) {
 		{"reason too long",
 			exchangeWith(func(p *tasks.ExchangePayload) { p.Reason = strings.Repeat("r", 257) }),
 			"reason", "must be at most 256 bytes, got 257"},
+		{"reason with NUL",
+			exchangeWith(func(p *tasks.ExchangePayload) { p.Reason = "size\x00" }),
+			"reason", `must not contain control characters other than line breaks (\n or \r\n) and tabs, got U+0000 at byte 4`},
 		{"reason not UTF-8",
 			exchangeWith(func(p *tasks.ExchangePayload) { p.Reason = "\xed\xa0\x80" }),
 			"reason", "must be valid UTF-8"},
@@ -345,4 +411,11 @@ func TestFieldErrorWrapped(t *testing.T) {
 	assert.ErrorIs(t, wrapped, asynq.SkipRetry)
 	assert.ErrorIs(t, wrapped, tasks.ErrInvalid)
 	assert.NotErrorIs(t, tasks.ErrInvalid, asynq.SkipRetry, "the sentinel itself stays plain")
+}
+
+// TestEventIDRuleStatesTheLimit keeps the rule's words in step with the
+// constant.
+func TestEventIDRuleStatesTheLimit(t *testing.T) {
+	t.Parallel()
+	assert.Contains(t, tasks.EventIDRule, "1 to "+strconv.Itoa(tasks.MaxEventIDLen)+" characters")
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,7 +28,10 @@ import (
 //	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
 //
-// outcome is one of the Outcome* constants.
+// outcome is one of the Outcome* constants. task_type is a type of the
+// contract (tasks.Kinds), or "unknown" for any other type found in an order queue
+// (such a task is archived): the type string comes from whoever wrote to
+// Redis, and as a label each new one would add series that never go away.
 type Metrics struct {
 	taskDuration *prometheus.HistogramVec
 	lockWait     *prometheus.HistogramVec
@@ -81,11 +85,26 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// taskTypeUnknown is the task_type label of every type outside the
+// contract.
+const taskTypeUnknown = "unknown"
+
+// taskTypeLabel returns the task_type label of a task type: the type itself
+// for the contract's types, taskTypeUnknown for anything else, so that the
+// label has a bounded set of values.
+func taskTypeLabel(taskType string) string {
+	if tasks.KindOf(taskType) == nil {
+		return taskTypeUnknown
+	}
+	return taskType
+}
+
 // observeTask records one task run.
 func (m *Metrics) observeTask(taskType string, err error, took time.Duration, ti *Done) {
 	if m == nil {
 		return
 	}
+	taskType = taskTypeLabel(taskType)
 	m.taskDuration.WithLabelValues(taskType, Outcome(err)).Observe(took.Seconds())
 	if ti.Lock.Attempts > 0 {
 		m.lockWait.WithLabelValues(taskType).Observe(ti.Lock.Waited.Seconds())

@@ -122,22 +122,13 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 		ctx = context.WithValue(ctx, runKey{}, r)
 		err := next.ProcessTask(ctx, t)
 		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
-		w.cfg.Metrics.observeTask(metricType(t.Type()), err, r.Took, &r.Done)
+		w.cfg.Metrics.observeTask(t.Type(), err, r.Took, &r.Done)
 		w.logRun(&r.Done)
 		if w.cfg.OnDone != nil {
 			w.cfg.OnDone(r.Done)
 		}
 		return err
 	})
-}
-
-// metricType is a task type as a metric label: the contract's types, and
-// "unknown" for anything else, so that a stray type cannot add series.
-func metricType(typ string) string {
-	if tasks.KindOf(typ) == nil {
-		return "unknown"
-	}
-	return typ
 }
 
 func (w *Worker) logRun(d *Done) {

@@ -3,14 +3,19 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -33,16 +38,11 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// TestBrowser opens the dashboard in headless chromium, as an operator
-// would: the page without credentials is refused, and with them the queue
-// and an order task's payload are shown. The screenshot is saved in the
-// test's temporary directory, or in TEST_ARTIFACTS_DIR when that is set.
-func TestBrowser(t *testing.T) {
-	path := chromium(t)
-	db := redistest.New(t)
-	enqueueOrders(t, db)
-	d := startDashboard(t, testEnv(db))
-
+// newBrowser starts headless chromium for the test and returns the context
+// of its first tab, ended with the test. The first call starts the browser;
+// its life is bound to the tab's context, not to a timeout.
+func newBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(t.TempDir()),
@@ -64,9 +64,49 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(cancelAlloc)
 	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(cancelBrowser)
-	// The first call starts the browser; bind its life to browserCtx, not to
-	// the timeout below.
 	require.NoError(t, chromedp.Do(browserCtx))
+	return browserCtx
+}
+
+// logIn makes every request of the tab, the UI's API calls included, carry
+// the test's basic-auth credentials.
+func logIn(ctx context.Context, t *testing.T) {
+	t.Helper()
+	creds := base64.StdEncoding.EncodeToString([]byte(testUser + ":" + testPassword))
+	_, err := chromedp.Call(ctx, network.Enable, network.EnableParams{})
+	require.NoError(t, err)
+	_, err = chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": "Basic " + creds},
+	})
+	require.NoError(t, err)
+}
+
+// screenshot saves the page in the test's temporary directory, or in
+// TEST_ARTIFACTS_DIR when that is set, and logs the path.
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	dir := os.Getenv("TEST_ARTIFACTS_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	file := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(file, shot, 0o644))
+	t.Logf("screenshot: %s", file)
+}
+
+// TestBrowser opens the dashboard in headless chromium, as an operator
+// would: the page without credentials is refused, and with them the queue
+// and an order task's payload are shown. The screenshot is saved in the
+// test's temporary directory, or in TEST_ARTIFACTS_DIR when that is set.
+func TestBrowser(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db))
+
+	browserCtx := newBrowser(t, path)
 	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
 	defer cancel()
 
@@ -85,15 +125,7 @@ func TestBrowser(t *testing.T) {
 	assert.NotContains(t, text, "Queues")
 	assert.Contains(t, d.logs.String(), `"method":"GET","path":"/","route":"/","status":401`)
 
-	// Log in: every request of the tab, the UI's API calls included,
-	// carries the basic-auth header.
-	creds := base64.StdEncoding.EncodeToString([]byte(testUser + ":" + testPassword))
-	_, err = chromedp.Call(ctx, network.Enable, network.EnableParams{})
-	require.NoError(t, err)
-	_, err = chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
-		Headers: network.Headers{"Authorization": "Basic " + creds},
-	})
-	require.NoError(t, err)
+	logIn(ctx, t)
 
 	// The home page lists the queue.
 	resp, err = chromedp.RunResponse(ctx, chromedp.Navigate(d.base+"/"))
@@ -118,15 +150,106 @@ func TestBrowser(t *testing.T) {
 	assert.Contains(t, text, "order_no=SO1002")
 	assert.Contains(t, text, `"address": "1 Main St"`)
 
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	require.NoError(t, err)
-	dir := os.Getenv("TEST_ARTIFACTS_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	file := filepath.Join(dir, "dashboard-pending-tasks.png")
-	require.NoError(t, os.WriteFile(file, shot, 0o644))
-	t.Logf("screenshot: %s", file)
+	screenshot(ctx, t, "dashboard-pending-tasks.png")
+	requireNoSecrets(t, d.logs.String())
+}
 
+// craftedID is a task ID that, pasted unescaped into the URL of a row's
+// Delete, makes the browser send DELETE .../pending_tasks:delete_all.
+const craftedID = "../pending_tasks:delete_all"
+
+// TestBrowserCraftedTaskID enqueues, through raw asynq (no contract), a task
+// whose ID is craftedID beside ordinary pending modifies, and clicks that
+// row's Delete in a writable dashboard as an operator would. The dashboard
+// must refuse the request with a JSON error, and every task must still be
+// pending: before the guard, the click deleted every pending task.
+func TestBrowserCraftedTaskID(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	client := asynq.NewClientFromRedisClient(db.Client)
+	ids := []string{"evt-2001", "evt-2002", "evt-2003", craftedID}
+	for i, id := range ids {
+		_, err := client.EnqueueContext(t.Context(),
+			asynq.NewTask("order:modify", orderPayload(fmt.Sprintf("e%d", i), fmt.Sprintf("SO200%d", i+1))),
+			asynq.Queue(queue), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(queue, true) })
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+
+	// Note every write request the page sends, and signal each answer.
+	type write struct {
+		method, url string
+		status      int64
+	}
+	var mu sync.Mutex
+	writes := map[network.RequestID]*write{}
+	answered := make(chan write, 16)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			if ev.Request.Method != http.MethodGet && ev.Request.Method != http.MethodHead {
+				writes[ev.RequestID] = &write{method: ev.Request.Method, url: ev.Request.URL}
+			}
+		case *network.EventResponseReceived:
+			if w, ok := writes[ev.RequestID]; ok {
+				w.status = ev.Response.Status
+				select {
+				case answered <- *w:
+				default:
+				}
+			}
+		}
+	}))
+
+	// The crafted task is the one of order SO2004; its row shows its ID in
+	// the dashboard's display form, never raw.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/queues/"+queue+"?status=pending")))
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.body.innerText.includes("order_no=SO2004") && document.body.innerText.includes("order_no=SO2003")`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "the tasks never appeared on the task list")
+	row := `//tr[td//pre[contains(., "order_no=SO2004")]]`
+	shown := displayTaskID(craftedID)
+	idCell, err := chromedp.Run(ctx, chromedp.Text(row+`/th`))
+	require.NoError(t, err)
+	assert.Equal(t, shown, strings.TrimSpace(idCell), "the crafted ID is shown escaped")
+
+	// The row's action cell shows "…" until the pointer is on it; clicking
+	// it shows Delete and Archive, Delete first.
+	actions := row + `/td[last()]`
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(actions+`//button`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`(`+actions+`//button)[2]`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`(`+actions+`//button)[1]`)))
+
+	select {
+	case w := <-answered:
+		assert.Equal(t, http.MethodDelete, w.method)
+		assert.True(t, strings.HasSuffix(w.url, "/api/queues/"+queue+"/pending_tasks/"+shown), w.url)
+		assert.Equal(t, int64(http.StatusBadRequest), w.status, "the dashboard refuses the click")
+	case <-ctx.Done():
+		t.Fatalf("no answer to the Delete click: %v", ctx.Err())
+	}
+	assert.Contains(t, d.logs.String(), `"status":400`)
+	assert.Contains(t, d.logs.String(), `"error_code":"`+errorCodeInvalidTaskID+`"`)
+
+	// Nothing changed: every task, the crafted one too, is still pending.
+	pending, err := insp.ListPendingTasks(queue)
+	require.NoError(t, err)
+	var got []string
+	for _, ti := range pending {
+		got = append(got, ti.ID)
+	}
+	assert.ElementsMatch(t, ids, got, "the click changed the queue")
+
+	screenshot(ctx, t, "dashboard-crafted-task-id.png")
 	requireNoSecrets(t, d.logs.String())
 }

@@ -45,7 +45,8 @@ func (c sharedConn) MakeRedisClient() any { return c.client }
 
 // newHandler returns the dashboard's routes, wrapped in the access log:
 //
-//	<root>/...   asynqmon's UI and API, behind authentication
+//	<root>/...   asynqmon's UI and API, behind authentication, with task IDs
+//	             outside the contract shown escaped and refused in writes
 //	/metrics     Prometheus metrics, behind authentication if MetricsAuth
 //	/healthz     200 while the process serves
 //	/readyz      200 while Redis answers PING, else 503
@@ -71,8 +72,10 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 	})
 	// Cross-origin protection refuses the UI's write requests (POST, DELETE)
 	// when a browser says they come from another site: the browser would
-	// otherwise attach the cached basic-auth credentials to them.
-	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(mon)))
+	// otherwise attach the cached basic-auth credentials to them. The task ID
+	// guard keeps a crafted task ID from turning a click into another action
+	// (see guardTaskIDs).
+	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
 
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -131,15 +133,7 @@ func TestDashboard(t *testing.T) {
 // pending returns the size of the order_modify queue's pending list.
 func pending(t *testing.T, d *dashboard) int {
 	t.Helper()
-	r := d.get(t, "/api/queues/"+queue, bearerAuth(testToken))
-	require.Equal(t, http.StatusOK, r.status, r.body)
-	var body struct {
-		Current struct {
-			Pending int `json:"pending"`
-		} `json:"current"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(r.body), &body))
-	return body.Current.Pending
+	return pendingAt(t, d, "/api/queues/"+queue)
 }
 
 func TestReadWrite(t *testing.T) {
@@ -159,6 +153,92 @@ func TestReadWrite(t *testing.T) {
 	r = d.do(t, http.MethodDelete, "/api/queues/"+queue+"/pending_tasks/evt-1001", basic)
 	assert.Equal(t, http.StatusNoContent, r.status, r.body)
 	assert.Equal(t, 1, pending(t, d))
+}
+
+// TestCraftedTaskIDs checks, on a writable dashboard under a root path,
+// that a task ID outside the contract is shown escaped and that writes
+// carrying one, in the path or in a batch body, are refused and change
+// nothing; ordinary writes still work. (TestBrowserCraftedTaskID clicks.)
+func TestCraftedTaskIDs(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	_, err := asynq.NewClientFromRedisClient(db.Client).EnqueueContext(t.Context(),
+		asynq.NewTask("order:modify", orderPayload("e9", "SO9")), asynq.Queue(queue), asynq.TaskID(craftedID))
+	require.NoError(t, err)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false", "DASHBOARD_ROOT", "/asynq"))
+	basic := basicAuth(testUser, testPassword)
+	api := "/asynq/api/queues/" + queue
+
+	r := d.get(t, api+"/pending_tasks", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `"id":"~..%2Fpending_tasks:delete_all"`)
+	assert.NotContains(t, r.body, `"id":"../`)
+
+	body := func(s string) func(*http.Request) {
+		return func(r *http.Request) { r.Body = io.NopCloser(strings.NewReader(s)) }
+	}
+	for _, w := range []struct {
+		method, path string
+		extra        []func(*http.Request)
+	}{
+		{http.MethodDelete, api + "/pending_tasks/~..%2Fpending_tasks:delete_all", nil},
+		{http.MethodDelete, api + "/pending_tasks/..%2Fpending_tasks:delete_all", nil},
+		{http.MethodPost, api + "/pending_tasks/..%2Fpending_tasks:delete_all:archive", nil},
+		{http.MethodPost, api + "/pending_tasks:batch_delete", []func(*http.Request){body(`{"task_ids":["evt-1001","../pending_tasks:delete_all"]}`)}},
+		{http.MethodPost, api + "/pending_tasks:batch_archive", []func(*http.Request){body(`{"task_ids":["~..%2Fpending_tasks:delete_all"]}`)}},
+	} {
+		r := d.do(t, w.method, w.path, basic, w.extra...)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s %s: %s", w.method, w.path, r.body)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+		assert.Contains(t, r.body, `"code":"invalid_task_id"`)
+		assert.Equal(t, 3, pendingAt(t, d, api), "%s %s changed the queue", w.method, w.path)
+	}
+
+	r = d.do(t, http.MethodDelete, api+"/pending_tasks/evt-1001", basic)
+	assert.Equal(t, http.StatusNoContent, r.status, r.body)
+	r = d.do(t, http.MethodPost, api+"/pending_tasks:batch_archive", basic, body(`{"task_ids":["evt-1002"]}`))
+	assert.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Equal(t, 1, pendingAt(t, d, api), "only the crafted task is left")
+}
+
+// pendingAt returns the pending count of the queue at api, the queue's API
+// path.
+func pendingAt(t *testing.T, d *dashboard, api string) int {
+	t.Helper()
+	r := d.get(t, api, bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	var body struct {
+		Current struct {
+			Pending int `json:"pending"`
+		} `json:"current"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &body))
+	return body.Current.Pending
+}
+
+// TestSeveralAuthorizationHeaders checks, over a real socket, that a
+// request with more than one Authorization header gets 401, whichever of
+// them is valid, on the UI, its API (a write too) and /metrics.
+func TestSeveralAuthorizationHeaders(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+	good := func(r *http.Request) { r.SetBasicAuth(testUser, testPassword) }
+	for i, extra := range []string{"Bearer " + testToken, "Bearer wrong-token-0123456789", "Basic b3BzOndyb25n"} {
+		add := func(r *http.Request) { r.Header.Add("Authorization", extra) }
+		for _, req := range []struct{ method, path string }{
+			{http.MethodGet, "/"},
+			{http.MethodGet, "/api/queues"},
+			{http.MethodGet, "/metrics"},
+			{http.MethodDelete, "/api/queues/" + queue + "/pending_tasks/evt-1001"},
+		} {
+			r := d.do(t, req.method, req.path, good, add)
+			assert.Equal(t, http.StatusUnauthorized, r.status, "%s %s with second header #%d", req.method, req.path, i)
+		}
+	}
+	assert.Equal(t, 2, pending(t, d), "nothing was deleted")
+	assert.Equal(t, http.StatusOK, d.get(t, "/api/queues", basicAuth(testUser, testPassword)).status, "one header is fine")
+	requireNoSecrets(t, d.logs.String())
 }
 
 func TestRootPath(t *testing.T) {

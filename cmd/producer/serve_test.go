@@ -316,3 +316,85 @@ func TestREADMEListsEveryServeSetting(t *testing.T) {
 	declareServe(s, &serveSettings{})
 	require.NoError(t, s.CheckDoc(doc, "intake-settings"))
 }
+
+// TestServeAnswersBeforeTheHandler checks what the README and the OpenAPI
+// description say net/http answers by itself, before the intake's handler
+// runs, on the real server with its settings: a plain-text status, no JSON,
+// no X-Request-Id, nothing enqueued. A stalled body, which the handler does
+// see, gets the intake's 408 with a JSON error.
+func TestServeAnswersBeforeTheHandler(t *testing.T) {
+	db := redistest.New(t)
+	s := startServe(t, baseEnv(db), "-read-timeout", "500ms")
+	const post = "POST /v1/orders/SO1/modify HTTP/1.1\r\nHost: intake\r\nAuthorization: Bearer " + testKey1 +
+		"\r\nIdempotency-Key: evt-raw\r\nContent-Type: application/json\r\n"
+	const body = `{"changes":{"remark":"x"}}`
+	cl := fmt.Sprintf("Content-Length: %d\r\n", len(body))
+	tests := []struct {
+		name    string
+		request string
+		status  int
+	}{
+		{"headers over 64 KiB", post + "X-Big: " + strings.Repeat("a", 70<<10) + "\r\n" + cl + "\r\n" + body, 431},
+		{"bad % escape in the path", strings.Replace(post, "/SO1/", "/%zz/", 1) + cl + "\r\n" + body, 400},
+		{"header name with a space", post + "X-Bad Name: 1\r\n" + cl + "\r\n" + body, 400},
+		{"no Host", strings.Replace(post, "Host: intake\r\n", "", 1) + cl + "\r\n" + body, 400},
+		{"two Content-Lengths", post + cl + "Content-Length: 3\r\n\r\n" + body, 400},
+		{"malformed Content-Length", post + "Content-Length: x\r\n\r\n" + body, 400},
+		{"Transfer-Encoding gzip", post + "Transfer-Encoding: gzip\r\n\r\n" + body, 501},
+		{"Transfer-Encoding gzip, chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n" + body, 501},
+		{"Transfer-Encoding twice", post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + body, 501},
+		{"Transfer-Encoding that does not parse", post + "Transfer-Encoding: chunked\x00\r\n\r\n" + body, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, b := rawRequest(t, s.addr, tt.request)
+			require.Equal(t, tt.status, resp.StatusCode, "%s", b)
+			assert.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
+			assert.Empty(t, resp.Header.Get("X-Request-Id"), "net/http answered, not the intake")
+		})
+	}
+
+	// Headers that stall get no answer: the connection is closed.
+	conn, err := net.Dial("tcp", s.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(conn, "POST /v1/orders/SO1/modify HTTP/1.1\r\nHost: intake\r\n")
+	require.NoError(t, err)
+	_, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+
+	// A body that stalls is the intake's: 408, JSON, no addresses.
+	resp, b := rawRequest(t, s.addr, post+"Content-Length: 100\r\n\r\n{")
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%s", b)
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	assert.Contains(t, b, `"code":"request_timeout"`)
+	assert.NotContains(t, b, "127.0.0.1")
+
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	queues, err := insp.Queues()
+	require.NoError(t, err)
+	for _, q := range queues {
+		info, err := insp.GetQueueInfo(q)
+		require.NoError(t, err)
+		assert.Zero(t, info.Size, "nothing is enqueued in %s", q)
+	}
+}
+
+// rawRequest writes request as it is on a new connection and reads the
+// answer, within 10 s.
+func rawRequest(t *testing.T, addr, request string) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(conn, request)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}

@@ -7,7 +7,9 @@
 // values are both hashed with SHA-256 and the equal-length digests compared
 // with crypto/subtle, so neither the content nor the length of a secret
 // leaks through timing, and every configured key is compared on every
-// request. Only the digests are kept in memory after construction. The
+// request. A request with more than one Authorization header is refused,
+// whichever of them is valid. Only the digests are kept in memory after
+// construction. The
 // package logs nothing; the Authorization header is removed from the request
 // before it reaches the protected handler, which learns who called from
 // [Principal].
@@ -40,7 +42,8 @@ var ErrConfig = errors.New("httpauth: bad configuration")
 // concurrent use and must not log or keep the presented credential.
 type Scheme interface {
 	// Authenticate reports whether r carries a valid credential and, if so,
-	// a name for the caller that is safe to log.
+	// a name for the caller that is safe to log. The schemes of this package
+	// refuse a request with more than one Authorization header.
 	Authenticate(r *http.Request) (principal string, ok bool)
 	// Challenges returns the WWW-Authenticate values sent with a 401.
 	Challenges() []string
@@ -84,7 +87,10 @@ func Basic(realm, user, password string) (Scheme, error) {
 }
 
 func (b *basic) Authenticate(r *http.Request) (string, bool) {
-	user, pass, ok := r.BasicAuth()
+	if _, ok := authorization(r); !ok {
+		return "", false
+	}
+	user, pass, ok := r.BasicAuth() // reads that one header
 	if !ok {
 		return "", false
 	}
@@ -135,7 +141,11 @@ func Bearer(realm string, keys []string) (Scheme, error) {
 }
 
 func (b *bearer) Authenticate(r *http.Request) (string, bool) {
-	token, ok := bearerToken(r.Header.Get("Authorization"))
+	h, ok := authorization(r)
+	if !ok {
+		return "", false
+	}
+	token, ok := bearerToken(h)
 	if !ok {
 		return "", false
 	}
@@ -154,6 +164,20 @@ func (b *bearer) Authenticate(r *http.Request) (string, bool) {
 }
 
 func (b *bearer) Challenges() []string { return []string{b.challenge} }
+
+// authorization returns the request's Authorization header when it has
+// exactly one. A request with several is refused by every scheme, whichever
+// of them is valid: servers, proxies and logs disagree on which one counts
+// (Go's Header.Get takes the first), so accepting one would let a request
+// be judged on a credential that something in front of this server did not
+// see, or did not log.
+func authorization(r *http.Request) (string, bool) {
+	v := r.Header.Values("Authorization")
+	if len(v) != 1 {
+		return "", false
+	}
+	return v[0], true
+}
 
 // bearerToken extracts the token of an "Authorization: Bearer <token>" value.
 func bearerToken(h string) (string, bool) {

@@ -168,6 +168,53 @@ func TestAny(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, do(t, none, basicHeader("admin", "pw")).status)
 }
 
+// TestSeveralAuthorizationHeaders checks that a request with more than one
+// Authorization header is refused by every scheme, whichever of them is
+// valid: proxies and servers disagree on which one counts.
+func TestSeveralAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
+	b, err := httpauth.Basic("dashboard", "admin", "pw")
+	require.NoError(t, err)
+	k, err := httpauth.Bearer("dashboard", []string{oldKey, newKey})
+	require.NoError(t, err)
+	good, wrong := basicHeader("admin", "pw"), "Bearer "+strings.Repeat("x", 24)
+	tests := []struct {
+		name    string
+		headers []string
+	}{
+		{"valid first", []string{"Bearer " + newKey, wrong}},
+		{"valid second", []string{wrong, "Bearer " + newKey}},
+		{"the same key twice", []string{"Bearer " + newKey, "Bearer " + newKey}},
+		{"two valid keys", []string{"Bearer " + oldKey, "Bearer " + newKey}},
+		{"basic and bearer", []string{good, "Bearer " + newKey}},
+		{"basic twice", []string{good, good}},
+		{"valid and empty", []string{"Bearer " + newKey, ""}},
+	}
+	for _, scheme := range []struct {
+		name string
+		s    httpauth.Scheme
+	}{{"basic", b}, {"bearer", k}, {"any", httpauth.Any(b, k)}} {
+		srv := server(t, httpauth.Require(scheme.s))
+		for _, tt := range tests {
+			t.Run(scheme.name+"/"+tt.name, func(t *testing.T) {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/x", nil)
+				require.NoError(t, err)
+				for _, h := range tt.headers {
+					req.Header.Add("Authorization", h)
+				}
+				resp, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			})
+		}
+	}
+	// One header is still fine.
+	srv := server(t, httpauth.Require(httpauth.Any(b, k)))
+	assert.Equal(t, "key#2|", do(t, srv, "Bearer "+newKey).body)
+	assert.Equal(t, "admin|", do(t, srv, good).body)
+}
+
 func TestPrincipalWithoutMiddleware(t *testing.T) {
 	t.Parallel()
 	_, ok := httpauth.Principal(t.Context())

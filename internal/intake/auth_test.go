@@ -2,6 +2,7 @@ package intake
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -53,6 +54,45 @@ func TestAuth(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
 	}
 	assert.Equal(t, 2, e.queued(t), "nothing is enqueued without a valid key")
+}
+
+// TestAuthSeveralHeaders checks, over a real socket, that a request with
+// more than one Authorization header gets 401 on every /v1 route, whichever
+// of them is valid, and enqueues nothing.
+func TestAuthSeveralHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	wrong := "Bearer " + strings.Repeat("x", 24)
+	for _, headers := range [][]string{
+		{"Bearer " + key1, wrong},
+		{wrong, "Bearer " + key1},
+		{"Bearer " + key1, "Bearer " + key1},
+		{"Bearer " + key1, "Bearer " + key2},
+	} {
+		for _, rt := range Routes() {
+			if rt.Public {
+				continue
+			}
+			path := strings.NewReplacer("{order_no}", "SO1", "{task_id}", "evt-0").Replace(rt.Path)
+			req, err := http.NewRequestWithContext(t.Context(), rt.Method, e.srv.URL+path, strings.NewReader(modifyBody))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(HeaderIdempotencyKey, "evt-auth")
+			for _, h := range headers {
+				req.Header.Add("Authorization", h)
+			}
+			resp, err := e.srv.Client().Do(req)
+			require.NoError(t, err)
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			r := response{status: resp.StatusCode, header: resp.Header, body: b}
+			require.Equal(t, http.StatusUnauthorized, r.status, "%s %s with %d headers: %s", rt.Method, path, len(headers), r.body)
+			assert.Equal(t, []string{`Bearer realm="orderworker intake"`}, r.header.Values("WWW-Authenticate"))
+			assert.Equal(t, codeUnauthorized, r.errorBody(t).Error.Code)
+		}
+	}
+	assert.Equal(t, 0, e.queued(t), "nothing is enqueued")
 }
 
 // TestSecretsNotLogged checks that no log entry contains a key, valid or

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/orderworker/orderworker/tasks"
 )
 
 // readBody reads the body of an enqueue: a JSON media type (or none) and at
-// most MaxBody bytes.
+// most MaxBody bytes. A body that does not arrive within the server's read
+// timeout is a 408; one that cannot be read otherwise, a 400.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -28,14 +31,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	var mbe *http.MaxBytesError
+	var ne net.Error
+	// A read error names the connection's addresses: it goes to the log
+	// (the cause), never to the client.
 	switch {
+	case err == nil:
+		return b, nil
 	case errors.As(err, &mbe):
 		return nil, tooLarge
-	case err != nil:
-		return nil, &apiError{status: http.StatusBadRequest, code: codeMalformedBody,
-			message: "could not read the body: " + err.Error()}
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return nil, &apiError{status: http.StatusRequestTimeout, code: codeRequestTimeout, cause: err,
+			message: "the body did not arrive within the server's read timeout; retry with the same Idempotency-Key"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, &apiError{status: http.StatusBadRequest, code: codeMalformedBody, cause: err,
+			message: "could not read the body: it ended before its announced length"}
+	default:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeMalformedBody, cause: err,
+			message: "could not read the body: its transfer encoding is malformed or the connection failed"}
 	}
-	return b, nil
 }
 
 // decodePayload makes the payload of a task of kind k from the order
@@ -102,8 +115,7 @@ func idempotencyKey(values []string) (key string, ok bool, _ *apiError) {
 		key = unquoted
 	}
 	if !tasks.ValidEventID(key) {
-		return "", false, badParameter(HeaderIdempotencyKey, fmt.Sprintf(
-			"the Idempotency-Key header must be 1 to %d printable ASCII characters without spaces", tasks.MaxEventIDLen))
+		return "", false, badParameter(HeaderIdempotencyKey, "the Idempotency-Key header must be "+tasks.EventIDRule)
 	}
 	return key, true, nil
 }

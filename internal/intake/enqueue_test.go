@@ -96,22 +96,20 @@ func TestEnqueueKeyForms(t *testing.T) {
 	e := newEnv(t, nil)
 
 	// In the body only, with order_no repeated.
-	r := e.post(t, "/v1/orders/SO1/modify", "", `{"event_id":"crm:7/a","order_no":"SO1","changes":{"remark":"x"}}`)
+	r := e.post(t, "/v1/orders/SO1/modify", "", `{"event_id":"crm:7.a","order_no":"SO1","changes":{"remark":"x"}}`)
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
-	assert.Equal(t, "/v1/tasks/crm:7%2Fa", r.header.Get("Location"))
+	assert.Equal(t, "/v1/tasks/crm:7.a", r.header.Get("Location"))
 
 	// The same event as a quoted structured-field string, in the header and
 	// the body: the same payload, so a duplicate.
-	r = e.post(t, "/v1/orders/SO1/modify", `"crm:7/a"`, `{"event_id":"crm:7/a","changes":{"remark":"x"}}`)
+	r = e.post(t, "/v1/orders/SO1/modify", `"crm:7.a"`, `{"event_id":"crm:7.a","changes":{"remark":"x"}}`)
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 
-	// A quoted key with escapes.
+	// A quoted key with escapes unquotes to characters no event ID has.
 	r = e.post(t, "/v1/orders/SO1/modify", `"a\"b\\c"`, `{"changes":{"remark":"x"}}`)
-	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
-	var res producer.Result
-	r.decode(t, &res)
-	assert.Equal(t, `a"b\c`, res.EventID)
-	assert.Equal(t, 2, e.queued(t))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	assert.Equal(t, HeaderIdempotencyKey, r.errorBody(t).Error.Field)
+	assert.Equal(t, 1, e.queued(t))
 }
 
 func TestEnqueueDuplicate(t *testing.T) {
@@ -177,6 +175,12 @@ func TestEnqueueRejects(t *testing.T) {
 		{"qty not integer", modify, nil, `{"changes":{"items":[{"sku":"A","qty":1.5}]}}`, 400, codeInvalidField, "changes.items[0].qty"},
 		{"no changes", modify, nil, `{"changes":{}}`, 400, codeInvalidField, "changes"},
 		{"repeated field", modify, nil, `{"changes":{"remark":"x","remark":"y"}}`, 400, codeInvalidField, "changes.remark"},
+		{"NUL in remark", modify, nil, `{"changes":{"remark":"a\u0000b"}}`, 400, codeInvalidField, "changes.remark"},
+		{"escape in address", modify, nil, `{"changes":{"address":"\u001b[2J1 Main St"}}`, 400, codeInvalidField, "changes.address"},
+		{"tab in address", modify, nil, `{"changes":{"address":"1 Main St\tSpringfield"}}`, 400, codeInvalidField, "changes.address"},
+		{"lone surrogate in address", modify, nil, `{"changes":{"address":"1 Main St \ud800"}}`, 400, codeInvalidField, "changes.address"},
+		{"lone surrogate in remark", modify, nil, `{"changes":{"remark":"\udc00"}}`, 400, codeInvalidField, "changes.remark"},
+		{"lone surrogate in reason", exchange, nil, `{"items":[{"sku":"A","qty":1}],"reason":"\ud83d"}`, 400, codeInvalidField, "reason"},
 		{"bad event_id in body", modify, map[string]string{HeaderIdempotencyKey: ""}, `{"event_id":"a b","changes":{"remark":"x"}}`, 400, codeInvalidField, "event_id"},
 		{"exchange without items", exchange, nil, `{"reason":"x"}`, 400, codeInvalidField, "items"},
 		{"exchange to itself", exchange, nil, `{"items":[{"sku":"A","qty":1}],"new_order_no":"SO1"}`, 400, codeInvalidField, "new_order_no"},
@@ -185,6 +189,10 @@ func TestEnqueueRejects(t *testing.T) {
 		{"order_no differs", modify, nil, `{"order_no":"SO2","changes":{"remark":"x"}}`, 400, codeInvalidField, "order_no"},
 		{"no key", modify, map[string]string{HeaderIdempotencyKey: ""}, modifyBody, 400, codeKeyRequired, HeaderIdempotencyKey},
 		{"key with space", modify, map[string]string{HeaderIdempotencyKey: "a b"}, modifyBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
+		{"key with a path", modify, map[string]string{HeaderIdempotencyKey: "../pending_tasks:delete_all"}, modifyBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
+		{"key with a query", exchange, map[string]string{HeaderIdempotencyKey: "evt?x=1"}, exchangeBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
+		{"key with a percent", modify, map[string]string{HeaderIdempotencyKey: "evt%2F1"}, modifyBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
+		{"event_id with a path in body", exchange, map[string]string{HeaderIdempotencyKey: ""}, `{"event_id":"../pending_tasks:delete_all","items":[{"sku":"A","qty":1}]}`, 400, codeInvalidField, "event_id"},
 		{"key too long", exchange, map[string]string{HeaderIdempotencyKey: strings.Repeat("k", 129)}, exchangeBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
 		{"bad quoted key", modify, map[string]string{HeaderIdempotencyKey: `"a\b"`}, modifyBody, 400, codeInvalidParameter, HeaderIdempotencyKey},
 		{"keys differ", modify, nil, `{"event_id":"other","changes":{"remark":"x"}}`, 400, codeKeyMismatch, "event_id"},
@@ -294,11 +302,11 @@ func TestEnqueueConcurrentSameKey(t *testing.T) {
 func TestGetTask(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	const id = "crm:7/a%b"
+	const id = "crm:7.a_b-c"
 	r := e.post(t, "/v1/orders/SO1/modify", id, modifyBody)
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	loc := r.header.Get("Location")
-	assert.Equal(t, "/v1/tasks/crm:7%2Fa%25b", loc)
+	assert.Equal(t, "/v1/tasks/crm:7.a_b-c", loc)
 
 	r = e.do(t, http.MethodGet, loc, "", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -323,9 +331,13 @@ func TestGetTask(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
 	assert.Equal(t, "queue", r.errorBody(t).Error.Field)
 
-	r = e.do(t, http.MethodGet, "/v1/tasks/a%20b", "", nil)
-	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
-	assert.Equal(t, "task_id", r.errorBody(t).Error.Field)
+	for _, bad := range []string{"a%20b", "..%2Fpending_tasks:delete_all", "crm%3F7", ".hidden"} {
+		r = e.do(t, http.MethodGet, "/v1/tasks/"+bad, "", nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad, r.body)
+		body := r.errorBody(t)
+		assert.Equal(t, "task_id", body.Error.Field, bad)
+		assert.Contains(t, body.Error.Message, tasks.EventIDRule, bad)
+	}
 }
 
 // TestGetTaskFailed runs a task that fails for good and reads its error.

@@ -16,6 +16,7 @@ import (
 // The error codes of the API; see the package documentation.
 const (
 	codeMalformedBody    = "malformed_body"
+	codeRequestTimeout   = "request_timeout"
 	codeInvalidField     = "invalid_field"
 	codeInvalidParameter = "invalid_parameter"
 	codeKeyRequired      = "idempotency_key_required"
@@ -45,7 +46,8 @@ type apiError struct {
 	code    string
 	message string
 	field   string
-	// cause is logged, never sent: the Redis error behind a 503.
+	// cause is logged, never sent: the Redis error behind a 503, the read
+	// error behind a 408 (which names the connection's addresses).
 	cause error
 	// existing describes the task behind a 409 or 422.
 	existing *existingTask
@@ -113,6 +115,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError)
 		}
 	case http.StatusServiceUnavailable:
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(s.cfg.RetryAfter.Seconds()))))
+	case http.StatusRequestTimeout:
+		// The rest of the body may still come; the connection cannot be
+		// reused (RFC 9110, 15.5.9).
+		h.Set("Connection", "close")
 	}
 	writeJSON(w, e.status, errorBody{
 		Error:        errorDetail{Code: e.code, Message: e.message, Field: e.field, RequestID: info.ID},

@@ -146,8 +146,7 @@ type taskView struct {
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("task_id")
 	if !tasks.ValidEventID(id) {
-		s.writeError(w, r, badParameter("task_id", fmt.Sprintf(
-			"the task ID in the path must be 1 to %d printable ASCII characters without spaces, percent-encoded", tasks.MaxEventIDLen)))
+		s.writeError(w, r, badParameter("task_id", "the task ID in the path must be an event ID: "+tasks.EventIDRule))
 		return
 	}
 	queues := s.queues

@@ -54,8 +54,25 @@ func newEnv(t *testing.T, configure func(*Config)) *env {
 	return e
 }
 
+// newEnvServer is newEnv with the test server's http.Server adjusted by
+// server before it starts, for its timeouts.
+func newEnvServer(t *testing.T, configure func(*Config), server func(*http.Server)) *env {
+	t.Helper()
+	db := redistest.New(t)
+	e := newEnvOnServer(t, db.Client, db.Prefix, configure, server)
+	e.db = db
+	return e
+}
+
 // newEnvOn serves an intake on rdb, which may be unreachable.
 func newEnvOn(t *testing.T, rdb redis.UniversalClient, prefix string, configure func(*Config)) *env {
+	t.Helper()
+	return newEnvOnServer(t, rdb, prefix, configure, nil)
+}
+
+// newEnvOnServer is newEnvOn with server, when not nil, adjusting the test
+// server's http.Server before it starts.
+func newEnvOnServer(t *testing.T, rdb redis.UniversalClient, prefix string, configure func(*Config), server func(*http.Server)) *env {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := Config{APIKeys: []string{key1, key2}, Logger: zap.New(core)}
@@ -69,7 +86,11 @@ func newEnvOn(t *testing.T, rdb redis.UniversalClient, prefix string, configure 
 	require.NoError(t, err)
 	s, err := New(rdb, p, store, cfg)
 	require.NoError(t, err)
-	srv := httptest.NewServer(record(s))
+	srv := httptest.NewUnstartedServer(record(s))
+	if server != nil {
+		server(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, rdb: rdb, store: store, insp: asynq.NewInspectorFromRedisClient(rdb), logs: logs}
 }

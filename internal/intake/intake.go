@@ -25,7 +25,9 @@
 //	GET  /readyz                          Redis answers                200 or 503
 //
 // Every /v1 route needs an `Authorization: Bearer <key>` header with one of
-// [Config.APIKeys]; /healthz and /readyz need none. [Routes] lists them.
+// [Config.APIKeys], and only one Authorization header: a request with several
+// is refused, whichever is valid. /healthz and /readyz need none. [Routes]
+// lists them.
 //
 // # Enqueueing and idempotency
 //
@@ -68,11 +70,12 @@
 // state.
 //
 //	400 malformed_body            the body is not one JSON object in UTF-8, or could not be read
+//	408 request_timeout           the body did not arrive within the server's read timeout
 //	400 invalid_field             a body field is unknown, of the wrong type or breaks a rule
 //	400 invalid_parameter         a path or query parameter or the Idempotency-Key header is malformed
 //	400 idempotency_key_required  neither the Idempotency-Key header nor the body's event_id is given
 //	400 idempotency_key_mismatch  the header and the body's event_id differ
-//	401 unauthorized              no valid API key; WWW-Authenticate says how to give one
+//	401 unauthorized              no valid API key, or several Authorization headers; WWW-Authenticate says how to give one
 //	404 not_found                 no such order, task or route
 //	405 method_not_allowed        the path exists with other methods (listed in Allow)
 //	409 duplicate                 the key was already enqueued with this payload

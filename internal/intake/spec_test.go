@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,3 +252,59 @@ func (failer) Errorf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 func (failer) FailNow() { panic("spec coverage: cannot load the spec") }
+
+// specPatterns returns the spec's patterns of the event ID, the
+// Idempotency-Key header and the order number, compiled.
+func specPatterns(tb testing.TB) (eventID, key, orderNo *regexp.Regexp) {
+	tb.Helper()
+	b, err := os.ReadFile(specPath)
+	require.NoError(tb, err)
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Pattern string `yaml:"pattern"`
+			} `yaml:"schemas"`
+			Parameters map[string]struct {
+				Schema struct {
+					Pattern string `yaml:"pattern"`
+				} `yaml:"schema"`
+			} `yaml:"parameters"`
+		} `yaml:"components"`
+	}
+	require.NoError(tb, yaml.Unmarshal(b, &doc))
+	compile := func(name, p string) *regexp.Regexp {
+		require.NotEmpty(tb, p, "%s has no pattern", name)
+		re, err := regexp.Compile(p)
+		require.NoError(tb, err, name)
+		return re
+	}
+	return compile("EventID", doc.Components.Schemas["EventID"].Pattern),
+		compile("IdempotencyKey", doc.Components.Parameters["IdempotencyKey"].Schema.Pattern),
+		compile("OrderNo", doc.Components.Schemas["OrderNo"].Pattern)
+}
+
+// FuzzSpecPatterns checks that the spec's patterns accept exactly what the
+// server accepts: event IDs (body and path), Idempotency-Key values and
+// order numbers. Its seeds run with the tests.
+func FuzzSpecPatterns(f *testing.F) {
+	for _, s := range []string{
+		"crm-7f3a9c", "0190f8a2-5b7e-7c3d-9a41-2f6e8b1c0d3e", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "crm:order-7:v3.1",
+		"x", "7", "", "a b", "../pending_tasks:delete_all", "crm/7", "evt?x=1", "evt#1", "evt%2F1", ".evt", "-evt",
+		"_evt", "SO_1-a", "SO.1", "évt", "a\n", "\"abc\"", `"a\"b"`, `"`, `""`, "\"../x\"",
+		strings.Repeat("e", 64), strings.Repeat("e", 65), strings.Repeat("e", 128), strings.Repeat("e", 129),
+		`"` + strings.Repeat("e", 128) + `"`,
+	} {
+		f.Add(s)
+	}
+	eventID, key, orderNo := specPatterns(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		assert.Equal(t, tasks.ValidEventID(s), eventID.MatchString(s), "EventID %q", s)
+		// A header value reaches the server trimmed of white space at its
+		// ends (net/http trims spaces and tabs and refuses other controls).
+		if s == strings.TrimSpace(s) {
+			_, present, aerr := idempotencyKey([]string{s})
+			assert.Equal(t, present && aerr == nil, key.MatchString(s), "Idempotency-Key %q", s)
+		}
+		assert.Equal(t, tasks.ValidOrderNo(s), orderNo.MatchString(s), "OrderNo %q", s)
+	})
+}
