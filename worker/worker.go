@@ -44,6 +44,7 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -58,6 +59,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -118,6 +120,16 @@ type Config struct {
 	// whose turn came while it was parked. Defaults to 200ms (asynq's own
 	// default is 1 s).
 	TaskCheckInterval time.Duration
+	// RecoverAfter is how long past its asynq lease the task of a worker
+	// that died is brought back to the front of its queue by the running
+	// workers' own recoverer, which looks every RecoverEvery. asynq's own
+	// recoverer waits 30 s past the lease (about a minute after the death)
+	// and looks once a minute; an order's next changes wait for the task
+	// meanwhile. The margin also covers the skew between the workers'
+	// clocks. Defaults to 10s.
+	RecoverAfter time.Duration
+	// RecoverEvery is how often the recoverer looks. Defaults to 5s.
+	RecoverEvery time.Duration
 	// DelayedTaskCheckInterval is how often scheduled and retried tasks are
 	// moved to their queue; it bounds how late a task that waited runs
 	// again. Defaults to 1s (asynq's own default is 5 s).
@@ -158,6 +170,8 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, 200*time.Millisecond)
 	c.DelayedTaskCheckInterval = cmp.Or(c.DelayedTaskCheckInterval, time.Second)
+	c.RecoverAfter = cmp.Or(c.RecoverAfter, 10*time.Second)
+	c.RecoverEvery = cmp.Or(c.RecoverEvery, 5*time.Second)
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = cmp.Or(host, "worker") + "-" + strconv.Itoa(os.Getpid()) + "-" + uuid.NewString()[:8]
@@ -213,6 +227,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: busy retry %v–%v: want 0 <= min <= max", c.BusyRetryMin, c.BusyRetryMax)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: negative shutdown timeout %v", c.ShutdownTimeout)
+	case c.RecoverAfter < time.Second || c.RecoverEvery < 0:
+		return fmt.Errorf("worker: recover after %v every %v: want at least 1s after, and a positive period", c.RecoverAfter, c.RecoverEvery)
 	}
 	return nil
 }
@@ -230,6 +246,9 @@ type Worker struct {
 	store    orders.Store
 	log      *zap.Logger
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
+
+	stopRecover context.CancelFunc // ends the recoverer
+	recoverDone chan struct{}      // closed when the recoverer has ended
 }
 
 // New returns a Worker that takes tasks from rdb, locks orders with locker
@@ -272,7 +291,36 @@ func (w *Worker) Start() error {
 	if err := w.srv.Start(w.handler); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stopRecover, w.recoverDone = cancel, make(chan struct{})
+	go w.recoverLoop(ctx)
 	return nil
+}
+
+// recoverLoop brings dead workers' tasks back (see Config.RecoverAfter)
+// until ctx ends. Shutdown ends it and waits for it.
+func (w *Worker) recoverLoop(ctx context.Context) {
+	defer close(w.recoverDone)
+	t := time.NewTicker(w.cfg.RecoverEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for q := range w.cfg.Queues {
+			rctx, cancel := context.WithTimeout(ctx, w.cfg.RecoverEvery)
+			ids, err := requeue.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				w.log.Warn("recover dead workers' tasks", zap.String("queue", q), zap.Error(err))
+			case len(ids) > 0:
+				w.log.Info("brought back the tasks of a worker whose lease expired", zap.String("queue", q), zap.Strings("task_ids", ids))
+			}
+		}
+	}
 }
 
 // Shutdown stops fetching, waits up to Config.ShutdownTimeout for tasks in
@@ -282,6 +330,10 @@ func (w *Worker) Start() error {
 // for a handler at the shutdown timeout; Shutdown waits for the cancelled
 // handlers too. A handler that ignores its context keeps Shutdown waiting.)
 func (w *Worker) Shutdown() {
+	if w.stopRecover != nil {
+		w.stopRecover()
+		<-w.recoverDone
+	}
 	w.srv.Shutdown()
 	w.inflight.Wait()
 }

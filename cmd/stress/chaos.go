@@ -31,6 +31,7 @@ type workerPool struct {
 	starts  []int
 	killed  map[*benchkit.Process]bool
 	crashes []string // logs of workers that exited on their own
+	calm    bool     // the chaos is over: every worker works at the normal pace
 }
 
 func (p *workerPool) startAll() error {
@@ -50,7 +51,7 @@ func (p *workerPool) startAll() error {
 // start starts the worker of slot; p.mu is held.
 func (p *workerPool) start(slot int) error {
 	concurrency, work := p.c.Concurrency, p.c.Work
-	if slot == 0 && p.c.SlowWork > 0 {
+	if slot == 0 && p.c.SlowWork > 0 && !p.calm {
 		concurrency, work = p.c.SlowConcurrency, p.c.SlowWork
 	}
 	env := append(slices.Clone(p.env),
@@ -104,6 +105,28 @@ func (p *workerPool) pause(ctx context.Context, slot int, d time.Duration) {
 	case <-time.After(d):
 	}
 	_ = proc.Resume()
+}
+
+// calmDown ends the chaos phase for the slow worker: it is stopped with
+// SIGTERM and started again at the normal pace, so that the drain does not
+// wait for its long tasks (an order's changes run one after another, and
+// each one it takes would hold the order for -slow-work).
+func (p *workerPool) calmDown() error {
+	p.mu.Lock()
+	p.calm = true
+	if p.c.SlowWork == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	proc := p.procs[0]
+	p.killed[proc] = true
+	p.mu.Unlock()
+	if err := proc.Stop(p.c.ShutdownTimeout + 10*time.Second); err != nil {
+		return fmt.Errorf("slow worker: exit after SIGTERM: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start(0)
 }
 
 // stopAll stops every worker with SIGTERM and waits for them.

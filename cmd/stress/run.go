@@ -61,7 +61,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Int(&c.Workers, "workers", "", 4, "worker processes (built from cmd/worker)").Check(config.Positive[int])
 	s.Int(&c.Concurrency, "concurrency", "", 20, "WORKER_CONCURRENCY of each worker").Check(config.Positive[int])
 	s.Duration(&c.Work, "work", "", 2*time.Millisecond, "WORKER_SIMULATE_WORK: how long each task works inside its lock").Check(config.NonNegative[time.Duration])
-	s.Duration(&c.SlowWork, "slow-work", "", 7*time.Second, "the first worker's simulated work instead, longer than -lock-ttl so that its leases renew while it is killed and Redis restarts; 0 for none").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.SlowWork, "slow-work", "", 7*time.Second, "the first worker's simulated work during the chaos phase, longer than -lock-ttl so that its leases renew while it is killed and Redis restarts (it drains at the normal pace); 0 for none").Check(config.NonNegative[time.Duration])
 	s.Int(&c.SlowConcurrency, "slow-concurrency", "", 2, "WORKER_CONCURRENCY of the slow first worker").Check(config.Positive[int])
 	s.Int(&c.ExchangesPerK, "exchanges-per-1000", "", 10, "exchanges per 1000 tasks; the rest are modifies").Check(config.NonNegative[int])
 	s.Int(&c.LatePerK, "late-per-1000", "", 5, "modifies per 1000 tasks sent to an order just exchanged (the worker rejects them, naming the replacement)").Check(config.NonNegative[int])
@@ -200,6 +200,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	fmt.Fprintf(out, "enqueued %d tasks (%d modifies, %d exchanges) in %v; %d worker kills, %d worker freezes, %d redis restarts\n",
 		len(l.tasks), l.count(taskModify), l.count(taskExchange), time.Since(started).Round(time.Second), ch.kills, ch.pauses, ch.redisRestarts)
 
+	if err := pool.calmDown(); err != nil {
+		fmt.Fprintf(out, "note: %v\n", err)
+	}
 	drainStart := time.Now()
 	drained, derr := drain(ctx, insp, c.DrainTimeout, out)
 	if derr != nil {

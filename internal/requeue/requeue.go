@@ -1,9 +1,10 @@
-// Package requeue brings a task that is waiting in asynq's retry set back
-// to the front of its queue at once. The worker parks a task whose turn in
-// its order's sequence has not come in the retry set, with a long delay;
-// when the turn comes, whoever passed it on (a worker's commit, a producer's
-// void) calls [Front] so the task runs next instead of after the whole
-// backlog.
+// Package requeue brings asynq tasks back to the front of their queue at
+// once. The worker parks a task whose turn in its order's sequence has not
+// come in the retry set, with a long delay; when the turn comes, whoever
+// passed it on (a worker's commit, a producer's void) calls [Front] so the
+// task runs next instead of after the whole backlog. And [Recover] brings
+// back the tasks of a worker that died, sooner than asynq's own recoverer,
+// since an order's next changes wait for them.
 //
 // It writes asynq's keys directly, as asynq's own forwarder does
 // ("asynq:{<queue>}:retry", ":pending" and the task hash "t:<id>"). That
@@ -104,4 +105,47 @@ func Labels(ctx context.Context, rdb redis.Scripter, labels []string) error {
 		}
 	}
 	return first
+}
+
+// recoverScript moves the tasks whose asynq lease expired more than a margin
+// ago from the active list to the front of the pending list, without
+// counting a failure: their worker died or lost Redis for longer than its
+// lease (asynq's processor never writes for a task whose lease it found
+// expired, so no late write of the old run can undo this).
+//
+// KEYS[1] asynq:{q}:lease, KEYS[2] asynq:{q}:active, KEYS[3] asynq:{q}:pending
+// ARGV[1] margin in seconds, ARGV[2] task key prefix, ARGV[3] now in ns,
+// ARGV[4] at most this many tasks
+//
+// Returns the IDs moved. The cutoff is Redis TIME minus the margin: the
+// lease times are the workers' clocks, and the margin covers their skew.
+var recoverScript = redis.NewScript(`
+local cutoff = tonumber(redis.call('TIME')[1]) - tonumber(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[4]))
+local moved = {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  if redis.call('LREM', KEYS[2], 1, id) == 1 then
+    redis.call('RPUSH', KEYS[3], id)
+    redis.call('HSET', ARGV[2] .. id, 'state', 'pending', 'pending_since', ARGV[3])
+    moved[#moved + 1] = id
+  end
+end
+return moved
+`)
+
+// Recover brings the tasks of queue whose asynq lease expired more than
+// margin ago back to the front of the queue, at most 100 per call, and
+// returns their IDs. asynq's own recoverer does the same for a lease
+// expired 30 s ago, once a minute per server, and counts it as a failure
+// (the worker's IsFailure does not). It costs one round trip and is safe
+// for concurrent use, by any number of processes.
+func Recover(ctx context.Context, rdb redis.Scripter, queue string, margin time.Duration) ([]string, error) {
+	p := "asynq:{" + queue + "}:"
+	ids, err := recoverScript.Run(ctx, rdb, []string{p + "lease", p + "active", p + "pending"},
+		int64(margin/time.Second), p+"t:", strconv.FormatInt(time.Now().UnixNano(), 10), 100).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("requeue: recover %s: %w", queue, err)
+	}
+	return ids, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -81,4 +82,44 @@ func TestFrontRunsTheTaskNext(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, moved)
 	require.Empty(t, state)
+}
+
+// The task of a worker that died (its asynq lease expired) is brought back
+// to the front of its queue once the lease has been expired for the margin,
+// and not before; its failure count is untouched.
+func TestRecoverBringsBackADeadWorkersTask(t *testing.T) {
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "recover_test"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	for _, id := range []string{"dead", "alive", "other"} {
+		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id), asynq.MaxRetry(3))
+		require.NoError(t, err)
+	}
+	// As asynq's dequeue leaves them: active, with a lease (unix seconds).
+	ctx := t.Context()
+	now := time.Now().Unix()
+	for id, lease := range map[string]int64{"dead": now - 20, "alive": now + 25} {
+		require.NoError(t, db.Client.LRem(ctx, "asynq:{"+q+"}:pending", 1, id).Err())
+		require.NoError(t, db.Client.LPush(ctx, "asynq:{"+q+"}:active", id).Err())
+		require.NoError(t, db.Client.ZAdd(ctx, "asynq:{"+q+"}:lease", redis.Z{Score: float64(lease), Member: id}).Err())
+		require.NoError(t, db.Client.HSet(ctx, "asynq:{"+q+"}:t:"+id, "state", "active").Err())
+	}
+	ids, err := requeue.Recover(ctx, db.Client, q, 30*time.Second)
+	require.NoError(t, err)
+	require.Empty(t, ids, "expired 20 s ago: within the margin")
+	ids, err = requeue.Recover(ctx, db.Client, q, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []string{"dead"}, ids)
+	info, err := insp.GetTaskInfo(q, "dead")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStatePending, info.State)
+	require.Zero(t, info.Retried)
+	first, err := db.Client.LIndex(ctx, "asynq:{"+q+"}:pending", -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, "dead", first, "at the front: asynq dequeues from the right")
+	info, err = insp.GetTaskInfo(q, "alive")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateActive, info.State)
 }
