@@ -127,14 +127,18 @@ const (
 
 // NewClient returns a new client for the topology: a *redis.Client for one
 // node, a *redis.Client that follows the Sentinel group's master for
-// Sentinel, and a *redis.ClusterClient for a Cluster. It does no I/O; the
+// Sentinel, and a *redis.ClusterClient for a Cluster. A Sentinel client
+// also moves its subscriptions to the new master after a failover, at its
+// first connection there (go-redis alone leaves them on the old master). It does no I/O; the
 // first command dials. The caller closes it.
 func (o *Options) NewClient() redis.UniversalClient {
 	switch o.Topology {
 	case Sentinel:
 		f := *o.Failover
 		f.SentinelAddrs = append([]string(nil), f.SentinelAddrs...)
-		return redis.NewFailoverClient(&f)
+		c := redis.NewFailoverClient(&f)
+		c.AddHook(newFollowMaster())
+		return c
 	case Cluster:
 		c := *o.Cluster
 		c.Addrs = append([]string(nil), c.Addrs...)
