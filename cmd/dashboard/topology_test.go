@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -18,9 +19,20 @@ import (
 // real Sentinel group, given nothing but REDIS_URL: /readyz, asynqmon's
 // queue list and Redis info page, and the queue metrics.
 
-func dashboardOn(t *testing.T, url string, cluster bool) {
+// The dashboard runs as an ACL user with the README's rule: asynq's keys
+// and channel, nothing dangerous but INFO and the cluster view.
+const (
+	aclUser     = "ow-dashboard"
+	aclPassword = "dashboard-acl-secret-0123"
+)
+
+var aclRules = []string{"reset", "on", ">" + aclPassword, "~asynq:*", "&asynq:*", "+@all", "-@dangerous", "+info", "+cluster|info", "+cluster|nodes"}
+
+// dashboardOn enqueues two tasks through adminURL and runs the dashboard on
+// url.
+func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
 	t.Helper()
-	o, err := redisconn.Parse(url)
+	o, err := redisconn.Parse(adminURL)
 	require.NoError(t, err)
 	rdb := o.NewClient()
 	defer rdb.Close()
@@ -59,6 +71,7 @@ func dashboardOn(t *testing.T, url string, cluster bool) {
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 2`)
 	requireNoSecrets(t, d.logs.String())
+	require.NotContains(t, d.logs.String(), aclPassword)
 }
 
 // enqueueOn puts two order:modify tasks in the order_modify queue through
@@ -75,10 +88,12 @@ func enqueueOn(t *testing.T, rdb redis.UniversalClient) {
 
 func TestDashboardOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	dashboardOn(t, db.URL(), true)
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules...))
+	dashboardOn(t, db.URL(), strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1), true)
 }
 
 func TestDashboardOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	dashboardOn(t, db.URL(), false)
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules...))
+	dashboardOn(t, db.URL(), db.URL()+"&username="+aclUser+"&password="+aclPassword, false)
 }

@@ -78,14 +78,29 @@ func intakeOn(t *testing.T, url, prefix string, nos []string) {
 	pending, err := insp.ListPendingTasks(tasks.QueueModify)
 	require.NoError(t, err)
 	assert.Len(t, pending, len(nos))
+	assert.NotContains(t, s.logs.String(), aclPassword)
+}
+
+// The intake and the CLI run as an ACL user with the README's rule: the
+// orders and the queues, no channel, nothing dangerous.
+const (
+	aclUser     = "ow-intake"
+	aclPassword = "intake-acl-secret-0123"
+)
+
+func aclRules(prefix string) []string {
+	return []string{"reset", "on", ">" + aclPassword, "~" + prefix + "*", "~asynq:*", "+@all", "-@dangerous"}
 }
 
 func TestIntakeOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	intakeOn(t, db.URL(), db.Prefix, db.Cluster.OnEachMaster(func(i int) string { return "SO" + strconv.Itoa(i) }))
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	url := strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1)
+	intakeOn(t, url, db.Prefix, db.Cluster.OnEachMaster(func(i int) string { return "SO" + strconv.Itoa(i) }))
 }
 
 func TestIntakeOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	intakeOn(t, db.URL(), db.Prefix, []string{"SO1", "SO2"})
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	intakeOn(t, db.URL()+"&username="+aclUser+"&password="+aclPassword, db.Prefix, []string{"SO1", "SO2"})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,10 +23,23 @@ import (
 // package, end to end on a real Redis Cluster and a real Sentinel group,
 // given nothing but REDIS_URL.
 
+// aclUser and aclPassword are the ACL user the end-to-end tests run as,
+// with the rules the README gives the worker and the intake.
+const (
+	aclUser     = "ow-worker"
+	aclPassword = "worker-acl-secret-0123"
+)
+
+func aclRules(prefix string) []string {
+	return []string{"reset", "on", ">" + aclPassword,
+		"~" + prefix + "*", "~asynq:*", "&" + prefix + "*", "&asynq:*", "+@all", "-@dangerous"}
+}
+
 // endToEnd seeds the orders nos, starts the worker on url, enqueues a
 // modify of each order through the producer and waits until all are
 // applied, then an exchange of each order for news[i] and a modify of each
-// replacement, and waits again. rdb is a client of the test's own.
+// replacement, and waits again. Everything runs as the ACL user that url
+// names; the password must stay out of the worker's log.
 func endToEnd(t *testing.T, url, prefix string, nos, news []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -42,10 +56,13 @@ func endToEnd(t *testing.T, url, prefix string, nos, news []string) {
 	defer cleanQueues(t, rdb)
 
 	ops := freeAddr(t)
-	env := map[string]string{"REDIS_URL": url, "KEY_PREFIX": prefix, "OPS_ADDR": ops, "LOG_LEVEL": "warn"}
+	env := map[string]string{"REDIS_URL": url, "KEY_PREFIX": prefix, "OPS_ADDR": ops, "LOG_LEVEL": "info"}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, []string{"-concurrency", "8"}, func(k string) string { return env[k] }) }()
+	var logs lockedBuffer
+	go func() {
+		done <- runLogTo(runCtx, []string{"-concurrency", "8"}, func(k string) string { return env[k] }, &logs)
+	}()
 	defer func() {
 		stop()
 		select {
@@ -54,6 +71,8 @@ func endToEnd(t *testing.T, url, prefix string, nos, news []string) {
 		case <-time.After(30 * time.Second):
 			t.Error("run did not return after cancel")
 		}
+		require.NotContains(t, logs.String(), aclPassword)
+		require.Contains(t, logs.String(), aclUser, "the start-up line shows the URL, password redacted")
 	}()
 
 	p, err := producer.New(rdb, producer.Config{})
@@ -116,10 +135,15 @@ func TestEndToEndOnCluster(t *testing.T) {
 	news = append(news[1:], news[0]) // each replacement on another master
 	t.Logf("orders %v, replacements %v; queues on %s and %s", nos, news,
 		db.Cluster.MasterOf("asynq:{"+tasks.QueueModify+"}"), db.Cluster.MasterOf("asynq:{"+tasks.QueueExchange+"}"))
-	endToEnd(t, db.URL(), db.Prefix, nos, news)
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	url := strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1)
+	endToEnd(t, url, db.Prefix, nos, news)
 }
 
 func TestEndToEndOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	endToEnd(t, db.URL(), db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	// The data nodes' user goes in the query; the sentinels need none.
+	url := db.URL() + "&username=" + aclUser + "&password=" + aclPassword
+	endToEnd(t, url, db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
 }

@@ -219,6 +219,28 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// SetUser runs ACL SETUSER name rules... on every node (ACLs are per
+// node), for tests of what an ACL user may do.
+func (c *Cluster) SetUser(ctx context.Context, name string, rules ...string) error {
+	return setUser(ctx, c.nodes, name, rules)
+}
+
+func setUser(ctx context.Context, nodes []*Process, name string, rules []string) error {
+	args := []any{"ACL", "SETUSER", name}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	for _, p := range nodes {
+		c := adminClient(p.Addr())
+		err := c.Do(ctx, args...).Err()
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: acl setuser on %s: %w", p.Addr(), err)
+		}
+	}
+	return nil
+}
+
 // Masters returns the masters' addresses, in slot order.
 func (c *Cluster) Masters() []string {
 	out := make([]string, clusterMasters)
@@ -520,6 +542,12 @@ func (g *SentinelGroup) Stop() {
 	for _, p := range g.data {
 		p.Stop()
 	}
+}
+
+// SetUser runs ACL SETUSER name rules... on both data nodes, so that the
+// user exists on whichever is master.
+func (g *SentinelGroup) SetUser(ctx context.Context, name string, rules ...string) error {
+	return setUser(ctx, g.data, name, rules)
 }
 
 // Sentinels returns the sentinels' addresses.
