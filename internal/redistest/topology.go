@@ -88,8 +88,9 @@ type Cluster struct {
 }
 
 // StartCluster starts a cluster and waits until every node reports
-// cluster_state:ok, knows every slot's master and replica, and every
-// replica is in sync. It takes about 2–3 s. The caller stops it.
+// cluster_state:ok and sees every shard with its master and replica
+// online, and every replica is in sync. It takes about 3–4 s. The caller
+// stops it.
 func StartCluster() (*Cluster, error) {
 	c := &Cluster{}
 	ok := false
@@ -108,9 +109,10 @@ func StartCluster() (*Cluster, error) {
 				// Replicas sync at once, not after the default 5 s wait
 				// for more replicas to share a diskless transfer.
 				"--repl-diskless-sync-delay", "0",
-				// A replica shows in CLUSTER SLOTS once its replication
-				// offset is not 0, that is after the master's first
-				// write or ping to it (every 10 s by default).
+				// A replica counts as online (CLUSTER SHARDS, SLOTS) once
+				// its replication offset is not 0, that is after the
+				// master's first write or ping to it (every 10 s by
+				// default).
 				"--repl-ping-replica-period", "1",
 			}
 		})
@@ -181,16 +183,21 @@ func StartCluster() (*Cluster, error) {
 			if !strings.Contains(info, "cluster_state:ok") {
 				return fmt.Errorf("node %d: cluster state not ok", i)
 			}
-			slots, err := a.ClusterSlots(ctx).Result()
+			shards, err := a.ClusterShards(ctx).Result()
 			if err != nil {
 				return err
 			}
-			if len(slots) != clusterMasters {
-				return fmt.Errorf("node %d sees %d slot ranges", i, len(slots))
+			if len(shards) != clusterMasters {
+				return fmt.Errorf("node %d sees %d shards", i, len(shards))
 			}
-			for _, s := range slots {
-				if len(s.Nodes) != 2 {
-					return fmt.Errorf("node %d sees slots %d-%d on %d nodes", i, s.Start, s.End, len(s.Nodes))
+			for _, sh := range shards {
+				if len(sh.Nodes) != 2 || len(sh.Slots) != 1 {
+					return fmt.Errorf("node %d sees a shard of %d nodes, %d slot ranges", i, len(sh.Nodes), len(sh.Slots))
+				}
+				for _, n := range sh.Nodes {
+					if n.Health != "online" {
+						return fmt.Errorf("node %d sees %s %s", i, n.Endpoint, n.Health)
+					}
 				}
 			}
 		}
