@@ -57,9 +57,7 @@ var ErrHelp = flag.ErrHelp
 
 // RedisURLForms describes the forms of a Redis URL setting, for its usage
 // text: one node, a Sentinel group or a Cluster (see [Set.Redis]).
-const RedisURLForms = "redis://[user:pass@]host:port/db (rediss:// for TLS); " +
-	"Sentinel: redis://[user:pass@]sentinel:26379/db?master_name=NAME&addr=sentinel2:26379[&username=U&password=P]; " +
-	"Cluster: redis://[user:pass@]node1:6379?addr=node2:6379&addr=node3:6379"
+const RedisURLForms = redisconn.Forms
 
 // redacted stands in for a secret value wherever one would be shown.
 const redacted = "<redacted>"

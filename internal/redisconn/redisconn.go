@@ -66,10 +66,10 @@ type Options struct {
 // ErrURL is matched (errors.Is) by every error [Parse] returns.
 var ErrURL = errors.New("redisconn: bad Redis URL")
 
-// Forms lists the accepted URL forms, for error messages and usage texts.
-const Forms = "redis://[user:pass@]host:port/db (rediss:// for TLS, unix:///path); " +
-	"Sentinel: redis://[sentinel-user:pass@]host:port/db?master_name=NAME&addr=host:port[&username=U&password=P]; " +
-	"Cluster: redis://[user:pass@]host:port?addr=host:port&addr=host:port"
+// Forms lists the accepted URL forms, for usage texts and error messages.
+const Forms = "redis://[user:pass@]host:port/db (rediss:// for TLS); " +
+	"Sentinel: " + sentinelForm + "; " +
+	"Cluster: " + clusterForm
 
 // Parse reads a Redis URL in one of the forms of the package comment. It
 // returns an error matching [ErrURL] that says what is wrong without ever
@@ -121,8 +121,8 @@ func Parse(raw string) (*Options, error) {
 }
 
 const (
-	sentinelForm = "redis://[sentinel-user:pass@]host:port/db?master_name=NAME&addr=host:port[&username=U&password=P]"
-	clusterForm  = "redis://[user:pass@]host:port?addr=host:port&addr=host:port"
+	sentinelForm = "redis://[user:pass@]sentinel:26379/db?master_name=NAME&addr=sentinel2:26379[&username=U&password=P]"
+	clusterForm  = "redis://[user:pass@]node1:6379?addr=node2:6379&addr=node3:6379"
 )
 
 // NewClient returns a new client for the topology: a *redis.Client for one
