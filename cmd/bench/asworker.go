@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/tasks"
-	"github.com/redis/go-redis/v9"
 )
 
 // runPlainWorker is the bench binary's -as-worker=plain mode: a plain asynq
@@ -17,7 +17,7 @@ import (
 // REDIS_URL, WORKER_CONCURRENCY and WORKER_SIMULATE_WORK. Its handler only
 // sleeps the work time. It runs until ctx ends (SIGTERM).
 func runPlainWorker(ctx context.Context, getenv func(string) string) error {
-	opts, err := redis.ParseURL(cmp.Or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"))
+	opts, err := redisconn.Parse(cmp.Or(getenv("REDIS_URL"), "redis://127.0.0.1:6379/0"))
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
@@ -29,7 +29,7 @@ func runPlainWorker(ctx context.Context, getenv func(string) string) error {
 	if err != nil || work < 0 {
 		return fmt.Errorf("WORKER_SIMULATE_WORK=%q: want a duration >= 0", getenv("WORKER_SIMULATE_WORK"))
 	}
-	rdb := redis.NewClient(opts)
+	rdb := opts.NewClient()
 	defer rdb.Close()
 	noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
 	mux := asynq.NewServeMux()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/redis/go-redis/v9"
+	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
 // replicaResult is one run of -replicas: k worker processes of one system.
@@ -43,7 +43,7 @@ type replicaResult struct {
 // runReplicas measures k worker processes for each k in counts: cmd/worker
 // with WORKER_SIMULATE_WORK (b) and, unless disabled, this binary in
 // -as-worker=plain mode (a), on uncontended orders.
-func runReplicas(ctx context.Context, opts *redis.Options, c settings, counts []int, out io.Writer) ([]replicaResult, error) {
+func runReplicas(ctx context.Context, opts *redisconn.Options, c settings, counts []int, out io.Writer) ([]replicaResult, error) {
 	dir, err := os.MkdirTemp("", "bench-replicas-")
 	if err != nil {
 		return nil, err
@@ -87,9 +87,9 @@ func runReplicas(ctx context.Context, opts *redis.Options, c settings, counts []
 	return results, nil
 }
 
-func runReplicaSet(ctx context.Context, opts *redis.Options, c settings, sc scenario, k int, dir, bin string, args []string) (replicaResult, error) {
+func runReplicaSet(ctx context.Context, opts *redisconn.Options, c settings, sc scenario, k int, dir, bin string, args []string) (replicaResult, error) {
 	r := replicaResult{Replicas: k, System: systemNames[sc.System], Tasks: sc.Tasks}
-	admin := redis.NewClient(opts)
+	admin := opts.NewClient()
 	defer admin.Close()
 	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return r, err
@@ -182,8 +182,10 @@ func runReplicaSet(ctx context.Context, opts *redis.Options, c settings, sc scen
 	return r, nil
 }
 
-// redisURL is the redis:// URL of opts, for the worker processes.
-func redisURL(opts *redis.Options) string {
+// redisURL is the redis:// URL of opts, for the worker processes. opts
+// names one node (see redisFor).
+func redisURL(o *redisconn.Options) string {
+	opts := o.Node
 	u := url.URL{Scheme: "redis", Host: opts.Addr, Path: "/" + strconv.Itoa(opts.DB)}
 	if opts.Password != "" {
 		u.User = url.UserPassword(opts.Username, opts.Password)

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // settings are the bench's flags. They are flags only: a measuring tool
@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		WorkMs:      float64(c.Work) / float64(time.Millisecond),
 	}
 	rep.LoadAvg[0] = loadAvg()
-	admin := redis.NewClient(opts)
+	admin := opts.NewClient()
 	defer admin.Close()
 	if v, err := admin.InfoMap(ctx, "server").Result(); err == nil {
 		rep.RedisVersion = v["Server"]["redis_version"]
@@ -160,23 +160,27 @@ func parseReplicas(list []string) ([]int, error) {
 }
 
 // redisFor returns the options of the Redis to measure on: the given URL's
-// (whose database must be empty), or a redis-server spawned for the run.
-func redisFor(ctx context.Context, url string, out io.Writer) (*redis.Options, func(), error) {
+// (one node, whose database must be empty), or a redis-server spawned for
+// the run.
+func redisFor(ctx context.Context, url string, out io.Writer) (*redisconn.Options, func(), error) {
 	if url != "" {
-		opts, err := redis.ParseURL(url)
+		opts, err := redisconn.Parse(url)
 		if err != nil {
 			return nil, nil, fmt.Errorf("-redis-url: %w", err)
 		}
-		c := redis.NewClient(opts)
+		if opts.Topology != redisconn.Single {
+			return nil, nil, fmt.Errorf("-redis-url: the bench measures one Redis node, not a %s", opts.Topology)
+		}
+		c := opts.NewClient()
 		defer c.Close()
 		n, err := c.DBSize(ctx).Result()
 		if err != nil {
 			return nil, nil, fmt.Errorf("-redis-url: %w", err)
 		}
 		if n != 0 {
-			return nil, nil, fmt.Errorf("-redis-url: database %d holds %d keys; the bench flushes it between scenarios, so give it an empty one", opts.DB, n)
+			return nil, nil, fmt.Errorf("-redis-url: database %d holds %d keys; the bench flushes it between scenarios, so give it an empty one", opts.Node.DB, n)
 		}
-		fmt.Fprintf(out, "redis: %s (given); note that commands per task count every client of that server\n", opts.Addr)
+		fmt.Fprintf(out, "redis: %s (given); note that commands per task count every client of that server\n", opts.Node.Addr)
 		return opts, func() {}, nil
 	}
 	p, err := redistest.StartProcess()
@@ -184,5 +188,10 @@ func redisFor(ctx context.Context, url string, out io.Writer) (*redis.Options, f
 		return nil, nil, err
 	}
 	fmt.Fprintf(out, "redis: dedicated redis-server on %s (persistence off)\n", p.Addr())
-	return &redis.Options{Addr: p.Addr()}, p.Stop, nil
+	opts, err := redisconn.Parse(p.URL())
+	if err != nil {
+		p.Stop()
+		return nil, nil, err
+	}
+	return opts, p.Stop, nil
 }

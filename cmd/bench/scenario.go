@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -149,9 +150,9 @@ type system struct {
 // runScenario measures one scenario on a flushed database: it seeds the
 // orders, enqueues the tasks, then starts the system and measures until
 // every task is completed or archived.
-func runScenario(ctx context.Context, opts *redis.Options, c settings, sc scenario) (result, error) {
+func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc scenario) (result, error) {
 	r := result{Scenario: sc.Name, System: systemNames[sc.System], Contended: sc.Contended, Tasks: sc.Tasks, Orders: sc.Orders, Note: sc.Note}
-	admin := redis.NewClient(opts)
+	admin := opts.NewClient()
 	defer admin.Close()
 	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return r, err
@@ -170,7 +171,7 @@ func runScenario(ctx context.Context, opts *redis.Options, c settings, sc scenar
 	}
 
 	// The measured phase.
-	monitor := redis.NewClient(opts)
+	monitor := opts.NewClient()
 	defer monitor.Close()
 	before, err := benchkit.CommandStats(ctx, monitor)
 	if err != nil {
@@ -192,7 +193,7 @@ func runScenario(ctx context.Context, opts *redis.Options, c settings, sc scenar
 		return r, err
 	}
 	defer stopProfile()
-	rdb := redis.NewClient(opts)
+	rdb := opts.NewClient()
 	defer rdb.Close()
 	sys, err := startSystem(rdb, c, sc)
 	if err != nil {
@@ -371,7 +372,7 @@ func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error 
 
 // startSystem starts the scenario's system on rdb, which it instruments
 // with a round-trip counter.
-func startSystem(rdb *redis.Client, c settings, sc scenario) (*system, error) {
+func startSystem(rdb redis.UniversalClient, c settings, sc scenario) (*system, error) {
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
 	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +36,7 @@ const (
 // measureTokens runs the shared token cache (internal/token) and the
 // seed-style poller it replaces (re-read every 200 ms, 10 times at most) on
 // the same Redis, one after the other.
-func measureTokens(ctx context.Context, opts *redis.Options) ([]tokenResult, error) {
+func measureTokens(ctx context.Context, opts *redisconn.Options) ([]tokenResult, error) {
 	shared, err := tokenShared(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("shared token cache: %w", err)
@@ -56,7 +57,7 @@ func summarize(system string, d []time.Duration) tokenResult {
 // tokenShared measures internal/token: every round, all callers ask at a
 // cold start; one replica's fetch is held until the others wait, then
 // returns, and the cache stores and publishes the token.
-func tokenShared(ctx context.Context, opts *redis.Options) ([]time.Duration, error) {
+func tokenShared(ctx context.Context, opts *redisconn.Options) ([]time.Duration, error) {
 	var samples []time.Duration
 	for round := range tokenRounds {
 		key := fmt.Sprintf("bench:token%d:{upstream}", round)
@@ -80,7 +81,7 @@ func tokenShared(ctx context.Context, opts *redis.Options) ([]time.Duration, err
 			return token.Token{Value: fmt.Sprintf("tok-%d", round), ExpiresIn: 10 * time.Minute}, nil
 		})
 		var caches []*token.Cache
-		var clients []*redis.Client
+		var clients []redis.UniversalClient
 		closeAll := func() {
 			for _, c := range caches {
 				_ = c.Close()
@@ -90,7 +91,7 @@ func tokenShared(ctx context.Context, opts *redis.Options) ([]time.Duration, err
 			}
 		}
 		for range tokenReplicas {
-			rdb := redis.NewClient(opts)
+			rdb := opts.NewClient()
 			clients = append(clients, rdb)
 			c, err := token.New(rdb, src, token.Config{Key: key, WaitTimeout: time.Minute}, nil)
 			if err != nil {
@@ -139,9 +140,9 @@ func tokenShared(ctx context.Context, opts *redis.Options) ([]time.Duration, err
 
 // tokenSeed measures the poller orderworker replaced: callers re-read the
 // token every 200 ms, 10 times at most, until the refresher stores it.
-func tokenSeed(ctx context.Context, opts *redis.Options) ([]time.Duration, error) {
+func tokenSeed(ctx context.Context, opts *redisconn.Options) ([]time.Duration, error) {
 	var samples []time.Duration
-	rdb := redis.NewClient(opts)
+	rdb := opts.NewClient()
 	defer rdb.Close()
 	for round := range tokenRounds {
 		key := fmt.Sprintf("bench:seedtoken%d", round)

@@ -18,30 +18,11 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
 // readyTimeout bounds the Redis PING behind /readyz.
 const readyTimeout = 2 * time.Second
-
-// sharedConn is an asynq.RedisConnOpt that hands out the process's one Redis
-// client instead of describing a new connection.
-//
-// asynqmon v0.7.2 takes its connection only as a RedisConnOpt: asynqmon.New
-// calls MakeRedisClient once for itself (the Redis info page) and once more
-// through asynq.NewInspector, and HTTPHandler.Close closes both clients.
-// Passing an asynq.RedisClientOpt built from REDIS_URL would open two more
-// connection pools and drop the go-redis options the URL may carry (pool
-// sizes, timeouts). Since RedisConnOpt is an interface, sharedConn returns
-// the existing client both times; the dashboard therefore never calls
-// HTTPHandler.Close, and run closes the client once, after the server has
-// stopped. MakeRedisClient returns a *redis.Client underneath, so asynqmon's
-// Redis info page still works.
-type sharedConn struct{ client redis.UniversalClient }
-
-var _ asynq.RedisConnOpt = sharedConn{}
-
-// MakeRedisClient returns the shared client; see sharedConn.
-func (c sharedConn) MakeRedisClient() any { return c.client }
 
 // newHandler returns the dashboard's routes, wrapped in the access log:
 //
@@ -63,8 +44,11 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 		monRoot = ""
 	}
 	mon := asynqmon.New(asynqmon.Options{
-		RootPath:          monRoot,
-		RedisConnOpt:      sharedConn{rdb},
+		RootPath: monRoot,
+		// asynqmon gets the process's client, whatever the topology
+		// (see redisconn.ConnOpt); so the handler's Close, which would
+		// close it, is never called, and run closes rdb last.
+		RedisConnOpt:      redisconn.ConnOpt(rdb),
 		ReadOnly:          cfg.ReadOnly,
 		PayloadFormatter:  asynqmon.PayloadFormatterFunc(formatPayload),
 		ResultFormatter:   asynqmon.ResultFormatterFunc(formatResult),

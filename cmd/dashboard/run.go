@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
@@ -46,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	log.Info("starting", set.LogField())
 
-	rdb := redis.NewClient(cfg.Redis)
+	rdb := cfg.Redis.NewClient()
 	defer func() {
 		if err := rdb.Close(); err != nil {
 			log.Warn("close redis", zap.Error(err))
@@ -54,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}()
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
-		log.Warn("redis not reachable yet; serving anyway", zap.String("redis_addr", cfg.Redis.Addr), zap.Error(err))
+		log.Warn("redis not reachable yet; serving anyway", zap.String("redis", string(cfg.Redis.Topology)), zap.Strings("redis_addrs", cfg.Redis.Addrs()), zap.Error(err))
 	}
 	cancel()
 

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
 // realm names the dashboard in the browser's login prompt and in
@@ -44,7 +43,7 @@ const realm = "orderworker dashboard"
 type settings struct {
 	Addr            string
 	Root            string
-	Redis           *redis.Options
+	Redis           *redisconn.Options
 	User            string
 	Password        string
 	Tokens          []string
@@ -69,7 +68,7 @@ type settings struct {
 func declare(s *config.Set, cfg *settings) {
 	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", ":8090", "listen address, host:port").Check(config.NotEmpty)
 	s.String(&cfg.Root, "root", "DASHBOARD_ROOT", "/", "URL path the UI and its API are served under, such as /asynq").Check(checkRoot)
-	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: redis://[user:password@]host:port/db, rediss:// for TLS")
+	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: "+config.RedisURLForms)
 	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")
 	s.String(&cfg.Password, "password", "DASHBOARD_PASSWORD", "", "basic-auth password").Secret()
 	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters (several allow rotation)").Secret()

@@ -14,9 +14,9 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
-	"github.com/redis/go-redis/v9"
 )
 
 const usage = `Usage: producer [settings] <command> [flags] [args]
@@ -37,13 +37,13 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis  *redis.Options
+	Redis  *redisconn.Options
 	Prefix string
 }
 
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
-		"Redis shared by all processes: redis://[user:pass@]host:port/db, rediss:// for TLS")
+		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
 }
 
@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		given := args[:len(args)-len(rest)]
 		return serve(ctx, append(slices.Clip(given), rest[1:]...), getenv, stdout)
 	}
-	rdb := redis.NewClient(c.Redis)
+	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
 	switch rest[0] {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
@@ -106,7 +105,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log := root.Named("intake")
 	log.Info("starting", set.LogField())
 
-	rdb := redis.NewClient(c.Redis)
+	rdb := c.Redis.NewClient()
 	defer func() {
 		if err := rdb.Close(); err != nil {
 			log.Warn("close redis", zap.Error(err))
@@ -137,7 +136,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
-		log.Warn("redis not reachable yet; serving anyway", zap.String("redis_addr", c.Redis.Addr), zap.Error(err))
+		log.Warn("redis not reachable yet; serving anyway", zap.String("redis", string(c.Redis.Topology)), zap.Strings("redis_addrs", c.Redis.Addrs()), zap.Error(err))
 	}
 	cancel()
 

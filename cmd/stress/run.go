@@ -14,9 +14,9 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
-	"github.com/redis/go-redis/v9"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).
@@ -150,7 +150,13 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		_ = os.CopyFS(filepath.Join(dir, "redis"), os.DirFS(srv.Dir()))
 		srv.Stop()
 	}()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 5})
+	// The same constructor as the workers', on the same URL; a few more
+	// retries ride out the Redis restart.
+	ropts, err := redisconn.Parse(srv.URL() + "?max_retries=5")
+	if err != nil {
+		return err
+	}
+	rdb := ropts.NewClient()
 	defer rdb.Close()
 	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
 	if err != nil {

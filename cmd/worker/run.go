@@ -16,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,7 @@ import (
 
 // settings are the worker's configuration, one field per setting.
 type settings struct {
-	Redis          *redis.Options
+	Redis          *redisconn.Options
 	LogLevel       string
 	LogFormat      string
 	Prefix         string
@@ -63,7 +64,7 @@ const (
 // declare registers the worker's settings on s.
 func declare(s *config.Set, c *settings) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
-		"Redis shared by all processes: redis://[user:pass@]host:port/db, rediss:// for TLS")
+		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
@@ -209,7 +210,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
 	}
 
-	rdb := redis.NewClient(c.Redis)
+	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
 	locker, err := lock.New(rdb, lock.Config{Prefix: c.Prefix + "lock:", TTL: c.LockTTL, Logger: log.Named("lock")})

@@ -10,7 +10,7 @@
 //		Addr    string
 //		Timeout time.Duration
 //		Keys    []string
-//		Redis   *redis.Options
+//		Redis   *redisconn.Options
 //	}
 //	s := config.NewSet("dashboard", os.Getenv)
 //	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", ":8090", "listen address")
@@ -35,15 +35,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
 // DefaultRedisURL is the conventional default of REDIS_URL: database 0 of a
@@ -54,6 +54,10 @@ const DefaultRedisURL = "redis://127.0.0.1:6379/0"
 // -help or --help). The usage text has then been written to the Set's output;
 // a binary should exit with status 0.
 var ErrHelp = flag.ErrHelp
+
+// RedisURLForms describes the forms of a Redis URL setting, for its usage
+// text: one node, a Sentinel group or a Cluster (see [Set.Redis]).
+const RedisURLForms = redisconn.Forms
 
 // redacted stands in for a secret value wherever one would be shown.
 const redacted = "<redacted>"
@@ -282,63 +286,45 @@ func splitList(raw string) []string {
 	return out
 }
 
-// Redis declares a Redis URL setting, parsed with redis.ParseURL into *p,
-// with ContextTimeoutEnabled set so that context deadlines bound commands:
-// redis://[user:password@]host[:port][/db] for plain TCP, rediss:// for TLS
-// (server name checked against the host, TLS 1.2 or newer), unix:///path for a
-// socket, and go-redis's query options such as ?dial_timeout=3s. def must be a
-// valid URL; [DefaultRedisURL] is the convention. The password is redacted
-// wherever the URL is shown, errors included.
-func (s *Set) Redis(p **redis.Options, flagName, env, def, usage string) *Var[*redis.Options] {
+// Redis declares a Redis URL setting, parsed with [redisconn.Parse] into
+// *p: one node (redis://[user:password@]host[:port][/db], rediss:// for TLS
+// with the server name checked against the host, unix:///path for a
+// socket), a Sentinel group (?master_name=NAME&addr=…) or a Cluster
+// (several addr), each with go-redis's query options such as
+// ?dial_timeout=3s, and ContextTimeoutEnabled set so that context deadlines
+// bound commands. def must be a valid URL; [DefaultRedisURL] is the
+// convention. Passwords (of the user info and of the password query
+// parameter) are redacted wherever the URL is shown, errors included.
+func (s *Set) Redis(p **redisconn.Options, flagName, env, def, usage string) *Var[*redisconn.Options] {
 	opts, err := parseRedisURL(def)
 	if err != nil {
 		panic(fmt.Sprintf("config: default of -%s: %v", flagName, err))
 	}
-	text := def // the URL last applied, for display
 	v := register(s, p, flagName, env, "url", usage, opts,
-		func(*redis.Options) string { return redactURL(text) },
-		func(raw string) (*redis.Options, error) {
-			o, err := parseRedisURL(raw)
-			if err == nil {
-				text = raw
-			}
-			return o, err
-		})
-	v.s.show = func(raw string) string { return strconv.Quote(redactURL(raw)) }
+		func(o *redisconn.Options) string { return o.String() },
+		parseRedisURL)
+	v.s.show = func(raw string) string { return strconv.Quote(redisconn.Redact(raw)) }
 	return v
 }
 
-func parseRedisURL(raw string) (*redis.Options, error) {
-	raw = strings.TrimSpace(raw)
-	// Parse first ourselves: url.Parse's errors quote the whole URL,
-	// password included.
-	if _, err := url.Parse(raw); err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("not a valid URL: %v", err)
-	}
-	opts, err := redis.ParseURL(raw)
+func parseRedisURL(raw string) (*redisconn.Options, error) {
+	o, err := redisconn.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("not a Redis URL (want redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path): %w", err)
+		// The *Error around this one names the setting: drop the
+		// package's prefix, keep matching redisconn.ErrURL.
+		return nil, trimmed{strings.TrimPrefix(err.Error(), redisconn.ErrURL.Error()+": "), err}
 	}
-	// Let a context's deadline cut a command short, as the lock's release
-	// and renewal timeouts expect; go-redis otherwise waits out its own
-	// read timeout (3 s) whatever the context says.
-	opts.ContextTimeoutEnabled = true
-	return opts, nil
+	return o, nil
 }
 
-// redactURL hides the password of a URL. A string that does not parse as a
-// URL is hidden whole, since it may be a password typed in the wrong place.
-func redactURL(raw string) string {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	return u.Redacted()
+// trimmed is an error shown with a shorter message than the one it wraps.
+type trimmed struct {
+	msg string
+	err error
 }
+
+func (e trimmed) Error() string { return e.msg }
+func (e trimmed) Unwrap() error { return e.err }
 
 // Secret marks the setting as a secret: its default and value never appear
 // in the usage text, [Set.Markdown], [Set.Entries] or error messages.

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
 // env returns a getenv over a map.
@@ -32,7 +32,7 @@ type demo struct {
 	Keys     []string
 	Password string
 	Format   string
-	Redis    *redis.Options
+	Redis    *redisconn.Options
 }
 
 func newDemo(getenv func(string) string) (*config.Set, *demo) {
@@ -100,7 +100,7 @@ func TestAllKinds(t *testing.T) {
 	assert.Equal(t, []string{"k1", "k2"}, d.Keys)
 	assert.Equal(t, "console", d.Format)
 	assert.Equal(t, []string{"rest", "of", "args"}, s.Args())
-	assert.Equal(t, "127.0.0.1:6379", d.Redis.Addr)
+	assert.Equal(t, "127.0.0.1:6379", d.Redis.Node.Addr)
 }
 
 func TestDefaultsAreCopies(t *testing.T) {
@@ -129,7 +129,7 @@ func TestBadValues(t *testing.T) {
 		{name: "zero int", args: []string{"-workers=0"}, want: []string{`-workers="0"`, "must be positive"}},
 		{name: "bad bool", env: []string{"DEMO_READ_ONLY", "maybe"}, want: []string{`DEMO_READ_ONLY="maybe"`, "not a boolean"}},
 		{name: "one of", env: []string{"LOG_FORMAT", "xml"}, want: []string{`LOG_FORMAT="xml"`, "must be one of json, console"}},
-		{name: "redis scheme", env: []string{"REDIS_URL", "http://localhost:6379"}, want: []string{`REDIS_URL="http://localhost:6379"`, "not a Redis URL"}},
+		{name: "redis scheme", env: []string{"REDIS_URL", "http://localhost:6379"}, want: []string{`REDIS_URL="http://localhost:6379"`, "want redis://", "invalid URL scheme"}},
 		{name: "redis db", env: []string{"REDIS_URL", "redis://localhost:6379/x"}, want: []string{"REDIS_URL=", "invalid database number"}},
 		{name: "redis port", args: []string{"-redis-url", "redis://h:notaport"}, want: []string{"-redis-url=", "not a valid URL"}},
 		{name: "unknown flag", args: []string{"-nope"}, want: []string{"flag provided but not defined: -nope"}},
@@ -235,6 +235,12 @@ func TestSecretsNeverShown(t *testing.T) {
 		assert.NotContains(t, out, redisPW)
 		assert.Contains(t, out, "password=<redacted> (env)")
 		assert.Contains(t, out, "redis-url=redis://u:xxxxx@h:1/2 (env)")
+
+		s, _ = newDemo(env("REDIS_URL", "redis://s:"+redisPW+"@s1:26379/2?master_name=m&addr=s2:26379&password="+redisPW))
+		require.NoError(t, s.Parse(nil))
+		for _, e := range s.Entries() {
+			assert.NotContains(t, e.Value, redisPW)
+		}
 		assert.NotContains(t, s.Markdown(), "default-key-123")
 	})
 	t.Run("unset secret", func(t *testing.T) {
@@ -264,12 +270,16 @@ func TestSecretsNeverShown(t *testing.T) {
 			"redis://:" + redisPW + "@h:1/0?nope=1",
 			"http://:" + redisPW + "@h:1/0",
 			"redis://:" + redisPW + "@h:1/0\x7f",
+			"redis://s1:1/0?master_name=m&addr=s2&password=" + redisPW,
+			"redis://s1:1/0?master_name=m&password=" + redisPW + "&nope=1",
+			"redis://:" + redisPW + "@h1:1/2?addr=h2:1",
 		} {
 			s, _ := newDemo(env("REDIS_URL", raw))
 			err := s.Parse(nil)
 			require.Error(t, err, raw)
 			assert.Contains(t, err.Error(), "REDIS_URL=")
 			assert.NotContains(t, err.Error(), redisPW)
+			assert.ErrorIs(t, err, redisconn.ErrURL)
 		}
 	})
 }
@@ -295,14 +305,17 @@ func TestRedis(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var o *redis.Options
+			var p *redisconn.Options
 			s := config.NewSet("demo", env("REDIS_URL", tt.url))
-			s.Redis(&o, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis URL")
+			s.Redis(&p, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis URL")
 			require.NoError(t, s.Parse(nil))
+			require.Equal(t, redisconn.Single, p.Topology)
+			o := p.Node
 			assert.Equal(t, tt.addr, o.Addr)
 			assert.Equal(t, tt.user, o.Username)
 			assert.Equal(t, tt.pass, o.Password)
 			assert.Equal(t, tt.db, o.DB)
+			assert.True(t, o.ContextTimeoutEnabled)
 			if !tt.tls {
 				assert.Nil(t, o.TLSConfig)
 				return
@@ -310,6 +323,30 @@ func TestRedis(t *testing.T) {
 			require.NotNil(t, o.TLSConfig)
 			assert.Equal(t, tt.server, o.TLSConfig.ServerName)
 			assert.GreaterOrEqual(t, o.TLSConfig.MinVersion, uint16(tls.VersionTLS12))
+		})
+	}
+}
+
+func TestRedisTopologies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		url   string
+		want  redisconn.Topology
+		addrs []string
+	}{
+		{"sentinel", "redis://s1:26379/2?master_name=mymaster&addr=s2:26379", redisconn.Sentinel, []string{"s1:26379", "s2:26379"}},
+		{"cluster", "redis://h1:7000?addr=h2:7000&addr=h3:7000", redisconn.Cluster, []string{"h1:7000", "h2:7000", "h3:7000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var p *redisconn.Options
+			s := config.NewSet("demo", env("REDIS_URL", tt.url))
+			s.Redis(&p, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis URL")
+			require.NoError(t, s.Parse(nil))
+			assert.Equal(t, tt.want, p.Topology)
+			assert.Equal(t, tt.addrs, p.Addrs())
 		})
 	}
 }

@@ -21,6 +21,13 @@
 // shared server should call [Main] from TestMain so the server is stopped when
 // the tests end.
 //
+// Beyond one node, [NewCluster] gives a test a client on a Redis Cluster of
+// 3 masters with one replica each, and [NewSentinel] one on a Sentinel group
+// (1 master, 1 replica, 3 sentinels); each is started once per test binary
+// from redis-server and stopped by [Main]. [DedicatedSentinel] starts a
+// group a test may fail over. [Cluster.OnEachMaster] picks keys or order
+// numbers whose slots land on every master.
+//
 // redistest is imported by _test.go files only.
 package redistest
 
@@ -226,6 +233,7 @@ type runner struct{ m interface{ Run() int } }
 
 func (r runner) Run() int {
 	code := r.m.Run()
+	stopTopologies()
 	if pkg.proc != nil {
 		pkg.proc.Stop()
 	}
@@ -257,6 +265,19 @@ func StartProcess(extra ...string) (*Process, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, ErrNoServer
 	}
+	return startProcess(func(port int, dir string) []string {
+		return append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--databases", strconv.Itoa(databases), "--logfile", "redis.log",
+		}, extra...)
+	})
+}
+
+// startProcess starts a redis-server on a free loopback port in a new
+// temporary directory, with the arguments args returns for them; the
+// server must log to redis.log in that directory.
+func startProcess(args func(port int, dir string) []string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -265,12 +286,7 @@ func StartProcess(extra ...string) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: temp dir: %w", err)
 	}
-	args := append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--databases", strconv.Itoa(databases), "--logfile", "redis.log",
-	}, extra...)
-	p := &Process{port: port, dir: dir, args: args}
+	p := &Process{port: port, dir: dir, args: args(port, dir)}
 	if err := p.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/redistest"
+)
+
+// The tests in this file run the dashboard on a real Redis Cluster and a
+// real Sentinel group, given nothing but REDIS_URL: /readyz, asynqmon's
+// queue list and Redis info page, and the queue metrics.
+
+// The dashboard runs as an ACL user with the README's rule: asynq's keys
+// and channel, nothing dangerous but INFO and the cluster view.
+const (
+	aclUser     = "ow-dashboard"
+	aclPassword = "dashboard-acl-secret-0123"
+)
+
+var aclRules = []string{"reset", "on", ">" + aclPassword, "~asynq:*", "&asynq:*", "+@all", "-@dangerous", "+info", "+cluster|info", "+cluster|nodes"}
+
+// dashboardOn enqueues two tasks through adminURL and runs the dashboard on
+// url.
+func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
+	t.Helper()
+	o, err := redisconn.Parse(adminURL)
+	require.NoError(t, err)
+	rdb := o.NewClient()
+	defer rdb.Close()
+	enqueueOn(t, rdb)
+	defer func() { _ = asynq.NewInspectorFromRedisClient(rdb).DeleteQueue(queue, true) }()
+
+	env := map[string]string{"REDIS_URL": url, "DASHBOARD_USER": testUser, "DASHBOARD_PASSWORD": testPassword, "DASHBOARD_TOKENS": testToken}
+	d := startDashboard(t, env)
+	admin := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/readyz", noAuth)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+
+	r = d.get(t, "/api/queues", admin)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	var qs struct {
+		Queues []struct {
+			Queue   string `json:"queue"`
+			Pending int    `json:"pending"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &qs))
+	require.Len(t, qs.Queues, 1, r.body)
+	assert.Equal(t, queue, qs.Queues[0].Queue)
+	assert.Equal(t, 2, qs.Queues[0].Pending)
+
+	r = d.get(t, "/api/redis_info", admin)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	var info struct {
+		Cluster bool `json:"cluster"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &info))
+	assert.Equal(t, cluster, info.Cluster, "asynqmon's Redis info page knows the topology")
+
+	r = d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 2`)
+	requireNoSecrets(t, d.logs.String())
+	require.NotContains(t, d.logs.String(), aclPassword)
+}
+
+// enqueueOn puts two order:modify tasks in the order_modify queue through
+// rdb.
+func enqueueOn(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	client := asynq.NewClientFromRedisClient(rdb)
+	for _, o := range []struct{ event, order string }{{"evt-1001", "SO1001"}, {"evt-1002", "SO1002"}} {
+		_, err := client.EnqueueContext(t.Context(), asynq.NewTask("order:modify", orderPayload(o.event, o.order)),
+			asynq.Queue(queue), asynq.TaskID(o.event))
+		require.NoError(t, err)
+	}
+}
+
+func TestDashboardOnCluster(t *testing.T) {
+	db := redistest.NewCluster(t)
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules...))
+	dashboardOn(t, db.URL(), strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1), true)
+}
+
+func TestDashboardOnSentinel(t *testing.T) {
+	db := redistest.NewSentinel(t)
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules...))
+	dashboardOn(t, db.URL(), db.URL()+"&username="+aclUser+"&password="+aclPassword, false)
+}
