@@ -28,8 +28,9 @@ func TestArchiveClass(t *testing.T) {
 		name, lastErr, want string
 	}{
 		{"exchanged", "modify S1: orders: order S1 is exchanged; its replacement is order S1-X1: skip retry for the task", "order:modify of an exchanged order"},
-		{"not created", "modify S1-X1: orders: order not found: skip retry for the task", "order:modify of an order not (yet) created"},
-		{"anything else", "asynq: task lease expired", "other"},
+		{"not created: it must wait for the creation", "modify S1-X1: orders: order not found: skip retry for the task", "other: order:modify"},
+		{"out of its budget", "failed 11 times, out of its failure budget of 10 retries: boom", "other: order:modify"},
+		{"anything else", "asynq: task lease expired", "other: order:modify"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

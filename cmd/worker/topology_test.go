@@ -75,7 +75,7 @@ func endToEnd(t *testing.T, url, prefix string, nos, news []string) {
 		require.Contains(t, logs.String(), aclUser, "the start-up line shows the URL, password redacted")
 	}()
 
-	p, err := producer.New(rdb, producer.Config{})
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
 	require.NoError(t, err)
 	defer p.Close()
 	applied := func(no, field, want string) func() bool {
