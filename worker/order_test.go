@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // producer returns a producer on the test's Redis with its key prefix.
@@ -487,4 +488,49 @@ func TestPanicReleasesTheOrder(t *testing.T) {
 	n, err := e.db.Client.Exists(t.Context(), e.db.Prefix+"lock:{SO-PANIC}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the lock was released, not left to its lease")
+}
+
+// The lock step reads the payload as strictly as the handler: a payload
+// that names its order twice, or with a near-miss key, is archived without
+// taking any order's lock (found in review: the lock step took SO2's lock
+// before the strict parser refused the task).
+func TestMalformedPayloadTakesNoLock(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO2")
+	e.seed("SO3")
+	waits := make(chan string, 10)
+	c := e.db.NewClient(t)
+	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:", OnWait: func(key, _, _ string) { waits <- key }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	// SO2 is held: a task that took its lock would wait for it.
+	held, err := l.TryAcquire(t.Context(), "SO2", "someone else")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	r := newRuns()
+	w, err := worker.New(c, l, e.store, worker.Config{OnDone: r.add, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	for id, payload := range map[string]string{
+		"twice":     `{"event_id":"twice","order_no":"SO3","order_no":"SO2","changes":{"remark":"x"}}`,
+		"near-miss": `{"event_id":"near-miss","order_no":"SO3","ORDER_NO":"SO2","changes":{"remark":"x"}}`,
+	} {
+		e.enqueue(asynq.NewTask(tasks.TypeModify, []byte(payload)), tasks.QueueModify, id)
+	}
+	for range 2 {
+		d := <-r.done
+		require.Equal(t, worker.OutcomeRejected, d.Outcome, "%s: %v", d.TaskID, d.Err)
+		require.False(t, d.Locked, d.TaskID)
+	}
+	select {
+	case key := <-waits:
+		t.Fatalf("a malformed task waited for the lock of %s", key)
+	default:
+	}
+	for _, id := range []string{"twice", "near-miss"} {
+		info := e.taskInfo(tasks.QueueModify, id)
+		require.Equal(t, asynq.TaskStateArchived, info.State)
+		require.Zero(t, info.Retried)
+	}
 }
