@@ -16,7 +16,8 @@ import (
 )
 
 // startWorker starts the binary with env added, logging to a file of the
-// test's; the process is killed at cleanup.
+// test's that the test log shows when the test fails; the process is killed
+// at cleanup. The caller waits for it (cmd.Wait) if it needs its exit.
 func startWorker(t *testing.T, bin string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin)
@@ -32,7 +33,7 @@ func startWorker(t *testing.T, bin string, env ...string) *exec.Cmd {
 	})
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -50,18 +49,10 @@ func TestSIGTERM(t *testing.T) {
 			insp := asynq.NewInspectorFromRedisClient(db.Client)
 			t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 
-			cmd := exec.Command(bin)
-			cmd.Env = append(os.Environ(),
-				"REDIS_URL="+db.URL(), "KEY_PREFIX="+db.Prefix, "OPS_ADDR=off", "LOG_FORMAT=console",
+			cmd := startWorker(t, bin, "REDIS_URL="+db.URL(), "KEY_PREFIX="+db.Prefix, "OPS_ADDR=off", "LOG_FORMAT=console",
 				"WORKER_SIMULATE_WORK="+tt.work, "SHUTDOWN_TIMEOUT="+tt.timeout)
-			logs, err := os.Create(filepath.Join(t.TempDir(), "worker.log"))
-			require.NoError(t, err)
-			defer logs.Close()
-			cmd.Stdout, cmd.Stderr = logs, logs
-			require.NoError(t, cmd.Start())
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 			addr := "new"
 			task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-term", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
@@ -69,21 +60,15 @@ func TestSIGTERM(t *testing.T) {
 			_, err = asynq.NewClientFromRedisClient(db.Client).Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-term"), asynq.Retention(time.Hour))
 			require.NoError(t, err)
 
-			t.Cleanup(func() {
-				if t.Failed() {
-					b, _ := os.ReadFile(logs.Name())
-					t.Logf("worker log:\n%s", b)
-				}
-			})
 			lockKey := db.Prefix + "lock:{SO1}"
 			require.Eventually(t, func() bool { return db.Client.Exists(t.Context(), lockKey).Val() == 1 },
 				30*time.Second, 5*time.Millisecond, "the task never took its lock")
 			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 			select {
 			case err := <-exited:
-				require.NoError(t, err, "exit status; log in %s", logs.Name())
+				require.NoError(t, err, "exit status")
 			case <-time.After(60 * time.Second):
-				t.Fatalf("worker did not exit after SIGTERM; log in %s", logs.Name())
+				t.Fatal("worker did not exit after SIGTERM")
 			}
 
 			require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val(), "lock left behind after shutdown")
