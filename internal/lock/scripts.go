@@ -88,16 +88,19 @@ end
 local function notify(channel, lk, s, next, lockWaited)
   local send, wake = lockWaited, ''
   if s and next then
-    local p = num(next)
-    if redis.call('HDEL', s, 'w:' .. p) == 1 then send = true end
-    for i = 0, 1 do
-      local q = num(next + i)
-      if redis.call('HDEL', s, 'k:' .. q) == 1 then
-        local rec = redis.call('HGET', s, 'p:' .. q) or ''
-        local sp = string.find(rec, ' ', 1, true)
-        if sp and string.find(string.sub(rec, 1, 1), '%d') then
-          if wake ~= '' then wake = wake .. '\n' end
-          wake = wake .. string.sub(rec, sp + 1)
+    local at = {num(next), num(next + 1)}
+    local m = redis.call('HMGET', s, 'w:' .. at[1], 'k:' .. at[1], 'k:' .. at[2])
+    if m[1] or m[2] or m[3] then
+      redis.call('HDEL', s, 'w:' .. at[1], 'k:' .. at[1], 'k:' .. at[2])
+      if m[1] then send = true end
+      for i = 1, 2 do
+        if m[i + 1] then
+          local rec = redis.call('HGET', s, 'p:' .. at[i]) or ''
+          local sp = string.find(rec, ' ', 1, true)
+          if sp and string.find(string.sub(rec, 1, 1), '%d') then
+            if wake ~= '' then wake = wake .. '\n' end
+            wake = wake .. string.sub(rec, sp + 1)
+          end
         end
       end
     end
@@ -154,9 +157,10 @@ end
 //
 // KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] (optional) sequence
 // ARGV[1] owner token, ARGV[2] lease TTL in ms, ARGV[3] meta,
-// ARGV[4] fence retention in ms; with KEYS[3]: ARGV[5] position,
-// ARGV[6] the position's label, ARGV[7] sequence retention in ms, ARGV[8]
-// "1" when the caller parks if it is not its turn
+// ARGV[4] fence retention in ms; with KEYS[3]: ARGV[5] position (decimal,
+// exactly as the sequence writes it), ARGV[6] the position's label, ARGV[7]
+// sequence retention in ms (unused: reservations and advances keep the
+// sequence alive), ARGV[8] "1" when the caller parks if it is not its turn
 //
 // Returns one of
 //
@@ -178,19 +182,17 @@ var acquireScript = redis.NewScript(commonLua + `
 local mode = 'free'
 if KEYS[3] then
   local pos = tonumber(ARGV[5])
-  local st = redis.call('HMGET', KEYS[3], 'n', 'd')
-  local n, d = tonumber(st[1]), tonumber(st[2])
+  local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5])
+  local n, d, rec = tonumber(st[1]), tonumber(st[2]), st[3]
   if not d or pos <= d then
     mode = 'passed'
   elseif pos > n then
     return {3, 'position ' .. num(pos) .. ' was never handed out (the last is ' .. num(n) .. ')'}
   else
-    local rec = redis.call('HGET', KEYS[3], 'p:' .. num(pos))
     local sp = rec and string.find(rec, ' ', 1, true)
     if not sp or string.sub(rec, sp + 1) ~= ARGV[6] then
       return {3, 'position ' .. num(pos) .. ' is reserved as ' .. (rec or 'nothing')}
     end
-    redis.call('PEXPIRE', KEYS[3], ARGV[7])
     if pos > d + 1 then
       local parked = 0
       if ARGV[8] == '1' or pos > d + 2 then parked = 1 end
