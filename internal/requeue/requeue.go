@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -71,13 +72,15 @@ func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved boo
 const InTransit = 250 * time.Millisecond
 
 // Labels brings back the holders of parked positions, given by their labels
-// (tasks.PositionLabel): for each, the task of that event in its type's
-// queue. A task still active (on its way to being parked) is tried again,
-// with short pauses, for up to InTransit. A label that names no task is
-// ignored. It returns the first Redis error, after trying every label.
+// (tasks.PositionLabel) in the order of their positions: for each, the task
+// of that event in its type's queue. The first ends up first in line (they
+// are moved in reverse order, each to the front). A task still active (on
+// its way to being parked) is tried again, with short pauses, for up to
+// InTransit. A label that names no task is ignored. It returns the first
+// Redis error, after trying every label.
 func Labels(ctx context.Context, rdb redis.Scripter, labels []string) error {
 	var first error
-	for _, label := range labels {
+	for _, label := range slices.Backward(labels) {
 		typ, id, _, ok := tasks.ParseLabel(label)
 		if !ok {
 			continue
