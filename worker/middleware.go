@@ -132,6 +132,20 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 }
 
 func (w *Worker) logRun(d *Done) {
+	level, msg := zap.InfoLevel, "task done"
+	switch d.Outcome {
+	case OutcomeOK:
+	case OutcomeBusy, OutcomeWaiting:
+		msg = "task waits; back to its queue"
+	case OutcomeRejected:
+		level, msg = zap.WarnLevel, "task rejected; archived"
+	default:
+		level, msg = zap.WarnLevel, "task failed; will run again"
+	}
+	ce := w.log.Check(level, msg)
+	if ce == nil {
+		return // the level is off: build no fields
+	}
 	fields := []zap.Field{
 		zap.String("task_type", d.Type),
 		zap.String("task_id", d.TaskID),
@@ -152,16 +166,13 @@ func (w *Worker) logRun(d *Done) {
 	if d.Skipped > 0 {
 		fields = append(fields, zap.Int("skipped_before", d.Skipped))
 	}
-	switch d.Outcome {
-	case OutcomeOK:
-		w.log.Info("task done", fields...)
-	case OutcomeBusy, OutcomeWaiting:
-		w.log.Info("task waits; back to its queue", append(fields, zap.String("outcome", d.Outcome), zap.Error(d.Err))...)
-	case OutcomeRejected:
-		w.log.Warn("task rejected; archived", append(fields, zap.Error(d.Err))...)
-	default:
-		w.log.Warn("task failed; will run again", append(fields, zap.String("outcome", d.Outcome), zap.Error(d.Err))...)
+	if d.Outcome != OutcomeOK && d.Outcome != OutcomeRejected {
+		fields = append(fields, zap.String("outcome", d.Outcome))
 	}
+	if d.Err != nil {
+		fields = append(fields, zap.Error(d.Err))
+	}
+	ce.Write(fields...)
 }
 
 // process runs one task: it reads the payload once, strictly, takes the

@@ -131,8 +131,9 @@ end
 const CommitLua = commonLua + `
 local function lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
   local released, waited = 0, false
-  if redis.call('HGET', lk, 'owner') == owner then
-    waited = redis.call('HEXISTS', lk, 'w') == 1
+  local h = redis.call('HMGET', lk, 'owner', 'w')
+  if h[1] == owner then
+    waited = h[2] ~= false
     redis.call('DEL', lk)
     released = 1
   end
