@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 )
 
@@ -18,6 +19,15 @@ import (
 // real Sentinel group, through a client built by redisconn as the binaries
 // build theirs, with the lock's fence key and hand-off as the worker passes
 // them.
+
+func topologyClient(t *testing.T, url string) redis.UniversalClient {
+	t.Helper()
+	o, err := redisconn.Parse(url)
+	require.NoError(t, err)
+	c := o.NewClient()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // exerciseStore seeds each order of nos, modifies it under its lock (the
 // commit releasing the lock), refuses a stale fence, reads its history,
@@ -94,10 +104,10 @@ func TestRedisStoreOnCluster(t *testing.T) {
 	for i := range nos {
 		require.NotEqual(t, db.Cluster.MasterOf(nos[i]), db.Cluster.MasterOf(news[i]))
 	}
-	exerciseStore(t, redistest.ClientFor(t, db.URL()), db.Prefix, nos, news)
+	exerciseStore(t, topologyClient(t, db.URL()), db.Prefix, nos, news)
 }
 
 func TestRedisStoreOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	exerciseStore(t, redistest.ClientFor(t, db.URL()), db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
+	exerciseStore(t, topologyClient(t, db.URL()), db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
 }

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -741,18 +740,4 @@ func sentinelDB(tb testing.TB, g *SentinelGroup, n int) *SentinelDB {
 		tb.Fatalf("redistest: flush db %d: %v", n, err)
 	}
 	return db
-}
-
-// ClientFor returns a client built by redisconn from url, as the binaries
-// build theirs from REDIS_URL, closed at cleanup: one more "process" on a
-// single node, a Sentinel group or a Cluster.
-func ClientFor(tb testing.TB, url string) redis.UniversalClient {
-	tb.Helper()
-	o, err := redisconn.Parse(url)
-	if err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	c := o.NewClient()
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
 }
