@@ -96,7 +96,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	mu.Unlock()
 	info := e.taskInfo(tasks.QueueModify, "ev-A")
 	require.Equal(t, asynq.TaskStateCompleted, info.State)
-	hist, err := e.store.History(t.Context(), "SO-P")
+	hist, err := orders.AllHistory(t.Context(), e.store, "SO-P")
 	require.NoError(t, err)
 	var events []string
 	for _, h := range hist[1:] {
@@ -165,7 +165,7 @@ func TestRedisStallRecovers(t *testing.T) {
 	}, 90*time.Second, 20*time.Millisecond, "not every task completed")
 	applied := map[string]int{}
 	for _, no := range orderNos {
-		hist, err := store.History(t.Context(), no)
+		hist, err := orders.AllHistory(t.Context(), store, no)
 		require.NoError(t, err)
 		for _, h := range hist[1:] {
 			applied[h.EventID]++

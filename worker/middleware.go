@@ -356,6 +356,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		Worker:       w.cfg.ID,
 		StartedAt:    time.Now(),
 		Seq:          h.Seq,
+		NoResult:     true, // the worker reads only the error
 	})
 	err = k.Apply(wctx, w.store, p)
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {

@@ -87,7 +87,7 @@ func contains(list []string, s string) bool {
 // history returns an order's history.
 func (e *env) history(no string) []orders.Entry {
 	e.t.Helper()
-	h, err := e.store.History(e.t.Context(), no)
+	h, err := orders.AllHistory(e.t.Context(), e.store, no)
 	require.NoError(e.t, err)
 	return h
 }

@@ -193,7 +193,7 @@ func TestHotOrderAcrossReplicas(t *testing.T) {
 	require.Equal(t, hot, b.ExchangedFrom)
 	require.Equal(t, a.Address, b.Address)
 
-	hist, err := e.store.History(t.Context(), hot)
+	hist, err := orders.AllHistory(t.Context(), e.store, hot)
 	require.NoError(t, err)
 	applied := map[string]int{}
 	var lastFence int64

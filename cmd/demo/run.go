@@ -187,7 +187,7 @@ func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string)
 		fmt.Fprintf(w, "  exchanged_from=%s", o.ExchangedFrom)
 	}
 	fmt.Fprintln(w)
-	hist, err := store.History(ctx, no)
+	hist, err := orders.AllHistory(ctx, store, no)
 	if err != nil {
 		return err
 	}

@@ -214,11 +214,24 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 			}
 			return printJSON(stdout, o)
 		}
-		h, err := views.History(ctx, args[1])
-		if err != nil {
-			return err
+		// The whole history, page after page, as one answer.
+		all := orderview.History{OrderNo: args[1]}
+		q := orderview.HistoryQuery{Limit: orders.MaxHistoryPage}
+		for {
+			h, err := views.History(ctx, args[1], q)
+			if err != nil {
+				return err
+			}
+			all.Entries, all.Skipped = append(all.Entries, h.Entries...), h.Skipped
+			if h.NextCursor == "" {
+				break
+			}
+			q.Cursor = h.NextCursor
 		}
-		return printJSON(stdout, h)
+		if all.Entries == nil {
+			all.Entries = []orders.Entry{}
+		}
+		return printJSON(stdout, all)
 	case "put":
 		fs := flag.NewFlagSet("order put", flag.ContinueOnError)
 		address := fs.String("address", "", "delivery address")

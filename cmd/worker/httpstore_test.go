@@ -235,7 +235,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 
 	// Each write carried the token, its event ID and the fence that the
 	// oracle recorded in the order's history.
-	h, err := api.oracle.History(ctx, "SO1")
+	h, err := orders.AllHistory(ctx, api.oracle, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 3, "put, modify, exchange")
 	for _, e := range h[1:] {

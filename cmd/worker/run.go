@@ -45,6 +45,9 @@ type settings struct {
 	SimulateWork   time.Duration
 
 	OrderStore         string
+	DedupeRetention    time.Duration
+	HistoryMax         int
+	HistoryMaxAge      time.Duration
 	OrderAPIURL        string
 	OrderAPITimeout    time.Duration
 	TokenURL           string
@@ -88,6 +91,9 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
 	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
 	s.String(&c.OrderStore, "order-store", "ORDER_STORE", storeRedis, "where orders are written: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(storeRedis, storeHTTP))
+	s.Duration(&c.DedupeRetention, "dedupe-retention", "DEDUPE_RETENTION", orders.DefaultDedupeRetention, "Redis store: how long an applied event is remembered to answer a repeat (kept one to two times this); at most the producers' 7-day dedupe window").Check(config.Positive[time.Duration])
+	s.Int(&c.HistoryMax, "history-max", "HISTORY_MAX", orders.DefaultHistoryMax, "Redis store: history entries kept per order; each write past it drops the oldest").Check(config.Positive[int])
+	s.Duration(&c.HistoryMaxAge, "history-max-age", "HISTORY_MAX_AGE", 0, "Redis store: also drop history entries older than this on each write to the order; 0 for no age limit").Check(config.NonNegative[time.Duration])
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
 	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", 10*time.Second, "timeout of one request to the order API; a timed-out write is retried").Check(config.Positive[time.Duration])
 	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
@@ -311,7 +317,8 @@ var _ orders.TokenSource = (*token.Cache)(nil)
 // through a token cache under KEY_PREFIX.
 func newStore(c *settings, rdb redis.UniversalClient, metrics *worker.Metrics, log *zap.Logger) (orders.Store, func(), error) {
 	if c.OrderStore != storeHTTP {
-		s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix, DedupeRetention: c.DedupeRetention,
+			HistoryMax: c.HistoryMax, HistoryMaxAge: c.HistoryMaxAge})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -81,7 +81,7 @@ func TestSIGKILLedWorkersTaskRunsAgainSoon(t *testing.T) {
 	info, err := insp.GetTaskInfo(tasks.QueueModify, "ev-kill")
 	require.NoError(t, err)
 	require.Zero(t, info.Retried, "a dead worker is not the task's failure")
-	hist, err := store.History(t.Context(), "SO-KILL")
+	hist, err := orders.AllHistory(t.Context(), store, "SO-KILL")
 	require.NoError(t, err)
 	require.Len(t, hist, 3, "the put and the two modifies, once each")
 }

@@ -154,7 +154,7 @@ func Histories(ctx context.Context, store orders.Store, nos []string, parallel i
 	out := make(map[string][]orders.Entry, len(nos))
 	var mu sync.Mutex
 	err := ForEach(ctx, len(nos), parallel, func(ctx context.Context, i int) error {
-		h, err := store.History(ctx, nos[i])
+		h, err := orders.AllHistory(ctx, store, nos[i])
 		if err != nil {
 			return err
 		}

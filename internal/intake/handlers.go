@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -109,18 +111,32 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// getHistory answers the order's history, oldest entry first, with the
-// positions its sequence skipped.
+// getHistory answers a page of the order's history, oldest entry first,
+// with the positions its sequence skipped: ?limit= (1 to 1000, default 100)
+// and ?cursor= (the next_cursor of the page before).
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 	no, aerr := orderNo(r)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
 	}
+	q := orderview.HistoryQuery{Cursor: r.URL.Query().Get("cursor")}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > orders.MaxHistoryPage {
+			s.writeError(w, r, badParameter("limit", fmt.Sprintf("limit must be an integer from 1 to %d", orders.MaxHistoryPage)))
+			return
+		}
+		q.Limit = n
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	h, err := s.views.History(ctx, no)
-	if err != nil {
+	h, err := s.views.History(ctx, no, q)
+	switch {
+	case errors.Is(err, orderview.ErrBadCursor):
+		s.writeError(w, r, badParameter("cursor", "cursor must be the next_cursor of a page this API answered"))
+		return
+	case err != nil:
 		s.writeError(w, r, storeError(err))
 		return
 	}

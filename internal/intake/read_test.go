@@ -1,7 +1,9 @@
 package intake
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -174,4 +176,41 @@ func TestRequestID(t *testing.T) {
 	assert.Equal(t, "GET /healthz", fields["route"])
 	assert.Equal(t, int64(http.StatusOK), fields["status"])
 	assert.Equal(t, zapcore.DebugLevel, entries[0].Level)
+}
+
+// The history is read in pages: limit and cursor, and the next_cursor of
+// one page reads the next.
+func TestHistoryPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for i := range 5 {
+		require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO7", Address: fmt.Sprintf("%d Main St", i),
+			Items: []tasks.Item{{SKU: "A", Qty: 1}}}))
+	}
+	var versions []int64
+	path := "/v1/orders/SO7/history?limit=2"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		r := e.do(t, http.MethodGet, path, "", nil)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var h orderview.History
+		r.decode(t, &h)
+		require.LessOrEqual(t, len(h.Entries), 2)
+		for _, en := range h.Entries {
+			versions = append(versions, en.Version)
+		}
+		if h.NextCursor == "" {
+			break
+		}
+		path = "/v1/orders/SO7/history?limit=2&cursor=" + url.QueryEscape(h.NextCursor)
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, versions)
+	for _, bad := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=1001", "limit"}, {"limit=x", "limit"},
+		{"cursor=abc", "cursor"}, {"cursor=-3", "cursor"},
+	} {
+		r := e.do(t, http.MethodGet, "/v1/orders/SO7/history?"+bad.query, "", nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad.query, r.body)
+		require.Equal(t, bad.field, r.errorBody(t).Error.Field)
+	}
 }

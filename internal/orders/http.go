@@ -257,23 +257,34 @@ type historyBody struct {
 	Entries []Entry `json:"entries"`
 }
 
-// History returns the order's history, oldest first (GET
-// /orders/{no}/history). It returns ErrInvalid for a malformed order
-// number, ErrNotFound, and the other errors listed on [HTTPStore].
-func (s *HTTPStore) History(ctx context.Context, orderNo string) ([]Entry, error) {
+// History returns a page of the order's history, oldest first. The
+// upstream API has no pages (GET /orders/{no}/history answers the whole
+// history the upstream keeps): each call reads it whole and cuts the page
+// out, by version, so a caller that follows the pages reads it once per
+// page. It returns ErrInvalid for a malformed order number, ErrNotFound,
+// and the other errors listed on [HTTPStore].
+func (s *HTTPStore) History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error) {
 	if err := checkOrderNo(orderNo); err != nil {
-		return nil, fmt.Errorf("history: %w", err)
+		return HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
+	q = q.withDefaults()
 	var h historyBody
 	if _, err := s.call(ctx, http.MethodGet, orderNo, "/history", nil, nil, &h, nil); err != nil {
-		return nil, fmt.Errorf("history %s: %w", orderNo, err)
+		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}
-	entries := make([]Entry, 0, len(h.Entries))
+	var page HistoryPage
 	for _, e := range h.Entries {
+		if e.Version <= q.After {
+			continue
+		}
+		if len(page.Entries) == q.Limit {
+			page.Next = page.Entries[len(page.Entries)-1].Version
+			break
+		}
 		e.StartedAt, e.EndedAt = e.StartedAt.UTC(), e.EndedAt.UTC()
-		entries = append(entries, e)
+		page.Entries = append(page.Entries, e)
 	}
-	return entries, nil
+	return page, nil
 }
 
 // Put creates or replaces an order (PUT /orders/{no} with the order as

@@ -51,7 +51,7 @@ func (h *apiHandler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *apiHandler) history(w http.ResponseWriter, r *http.Request) {
-	entries, err := h.store.History(r.Context(), r.PathValue("no"))
+	entries, err := AllHistory(r.Context(), h.store, r.PathValue("no"))
 	if err != nil {
 		writeAPIError(w, err)
 		return

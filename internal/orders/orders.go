@@ -145,9 +145,10 @@ type Result struct {
 	// Order is the order as the write left it. For an exchange it is the
 	// replacement order; read the exchanged one with [Store.Get].
 	Order Order
-	// Replayed says the event had already been applied and Order is the
-	// recorded outcome of that first application; nothing was written this
-	// time. The recorded order may since have changed or closed.
+	// Replayed says the event had already been applied; nothing was
+	// written this time, and Order is the order as it is now (the Redis
+	// store), or as the first application left it (a store that records
+	// outcomes, such as the HTTP store's upstream).
 	Replayed bool
 }
 
@@ -160,9 +161,11 @@ type Result struct {
 type Store interface {
 	// Get returns the order. It returns ErrNotFound when there is none.
 	Get(ctx context.Context, orderNo string) (Order, error)
-	// History returns the order's history, oldest first. It returns
-	// ErrNotFound when there is no such order.
-	History(ctx context.Context, orderNo string) ([]Entry, error)
+	// History returns a page of the order's history, oldest first: the
+	// entries after version q.After (see [HistoryQuery]). It returns
+	// ErrNotFound when there is no such order. [AllHistory] follows the
+	// pages.
+	History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error)
 	// Put creates or replaces an order, for seeding and administration. It
 	// is not fenced and not idempotent: each call bumps the version and
 	// appends a history entry of type TypePut. An empty Status means
@@ -178,6 +181,62 @@ type Store interface {
 	// returns the errors of Modify, and ErrConflict when the replacement's
 	// number is taken by an unrelated order.
 	Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error)
+}
+
+// The limits of a history page.
+const (
+	// DefaultHistoryPage is the page size of a HistoryQuery without Limit.
+	DefaultHistoryPage = 100
+	// MaxHistoryPage is the largest page a HistoryQuery may ask for.
+	MaxHistoryPage = 1000
+)
+
+// HistoryQuery selects a page of an order's history.
+type HistoryQuery struct {
+	// After is the cursor: the Version of the last entry of the previous
+	// page (HistoryPage.Next). 0 starts at the oldest entry kept.
+	After int64
+	// Limit is the most entries the page holds: 1 to MaxHistoryPage.
+	// Defaults to DefaultHistoryPage; a larger value is cut to
+	// MaxHistoryPage.
+	Limit int
+}
+
+func (q HistoryQuery) withDefaults() HistoryQuery {
+	if q.Limit <= 0 {
+		q.Limit = DefaultHistoryPage
+	}
+	q.Limit = min(q.Limit, MaxHistoryPage)
+	q.After = max(q.After, 0)
+	return q
+}
+
+// HistoryPage is a page of an order's history.
+type HistoryPage struct {
+	// Entries are the page's entries, oldest first.
+	Entries []Entry
+	// Next is the cursor of the next page (HistoryQuery.After), or 0 when
+	// this page is the last.
+	Next int64
+}
+
+// AllHistory reads an order's whole history, page after page, oldest first.
+// It returns the errors of [Store.History]. The history may change between
+// two pages; each entry is still read at most once.
+func AllHistory(ctx context.Context, s Store, orderNo string) ([]Entry, error) {
+	var all []Entry
+	q := HistoryQuery{Limit: MaxHistoryPage}
+	for {
+		p, err := s.History(ctx, orderNo, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, p.Entries...)
+		if p.Next == 0 {
+			return all, nil
+		}
+		q.After = p.Next
+	}
 }
 
 // Write says who writes and under which fence. It travels to the store in
@@ -213,6 +272,10 @@ type Write struct {
 	// Seq is the change's position in its order's sequence, recorded in
 	// the history entry (Entry.Seq). 0 means none. Optional.
 	Seq int64
+	// NoResult says the caller does not read Result.Order: a store may
+	// leave it zero and save reading the order back (the Redis store does).
+	// Defaults to false.
+	NoResult bool
 }
 
 type writeKey struct{}

@@ -3,6 +3,7 @@ package orders
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,14 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
+)
+
+// The defaults of [RedisConfig].
+const (
+	// DefaultDedupeRetention is the default of RedisConfig.DedupeRetention.
+	DefaultDedupeRetention = 7 * 24 * time.Hour
+	// DefaultHistoryMax is the default of RedisConfig.HistoryMax.
+	DefaultHistoryMax = 1000
 )
 
 // RedisConfig tunes a [RedisStore]. The zero value is ready to use.
@@ -31,6 +40,25 @@ type RedisConfig struct {
 	// stays reserved for that exchange's retries against other exchanges.
 	// Defaults to 24 hours.
 	ClaimTTL time.Duration
+
+	// DedupeRetention is how long the store remembers an applied event, to
+	// answer a repeat with its outcome instead of applying it again: a
+	// record is kept at least this long, and at most twice as long (records
+	// live in buckets of this width). Keep it at most the producers'
+	// DedupeWindow. Past it, a repeat of an event with a position that its
+	// order's sequence has passed is still not applied in turn, but one
+	// without a position (a hand-enqueued task), or whose sequence expired,
+	// is applied again. At least one second. Defaults to 7 days.
+	DedupeRetention time.Duration
+
+	// HistoryMax is how many history entries an order keeps: each write
+	// past it drops the oldest. Defaults to 1000.
+	HistoryMax int
+
+	// HistoryMaxAge, when not zero, also drops the entries older than this,
+	// oldest first, two at most on each write to the order. Defaults to 0:
+	// no age limit.
+	HistoryMaxAge time.Duration
 }
 
 // RedisStore is the [Store] backed by Redis. It works on a single server and
@@ -44,22 +72,34 @@ type RedisConfig struct {
 //	                        items (JSON), version, exchanged_to,
 //	                        exchanged_from, updated_at (µs since the epoch)
 //	                        and fence (the newest fence seen, decimal)
-//	ow:order:{SO1}:history  list of JSON history entries, oldest first
-//	ow:order:{SO1}:events   hash: event ID -> JSON of the recorded outcome
+//	ow:order:{SO1}:history  list of history entries, oldest first, at most
+//	                        HistoryMax (see encodeEntry for their form)
+//	ow:order:{SO1}:ev:<k>   hash: the events applied in bucket k of width
+//	                        DedupeRetention (k = Unix ms / width): the first
+//	                        8 bytes of SHA-1 of the event ID (raw) -> its
+//	                        record ("m <fp>", "c <fp>" or
+//	                        "x <fp> <replacement> <fence>", where fp is the
+//	                        request's fingerprint); it expires two widths
+//	                        after the bucket began
 //	ow:order:{SO1}:claim    string "FROM\nEVENT" with a TTL while an exchange
 //	                        of order FROM by EVENT is creating SO1
 //
-// The history and the events hash grow by one entry per applied write and
-// are kept as long as the order. A [RedisStore.Put] keeps the fence and the
-// recorded events of the order it replaces.
+// Memory is bounded: an order keeps at most HistoryMax entries, and an
+// event's record lasts between one and two DedupeRetention. A
+// [RedisStore.Put] keeps the fence and the recorded events of the order it
+// replaces.
 //
 // A RedisStore is safe for concurrent use, by goroutines and by processes:
 // each write is one atomic script. It does not own the client, and has no
 // Close.
 type RedisStore struct {
-	rdb      redis.UniversalClient
-	prefix   string
-	claimTTL time.Duration
+	rdb       redis.UniversalClient
+	prefix    string
+	claimTTL  time.Duration
+	retention time.Duration
+	histMax   int
+	histAge   time.Duration
+	now       func() time.Time
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -71,15 +111,25 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
 		return nil, errors.New("orders: nil redis client")
 	}
 	s := &RedisStore{
-		rdb:      rdb,
-		prefix:   cmp.Or(cfg.Prefix, "ow:"),
-		claimTTL: cmp.Or(cfg.ClaimTTL, 24*time.Hour),
+		rdb:       rdb,
+		prefix:    cmp.Or(cfg.Prefix, "ow:"),
+		claimTTL:  cmp.Or(cfg.ClaimTTL, 24*time.Hour),
+		retention: cmp.Or(cfg.DedupeRetention, DefaultDedupeRetention),
+		histMax:   cmp.Or(cfg.HistoryMax, DefaultHistoryMax),
+		histAge:   cfg.HistoryMaxAge,
+		now:       time.Now,
 	}
-	if strings.ContainsAny(s.prefix, "{}") {
+	switch {
+	case strings.ContainsAny(s.prefix, "{}"):
 		return nil, fmt.Errorf("orders: prefix %q contains a brace", s.prefix)
-	}
-	if s.claimTTL < time.Millisecond {
+	case s.claimTTL < time.Millisecond:
 		return nil, fmt.Errorf("orders: claim TTL %v is below 1ms", s.claimTTL)
+	case s.retention < time.Second:
+		return nil, fmt.Errorf("orders: dedupe retention %v is below 1s", s.retention)
+	case s.histMax < 1:
+		return nil, fmt.Errorf("orders: history max %d is below 1", s.histMax)
+	case s.histAge < 0:
+		return nil, fmt.Errorf("orders: negative history max age %v", s.histAge)
 	}
 	return s, nil
 }
@@ -90,16 +140,23 @@ func (s *RedisStore) orderKey(no string) string { return s.prefix + "order:{" + 
 // historyKey is the list of order no's history entries.
 func (s *RedisStore) historyKey(no string) string { return s.orderKey(no) + ":history" }
 
-// eventsKey is the hash of order no's recorded outcomes by event ID.
-func (s *RedisStore) eventsKey(no string) string { return s.orderKey(no) + ":events" }
-
 // claimKey reserves order number no for the exchange that will create it.
 func (s *RedisStore) claimKey(no string) string { return s.orderKey(no) + ":claim" }
 
-// luaLib holds the helpers the write scripts share. Every value they store
-// or encode is a string, so cjson never has to format a number (it would
-// print large ones as floats) or encode an empty table (it would print {}
-// for an empty list).
+// eventKeys returns the keys of the event buckets that may hold a record of
+// order no now: the current bucket, the one before it and the one after it
+// (a writer whose clock runs ahead), the current one first, and the bucket's
+// expiry (Unix ms) for a record written now.
+func (s *RedisStore) eventKeys(no string) ([3]string, int64) {
+	w := s.retention.Milliseconds()
+	k := s.now().UnixMilli() / w
+	base := s.orderKey(no) + ":ev:"
+	return [3]string{base + strconv.FormatInt(k, 10), base + strconv.FormatInt(k-1, 10), base + strconv.FormatInt(k+1, 10)},
+		(k + 2) * w
+}
+
+// luaLib holds the helpers the write scripts share. Values they store are
+// strings, so Lua never has to format a large number as a float.
 const luaLib = `
 -- now returns Redis TIME in microseconds since the epoch, as decimal.
 local function now()
@@ -118,27 +175,92 @@ local function older(a, b)
   return tonumber(string.sub(a, 10)) < tonumber(string.sub(b, 10))
 end
 
--- append adds a history entry to list key. seq is the change's position in
--- its order's sequence, or '' for none.
-local function append(key, event, typ, fence, worker, started, ended, version, detail, seq)
-  if started == '' then started = ended end
-  local e = {
-    event_id = event, type = typ, fence = fence, worker = worker,
-    started_at = started, ended_at = ended, version = tostring(version),
-    detail = detail}
-  if seq ~= '' then e.seq = seq end
-  redis.call('RPUSH', key, cjson.encode(e))
+-- fields splits a history entry at its separators (byte 31).
+local function fields(s)
+  local f, i = {}, 1
+  while true do
+    local j = string.find(s, '\31', i, true)
+    if not j then
+      f[#f + 1] = string.sub(s, i)
+      return f
+    end
+    f[#f + 1] = string.sub(s, i, j - 1)
+    i = j + 1
+  end
 end
 
--- record encodes the outcome of an event: its type, the fingerprint of the
--- request, the replacement's number (exchanges), the fence it was written
--- under and the order hash at key without its fence.
-local function record(key, typ, fp, newno, fence)
-  local flat = redis.call('HGETALL', key)
-  local o = {}
-  for i = 1, #flat, 2 do o[flat[i]] = flat[i + 1] end
-  o.fence = nil
-  return cjson.encode({type = typ, fp = fp, new_order_no = newno, fence = fence, order = o})
+-- entry_at returns what field n of a history entry holds (7 the end, 8 the
+-- version), for entries of every form (see decodeEntry).
+local function entry_at(e, n)
+  local c = string.sub(e, 1, 1)
+  if c == '{' then
+    local j = cjson.decode(e)
+    if n == 7 then return tonumber(j.ended_at) end
+    return tonumber(j.version)
+  end
+  local v = fields(e)[n]
+  if c == '3' then return tonumber(v, 36) end
+  return tonumber(v)
+end
+
+-- b36 writes a non-negative integer below 2^53 in base 36.
+local b36digits = '0123456789abcdefghijklmnopqrstuvwxyz'
+local function b36(n)
+  if n == 0 then return '0' end
+  local s = ''
+  while n > 0 do
+    local d = n % 36
+    s = string.sub(b36digits, d + 1, d + 1) .. s
+    n = (n - d) / 36
+  end
+  return s
+end
+
+-- sb36 writes an integer (below 2^53 in size) in base 36, with a '-' when
+-- negative.
+local function sb36(n)
+  if n < 0 then return '-' .. b36(-n) end
+  return b36(n)
+end
+
+-- append adds a history entry to list key (see decodeEntry), and drops the
+-- oldest entries past max (the count) and, when maxAge (µs) is not 0, up
+-- to two older than that.
+local function append(key, typ, event, fence, worker, started, ended, version, seq, detail, max, maxAge)
+  if started == '' then started = ended end
+  local e = tonumber(ended)
+  local sq = ''
+  if seq ~= '' then sq = b36(tonumber(seq)) end
+  local n = redis.call('RPUSH', key, table.concat({'3', typ, event, sb36(e - tonumber(fence)), worker,
+    sb36(e - tonumber(started)), b36(e), b36(tonumber(version)), sq, detail}, '\31'))
+  if n > tonumber(max) then redis.call('LTRIM', key, -tonumber(max), -1) end
+  if maxAge ~= '0' then
+    local cutoff = e - tonumber(maxAge)
+    for _ = 1, 2 do
+      local first = redis.call('LINDEX', key, 0)
+      if not first then break end
+      local at = entry_at(first, 7)
+      if not at or at >= cutoff or redis.call('LLEN', key) <= 1 then break end
+      redis.call('LPOP', key)
+    end
+  end
+end
+
+-- ev_get returns the record of event hash h in the event buckets b1..b3,
+-- or nil.
+local function ev_get(b1, b2, b3, h)
+  return redis.call('HGET', b1, h) or redis.call('HGET', b2, h) or redis.call('HGET', b3, h)
+end
+
+-- ev_put records event hash h in bucket b, which expires at Unix ms exp.
+local function ev_put(b, h, rec, exp)
+  redis.call('HSET', b, h, rec)
+  redis.call('PEXPIREAT', b, exp)
+end
+
+-- order_fields returns the order hash at key, as a flat list.
+local function order_fields(key)
+  return redis.call('HGETALL', key)
 end
 `
 
@@ -151,55 +273,63 @@ end
 // missing order, a closed one, a replay and an applied change all end the
 // turn's work).
 //
-// KEYS[1] order hash, KEYS[2] history list, KEYS[3] events hash,
-// KEYS[4] (optional) the order lock's newest handed-out fence,
-// KEYS[5] (optional, with KEYS[4]) the order lock's hash,
-// KEYS[6] (optional, with KEYS[5]) the order's sequence
-// ARGV[1] event ID, ARGV[2] fence (decimal), ARGV[3] worker,
-// ARGV[4] started_at (µs, or "" for now), ARGV[5] request fingerprint,
-// ARGV[6] history detail, ARGV[7] type, ARGV[8] replacement's number or "",
-// ARGV[9] the change's position for the history, or "",
-// ARGV[10] lock owner, ARGV[11] lock notice channel (with KEYS[5]),
-// ARGV[12] the turn's position, ARGV[13] sequence retention in ms (with
-// KEYS[6]), ARGV[14...] field, value pairs to set on the order.
+// KEYS[1] order hash, KEYS[2] history list, KEYS[3..5] event buckets (the
+// current one first), KEYS[6] (optional) the order lock's newest handed-out
+// fence, KEYS[7] (optional, with KEYS[6]) the order lock's hash, KEYS[8]
+// (optional, with KEYS[7]) the order's sequence
+// ARGV[1] event hash, ARGV[2] fence (decimal), ARGV[3] worker,
+// ARGV[4] started_at (µs, or "" for now), ARGV[5] the event's record,
+// ARGV[6] history detail, ARGV[7] entry type ("m" or "x"), ARGV[8] the
+// change's position for the history, or "", ARGV[9] lock owner,
+// ARGV[10] lock notice channel, ARGV[11] the turn's position,
+// ARGV[12] sequence retention in ms, ARGV[13] "1" to return the order's
+// fields, ARGV[14] the current bucket's expiry (Unix ms), ARGV[15] history
+// max, ARGV[16] history max age (µs, "0" for none), ARGV[17] the event ID,
+// ARGV[18...] field, value pairs to set on the order.
 //
-// Returns one of the following, followed with KEYS[5] by "1" when it
+// Returns one of the following, followed with KEYS[7] by "1" when it
 // released the lock and "0" when the lock was not the caller's, and with
-// KEYS[6] by "1" when it passed the turn on and "0" when not, and by the
-// label of the next position when its holder is parked ("" otherwise)
+// KEYS[8] by "1" when it passed the turn on and "0" when not, and by the
+// labels of the parked holders it called, joined by newlines ("" for none)
 //
 //	{"notfound"}
-//	{"replay", record}              the event was applied before; no write
+//	{"replay", record, fields...}   the event was applied before; no write;
+//	                                fields are the order's now (when asked)
 //	{"closed", status, exchanged_to}
 //	{"stale", newest fence}          older than the order's or the lock's newest
-//	{"ok", record}                  applied: fence stored, version bumped,
-//	                                history appended, outcome recorded
+//	{"ok", record, fields...}       applied: fence stored, version bumped,
+//	                                history appended, the record kept
 var applyScript = redis.NewScript(luaLib + lock.CommitLua + `
 local function apply()
-  if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
-  local rec = redis.call('HGET', KEYS[3], ARGV[1])
-  if rec then return {'replay', rec} end
   local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence')
-  if st[1] ~= 'active' then return {'closed', st[1] or '', st[2] or ''} end
+  if not st[1] then return {'notfound'} end
+  local rec = ev_get(KEYS[3], KEYS[4], KEYS[5], ARGV[1])
+  if rec then
+    local r = {'replay', rec}
+    if ARGV[13] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
+    return r
+  end
+  if st[1] ~= 'active' then return {'closed', st[1], st[2] or ''} end
   if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
-  if KEYS[4] then
-    local lf = redis.call('GET', KEYS[4])
+  if KEYS[6] then
+    local lf = redis.call('GET', KEYS[6])
     if lf and older(ARGV[2], lf) then return {'stale', lf} end
   end
   local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
   local t = now()
-  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 14))
-  append(KEYS[2], ARGV[1], ARGV[7], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[6], ARGV[9])
-  rec = record(KEYS[1], ARGV[7], ARGV[5], ARGV[8], ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[1], rec)
-  return {'ok', rec}
+  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 18))
+  append(KEYS[2], ARGV[7], ARGV[17], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[8], ARGV[6], ARGV[15], ARGV[16])
+  ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[14])
+  local r = {'ok', ARGV[5]}
+  if ARGV[13] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
+  return r
 end
 local r = apply()
-if KEYS[5] then
-  local finish = KEYS[6] ~= nil and r[1] ~= 'stale'
-  local released, wake = lock_commit(KEYS[5], ARGV[10], ARGV[11], KEYS[6], tonumber(ARGV[12]), finish, ARGV[13])
+if KEYS[7] then
+  local finish = KEYS[8] ~= nil and r[1] ~= 'stale'
+  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, ARGV[12])
   r[#r + 1] = tostring(released)
-  if KEYS[6] then
+  if KEYS[8] then
     if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
     r[#r + 1] = wake
   end
@@ -211,21 +341,22 @@ return r
 // the exchanged order is closed, so that an exchange whose replacement
 // number is taken fails before it changes anything.
 //
-// KEYS[1] replacement's order hash, KEYS[2] its events hash, KEYS[3] its
-// claim key
-// ARGV[1] exchanged order's number, ARGV[2] event ID, ARGV[3] claim TTL (ms)
+// KEYS[1] replacement's order hash, KEYS[2..4] its event buckets, KEYS[5]
+// its claim key
+// ARGV[1] exchanged order's number, ARGV[2] event ID, ARGV[3] claim TTL
+// (ms), ARGV[4] the event's hash
 //
 // Returns {"done"} when the event already created the replacement, {"ok"}
 // when the claim is held (new or renewed), {"exists"} when the number is
 // taken by another order, {"claimed", "FROM\nEVENT"} when another exchange
 // holds the claim.
-var claimScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return {'done'} end
+var claimScript = redis.NewScript(luaLib + `
+if ev_get(KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then return {'done'} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
 local v = ARGV[1] .. '\n' .. ARGV[2]
-local c = redis.call('GET', KEYS[3])
+local c = redis.call('GET', KEYS[5])
 if c and c ~= v then return {'claimed', c} end
-redis.call('SET', KEYS[3], v, 'PX', ARGV[3])
+redis.call('SET', KEYS[5], v, 'PX', ARGV[3])
 return {'ok'}
 `)
 
@@ -243,50 +374,85 @@ return 0
 // createScript is the second half of an exchange: it creates the
 // replacement order, once per event.
 //
-// KEYS[1] replacement's order hash, KEYS[2] its history list, KEYS[3] its
-// events hash, KEYS[4] its claim key
+// KEYS[1] replacement's order hash, KEYS[2] its history list, KEYS[3..5]
+// its event buckets (the current one first), KEYS[6] its claim key
 // ARGV[1] event ID, ARGV[2] fence (that the exchanged order was closed
-// under), ARGV[3] worker, ARGV[4] started_at (µs or ""), ARGV[5] request
-// fingerprint, ARGV[6] history detail, ARGV[7] exchanged order's number,
-// ARGV[8] replacement's number, ARGV[9] address, ARGV[10] remark,
-// ARGV[11] items (JSON)
+// under), ARGV[3] worker, ARGV[4] started_at (µs or ""), ARGV[5] the
+// event's record, ARGV[6] exchanged order's number, ARGV[7] replacement's
+// number, ARGV[8] address, ARGV[9] remark, ARGV[10] items (JSON), ARGV[11]
+// the event's hash, ARGV[12] the current bucket's expiry (Unix ms),
+// ARGV[13] history max, ARGV[14] history max age (µs, "0" for none)
 //
-// Returns {"replay", record} when the event already created it, {"exists"}
-// when the number is taken by another order, {"claimed", "FROM\nEVENT"} when
-// another exchange holds the claim, or {"ok", record} after creating the
-// order (version 1, no fence yet), its first history entry and the recorded
-// outcome, and dropping the claim.
+// Returns {"replay", record, fields...} when the event already created it
+// (fields: the replacement now), {"exists"} when the number is taken by
+// another order, {"claimed", "FROM\nEVENT"} when another exchange holds the
+// claim, or {"ok", record, fields...} after creating the order (version 1,
+// no fence yet), its first history entry and the record, and dropping the
+// claim.
 var createScript = redis.NewScript(luaLib + `
-local rec = redis.call('HGET', KEYS[3], ARGV[1])
-if rec then return {'replay', rec} end
+local rec = ev_get(KEYS[3], KEYS[4], KEYS[5], ARGV[11])
+if rec then
+  local r = {'replay', rec}
+  for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end
+  return r
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
-local c = redis.call('GET', KEYS[4])
-if c and c ~= ARGV[7] .. '\n' .. ARGV[1] then return {'claimed', c} end
+local c = redis.call('GET', KEYS[6])
+if c and c ~= ARGV[6] .. '\n' .. ARGV[1] then return {'claimed', c} end
 local t = now()
-redis.call('HSET', KEYS[1], 'order_no', ARGV[8], 'status', 'active',
-  'address', ARGV[9], 'remark', ARGV[10], 'items', ARGV[11], 'version', '1',
-  'exchanged_to', '', 'exchanged_from', ARGV[7], 'updated_at', t)
-append(KEYS[2], ARGV[1], 'order:created', ARGV[2], ARGV[3], ARGV[4], t, 1, ARGV[6], '')
-rec = record(KEYS[1], 'order:created', ARGV[5], '', ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[1], rec)
-redis.call('DEL', KEYS[4])
-return {'ok', rec}
+redis.call('HSET', KEYS[1], 'order_no', ARGV[7], 'status', 'active',
+  'address', ARGV[8], 'remark', ARGV[9], 'items', ARGV[10], 'version', '1',
+  'exchanged_to', '', 'exchanged_from', ARGV[6], 'updated_at', t)
+append(KEYS[2], 'c', ARGV[1], ARGV[2], ARGV[3], ARGV[4], t, 1, '', ARGV[6], ARGV[13], ARGV[14])
+ev_put(KEYS[3], ARGV[11], ARGV[5], ARGV[12])
+redis.call('DEL', KEYS[6])
+local r = {'ok', ARGV[5]}
+for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end
+return r
 `)
 
 // putScript creates or replaces an order, keeping its fence and events.
 //
 // KEYS[1] order hash, KEYS[2] history list
-// ARGV[1] worker, ARGV[2] started_at (µs or ""), ARGV[3] history detail,
-// ARGV[4...] field, value pairs (every field but version, updated_at and
-// fence)
+// ARGV[1] worker, ARGV[2] started_at (µs or ""), ARGV[3] the order's
+// status (the entry's detail), ARGV[4] history max, ARGV[5] history max age
+// (µs, "0" for none), ARGV[6...] field, value pairs (every field but
+// version, updated_at and fence)
 //
 // Returns the new version.
 var putScript = redis.NewScript(luaLib + `
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local t = now()
-redis.call('HSET', KEYS[1], 'updated_at', t, unpack(ARGV, 4))
-append(KEYS[2], '', 'order:put', '0', ARGV[1], ARGV[2], t, v, ARGV[3], '')
+redis.call('HSET', KEYS[1], 'updated_at', t, unpack(ARGV, 6))
+append(KEYS[2], 'p', '', '0', ARGV[1], ARGV[2], t, v, '', ARGV[3], ARGV[4], ARGV[5])
 return v
+`)
+
+// historyScript reads a page of an order's history.
+//
+// KEYS[1] order hash, KEYS[2] history list
+// ARGV[1] the version after which the page starts (0: the oldest kept),
+// ARGV[2] the page's size
+//
+// Returns {} when there is no such order, else {more, entries...}: more is
+// "1" when entries follow the page.
+var historyScript = redis.NewScript(luaLib + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local first = redis.call('LINDEX', KEYS[2], 0)
+if not first then return {'0'} end
+local v0 = entry_at(first, 8)
+local start = 0
+local after = tonumber(ARGV[1])
+if after >= v0 then start = after - v0 + 1 end
+local size = tonumber(ARGV[2])
+local page = redis.call('LRANGE', KEYS[2], start, start + size)
+local r = {'0'}
+if #page > size then
+  r[1] = '1'
+  page[#page] = nil
+end
+for _, e in ipairs(page) do r[#r + 1] = e end
+return r
 `)
 
 // Get returns the order. It returns ErrNotFound when there is none, and
@@ -309,34 +475,34 @@ func (s *RedisStore) Get(ctx context.Context, orderNo string) (Order, error) {
 	return o, nil
 }
 
-// History returns the order's history, oldest first. It returns ErrNotFound
-// when there is no such order, and ErrInvalid for a malformed order number.
-func (s *RedisStore) History(ctx context.Context, orderNo string) ([]Entry, error) {
+// History returns a page of the order's history, oldest first: the entries
+// after version q.After. It returns ErrNotFound when there is no such
+// order, and ErrInvalid for a malformed order number. The page is read in
+// one round trip.
+func (s *RedisStore) History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error) {
 	if err := checkOrderNo(orderNo); err != nil {
-		return nil, fmt.Errorf("history: %w", err)
+		return HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
-	var exists *redis.IntCmd
-	var lines *redis.StringSliceCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, s.orderKey(orderNo))
-		lines = p.LRange(ctx, s.historyKey(orderNo), 0, -1)
-		return nil
-	})
+	q = q.withDefaults()
+	res, err := historyScript.Run(ctx, s.rdb, []string{s.orderKey(orderNo), s.historyKey(orderNo)}, q.After, q.Limit).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", orderNo, err)
+		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}
-	if exists.Val() == 0 {
-		return nil, fmt.Errorf("history %s: %w", orderNo, ErrNotFound)
+	if len(res) == 0 {
+		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, ErrNotFound)
 	}
-	entries := make([]Entry, 0, len(lines.Val()))
-	for i, line := range lines.Val() {
+	page := HistoryPage{Entries: make([]Entry, 0, len(res)-1)}
+	for i, line := range res[1:] {
 		e, err := decodeEntry(line)
 		if err != nil {
-			return nil, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
+			return HistoryPage{}, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
 		}
-		entries = append(entries, e)
+		page.Entries = append(page.Entries, e)
 	}
-	return entries, nil
+	if res[0] == "1" && len(page.Entries) > 0 {
+		page.Next = page.Entries[len(page.Entries)-1].Version
+	}
+	return page, nil
 }
 
 // Put creates or replaces order o.No with o's status (active when empty),
@@ -358,7 +524,7 @@ func (s *RedisStore) Put(ctx context.Context, o Order) error {
 	}
 	w, _ := WriteFrom(ctx)
 	args := []any{
-		w.Worker, micros(w.StartedAt), "put: " + string(o.Status),
+		w.Worker, micros(w.StartedAt), string(o.Status), s.histMax, s.histAge.Microseconds(),
 		"order_no", o.No, "status", string(o.Status), "address", o.Address,
 		"remark", o.Remark, "items", items,
 		"exchanged_to", o.ExchangedTo, "exchanged_from", o.ExchangedFrom,
@@ -390,10 +556,11 @@ func checkPut(o Order) error {
 // Modify applies c to the active order orderNo, once per eventID, under the
 // fence of the [Write] in ctx. On the first application it sets the changed
 // fields, stores the fence as the order's newest, bumps the version, appends
-// a history entry of type TypeModify, and records the resulting order under
-// eventID. A repeat of eventID returns that recorded order with Replayed set
-// and writes nothing, whatever its fence and even if the order has since
-// changed or closed.
+// a history entry of type TypeModify, and records the event (see
+// RedisConfig.DedupeRetention). A repeat of eventID writes nothing, whatever
+// its fence and even if the order has since changed or closed, and returns
+// the order as it is now with Replayed set. Result.Order is zero when the
+// Write says NoResult.
 //
 // It returns ErrNoFence without a fenced Write; ErrInvalid for an empty
 // eventID, a malformed order number or bad items; ErrNotFound; ErrClosed
@@ -409,15 +576,15 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 	if err := checkModify(eventID, orderNo, c); err != nil {
 		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	var fields []any
-	var changed []string
+	fields := make([]any, 0, 6)
+	detail := make([]byte, 0, 3)
 	if c.Address != nil {
 		fields = append(fields, "address", *c.Address)
-		changed = append(changed, "address")
+		detail = append(detail, 'a')
 	}
 	if c.Remark != nil {
 		fields = append(fields, "remark", *c.Remark)
-		changed = append(changed, "remark")
+		detail = append(detail, 'r')
 	}
 	if c.Items != nil {
 		items, err := encodeItems(c.Items)
@@ -425,22 +592,20 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 			return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 		}
 		fields = append(fields, "items", items)
-		changed = append(changed, "items")
+		detail = append(detail, 'i')
 	}
-	detail := "no changes"
-	if len(changed) > 0 {
-		detail = "changed " + strings.Join(changed, ", ")
-	}
-	fp := fingerprint(modifyRequest(c))
-	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, TypeModify, fp, detail, "", fields)
+	rec := newRecord(recModify, fingerprint(modifyRequest(c)), "", "")
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, fields)
 	if err != nil {
 		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	o, err := decodeOrder(rec.Order)
-	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
+	out := Result{Replayed: res.replayed}
+	if res.order != nil {
+		if out.Order, err = decodeOrder(res.order); err != nil {
+			return Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
+		}
 	}
-	return Result{Order: o, Replayed: replayed}, nil
+	return out, nil
 }
 
 func checkModify(eventID, orderNo string, c Changes) error {
@@ -463,18 +628,19 @@ func checkModify(eventID, orderNo string, c Changes) error {
 // The replacement is numbered x.NewOrderNo, or [tasks.ReplacementOrderNo] of
 // orderNo and eventID when that is empty. It is active, has x.Items, the
 // exchanged order's address and remark, ExchangedFrom set to orderNo and
-// version 1, and its history starts with an entry of type TypeCreated. The
-// exchanged order gets status exchanged, ExchangedTo, a bumped version and
-// a history entry of type TypeExchange whose detail carries x.Reason. The
-// new order's fence state starts empty: its first fenced writer sets it.
+// version 1, and its history starts with an entry of type TypeCreated that
+// carries the fence the order was closed under. The exchanged order gets
+// status exchanged, ExchangedTo, a bumped version and a history entry of
+// type TypeExchange whose detail carries x.Reason. The new order's fence
+// state starts empty: its first fenced writer sets it.
 //
 // The two orders live in different Redis Cluster slots, so the exchange is
 // three idempotent steps: reserve the replacement's number, close the
-// order (recording the outcome with its address and remark under eventID),
-// create the replacement from that record. A retry after a crash between
-// them completes the exchange. Replayed is true only when an earlier call
-// had already done every step, and Result.Order is then the replacement as
-// it was created.
+// order (recording the replacement and the fence under eventID), create the
+// replacement from the closed order, whose address and remark no longer
+// change. A retry after a crash between them completes the exchange.
+// Replayed is true only when an earlier call had already done every step,
+// and Result.Order is then the replacement as it is now.
 //
 // It returns the errors of Modify, and ErrConflict, before changing
 // anything, when the replacement's number is taken by another order or
@@ -495,15 +661,15 @@ func (s *RedisStore) Exchange(ctx context.Context, eventID, orderNo string, x Ex
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	fp := fingerprint(exchangeRequest(x))
-	rec, replayed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
+	closed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
 	if err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	b, bReplayed, err := s.createReplacement(ctx, w, eventID, rec, items, fp)
+	b, bReplayed, err := s.createReplacement(ctx, w, eventID, orderNo, closed, items, fp)
 	if err != nil {
 		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	return Result{Order: b, Replayed: replayed && bReplayed}, nil
+	return Result{Order: b, Replayed: closed.replayed && bReplayed}, nil
 }
 
 func checkExchange(eventID, orderNo, newNo string, x Exchange) error {
@@ -527,21 +693,22 @@ func checkExchange(eventID, orderNo, newNo string, x Exchange) error {
 
 // closeOrder is the first half of an exchange: it reserves newNo and closes
 // orderNo as exchanged to it, or replays an earlier close by the same event.
-// It returns the recorded outcome of the close. Tests call it alone to
-// simulate a crash before the replacement is created.
-func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, newNo, fp, reason string) (record, bool, error) {
+// It returns what the close recorded and the closed order's fields. Tests
+// call it alone to simulate a crash before the replacement is created.
+func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, newNo, fp, reason string) (applied, error) {
 	claim := orderNo + "\n" + eventID
 	claimed, err := s.claim(ctx, eventID, orderNo, newNo)
 	if err != nil {
-		return record{}, false, err
+		return applied{}, err
 	}
-	detail := "exchanged to " + newNo
+	detail := newNo
 	if reason != "" {
-		detail += ": " + reason
+		detail += "\x1e" + reason
 	}
 	fields := []any{"status", string(StatusExchanged), "exchanged_to", newNo}
-	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, TypeExchange, fp, detail, newNo, fields)
-	if claimed && (err != nil || rec.NewOrderNo != newNo) {
+	rec := newRecord(recExchange, fp, newNo, strconv.FormatInt(w.Fence, 10))
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, fields)
+	if claimed && (err != nil || res.rec.newNo != newNo) {
 		// The claim is ours and no longer needed. A failure to drop it is
 		// not the caller's problem: it expires after ClaimTTL.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -549,16 +716,17 @@ func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, 
 		cancel()
 	}
 	if err != nil {
-		return record{}, false, err
+		return applied{}, err
 	}
-	return rec, replayed, nil
+	return res, nil
 }
 
 // claim reserves newNo for the exchange of orderNo by eventID. It returns
 // whether it holds a claim (false when the event already created newNo).
 func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) (bool, error) {
-	keys := []string{s.orderKey(newNo), s.eventsKey(newNo), s.claimKey(newNo)}
-	res, err := claimScript.Run(ctx, s.rdb, keys, orderNo, eventID, s.claimTTL.Milliseconds()).StringSlice()
+	ev, _ := s.eventKeys(newNo)
+	keys := []string{s.orderKey(newNo), ev[0], ev[1], ev[2], s.claimKey(newNo)}
+	res, err := claimScript.Run(ctx, s.rdb, keys, orderNo, eventID, s.claimTTL.Milliseconds(), eventHash(eventID)).StringSlice()
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", newNo, err)
 	}
@@ -581,23 +749,25 @@ func claimedError(newNo string, res []string) error {
 }
 
 // createReplacement is the second half of an exchange: it creates the
-// replacement named in rec, the recorded close of the exchanged order, or
-// returns it as recorded when the event already created it.
-func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID string, rec record, items, fp string) (Order, bool, error) {
-	a, err := decodeOrder(rec.Order)
+// replacement that the close recorded, from the closed order orderNo, or
+// returns it as it is when the event already created it.
+func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID, orderNo string, closed applied, items, fp string) (Order, bool, error) {
+	a, err := decodeOrder(closed.order)
 	if err != nil {
 		return Order{}, false, fmt.Errorf("event %s: %w", eventID, err)
 	}
-	newNo := rec.NewOrderNo
-	keys := []string{s.orderKey(newNo), s.historyKey(newNo), s.eventsKey(newNo), s.claimKey(newNo)}
-	detail := "created from " + a.No + " by event " + eventID
+	newNo := closed.rec.newNo
+	ev, exp := s.eventKeys(newNo)
+	keys := []string{s.orderKey(newNo), s.historyKey(newNo), ev[0], ev[1], ev[2], s.claimKey(newNo)}
 	// The replacement's first entry carries the fence the exchanged order
 	// was closed under, also when a retry (under a newer fence) completes
 	// an exchange that a crash cut short.
-	fence := cmp.Or(rec.Fence, strconv.FormatInt(w.Fence, 10))
+	fence := cmp.Or(closed.rec.fence, strconv.FormatInt(w.Fence, 10))
+	rec := newRecord(recCreate, fp, "", "")
 	res, err := createScript.Run(ctx, s.rdb, keys,
-		eventID, fence, w.Worker, micros(w.StartedAt), fp, detail,
-		a.No, newNo, a.Address, a.Remark, items).StringSlice()
+		eventID, fence, w.Worker, micros(w.StartedAt), rec.String(),
+		orderNo, newNo, a.Address, a.Remark, items, eventHash(eventID), exp,
+		s.histMax, s.histAge.Microseconds()).StringSlice()
 	if err != nil {
 		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
@@ -613,48 +783,55 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 	default:
 		return Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
 	}
-	b, err := decodeRecord(res[1], TypeCreated, fp, eventID)
+	if _, err := parseRecord(res[1], recCreate, fp, eventID); err != nil {
+		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+	}
+	o, err := decodeOrder(pairs(res[2:]))
 	if err != nil {
 		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
-	o, err := decodeOrder(b.Order)
-	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
-	}
-	if o.ExchangedFrom != a.No {
+	if o.ExchangedFrom != orderNo {
 		return Order{}, false, fmt.Errorf("new order %s was created by event %s from order %s: %w", newNo, eventID, o.ExchangedFrom, ErrConflict)
 	}
 	return o, replayed, nil
 }
 
-// apply runs applyScript and maps its reply: the recorded outcome and
-// whether it was a replay, or the package's error.
-func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, fp, detail, newNo string, fields []any) (record, bool, error) {
-	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo), s.eventsKey(orderNo)}
+// applied is what applyScript did.
+type applied struct {
+	rec      record            // the event's record
+	replayed bool              // the event had been applied before
+	order    map[string]string // the order's fields after it, when asked for
+}
+
+// apply runs applyScript and maps its reply, or the package's error.
+func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
+	ev, exp := s.eventKeys(orderNo)
+	keys := make([]string, 0, 8)
+	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
 	tag := "{" + orderNo + "}"
 	if w.LockFenceKey != "" {
 		if !strings.Contains(w.LockFenceKey, tag) {
-			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", w.LockFenceKey, tag, ErrInvalid)
+			return applied{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", w.LockFenceKey, tag, ErrInvalid)
 		}
 		keys = append(keys, w.LockFenceKey)
 	}
 	// Only a modify ends its work with this write; an exchange still
 	// creates the replacement after it.
 	h := w.Handoff
-	if typ != TypeModify {
+	if rec.typ != recModify {
 		h = nil
 	}
 	owner, channel, turn := "", "", ""
 	var seqTTL int64
 	if h != nil {
 		if w.LockFenceKey == "" || !strings.Contains(h.Key, tag) {
-			return record{}, false, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
+			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
 		}
 		keys = append(keys, h.Key)
 		owner, channel = h.Owner, h.Channel
 		if h.SeqKey != "" {
 			if !strings.Contains(h.SeqKey, tag) {
-				return record{}, false, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, ErrInvalid)
+				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, ErrInvalid)
 			}
 			keys = append(keys, h.SeqKey)
 			turn, seqTTL = strconv.FormatInt(h.Pos, 10), h.SeqTTL
@@ -666,10 +843,17 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, 
 	if w.Seq > 0 {
 		seq = strconv.FormatInt(w.Seq, 10)
 	}
-	args := append([]any{eventID, fence, w.Worker, micros(w.StartedAt), fp, detail, typ, newNo, seq, owner, channel, turn, seqTTL}, fields...)
+	want := "0"
+	if withOrder {
+		want = "1"
+	}
+	args := make([]any, 0, 17+len(fields))
+	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
+		owner, channel, turn, seqTTL, want, exp, s.histMax, s.histAge.Microseconds(), eventID)
+	args = append(args, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
-		return record{}, false, err
+		return applied{}, err
 	}
 	if h != nil {
 		finished, wake := false, ""
@@ -686,45 +870,108 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, 
 	}
 	switch res[0] {
 	case "notfound":
-		return record{}, false, ErrNotFound
+		return applied{}, ErrNotFound
 	case "closed":
-		return record{}, false, &ClosedError{OrderNo: orderNo, Status: Status(res[1]), ExchangedTo: res[2]}
+		return applied{}, &ClosedError{OrderNo: orderNo, Status: Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
-		return record{}, false, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], ErrStaleFence)
+		return applied{}, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], ErrStaleFence)
 	case "ok", "replay":
-		rec, err := decodeRecord(res[1], typ, fp, eventID)
-		return rec, res[0] == "replay", err
+		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
+		if err != nil {
+			return applied{}, err
+		}
+		a := applied{rec: got, replayed: res[0] == "replay"}
+		if withOrder {
+			a.order = pairs(res[2:])
+		}
+		return a, nil
 	}
-	return record{}, false, fmt.Errorf("unexpected reply %q", res)
+	return applied{}, fmt.Errorf("unexpected reply %q", res)
 }
 
-// record is the outcome of an event as the scripts store it.
+// pairs turns a flat field, value list into a map.
+func pairs(flat []string) map[string]string {
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		m[flat[i]] = flat[i+1]
+	}
+	return m
+}
+
+// The kinds of record, and of history entry, by their first letter.
+const (
+	recModify   = 'm' // a modify
+	recExchange = 'x' // the close of an exchanged order
+	recCreate   = 'c' // the creation of a replacement
+	recPut      = 'p' // a put (history only)
+)
+
+// record is what the store remembers of an applied event, to answer a
+// repeat: "<kind> <fingerprint>", and for the close of an exchange also the
+// replacement's number and the fence it was closed under.
 type record struct {
-	Type       string            `json:"type"`
-	FP         string            `json:"fp"`
-	NewOrderNo string            `json:"new_order_no"`
-	Fence      string            `json:"fence"` // the fence it was written under; "" in records older than this field
-	Order      map[string]string `json:"order"`
+	typ   byte
+	fp    string
+	newNo string
+	fence string
 }
 
-// decodeRecord decodes a recorded outcome and checks that it is the outcome
-// of the same request: same type and fingerprint.
-func decodeRecord(s, typ, fp, eventID string) (record, error) {
-	var rec record
-	if err := json.Unmarshal([]byte(s), &rec); err != nil {
-		return record{}, fmt.Errorf("event %s: decode outcome: %w", eventID, err)
+func newRecord(typ byte, fp, newNo, fence string) record {
+	return record{typ: typ, fp: fp, newNo: newNo, fence: fence}
+}
+
+// String encodes the record as the buckets hold it.
+func (r record) String() string {
+	s := string(r.typ) + " " + r.fp
+	if r.typ == recExchange {
+		s += " " + r.newNo + " " + r.fence
 	}
-	if rec.Type != typ {
-		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, rec.Type, ErrConflict)
+	return s
+}
+
+// kindName names a record's kind in an error.
+func kindName(typ byte) string {
+	switch typ {
+	case recModify:
+		return TypeModify
+	case recExchange:
+		return TypeExchange
+	case recCreate:
+		return TypeCreated
 	}
-	if rec.FP != fp {
+	return string(typ)
+}
+
+// parseRecord reads a record and checks that it is the outcome of the same
+// request: same kind and fingerprint.
+func parseRecord(s string, typ byte, fp, eventID string) (record, error) {
+	f := strings.Fields(s)
+	if len(f) < 2 || len(f[0]) != 1 {
+		return record{}, fmt.Errorf("event %s: bad record %q", eventID, s)
+	}
+	r := record{typ: f[0][0], fp: f[1]}
+	if r.typ == recExchange && len(f) == 4 {
+		r.newNo, r.fence = f[2], f[3]
+	}
+	if r.typ != typ {
+		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, kindName(r.typ), ErrConflict)
+	}
+	if r.fp != fp {
 		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, ErrConflict)
 	}
-	return rec, nil
+	return r, nil
 }
 
-// decodeOrder builds an order from the fields of its hash (or of a recorded
-// outcome, which has the same fields).
+// eventHash is the field of an event in the event buckets: the first 8
+// bytes (64 bits, raw) of SHA-1 of its ID. A collision within one order's
+// buckets would make a new event look like a repeat; at 64 bits it is
+// vanishingly unlikely.
+func eventHash(eventID string) string {
+	sum := sha1.Sum([]byte(eventID))
+	return string(sum[:8])
+}
+
+// decodeOrder builds an order from the fields of its hash.
 func decodeOrder(f map[string]string) (Order, error) {
 	o := Order{
 		No:            f["order_no"],
@@ -747,9 +994,84 @@ func decodeOrder(f map[string]string) (Order, error) {
 	return o, nil
 }
 
-// decodeEntry decodes a history entry as the scripts write it: a JSON object
-// whose values are all strings.
+// A history entry is stored in one of two forms. The current one is the
+// fields, separated by byte 31 (the ASCII unit separator, which no field
+// can contain), with the numbers in base 36 to keep it short:
+//
+//	3 kind event_id age worker took ended version seq detail
+//
+// kind is m, x, c or p (see the record kinds); ended is the store's clock
+// when the write was applied, in µs; age is ended minus the fence and took
+// ended minus the start, in µs (a '-' marks a negative one); seq is the
+// change's position or empty; detail is the changed fields' letters (a, r,
+// i) for a modify, the replacement's number and, after byte 30, the reason
+// for an exchange, the order it was created from for a creation, and the
+// status for a put. The older form, a JSON object of strings with the
+// Entry's field names, is still read.
 func decodeEntry(s string) (Entry, error) {
+	if strings.HasPrefix(s, "{") {
+		return decodeJSONEntry(s)
+	}
+	f := strings.Split(s, "\x1f")
+	if len(f) != 10 || f[0] != "3" || len(f[1]) != 1 {
+		return Entry{}, fmt.Errorf("bad entry %q", s)
+	}
+	e := Entry{EventID: f[2], Worker: f[4]}
+	var n [5]int64 // fence and start before the end, the end, the version, the position
+	for i, j := range []int{3, 5, 6, 7, 8} {
+		if f[j] == "" {
+			continue
+		}
+		v, err := strconv.ParseInt(f[j], 36, 64)
+		if err != nil {
+			return Entry{}, fmt.Errorf("bad entry %q: field %d: %w", s, j, err)
+		}
+		n[i] = v
+	}
+	ended := n[2]
+	e.Fence = ended - n[0]
+	e.EndedAt, e.StartedAt = time.UnixMicro(ended).UTC(), time.UnixMicro(ended-n[1]).UTC()
+	e.Version, e.Seq = n[3], n[4]
+	switch detail := f[9]; f[1][0] {
+	case recModify:
+		e.Type = TypeModify
+		var changed []string
+		for _, c := range detail {
+			switch c {
+			case 'a':
+				changed = append(changed, "address")
+			case 'r':
+				changed = append(changed, "remark")
+			case 'i':
+				changed = append(changed, "items")
+			}
+		}
+		e.Detail = "no changes"
+		if len(changed) > 0 {
+			e.Detail = "changed " + strings.Join(changed, ", ")
+		}
+	case recExchange:
+		e.Type = TypeExchange
+		newNo, reason, ok := strings.Cut(detail, "\x1e")
+		e.Detail = "exchanged to " + newNo
+		if ok && reason != "" {
+			e.Detail += ": " + reason
+		}
+	case recCreate:
+		e.Type = TypeCreated
+		e.Detail = "created from " + detail + " by event " + e.EventID
+	case recPut:
+		e.Type = TypePut
+		e.Detail = "put: " + detail
+	default:
+		return Entry{}, fmt.Errorf("bad entry kind %q", f[1])
+	}
+	return e, nil
+}
+
+// decodeJSONEntry decodes a history entry of the older form: a JSON object
+// whose values are all strings.
+func decodeJSONEntry(s string) (Entry, error) {
 	var f map[string]string
 	if err := json.Unmarshal([]byte(s), &f); err != nil {
 		return Entry{}, err
@@ -824,7 +1146,9 @@ type exchangeRequest struct {
 }
 
 // fingerprint identifies a request, so that a repeat of an event ID with a
-// different request is told apart from a retry.
+// different request is told apart from a retry: the first 8 hex digits of
+// SHA-256 of its JSON (within one event ID, a collision would only hide a
+// conflict).
 func fingerprint(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -832,5 +1156,5 @@ func fingerprint(v any) string {
 		panic(fmt.Sprintf("orders: fingerprint: %v", err))
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:4])
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,8 @@ func TestKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ow:order:{SO1}", s.orderKey("SO1"))
 	assert.Equal(t, "ow:order:{SO1}:history", s.historyKey("SO1"))
-	assert.Equal(t, "ow:order:{SO1}:events", s.eventsKey("SO1"))
+	ev, _ := s.eventKeys("SO1")
+	assert.Regexp(t, `^ow:order:\{SO1\}:ev:\d+$`, ev[0])
 	assert.Equal(t, "ow:order:{SO1}:claim", s.claimKey("SO1"))
 }
 
@@ -105,7 +107,7 @@ func TestPutAndGet(t *testing.T) {
 	assert.Equal(t, int64(2), o.Version, "version is the store's, not the caller's")
 	assert.Equal(t, []Item{}, o.Items)
 
-	h, err := s.History(ctx, "SO1")
+	h, err := AllHistory(ctx, s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 2)
 	assert.Equal(t, Entry{
@@ -144,11 +146,11 @@ func TestGetAndHistoryNotFound(t *testing.T) {
 	s := newStore(t)
 	_, err := s.Get(t.Context(), "NOPE")
 	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = s.History(t.Context(), "NOPE")
+	_, err = AllHistory(t.Context(), s, "NOPE")
 	assert.ErrorIs(t, err, ErrNotFound)
 	_, err = s.Get(t.Context(), "no/pe")
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, err = s.History(t.Context(), "")
+	_, err = AllHistory(t.Context(), s, "")
 	assert.ErrorIs(t, err, ErrInvalid)
 }
 
@@ -219,7 +221,7 @@ func TestModify(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
 
-			h, err := s.History(t.Context(), "SO1")
+			h, err := AllHistory(t.Context(), s, "SO1")
 			require.NoError(t, err)
 			require.Len(t, h, 2)
 			assert.Equal(t, Entry{
@@ -243,13 +245,13 @@ func TestModifyReplay(t *testing.T) {
 	// A retry under a newer lock, after the order has moved on.
 	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Address: ptr("first")})
 	require.NoError(t, err)
-	assert.Equal(t, Result{Order: first.Order, Replayed: true}, again)
-
 	got, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
+	assert.Equal(t, Result{Order: got, Replayed: true}, again, "a repeat answers the order as it is now")
+	assert.Equal(t, "first", first.Order.Address)
 	assert.Equal(t, "second", got.Address, "the replay wrote nothing")
 	assert.Equal(t, int64(3), got.Version)
-	h, err := s.History(t.Context(), "SO1")
+	h, err := AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Len(t, h, 3)
 }
@@ -264,8 +266,10 @@ func TestModifyReplayAfterExchange(t *testing.T) {
 	require.NoError(t, err)
 
 	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("gift")})
-	require.NoError(t, err)
-	assert.Equal(t, Result{Order: first.Order, Replayed: true}, again)
+	require.NoError(t, err, "a repeat of an applied change is a replay, even of a closed order")
+	assert.True(t, again.Replayed)
+	assert.Equal(t, StatusExchanged, again.Order.Status)
+	assert.Equal(t, first.Order.Remark, again.Order.Remark)
 }
 
 func TestEventReusedForAnotherRequest(t *testing.T) {
@@ -320,7 +324,7 @@ func TestModifyStaleFence(t *testing.T) {
 	after, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
-	h, err := s.History(t.Context(), "SO1")
+	h, err := AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Len(t, h, 2)
 
@@ -500,7 +504,7 @@ func TestExchange(t *testing.T) {
 			assert.Equal(t, int64(2), a.Version)
 			assert.Equal(t, []Item{{SKU: "shirt-m", Qty: 1}}, a.Items, "the exchanged order keeps its items")
 
-			ha, err := s.History(t.Context(), "SO1")
+			ha, err := AllHistory(t.Context(), s, "SO1")
 			require.NoError(t, err)
 			require.Len(t, ha, 2)
 			assert.Equal(t, Entry{
@@ -508,7 +512,7 @@ func TestExchange(t *testing.T) {
 				StartedAt: a.UpdatedAt, EndedAt: a.UpdatedAt, Version: 2,
 				Detail: "exchanged to " + tt.wantNo + ": wrong size",
 			}, ha[1])
-			hb, err := s.History(t.Context(), tt.wantNo)
+			hb, err := AllHistory(t.Context(), s, tt.wantNo)
 			require.NoError(t, err)
 			assert.Equal(t, []Entry{{
 				EventID: "evt-x", Type: TypeCreated, Fence: baseFence, Worker: "w1",
@@ -523,7 +527,9 @@ func TestExchange(t *testing.T) {
 
 			again, err := s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
 			require.NoError(t, err)
-			assert.Equal(t, Result{Order: b, Replayed: true}, again, "a repeat returns the replacement as created")
+			now, err := s.Get(t.Context(), tt.wantNo)
+			require.NoError(t, err)
+			assert.Equal(t, Result{Order: now, Replayed: true}, again, "a repeat returns the replacement as it is now")
 		})
 	}
 }
@@ -539,9 +545,9 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 
 	// The first attempt closes SO1 and dies before creating the replacement.
 	w := Write{Fence: baseFence, Worker: "w1"}
-	_, replayed, err := s.closeOrder(WithWrite(t.Context(), w), w, "evt-x", "SO1", newNo, fp, "")
+	closed, err := s.closeOrder(WithWrite(t.Context(), w), w, "evt-x", "SO1", newNo, fp, "")
 	require.NoError(t, err)
-	require.False(t, replayed)
+	require.False(t, closed.replayed)
 	_, err = s.Get(t.Context(), newNo)
 	require.ErrorIs(t, err, ErrNotFound)
 	_, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO1", Changes{})
@@ -573,12 +579,12 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 
 	// Review finding: the replacement's first entry carried the retry's
 	// fence, not the one the exchange closed SO1 under.
-	hb, err := s.History(t.Context(), newNo)
+	hb, err := AllHistory(t.Context(), s, newNo)
 	require.NoError(t, err)
 	require.Len(t, hb, 1)
 	assert.Equal(t, TypeCreated, hb[0].Type)
 	assert.Equal(t, int64(baseFence), hb[0].Fence, "the exchange's fence, not the retry's")
-	ha, err := s.History(t.Context(), "SO1")
+	ha, err := AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, ha[len(ha)-1].Fence, hb[0].Fence)
 }
@@ -598,7 +604,7 @@ func TestExchangeConflict(t *testing.T) {
 		got, err := s.Get(t.Context(), want.No)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "nothing changed")
-		h, err := s.History(t.Context(), want.No)
+		h, err := AllHistory(t.Context(), s, want.No)
 		require.NoError(t, err)
 		assert.Len(t, h, 1)
 	}
@@ -702,7 +708,7 @@ func TestConcurrentModifies(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, applied.Load())
 	assert.Equal(t, 1+applied.Load(), got.Version, "version counts the put and every applied modify")
-	h, err := s.History(t.Context(), "SO1")
+	h, err := AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, int(got.Version))
 	for i := 2; i < len(h); i++ {
@@ -770,4 +776,115 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.Equal(t, int64(1), db.Client.Exists(t.Context(), lockKey).Val(), "an exchange keeps its lock")
 	require.NoError(t, lease.Release(t.Context()))
 	require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val())
+}
+
+// The history is read in pages, oldest first, and keeps at most HistoryMax
+// entries; the pages follow the versions, so a page after trimmed entries
+// starts at the oldest kept.
+func TestHistoryPagesAndCap(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMax: 5})
+	require.NoError(t, err)
+	seed(t, s, "SO1") // version 1
+	for i := range 7 {
+		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	n, err := db.Client.LLen(t.Context(), s.historyKey("SO1")).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "capped at HistoryMax")
+
+	var versions []int64
+	q := HistoryQuery{Limit: 2}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10)
+		p, err := s.History(t.Context(), "SO1", q)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(p.Entries), 2)
+		for _, e := range p.Entries {
+			versions = append(versions, e.Version)
+		}
+		if p.Next == 0 {
+			break
+		}
+		q.After = p.Next
+	}
+	require.Equal(t, []int64{4, 5, 6, 7, 8}, versions, "the five newest, each once")
+
+	p, err := s.History(t.Context(), "SO1", HistoryQuery{After: 2, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), p.Entries[0].Version, "a cursor before the oldest kept starts at the oldest kept")
+	p, err = s.History(t.Context(), "SO1", HistoryQuery{After: 8})
+	require.NoError(t, err)
+	require.Empty(t, p.Entries)
+	require.Zero(t, p.Next)
+}
+
+// With HistoryMaxAge, each write drops entries older than it (two at most).
+func TestHistoryMaxAge(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMaxAge: time.Microsecond})
+	require.NoError(t, err)
+	seed(t, s, "SO1")
+	for i := range 3 {
+		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	h, err := AllHistory(t.Context(), s, "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, 1, "everything but the newest is older than a microsecond")
+	require.Equal(t, "evt-2", h[0].EventID)
+}
+
+// An event's record lasts at least DedupeRetention: a repeat within it is
+// a replay; past twice of it, the record is gone and the event would apply
+// again (the sequence keeps an ordered task from running again in turn).
+// The buckets expire by themselves.
+func TestDedupeRetention(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	require.NoError(t, err)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	seed(t, s, "SO1")
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	require.NoError(t, err)
+	ev, _ := s.eventKeys("SO1")
+	ttl, err := db.Client.PTTL(t.Context(), ev[0]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Hour-time.Minute, "a bucket outlives its width")
+	require.LessOrEqual(t, ttl, 2*time.Hour)
+
+	clock = clock.Add(59 * time.Minute)
+	again, err := s.Modify(fenced(t, baseFence+1), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	require.NoError(t, err)
+	require.True(t, again.Replayed, "within the retention")
+
+	clock = clock.Add(2 * time.Hour)
+	again, err = s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	require.NoError(t, err)
+	require.False(t, again.Replayed, "past twice the retention the record is gone")
+}
+
+// A writer whose clock runs a little ahead writes into the next bucket;
+// the others still find its records.
+func TestDedupeAcrossSkewedClocks(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ahead, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	require.NoError(t, err)
+	behind, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	require.NoError(t, err)
+	base := time.UnixMilli((time.Now().UnixMilli()/time.Hour.Milliseconds() + 1) * time.Hour.Milliseconds())
+	ahead.now = func() time.Time { return base.Add(time.Second) }   // just into the next bucket
+	behind.now = func() time.Time { return base.Add(-time.Second) } // just before it
+	seed(t, ahead, "SO1")
+	_, err = ahead.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	require.NoError(t, err)
+	again, err := behind.Modify(fenced(t, baseFence+1), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
 }

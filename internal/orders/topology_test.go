@@ -63,7 +63,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 		_, err = s.Modify(stale, "ev-late-"+no, no, orders.Changes{Address: &addr})
 		require.ErrorIs(t, err, orders.ErrStaleFence, no)
 
-		h, err := s.History(ctx, no)
+		h, err := orders.AllHistory(ctx, s, no)
 		require.NoError(t, err, no)
 		require.Len(t, h, 2, no)
 		assert.Equal(t, "ev-m-"+no, h[1].EventID)

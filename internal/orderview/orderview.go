@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
@@ -49,29 +50,57 @@ type Skip struct {
 	Reason string `json:"reason"`
 }
 
-// History is an order's history: its applied changes, oldest first, and the
-// latest positions its sequence skipped.
+// History is a page of an order's history: its applied changes, oldest
+// first, and the latest positions its sequence skipped.
 type History struct {
 	OrderNo string         `json:"order_no"`
 	Entries []orders.Entry `json:"entries"`
+	// NextCursor, when not empty, reads the next page (HistoryQuery
+	// Cursor); it is empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 	// Skipped are the latest skipped positions of the order's sequence,
 	// oldest first (the sequence remembers the last 20 settlements, and
 	// only while it lives: see lock.SeqConfig.Retention). Never nil.
 	Skipped []Skip `json:"skipped"`
 }
 
-// History reads order orderNo's history. It returns the store's errors
-// (orders.ErrNotFound for no such order) and Redis errors, wrapped.
-func (r *Reader) History(ctx context.Context, orderNo string) (History, error) {
-	entries, err := r.store.History(ctx, orderNo)
+// HistoryQuery selects a page of an order's history.
+type HistoryQuery struct {
+	// Cursor is the NextCursor of the page before; empty for the first
+	// page.
+	Cursor string
+	// Limit is the page's size; see orders.HistoryQuery.Limit.
+	Limit int
+}
+
+// ErrBadCursor is returned by History for a cursor it did not hand out.
+var ErrBadCursor = errors.New("orderview: bad cursor")
+
+// History reads a page of order orderNo's history. It returns ErrBadCursor,
+// the store's errors (orders.ErrNotFound for no such order) and Redis
+// errors, wrapped.
+func (r *Reader) History(ctx context.Context, orderNo string, q HistoryQuery) (History, error) {
+	var after int64
+	if q.Cursor != "" {
+		n, err := strconv.ParseInt(q.Cursor, 10, 64)
+		if err != nil || n <= 0 {
+			return History{}, fmt.Errorf("%w: %q", ErrBadCursor, q.Cursor)
+		}
+		after = n
+	}
+	page, err := r.store.History(ctx, orderNo, orders.HistoryQuery{After: after, Limit: q.Limit})
 	if err != nil {
 		return History{}, err
 	}
+	entries := page.Entries
 	st, err := r.seq.Status(ctx, orderNo)
 	if err != nil {
 		return History{}, fmt.Errorf("orderview: %w", err)
 	}
 	h := History{OrderNo: orderNo, Entries: entries, Skipped: []Skip{}}
+	if page.Next > 0 {
+		h.NextCursor = strconv.FormatInt(page.Next, 10)
+	}
 	if h.Entries == nil {
 		h.Entries = []orders.Entry{}
 	}

@@ -1,0 +1,65 @@
+package orders
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// usedMemory reads INFO memory's used_memory.
+func usedMemory(b *testing.B, rdb redis.UniversalClient) int64 {
+	b.Helper()
+	info, err := rdb.InfoMap(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkMemoryPerChange measures the Redis bytes one applied change
+// keeps (its history entry and its dedupe record, with their share of the
+// keys' overhead), on the test's database: the bytes/change metric. "few
+// orders" is many changes to four orders (the dedupe buckets grow past 128
+// records and Redis stores them as hash tables); "many orders" is 20
+// changes to each order (small buckets, which Redis packs).
+func BenchmarkMemoryPerChange(b *testing.B) {
+	b.Run("few orders", func(b *testing.B) { memoryPerChange(b, 4) })
+	b.Run("many orders", func(b *testing.B) { memoryPerChange(b, max(1, b.N/20)) })
+}
+
+func memoryPerChange(b *testing.B, orders int) {
+	db := redistest.New(b)
+	db.RequireProcess(b, "used_memory of a real server")
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMax: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for o := range orders {
+		if err := s.Put(context.Background(), Order{No: "SO" + strconv.Itoa(o), Address: "1 Main St", Items: []Item{{SKU: "A", Qty: 1}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fence := time.Now().UnixMicro()
+	remark := "leave at the door"
+	before := usedMemory(b, db.Client) // the orders themselves are not counted
+	b.ResetTimer()
+	for i := range b.N {
+		ctx := WithWrite(context.Background(), Write{Fence: fence + int64(i), Worker: "host-a-1234-9f1c2e3d",
+			StartedAt: time.Now(), Seq: 1796288474540370 + int64(i), NoResult: true})
+		// A UUIDv7-sized event ID, as the producer generates.
+		ev := "0193a5c2-7e4f-7a1b-9c3d-" + strconv.FormatInt(100000000000+int64(i), 10)
+		if _, err := s.Modify(ctx, ev, "SO"+strconv.Itoa(i%orders), Changes{Remark: &remark}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(usedMemory(b, db.Client)-before)/float64(b.N), "bytes/change")
+}
