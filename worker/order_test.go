@@ -534,3 +534,69 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 		require.Zero(t, info.Retried)
 	}
 }
+
+// A task that arrives after its position was skipped (its producer stalled
+// past the gap wait between taking the position and enqueueing) applies
+// only if no later change has been applied to its order: it never undoes
+// a later word. So does a change run again by hand after its dedupe record
+// expired.
+func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-LATE")
+	r := newRuns()
+	e.startWorker(worker.Config{GapWait: time.Second, OnDone: r.add,
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
+	p := e.producer(producer.Config{})
+	q := e.sequencer()
+	late := func(id string, pos int64, remark string) {
+		t.Helper()
+		task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: id, OrderNo: "SO-LATE", Seq: pos, Changes: tasks.Changes{Remark: new(remark)}})
+		require.NoError(t, err)
+		e.enqueue(task, tasks.QueueModify, id)
+	}
+
+	// A position skipped, and the change after it applied: the late task
+	// is archived with the reason.
+	pos1, err := q.Reserve(t.Context(), "SO-LATE", tasks.PositionLabel(tasks.TypeModify, "late-1"), "")
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-LATE", tasks.Changes{Remark: new("later word")}, producer.WithEventID("after-1"))
+	require.NoError(t, err)
+	require.Equal(t, 1, r.waitFor(t, "after-1", 30*time.Second, worker.OutcomeOK).Skipped)
+	late("late-1", pos1, "earlier word")
+	d := r.waitFor(t, "late-1", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrPassed)
+	require.ErrorContains(t, d.Err, "the newest applied")
+	require.Equal(t, asynq.TaskStateArchived, e.taskInfo(tasks.QueueModify, "late-1").State)
+
+	// A position skipped with nothing applied after it: the late task
+	// applies, in its order still.
+	pos2, err := q.Reserve(t.Context(), "SO-LATE", tasks.PositionLabel(tasks.TypeModify, "late-2"), "")
+	require.NoError(t, err)
+	st, err := q.Status(t.Context(), "SO-LATE")
+	require.NoError(t, err)
+	require.Len(t, st.Pending, 1)
+	_, err = q.Skip(t.Context(), "SO-LATE", pos2, st.Pending[0].Record, "its task was not found")
+	require.NoError(t, err)
+	late("late-2", pos2, "late but last")
+	r.waitFor(t, "late-2", 30*time.Second, worker.OutcomeOK)
+
+	// The same change run again by hand, its record gone (deleted here,
+	// expired in life): refused by the sequence, since a later one applied.
+	_, err = p.EnqueueModify(t.Context(), "SO-LATE", tasks.Changes{Remark: new("last word")}, producer.WithEventID("after-2"))
+	require.NoError(t, err)
+	r.waitFor(t, "after-2", 30*time.Second, worker.OutcomeOK)
+	keys, err := e.db.Client.Keys(t.Context(), e.db.Prefix+"order:{SO-LATE}:ev:*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	require.NoError(t, e.db.Client.Del(t.Context(), keys...).Err())
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueModify, "late-2"))
+	late("late-2", pos2, "late but last")
+	d = r.waitFor(t, "late-2", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrPassed)
+
+	o, err := e.store.Get(t.Context(), "SO-LATE")
+	require.NoError(t, err)
+	require.Equal(t, "last word", o.Remark)
+	requireInSequence(t, e.history("SO-LATE"))
+}

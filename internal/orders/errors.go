@@ -19,6 +19,14 @@ var (
 	// cancelled. The error is a [*ClosedError], which names the replacement.
 	ErrClosed = errors.New("orders: order is closed")
 
+	// ErrPassed is returned by a write with a position in its order's
+	// sequence ([Write.Seq]) that is not after the newest position applied
+	// to the order: applying it now would undo a later word, or apply a
+	// change twice. Nothing was written. It is [Permanent]. A repeat of an
+	// applied event is answered as a replay instead, as long as its dedupe
+	// record is kept.
+	ErrPassed = errors.New("orders: the order is past this position")
+
 	// ErrNoFence is returned by Modify and Exchange when the context carries
 	// no [Write] or its Fence is not positive. The store never writes
 	// unfenced.
@@ -59,11 +67,11 @@ func (e *ClosedError) Error() string {
 func (e *ClosedError) Is(target error) bool { return target == ErrClosed }
 
 // Permanent reports whether retrying the operation that returned err can
-// never help: true for ErrNotFound, ErrClosed, ErrConflict, ErrNoFence and
-// ErrInvalid. It is false for nil, ErrStaleFence (the work must run again
+// never help: true for ErrNotFound, ErrClosed, ErrConflict, ErrPassed,
+// ErrNoFence and ErrInvalid. It is false for nil, ErrStaleFence (the work must run again
 // under a fresh lock), context errors and Redis or network errors.
 func Permanent(err error) bool {
-	for _, target := range []error{ErrNotFound, ErrClosed, ErrConflict, ErrNoFence, ErrInvalid} {
+	for _, target := range []error{ErrNotFound, ErrClosed, ErrConflict, ErrPassed, ErrNoFence, ErrInvalid} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -28,6 +28,11 @@ const (
 	// decimal int64. The upstream refuses a fence older than the newest it
 	// has seen for the order.
 	HeaderFencingToken = "Fencing-Token"
+	// HeaderSequence carries the change's position in its order's sequence
+	// ([Write.Seq]) as a decimal int64, when it has one. The upstream
+	// refuses a position not after the newest it has applied to the order
+	// (409 passed), and keeps it in the history.
+	HeaderSequence = "Order-Sequence"
 	// HeaderWorkerID carries [Write.Worker], for the order's history.
 	HeaderWorkerID = "X-Worker-Id"
 	// HeaderStartedAt carries [Write.StartedAt] in RFC 3339 with
@@ -54,6 +59,9 @@ const (
 	// CodeStaleFence (409): the fence is older than the newest the
 	// upstream has seen for the order.
 	CodeStaleFence = "stale_fence"
+	// CodePassed (409): the Order-Sequence is not after the newest
+	// position the upstream has applied to the order.
+	CodePassed = "passed"
 	// CodeOrderClosed (409): the order is exchanged or cancelled; the body
 	// also carries "status" and "exchanged_to".
 	CodeOrderClosed = "order_closed"
@@ -169,6 +177,7 @@ const maxMessage = 512
 //	404 not_found       ErrNotFound; any other 404 is ErrUpstream (likely a
 //	                    wrong base URL, not a missing order)
 //	409 stale_fence     ErrStaleFence
+//	409 passed          ErrPassed
 //	409 order_closed    *ClosedError naming the replacement (ErrClosed)
 //	409 other           ErrConflict
 //	408, 425, 429, 5xx  ErrUpstream
@@ -177,7 +186,7 @@ const maxMessage = 512
 // and a TokenSource error is returned wrapped as it is (token.ErrUnavailable
 // stays retryable). When ctx ends, the error wraps context.Cause(ctx), so a
 // lost lock's cause reaches the caller. Only ErrNotFound, ErrClosed,
-// ErrConflict, ErrNoFence and ErrInvalid are [Permanent].
+// ErrConflict, ErrPassed, ErrNoFence and ErrInvalid are [Permanent].
 //
 // An HTTPStore is safe for concurrent use. It owns no goroutines;
 // [HTTPStore.CloseIdleConnections] releases its idle connections.
@@ -408,6 +417,9 @@ func writeHeader(eventID string, w Write) http.Header {
 	hdr := http.Header{}
 	hdr.Set(HeaderIdempotencyKey, eventID)
 	hdr.Set(HeaderFencingToken, strconv.FormatInt(w.Fence, 10))
+	if w.Seq > 0 {
+		hdr.Set(HeaderSequence, strconv.FormatInt(w.Seq, 10))
+	}
 	setWriter(hdr, w)
 	return hdr
 }
@@ -593,6 +605,8 @@ func decodeError(status int, body []byte, orderNo string) *UpstreamError {
 		e.Err = fmt.Errorf("%w: 404 without code %s: is the order API URL right?", ErrUpstream, CodeNotFound)
 	case status == http.StatusConflict && e.Code == CodeStaleFence:
 		e.Err = ErrStaleFence
+	case status == http.StatusConflict && e.Code == CodePassed:
+		e.Err = ErrPassed
 	case status == http.StatusConflict && e.Code == CodeOrderClosed:
 		ce := &ClosedError{OrderNo: orderNo, Status: Status(clean(string(eb.Error.Status), 32)), ExchangedTo: clean(eb.Error.ExchangedTo, maxOrderNo)}
 		if ce.Status == "" {

@@ -16,7 +16,8 @@ const maxRequest = 1 << 20
 // NewHTTPHandler returns the reference server of the upstream order API
 // (docs/upstream-order-api.md) over store: it serves the API's routes at
 // the root (mount it elsewhere with http.StripPrefix), turns the
-// Fencing-Token, X-Worker-Id and X-Work-Started-At headers into a [Write]
+// Fencing-Token, Order-Sequence, X-Worker-Id and X-Work-Started-At headers
+// into a [Write]
 // and the Idempotency-Key into the event ID, and the store's errors into
 // the API's statuses and error bodies. Over a [RedisStore] it is the
 // upstream that [HTTPStore] is tested against, and a starting point for an
@@ -135,6 +136,11 @@ func writeContext(r *http.Request) (ctx context.Context, eventID string, err err
 	if wr.Fence, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Fence <= 0 {
 		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderFencingToken, v, ErrNoFence)
 	}
+	if v := r.Header.Get(HeaderSequence); v != "" {
+		if wr.Seq, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Seq <= 0 {
+			return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderSequence, v, ErrInvalid)
+		}
+	}
 	return WithWrite(r.Context(), wr), eventID, nil
 }
 
@@ -198,6 +204,8 @@ func writeAPIError(w http.ResponseWriter, err error) {
 		writeAPIJSON(w, http.StatusConflict, b)
 	case errors.Is(err, ErrStaleFence):
 		writeAPIJSON(w, http.StatusConflict, apiError(CodeStaleFence, err.Error()))
+	case errors.Is(err, ErrPassed):
+		writeAPIJSON(w, http.StatusConflict, apiError(CodePassed, err.Error()))
 	case errors.Is(err, ErrConflict):
 		writeAPIJSON(w, http.StatusConflict, apiError(CodeConflict, err.Error()))
 	case errors.Is(err, ErrNotFound):

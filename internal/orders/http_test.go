@@ -205,7 +205,7 @@ type outcome struct {
 func outcomeOf(res Result, err error) outcome {
 	o := outcome{Result: res, Permanent: Permanent(err)}
 	o.Result.Order.UpdatedAt = time.Time{}
-	for _, s := range []error{ErrNotFound, ErrStaleFence, ErrClosed, ErrNoFence, ErrConflict, ErrInvalid, ErrUpstream} {
+	for _, s := range []error{ErrNotFound, ErrStaleFence, ErrClosed, ErrPassed, ErrNoFence, ErrConflict, ErrInvalid, ErrUpstream} {
 		if errors.Is(err, s) {
 			o.Sentinels = append(o.Sentinels, s.Error())
 		}
@@ -239,6 +239,16 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 			return outcomeOf(s.Exchange(WithWrite(ctx, Write{Fence: fence, Worker: "w1"}), ev, no, x))
 		}
 	}
+	modifyAt := func(fence, seq int64, ev, no string, c Changes) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			return outcomeOf(s.Modify(WithWrite(ctx, Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, c))
+		}
+	}
+	exchangeAt := func(fence, seq int64, ev, no string, x Exchange) func(context.Context, Store) outcome {
+		return func(ctx context.Context, s Store) outcome {
+			return outcomeOf(s.Exchange(WithWrite(ctx, Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
+		}
+	}
 	put := func(o Order) func(context.Context, Store) outcome {
 		return func(ctx context.Context, s Store) outcome { return outcomeOf(Result{}, s.Put(ctx, o)) }
 	}
@@ -266,6 +276,15 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		{"put SO1", put(Order{No: "SO1", Address: "a", Remark: "r", Items: []Item{{SKU: "s", Qty: 1}}})},
 		{"put SO9", put(Order{No: "SO9", Items: items})},
 		{"put SO3 cancelled", put(Order{No: "SO3", Status: StatusCancelled})},
+		{"put SO5", put(Order{No: "SO5", Items: items})},
+		{"modify at 20", modifyAt(baseFence, 20, "evt-s20", "SO5", Changes{Remark: ptr("20")})},
+		{"modify at 10, after 20", modifyAt(baseFence+1, 10, "evt-s10", "SO5", Changes{Remark: ptr("10")})},
+		{"modify at 20 again", modifyAt(baseFence+1, 20, "evt-s20", "SO5", Changes{Remark: ptr("20")})},
+		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", Changes{Address: ptr("no seq")})},
+		{"exchange at 15, after 20", exchangeAt(baseFence+1, 15, "evt-s15", "SO5", Exchange{Items: items})},
+		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", Changes{Remark: ptr("30")})},
+		{"get SO5", get("SO5")},
+		{"history SO5", history("SO5")},
 		{"put invalid", put(Order{No: "SO 4"})},
 		{"modify", modify(baseFence, "evt-1", "SO1", Changes{Address: ptr("b")})},
 		{"modify replay", modify(baseFence+5, "evt-1", "SO1", Changes{Address: ptr("b")})},
@@ -315,6 +334,7 @@ func TestHTTPStatusMapping(t *testing.T) {
 		{"404 from a wrong URL", 404, nil, "404 page not found\n", ErrUpstream, false, "URL"},
 		{"404 with another code", 404, jsonHeader, `{"error":{"code":"no_route"}}`, ErrUpstream, false, "no_route"},
 		{"409 stale fence", 409, jsonHeader, `{"error":{"code":"stale_fence","message":"fence 1 < 2"}}`, ErrStaleFence, false, "fence 1 < 2"},
+		{"409 passed", 409, jsonHeader, `{"error":{"code":"passed","message":"position 1 comes before 2"}}`, ErrPassed, true, "position 1 comes before 2"},
 		{"409 order closed", 409, jsonHeader, `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, ErrClosed, true, "replacement is order SO2"},
 		{"409 conflict", 409, jsonHeader, `{"error":{"code":"conflict","message":"SO2 exists"}}`, ErrConflict, true, "SO2 exists"},
 		{"409 unknown code", 409, jsonHeader, `{"error":{"code":"locked"}}`, ErrConflict, true, "locked"},

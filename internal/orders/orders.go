@@ -270,7 +270,12 @@ type Write struct {
 	// it, and the caller releases as usual.
 	Handoff *lock.Handoff
 	// Seq is the change's position in its order's sequence, recorded in
-	// the history entry (Entry.Seq). 0 means none. Optional.
+	// the history entry (Entry.Seq). 0 means none. Optional. A store that
+	// keeps the newest position applied to each order refuses a write whose
+	// position is not after it with ErrPassed (the Redis store does, and
+	// the HTTP store sends it for the upstream to do the same), so that an
+	// order never moves back in its sequence, even for a change whose
+	// dedupe record has expired or whose position was skipped.
 	Seq int64
 	// NoResult says the caller does not read Result.Order: a store may
 	// leave it zero and save reading the order back (the Redis store does).

@@ -44,11 +44,14 @@ type RedisConfig struct {
 	// DedupeRetention is how long the store remembers an applied event, to
 	// answer a repeat with its outcome instead of applying it again: a
 	// record is kept at least this long, and at most twice as long (records
-	// live in buckets of this width). Keep it at most the producers'
-	// DedupeWindow. Past it, a repeat of an event with a position that its
-	// order's sequence has passed is still not applied in turn, but one
-	// without a position (a hand-enqueued task), or whose sequence expired,
-	// is applied again. At least one second. Defaults to 7 days.
+	// live in buckets of this width). At least one second. Defaults to 7
+	// days, the producers' DedupeWindow.
+	//
+	// Past it, a repeat of an event with a position ([Write.Seq]) is still
+	// never applied: the order keeps the newest position applied to it and
+	// refuses any position not after it with ErrPassed. Only a repeat
+	// without a position (a task enqueued by hand, bypassing the producer)
+	// is applied again.
 	DedupeRetention time.Duration
 
 	// HistoryMax is how many history entries an order keeps: each write
@@ -296,12 +299,14 @@ end
 //	{"replay", record, fields...}   the event was applied before; no write;
 //	                                fields are the order's now (when asked)
 //	{"closed", status, exchanged_to}
+//	{"passed", newest position}      the position is not after the newest
+//	                                applied to the order
 //	{"stale", newest fence}          older than the order's or the lock's newest
 //	{"ok", record, fields...}       applied: fence stored, version bumped,
 //	                                history appended, the record kept
 var applyScript = redis.NewScript(luaLib + lock.CommitLua + `
 local function apply()
-  local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence')
+  local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence', 'seq')
   if not st[1] then return {'notfound'} end
   local rec = ev_get(KEYS[3], KEYS[4], KEYS[5], ARGV[1])
   if rec then
@@ -310,6 +315,7 @@ local function apply()
     return r
   end
   if st[1] ~= 'active' then return {'closed', st[1], st[2] or ''} end
+  if ARGV[8] ~= '' and st[4] and tonumber(ARGV[8]) <= tonumber(st[4]) then return {'passed', st[4]} end
   if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
   if KEYS[6] then
     local lf = redis.call('GET', KEYS[6])
@@ -318,6 +324,7 @@ local function apply()
   local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
   local t = now()
   redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 18))
+  if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'seq', ARGV[8]) end
   append(KEYS[2], ARGV[7], ARGV[17], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[8], ARGV[6], ARGV[15], ARGV[16])
   ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[14])
   local r = {'ok', ARGV[5]}
@@ -875,6 +882,8 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo string
 		return applied{}, &ClosedError{OrderNo: orderNo, Status: Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
 		return applied{}, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], ErrStaleFence)
+	case "passed":
+		return applied{}, fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], ErrPassed)
 	case "ok", "replay":
 		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
 		if err != nil {

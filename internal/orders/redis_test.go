@@ -888,3 +888,55 @@ func TestDedupeAcrossSkewedClocks(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 }
+
+// An order never moves back in its sequence: a change with an older
+// position than one applied is refused with ErrPassed and writes nothing,
+// also once its own dedupe record is gone; its replay is still a replay.
+func TestOlderPositionRefused(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	require.NoError(t, err)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	seed(t, s, "SO1")
+	at := func(fence, seq int64) context.Context {
+		return WithWrite(t.Context(), Write{Fence: fence, Seq: seq, Worker: "w"})
+	}
+	_, err = s.Modify(at(baseFence, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
+	require.NoError(t, err)
+	_, err = s.Modify(at(baseFence+1, 20), "evt-20", "SO1", Changes{Remark: ptr("twenty")})
+	require.NoError(t, err)
+
+	again, err := s.Modify(at(baseFence+2, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
+	require.NoError(t, err, "a replay within the retention is answered, not refused")
+	require.True(t, again.Replayed)
+
+	_, err = s.Modify(at(baseFence+2, 15), "evt-15", "SO1", Changes{Remark: ptr("fifteen")})
+	require.ErrorIs(t, err, ErrPassed)
+	require.True(t, Permanent(err))
+	require.ErrorContains(t, err, "position 15 is not after position 20")
+
+	clock = clock.Add(3 * time.Hour) // evt-10's record is gone
+	_, err = s.Modify(at(baseFence+3, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
+	require.ErrorIs(t, err, ErrPassed, "past its record, the sequence still refuses an old change")
+	_, err = s.Modify(at(baseFence+3, 20), "evt-20", "SO1", Changes{Remark: ptr("twenty")})
+	require.ErrorIs(t, err, ErrPassed, "and the last one applied is not applied twice")
+	_, err = s.Exchange(at(baseFence+3, 12), "evt-12", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, ErrPassed)
+	_, err = s.Get(t.Context(), "SO2")
+	require.ErrorIs(t, err, ErrNotFound, "a refused exchange creates nothing")
+	exists, err := db.Client.Exists(t.Context(), s.claimKey("SO2")).Result()
+	require.NoError(t, err)
+	require.Zero(t, exists, "and leaves no claim on the replacement's number")
+
+	o, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Equal(t, "twenty", o.Remark)
+	require.EqualValues(t, 3, o.Version, "the refusals wrote nothing")
+
+	_, err = s.Modify(at(baseFence+4, 0), "evt-hand", "SO1", Changes{Remark: ptr("by hand")})
+	require.NoError(t, err, "a change without a position is not ordered")
+	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", Changes{Remark: ptr("21")})
+	require.NoError(t, err)
+}
