@@ -311,6 +311,9 @@ func TestArchivedTaskUsesUpItsPosition(t *testing.T) {
 	require.NoError(t, err)
 	d := r.waitFor(t, "late", 30*time.Second, worker.OutcomeRejected)
 	require.ErrorContains(t, d.Err, "SO-ARCH-B", "the rejection names the replacement")
+	// The store's commit passed the turn on; the archive is noted in the
+	// order's sequence log.
+	requireNote(t, e, "SO-ARCH", d.Seq, tasks.PositionLabel(tasks.TypeModify, "late"), "archived: ", "SO-ARCH-B")
 
 	// A modify on the exchange queue, with a real position.
 	q := e.sequencer()
@@ -461,6 +464,25 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 	r.waitFor(t, "after-doomed", 30*time.Second, worker.OutcomeOK)
 	info := e.taskInfo(tasks.QueueModify, "doomed")
 	require.Equal(t, asynq.TaskStateArchived, info.State)
+	requireNote(t, e, "SO-FAIL", d.Seq, tasks.PositionLabel(tasks.TypeModify, "doomed"), "archived: ", "out of its failure budget")
+}
+
+// requireNote checks that the sequence log of order no has a note of
+// position pos under label whose reason starts with prefix and contains
+// want.
+func requireNote(t *testing.T, e *env, no string, pos int64, label, prefix, want string) {
+	t.Helper()
+	st, err := e.sequencer().Status(t.Context(), no)
+	require.NoError(t, err)
+	for _, l := range st.Log {
+		if l.Kind == "note" && l.Pos == pos {
+			require.Equal(t, label, l.Label)
+			require.True(t, strings.HasPrefix(l.Reason, prefix), l.Reason)
+			require.Contains(t, l.Reason, want)
+			return
+		}
+	}
+	t.Fatalf("no note of position %d in %s's log: %+v", pos, no, st.Log)
 }
 
 // A handler that panics releases its order's lock on the way out.
