@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		views, err := orderview.New(rdb, store, c.Prefix)
+		views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: c.Prefix})
 		if err != nil {
 			return err
 		}

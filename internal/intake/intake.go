@@ -300,7 +300,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	for _, k := range tasks.Kinds() {
 		queues = append(queues, k.Queue)
 	}
-	views, err := orderview.New(rdb, store, p.Config().KeyPrefix)
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
