@@ -29,6 +29,9 @@ Commands:
         enqueue an order:exchange task
   order get <order_no>          print an order as JSON
   order history <order_no>      print an order's history as JSON
+  order status <order_no> [-json]
+        what is happening to an order: its lock, the changes waiting in its
+        sequence, its tasks in every state, its latest history
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
   serve                         run the HTTP intake (see README)
@@ -103,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: c.Prefix})
+		views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
 		if err != nil {
 			return err
 		}
@@ -204,9 +207,24 @@ func exchange(ctx context.Context, p *producer.Producer, args []string) (produce
 
 func order(ctx context.Context, store orders.Store, views *orderview.Reader, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("order: want get, history or put")
+		return errors.New("order: want get, history, status or put")
 	}
 	switch args[0] {
+	case "status":
+		fs := flag.NewFlagSet("order status", flag.ContinueOnError)
+		asJSON := fs.Bool("json", false, "print the status as JSON (the intake's GET /v1/orders/{order_no}/status)")
+		no, err := parseCommand(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		st, err := views.Status(ctx, no)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, st)
+		}
+		return printStatus(stdout, st)
 	case "get", "history":
 		if len(args) != 2 {
 			return fmt.Errorf("order %s: want one order number", args[0])
@@ -242,7 +260,7 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 		}
 		return printJSON(stdout, o)
 	}
-	return fmt.Errorf("order: unknown subcommand %q (want get, history or put)", args[0])
+	return fmt.Errorf("order: unknown subcommand %q (want get, history, status or put)", args[0])
 }
 
 func printJSON(w io.Writer, v any) error {
