@@ -332,7 +332,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		w.release(ctx, lease, err == nil)
 		w.wake(ctx, lease.Wake())
-		if final && err != nil && h.Seq > 0 {
+		if final && err != nil && lease.Mode() == lock.ModeTurn {
 			w.noteArchived(ctx, h.OrderNo, lease.Turn(), err)
 		}
 		if final {
