@@ -343,6 +343,9 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		w.release(ctx, lease, err == nil)
 		w.wake(ctx, lease.Wake())
+		if final && err != nil && lease.Mode() == lock.ModeTurn {
+			w.noteArchived(ctx, h.OrderNo, lease.Turn(), err)
+		}
 		if final {
 			if c, ok := p.(tasks.Creator); ok {
 				w.settleCreation(ctx, c.Creates(), h, err)
@@ -427,6 +430,20 @@ func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Hea
 			zap.String("order_no", created), zap.String("event_id", h.EventID), zap.Error(serr))
 	}
 	w.wake(ctx, st.Wake)
+}
+
+// noteArchived records in the order's sequence log that the task of turn
+// was archived, and why: the release passed its turn on like any finished
+// work, and the order's status view finds archived tasks through this note.
+// It costs a round trip on this rare path only; a failure loses the note
+// (the task stays archived in asynq) and is logged.
+func (w *Worker) noteArchived(ctx context.Context, orderNo string, turn lock.Turn, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if nerr := w.seq.Note(ctx, orderNo, turn.Pos, turn.Label, clip("archived: "+err.Error())); nerr != nil {
+		w.log.Warn("could not note the archived task in its order's sequence",
+			zap.String("order_no", orderNo), zap.Int64("seq", turn.Pos), zap.Error(nerr))
+	}
 }
 
 // notCreated starts the outcome of a creation that failed.

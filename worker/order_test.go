@@ -84,6 +84,18 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// waitState waits until asynq has the task in state: a worker reports a
+// run (OnDone) just before asynq records its end.
+func (e *env) waitState(queue, id string, state asynq.TaskState) {
+	e.t.Helper()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		info, err := e.insp.GetTaskInfo(queue, id)
+		if assert.NoError(c, err) {
+			assert.Equal(c, state, info.State)
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
 // history returns an order's history.
 func (e *env) history(no string) []orders.Entry {
 	e.t.Helper()
@@ -311,6 +323,9 @@ func TestArchivedTaskUsesUpItsPosition(t *testing.T) {
 	require.NoError(t, err)
 	d := r.waitFor(t, "late", 30*time.Second, worker.OutcomeRejected)
 	require.ErrorContains(t, d.Err, "SO-ARCH-B", "the rejection names the replacement")
+	// The store's commit passed the turn on; the archive is noted in the
+	// order's sequence log.
+	requireNote(t, e, "SO-ARCH", d.Seq, tasks.PositionLabel(tasks.TypeModify, "late"), "archived: ", "SO-ARCH-B")
 
 	// A modify on the exchange queue, with a real position.
 	q := e.sequencer()
@@ -461,6 +476,25 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 	r.waitFor(t, "after-doomed", 30*time.Second, worker.OutcomeOK)
 	info := e.taskInfo(tasks.QueueModify, "doomed")
 	require.Equal(t, asynq.TaskStateArchived, info.State)
+	requireNote(t, e, "SO-FAIL", d.Seq, tasks.PositionLabel(tasks.TypeModify, "doomed"), "archived: ", "out of its failure budget")
+}
+
+// requireNote checks that the sequence log of order no has a note of
+// position pos under label whose reason starts with prefix and contains
+// want.
+func requireNote(t *testing.T, e *env, no string, pos int64, label, prefix, want string) {
+	t.Helper()
+	st, err := e.sequencer().Status(t.Context(), no)
+	require.NoError(t, err)
+	for _, l := range st.Log {
+		if l.Kind == "note" && l.Pos == pos {
+			require.Equal(t, label, l.Label)
+			require.True(t, strings.HasPrefix(l.Reason, prefix), l.Reason)
+			require.Contains(t, l.Reason, want)
+			return
+		}
+	}
+	t.Fatalf("no note of position %d in %s's log: %+v", pos, no, st.Log)
 }
 
 // A handler that panics releases its order's lock on the way out.
@@ -567,7 +601,7 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	d := r.waitFor(t, "late-1", 30*time.Second, worker.OutcomeRejected)
 	require.ErrorIs(t, d.Err, orders.ErrPassed)
 	require.ErrorContains(t, d.Err, "the newest applied")
-	require.Equal(t, asynq.TaskStateArchived, e.taskInfo(tasks.QueueModify, "late-1").State)
+	e.waitState(tasks.QueueModify, "late-1", asynq.TaskStateArchived)
 
 	// A position skipped with nothing applied after it: the late task
 	// applies, in its order still.
@@ -590,6 +624,7 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, keys)
 	require.NoError(t, e.db.Client.Del(t.Context(), keys...).Err())
+	e.waitState(tasks.QueueModify, "late-2", asynq.TaskStateCompleted)
 	require.NoError(t, e.insp.DeleteTask(tasks.QueueModify, "late-2"))
 	late("late-2", pos2, "late but last")
 	d = r.waitFor(t, "late-2", 30*time.Second, worker.OutcomeRejected)

@@ -37,7 +37,9 @@
 // of its asynq MaxRetry), and then the worker archives it with the reason. A
 // malformed task, and a change the store refuses for good (unknown or
 // closed order, conflict), is archived at once (asynq.SkipRetry). An
-// archived task uses up its position.
+// archived task uses up its position, and a task archived in its turn is
+// noted in its order's sequence log (lock.Sequencer.Note) with the reason,
+// so that the order's status view (internal/orderview) finds it.
 //
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker

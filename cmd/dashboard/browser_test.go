@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // chromium returns the path of Debian's chromium. It skips the test when
@@ -251,5 +253,95 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	assert.ElementsMatch(t, ids, got, "the click changed the queue")
 
 	screenshot(ctx, t, "dashboard-crafted-task-id.png")
+	requireNoSecrets(t, d.logs.String())
+}
+
+// TestBrowserOrderPage opens the order page of a writable dashboard under a
+// root path, as an operator asking about order SO1001 would: it searches
+// for the order, reads what the page says of its waiting, retried and
+// archived tasks, follows a task's link into asynqmon, and runs the
+// archived task again from the order page. The screenshot is kept like
+// TestBrowser's.
+func TestBrowserOrderPage(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		_ = insp.DeleteQueue(tasks.QueueModify, true)
+		_ = insp.DeleteQueue(tasks.QueueExchange, true)
+	})
+	s := orderviewtest.Build(t, db.Client, db.Prefix, "SO1001")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false", "DASHBOARD_ROOT", "/ops"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+
+	// The search box leads to the order's page.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/orders")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`input[name="no"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`input[name="no"]`), "SO1001")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Submit(chromedp.CSS(`input[name="no"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#order-no`))))
+	loc, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname`))
+	require.NoError(t, err)
+	assert.Equal(t, "/ops/orders/SO1001", loc)
+
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, sel)
+		return s
+	}
+	summary := text(`#summary`)
+	assert.Contains(t, summary, "SO1001 is active, version 2")
+	assert.Contains(t, summary, "Its next change, task "+s.Retried+", failed 1 time(s) (upstream said 503)")
+	assert.Contains(t, summary, "1 task(s) wait for their turn, parked in asynq's retry set (not failures).")
+	assert.Contains(t, summary, "1 of its tasks are archived")
+	assert.Contains(t, text(`#order`), "2 New Rd, "+s.Applied)
+	assert.Contains(t, text(`#lock`), "Free.")
+	waiting := text(`#waiting`)
+	assert.Contains(t, waiting, fmt.Sprintf("%d\tnext\treserved", s.Seq[s.Retried]))
+	assert.Contains(t, waiting, s.Parked)
+	assert.Contains(t, text(`#log`), "archived: failed 1 times, out of its failure budget of 0 retries: upstream said 500")
+
+	row := func(id string) string { return `#tasks tr[data-task="` + id + `"]` }
+	assert.Contains(t, text(row(s.Retried)), "its turn: failed 1 of 6 allowed times; runs again at ")
+	assert.Contains(t, text(row(s.Parked)), "waits for its turn (1 position is ahead of it): parked in asynq's retry set, not failed")
+	assert.Contains(t, text(row(s.Archived)), "archived")
+	assert.Contains(t, text(row(s.Applied)), "applied: version 2, changed address")
+	hrefs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#tasks tr[data-task="`+s.Retried+`"] a')).map(a => a.getAttribute("href"))`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/ops/queues/order_modify/tasks/" + s.Retried, "/ops/queues/order_modify?status=retry"}, hrefs,
+		"links into asynqmon's task page and state list, under the root")
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#tasks tr[data-task="`+s.Archived+`"] button')).map(b => b.textContent)`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Run", "Delete"}, buttons, "asynqmon's actions for an archived task")
+	screenshot(ctx, t, "dashboard-order-page.png")
+
+	// The task's link opens asynqmon's page of that task.
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row(s.Archived)+` td:first-child a`)))
+	require.NoError(t, err)
+	assert.Equal(t, int64(http.StatusOK), resp.Status)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		`location.pathname === "/ops/queues/order_modify/tasks/`+s.Archived+`" && document.body.innerText.includes("`+orderviewtest.FailArchived+`")`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "asynqmon's task page did not show the archived task")
+
+	// Run the archived task again from the order page: it goes through
+	// asynqmon's API and its guards, and the page shows it pending.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/orders/SO1001")))
+	// The button's request succeeds and the page reloads.
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row(s.Archived)+` button`)))
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		`(() => { const r = document.querySelector('#tasks tr[data-task="`+s.Archived+`"]'); return r !== null && r.innerText.includes("pending"); })()`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "the archived task never showed pending after Run")
+	info, err := insp.GetTaskInfo(tasks.QueueModify, s.Archived)
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State)
+	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/api/queues/order_modify/archived_tasks/`+s.Archived+`:run"`)
 	requireNoSecrets(t, d.logs.String())
 }

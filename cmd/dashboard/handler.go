@@ -18,6 +18,8 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
@@ -28,6 +30,8 @@ const readyTimeout = 2 * time.Second
 //
 //	<root>/...   asynqmon's UI and API, behind authentication, with task IDs
 //	             outside the contract shown escaped and refused in writes
+//	<root>/orders, <root>/orders/{order_no}
+//	             the order page (see orderPages), behind authentication
 //	/metrics     Prometheus metrics, behind authentication if MetricsAuth
 //	/healthz     200 while the process serves
 //	/readyz      200 while Redis answers PING, else 503
@@ -61,6 +65,20 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 	// (see guardTaskIDs).
 	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
 
+	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("order store (KEY_PREFIX): %w", err)
+	}
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait})
+	if err != nil {
+		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT): %w", err)
+	}
+	pages, err := newOrderPages(views, monRoot, cfg.ReadOnly, log.Named("orders"))
+	if err != nil {
+		return nil, fmt.Errorf("order page: %w", err)
+	}
+	orderUI := protect(uiHeaders(pages))
+
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
@@ -84,6 +102,8 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 	})))
 	mux.Handle("GET /readyz", noStore(readyz(rdb, log)))
 	mux.Handle("GET /metrics", metricsHandler)
+	mux.Handle(monRoot+"/orders", orderUI)
+	mux.Handle(monRoot+"/orders/", orderUI)
 	if cfg.Root == "/" {
 		mux.Handle("/", ui)
 	} else {

@@ -11,6 +11,7 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
@@ -51,6 +52,8 @@ type settings struct {
 	ReadOnly        bool
 	MetricsAuth     bool
 	PrometheusURL   string
+	KeyPrefix       string
+	GapWait         time.Duration
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
 	IdleTimeout     time.Duration
@@ -76,12 +79,21 @@ func declare(s *config.Set, cfg *settings) {
 	s.Bool(&cfg.ReadOnly, "read-only", "DASHBOARD_READ_ONLY", true, "hide and refuse the UI's write actions (delete, archive, run, pause)")
 	s.Bool(&cfg.MetricsAuth, "metrics-auth", "DASHBOARD_METRICS_AUTH", true, "require the dashboard's credentials on /metrics")
 	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
+	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
+	s.Duration(&cfg.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait, "the workers' gap wait, whose time left the order page shows for a position without its task; the same as the worker's").Check(config.Positive)
 	s.Duration(&cfg.ReadTimeout, "read-timeout", "DASHBOARD_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers included").Check(config.Positive)
 	s.Duration(&cfg.WriteTimeout, "write-timeout", "DASHBOARD_WRITE_TIMEOUT", 30*time.Second, "longest time to answer a request").Check(config.Positive)
 	s.Duration(&cfg.IdleTimeout, "idle-timeout", "DASHBOARD_IDLE_TIMEOUT", 2*time.Minute, "how long an idle keep-alive connection stays open").Check(config.Positive)
 	s.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "DASHBOARD_SHUTDOWN_TIMEOUT", 10*time.Second, "how long to let requests finish on SIGTERM").Check(config.Positive)
 	s.String(&cfg.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&cfg.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
+}
+
+func checkKeyPrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return errors.New("must not contain a brace (it would break the keys' hash tags)")
+	}
+	return nil
 }
 
 // reserved are the paths the dashboard serves outside its root.

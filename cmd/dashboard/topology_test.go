@@ -11,26 +11,33 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // The tests in this file run the dashboard on a real Redis Cluster and a
-// real Sentinel group, given nothing but REDIS_URL: /readyz, asynqmon's
-// queue list and Redis info page, and the queue metrics.
+// real Sentinel group, given nothing but REDIS_URL and KEY_PREFIX: /readyz,
+// asynqmon's queue list and Redis info page, the queue metrics, and the
+// order page.
 
 // The dashboard runs as an ACL user with the README's rule: asynq's keys
-// and channel, nothing dangerous but INFO and the cluster view.
+// and channel, orderworker's keys read-only (the order page), nothing
+// dangerous but INFO and the cluster view.
 const (
 	aclUser     = "ow-dashboard"
 	aclPassword = "dashboard-acl-secret-0123"
 )
 
-var aclRules = []string{"reset", "on", ">" + aclPassword, "~asynq:*", "&asynq:*", "+@all", "-@dangerous", "+info", "+cluster|info", "+cluster|nodes"}
+func aclRules(prefix string) []string {
+	return []string{"reset", "on", ">" + aclPassword, "~asynq:*", "%R~" + prefix + "*", "&asynq:*", "+@all", "-@dangerous", "+info", "+cluster|info", "+cluster|nodes"}
+}
 
-// dashboardOn enqueues two tasks through adminURL and runs the dashboard on
-// url.
-func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
+// dashboardOn enqueues two tasks through adminURL, and an order change
+// under prefix, and runs the dashboard on url.
+func dashboardOn(t *testing.T, adminURL, url, prefix string, cluster bool) {
 	t.Helper()
 	o, err := redisconn.Parse(adminURL)
 	require.NoError(t, err)
@@ -38,8 +45,16 @@ func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
 	defer rdb.Close()
 	enqueueOn(t, rdb)
 	defer func() { _ = asynq.NewInspectorFromRedisClient(rdb).DeleteQueue(queue, true) }()
+	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO3001", Address: "1 Main St", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
+	require.NoError(t, err)
+	defer p.Close()
+	_, err = p.EnqueueModify(t.Context(), "SO3001", tasks.Changes{Remark: new("ring twice")}, producer.WithEventID("crm-3001"))
+	require.NoError(t, err)
 
-	env := map[string]string{"REDIS_URL": url, "DASHBOARD_USER": testUser, "DASHBOARD_PASSWORD": testPassword, "DASHBOARD_TOKENS": testToken}
+	env := map[string]string{"REDIS_URL": url, "KEY_PREFIX": prefix, "DASHBOARD_USER": testUser, "DASHBOARD_PASSWORD": testPassword, "DASHBOARD_TOKENS": testToken}
 	d := startDashboard(t, env)
 	admin := basicAuth(testUser, testPassword)
 
@@ -57,7 +72,7 @@ func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
 	require.NoError(t, json.Unmarshal([]byte(r.body), &qs))
 	require.Len(t, qs.Queues, 1, r.body)
 	assert.Equal(t, queue, qs.Queues[0].Queue)
-	assert.Equal(t, 2, qs.Queues[0].Pending)
+	assert.Equal(t, 3, qs.Queues[0].Pending, "two tasks and the order change")
 
 	r = d.get(t, "/api/redis_info", admin)
 	require.Equal(t, http.StatusOK, r.status, r.body)
@@ -67,9 +82,15 @@ func dashboardOn(t *testing.T, adminURL, url string, cluster bool) {
 	require.NoError(t, json.Unmarshal([]byte(r.body), &info))
 	assert.Equal(t, cluster, info.Cluster, "asynqmon's Redis info page knows the topology")
 
+	r = d.get(t, "/orders/SO3001", admin)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, "SO3001 is active, version 1")
+	assert.Contains(t, r.body, `href="/queues/order_modify/tasks/crm-3001">crm-3001</a>`)
+	assert.Contains(t, r.body, "its turn: asynq runs it as soon as a worker is free")
+
 	r = d.get(t, "/metrics", bearerAuth(testToken))
 	require.Equal(t, http.StatusOK, r.status)
-	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 2`)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 3`)
 	requireNoSecrets(t, d.logs.String())
 	require.NotContains(t, d.logs.String(), aclPassword)
 }
@@ -88,12 +109,12 @@ func enqueueOn(t *testing.T, rdb redis.UniversalClient) {
 
 func TestDashboardOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules...))
-	dashboardOn(t, db.URL(), strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1), true)
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	dashboardOn(t, db.URL(), strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1), db.Prefix, true)
 }
 
 func TestDashboardOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules...))
-	dashboardOn(t, db.URL(), db.URL()+"&username="+aclUser+"&password="+aclPassword, false)
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	dashboardOn(t, db.URL(), db.URL()+"&username="+aclUser+"&password="+aclPassword, db.Prefix, false)
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
@@ -28,6 +29,9 @@ Commands:
         enqueue an order:exchange task
   order get <order_no>          print an order as JSON
   order history <order_no>      print an order's history as JSON
+  order status <order_no> [-json]
+        what is happening to an order: its lock, the changes waiting in its
+        sequence, its tasks in every state, its latest history
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
   serve                         run the HTTP intake (see README)
@@ -37,14 +41,17 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis  *redisconn.Options
-	Prefix string
+	Redis   *redisconn.Options
+	Prefix  string
+	GapWait time.Duration
 }
 
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
+	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
+		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
 }
 
 // run dispatches the command line. Results go to stdout as JSON.
@@ -99,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return err
 		}
-		views, err := orderview.New(rdb, store, c.Prefix)
+		views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
 		if err != nil {
 			return err
 		}
@@ -200,9 +207,24 @@ func exchange(ctx context.Context, p *producer.Producer, args []string) (produce
 
 func order(ctx context.Context, store orders.Store, views *orderview.Reader, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("order: want get, history or put")
+		return errors.New("order: want get, history, status or put")
 	}
 	switch args[0] {
+	case "status":
+		fs := flag.NewFlagSet("order status", flag.ContinueOnError)
+		asJSON := fs.Bool("json", false, "print the status as JSON (the intake's GET /v1/orders/{order_no}/status)")
+		no, err := parseCommand(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		st, err := views.Status(ctx, no)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, st)
+		}
+		return printStatus(stdout, st)
 	case "get", "history":
 		if len(args) != 2 {
 			return fmt.Errorf("order %s: want one order number", args[0])
@@ -251,7 +273,7 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 		}
 		return printJSON(stdout, o)
 	}
-	return fmt.Errorf("order: unknown subcommand %q (want get, history or put)", args[0])
+	return fmt.Errorf("order: unknown subcommand %q (want get, history, status or put)", args[0])
 }
 
 func printJSON(w io.Writer, v any) error {

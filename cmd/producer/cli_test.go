@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
@@ -66,5 +69,78 @@ func TestCLI(t *testing.T) {
 	} {
 		_, err := cli(bad...)
 		require.Error(t, err, "%v", bad)
+	}
+}
+
+// TestCLIOrderStatus prints the status of an order with a change applied,
+// one archived, the next one retrying and one parked behind it: as text for
+// a terminal, and as the intake's JSON with -json.
+func TestCLIOrderStatus(t *testing.T) {
+	db := redistest.New(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "GAP_WAIT": "45s"}
+	cli := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		_ = insp.DeleteQueue(tasks.QueueModify, true)
+		_ = insp.DeleteQueue(tasks.QueueExchange, true)
+	})
+	s := orderviewtest.Build(t, db.Client, db.Prefix, "SO1001")
+
+	out, err := cli("order", "status", "SO1001")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	for _, want := range []string{
+		"SO1001  active  version 2  written ",
+		"address  2 New Rd, " + s.Applied,
+		"What is happening (at ",
+		"Lock: free",
+		fmt.Sprintf("Sequence: last finished position (cursor) %d, last handed out %d", s.Seq[s.Archived], s.Seq[s.Parked]),
+		fmt.Sprintf("%d  next  reserved  order:modify %s  retry", s.Seq[s.Retried], s.Retried),
+		"note  order:modify " + s.Archived + "  archived: failed 1 times, out of its failure budget of 0 retries: " + orderviewtest.FailArchived,
+		s.Retried + ": its turn: failed 1 of 6 allowed times; runs again at ",
+		"    last error: " + orderviewtest.FailRetried,
+		s.Parked + ": waits for its turn (1 position is ahead of it): parked in asynq's retry set, not failed",
+		"History (latest 2 of 2):",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.Regexp(t, `(?m)^  `+s.Applied+` +order_modify +completed +\d+ +0/5 +history$`, out)
+	require.Regexp(t, `(?m)^  `+s.Archived+` +order_modify +archived +\d+ +0/0 +log$`, out)
+
+	out, err = cli("order", "status", "-json", "SO1001")
+	require.NoError(t, err)
+	var st orderview.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, s.Seq[s.Archived], st.Sequence.Done)
+	require.Len(t, st.Tasks, 4)
+
+	out, err = cli("order", "status", "SO-NONE")
+	require.NoError(t, err)
+	require.Contains(t, out, "SO-NONE: not in the order store")
+	require.Contains(t, out, "Nothing is known of SO-NONE")
+	_, err = cli("order", "status", "S O")
+	require.ErrorIs(t, err, orders.ErrInvalid)
+	_, err = cli("order", "status")
+	require.Error(t, err)
+}
+
+// clean keeps what a terminal shows as text and escapes what it would
+// obey.
+func TestClean(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"1 Main St, Springfield", "1 Main St, Springfield"},
+		{"Straße ✓", "Straße ✓"},
+		{"line\nbreak\ttab", `line\nbreak\ttab`},
+		{"\x1b[2Jgone", `\x1b[2Jgone`},
+		{"\u202eevil", `\u202eevil`},
+		{"bad \xff byte", `bad \xff byte`},
+		{"\u0085next", `\u0085next`},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, clean(tt.in), "%q", tt.in)
 	}
 }

@@ -125,6 +125,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),
 		RequestTimeout: c.RequestTimeout,
+		GapWait:        c.GapWait,
 		Logger:         log,
 	})
 	if errors.Is(err, httpauth.ErrConfig) {

@@ -143,6 +143,25 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h)
 }
 
+// getStatus answers what is happening to the order (orderview.Status): the
+// order, or its absence, its lock, its sequence, its tasks and its latest
+// history. An order nothing is known of is an empty status, not a 404.
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
+	no, aerr := orderNo(r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	st, err := s.views.Status(ctx, no)
+	if err != nil {
+		s.writeError(w, r, storeError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
 // taskView is the answer of GET /v1/tasks/{task_id}.
 type taskView struct {
 	TaskID        string    `json:"task_id"`

@@ -79,7 +79,7 @@ func newEnvOnServer(t *testing.T, rdb redis.UniversalClient, prefix string, conf
 	if configure != nil {
 		configure(&cfg)
 	}
-	p, err := producer.New(rdb, producer.Config{})
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})

@@ -1,7 +1,8 @@
 // Package intake is orderworker's HTTP API for upstream systems that cannot
 // import package producer, most of them Java services. Through it they
 // enqueue order modifies and exchanges with the producer's policy, and read
-// orders, order histories and the state of tasks. "producer serve" (the
+// orders, order histories, what is happening to an order (its status:
+// internal/orderview) and the state of tasks. "producer serve" (the
 // intake process of the Procfile) serves it; api/openapi.yaml describes it
 // exactly, and a test holds the two together.
 //
@@ -20,6 +21,7 @@
 //
 //	GET  /v1/orders/{order_no}            the order                    200
 //	GET  /v1/orders/{order_no}/history    the order's history          200
+//	GET  /v1/orders/{order_no}/status     what is happening to it      200
 //	GET  /v1/tasks/{task_id}              a task's state and retries   200
 //	GET  /healthz                         the process serves           200
 //	GET  /readyz                          Redis answers                200 or 503
@@ -174,6 +176,12 @@ type Config struct {
 	// second, the default timeout of a Kubernetes probe.
 	ProbeTimeout time.Duration
 
+	// GapWait is the workers' gap wait (GAP_WAIT), whose time left the
+	// order status reports for a position that waits for a task that will
+	// not come. Set it to the workers' value. Defaults to 30 seconds, the
+	// workers' default.
+	GapWait time.Duration
+
 	// Logger receives the access log, on its "http" child. Defaults to a
 	// logger that discards everything.
 	Logger *zap.Logger
@@ -204,6 +212,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("intake: negative RetryAfter %v", c.RetryAfter)
 	case c.ProbeTimeout < 0:
 		return fmt.Errorf("intake: negative ProbeTimeout %v", c.ProbeTimeout)
+	case c.GapWait < 0:
+		return fmt.Errorf("intake: negative GapWait %v", c.GapWait)
 	}
 	return nil
 }
@@ -231,6 +241,7 @@ type route struct {
 var table = append(kindRoutes(),
 	route{Route{http.MethodGet, "/v1/orders/{order_no}", false}, (*Server).getOrder},
 	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false}, (*Server).getHistory},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false}, (*Server).getStatus},
 	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false}, (*Server).getTask},
 	route{Route{http.MethodGet, "/healthz", true}, (*Server).healthz},
 	route{Route{http.MethodGet, "/readyz", true}, (*Server).readyz},
@@ -300,7 +311,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	for _, k := range tasks.Kinds() {
 		queues = append(queues, k.Queue)
 	}
-	views, err := orderview.New(rdb, store, p.Config().KeyPrefix)
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}

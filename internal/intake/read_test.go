@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -62,6 +63,54 @@ func TestGetOrderAndHistory(t *testing.T) {
 	}
 }
 
+// TestGetOrderStatus reads, over a real socket, the status of an order with
+// a change applied, one archived, the next one retrying and one parked
+// behind it, as a worker left it; then that of a number nothing is known
+// of, and of a malformed one.
+func TestGetOrderStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.GapWait = 45 * time.Second })
+	s := orderviewtest.Build(t, e.rdb, e.db.Prefix, "SO1001")
+
+	r := e.do(t, http.MethodGet, "/v1/orders/SO1001/status", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var st orderview.Status
+	r.decode(t, &st)
+	assert.Equal(t, "SO1001", st.OrderNo)
+	require.NotNil(t, st.Order)
+	assert.Equal(t, "2 New Rd, "+s.Applied, st.Order.Address)
+	assert.Equal(t, s.Seq[s.Archived], st.Sequence.Done)
+	require.Len(t, st.Sequence.Waiting, 2)
+	assert.Equal(t, s.Retried, st.Sequence.Waiting[0].TaskID)
+	states := map[string]string{}
+	for _, tk := range st.Tasks {
+		states[tk.TaskID] = tk.State + " " + tk.Source
+	}
+	assert.Equal(t, map[string]string{s.Applied: "completed history", s.Archived: "archived log",
+		s.Retried: "retry position", s.Parked: "retry position"}, states)
+	assert.NotEmpty(t, st.Summary)
+	// The wire names of the schema, and no order member when absent.
+	for _, member := range []string{`"sequence":{"exists":true,"done":`, `"waiting":[{"seq":`, `"next":true`,
+		`"task_state":"retry"`, `"kind":"note"`, `"history_total":2`, `"lock":{"held":false}`} {
+		assert.Contains(t, string(r.body), member)
+	}
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO-NONE/status", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var none orderview.Status
+	r.decode(t, &none)
+	assert.Nil(t, none.Order)
+	assert.NotContains(t, string(r.body), `"order":`)
+	assert.Contains(t, string(r.body), `"tasks":[]`)
+	assert.Contains(t, none.Summary[0], "Nothing is known of SO-NONE")
+
+	r = e.do(t, http.MethodGet, "/v1/orders/S.O/status", "", nil)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	assert.Equal(t, "order_no", r.errorBody(t).Error.Field)
+	r = e.do(t, http.MethodGet, "/v1/orders/SO1001/status", "", map[string]string{"Authorization": ""})
+	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r.body)
+}
+
 // TestUnavailable points the server at a port nothing listens on: every
 // route that needs Redis answers 503 with Retry-After, while requests that
 // are wrong anyway still get their 4xx and /healthz its 200.
@@ -75,6 +124,7 @@ func TestUnavailable(t *testing.T) {
 		{http.MethodPost, "/v1/orders/SO1/exchange", exchangeBody},
 		{http.MethodGet, "/v1/orders/SO1", ""},
 		{http.MethodGet, "/v1/orders/SO1/history", ""},
+		{http.MethodGet, "/v1/orders/SO1/status", ""},
 		{http.MethodGet, "/v1/tasks/evt-1", ""},
 		{http.MethodGet, "/readyz", ""},
 	}

@@ -125,6 +125,13 @@ func TestSpecSchemas(t *testing.T) {
 		{"HistoryEntry", orders.Entry{}, nil, true},
 		{"History", orderview.History{}, nil, true},
 		{"Skip", orderview.Skip{}, nil, true},
+		{"OrderStatus", orderview.Status{}, nil, true},
+		{"OrderLock", orderview.Lock{}, nil, true},
+		{"OrderSequence", orderview.Sequence{}, nil, true},
+		{"Position", orderview.Position{}, nil, true},
+		{"Gap", orderview.Gap{}, nil, true},
+		{"SequenceLogEntry", orderview.LogEntry{}, nil, true},
+		{"OrderTask", orderview.Task{}, nil, true},
 		{"Task", taskView{}, nil, true},
 		{"Status", status{}, nil, true},
 	}

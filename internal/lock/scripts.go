@@ -25,7 +25,8 @@ import "github.com/redis/go-redis/v9"
 //	k:<pos>  the holder of pos is parked: hand its label back when pos is
 //	         next, so that the caller brings it back
 //	ref:<x>  the position reserved under reference x (Reserve's ref)
-//	log      the latest positions settled without a turn, as JSON (seq_log)
+//	log      the latest positions settled without a turn, and the outcomes
+//	         noted by holders after theirs, as JSON (seq_log)
 //
 // All three keys share the hash tag {key}, so every script touches one
 // Cluster slot. Positions start at Redis TIME in microseconds (see
@@ -66,8 +67,9 @@ local function seq_advance(s, pos)
 end
 
 -- seq_log records that position pos, reserved under label, was settled
--- without its turn (kind "void", "skip" or "finish"), and why, in the capped
--- log of sequence s.
+-- without its turn (kind "void", "skip" or "finish"), or that its holder
+-- noted an outcome after its turn (kind "note"), and why, in the capped log
+-- of sequence s.
 local function seq_log(s, pos, kind, label, why)
   local log = {}
   local old = redis.call('HGET', s, 'log')
@@ -340,4 +342,18 @@ if next then
 end
 redis.call('PEXPIRE', s, ARGV[7])
 return {1, wake}
+`)
+
+// noteScript records in a sequence's log an outcome that the holder of a
+// position noted after its turn (see [Sequencer.Note]). It moves nothing.
+//
+// KEYS[1] sequence
+// ARGV[1] position, ARGV[2] the position's label, ARGV[3] the outcome
+//
+// Returns 1 when it logged the note, 0 when the sequence does not exist
+// (it expired): nothing is written then.
+var noteScript = redis.NewScript(commonLua + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+seq_log(KEYS[1], tonumber(ARGV[1]), 'note', ARGV[2], ARGV[3])
+return 1
 `)

@@ -257,14 +257,36 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 	return q.settle(ctx, key, pos, ref, want, "f", outcome)
 }
 
-// Settled is a position of a sequence that was settled without its turn:
-// voided, skipped or finished.
+// Note records, in the log of key's sequence (see [Status].Log), an
+// outcome that the holder of position pos, reserved under label, wants kept
+// after its turn: for orderworker, that its task was archived, which the
+// turn's release passes on like any finished work. It moves nothing and
+// costs one round trip, so it is meant for rare outcomes, not for every
+// turn. It does nothing, and returns nil, when the sequence no longer
+// exists. It returns an error for a bad key or label and Redis errors,
+// wrapped.
+func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
+	if err := checkLabel(key, label, ""); err != nil {
+		return err
+	}
+	if pos <= 0 {
+		return fmt.Errorf("%w: position %d", ErrBadPosition, pos)
+	}
+	if err := noteScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, outcome).Err(); err != nil {
+		return fmt.Errorf("note %s position %d: %w", key, pos, err)
+	}
+	return nil
+}
+
+// Settled is an entry of a sequence's log: a position that was settled
+// without its turn (voided, skipped or finished), or an outcome its holder
+// noted after its turn.
 type Settled struct {
 	Pos int64 `json:"pos"`
 	// At is when (Redis clock).
 	At time.Time `json:"at"`
-	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]) or
-	// "finish" ([Sequencer.Finish]).
+	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]),
+	// "finish" ([Sequencer.Finish]) or "note" ([Sequencer.Note]).
 	Kind string `json:"kind"`
 	// Label is the label the position was reserved under.
 	Label string `json:"label"`
@@ -304,7 +326,8 @@ type Status struct {
 	// Pending are the positions after Done, in order.
 	Pending []Pending
 	// Log holds the latest positions settled without their turn (voided,
-	// skipped or finished ahead), oldest first; at most 20.
+	// skipped or finished ahead) and the latest notes, oldest first; at
+	// most 20 entries.
 	Log []Settled
 	// TTL is how long the sequence lives without further use.
 	TTL time.Duration
@@ -365,6 +388,53 @@ func parseStatus(f map[string]string, ttl time.Duration) (Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// Holder is who holds a key's lock, as [Sequencer.Holder] reads it.
+type Holder struct {
+	// Held is false when the lock is free; the other fields are then zero.
+	Held bool
+	// Meta describes the holder, as its Acquire gave it (for orderworker
+	// "<task type> <task ID>").
+	Meta string
+	// Fence is the holder's fencing token.
+	Fence int64
+	// TTL is the lease left when it was read.
+	TTL time.Duration
+}
+
+// Holder reads who holds key's lock, for operators: its meta, fencing token
+// and lease left (never its owner token). It lives on the Sequencer, which
+// holds no subscription, so that a reader of a key's sequence can read its
+// lock too. It costs one round trip and returns Redis errors, wrapped.
+func (q *Sequencer) Holder(ctx context.Context, key string) (Holder, error) {
+	if err := checkKey(key, ""); err != nil {
+		return Holder{}, err
+	}
+	lk := q.lockKey(key)
+	var fields *redis.SliceCmd
+	var ttl *redis.DurationCmd
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		fields = p.HMGet(ctx, lk, "owner", "meta", "fence")
+		ttl = p.PTTL(ctx, lk)
+		return nil
+	}); err != nil {
+		return Holder{}, fmt.Errorf("lock %s: %w", key, err)
+	}
+	v := fields.Val()
+	if owner, _ := v[0].(string); owner == "" {
+		return Holder{}, nil
+	}
+	h := Holder{Held: true, TTL: max(ttl.Val(), 0)}
+	h.Meta, _ = v[1].(string)
+	if f, _ := v[2].(string); f != "" {
+		fence, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return Holder{}, fmt.Errorf("lock %s: bad fence %q", key, f)
+		}
+		h.Fence = fence
+	}
+	return h, nil
 }
 
 // splitRecord reads a pending record "<ms> <label>"; it returns "" and the

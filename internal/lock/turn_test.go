@@ -487,3 +487,47 @@ func redisClient(t *testing.T, url string) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Note logs an outcome after a turn without moving the sequence, and only
+// while the sequence exists; Holder reads the lock's holder without its
+// owner token.
+func TestNoteAndHolder(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	turns := reserve(t, q, "SO-note", 2)
+
+	h, err := q.Holder(t.Context(), "SO-note")
+	require.NoError(t, err)
+	require.Equal(t, lock.Holder{}, h, "free")
+
+	lease, err := l.AcquireTurn(t.Context(), "SO-note", "order:modify ev-0", turns[0], lock.Wait{Deadline: time.Second})
+	require.NoError(t, err)
+	h, err = q.Holder(t.Context(), "SO-note")
+	require.NoError(t, err)
+	require.True(t, h.Held)
+	require.Equal(t, "order:modify ev-0", h.Meta)
+	require.Equal(t, lease.Fence(), h.Fence)
+	require.Greater(t, h.TTL, time.Duration(0))
+	require.LessOrEqual(t, h.TTL, l.TTL())
+	lease.Finish()
+	require.NoError(t, lease.Release(t.Context()))
+
+	require.NoError(t, q.Note(t.Context(), "SO-note", turns[0].Pos, turns[0].Label, "archived: order closed"))
+	st, err := q.Status(t.Context(), "SO-note")
+	require.NoError(t, err)
+	require.Equal(t, turns[0].Pos, st.Done, "a note moves nothing")
+	require.Len(t, st.Pending, 1)
+	require.Len(t, st.Log, 1)
+	e := st.Log[0]
+	require.Equal(t, lock.Settled{Pos: turns[0].Pos, At: e.At, Kind: "note", Label: turns[0].Label, Reason: "archived: order closed"}, e)
+	require.False(t, e.Skipped())
+	require.WithinDuration(t, time.Now(), e.At, time.Minute)
+
+	require.ErrorIs(t, q.Note(t.Context(), "SO-note", 0, "m x", "no position"), lock.ErrBadPosition)
+	require.NoError(t, q.Note(t.Context(), "SO-none", 7, "m x", "no sequence"))
+	st, err = q.Status(t.Context(), "SO-none")
+	require.NoError(t, err)
+	require.False(t, st.Exists, "a note creates no sequence")
+}

@@ -442,7 +442,8 @@ return v
 // ARGV[2] the page's size
 //
 // Returns {} when there is no such order, else {more, entries...}: more is
-// "1" when entries follow the page.
+// "1" when entries follow the page. It only reads, and runs with EVALSHA_RO,
+// so that a Redis user with read-only access to the keys (%R~) may run it.
 var historyScript = redis.NewScript(luaLib + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
 local first = redis.call('LINDEX', KEYS[2], 0)
@@ -491,7 +492,7 @@ func (s *RedisStore) History(ctx context.Context, orderNo string, q HistoryQuery
 		return HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
 	q = q.withDefaults()
-	res, err := historyScript.Run(ctx, s.rdb, []string{s.orderKey(orderNo), s.historyKey(orderNo)}, q.After, q.Limit).StringSlice()
+	res, err := historyScript.RunRO(ctx, s.rdb, []string{s.orderKey(orderNo), s.historyKey(orderNo)}, q.After, q.Limit).StringSlice()
 	if err != nil {
 		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}

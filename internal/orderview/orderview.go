@@ -1,41 +1,102 @@
 // Package orderview reads what an order looks like to people: its history
-// with the positions its sequence skipped. The intake's read API and the
-// command line serve the same views from it, so they never disagree.
+// with the positions its sequence skipped, and its status, what is
+// happening to it now (see [Status]). The intake's read API, the command
+// line and the dashboard serve the same views from it, so they never
+// disagree.
 //
-// It only reads: the order store (internal/orders) and the order's sequence
-// (internal/lock). It is safe for concurrent use.
+// It only reads: the order store (internal/orders), the order's sequence
+// and lock (internal/lock), and asynq's tasks by queue and ID. It never
+// scans a queue, and it is not on any hot path.
 package orderview
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/redis/go-redis/v9"
 )
 
-// Reader reads the views of orders.
-type Reader struct {
-	store orders.Store
-	seq   *lock.Sequencer
+// The defaults of [Config].
+const (
+	// DefaultKeyPrefix is the default of Config.KeyPrefix.
+	DefaultKeyPrefix = "ow:"
+	// DefaultGapWait is the default of Config.GapWait: the workers'
+	// default gap wait (worker.DefaultGapWait).
+	DefaultGapWait = 30 * time.Second
+	// DefaultHistoryLen is the default of Config.HistoryLen.
+	DefaultHistoryLen = 10
+	// DefaultMaxPositions is the default of Config.MaxPositions.
+	DefaultMaxPositions = 50
+)
+
+// Config tunes a [Reader]. The zero value is valid and means all defaults.
+type Config struct {
+	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
+	// the same as the workers'. Defaults to "ow:".
+	KeyPrefix string
+	// GapWait is the workers' gap wait (GAP_WAIT): how long the next
+	// position may wait for a task that will not come before the tasks
+	// behind it skip it. Status reports the time left of it. Defaults to
+	// 30s.
+	GapWait time.Duration
+	// HistoryLen is how many of the latest history entries Status shows.
+	// Defaults to 10.
+	HistoryLen int
+	// MaxPositions is how many of the positions waiting in a sequence
+	// Status lists and looks the tasks of up. Defaults to 50.
+	MaxPositions int
+	// Now is the clock Status measures ages with. Defaults to time.Now.
+	Now func() time.Time
 }
 
-// New returns a Reader of the orders in store whose sequences live in rdb
-// under keyPrefix (KEY_PREFIX, "ow:" by default). It returns an error for a
-// nil dependency or a bad prefix.
-func New(rdb redis.UniversalClient, store orders.Store, keyPrefix string) (*Reader, error) {
+// Reader reads the views of orders. It is safe for concurrent use; it
+// holds no connection of its own and starts no goroutine.
+type Reader struct {
+	cfg   Config
+	store orders.Store
+	seq   *lock.Sequencer
+	insp  *asynq.Inspector
+}
+
+// New returns a Reader of the orders in store whose sequences, locks and
+// tasks live in rdb. It fills the zero fields of cfg with their defaults.
+// It returns an error for a nil dependency, a bad prefix or a negative
+// field of cfg.
+func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, error) {
 	if store == nil {
 		return nil, errors.New("orderview: nil order store")
 	}
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: keyPrefix + "lock:"})
+	if rdb == nil {
+		return nil, errors.New("orderview: nil redis client")
+	}
+	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 {
+		return nil, fmt.Errorf("orderview: negative setting in %+v", cfg)
+	}
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
+	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
+	cfg.HistoryLen = cmp.Or(cfg.HistoryLen, DefaultHistoryLen)
+	cfg.MaxPositions = cmp.Or(cfg.MaxPositions, DefaultMaxPositions)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
+	}
+	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:"})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	return &Reader{store: store, seq: seq}, nil
+	// The inspector shares rdb and closes nothing of it.
+	return &Reader{cfg: cfg, store: store, seq: seq, insp: asynq.NewInspectorFromRedisClient(rdb)}, nil
 }
 
 // Skip is a position of an order's sequence that was given up without its

@@ -1,0 +1,33 @@
+// The order page's write actions. Each button carries the asynqmon API
+// request it stands for (data-method, data-url); the request goes through
+// the dashboard's own guards (authentication, cross-origin protection, the
+// task ID guard, read-only mode), exactly as asynqmon's UI sends it.
+"use strict";
+document.addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-url]");
+  if (!b) {
+    return;
+  }
+  if (b.dataset.confirm && !window.confirm(b.dataset.confirm)) {
+    return;
+  }
+  const out = document.getElementById("action-result");
+  b.disabled = true;
+  out.textContent = b.textContent + " " + b.dataset.task + "…";
+  try {
+    const r = await fetch(b.dataset.url, { method: b.dataset.method, credentials: "same-origin" });
+    if (r.ok) {
+      window.location.reload();
+      return;
+    }
+    let msg = r.status + " " + r.statusText;
+    const text = (await r.text()).trim();
+    if (text) {
+      msg += ": " + text;
+    }
+    out.textContent = b.textContent + " " + b.dataset.task + " refused: " + msg;
+  } catch (e) {
+    out.textContent = b.textContent + " " + b.dataset.task + " failed: " + e;
+  }
+  b.disabled = false;
+});

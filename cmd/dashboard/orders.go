@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The order page sits beside asynqmon, under its root, because asynqmon
+// finds a task only by its ID, and operators ask about an order:
+//
+//	GET <root>/orders             a search box; ?no=SO1 redirects to <root>/orders/SO1
+//	GET <root>/orders/{order_no}  what is happening to the order (orderview.Status)
+//	GET <root>/orders/order.js    the page's script; order.css its style
+//
+// It links into asynqmon's own pages (<root>/queues/{queue}/tasks/{id} and
+// <root>/queues/{queue}?status={state}). In read-write mode each task has
+// the write actions asynqmon's UI offers for its state; a button sends the
+// same request to asynqmon's API that asynqmon's UI sends, so it passes
+// the same guards (authentication, cross-origin protection, the task ID
+// guard, read-only mode) and nothing new can write.
+
+//go:embed orderpage
+var orderFiles embed.FS
+
+// orderTimeout bounds the Redis work of one order page.
+const orderTimeout = 10 * time.Second
+
+// orderCSP is the order page's Content-Security-Policy: its own script and
+// style only, and requests to its own origin only.
+const orderCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
+	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// orderPages serves the order page. It is safe for concurrent use.
+type orderPages struct {
+	views    *orderview.Reader
+	root     string // asynqmon's root path: "" or "/asynq"
+	readOnly bool
+	log      *zap.Logger
+	tmpl     *template.Template
+}
+
+// action is a write button of the order page: one asynqmon API request.
+type action struct {
+	Label, Method, URL, TaskID string
+	// Confirm, when set, is asked before the request is sent.
+	Confirm string
+}
+
+// pageData is what the order page's template reads.
+type pageData struct {
+	Root     string
+	ReadOnly bool
+	Query    string
+	Error    string
+	St       *orderview.Status
+}
+
+func newOrderPages(views *orderview.Reader, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
+	p := &orderPages{views: views, root: root, readOnly: readOnly, log: log}
+	funcs := template.FuncMap{
+		"taskURL":     p.taskURL,
+		"queueURL":    p.queueURL,
+		"holderQueue": holderQueue,
+		"contains":    strings.Contains,
+		"actions":     p.actions,
+		"time":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":         func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
+		"ms":          func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+	}
+	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
+	if err != nil {
+		return nil, err
+	}
+	p.tmpl = t
+	return p, nil
+}
+
+// ServeHTTP serves <root>/orders and what is under it.
+func (p *orderPages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	rest, _ := strings.CutPrefix(r.URL.Path, p.root+"/orders")
+	switch rest {
+	case "", "/":
+		p.search(w, r)
+	case "/order.js", "/order.css":
+		p.asset(w, r, rest[1:])
+	default:
+		p.order(w, r, rest[1:])
+	}
+}
+
+// search answers the search box, and sends a search to the order's page.
+func (p *orderPages) search(w http.ResponseWriter, r *http.Request) {
+	no := strings.TrimSpace(r.URL.Query().Get("no"))
+	switch {
+	case no == "":
+		p.render(w, r, http.StatusOK, pageData{})
+	case !tasks.ValidOrderNo(no):
+		p.render(w, r, http.StatusBadRequest, pageData{Query: no, Error: badOrderNo(no)})
+	default:
+		http.Redirect(w, r, p.root+"/orders/"+no, http.StatusSeeOther)
+	}
+}
+
+// order answers the page of order no.
+func (p *orderPages) order(w http.ResponseWriter, r *http.Request, no string) {
+	if !tasks.ValidOrderNo(no) {
+		p.render(w, r, http.StatusBadRequest, pageData{Query: no, Error: badOrderNo(no)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), orderTimeout)
+	defer cancel()
+	st, err := p.views.Status(ctx, no)
+	if err != nil {
+		status, msg := http.StatusServiceUnavailable, "Could not read the order: Redis failed or is unreachable. Try again."
+		if errors.Is(err, orders.ErrInvalid) {
+			status, msg = http.StatusBadRequest, badOrderNo(no)
+		} else {
+			p.log.Warn("order page: status read failed", zap.String("order_no", no), zap.Error(err))
+			httpserve.InfoFrom(r.Context()).Code = "unavailable"
+		}
+		p.render(w, r, status, pageData{Query: no, Error: msg})
+		return
+	}
+	p.render(w, r, http.StatusOK, pageData{Query: no, St: &st})
+}
+
+func badOrderNo(no string) string {
+	return "Not an order number: " + safeField(no) + ". An order number is 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'."
+}
+
+// render writes the page with status.
+func (p *orderPages) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
+	d.Root, d.ReadOnly = p.root, p.readOnly
+	var b bytes.Buffer
+	if err := p.tmpl.Execute(&b, d); err != nil {
+		p.log.Error("order page: template failed", zap.Error(err))
+		http.Error(w, "could not render the page", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", orderCSP)
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b.Bytes())
+	}
+}
+
+// asset serves the page's script or style.
+func (p *orderPages) asset(w http.ResponseWriter, r *http.Request, name string) {
+	b, err := orderFiles.ReadFile("orderpage/" + name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	ct := "text/css; charset=utf-8"
+	if strings.HasSuffix(name, ".js") {
+		ct = "text/javascript; charset=utf-8"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Cache-Control", "no-cache")
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
+}
+
+// taskURL is asynqmon's page of a task; "#" for an ID outside the contract,
+// whose page asynqmon cannot open.
+func (p *orderPages) taskURL(queue, id string) string {
+	if !tasks.ValidEventID(id) || tasks.KindOfQueue(queue) == nil {
+		return "#"
+	}
+	return p.root + "/queues/" + url.PathEscape(queue) + "/tasks/" + url.PathEscape(id)
+}
+
+// queueURL is asynqmon's list of a queue's tasks in state.
+func (p *orderPages) queueURL(queue, state string) string {
+	if tasks.KindOfQueue(queue) == nil {
+		return "#"
+	}
+	return p.root + "/queues/" + url.PathEscape(queue) + "?status=" + url.QueryEscape(state)
+}
+
+// holderQueue returns the queue of the task a lock holder's meta names.
+func holderQueue(meta string) string {
+	typ, _, _, ok := tasks.ParseLabel(meta)
+	if !ok {
+		return ""
+	}
+	return tasks.KindOf(typ).Queue
+}
+
+// actions returns the write actions asynqmon's UI offers for a task in its
+// state, as asynqmon API requests; none in read-only mode or for a task ID
+// outside the contract (the guard would refuse them).
+func (p *orderPages) actions(t orderview.Task) []action {
+	if p.readOnly || !tasks.ValidEventID(t.TaskID) || tasks.KindOfQueue(t.Queue) == nil {
+		return nil
+	}
+	base := p.root + "/api/queues/" + url.PathEscape(t.Queue) + "/" + t.State + "_tasks/" + url.PathEscape(t.TaskID)
+	run := action{Label: "Run", Method: http.MethodPost, URL: base + ":run", TaskID: t.TaskID}
+	archive := action{Label: "Archive", Method: http.MethodPost, URL: base + ":archive", TaskID: t.TaskID,
+		Confirm: "Archive task " + t.TaskID + "? Its change will not be applied unless it is run again; the changes behind it go on without it."}
+	del := action{Label: "Delete", Method: http.MethodDelete, URL: base, TaskID: t.TaskID,
+		Confirm: "Delete task " + t.TaskID + "? Its change is lost for good; if it is waiting, its position is skipped after the gap wait."}
+	switch t.State {
+	case "pending":
+		return []action{archive, del}
+	case "active":
+		return []action{{Label: "Cancel", Method: http.MethodPost, URL: base + ":cancel", TaskID: t.TaskID}}
+	case "scheduled", "retry":
+		return []action{run, archive, del}
+	case "archived":
+		return []action{run, del}
+	case "completed":
+		del.Confirm = "Delete completed task " + t.TaskID + "? Its event ID can then be enqueued again (the store still applies it at most once)."
+		return []action{del}
+	}
+	return nil
+}

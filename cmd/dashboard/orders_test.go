@@ -1,0 +1,153 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// seedWaiting puts order no in the store under db's prefix and accepts a
+// modify of it (event id), which waits as nothing runs it. It deletes the
+// queues when the test ends.
+func seedWaiting(t *testing.T, db *redistest.DB, no, id string) int64 {
+	t.Helper()
+	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: no, Address: "1 Main St <b>", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	r, err := p.EnqueueModify(t.Context(), no, tasks.Changes{Remark: new("ring twice")}, producer.WithEventID(id))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		insp := asynq.NewInspectorFromRedisClient(db.Client)
+		for _, k := range tasks.Kinds() {
+			_ = insp.DeleteQueue(k.Queue, true)
+		}
+	})
+	return r.Seq
+}
+
+// TestOrderPage checks the order page over HTTP on a read-only dashboard:
+// behind the same authentication as asynqmon, a search that leads to the
+// order, links into asynqmon, no write buttons, escaped text, a strict
+// content security policy, and 400 for what is not an order number.
+func TestOrderPage(t *testing.T) {
+	db := redistest.New(t)
+	seq := seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix))
+	basic := basicAuth(testUser, testPassword)
+
+	for _, path := range []string{"/orders", "/orders/SO1001", "/orders/order.js"} {
+		r := d.get(t, path, noAuth)
+		assert.Equal(t, http.StatusUnauthorized, r.status, path)
+	}
+
+	r := d.get(t, "/orders", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `<form method="get" action="/orders" role="search">`)
+	assert.Contains(t, r.body, "its ID column shows only the part of an ID before the first")
+
+	r = d.get(t, "/orders?no=SO1001", basic)
+	assert.Equal(t, http.StatusSeeOther, r.status)
+	assert.Equal(t, "/orders/SO1001", r.header.Get("Location"))
+
+	r = d.get(t, "/orders/SO1001", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Equal(t, "text/html; charset=utf-8", r.header.Get("Content-Type"))
+	assert.Equal(t, orderCSP, r.header.Get("Content-Security-Policy"))
+	assert.Equal(t, "DENY", r.header.Get("X-Frame-Options"))
+	assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
+	assert.Contains(t, r.body, `<h2 id="order-no">SO1001</h2>`)
+	assert.Contains(t, r.body, "1 Main St &lt;b&gt;", "the order's text is escaped")
+	assert.Contains(t, r.body, `<a class="mono" href="/queues/order_modify/tasks/crm-7f3a9c">crm-7f3a9c</a>`)
+	assert.Contains(t, r.body, `href="/queues/order_modify?status=pending"`)
+	assert.Contains(t, r.body, "its turn: asynq runs it as soon as a worker is free")
+	assert.Contains(t, r.body, `<td class="num">`+strconv.FormatInt(seq, 10)+`</td>`)
+	assert.NotContains(t, r.body, "<button type=\"button\"", "no write buttons when read-only")
+	assert.Contains(t, r.body, `<span class="muted">read-only</span>`)
+
+	r = d.get(t, "/orders/order.js", basic)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, "text/javascript; charset=utf-8", r.header.Get("Content-Type"))
+	assert.Contains(t, r.body, `fetch(b.dataset.url`)
+
+	for _, path := range []string{"/orders/S.O", "/orders?no=S%20O", "/orders/a/b"} {
+		r = d.get(t, path, basic)
+		assert.Equal(t, http.StatusBadRequest, r.status, path)
+		assert.Contains(t, r.body, "Not an order number", path)
+	}
+	r = d.do(t, http.MethodPost, "/orders/SO1001", basic)
+	assert.Equal(t, http.StatusMethodNotAllowed, r.status)
+	assert.Equal(t, "GET, HEAD", r.header.Get("Allow"))
+
+	// Nothing is known of another number: a page that says so.
+	r = d.get(t, "/orders/SO-NONE", basic)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, r.body, "Nothing is known of SO-NONE")
+	requireNoSecrets(t, d.logs.String())
+}
+
+// TestOrderPageWritable checks, on a writable dashboard under a root path,
+// that the order page's links and write buttons carry the root, that a
+// button's request is asynqmon's API request with its guards (a cross-site
+// one is refused), and that it acts.
+func TestOrderPageWritable(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false", "DASHBOARD_ROOT", "/asynq"))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/asynq/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `href="/asynq/queues/order_modify/tasks/crm-7f3a9c"`)
+	assert.Contains(t, r.body, `<link rel="stylesheet" href="/asynq/orders/order.css">`)
+	archive := "/asynq/api/queues/order_modify/pending_tasks/crm-7f3a9c:archive"
+	assert.Contains(t, r.body, `data-method="POST" data-url="`+archive+`"`)
+	assert.Contains(t, r.body, `data-method="DELETE" data-url="/asynq/api/queues/order_modify/pending_tasks/crm-7f3a9c"`)
+	assert.Equal(t, http.StatusNotFound, d.get(t, "/orders/SO1001", basic).status, "only under the root")
+
+	crossSite := func(r *http.Request) {
+		r.Header.Set("Origin", "https://evil.example")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+	}
+	r = d.do(t, http.MethodPost, archive, basic, crossSite)
+	assert.Equal(t, http.StatusForbidden, r.status, "a cross-site write is refused")
+	r = d.do(t, http.MethodPost, archive, basic)
+	require.Equal(t, http.StatusNoContent, r.status, r.body)
+
+	r = d.get(t, "/asynq/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `href="/asynq/queues/order_modify?status=archived">archived</a>`)
+	assert.Contains(t, r.body, `data-url="/asynq/api/queues/order_modify/archived_tasks/crm-7f3a9c:run"`)
+}
+
+// TestOrderPageRedisDown answers 503 with a page when Redis is unreachable,
+// and logs why.
+func TestOrderPageRedisDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	d := startDashboard(t, map[string]string{
+		"REDIS_URL":          "redis://" + addr + "/0?dial_timeout=200ms&max_retries=-1",
+		"DASHBOARD_USER":     testUser,
+		"DASHBOARD_PASSWORD": testPassword,
+	})
+	r := d.get(t, "/orders/SO1001", basicAuth(testUser, testPassword))
+	assert.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Contains(t, r.body, "Could not read the order")
+	assert.Contains(t, d.logs.String(), "order page: status read failed")
+	assert.Contains(t, d.logs.String(), `"error_code":"unavailable"`)
+}

@@ -1,0 +1,597 @@
+package orderview
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// Status is what is happening to one order, read in one call: the order,
+// its sequence of accepted changes, its lock, the tasks its records name,
+// and its latest history. [Reader.Status] reads it.
+//
+// The tasks are found through the order's own records, never by scanning
+// queues: the positions waiting in its sequence name their tasks, the
+// sequence's log names the tasks of positions skipped, finished ahead or
+// archived in their turn, the lock names its holder, and the history names
+// the events applied (whose tasks asynq keeps, completed, for the
+// producer's retention, 24 h). A task enqueued by hand without a position
+// (seq) is in none of these records until it is applied, and so is not
+// shown while it waits; find it in asynqmon by its ID.
+type Status struct {
+	// OrderNo is the order number asked for.
+	OrderNo string `json:"order_no"`
+	// At is when the view was read, by the reader's clock; the ages and
+	// times left below are relative to it.
+	At time.Time `json:"at"`
+	// Order is the order as the store holds it, or nil when the store has
+	// no such order: a replacement whose exchange has not been applied
+	// yet, or a number that was never an order.
+	Order *orders.Order `json:"order,omitempty"`
+	// Summary says in a few sentences, most important first, what is
+	// happening to the order: who holds it, what waits and why. Never nil.
+	Summary []string `json:"summary"`
+	// Lock is the order's lock.
+	Lock Lock `json:"lock"`
+	// Sequence is the order's sequence of accepted changes.
+	Sequence Sequence `json:"sequence"`
+	// Tasks are the order's tasks that asynq still has, in any state,
+	// ordered by position (tasks without one last). Never nil.
+	Tasks []Task `json:"tasks"`
+	// History holds the order's latest history entries, oldest first (at
+	// most Config.HistoryLen); HistoryTotal is how many writes the order
+	// has had, each with its entry (the order's version: the store may
+	// keep fewer, see orders.RedisConfig.HistoryMax). Never nil.
+	History      []orders.Entry `json:"history"`
+	HistoryTotal int64          `json:"history_total"`
+}
+
+// Lock is an order's lock as [Reader.Status] reads it.
+type Lock struct {
+	// Held is false when no task holds the order; the other fields are
+	// then empty.
+	Held bool `json:"held"`
+	// Holder describes the holder: "<task type> <task ID>".
+	Holder string `json:"holder,omitempty"`
+	// TaskID is the holder's task ID, when Holder names one.
+	TaskID string `json:"task_id,omitempty"`
+	// Fence is the holder's fencing token.
+	Fence int64 `json:"fence,omitempty"`
+	// LeaseMS is the holder's lease left, in milliseconds; the holder
+	// renews it every third of the lock TTL while it works.
+	LeaseMS int64 `json:"lease_ms,omitempty"`
+}
+
+// Sequence is an order's sequence of accepted changes: every change takes
+// the next position when it is accepted, and the workers apply them in
+// that order.
+type Sequence struct {
+	// Exists is false when the order has no sequence: no change was
+	// accepted for it within the sequence retention (7 days since the
+	// last use). The other fields are then empty.
+	Exists bool `json:"exists"`
+	// Done is the cursor: every position up to it is finished (applied,
+	// rejected, archived or skipped).
+	Done int64 `json:"done,omitempty"`
+	// Last is the last position handed out; Last - Done positions wait.
+	Last int64 `json:"last,omitempty"`
+	// Waiting are the positions after the cursor, in order, at most
+	// Config.MaxPositions of them; More counts the others. Never nil.
+	Waiting []Position `json:"waiting"`
+	More    int        `json:"more,omitempty"`
+	// Gap is the next position when its task will not come (it does not
+	// exist, or it ended without taking its turn): the changes behind it
+	// wait until the workers skip it, GapWaitMS after it was reserved.
+	// Nil otherwise.
+	Gap *Gap `json:"gap,omitempty"`
+	// Log holds the sequence's latest settlements, oldest first: the
+	// positions voided (their enqueue was refused), skipped (no task came
+	// for them), finished ahead of their turn, and the tasks noted as
+	// archived in their turn. At most 20. Never nil.
+	Log []LogEntry `json:"log"`
+}
+
+// The states of a [Position].
+const (
+	// PositionReserved is a position whose change has not been applied
+	// yet: it waits for its turn, or its task runs or will run.
+	PositionReserved = "reserved"
+	// PositionVoided is a position given up ahead of its turn: its enqueue
+	// was refused. The cursor passes it.
+	PositionVoided = "voided"
+	// PositionFinished is a position whose task ended ahead of its turn
+	// (archived without running, or a replacement's creation settled).
+	// The cursor passes it.
+	PositionFinished = "finished"
+)
+
+// TaskMissing is the TaskState of a position whose task asynq does not
+// have.
+const TaskMissing = "missing"
+
+// Position is a position after an order's sequence cursor.
+type Position struct {
+	// Seq is the position.
+	Seq int64 `json:"seq"`
+	// Next says it is the position whose turn it is (the head).
+	Next bool `json:"next"`
+	// State is PositionReserved, PositionVoided or PositionFinished.
+	State string `json:"state"`
+	// Label is what the position was reserved for: "order:modify crm-1",
+	// or "order:create crm-2 SO1" for the creation of a replacement by
+	// exchange crm-2 of SO1. Empty for a voided or finished position.
+	Label string `json:"label,omitempty"`
+	// TaskID and Queue name the position's task, when its label names
+	// one; TaskState is that task's asynq state (pending, active,
+	// scheduled, retry, archived, completed) or TaskMissing.
+	TaskID    string `json:"task_id,omitempty"`
+	Queue     string `json:"queue,omitempty"`
+	TaskState string `json:"task_state,omitempty"`
+	// ReservedAt is when the position was handed out (Redis clock).
+	ReservedAt time.Time `json:"reserved_at,omitzero"`
+	// RetryAt is, for the head, when its task runs again after a failure,
+	// as its worker recorded it.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Reason is why a voided or finished position was settled.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Gap is the head of an order's sequence while its task will not come.
+type Gap struct {
+	// Seq is the position, Label what it was reserved for.
+	Seq   int64  `json:"seq"`
+	Label string `json:"label"`
+	// TaskID names the task the label names, if any.
+	TaskID string `json:"task_id,omitempty"`
+	// Reason says why its task will not come.
+	Reason string `json:"reason"`
+	// ReservedAt is when the position was handed out; AgeMS how long ago.
+	ReservedAt time.Time `json:"reserved_at"`
+	AgeMS      int64     `json:"age_ms"`
+	// GapWaitMS is the workers' gap wait (GAP_WAIT); LeftMS is how much of
+	// it is left. At 0 the next task behind the position that runs checks
+	// with asynq and skips it; the tasks behind come back to run within
+	// the gap wait.
+	GapWaitMS int64 `json:"gap_wait_ms"`
+	LeftMS    int64 `json:"left_ms"`
+}
+
+// The kinds of a [LogEntry].
+const (
+	// LogVoid is a position voided because its enqueue was refused.
+	LogVoid = "void"
+	// LogSkip is a head position skipped because its task will not come.
+	LogSkip = "skip"
+	// LogFinish is a position finished ahead of its turn.
+	LogFinish = "finish"
+	// LogNote is an outcome a task noted after its turn: it was archived.
+	LogNote = "note"
+)
+
+// LogEntry is an entry of an order's sequence log.
+type LogEntry struct {
+	// Seq is the position, At when it was logged (Redis clock).
+	Seq int64     `json:"seq"`
+	At  time.Time `json:"at"`
+	// Kind is LogVoid, LogSkip, LogFinish or LogNote.
+	Kind string `json:"kind"`
+	// Label is what the position was reserved for; TaskID names its task,
+	// when the label names one.
+	Label  string `json:"label"`
+	TaskID string `json:"task_id,omitempty"`
+	// Reason says why, for people.
+	Reason string `json:"reason"`
+}
+
+// Where a [Task] was found in the order's records.
+const (
+	// SourceLock is the task that holds the order's lock.
+	SourceLock = "lock"
+	// SourcePosition is the task of a position waiting in the sequence.
+	SourcePosition = "position"
+	// SourceLog is a task named by the sequence's log.
+	SourceLog = "log"
+	// SourceHistory is the task of an applied history entry.
+	SourceHistory = "history"
+)
+
+// Task is one of an order's tasks, as asynq holds it.
+type Task struct {
+	TaskID string `json:"task_id"`
+	Queue  string `json:"queue"`
+	Type   string `json:"type"`
+	// Seq is the task's position, from its payload; 0 for none.
+	Seq int64 `json:"seq,omitempty"`
+	// State is asynq's: pending, active, scheduled, retry, archived or
+	// completed. A task waiting for its turn is parked in asynq's retry
+	// set (state retry) without a failure.
+	State string `json:"state"`
+	// Source says which of the order's records names the task: SourceLock,
+	// SourcePosition, SourceLog or SourceHistory.
+	Source string `json:"source"`
+	// Note says what the task means for the order, for people.
+	Note string `json:"note"`
+	// Retried is how many times it failed; MaxRetry its failure budget.
+	Retried  int `json:"retried"`
+	MaxRetry int `json:"max_retry"`
+	// LastError is asynq's last error: a failure's, an archive's reason,
+	// or, for a task parked to wait for its turn, the wait.
+	LastError    string    `json:"last_error,omitempty"`
+	LastFailedAt time.Time `json:"last_failed_at,omitzero"`
+	// NextProcessAt is when a scheduled or retry task is due.
+	NextProcessAt time.Time `json:"next_process_at,omitzero"`
+	CompletedAt   time.Time `json:"completed_at,omitzero"`
+}
+
+// ref names a task an order's record points at.
+type ref struct {
+	queue, id, typ string
+	source         string
+	creates, from  string // for a creation position: the order created, and the exchanged one
+	reason         string // the log entry's reason
+	logKind        string
+	entry          *orders.Entry
+}
+
+// Status reads what is happening to order orderNo: see [Status]. The order
+// need not exist (a replacement being created has a sequence but no order
+// yet); nothing known at all is an empty view, not an error.
+//
+// It costs a few round trips plus one asynq lookup per task named (at most
+// Config.MaxPositions positions, 20 log entries, the lock holder and
+// Config.HistoryLen history entries), and is meant for people, not for the
+// hot path. It returns an error matching orders.ErrInvalid for a malformed
+// order number, and the store's, Redis' and asynq's errors, wrapped.
+func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
+	if !tasks.ValidOrderNo(orderNo) {
+		return Status{}, fmt.Errorf("orderview: order number %q: %w", orderNo, orders.ErrInvalid)
+	}
+	now := r.cfg.Now().UTC()
+	st := Status{OrderNo: orderNo, At: now, Summary: []string{}, Tasks: []Task{},
+		Sequence: Sequence{Waiting: []Position{}, Log: []LogEntry{}}, History: []orders.Entry{}}
+
+	o, err := r.store.Get(ctx, orderNo)
+	switch {
+	case err == nil:
+		st.Order = &o
+	case !errors.Is(err, orders.ErrNotFound):
+		return Status{}, fmt.Errorf("orderview: order %s: %w", orderNo, err)
+	}
+	if st.Order != nil {
+		// Every write to an order bumps its version and appends one entry,
+		// so the latest entries are those after version − HistoryLen.
+		page, err := r.store.History(ctx, orderNo, orders.HistoryQuery{After: max(0, o.Version-int64(r.cfg.HistoryLen)), Limit: r.cfg.HistoryLen})
+		if err != nil && !errors.Is(err, orders.ErrNotFound) {
+			return Status{}, fmt.Errorf("orderview: history of %s: %w", orderNo, err)
+		}
+		st.History = append(st.History, page.Entries...)
+		st.HistoryTotal = o.Version
+	}
+
+	holder, err := r.seq.Holder(ctx, orderNo)
+	if err != nil {
+		return Status{}, fmt.Errorf("orderview: %w", err)
+	}
+	seq, err := r.seq.Status(ctx, orderNo)
+	if err != nil {
+		return Status{}, fmt.Errorf("orderview: %w", err)
+	}
+
+	var refs []ref
+	if holder.Held {
+		st.Lock = Lock{Held: true, Holder: holder.Meta, Fence: holder.Fence, LeaseMS: holder.TTL.Milliseconds()}
+		if typ, id, _, ok := tasks.ParseLabel(holder.Meta); ok {
+			st.Lock.TaskID = id
+			refs = append(refs, ref{queue: tasks.KindOf(typ).Queue, id: id, typ: typ, source: SourceLock})
+		}
+	}
+	if seq.Exists {
+		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
+		pending := seq.Pending
+		if len(pending) > r.cfg.MaxPositions {
+			st.Sequence.More = len(pending) - r.cfg.MaxPositions
+			pending = pending[:r.cfg.MaxPositions]
+		}
+		for _, p := range pending {
+			pos := position(p, seq.Done)
+			if typ, id, from, ok := tasks.ParseLabel(p.Label); ok {
+				pos.TaskID, pos.Queue = id, tasks.KindOf(typ).Queue
+				rf := ref{queue: pos.Queue, id: id, typ: typ, source: SourcePosition}
+				if from != "" {
+					rf.creates, rf.from = orderNo, from
+				}
+				refs = append(refs, rf)
+			}
+			st.Sequence.Waiting = append(st.Sequence.Waiting, pos)
+		}
+		for _, e := range seq.Log {
+			le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
+			if typ, id, _, ok := tasks.ParseLabel(e.Label); ok {
+				le.TaskID = id
+				// A voided position's task was refused: asynq's task by that
+				// ID, if any, holds another position.
+				if e.Kind != LogVoid {
+					refs = append(refs, ref{queue: tasks.KindOf(typ).Queue, id: id, typ: typ, source: SourceLog, reason: e.Reason, logKind: e.Kind})
+				}
+			}
+			st.Sequence.Log = append(st.Sequence.Log, le)
+		}
+	}
+	for i := range st.History {
+		e := &st.History[i]
+		if k := entryKind(e.Type); k != nil && e.EventID != "" {
+			refs = append(refs, ref{queue: k.Queue, id: e.EventID, typ: k.Type, source: SourceHistory, entry: e})
+		}
+	}
+
+	found, err := r.lookup(refs)
+	if err != nil {
+		return Status{}, err
+	}
+	head := int64(0) // no sequence: no turns
+	if seq.Exists {
+		head = seq.Done + 1
+	}
+	for i := range st.Sequence.Waiting {
+		p := &st.Sequence.Waiting[i]
+		if p.TaskID == "" {
+			continue
+		}
+		p.TaskState = TaskMissing
+		if info := found[p.Queue+"/"+p.TaskID]; info != nil {
+			p.TaskState = info.State.String()
+		}
+		if p.Next && p.State == PositionReserved {
+			st.Sequence.Gap = r.gap(now, *p, found[p.Queue+"/"+p.TaskID])
+		}
+	}
+	seen := map[string]bool{}
+	for _, rf := range refs {
+		key := rf.queue + "/" + rf.id
+		info := found[key]
+		if info == nil || seen[key] {
+			continue
+		}
+		seen[key] = true
+		st.Tasks = append(st.Tasks, task(info, rf, head, holder))
+	}
+	slices.SortStableFunc(st.Tasks, func(a, b Task) int {
+		if (a.Seq == 0) != (b.Seq == 0) {
+			if a.Seq == 0 {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	st.Summary = summary(&st, r.cfg.GapWait)
+	return st, nil
+}
+
+// lookup reads the tasks refs name from asynq, by queue and ID, each once.
+// A task asynq does not have is absent from the map.
+func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
+	found := make(map[string]*asynq.TaskInfo)
+	looked := make(map[string]bool)
+	for _, rf := range refs {
+		key := rf.queue + "/" + rf.id
+		if looked[key] {
+			continue
+		}
+		looked[key] = true
+		info, err := r.insp.GetTaskInfo(rf.queue, rf.id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, rf.queue, err)
+		}
+		found[key] = info
+	}
+	return found, nil
+}
+
+// entryKind returns the kind of the task that made a history entry of type
+// typ: a creation was made by its exchange. Nil for a put.
+func entryKind(typ string) *tasks.Kind {
+	if typ == orders.TypeCreated {
+		return tasks.Exchange
+	}
+	return tasks.KindOf(typ)
+}
+
+// position reads a pending record of the sequence whose cursor is done.
+func position(p lock.Pending, done int64) Position {
+	pos := Position{Seq: p.Pos, Next: p.Pos == done+1, Label: p.Label, ReservedAt: p.Reserved, RetryAt: p.RetryAt}
+	switch kind, reason, _ := strings.Cut(p.Record, " "); kind {
+	case "v":
+		pos.State, pos.Reason = PositionVoided, reason
+	case "f":
+		pos.State, pos.Reason = PositionFinished, reason
+	default:
+		pos.State = PositionReserved
+	}
+	return pos
+}
+
+// gap returns the head p as a Gap when its task (info, nil when asynq has
+// none) will not come, as the workers' gap check judges it; nil when it
+// will.
+func (r *Reader) gap(now time.Time, p Position, info *asynq.TaskInfo) *Gap {
+	var why string
+	switch {
+	case p.TaskID == "":
+		why = fmt.Sprintf("its label %q names no task", p.Label)
+	case info == nil:
+		why = fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", p.TaskID, p.Queue)
+	case info.State == asynq.TaskStateArchived:
+		why = fmt.Sprintf("task %s was archived without taking its turn: %s", p.TaskID, info.LastErr)
+	case info.State == asynq.TaskStateCompleted:
+		why = fmt.Sprintf("task %s completed without passing its turn on", p.TaskID)
+	default:
+		if s := payloadSeq(info); s != 0 && s != p.Seq && !strings.HasPrefix(p.Label, "order:create ") {
+			why = fmt.Sprintf("task %s holds position %d, not this one", p.TaskID, s)
+			break
+		}
+		return nil
+	}
+	age := max(now.Sub(p.ReservedAt), 0)
+	return &Gap{Seq: p.Seq, Label: p.Label, TaskID: p.TaskID, Reason: why, ReservedAt: p.ReservedAt,
+		AgeMS: age.Milliseconds(), GapWaitMS: r.cfg.GapWait.Milliseconds(), LeftMS: max(r.cfg.GapWait-age, 0).Milliseconds()}
+}
+
+// payloadSeq returns the position a task's payload carries, 0 when none or
+// unreadable.
+func payloadSeq(info *asynq.TaskInfo) int64 {
+	k := tasks.KindOf(info.Type)
+	if k == nil {
+		return 0
+	}
+	p, err := k.Decode(info.Payload)
+	if err != nil {
+		return 0
+	}
+	return p.Header().Seq
+}
+
+// task describes a task found through rf, for a sequence whose head is
+// head (0 when there is no sequence) and a lock held by holder.
+func task(info *asynq.TaskInfo, rf ref, head int64, holder lock.Holder) Task {
+	t := Task{
+		TaskID: info.ID, Queue: info.Queue, Type: info.Type, Seq: payloadSeq(info), State: info.State.String(),
+		Source: rf.source, Retried: info.Retried, MaxRetry: tasks.FailureBudget(info.MaxRetry),
+		LastError: info.LastErr, LastFailedAt: utc(info.LastFailedAt), CompletedAt: utc(info.CompletedAt),
+	}
+	if info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry {
+		// asynq says "now" for the other states; it means nothing there.
+		t.NextProcessAt = utc(info.NextProcessAt)
+	}
+	t.Note = taskNote(t, rf, head, holder)
+	return t
+}
+
+// taskNote says what task t means for its order.
+func taskNote(t Task, rf ref, head int64, holder lock.Holder) string {
+	due := ""
+	if !t.NextProcessAt.IsZero() {
+		due = " at " + t.NextProcessAt.Format(time.RFC3339)
+	}
+	switch {
+	case t.State == "archived" && rf.logKind == LogNote:
+		return rf.reason
+	case t.State == "archived":
+		return "archived: " + t.LastError
+	case t.State == "active" && holder.Held && holder.Meta == t.Type+" "+t.TaskID:
+		return "running: holds the order's lock"
+	case t.State == "active":
+		return "running: waits for the order's lock or its turn"
+	case rf.source == SourceHistory && rf.entry != nil:
+		return fmt.Sprintf("applied: version %d, %s", rf.entry.Version, rf.entry.Detail)
+	case rf.source == SourceLog:
+		return rf.logKind + ": " + rf.reason
+	case t.State == "completed":
+		return "completed"
+	}
+	switch {
+	case rf.creates != "":
+		return fmt.Sprintf("the exchange of %s that creates %s: it runs in its turn in %s's sequence, and the changes of %s behind this position wait for it",
+			rf.from, rf.creates, rf.from, rf.creates)
+	case t.Seq == 0:
+		return "has no position: applied without order once it gets the lock"
+	case head == 0:
+		return "its order's sequence expired: it runs without order once it gets the lock"
+	case t.Seq < head:
+		return "its position was passed without it: it runs without order once it gets the lock"
+	case t.Seq == head && t.State == "retry" && t.Retried > 0:
+		return fmt.Sprintf("its turn: failed %d of %d allowed times; runs again%s, and the changes behind it wait for it", t.Retried, t.MaxRetry+1, due)
+	case t.Seq == head:
+		return "its turn: asynq runs it" + cmp.Or(due, " as soon as a worker is free")
+	}
+	ahead := fmt.Sprintf("%d positions are ahead of it", t.Seq-head)
+	if t.Seq-head == 1 {
+		ahead = "1 position is ahead of it"
+	}
+	if t.State == "retry" && t.Retried == 0 {
+		return fmt.Sprintf("waits for its turn (%s): parked in asynq's retry set, not failed; back%s at the latest, or as soon as its turn comes", ahead, due)
+	}
+	return fmt.Sprintf("waits for its turn (%s)", ahead)
+}
+
+// utc returns t in UTC, keeping the zero time zero.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// summary says what is happening to the order of st, most important first.
+func summary(st *Status, gapWait time.Duration) []string {
+	var out []string
+	no := st.OrderNo
+	switch o := st.Order; {
+	case o == nil && !st.Sequence.Exists && !st.Lock.Held:
+		return []string{fmt.Sprintf("Nothing is known of %s: the order store has no such order, and no change was accepted for it in the last 7 days. (A task enqueued by hand without a position is not in the order's records.)", no)}
+	case o == nil:
+		out = append(out, fmt.Sprintf("%s is not in the order store yet: it is created by the exchange that holds its first position, or it never was an order.", no))
+	case o.Status == orders.StatusExchanged:
+		out = append(out, fmt.Sprintf("%s was exchanged to %s (version %d): changes of %s accepted after the exchange are rejected, naming %s.", no, o.ExchangedTo, o.Version, no, o.ExchangedTo))
+	case o.Status == orders.StatusCancelled:
+		out = append(out, fmt.Sprintf("%s is cancelled (version %d): changes of it are rejected.", no, o.Version))
+	default:
+		out = append(out, fmt.Sprintf("%s is %s, version %d, last written %s.", no, o.Status, o.Version, o.UpdatedAt.Format(time.RFC3339)))
+	}
+	if l := st.Lock; l.Held {
+		out = append(out, fmt.Sprintf("Locked by %s (fence %d, lease %v left): that task is applying its change now.", l.Holder, l.Fence, (time.Duration(l.LeaseMS)*time.Millisecond).Round(time.Second)))
+	}
+	sq := st.Sequence
+	waiting := sq.Last - sq.Done
+	switch {
+	case !sq.Exists:
+		out = append(out, "No change was accepted for it in the last 7 days (its sequence expired or never existed).")
+	case waiting == 0:
+		out = append(out, "Nothing waits: every change accepted for it was applied, rejected, archived or skipped.")
+	default:
+		out = append(out, fmt.Sprintf("%d accepted change(s) not applied yet; next in line is position %d.", waiting, sq.Done+1))
+	}
+	if g := sq.Gap; g != nil {
+		left := time.Duration(g.LeftMS) * time.Millisecond
+		when := fmt.Sprintf("in %v, when the gap wait (%v) ends", left.Round(time.Second), gapWait)
+		if left == 0 {
+			when = fmt.Sprintf("now that the gap wait (%v) is over, as soon as a task behind it runs", gapWait)
+		}
+		out = append(out, fmt.Sprintf("Position %d (%s) holds the order up: %s. It is skipped %s.", g.Seq, g.Label, g.Reason, when))
+	}
+	parked, archived := 0, 0
+	for _, t := range st.Tasks {
+		switch {
+		case t.Seq == sq.Done+1 && t.State == "retry" && t.Retried > 0:
+			next := ""
+			if !t.NextProcessAt.IsZero() {
+				next = " at " + t.NextProcessAt.Format(time.RFC3339)
+			}
+			out = append(out, fmt.Sprintf("Its next change, task %s, failed %d time(s) (%s) and runs again%s; the changes behind it wait for it.", t.TaskID, t.Retried, t.LastError, next))
+		case t.Seq > sq.Done+1 && t.State == "retry" && t.Retried == 0:
+			parked++
+		case t.State == "archived":
+			archived++
+		}
+	}
+	if parked > 0 {
+		out = append(out, fmt.Sprintf("%d task(s) wait for their turn, parked in asynq's retry set (not failures).", parked))
+	}
+	if archived > 0 {
+		out = append(out, fmt.Sprintf("%d of its tasks are archived: their changes were not applied (see each task's reason).", archived))
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package orderview_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+// env is a test's Redis with a store and a reader on it.
+type env struct {
+	db     *redistest.DB
+	store  *orders.RedisStore
+	reader *orderview.Reader
+}
+
+func newEnv(t *testing.T, cfg orderview.Config) *env {
+	t.Helper()
+	db := redistest.New(t)
+	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	require.NoError(t, err)
+	cfg.KeyPrefix = db.Prefix
+	r, err := orderview.New(db.Client, store, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		insp := asynq.NewInspectorFromRedisClient(db.Client)
+		for _, k := range tasks.Kinds() {
+			_ = insp.DeleteQueue(k.Queue, true)
+		}
+	})
+	return &env{db: db, store: store, reader: r}
+}
+
+func TestDefaultGapWaitIsTheWorkers(t *testing.T) {
+	require.Equal(t, worker.DefaultGapWait, orderview.DefaultGapWait)
+}
+
+// taskByID returns the status's task id.
+func taskByID(t *testing.T, st orderview.Status, id string) orderview.Task {
+	t.Helper()
+	for _, tk := range st.Tasks {
+		if tk.TaskID == id {
+			return tk
+		}
+	}
+	t.Fatalf("no task %s in %+v", id, st.Tasks)
+	return orderview.Task{}
+}
+
+// An order with a change applied, one archived in its turn, the next one
+// retrying after a failure and one parked behind it: the status finds every
+// task through the order's records and says what each means.
+func TestStatusOfAnOrderWithRetriedParkedAndArchivedTasks(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	s := orderviewtest.Build(t, e.db.Client, e.db.Prefix, "SO1001")
+	st, err := e.reader.Status(t.Context(), "SO1001")
+	require.NoError(t, err)
+
+	require.NotNil(t, st.Order)
+	assert.Equal(t, "2 New Rd, "+s.Applied, st.Order.Address, "only the first change is applied")
+	assert.EqualValues(t, 2, st.Order.Version)
+	assert.False(t, st.Lock.Held)
+
+	sq := st.Sequence
+	require.True(t, sq.Exists)
+	assert.Equal(t, s.Seq[s.Archived], sq.Done, "the archived change used up its position")
+	assert.Equal(t, s.Seq[s.Parked], sq.Last)
+	require.Len(t, sq.Waiting, 2)
+	head, behind := sq.Waiting[0], sq.Waiting[1]
+	assert.Equal(t, orderview.Position{Seq: s.Seq[s.Retried], Next: true, State: orderview.PositionReserved,
+		Label: "order:modify " + s.Retried, TaskID: s.Retried, Queue: tasks.QueueModify, TaskState: "retry",
+		ReservedAt: head.ReservedAt, RetryAt: head.RetryAt}, head)
+	assert.False(t, head.RetryAt.IsZero(), "the failed head said when it runs again")
+	assert.Equal(t, s.Parked, behind.TaskID)
+	assert.False(t, behind.Next)
+	assert.Equal(t, "retry", behind.TaskState)
+	assert.Nil(t, sq.Gap, "the head's task exists and runs again")
+	require.Len(t, sq.Log, 1)
+	assert.Equal(t, orderview.LogNote, sq.Log[0].Kind)
+	assert.Equal(t, s.Seq[s.Archived], sq.Log[0].Seq)
+	assert.Equal(t, s.Archived, sq.Log[0].TaskID)
+	assert.Contains(t, sq.Log[0].Reason, "archived: ")
+	assert.Contains(t, sq.Log[0].Reason, orderviewtest.FailArchived)
+
+	var ids []string
+	for _, tk := range st.Tasks {
+		ids = append(ids, tk.TaskID)
+	}
+	assert.Equal(t, []string{s.Applied, s.Archived, s.Retried, s.Parked}, ids, "by position")
+
+	applied := taskByID(t, st, s.Applied)
+	assert.Equal(t, "completed", applied.State)
+	assert.Equal(t, orderview.SourceHistory, applied.Source)
+	assert.Contains(t, applied.Note, "applied: version 2")
+	assert.False(t, applied.CompletedAt.IsZero())
+
+	archived := taskByID(t, st, s.Archived)
+	assert.Equal(t, "archived", archived.State)
+	assert.Equal(t, orderview.SourceLog, archived.Source)
+	assert.Contains(t, archived.Note, "out of its failure budget")
+	assert.Contains(t, archived.LastError, orderviewtest.FailArchived)
+
+	retried := taskByID(t, st, s.Retried)
+	assert.Equal(t, "retry", retried.State)
+	assert.Equal(t, orderview.SourcePosition, retried.Source)
+	assert.Equal(t, 1, retried.Retried)
+	assert.Equal(t, 5, retried.MaxRetry)
+	assert.Equal(t, orderviewtest.FailRetried, retried.LastError)
+	assert.False(t, retried.NextProcessAt.IsZero())
+	assert.True(t, strings.HasPrefix(retried.Note, "its turn: failed 1 of 6 allowed times; runs again at "), retried.Note)
+
+	parked := taskByID(t, st, s.Parked)
+	assert.Equal(t, "retry", parked.State)
+	assert.Zero(t, parked.Retried, "parking is not a failure")
+	assert.True(t, strings.HasPrefix(parked.Note, "waits for its turn (1 position is ahead of it): parked in asynq's retry set, not failed"), parked.Note)
+
+	require.Len(t, st.History, 2)
+	assert.EqualValues(t, 2, st.HistoryTotal)
+	assert.Equal(t, s.Applied, st.History[1].EventID)
+
+	summary := strings.Join(st.Summary, "\n")
+	assert.Contains(t, summary, "SO1001 is active, version 2")
+	assert.Contains(t, summary, "2 accepted change(s) not applied yet; next in line is position")
+	assert.Contains(t, summary, "Its next change, task "+s.Retried+", failed 1 time(s) ("+orderviewtest.FailRetried+") and runs again at ")
+	assert.Contains(t, summary, "1 task(s) wait for their turn, parked")
+	assert.Contains(t, summary, "1 of its tasks are archived")
+}
+
+// A position without a task holds the order up for the gap wait: the
+// status says which, why, and how long is left; the lock's holder is
+// named.
+func TestStatusOfAGapAndAHeldLock(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, orderview.Config{GapWait: time.Minute, Now: func() time.Time { return now }})
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO-G", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	ghost := tasks.PositionLabel(tasks.TypeModify, "ev-ghost")
+	gp, err := l.Sequencer().Reserve(t.Context(), "SO-G", ghost, "")
+	require.NoError(t, err)
+	p, err := producer.New(e.db.Client, producer.Config{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	r, err := p.EnqueueModify(t.Context(), "SO-G", tasks.Changes{Remark: new("behind")}, producer.WithEventID("ev-behind"))
+	require.NoError(t, err)
+	lease, err := l.Acquire(t.Context(), "SO-G", "order:exchange ev-holder", lock.Wait{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(t.Context()) })
+
+	st, err := e.reader.Status(t.Context(), "SO-G")
+	require.NoError(t, err)
+	assert.Equal(t, orderview.Lock{Held: true, Holder: "order:exchange ev-holder", TaskID: "ev-holder", Fence: lease.Fence(),
+		LeaseMS: st.Lock.LeaseMS}, st.Lock)
+	assert.Positive(t, st.Lock.LeaseMS)
+	g := st.Sequence.Gap
+	require.NotNil(t, g)
+	assert.Equal(t, gp, g.Seq)
+	assert.Equal(t, ghost, g.Label)
+	assert.Equal(t, "ev-ghost", g.TaskID)
+	assert.Contains(t, g.Reason, "task ev-ghost is not in queue order_modify")
+	assert.EqualValues(t, time.Minute.Milliseconds(), g.GapWaitMS)
+	assert.Equal(t, max(time.Minute.Milliseconds()-g.AgeMS, 0), g.LeftMS)
+	assert.Positive(t, g.LeftMS)
+	require.Len(t, st.Sequence.Waiting, 2)
+	assert.Equal(t, orderview.TaskMissing, st.Sequence.Waiting[0].TaskState)
+	assert.Equal(t, "pending", st.Sequence.Waiting[1].TaskState)
+	behind := taskByID(t, st, "ev-behind")
+	assert.Equal(t, r.Seq, behind.Seq)
+	assert.Equal(t, "waits for its turn (1 position is ahead of it)", behind.Note)
+	summary := strings.Join(st.Summary, "\n")
+	assert.Contains(t, summary, "Locked by order:exchange ev-holder")
+	assert.Contains(t, summary, "holds the order up: task ev-ghost is not in queue order_modify")
+	assert.Contains(t, summary, "It is skipped in ")
+
+	// Past the gap wait, it is skipped as soon as a task behind it runs.
+	now = now.Add(2 * time.Minute)
+	st, err = e.reader.Status(t.Context(), "SO-G")
+	require.NoError(t, err)
+	require.NotNil(t, st.Sequence.Gap)
+	assert.Zero(t, st.Sequence.Gap.LeftMS)
+	assert.Contains(t, strings.Join(st.Summary, "\n"), "now that the gap wait (1m0s) is over, as soon as a task behind it runs")
+}
+
+// A replacement that its exchange has not created yet has a sequence, led
+// by its creation, but no order; a number nobody knows is an empty view;
+// a malformed one is an error.
+func TestStatusOfAReplacementBeingCreatedAndOfNothing(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO-X", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	p, err := producer.New(e.db.Client, producer.Config{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	_, err = p.EnqueueExchange(t.Context(), "SO-X", []tasks.Item{{SKU: "B", Qty: 1}}, producer.WithEventID("ev-x"), producer.WithNewOrderNo("SO-X2"))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-X2", tasks.Changes{Remark: new("on the new one")}, producer.WithEventID("ev-x2"))
+	require.NoError(t, err)
+
+	st, err := e.reader.Status(t.Context(), "SO-X2")
+	require.NoError(t, err)
+	assert.Nil(t, st.Order)
+	assert.Contains(t, st.Summary[0], "SO-X2 is not in the order store yet")
+	require.Len(t, st.Sequence.Waiting, 2)
+	creation := st.Sequence.Waiting[0]
+	assert.Equal(t, tasks.CreationLabel("ev-x", "SO-X"), creation.Label)
+	assert.Equal(t, "ev-x", creation.TaskID)
+	assert.Equal(t, tasks.QueueExchange, creation.Queue)
+	assert.Equal(t, "pending", creation.TaskState)
+	assert.Nil(t, st.Sequence.Gap, "the exchange will come")
+	x := taskByID(t, st, "ev-x")
+	assert.Equal(t, tasks.TypeExchange, x.Type)
+	assert.Contains(t, x.Note, "the exchange of SO-X that creates SO-X2")
+	assert.Equal(t, "waits for its turn (1 position is ahead of it)", taskByID(t, st, "ev-x2").Note)
+
+	st, err = e.reader.Status(t.Context(), "SO-NONE")
+	require.NoError(t, err)
+	assert.Nil(t, st.Order)
+	assert.False(t, st.Sequence.Exists)
+	assert.Empty(t, st.Tasks)
+	assert.NotNil(t, st.Tasks)
+	assert.NotNil(t, st.Sequence.Waiting)
+	require.Len(t, st.Summary, 1)
+	assert.Contains(t, st.Summary[0], "Nothing is known of SO-NONE")
+
+	_, err = e.reader.Status(t.Context(), "S O")
+	require.ErrorIs(t, err, orders.ErrInvalid)
+}
+
+// The status shows the latest entries of a long history, read as one page.
+func TestStatusShowsTheLatestHistory(t *testing.T) {
+	e := newEnv(t, orderview.Config{HistoryLen: 3})
+	for i := range 7 {
+		require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO7", Remark: "r" + string(rune('0'+i)), Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	}
+	st, err := e.reader.Status(t.Context(), "SO7")
+	require.NoError(t, err)
+	require.Len(t, st.History, 3)
+	assert.EqualValues(t, 7, st.HistoryTotal)
+	for i, h := range st.History {
+		assert.EqualValues(t, 5+i, h.Version)
+	}
+}
