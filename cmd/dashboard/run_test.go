@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -369,9 +368,7 @@ func TestSettingsTable(t *testing.T) {
 	assert.Contains(t, md, "| `-read-only` | `DASHBOARD_READ_ONLY` | `true` |")
 	assert.Contains(t, md, "| `-password` | `DASHBOARD_PASSWORD` | (secret) |")
 
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	require.NoError(t, s.CheckDoc(readme, "settings"))
+	require.NoError(t, s.CheckOrUpdateDoc("README.md", "settings"))
 }
 
 // TestShutdown checks that run returns nil promptly when its context ends.
