@@ -111,6 +111,13 @@ func Top[T any](stats map[string]T, n int, key func(T) int64) []string {
 // CountHook counts the round trips a go-redis client makes: a command is
 // one, a pipeline or transaction is one. Add it with Client.AddHook. It is
 // safe for concurrent use.
+//
+// It counts them by name too (see [CountHook.ByName]): a command by its
+// name, a pipeline as "pipeline", and a script call (EVAL, EVALSHA) by its
+// command and the shapes of its first two keys (see [KeyShape]), so that
+// the scripts of asynq, the lock and the store, which all run as EVALSHA,
+// are told apart: "evalsha asynq:{}:pending asynq:{}:paused" is asynq's
+// dequeue.
 type CountHook struct {
 	n      atomic.Int64
 	mu     sync.Mutex
@@ -126,9 +133,51 @@ func (h *CountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (h *CountHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(cmd.Name(), 1)
+		h.add(CallName(cmd), 1)
 		return next(ctx, cmd)
 	}
+}
+
+// CallName names a command for [CountHook]: its name in lower case, and for
+// a script call (eval, evalsha and their _ro forms) also the shapes of its
+// first two keys, e.g. "evalsha ow:lock:{} ow:lock:{}:fence".
+func CallName(cmd redis.Cmder) string {
+	name := strings.ToLower(cmd.Name())
+	if !strings.HasPrefix(name, "eval") {
+		return name
+	}
+	args := cmd.Args()
+	if len(args) < 3 {
+		return name
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil {
+		return name
+	}
+	for i := 3; i < 3+min(n, 2) && i < len(args); i++ {
+		name += " " + KeyShape(fmt.Sprint(args[i]))
+	}
+	return name
+}
+
+// KeyShape returns a Redis key with what names one instance left out: the
+// hash tag's content, and what follows the component after the tag.
+// "asynq:{order_modify}:t:ev-1" is "asynq:{}:t:*", "ow:lock:{SO1}:seq" is
+// "ow:lock:{}:seq". A key without a hash tag is returned as it is.
+func KeyShape(key string) string {
+	open := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key, '}')
+	if open < 0 || end < open {
+		return key
+	}
+	head, rest := key[:open]+"{}", strings.TrimPrefix(key[end+1:], ":")
+	if rest == "" {
+		return head
+	}
+	if first, _, more := strings.Cut(rest, ":"); more {
+		return head + ":" + first + ":*"
+	}
+	return head + ":" + rest
 }
 
 // ProcessPipelineHook implements redis.Hook.
@@ -142,14 +191,15 @@ func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *CountHook) add(name string, n int64) {
 	h.n.Add(n)
 	h.mu.Lock()
-	h.byName[strings.ToLower(name)] += n
+	h.byName[name] += n
 	h.mu.Unlock()
 }
 
 // RoundTrips returns the round trips counted so far.
 func (h *CountHook) RoundTrips() int64 { return h.n.Load() }
 
-// ByName returns the round trips counted so far by command name.
+// ByName returns the round trips counted so far by name (see [CallName];
+// a pipeline is "pipeline").
 func (h *CountHook) ByName() map[string]int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
