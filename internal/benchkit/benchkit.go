@@ -117,7 +117,10 @@ func Top[T any](stats map[string]T, n int, key func(T) int64) []string {
 // command and the shapes of its first two keys (see [KeyShape]), so that
 // the scripts of asynq, the lock and the store, which all run as EVALSHA,
 // are told apart: "evalsha asynq:{}:pending asynq:{}:paused" is asynq's
-// dequeue.
+// dequeue. A new connection's set-up, which go-redis sends through the
+// client's hooks when it dials (HELLO, then SELECT, CLIENT SETINFO and the
+// like), is no round trip of the work: it is counted apart, as "handshake",
+// and left out of RoundTrips.
 type CountHook struct {
 	n      atomic.Int64
 	mu     sync.Mutex
@@ -133,9 +136,25 @@ func (h *CountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (h *CountHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(CallName(cmd), 1)
+		if handshake(cmd) {
+			h.addHandshake()
+		} else {
+			h.add(CallName(cmd), 1)
+		}
 		return next(ctx, cmd)
 	}
+}
+
+// handshake reports whether cmds are (part of) a connection's set-up.
+func handshake(cmds ...redis.Cmder) bool {
+	for _, c := range cmds {
+		switch strings.ToLower(c.Name()) {
+		case "hello", "auth", "select", "client", "readonly":
+		default:
+			return false
+		}
+	}
+	return len(cmds) > 0
 }
 
 // CallName names a command for [CountHook]: its name in lower case, and for
@@ -183,7 +202,11 @@ func KeyShape(key string) string {
 // ProcessPipelineHook implements redis.Hook.
 func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.add("pipeline", 1)
+		if handshake(cmds...) {
+			h.addHandshake()
+		} else {
+			h.add("pipeline", 1)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -195,7 +218,13 @@ func (h *CountHook) add(name string, n int64) {
 	h.mu.Unlock()
 }
 
-// RoundTrips returns the round trips counted so far.
+func (h *CountHook) addHandshake() {
+	h.mu.Lock()
+	h.byName["handshake"]++
+	h.mu.Unlock()
+}
+
+// RoundTrips returns the round trips counted so far, handshakes left out.
 func (h *CountHook) RoundTrips() int64 { return h.n.Load() }
 
 // ByName returns the round trips counted so far by name (see [CallName];

@@ -164,3 +164,16 @@ func TestKeyShapeAndCallName(t *testing.T) {
 	require.Equal(t, "evalsha ow:lock:{} ow:lock:{}:fence", CallName(cmd))
 	require.Equal(t, "get", CallName(redis.NewStringCmd(t.Context(), "GET", "k")))
 }
+
+func TestCountHookLeavesOutHandshakes(t *testing.T) {
+	h := NewCountHook()
+	noop := func(context.Context, redis.Cmder) error { return nil }
+	noopPipe := func(context.Context, []redis.Cmder) error { return nil }
+	ctx := t.Context()
+	require.NoError(t, h.ProcessHook(noop)(ctx, redis.NewCmd(ctx, "hello", 3)))
+	require.NoError(t, h.ProcessPipelineHook(noopPipe)(ctx, []redis.Cmder{redis.NewCmd(ctx, "select", 1), redis.NewCmd(ctx, "client", "setinfo", "lib-name", "x")}))
+	require.NoError(t, h.ProcessHook(noop)(ctx, redis.NewCmd(ctx, "get", "k")))
+	require.NoError(t, h.ProcessPipelineHook(noopPipe)(ctx, []redis.Cmder{redis.NewCmd(ctx, "select", 1), redis.NewCmd(ctx, "get", "k")}))
+	require.Equal(t, int64(2), h.RoundTrips())
+	require.Equal(t, map[string]int64{"handshake": 2, "get": 1, "pipeline": 1}, h.ByName())
+}
