@@ -169,12 +169,14 @@ func CallName(cmd redis.Cmder) string {
 	if len(args) < 3 {
 		return name
 	}
-	n, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil {
+	n, ok := args[2].(int) // as go-redis builds it
+	if !ok {
 		return name
 	}
 	for i := 3; i < 3+min(n, 2) && i < len(args); i++ {
-		name += " " + KeyShape(fmt.Sprint(args[i]))
+		if k, ok := args[i].(string); ok {
+			name += " " + KeyShape(k)
+		}
 	}
 	return name
 }
