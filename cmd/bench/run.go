@@ -91,6 +91,23 @@ func subsetOf(allowed ...string) func([]string) error {
 	}
 }
 
+// checkOnly refuses an -only name that is no scenario of the run, which
+// would otherwise measure nothing without a word.
+func checkOnly(c settings, workloads []workload) error {
+	all := c
+	all.Only = nil
+	var names []string
+	for _, sc := range scenarios(all, workloads) {
+		names = append(names, sc.Name)
+	}
+	for _, n := range c.Only {
+		if !slices.Contains(names, n) {
+			return fmt.Errorf("-only: %q is no scenario of this run (%s)", n, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
 // workloadsOf returns the workloads to measure: -work:-concurrency when
 // either was given, else -workloads.
 func workloadsOf(c settings, workGiven bool) ([]workload, error) {
@@ -121,6 +138,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	workloads, err := workloadsOf(c, workGiven())
 	if err != nil {
+		return err
+	}
+	if err := checkOnly(c, workloads); err != nil {
 		return err
 	}
 

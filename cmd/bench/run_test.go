@@ -38,6 +38,9 @@ func TestScenarios(t *testing.T) {
 		names = append(names, sc.Name)
 	}
 	require.Equal(t, []string{"b-contended-work0"}, names)
+	require.Error(t, checkOnly(c, ws), "b-uncontended-work0 is outside -contention")
+	c.Only = []string{"b-contended-work0"}
+	require.NoError(t, checkOnly(c, ws))
 
 	require.Equal(t, "H3", orderNo(scenario{Contended: true, Orders: 10}, 13))
 	require.Equal(t, "U000013", orderNo(scenario{Orders: 100}, 13))
