@@ -23,7 +23,7 @@ vuln: ## known vulnerabilities in the code's call graph (govulncheck; needs http
 fmt: ## rewrite files with gofmt
 	gofmt -w $$(git ls-files '*.go')
 
-bench: ## the benchmarks (not part of test), then cmd/bench's side-by-side table (about 1 minute)
+bench: ## the benchmarks (not part of test), then cmd/bench's side-by-side tables, acceptance cost and targets (about 4 minutes)
 	$(GO) test -run '^$$' -bench . -skip Handoff -benchtime $(BENCHTIME) ./...
 	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./internal/lock
 	$(GO) run ./cmd/bench -json bench.json

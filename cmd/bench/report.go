@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -10,34 +11,44 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/benchkit"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
 )
 
 // report is everything one run measured; it is also the JSON output.
 type report struct {
-	Started      time.Time `json:"started"`
-	GoVersion    string    `json:"go_version"`
-	RedisVersion string    `json:"redis_version"`
-	CPUs         int       `json:"cpus"`
-	Concurrency  int       `json:"concurrency"`
-	WorkMs       float64   `json:"work_ms"`
+	Started      time.Time  `json:"started"`
+	GoVersion    string     `json:"go_version"`
+	RedisVersion string     `json:"redis_version"`
+	CPUs         int        `json:"cpus"`
+	Workloads    []workload `json:"workloads"`
 	// LoadAvg is /proc/loadavg at the start and at the end: other work on
 	// the host skews every figure but the per-task counts.
 	LoadAvg  [2]string       `json:"load_avg"`
 	Results  []result        `json:"results"`
+	Accept   []acceptResult  `json:"acceptance,omitempty"`
 	Tokens   []tokenResult   `json:"tokens,omitempty"`
 	Replicas []replicaResult `json:"replicas,omitempty"`
 	Targets  []target        `json:"targets,omitempty"`
 }
 
-// target is one of the goals the bench checks, met or not.
+// target is one of the goals the bench checks, met or not, or not judged
+// (NA says why: the run gave too few samples).
 type target struct {
 	Name string  `json:"name"`
 	Got  float64 `json:"got"`
 	Want string  `json:"want"`
 	Met  bool    `json:"met"`
+	NA   string  `json:"not_judged,omitempty"`
 }
 
-func (rep *report) find(name string) *result {
+// find returns the row of system sys on contention kind and workload w, or
+// nil.
+func (rep *report) find(sys, kind string, w workload) *result {
+	return rep.findName(sys + "-" + kind + "-" + w.Name())
+}
+
+func (rep *report) findName(name string) *result {
 	for i := range rep.Results {
 		if rep.Results[i].Scenario == name {
 			return &rep.Results[i]
@@ -46,66 +57,101 @@ func (rep *report) find(name string) *result {
 	return nil
 }
 
-// ratios fills in each row's ratio to (a) on the same contention, and the
-// targets.
+// rtSlack is how far (b)'s worker round trips per task may exceed (b0)'s
+// over n tasks and still count as "no more". asynq tries its queues in a
+// weighted random order, one dequeue round trip each, so the order_modify
+// tasks cost 1 + p dequeues on average, p the chance that the empty
+// order_exchange queue is tried first, with a standard deviation of
+// sqrt(p(1-p)/n) per task; the slack is three of those, plus 0.01 for
+// asynq's forwarder and heartbeat, which run per second, not per task.
+func rtSlack(n int) float64 {
+	q := worker.DefaultQueues()
+	p := float64(q[tasks.QueueExchange]) / float64(q[tasks.QueueExchange]+q[tasks.QueueModify])
+	return 0.01 + 3*math.Sqrt(p*(1-p)/float64(max(n, 1)))
+}
+
+// minHandoffs is how many hand-offs to a waiting task a hand-off p99 needs
+// to be judged.
+const minHandoffs = 100
+
+// ratios fills in each row's ratios to (a) and, for (b), to (b0), on the
+// same contention and workload, and the targets.
 func (rep *report) ratios() {
 	for i := range rep.Results {
 		r := &rep.Results[i]
-		_, kind, _ := strings.Cut(r.Scenario, "-")
-		if a := rep.find(sysPlain + "-" + kind); a != nil && a.TasksPerS > 0 {
+		prefix := r.Scenario[:strings.IndexByte(r.Scenario, '-')]
+		rest := strings.TrimPrefix(r.Scenario, prefix)
+		if a := rep.findName(sysPlain + rest); a != nil && a.TasksPerS > 0 {
 			r.RatioToA = r.TasksPerS / a.TasksPerS
 		}
-	}
-	if b := rep.find("b-uncontended"); b != nil && b.RatioToA > 0 {
-		rep.Targets = append(rep.Targets, target{"(b)/(a) uncontended", b.RatioToA, ">= 0.85", b.RatioToA >= 0.85})
-	}
-	b := rep.find("b-contended")
-	if b != nil && b.RatioToA > 0 {
-		rep.Targets = append(rep.Targets, target{"(b)/(a) contended", b.RatioToA, ">= 0.65", b.RatioToA >= 0.65})
-	}
-	if b != nil && b.Handoffs > 0 {
-		rep.Targets = append(rep.Targets, target{"(b) hand-off p99 ms", b.HandoffP99, "<= 10", b.HandoffP99 <= 10})
-		if c := rep.find("c-contended"); c != nil && c.Handoffs > 0 && b.HandoffP99 > 0 {
-			x := c.HandoffP99 / b.HandoffP99
-			rep.Targets = append(rep.Targets, target{"(c)/(b) hand-off p99", x, ">= 50x", x >= 50})
+		if b0 := rep.findName(sysUnordered + rest); b0 != nil && prefix == sysOW && b0.TasksPerS > 0 {
+			r.RatioToB0 = r.TasksPerS / b0.TasksPerS
 		}
+	}
+	add := func(name string, got float64, want string, met bool) {
+		rep.Targets = append(rep.Targets, target{Name: name, Got: got, Want: want, Met: met})
+	}
+	handoff := func(name string, r *result, limit float64) {
+		t := target{Name: name, Got: r.HandoffP99, Want: "<= " + strconv.FormatFloat(limit, 'f', -1, 64), Met: r.HandoffP99 <= limit}
+		if r.Handoffs < minHandoffs {
+			t.Met, t.NA = false, fmt.Sprintf("only %d hand-offs to a waiting task (of %d), fewer than %d", r.Handoffs, r.HandoffsAll, minHandoffs)
+		}
+		rep.Targets = append(rep.Targets, t)
+	}
+	for _, w := range rep.Workloads {
+		tag := " [" + w.Name() + "]"
+		bu, bc := rep.find(sysOW, uncontended, w), rep.find(sysOW, contended, w)
+		if w == standard {
+			// The targets of the 10 ms rows, from before ordering.
+			if bu != nil && bu.RatioToA > 0 {
+				add("(b)/(a) uncontended"+tag, bu.RatioToA, ">= 0.85", bu.RatioToA >= 0.85)
+			}
+			if bc != nil && bc.RatioToA > 0 {
+				add("(b)/(a) contended"+tag, bc.RatioToA, ">= 0.65", bc.RatioToA >= 0.65)
+			}
+			if bc != nil && bc.HandoffsAll > 0 {
+				handoff("(b) hand-off p99 ms"+tag, bc, 10)
+				if c := rep.find(sysSeed, contended, w); c != nil && c.Handoffs > 0 && bc.HandoffP99 > 0 {
+					x := c.HandoffP99 / bc.HandoffP99
+					add("(c)/(b) hand-off p99"+tag, x, ">= 50x", x >= 50)
+				}
+			}
+		}
+		if bc != nil && bc.HandoffsAll > 0 {
+			handoff("(b) hot hand-off p99 ms"+tag, bc, 5)
+		}
+		if bc != nil && bc.RatioToB0 > 0 {
+			add("(b)/(b0) hot throughput"+tag, bc.RatioToB0, ">= 1.00", bc.RatioToB0 >= 1)
+		}
+		for _, kind := range []string{uncontended, contended} {
+			b, b0 := rep.find(sysOW, kind, w), rep.find(sysUnordered, kind, w)
+			if b != nil && b0 != nil {
+				slack := rtSlack(min(b.Tasks, b0.Tasks))
+				add("(b) worker round trips/task "+kind+tag, b.RoundTripsPerTask,
+					fmt.Sprintf("<= %.2f (b0)+%.2f", b0.RoundTripsPerTask, slack), b.RoundTripsPerTask <= b0.RoundTripsPerTask+slack)
+			}
+			if b != nil && b.OrderPairs > 0 {
+				add("(b) inversions "+kind+tag, float64(b.Inversions), "0", b.Inversions == 0)
+			}
+		}
+	}
+	for _, kind := range []string{uncontended, contended} {
+		raw, prod := rep.findAccept(acceptRaw, kind), rep.findAccept(acceptProducer, kind)
+		if raw == nil || prod == nil {
+			continue
+		}
+		add(fmt.Sprintf("producer/raw enqueue rate, %d goroutines, %s", prod.Goroutines, kind), prod.RatioToRaw, ">= 0.80", prod.RatioToRaw >= 0.8)
+		add("producer round trips/change "+kind, prod.RoundTripsPerChange,
+			fmt.Sprintf("<= %.2f (raw+1)", raw.RoundTripsPerChange+1), prod.RoundTripsPerChange <= raw.RoundTripsPerChange+1)
 	}
 }
 
 func (rep *report) print(out io.Writer, c settings) {
-	fmt.Fprintf(out, "\norderworker bench: %s, redis %s, %d CPUs, concurrency %d, work %v per task; load average %s at the start, %s at the end\n\n",
-		rep.GoVersion, rep.RedisVersion, rep.CPUs, c.Concurrency, c.Work, rep.LoadAvg[0], rep.LoadAvg[1])
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttasks\torders\ttasks/s\tvs (a)\thand-offs\thand-off p50 ms\tp99 ms\tlock wait p50 ms\tp99 ms\tmax ms\tredis cmds/task\tscripts/task\tround trips/task\tworker CPU µs/task\tredis CPU µs/task\tpeak RSS MiB\tΔRSS MiB\tpeak heap MiB\tno-lock runs\toverlaps\t")
-	for _, r := range rep.Results {
-		ratio, p50, p99 := "-", "-", "-"
-		w50, w99, wmax := "-", "-", "-"
-		if r.Scenario[0] != 'a' {
-			w50, w99, wmax = f2(r.LockWaitP50), f2(r.LockWaitP99), f2(r.LockWaitMax)
-		}
-		if r.RatioToA > 0 && r.System != systemNames[sysPlain] {
-			ratio = f2(r.RatioToA)
-		}
-		handoffs := "-"
-		if r.HandoffsAll > 0 {
-			handoffs = strconv.Itoa(r.Handoffs) + "/" + strconv.Itoa(r.HandoffsAll)
-		}
-		if r.Handoffs > 0 {
-			p50, p99 = f2(r.HandoffP50), f2(r.HandoffP99)
-		}
-		bypass, overlaps := "-", "-"
-		if r.Scenario[0] == 'c' {
-			bypass = strconv.FormatInt(r.SeedBypasses, 10)
-		}
-		if r.Scenario[0] != 'a' {
-			overlaps = strconv.Itoa(r.Overlaps)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.Scenario, r.Tasks, r.Orders, r.TasksPerS, ratio, handoffs, p50, p99, w50, w99, wmax,
-			r.CmdsPerTask, r.ScriptsPerTask, r.RoundTripsPerTask, r.WorkerCPUPerTask, r.RedisCPUPerTask,
-			mib(r.PeakRSSKiB), mib(r.PeakRSSDeltaKiB), mib(int64(r.PeakHeapKiB)), bypass, overlaps)
+	fmt.Fprintf(out, "\norderworker bench: %s, redis %s, %d CPUs; load average %s at the start, %s at the end\n",
+		rep.GoVersion, rep.RedisVersion, rep.CPUs, rep.LoadAvg[0], rep.LoadAvg[1])
+	for _, w := range rep.Workloads {
+		rep.printWorkload(out, w)
 	}
-	_ = tw.Flush()
 	fmt.Fprintln(out)
 	for _, r := range rep.Results {
 		if r.Note != "" {
@@ -115,20 +161,104 @@ func (rep *report) print(out io.Writer, c settings) {
 			fmt.Fprintf(out, "note: %s: %d tasks archived (failed for good)\n", r.Scenario, r.Archived)
 		}
 	}
-	fmt.Fprint(out, `
-  a/b/c: (a) plain asynq whose handler only sleeps the work time; (b) worker.New with the order lock
-         and the Redis store, the work slept inside the lock before the store write; (c) the seed's
-         lock (EXISTS then SET, 0-1000 ms random sleeps, 5 s deadline then no lock) around the same.
-         All modifies of the address, enqueued by the producer before the measured phase.
-  tasks/s: tasks over the time from starting the worker to the last task completed.
+	fmt.Fprint(out, legend)
+	rep.printOrderingTrips(out)
+	if len(rep.Accept) > 0 {
+		printAccept(out, rep.Accept)
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(out, "\ntargets (ratios from this run):")
+		for _, t := range rep.Targets {
+			mark := "not met"
+			switch {
+			case t.NA != "":
+				mark = "not judged: " + t.NA
+			case t.Met:
+				mark = "met"
+			}
+			fmt.Fprintf(out, "  %-56s %8.2f  want %-18s %s\n", t.Name, t.Got, t.Want, mark)
+		}
+	}
+	if c.Verbose {
+		for _, r := range rep.Results {
+			fmt.Fprintf(out, "\n%s: redis commands/task (µs/task, by time; EVALSHA's time includes its commands'): %s\n", r.Scenario, cmdsPerTask(r.Commands, r.Tasks))
+			fmt.Fprintf(out, "%s: round trips/task: %s\n", r.Scenario, perTask(r.RoundTrips, r.Tasks))
+		}
+		for _, a := range rep.Accept {
+			fmt.Fprintf(out, "\naccept %s %s: round trips/change: %s\n", a.Contention, a.System, perTask(a.RoundTrips, a.Changes))
+		}
+	}
+}
+
+// printWorkload prints the rows of one workload.
+func (rep *report) printWorkload(out io.Writer, w workload) {
+	fmt.Fprintf(out, "\n%s (%s):\n\n", w.Name(), w)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\ttasks\torders\ttasks/s\tvs (a)\tvs (b0)\truns/task\thand-offs\thand-off p50 ms\tp99 ms\tlock wait p50 ms\tp99 ms\tmax ms\tredis cmds/task\tscripts/task\tround trips/task\tworker CPU µs/task\tredis CPU µs/task\tpeak RSS MiB\tΔRSS MiB\tpeak heap MiB\tno-lock runs\toverlaps\tout of order\t")
+	for _, r := range rep.Results {
+		if r.Workload != w.Name() {
+			continue
+		}
+		sys := r.Scenario[:strings.IndexByte(r.Scenario, '-')]
+		ratio, vsB0, runs, p50, p99 := "-", "-", "-", "-", "-"
+		w50, w99, wmax := "-", "-", "-"
+		if sys != sysPlain {
+			w50, w99, wmax = f2(r.LockWaitP50), f2(r.LockWaitP99), f2(r.LockWaitMax)
+			runs = f2(r.RunsPerTask)
+		}
+		if r.RatioToA > 0 && sys != sysPlain {
+			ratio = f2(r.RatioToA)
+		}
+		if r.RatioToB0 > 0 {
+			vsB0 = f2(r.RatioToB0)
+		}
+		handoffs := "-"
+		if r.HandoffsAll > 0 {
+			handoffs = strconv.Itoa(r.Handoffs) + "/" + strconv.Itoa(r.HandoffsAll)
+		}
+		if r.Handoffs > 0 {
+			p50, p99 = f2(r.HandoffP50), f2(r.HandoffP99)
+		}
+		bypass, overlaps, order := "-", "-", "-"
+		if sys == sysSeed {
+			bypass = strconv.FormatInt(r.SeedBypasses, 10)
+		}
+		if sys != sysPlain {
+			overlaps = strconv.Itoa(r.Overlaps)
+		}
+		if r.OrderPairs > 0 {
+			order = strconv.Itoa(r.Inversions) + "/" + strconv.Itoa(r.OrderPairs)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Scenario, r.Tasks, r.Orders, r.TasksPerS, ratio, vsB0, runs, handoffs, p50, p99, w50, w99, wmax,
+			r.CmdsPerTask, r.ScriptsPerTask, r.RoundTripsPerTask, r.WorkerCPUPerTask, r.RedisCPUPerTask,
+			mib(r.PeakRSSKiB), mib(r.PeakRSSDeltaKiB), mib(int64(r.PeakHeapKiB)), bypass, overlaps, order)
+	}
+	_ = tw.Flush()
+}
+
+const legend = `
+  a/b0/b/c: (a) plain asynq whose handler only sleeps the work time; (b) worker.New with the order lock
+         and the Redis store, the work slept inside the lock before the store write, its tasks enqueued
+         by the producer (with their position: applied in the order of acceptance); (b0) the same worker
+         with ordering off: the same tasks enqueued with asynq's Client by hand, without a position
+         (payload minus seq, task ID = event ID, the kind's queue), so it applies them in any order;
+         (c) the seed's lock (EXISTS then SET, 0-1000 ms random sleeps, 5 s deadline then no lock)
+         around the same work and write. All modifies of the address, enqueued before the measured phase,
+         each order's tasks one after the other.
+  workloads: work<d> is d of simulated work per task at the concurrency shown (-workloads).
+  tasks/s: tasks over the time from starting the worker to the last task completed; vs (a), vs (b0): the
+         same ratio to (a), and for (b) to (b0), on the same orders and workload.
+  runs/task: handler runs per task: a task that goes back to its queue to wait runs again ((b): parked
+         until its turn, (b0)/(b): the lock stayed held past its wait deadline).
   hand-off: release to the next holder, from the order histories: per order, ended_at of one entry
          (the store commit, Redis TIME) to started_at of the next (its worker had the lock; same host
          clock), so it includes the holder's release round trip. Counted only when the next holder
          was already waiting at the commit (its started_at minus its lock wait is earlier), so a
          newcomer that grabs the lock on arrival does not count; hand-offs shows waiters/all pairs.
          Uncontended orders have none.
-  lock wait: per task, from asking for the order's lock to having it (for (c), or to giving up at its
-         5 s deadline); for (b) the worker's own lock_wait of each run (a busy run counts its full wait).
+  lock wait: per run, from asking for the order's lock to having it or going back to the queue (for (c),
+         or to giving up at its 5 s deadline); for (b0)/(b) the worker's own lock_wait of each run.
   redis cmds/task: INFO commandstats delta / tasks, commands run inside scripts included (the bench's
          own INFO and ZCARD polls left out); scripts/task: the EVALSHA among them.
   round trips/task: what the worker's go-redis client sent (a pipeline is one) / tasks.
@@ -138,21 +268,64 @@ func (rep *report) print(out io.Writer, c settings) {
          start; ΔRSS is that peak minus the RSS at the start. peak heap: Go heap objects, sampled every 10 ms.
   no-lock runs: tasks (c) ran without the lock after its 5 s deadline, as the seed did.
   overlaps: critical sections on one order that overlapped in time, from the histories.
-`)
-	if len(rep.Targets) > 0 {
-		fmt.Fprintln(out, "\ntargets:")
-		for _, t := range rep.Targets {
-			mark := "MISS"
-			if t.Met {
-				mark = "ok"
-			}
-			fmt.Fprintf(out, "  %-24s %8.2f  want %-8s %s\n", t.Name, t.Got, t.Want, mark)
-		}
+  out of order: inversions / consecutive changes of one order in the histories: for (b) a change applied
+         after one with a later position (must be 0); for (b0) and (c) after one enqueued later.
+`
+
+// scriptNames names the round trips the worker path makes, by CallName.
+var scriptNames = map[string]string{
+	"evalsha asynq:{}:pending asynq:{}:paused": "asynq dequeue (one per queue tried)",
+	"evalsha asynq:{}:active asynq:{}:lease":   "asynq done",
+	"evalsha asynq:{}:t:* asynq:{}:active":     "asynq retry (back to the queue to wait)",
+	"evalsha asynq:{}:t:* asynq:{}:pending":    "requeue front (wake a parked task)",
+	"evalsha asynq:{}:retry asynq:{}:pending":  "asynq forward (retry set to queue)",
+	"evalsha ow:lock:{} ow:lock:{}:fence":      "lock acquire",
+	"evalsha ow:lock:{} ow:lock:{}:seq":        "lock release",
+	"evalsha ow:order:{} ow:order:{}:history":  "store commit (with the release)",
+}
+
+func callLabel(name string) string {
+	if s, ok := scriptNames[name]; ok {
+		return s
 	}
-	if c.Verbose {
-		for _, r := range rep.Results {
-			fmt.Fprintf(out, "\n%s: redis commands/task (µs/task, by time; EVALSHA's time includes its commands'): %s\n", r.Scenario, cmdsPerTask(r.Commands, r.Tasks))
-			fmt.Fprintf(out, "%s: round trips/task: %s\n", r.Scenario, perTask(r.RoundTrips, r.Tasks))
+	return name
+}
+
+// printOrderingTrips prints, for each workload and contention measured with
+// both (b) and (b0), the worker round trips per task that differ: what
+// ordering adds to (or saves) the worker.
+func (rep *report) printOrderingTrips(out io.Writer) {
+	header := false
+	for _, w := range rep.Workloads {
+		for _, kind := range []string{uncontended, contended} {
+			b, b0 := rep.find(sysOW, kind, w), rep.find(sysUnordered, kind, w)
+			if b == nil || b0 == nil {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(out, "\nworker round trips per task, (b) minus (b0): what ordering adds to the worker (calls that differ by 0.02 or more):")
+				header = true
+			}
+			diff := map[string]float64{}
+			for name, n := range b.RoundTrips {
+				diff[name] += float64(n) / float64(b.Tasks)
+			}
+			for name, n := range b0.RoundTrips {
+				diff[name] -= float64(n) / float64(b0.Tasks)
+			}
+			delete(diff, "handshake")
+			names := benchkit.Top(diff, len(diff), func(v float64) int64 { return int64(math.Abs(v) * 1e6) })
+			var parts []string
+			for _, name := range names {
+				if d := diff[name]; math.Abs(d) >= 0.02 {
+					parts = append(parts, fmt.Sprintf("%s %+.2f", callLabel(name), d))
+				}
+			}
+			if len(parts) == 0 {
+				parts = []string{"none"}
+			}
+			fmt.Fprintf(out, "  %s %s: %.2f - %.2f = %+.2f: %s\n", kind, w.Name(), b.RoundTripsPerTask, b0.RoundTripsPerTask,
+				b.RoundTripsPerTask-b0.RoundTripsPerTask, strings.Join(parts, ", "))
 		}
 	}
 }

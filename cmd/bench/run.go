@@ -28,7 +28,14 @@ type settings struct {
 	SeedHotTasks  int
 	Concurrency   int
 	Work          time.Duration
+	Workloads     []string
+	Systems       []string
+	Contention    []string
 	Only          []string
+	Accept        bool
+	AcceptTasks   int
+	AcceptRounds  int
+	AcceptCallers int
 	JSON          string
 	CPUProfile    string
 	Replicas      []string
@@ -41,17 +48,26 @@ type settings struct {
 	ReplicasAlone bool
 }
 
-func declare(s *config.Set, c *settings) {
+// declare declares the flags into c. It returns whether -work or
+// -concurrency was given, to call after Parse.
+func declare(s *config.Set, c *settings) (workGiven func() bool) {
 	s.String(&c.RedisURL, "redis-url", "", "", "Redis to measure on, database included; it must be empty and is flushed between scenarios. Default: spawn a dedicated redis-server")
 	s.Int(&c.Tasks, "tasks", "", 10000, "tasks of the uncontended scenarios, each on an order of its own").Check(config.Positive[int])
-	s.Int(&c.Hot, "hot", "", 10, "hot orders of the contended scenarios").Check(config.Positive[int])
-	s.Int(&c.HotTasks, "hot-tasks", "", 10000, "tasks of the contended scenarios (a) and (b), spread round-robin over the hot orders").Check(config.Positive[int])
-	s.Int(&c.SeedHotTasks, "seed-hot-tasks", "", 3000, "tasks of the contended scenario (c), fewer to bound the run: its waiters sleep 0-1000 ms between checks").Check(config.Positive[int])
-	s.Int(&c.Concurrency, "concurrency", "", 20, "tasks one worker runs at once (the worker's default is 20)").Check(config.Positive[int])
-	s.Duration(&c.Work, "work", "", 10*time.Millisecond, "simulated handler work per task, inside the lock for (b) and (c); (a) sleeps it too").Check(config.NonNegative[time.Duration])
-	s.StringList(&c.Only, "only", "", nil, "run only these scenarios, e.g. b-uncontended,b-contended (names as in the table)")
+	s.Int(&c.Hot, "hot", "", 10, "hot orders of the contended scenarios and of the contended acceptance runs").Check(config.Positive[int])
+	s.Int(&c.HotTasks, "hot-tasks", "", 10000, "tasks of the contended scenarios (a), (b0) and (b), spread round-robin over the hot orders").Check(config.Positive[int])
+	s.Int(&c.SeedHotTasks, "seed-hot-tasks", "", 3000, "tasks of the contended scenarios of (c), fewer to bound the run: its waiters sleep 0-1000 ms between checks").Check(config.Positive[int])
+	s.StringList(&c.Workloads, "workloads", "", defaultWorkloads, "the workloads of the rows, each <work>:<concurrency>: simulated handler work per task (inside the lock for (b0), (b) and (c); (a) sleeps it too) and tasks one worker runs at once")
+	conc := s.Int(&c.Concurrency, "concurrency", "", 20, "tasks one worker runs at once in the workload -work:-concurrency, which replaces -workloads when either flag is given; also the concurrency of each -replicas process").Check(config.Positive[int])
+	work := s.Duration(&c.Work, "work", "", 10*time.Millisecond, "simulated handler work per task in the workload -work:-concurrency, which replaces -workloads when either flag is given").Check(config.NonNegative[time.Duration])
+	s.StringList(&c.Systems, "systems", "", allSystems, "the systems to measure: a (plain asynq), b0 (orderworker, ordering off), b (orderworker), c (seed-style lock)").Check(subsetOf(allSystems...))
+	s.StringList(&c.Contention, "contention", "", []string{uncontended, contended}, "the contentions to measure: uncontended (an order per task), contended (-hot orders); the acceptance runs follow it too").Check(subsetOf(uncontended, contended))
+	s.StringList(&c.Only, "only", "", nil, "run only these scenarios, e.g. b-contended-work0,b0-contended-work0 (names as in the table; within -systems, -contention and -workloads)")
+	s.Bool(&c.Accept, "accept", "", true, "measure the acceptance cost: the producer's enqueue rate against raw asynq's")
+	s.Int(&c.AcceptTasks, "accept-tasks", "", 5000, "changes of each acceptance run").Check(config.Positive[int])
+	s.Int(&c.AcceptRounds, "accept-rounds", "", 3, "acceptance runs of each system on each contention, alternating raw asynq and the producer").Check(config.Positive[int])
+	s.Int(&c.AcceptCallers, "accept-goroutines", "", 8, "goroutines that enqueue at once in the acceptance runs").Check(config.Positive[int])
 	s.String(&c.JSON, "json", "", "", "also write the results as JSON to this file")
-	s.String(&c.CPUProfile, "cpuprofile", "", "", "write a CPU profile of each in-process scenario's measured phase to this path plus \".<scenario>\"")
+	s.String(&c.CPUProfile, "cpuprofile", "", "", "write a CPU profile of each in-process scenario's measured phase to this path plus \".<scenario>\", and of the first round of each acceptance run plus \".accept-<raw|producer>-<contention>\"")
 	s.StringList(&c.Replicas, "replicas", "", nil, "also measure throughput with this many worker processes each, e.g. 1,2,4 (built from cmd/worker)")
 	s.Bool(&c.ReplicasAlone, "replicas-only", "", false, "with -replicas: skip the in-process scenarios")
 	s.Int(&c.ReplicaTasks, "replica-tasks", "", 20000, "tasks of each replica run, each on an order of its own").Check(config.Positive[int])
@@ -60,6 +76,45 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.Timeout, "timeout", "", 3*time.Minute, "give up on a scenario that has not finished after this long").Check(config.Positive[time.Duration])
 	s.Bool(&c.Verbose, "v", "", false, "print each scenario's commands per task by command, and its round trips by command")
 	s.String(&c.AsWorker, "as-worker", "", "", "internal: run as a plain asynq worker process for -replicas (reads REDIS_URL, WORKER_CONCURRENCY, WORKER_SIMULATE_WORK)").Check(config.OneOf("", "plain"))
+	return func() bool { return work.Source() == config.FromFlag || conc.Source() == config.FromFlag }
+}
+
+// subsetOf checks that every item of a list is one of allowed.
+func subsetOf(allowed ...string) func([]string) error {
+	return func(list []string) error {
+		for _, v := range list {
+			if !slices.Contains(allowed, v) {
+				return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+			}
+		}
+		return nil
+	}
+}
+
+// checkOnly refuses an -only name that is no scenario of the run, which
+// would otherwise measure nothing without a word.
+func checkOnly(c settings, workloads []workload) error {
+	all := c
+	all.Only = nil
+	var names []string
+	for _, sc := range scenarios(all, workloads) {
+		names = append(names, sc.Name)
+	}
+	for _, n := range c.Only {
+		if !slices.Contains(names, n) {
+			return fmt.Errorf("-only: %q is no scenario of this run (%s)", n, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// workloadsOf returns the workloads to measure: -work:-concurrency when
+// either was given, else -workloads.
+func workloadsOf(c settings, workGiven bool) ([]workload, error) {
+	if workGiven {
+		return []workload{{Work: c.Work, Concurrency: c.Concurrency}}, nil
+	}
+	return parseWorkloads(c.Workloads)
 }
 
 // run is the bench: it parses the flags, gets a Redis, runs the scenarios
@@ -67,7 +122,7 @@ func declare(s *config.Set, c *settings) {
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	var c settings
 	s := config.NewSet("bench", nil)
-	declare(s, &c)
+	workGiven := declare(s, &c)
 	if err := s.Parse(args); err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return nil
@@ -81,6 +136,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
+	workloads, err := workloadsOf(c, workGiven())
+	if err != nil {
+		return err
+	}
+	if err := checkOnly(c, workloads); err != nil {
+		return err
+	}
 
 	opts, stopRedis, err := redisFor(ctx, c.RedisURL, out)
 	if err != nil {
@@ -89,11 +151,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	defer stopRedis()
 
 	rep := report{
-		Started:     time.Now().UTC(),
-		GoVersion:   runtime.Version(),
-		CPUs:        runtime.NumCPU(),
-		Concurrency: c.Concurrency,
-		WorkMs:      float64(c.Work) / float64(time.Millisecond),
+		Started:   time.Now().UTC(),
+		GoVersion: runtime.Version(),
+		CPUs:      runtime.NumCPU(),
+		Workloads: workloads,
 	}
 	rep.LoadAvg[0] = loadAvg()
 	admin := opts.NewClient()
@@ -102,16 +163,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		rep.RedisVersion = v["Server"]["redis_version"]
 	}
 	if !c.ReplicasAlone || len(replicas) == 0 {
-		for _, sc := range scenarios(c) {
-			if len(c.Only) > 0 && !slices.Contains(c.Only, sc.Name) {
-				continue
-			}
-			fmt.Fprintf(out, "running %s: %d tasks over %d orders ...\n", sc.Name, sc.Tasks, sc.Orders)
+		for _, sc := range scenarios(c, workloads) {
+			fmt.Fprintf(out, "running %s: %d tasks over %d orders, %s ...\n", sc.Name, sc.Tasks, sc.Orders, sc.Workload)
 			r, err := runScenario(ctx, opts, c, sc)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.Name, err)
 			}
 			rep.Results = append(rep.Results, r)
+		}
+		if c.Accept {
+			ar, err := measureAccept(ctx, opts, c, out)
+			if err != nil {
+				return fmt.Errorf("acceptance: %w", err)
+			}
+			rep.Accept = ar
 		}
 		rep.LoadAvg[1] = loadAvg()
 		rep.ratios()

@@ -12,37 +12,100 @@ import (
 // bookkeeping and stay well under a second.
 
 func TestScenarios(t *testing.T) {
-	c := settings{Tasks: 100, Hot: 10, HotTasks: 50, SeedHotTasks: 20}
+	c := settings{Tasks: 100, Hot: 10, HotTasks: 50, SeedHotTasks: 20, Systems: allSystems, Contention: []string{uncontended, contended}}
+	ws, err := parseWorkloads(defaultWorkloads)
+	require.NoError(t, err)
+	require.Equal(t, []workload{standard, {Work: 0, Concurrency: 100}}, ws)
 	var names []string
-	for _, sc := range scenarios(c) {
+	for _, sc := range scenarios(c, ws) {
 		names = append(names, sc.Name)
-		if sc.Name == "c-contended" {
+		if sc.Name == "c-contended-work0" {
 			require.Equal(t, 20, sc.Tasks)
 			require.NotEmpty(t, sc.Note)
+			require.Equal(t, 100, sc.Workload.Concurrency)
 		}
 	}
-	require.Equal(t, []string{"a-uncontended", "b-uncontended", "c-uncontended", "a-contended", "b-contended", "c-contended"}, names)
+	require.Equal(t, []string{
+		"a-uncontended-work10ms", "b0-uncontended-work10ms", "b-uncontended-work10ms", "c-uncontended-work10ms",
+		"a-contended-work10ms", "b0-contended-work10ms", "b-contended-work10ms", "c-contended-work10ms",
+		"a-uncontended-work0", "b0-uncontended-work0", "b-uncontended-work0", "c-uncontended-work0",
+		"a-contended-work0", "b0-contended-work0", "b-contended-work0", "c-contended-work0",
+	}, names)
+
+	c.Systems, c.Contention, c.Only = []string{sysUnordered, sysOW}, []string{contended}, []string{"b-contended-work0", "b-uncontended-work0"}
+	names = nil
+	for _, sc := range scenarios(c, ws) {
+		names = append(names, sc.Name)
+	}
+	require.Equal(t, []string{"b-contended-work0"}, names)
+	require.Error(t, checkOnly(c, ws), "b-uncontended-work0 is outside -contention")
+	c.Only = []string{"b-contended-work0"}
+	require.NoError(t, checkOnly(c, ws))
+
 	require.Equal(t, "H3", orderNo(scenario{Contended: true, Orders: 10}, 13))
 	require.Equal(t, "U000013", orderNo(scenario{Orders: 100}, 13))
+	i, ok := eventIndex(eventID(scenario{Name: "b0-contended-work0"}, 42))
+	require.True(t, ok)
+	require.Equal(t, int64(42), i)
+}
+
+func TestParseWorkloadsRefuses(t *testing.T) {
+	tests := []struct{ name, in string }{
+		{"no concurrency", "10ms"},
+		{"zero concurrency", "10ms:0"},
+		{"negative work", "-1ms:20"},
+		{"not a duration", "ten:20"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseWorkloads([]string{tt.in})
+			require.Error(t, err)
+		})
+	}
+	_, err := parseWorkloads([]string{"10ms:20", "10ms:100"})
+	require.Error(t, err, "two workloads of one work time would share their scenario names")
 }
 
 func TestRatiosAndTargets(t *testing.T) {
-	rep := report{Results: []result{
-		{Scenario: "a-uncontended", TasksPerS: 1000},
-		{Scenario: "b-uncontended", TasksPerS: 900},
-		{Scenario: "a-contended", TasksPerS: 1000},
-		{Scenario: "b-contended", TasksPerS: 500, Handoffs: 10, HandoffP99: 2},
-		{Scenario: "c-contended", TasksPerS: 50, Handoffs: 10, HandoffP99: 800},
+	zero := workload{Work: 0, Concurrency: 100}
+	rep := report{Workloads: []workload{standard, zero}, Results: []result{
+		{Scenario: "a-uncontended-work10ms", TasksPerS: 1000},
+		{Scenario: "b0-uncontended-work10ms", Tasks: 10000, TasksPerS: 950, RoundTripsPerTask: 4.70},
+		{Scenario: "b-uncontended-work10ms", Tasks: 10000, TasksPerS: 900, RoundTripsPerTask: 4.71},
+		{Scenario: "a-contended-work10ms", Contended: true, TasksPerS: 1000},
+		{Scenario: "b0-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 400, RoundTripsPerTask: 6},
+		{Scenario: "b-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 500, Handoffs: 900, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 5, OrderPairs: 90},
+		{Scenario: "c-contended-work10ms", Contended: true, TasksPerS: 50, Handoffs: 10, HandoffP99: 800},
+		{Scenario: "b0-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 1000, RoundTripsPerTask: 6},
+		{Scenario: "b-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 900, Handoffs: 10, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 6.1, OrderPairs: 90, Inversions: 1},
+	}, Accept: []acceptResult{
+		{System: acceptRaw, Contention: contended, PerS: 1000, RoundTripsPerChange: 1},
+		{System: acceptProducer, Contention: contended, PerS: 700, RatioToRaw: 0.7, RoundTripsPerChange: 2, Goroutines: 8},
 	}}
 	rep.ratios()
-	require.InDelta(t, 0.9, rep.find("b-uncontended").RatioToA, 1e-9)
+	require.InDelta(t, 0.9, rep.findName("b-uncontended-work10ms").RatioToA, 1e-9)
+	require.InDelta(t, 1.25, rep.findName("b-contended-work10ms").RatioToB0, 1e-9)
+	require.Zero(t, rep.findName("b0-contended-work10ms").RatioToB0)
 	met := map[string]bool{}
 	for _, tg := range rep.Targets {
 		met[tg.Name] = tg.Met
+		if tg.Name == "(b) hot hand-off p99 ms [work0]" {
+			require.Contains(t, tg.NA, "only 10 hand-offs", "a p99 of 10 samples is not judged")
+		}
 	}
 	require.Equal(t, map[string]bool{
-		"(b)/(a) uncontended": true, "(b)/(a) contended": false,
-		"(b) hand-off p99 ms": true, "(c)/(b) hand-off p99": true,
+		"(b)/(a) uncontended [work10ms]": true, "(b)/(a) contended [work10ms]": false,
+		"(b) hand-off p99 ms [work10ms]": true, "(c)/(b) hand-off p99 [work10ms]": true,
+		"(b) hot hand-off p99 ms [work10ms]": true, "(b)/(b0) hot throughput [work10ms]": true,
+		"(b) worker round trips/task uncontended [work10ms]": true,
+		"(b) worker round trips/task contended [work10ms]":   true,
+		"(b) inversions contended [work10ms]":                true,
+		"(b) hot hand-off p99 ms [work0]":                    false,
+		"(b)/(b0) hot throughput [work0]":                    false,
+		"(b) worker round trips/task contended [work0]":      false,
+		"(b) inversions contended [work0]":                   false,
+		"producer/raw enqueue rate, 8 goroutines, contended": false,
+		"producer round trips/change contended":              true,
 	}, met)
 }
 

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,46 +28,130 @@ import (
 
 // The systems under measurement.
 const (
-	sysPlain = "a" // plain asynq, a handler that only sleeps the work time
-	sysOW    = "b" // orderworker: worker.New with the order lock and the Redis store
-	sysSeed  = "c" // the seed-style lock (EXISTS then SET) around the same store write
+	sysPlain     = "a"  // plain asynq, a handler that only sleeps the work time
+	sysUnordered = "b0" // orderworker with ordering off: the same worker, tasks enqueued without a position
+	sysOW        = "b"  // orderworker: worker.New with the order lock and the Redis store, tasks from the producer
+	sysSeed      = "c"  // the seed-style lock (EXISTS then SET) around the same store write
 )
 
+// allSystems are the systems in the order of the table.
+var allSystems = []string{sysPlain, sysUnordered, sysOW, sysSeed}
+
 var systemNames = map[string]string{
-	sysPlain: "(a) asynq, no-op handler",
-	sysOW:    "(b) orderworker",
-	sysSeed:  "(c) seed-style lock",
+	sysPlain:     "(a) asynq, no-op handler",
+	sysUnordered: "(b0) orderworker, ordering off",
+	sysOW:        "(b) orderworker",
+	sysSeed:      "(c) seed-style lock",
 }
+
+// The contention of a scenario, as named in the table and in -contention.
+const (
+	uncontended = "uncontended" // every task on an order of its own
+	contended   = "contended"   // the tasks spread round-robin over -hot orders
+)
 
 // prefix is the key prefix of the order store and the locks in every
 // scenario (each scenario starts on a flushed database).
 const prefix = "ow:"
 
-// scenario is one system on one workload.
+// workload is what every task of a row costs the worker: the simulated work
+// per task, and how many tasks one worker runs at once.
+type workload struct {
+	Work        time.Duration
+	Concurrency int
+}
+
+// Name names the workload in scenario names: "work10ms", "work0".
+func (w workload) Name() string {
+	if w.Work == 0 {
+		return "work0"
+	}
+	return "work" + w.Work.String()
+}
+
+// MarshalJSON writes the workload as its name, work in ms and concurrency.
+func (w workload) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name        string  `json:"name"`
+		WorkMs      float64 `json:"work_ms"`
+		Concurrency int     `json:"concurrency"`
+	}{w.Name(), ms(w.Work), w.Concurrency})
+}
+
+func (w workload) String() string {
+	return fmt.Sprintf("%v of work per task, concurrency %d", w.Work, w.Concurrency)
+}
+
+// standard is the workload of the README's first table and of the
+// throughput targets against plain asynq.
+var standard = workload{Work: 10 * time.Millisecond, Concurrency: 20}
+
+// defaultWorkloads is -workloads' default: the standard rows, and rows of
+// zero work at concurrency 100, where the worker's own cost shows.
+var defaultWorkloads = []string{"10ms:20", "0:100"}
+
+// parseWorkloads reads -workloads: "<work>:<concurrency>" each.
+func parseWorkloads(list []string) ([]workload, error) {
+	var out []workload
+	for _, s := range list {
+		ws, cs, ok := strings.Cut(strings.TrimSpace(s), ":")
+		if ws == "0" {
+			ws = "0s"
+		}
+		work, err := time.ParseDuration(ws)
+		n, cerr := strconv.Atoi(cs)
+		if !ok || err != nil || cerr != nil || work < 0 || n <= 0 {
+			return nil, fmt.Errorf("-workloads: %q is not <work>:<concurrency>, e.g. 10ms:20 or 0:100", s)
+		}
+		w := workload{Work: work, Concurrency: n}
+		for _, o := range out {
+			if o.Name() == w.Name() {
+				return nil, fmt.Errorf("-workloads: %q: two workloads of %v work", s, work)
+			}
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// scenario is one system on one workload and contention.
 type scenario struct {
 	Name      string
 	System    string
 	Contended bool
+	Workload  workload
 	Tasks     int
 	Orders    int
 	Note      string
 }
 
-func scenarios(c settings) []scenario {
+// scenarios is the matrix the run measures: every workload × contention ×
+// system, narrowed by -systems, -contention and -only, in table order.
+func scenarios(c settings, workloads []workload) []scenario {
 	var out []scenario
-	for _, contended := range []bool{false, true} {
-		for _, sys := range []string{sysPlain, sysOW, sysSeed} {
-			sc := scenario{System: sys, Contended: contended, Tasks: c.Tasks, Orders: c.Tasks}
-			sc.Name = sys + "-uncontended"
-			if contended {
-				sc.Name = sys + "-contended"
-				sc.Tasks, sc.Orders = c.HotTasks, c.Hot
-				if sys == sysSeed && c.SeedHotTasks < c.HotTasks {
-					sc.Tasks = c.SeedHotTasks
-					sc.Note = fmt.Sprintf("%d tasks, not %d, to bound the run: the seed's waiters sleep 0-1000 ms between checks (-seed-hot-tasks)", c.SeedHotTasks, c.HotTasks)
-				}
+	for _, w := range workloads {
+		for _, kind := range []string{uncontended, contended} {
+			if !slices.Contains(c.Contention, kind) {
+				continue
 			}
-			out = append(out, sc)
+			for _, sys := range allSystems {
+				if !slices.Contains(c.Systems, sys) {
+					continue
+				}
+				sc := scenario{System: sys, Contended: kind == contended, Workload: w, Tasks: c.Tasks, Orders: c.Tasks}
+				sc.Name = sys + "-" + kind + "-" + w.Name()
+				if len(c.Only) > 0 && !slices.Contains(c.Only, sc.Name) {
+					continue
+				}
+				if sc.Contended {
+					sc.Tasks, sc.Orders = c.HotTasks, c.Hot
+					if sys == sysSeed && c.SeedHotTasks < c.HotTasks {
+						sc.Tasks = c.SeedHotTasks
+						sc.Note = fmt.Sprintf("%d tasks, not %d, to bound the run: the seed's waiters sleep 0-1000 ms between checks (-seed-hot-tasks)", c.SeedHotTasks, c.HotTasks)
+					}
+				}
+				out = append(out, sc)
+			}
 		}
 	}
 	return out
@@ -78,19 +165,39 @@ func orderNo(sc scenario, i int) string {
 	return fmt.Sprintf("U%06d", i%sc.Orders)
 }
 
+// eventID names the event of task i of a scenario; eventIndex reads i back.
+func eventID(sc scenario, i int) string { return sc.Name + "-" + strconv.Itoa(i) }
+
+func eventIndex(ev string) (int64, bool) {
+	i := strings.LastIndexByte(ev, '-')
+	n, err := strconv.ParseInt(ev[i+1:], 10, 64)
+	return n, i >= 0 && err == nil
+}
+
 // result is one row of the table.
 type result struct {
-	Scenario  string  `json:"scenario"`
-	System    string  `json:"system"`
-	Contended bool    `json:"contended"`
-	Tasks     int     `json:"tasks"`
-	Orders    int     `json:"orders"`
-	Note      string  `json:"note,omitempty"`
-	Seconds   float64 `json:"seconds"`
-	TasksPerS float64 `json:"tasks_per_s"`
-	RatioToA  float64 `json:"ratio_to_a,omitempty"`
-	Completed int64   `json:"completed"`
-	Archived  int64   `json:"archived"`
+	Scenario    string  `json:"scenario"`
+	System      string  `json:"system"`
+	Contended   bool    `json:"contended"`
+	Workload    string  `json:"workload"`
+	WorkMs      float64 `json:"work_ms"`
+	Concurrency int     `json:"concurrency"`
+	Tasks       int     `json:"tasks"`
+	Orders      int     `json:"orders"`
+	Note        string  `json:"note,omitempty"`
+	Seconds     float64 `json:"seconds"`
+	TasksPerS   float64 `json:"tasks_per_s"`
+	RatioToA    float64 `json:"ratio_to_a,omitempty"`
+	RatioToB0   float64 `json:"ratio_to_b0,omitempty"`
+	Completed   int64   `json:"completed"`
+	Archived    int64   `json:"archived"`
+	// Runs counts the handler runs of (b0), (b) and (c), per task:
+	// above 1 when tasks went back to their queue to wait (Parked: not
+	// their turn yet, parked until it comes; Busy: the lock stayed held
+	// past the wait deadline).
+	RunsPerTask float64 `json:"runs_per_task,omitempty"`
+	Parked      int64   `json:"parked_runs,omitempty"`
+	Busy        int64   `json:"busy_runs,omitempty"`
 	// Handoffs are the hand-offs to a task that was already waiting when
 	// the lock was released (see benchkit.WaiterHandoffs); HandoffsAll
 	// counts every two consecutive holders, including a newcomer that
@@ -136,6 +243,14 @@ type result struct {
 	// from the histories; FenceErrors fences that did not increase.
 	Overlaps    int `json:"overlaps"`
 	FenceErrors int `json:"fence_errors"`
+	// OrderPairs is how many consecutive changes of one order the histories
+	// hold; Inversions how many of them were applied out of the order of
+	// acceptance: for (b) by their position (seq), which must never
+	// happen; for (b0) and (c), whose tasks have none, by the order they
+	// were enqueued in (the enqueue sends an order's tasks one after the
+	// other), which shows what ordering prevents.
+	OrderPairs int `json:"order_pairs"`
+	Inversions int `json:"inversions"`
 }
 
 // system is a running worker of one kind.
@@ -151,7 +266,9 @@ type system struct {
 // orders, enqueues the tasks, then starts the system and measures until
 // every task is completed or archived.
 func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc scenario) (result, error) {
-	r := result{Scenario: sc.Name, System: systemNames[sc.System], Contended: sc.Contended, Tasks: sc.Tasks, Orders: sc.Orders, Note: sc.Note}
+	r := result{Scenario: sc.Name, System: systemNames[sc.System], Contended: sc.Contended,
+		Workload: sc.Workload.Name(), WorkMs: ms(sc.Workload.Work), Concurrency: sc.Workload.Concurrency,
+		Tasks: sc.Tasks, Orders: sc.Orders, Note: sc.Note}
 	admin := opts.NewClient()
 	defer admin.Close()
 	if err := admin.FlushDB(ctx).Err(); err != nil {
@@ -195,7 +312,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	defer stopProfile()
 	rdb := opts.NewClient()
 	defer rdb.Close()
-	sys, err := startSystem(rdb, c, sc)
+	sys, err := startSystem(rdb, sc)
 	if err != nil {
 		return r, err
 	}
@@ -246,6 +363,8 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 		r.PeakRSSKiB, r.PeakRSSDeltaKiB = mem.HWM, mem.HWM-memStart.RSS
 	}
 	if sys.waits != nil {
+		runs, parked, busy := sys.waits.runs()
+		r.RunsPerTask, r.Parked, r.Busy = float64(runs)/n, parked, busy
 		w := sys.waits.sorted()
 		r.LockWaitP50 = ms(benchkit.Quantile(w, 0.50))
 		r.LockWaitP99 = ms(benchkit.Quantile(w, 0.99))
@@ -273,6 +392,13 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 		r.HandoffAllP99 = ms(benchkit.Quantile(a.Handoffs, 0.99))
 		r.Overlaps = a.Count("overlap")
 		r.FenceErrors = a.Count("fence")
+		place := benchkit.BySeq
+		if sc.System != sysOW {
+			place = func(e orders.Entry) (int64, bool) { return eventIndex(e.EventID) }
+		}
+		var inv []benchkit.Violation
+		r.OrderPairs, inv = benchkit.Inversions(hist, place)
+		r.Inversions = len(inv)
 	}
 	return r, nil
 }
@@ -341,26 +467,37 @@ func seedOrders(ctx context.Context, store orders.Store, sc scenario) error {
 	})
 }
 
-// enqueue enqueues the scenario's tasks with the producer: modifies of
-// the address, task i on order orderNo(sc, i), in order. The workload has
-// no exchanges: an exchange closes its order, and the next modify of it
-// would be rejected.
+// enqueue enqueues the scenario's tasks: modifies of the address, task i
+// on order orderNo(sc, i), through the producer, or for (b0) by hand
+// without a position (see rawTask). The workload has no exchanges: an
+// exchange closes its order, and the next modify of it would be rejected.
 func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error {
 	p, err := producer.New(rdb, producer.Config{})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	// In order, so that the contended workload keeps every hot order's
-	// tasks spread evenly through the queue; in batches of 16 at a time.
-	const batch = 16
+	client := asynq.NewClientFromRedisClient(rdb)
+	// In order, in batches of at most one task per order, so that every
+	// order's tasks are enqueued one after the other (the order (b0) and
+	// (c) are checked against) and the contended workload keeps every hot
+	// order's tasks spread evenly through the queue.
+	batch := min(64, sc.Orders)
 	for from := 0; from < sc.Tasks; from += batch {
 		to := min(from+batch, sc.Tasks)
 		err := benchkit.ForEach(ctx, to-from, batch, func(ctx context.Context, j int) error {
 			i := from + j
 			addr := "address " + strconv.Itoa(i)
-			_, err := p.EnqueueModify(ctx, orderNo(sc, i), tasks.Changes{Address: &addr},
-				producer.WithEventID(sc.Name+"-"+strconv.Itoa(i)))
+			m := tasks.ModifyPayload{EventID: eventID(sc, i), OrderNo: orderNo(sc, i), Changes: tasks.Changes{Address: &addr}}
+			if sc.System == sysUnordered {
+				t, opts, err := rawTask(m)
+				if err != nil {
+					return err
+				}
+				_, err = client.EnqueueContext(ctx, t, opts...)
+				return err
+			}
+			_, err := p.Enqueue(ctx, m)
 			return err
 		})
 		if err != nil {
@@ -370,25 +507,47 @@ func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error 
 	return nil
 }
 
+// rawTask is a modify as a system that enqueues into asynq by hand builds
+// it, without a position: the producer's payload minus seq, task ID = event
+// ID, the kind's queue, and the producer's default retry budget, timeout
+// and retention. The worker applies such a task without order.
+func rawTask(m tasks.ModifyPayload) (*asynq.Task, []asynq.Option, error) {
+	m.Seq = 0
+	t, err := tasks.NewTask(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, []asynq.Option{
+		asynq.Queue(tasks.Modify.Queue),
+		asynq.TaskID(m.EventID),
+		asynq.MaxRetry(tasks.MaxRetry(producer.DefaultMaxRetry)),
+		asynq.Timeout(producer.DefaultTimeout),
+		asynq.Retention(producer.DefaultRetention),
+	}, nil
+}
+
 // startSystem starts the scenario's system on rdb, which it instruments
 // with a round-trip counter.
-func startSystem(rdb redis.UniversalClient, c settings, sc scenario) (*system, error) {
+func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
 	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
 	if err != nil {
 		return nil, err
 	}
+	work := sc.Workload.Work
 	switch sc.System {
-	case sysOW:
+	case sysOW, sysUnordered:
+		// The same worker for both: whether a task is ordered is up to
+		// its payload.
 		locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
 		if err != nil {
 			return nil, err
 		}
 		lw := newWaits()
-		w, err := worker.New(rdb, locker, slowStore{Store: store, work: c.Work}, worker.Config{
-			Concurrency: c.Concurrency,
-			ID:          "bench-b",
+		w, err := worker.New(rdb, locker, slowStore{Store: store, work: work}, worker.Config{
+			Concurrency: sc.Workload.Concurrency,
+			ID:          "bench-" + sc.System,
 			OnDone:      lw.done,
 		})
 		if err != nil {
@@ -402,14 +561,14 @@ func startSystem(rdb redis.UniversalClient, c settings, sc scenario) (*system, e
 		mux := asynq.NewServeMux()
 		var sl *seedLock
 		if sc.System == sysPlain {
-			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, c.Work) })
+			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
 			mux.Handle(tasks.TypeModify, noop)
 			mux.Handle(tasks.TypeExchange, noop)
 		} else {
-			sl = &seedLock{rdb: rdb, store: store, work: c.Work, keyPrefix: prefix + "seedlock:", waits: newWaits()}
+			sl = &seedLock{rdb: rdb, store: store, work: work, keyPrefix: prefix + "seedlock:", waits: newWaits()}
 			mux.Handle(tasks.TypeModify, sl)
 		}
-		srv := asynq.NewServerFromRedisClient(rdb, plainConfig(c.Concurrency))
+		srv := asynq.NewServerFromRedisClient(rdb, plainConfig(sc.Workload.Concurrency))
 		if err := srv.Start(mux); err != nil {
 			return nil, err
 		}

@@ -111,6 +111,16 @@ func Top[T any](stats map[string]T, n int, key func(T) int64) []string {
 // CountHook counts the round trips a go-redis client makes: a command is
 // one, a pipeline or transaction is one. Add it with Client.AddHook. It is
 // safe for concurrent use.
+//
+// It counts them by name too (see [CountHook.ByName]): a command by its
+// name, a pipeline as "pipeline", and a script call (EVAL, EVALSHA) by its
+// command and the shapes of its first two keys (see [KeyShape]), so that
+// the scripts of asynq, the lock and the store, which all run as EVALSHA,
+// are told apart: "evalsha asynq:{}:pending asynq:{}:paused" is asynq's
+// dequeue. A new connection's set-up, which go-redis sends through the
+// client's hooks when it dials (HELLO, then SELECT, CLIENT SETINFO and the
+// like), is no round trip of the work: it is counted apart, as "handshake",
+// and left out of RoundTrips.
 type CountHook struct {
 	n      atomic.Int64
 	mu     sync.Mutex
@@ -126,15 +136,79 @@ func (h *CountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (h *CountHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(cmd.Name(), 1)
+		if handshake(cmd) {
+			h.addHandshake()
+		} else {
+			h.add(CallName(cmd), 1)
+		}
 		return next(ctx, cmd)
 	}
+}
+
+// handshake reports whether cmds are (part of) a connection's set-up.
+func handshake(cmds ...redis.Cmder) bool {
+	for _, c := range cmds {
+		switch strings.ToLower(c.Name()) {
+		case "hello", "auth", "select", "client", "readonly":
+		default:
+			return false
+		}
+	}
+	return len(cmds) > 0
+}
+
+// CallName names a command for [CountHook]: its name in lower case, and for
+// a script call (eval, evalsha and their _ro forms) also the shapes of its
+// first two keys, e.g. "evalsha ow:lock:{} ow:lock:{}:fence".
+func CallName(cmd redis.Cmder) string {
+	name := strings.ToLower(cmd.Name())
+	if !strings.HasPrefix(name, "eval") {
+		return name
+	}
+	args := cmd.Args()
+	if len(args) < 3 {
+		return name
+	}
+	n, ok := args[2].(int) // as go-redis builds it
+	if !ok {
+		return name
+	}
+	for i := 3; i < 3+min(n, 2) && i < len(args); i++ {
+		if k, ok := args[i].(string); ok {
+			name += " " + KeyShape(k)
+		}
+	}
+	return name
+}
+
+// KeyShape returns a Redis key with what names one instance left out: the
+// hash tag's content, and what follows the component after the tag.
+// "asynq:{order_modify}:t:ev-1" is "asynq:{}:t:*", "ow:lock:{SO1}:seq" is
+// "ow:lock:{}:seq". A key without a hash tag is returned as it is.
+func KeyShape(key string) string {
+	open := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key, '}')
+	if open < 0 || end < open {
+		return key
+	}
+	head, rest := key[:open]+"{}", strings.TrimPrefix(key[end+1:], ":")
+	if rest == "" {
+		return head
+	}
+	if first, _, more := strings.Cut(rest, ":"); more {
+		return head + ":" + first + ":*"
+	}
+	return head + ":" + rest
 }
 
 // ProcessPipelineHook implements redis.Hook.
 func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.add("pipeline", 1)
+		if handshake(cmds...) {
+			h.addHandshake()
+		} else {
+			h.add("pipeline", 1)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -142,14 +216,21 @@ func (h *CountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *CountHook) add(name string, n int64) {
 	h.n.Add(n)
 	h.mu.Lock()
-	h.byName[strings.ToLower(name)] += n
+	h.byName[name] += n
 	h.mu.Unlock()
 }
 
-// RoundTrips returns the round trips counted so far.
+func (h *CountHook) addHandshake() {
+	h.mu.Lock()
+	h.byName["handshake"]++
+	h.mu.Unlock()
+}
+
+// RoundTrips returns the round trips counted so far, handshakes left out.
 func (h *CountHook) RoundTrips() int64 { return h.n.Load() }
 
-// ByName returns the round trips counted so far by command name.
+// ByName returns the round trips counted so far by name (see [CallName];
+// a pipeline is "pipeline").
 func (h *CountHook) ByName() map[string]int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()

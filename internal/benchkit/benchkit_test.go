@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -122,4 +123,57 @@ func TestWaiterHandoffs(t *testing.T) {
 	waited := map[string]time.Duration{"e2": 5 * time.Millisecond, "e3": time.Millisecond, "e4": 10 * time.Millisecond}
 	got := WaiterHandoffs(hist, func(e orders.Entry) (time.Duration, bool) { d, ok := waited[e.EventID]; return d, ok })
 	require.Equal(t, []time.Duration{2 * time.Millisecond}, got)
+}
+
+func TestInversions(t *testing.T) {
+	withSeq := func(e orders.Entry, seq int64) orders.Entry { e.Seq = seq; return e }
+	hist := map[string][]orders.Entry{
+		"SO1": {
+			entry("", orders.TypePut, 0, 1, 0, 0),
+			withSeq(entry("e1", orders.TypeModify, 10, 2, 0, 1), 101),
+			withSeq(entry("e3", orders.TypeModify, 20, 3, 2, 3), 103),
+			entry("h1", orders.TypeModify, 30, 4, 4, 5), // no position: left out
+			withSeq(entry("e2", orders.TypeModify, 40, 5, 6, 7), 102),
+			withSeq(entry("e4", orders.TypeModify, 50, 6, 8, 9), 104),
+		},
+		"SO2": {withSeq(entry("e5", orders.TypeModify, 10, 1, 0, 1), 7)},
+	}
+	pairs, inv := Inversions(hist, BySeq)
+	require.Equal(t, 3, pairs)
+	require.Len(t, inv, 1)
+	require.Equal(t, "order", inv[0].Kind)
+	require.Contains(t, inv[0].Detail, "event e2 (place 102")
+}
+
+func TestKeyShapeAndCallName(t *testing.T) {
+	tests := []struct {
+		name, key, want string
+	}{
+		{"task hash", "asynq:{order_modify}:t:ev-1", "asynq:{}:t:*"},
+		{"queue list", "asynq:{order_modify}:pending", "asynq:{}:pending"},
+		{"lock", "ow:lock:{SO1}", "ow:lock:{}"},
+		{"sequence", "ow:lock:{SO1}:seq", "ow:lock:{}:seq"},
+		{"no tag", "asynq:queues", "asynq:queues"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, KeyShape(tt.key))
+		})
+	}
+	cmd := redis.NewCmd(t.Context(), "evalsha", "abc", 3, "ow:lock:{SO1}", "ow:lock:{SO1}:fence", "ow:lock:{SO1}:seq", "owner")
+	require.Equal(t, "evalsha ow:lock:{} ow:lock:{}:fence", CallName(cmd))
+	require.Equal(t, "get", CallName(redis.NewStringCmd(t.Context(), "GET", "k")))
+}
+
+func TestCountHookLeavesOutHandshakes(t *testing.T) {
+	h := NewCountHook()
+	noop := func(context.Context, redis.Cmder) error { return nil }
+	noopPipe := func(context.Context, []redis.Cmder) error { return nil }
+	ctx := t.Context()
+	require.NoError(t, h.ProcessHook(noop)(ctx, redis.NewCmd(ctx, "hello", 3)))
+	require.NoError(t, h.ProcessPipelineHook(noopPipe)(ctx, []redis.Cmder{redis.NewCmd(ctx, "select", 1), redis.NewCmd(ctx, "client", "setinfo", "lib-name", "x")}))
+	require.NoError(t, h.ProcessHook(noop)(ctx, redis.NewCmd(ctx, "get", "k")))
+	require.NoError(t, h.ProcessPipelineHook(noopPipe)(ctx, []redis.Cmder{redis.NewCmd(ctx, "select", 1), redis.NewCmd(ctx, "get", "k")}))
+	require.Equal(t, int64(2), h.RoundTrips())
+	require.Equal(t, map[string]int64{"handshake": 2, "get": 1, "pipeline": 1}, h.ByName())
 }

@@ -223,3 +223,40 @@ func WaiterHandoffs(hist map[string][]orders.Entry, waited func(orders.Entry) (t
 	slices.Sort(out)
 	return out
 }
+
+// Inversions checks that the lock-held entries of each order were applied in
+// the order of pos, the entry's place in the order of acceptance (e.Seq for
+// changes accepted with a position). It returns how many consecutive pairs
+// it compared and one violation of kind "order" for each entry whose place
+// is not above the one applied before it. Entries for which pos reports
+// false are left out.
+func Inversions(hist map[string][]orders.Entry, pos func(orders.Entry) (int64, bool)) (pairs int, inversions []Violation) {
+	for _, no := range slices.Sorted(maps.Keys(hist)) {
+		var prev *orders.Entry
+		var prevPos int64
+		for i := range hist[no] {
+			e := &hist[no][i]
+			if !LockHeld(e.Type) {
+				continue
+			}
+			p, ok := pos(*e)
+			if !ok {
+				continue
+			}
+			if prev != nil {
+				pairs++
+				if p <= prevPos {
+					inversions = append(inversions, Violation{"order", no,
+						fmt.Sprintf("event %s (place %d, v%d) applied after event %s (place %d, v%d)",
+							e.EventID, p, e.Version, prev.EventID, prevPos, prev.Version)})
+				}
+			}
+			prev, prevPos = e, p
+		}
+	}
+	return pairs, inversions
+}
+
+// BySeq is the pos of [Inversions] for changes accepted with a position:
+// the entry's Seq, when it has one.
+func BySeq(e orders.Entry) (int64, bool) { return e.Seq, e.Seq > 0 }
