@@ -563,9 +563,8 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	default:
 	}
 	for _, id := range []string{"twice", "near-miss"} {
-		info := e.taskInfo(tasks.QueueModify, id)
-		require.Equal(t, asynq.TaskStateArchived, info.State)
-		require.Zero(t, info.Retried)
+		e.waitState(tasks.QueueModify, id, asynq.TaskStateArchived)
+		require.Zero(t, e.taskInfo(tasks.QueueModify, id).Retried)
 	}
 }
 
