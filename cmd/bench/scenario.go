@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -157,7 +158,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return r, err
 	}
-	store, err := orders.NewRedis(admin, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(admin, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return r, err
 	}
@@ -375,7 +376,7 @@ func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error 
 func startSystem(rdb redis.UniversalClient, c settings, sc scenario) (*system, error) {
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -64,12 +66,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer locker.Close()
-	base, err := orders.NewRedis(rdb, orders.RedisConfig{})
+	base, err := redisstore.New(rdb, redisstore.Config{})
 	if err != nil {
 		return err
 	}
 	exchanging := make(chan struct{})
-	store := orders.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
+	store := storehook.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
 	w, err := worker.New(rdb, locker, store, worker.Config{
 		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
@@ -205,7 +207,7 @@ func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string)
 // order's lock (hold for an exchange, work for a modify), and reports to the
 // timeline when it starts. exchanging is closed when the first exchange has
 // the lock.
-func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) orders.Hook {
+func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) storehook.Hook {
 	var once sync.Once
 	return func(ctx context.Context, typ, ev, no string) error {
 		w, _ := orders.WriteFrom(ctx)
@@ -215,7 +217,7 @@ func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) orde
 			once.Do(func() { close(exchanging) })
 			d = hold
 		}
-		return orders.Delay(d)(ctx, typ, ev, no)
+		return storehook.Delay(d)(ctx, typ, ev, no)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
@@ -95,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return printJSON(stdout, r)
 	case "order":
-		store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		store, err := redisstore.New(rdb, redisstore.Config{Prefix: c.Prefix})
 		if err != nil {
 			return err
 		}

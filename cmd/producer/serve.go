@@ -15,7 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -116,7 +116,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}
 	defer p.Close()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: c.Prefix})
 	if err != nil {
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}

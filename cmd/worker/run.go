@@ -16,6 +16,9 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/httpstore"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/worker"
@@ -230,7 +233,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 	defer closeStore()
 	if c.SimulateWork > 0 {
-		store = orders.BeforeWrite(store, orders.Delay(c.SimulateWork))
+		store = storehook.BeforeWrite(store, storehook.Delay(c.SimulateWork))
 	}
 
 	waits := make(map[string]lock.Wait, len(c.Waits))
@@ -303,7 +306,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	return opsErr
 }
 
-var _ orders.TokenSource = (*token.Cache)(nil)
+var _ httpstore.TokenSource = (*token.Cache)(nil)
 
 // newStore builds the order store that ORDER_STORE names, and returns it
 // with the function that releases what it holds (after the worker's
@@ -311,7 +314,7 @@ var _ orders.TokenSource = (*token.Cache)(nil)
 // through a token cache under KEY_PREFIX.
 func newStore(c *settings, rdb redis.UniversalClient, metrics *worker.Metrics, log *zap.Logger) (orders.Store, func(), error) {
 	if c.OrderStore != storeHTTP {
-		s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		s, err := redisstore.New(rdb, redisstore.Config{Prefix: c.Prefix})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -336,7 +339,7 @@ func newStore(c *settings, rdb redis.UniversalClient, metrics *worker.Metrics, l
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := orders.NewHTTP(c.OrderAPIURL, tokens, orders.HTTPConfig{Timeout: c.OrderAPITimeout})
+	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout})
 	if err != nil {
 		_ = tokens.Close() // it has started nothing yet
 		return nil, nil, err

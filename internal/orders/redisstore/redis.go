@@ -1,4 +1,15 @@
-package orders
+// Package redisstore is the order store on Redis: the embedded default
+// backend of orderworker and the verification oracle that the other
+// backends are tested against. It implements orders.Store; the model, the
+// errors and the checks are package orders'.
+//
+// On the Redis that also holds the per-order lock (internal/lock), it can
+// save a round trip per task: given the writer's lock hold ([WithLock]), it
+// refuses a fence older than the lock's newest and releases the lock, and
+// passes the order's turn on, in the script that commits a modify. That is
+// the only tie between this store and the lock, and the [LockHold]
+// interface names it.
+package redisstore
 
 import (
 	"cmp"
@@ -13,12 +24,13 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisConfig tunes a [RedisStore]. The zero value is ready to use.
-type RedisConfig struct {
+// Config tunes a [Store]. The zero value is ready to use.
+type Config struct {
 	// Prefix is put before every key the store makes, so that several
 	// deployments or tests can share one Redis. It must not contain "{" or
 	// "}", which would break the hash tags. Defaults to "ow:".
@@ -33,7 +45,7 @@ type RedisConfig struct {
 	ClaimTTL time.Duration
 }
 
-// RedisStore is the [Store] backed by Redis. It works on a single server and
+// Store is the [orders.Store] backed by Redis. It works on a single server and
 // on Redis Cluster: every script touches the keys of one order only, which
 // share a hash tag. It needs Redis 5 or newer (scripts read TIME before they
 // write).
@@ -50,51 +62,85 @@ type RedisConfig struct {
 //	                        of order FROM by EVENT is creating SO1
 //
 // The history and the events hash grow by one entry per applied write and
-// are kept as long as the order. A [RedisStore.Put] keeps the fence and the
+// are kept as long as the order. A [Store.Put] keeps the fence and the
 // recorded events of the order it replaces.
 //
-// A RedisStore is safe for concurrent use, by goroutines and by processes:
+// A Store is safe for concurrent use, by goroutines and by processes:
 // each write is one atomic script. It does not own the client, and has no
 // Close.
-type RedisStore struct {
+type Store struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	claimTTL time.Duration
 }
 
-var _ Store = (*RedisStore)(nil)
+var _ orders.Store = (*Store)(nil)
 
-// NewRedis returns a store that keeps orders in rdb. It returns an error
+// New returns a store that keeps orders in rdb. It returns an error
 // when rdb is nil or cfg is invalid.
-func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
-		return nil, errors.New("orders: nil redis client")
+		return nil, errors.New("redisstore: nil redis client")
 	}
-	s := &RedisStore{
+	s := &Store{
 		rdb:      rdb,
 		prefix:   cmp.Or(cfg.Prefix, "ow:"),
 		claimTTL: cmp.Or(cfg.ClaimTTL, 24*time.Hour),
 	}
 	if strings.ContainsAny(s.prefix, "{}") {
-		return nil, fmt.Errorf("orders: prefix %q contains a brace", s.prefix)
+		return nil, fmt.Errorf("redisstore: prefix %q contains a brace", s.prefix)
 	}
 	if s.claimTTL < time.Millisecond {
-		return nil, fmt.Errorf("orders: claim TTL %v is below 1ms", s.claimTTL)
+		return nil, fmt.Errorf("redisstore: claim TTL %v is below 1ms", s.claimTTL)
 	}
 	return s, nil
 }
 
+// LockHold is the writer's hold of the order's lock (internal/lock), as the
+// store uses it when the lock lives on the same Redis: it is the store's
+// only tie to the lock. Given one (see [WithLock]), every write also refuses
+// a fence older than the newest the lock has handed out (FenceKey), so a
+// holder whose lease has passed to someone else cannot write even before
+// the new holder's first write; and the script that commits a modify also
+// releases the lock and passes the order's turn on (Handoff, with
+// lock.CommitLua's lock_commit), which saves the release's round trip per
+// task. An exchange, which writes again after closing the order, leaves the
+// release to the caller. *lock.Lease implements it.
+type LockHold interface {
+	// FenceKey returns the key of the lock's newest handed-out fence. It
+	// must carry the order's hash tag ("{<order_no>}"), so that one script
+	// touches one Cluster slot; "" means none.
+	FenceKey() string
+	// Handoff returns what the commit script needs to release the lock
+	// and pass its turn on, or nil to leave the release to the caller. The
+	// store calls its Committing before the script and its Released when
+	// the script released the lock.
+	Handoff() *lock.Handoff
+}
+
+var _ LockHold = (*lock.Lease)(nil)
+
+type lockKey struct{}
+
+// WithLock returns a copy of ctx that offers the writer's lock hold to the
+// store (see [LockHold]). Other stores ignore it, so a caller may offer it
+// whatever the store. The write's fence still comes from the
+// [orders.Write] in ctx.
+func WithLock(ctx context.Context, hold LockHold) context.Context {
+	return context.WithValue(ctx, lockKey{}, hold)
+}
+
 // orderKey is the hash that holds order no.
-func (s *RedisStore) orderKey(no string) string { return s.prefix + "order:{" + no + "}" }
+func (s *Store) orderKey(no string) string { return s.prefix + "order:{" + no + "}" }
 
 // historyKey is the list of order no's history entries.
-func (s *RedisStore) historyKey(no string) string { return s.orderKey(no) + ":history" }
+func (s *Store) historyKey(no string) string { return s.orderKey(no) + ":history" }
 
 // eventsKey is the hash of order no's recorded outcomes by event ID.
-func (s *RedisStore) eventsKey(no string) string { return s.orderKey(no) + ":events" }
+func (s *Store) eventsKey(no string) string { return s.orderKey(no) + ":events" }
 
 // claimKey reserves order number no for the exchange that will create it.
-func (s *RedisStore) claimKey(no string) string { return s.orderKey(no) + ":claim" }
+func (s *Store) claimKey(no string) string { return s.orderKey(no) + ":claim" }
 
 // luaLib holds the helpers the write scripts share. Every value they store
 // or encode is a string, so cjson never has to format a number (it would
@@ -289,30 +335,30 @@ append(KEYS[2], '', 'order:put', '0', ARGV[1], ARGV[2], t, v, ARGV[3], '')
 return v
 `)
 
-// Get returns the order. It returns ErrNotFound when there is none, and
-// ErrInvalid for a malformed order number.
-func (s *RedisStore) Get(ctx context.Context, orderNo string) (Order, error) {
-	if err := checkOrderNo(orderNo); err != nil {
-		return Order{}, fmt.Errorf("get: %w", err)
+// Get returns the order. It returns orders.ErrNotFound when there is none, and
+// orders.ErrInvalid for a malformed order number.
+func (s *Store) Get(ctx context.Context, orderNo string) (orders.Order, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
+		return orders.Order{}, fmt.Errorf("get: %w", err)
 	}
 	f, err := s.rdb.HGetAll(ctx, s.orderKey(orderNo)).Result()
 	if err != nil {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, err)
 	}
 	if len(f) == 0 {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, ErrNotFound)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, orders.ErrNotFound)
 	}
 	o, err := decodeOrder(f)
 	if err != nil {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, err)
 	}
 	return o, nil
 }
 
-// History returns the order's history, oldest first. It returns ErrNotFound
-// when there is no such order, and ErrInvalid for a malformed order number.
-func (s *RedisStore) History(ctx context.Context, orderNo string) ([]Entry, error) {
-	if err := checkOrderNo(orderNo); err != nil {
+// History returns the order's history, oldest first. It returns orders.ErrNotFound
+// when there is no such order, and orders.ErrInvalid for a malformed order number.
+func (s *Store) History(ctx context.Context, orderNo string) ([]orders.Entry, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	var exists *redis.IntCmd
@@ -326,9 +372,9 @@ func (s *RedisStore) History(ctx context.Context, orderNo string) ([]Entry, erro
 		return nil, fmt.Errorf("history %s: %w", orderNo, err)
 	}
 	if exists.Val() == 0 {
-		return nil, fmt.Errorf("history %s: %w", orderNo, ErrNotFound)
+		return nil, fmt.Errorf("history %s: %w", orderNo, orders.ErrNotFound)
 	}
-	entries := make([]Entry, 0, len(lines.Val()))
+	entries := make([]orders.Entry, 0, len(lines.Val()))
 	for i, line := range lines.Val() {
 		e, err := decodeEntry(line)
 		if err != nil {
@@ -341,22 +387,22 @@ func (s *RedisStore) History(ctx context.Context, orderNo string) ([]Entry, erro
 
 // Put creates or replaces order o.No with o's status (active when empty),
 // address, remark, items, exchanged_to and exchanged_from. The version goes
-// up by one (to 1 for a new order) and a history entry of type TypePut is
+// up by one (to 1 for a new order) and a history entry of type orders.TypePut is
 // appended; o.Version and o.UpdatedAt are ignored. Put is not fenced and
 // not idempotent, but it keeps the order's newest fence and recorded
 // events, so a late lock holder still cannot write and a retried event is
-// still a replay. A [Write] in ctx, when present, names the worker in the
-// history. It returns ErrInvalid for a malformed order.
-func (s *RedisStore) Put(ctx context.Context, o Order) error {
-	o.Status = cmp.Or(o.Status, StatusActive)
-	if err := checkPut(o); err != nil {
+// still a replay. A [orders.Write] in ctx, when present, names the worker in the
+// history. It returns orders.ErrInvalid for a malformed order.
+func (s *Store) Put(ctx context.Context, o orders.Order) error {
+	o.Status = cmp.Or(o.Status, orders.StatusActive)
+	if err := orders.CheckPut(o); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
 	items, err := encodeItems(o.Items)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", o.No, err)
 	}
-	w, _ := WriteFrom(ctx)
+	w, _ := orders.WriteFrom(ctx)
 	args := []any{
 		w.Worker, micros(w.StartedAt), "put: " + string(o.Status),
 		"order_no", o.No, "status", string(o.Status), "address", o.Address,
@@ -370,44 +416,27 @@ func (s *RedisStore) Put(ctx context.Context, o Order) error {
 	return nil
 }
 
-func checkPut(o Order) error {
-	if err := checkOrderNo(o.No); err != nil {
-		return err
-	}
-	if !o.Status.valid() {
-		return fmt.Errorf("status %q: %w", o.Status, ErrInvalid)
-	}
-	for _, no := range []string{o.ExchangedTo, o.ExchangedFrom} {
-		if no != "" {
-			if err := checkOrderNo(no); err != nil {
-				return err
-			}
-		}
-	}
-	return validItems(o.Items)
-}
-
 // Modify applies c to the active order orderNo, once per eventID, under the
-// fence of the [Write] in ctx. On the first application it sets the changed
+// fence of the [orders.Write] in ctx. On the first application it sets the changed
 // fields, stores the fence as the order's newest, bumps the version, appends
-// a history entry of type TypeModify, and records the resulting order under
+// a history entry of type orders.TypeModify, and records the resulting order under
 // eventID. A repeat of eventID returns that recorded order with Replayed set
 // and writes nothing, whatever its fence and even if the order has since
 // changed or closed.
 //
-// It returns ErrNoFence without a fenced Write; ErrInvalid for an empty
-// eventID, a malformed order number or bad items; ErrNotFound; ErrClosed
-// (a *ClosedError naming the replacement) for an exchanged or cancelled
-// order; ErrStaleFence when a newer fence has written to the order; and
-// ErrConflict when eventID was applied as a different type or with
+// It returns orders.ErrNoFence without a fenced orders.Write; orders.ErrInvalid for an empty
+// eventID, a malformed order number or bad items; orders.ErrNotFound; orders.ErrClosed
+// (a *orders.ClosedError naming the replacement) for an exchanged or cancelled
+// order; orders.ErrStaleFence when a newer fence has written to the order; and
+// orders.ErrConflict when eventID was applied as a different type or with
 // different changes.
-func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
-	w, err := writeFrom(ctx)
+func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	if err := checkModify(eventID, orderNo, c); err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	if err := orders.CheckModify(eventID, orderNo, c); err != nil {
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
 	var fields []any
 	var changed []string
@@ -422,7 +451,7 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 	if c.Items != nil {
 		items, err := encodeItems(c.Items)
 		if err != nil {
-			return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+			return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 		}
 		fields = append(fields, "items", items)
 		changed = append(changed, "items")
@@ -432,40 +461,27 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 		detail = "changed " + strings.Join(changed, ", ")
 	}
 	fp := fingerprint(modifyRequest(c))
-	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, TypeModify, fp, detail, "", fields)
+	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, orders.TypeModify, fp, detail, "", fields)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
 	o, err := decodeOrder(rec.Order)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
+		return orders.Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
 	}
-	return Result{Order: o, Replayed: replayed}, nil
-}
-
-func checkModify(eventID, orderNo string, c Changes) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
-	}
-	if err := checkOrderNo(orderNo); err != nil {
-		return err
-	}
-	if c.Items != nil && len(c.Items) == 0 {
-		return fmt.Errorf("items given but empty: %w", ErrInvalid)
-	}
-	return validItems(c.Items)
+	return orders.Result{Order: o, Replayed: replayed}, nil
 }
 
 // Exchange closes the active order orderNo as exchanged and creates its
-// replacement, once per eventID, under the fence of the [Write] in ctx.
+// replacement, once per eventID, under the fence of the [orders.Write] in ctx.
 // Result.Order is the replacement; read the exchanged order with Get.
 //
 // The replacement is numbered x.NewOrderNo, or [tasks.ReplacementOrderNo] of
 // orderNo and eventID when that is empty. It is active, has x.Items, the
 // exchanged order's address and remark, ExchangedFrom set to orderNo and
-// version 1, and its history starts with an entry of type TypeCreated. The
+// version 1, and its history starts with an entry of type orders.TypeCreated. The
 // exchanged order gets status exchanged, ExchangedTo, a bumped version and
-// a history entry of type TypeExchange whose detail carries x.Reason. The
+// a history entry of type orders.TypeExchange whose detail carries x.Reason. The
 // new order's fence state starts empty: its first fenced writer sets it.
 //
 // The two orders live in different Redis Cluster slots, so the exchange is
@@ -476,60 +492,41 @@ func checkModify(eventID, orderNo string, c Changes) error {
 // had already done every step, and Result.Order is then the replacement as
 // it was created.
 //
-// It returns the errors of Modify, and ErrConflict, before changing
+// It returns the errors of Modify, and orders.ErrConflict, before changing
 // anything, when the replacement's number is taken by another order or
 // reserved by another exchange. Only if the reservation expired (see
-// [RedisConfig.ClaimTTL]) or a Put took the number between closing the
-// order and a retry does ErrConflict come after the order was closed.
-func (s *RedisStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
-	w, err := writeFrom(ctx)
+// [Config.ClaimTTL]) or a Put took the number between closing the
+// order and a retry does orders.ErrConflict come after the order was closed.
+func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	newNo := cmp.Or(x.NewOrderNo, tasks.ReplacementOrderNo(orderNo, eventID))
-	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	if err := orders.CheckExchange(eventID, orderNo, newNo, x); err != nil {
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	items, err := encodeItems(x.Items)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	fp := fingerprint(exchangeRequest(x))
 	rec, replayed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	b, bReplayed, err := s.createReplacement(ctx, w, eventID, rec, items, fp)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	return Result{Order: b, Replayed: replayed && bReplayed}, nil
-}
-
-func checkExchange(eventID, orderNo, newNo string, x Exchange) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
-	}
-	if err := checkOrderNo(orderNo); err != nil {
-		return err
-	}
-	if err := checkOrderNo(newNo); err != nil {
-		return fmt.Errorf("new order: %w", err)
-	}
-	if newNo == orderNo {
-		return fmt.Errorf("new order number is the order's own: %w", ErrInvalid)
-	}
-	if len(x.Items) == 0 {
-		return fmt.Errorf("no items: %w", ErrInvalid)
-	}
-	return validItems(x.Items)
+	return orders.Result{Order: b, Replayed: replayed && bReplayed}, nil
 }
 
 // closeOrder is the first half of an exchange: it reserves newNo and closes
 // orderNo as exchanged to it, or replays an earlier close by the same event.
 // It returns the recorded outcome of the close. Tests call it alone to
 // simulate a crash before the replacement is created.
-func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, newNo, fp, reason string) (record, bool, error) {
+func (s *Store) closeOrder(ctx context.Context, w orders.Write, eventID, orderNo, newNo, fp, reason string) (record, bool, error) {
 	claim := orderNo + "\n" + eventID
 	claimed, err := s.claim(ctx, eventID, orderNo, newNo)
 	if err != nil {
@@ -539,8 +536,8 @@ func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, 
 	if reason != "" {
 		detail += ": " + reason
 	}
-	fields := []any{"status", string(StatusExchanged), "exchanged_to", newNo}
-	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, TypeExchange, fp, detail, newNo, fields)
+	fields := []any{"status", string(orders.StatusExchanged), "exchanged_to", newNo}
+	rec, replayed, err := s.apply(ctx, w, eventID, orderNo, orders.TypeExchange, fp, detail, newNo, fields)
 	if claimed && (err != nil || rec.NewOrderNo != newNo) {
 		// The claim is ours and no longer needed. A failure to drop it is
 		// not the caller's problem: it expires after ClaimTTL.
@@ -556,7 +553,7 @@ func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, 
 
 // claim reserves newNo for the exchange of orderNo by eventID. It returns
 // whether it holds a claim (false when the event already created newNo).
-func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) (bool, error) {
+func (s *Store) claim(ctx context.Context, eventID, orderNo, newNo string) (bool, error) {
 	keys := []string{s.orderKey(newNo), s.eventsKey(newNo), s.claimKey(newNo)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, orderNo, eventID, s.claimTTL.Milliseconds()).StringSlice()
 	if err != nil {
@@ -568,7 +565,7 @@ func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) 
 	case "ok":
 		return true, nil
 	case "exists":
-		return false, fmt.Errorf("new order %s already exists: %w", newNo, ErrConflict)
+		return false, fmt.Errorf("new order %s already exists: %w", newNo, orders.ErrConflict)
 	case "claimed":
 		return false, claimedError(newNo, res)
 	}
@@ -577,16 +574,16 @@ func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) 
 
 func claimedError(newNo string, res []string) error {
 	from, event, _ := strings.Cut(res[len(res)-1], "\n")
-	return fmt.Errorf("new order %s is being created by the exchange of order %s by event %s: %w", newNo, from, event, ErrConflict)
+	return fmt.Errorf("new order %s is being created by the exchange of order %s by event %s: %w", newNo, from, event, orders.ErrConflict)
 }
 
 // createReplacement is the second half of an exchange: it creates the
 // replacement named in rec, the recorded close of the exchanged order, or
 // returns it as recorded when the event already created it.
-func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID string, rec record, items, fp string) (Order, bool, error) {
+func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID string, rec record, items, fp string) (orders.Order, bool, error) {
 	a, err := decodeOrder(rec.Order)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("event %s: %w", eventID, err)
+		return orders.Order{}, false, fmt.Errorf("event %s: %w", eventID, err)
 	}
 	newNo := rec.NewOrderNo
 	keys := []string{s.orderKey(newNo), s.historyKey(newNo), s.eventsKey(newNo), s.claimKey(newNo)}
@@ -599,7 +596,7 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 		eventID, fence, w.Worker, micros(w.StartedAt), fp, detail,
 		a.No, newNo, a.Address, a.Remark, items).StringSlice()
 	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	var replayed bool
 	switch res[0] {
@@ -607,54 +604,58 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID str
 	case "replay":
 		replayed = true
 	case "exists":
-		return Order{}, false, fmt.Errorf("new order %s already exists and was not created by event %s: %w", newNo, eventID, ErrConflict)
+		return orders.Order{}, false, fmt.Errorf("new order %s already exists and was not created by event %s: %w", newNo, eventID, orders.ErrConflict)
 	case "claimed":
-		return Order{}, false, claimedError(newNo, res)
+		return orders.Order{}, false, claimedError(newNo, res)
 	default:
-		return Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
+		return orders.Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
 	}
-	b, err := decodeRecord(res[1], TypeCreated, fp, eventID)
+	b, err := decodeRecord(res[1], orders.TypeCreated, fp, eventID)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	o, err := decodeOrder(b.Order)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	if o.ExchangedFrom != a.No {
-		return Order{}, false, fmt.Errorf("new order %s was created by event %s from order %s: %w", newNo, eventID, o.ExchangedFrom, ErrConflict)
+		return orders.Order{}, false, fmt.Errorf("new order %s was created by event %s from order %s: %w", newNo, eventID, o.ExchangedFrom, orders.ErrConflict)
 	}
 	return o, replayed, nil
 }
 
 // apply runs applyScript and maps its reply: the recorded outcome and
 // whether it was a replay, or the package's error.
-func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, fp, detail, newNo string, fields []any) (record, bool, error) {
+func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo, typ, fp, detail, newNo string, fields []any) (record, bool, error) {
 	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo), s.eventsKey(orderNo)}
 	tag := "{" + orderNo + "}"
-	if w.LockFenceKey != "" {
-		if !strings.Contains(w.LockFenceKey, tag) {
-			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", w.LockFenceKey, tag, ErrInvalid)
+	var lockFenceKey string
+	var h *lock.Handoff
+	if hold, ok := ctx.Value(lockKey{}).(LockHold); ok {
+		lockFenceKey = hold.FenceKey()
+		// Only a modify ends its work with this write; an exchange still
+		// creates the replacement after it.
+		if typ == orders.TypeModify {
+			h = hold.Handoff()
 		}
-		keys = append(keys, w.LockFenceKey)
 	}
-	// Only a modify ends its work with this write; an exchange still
-	// creates the replacement after it.
-	h := w.Handoff
-	if typ != TypeModify {
-		h = nil
+	if lockFenceKey != "" {
+		if !strings.Contains(lockFenceKey, tag) {
+			return record{}, false, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
+		}
+		keys = append(keys, lockFenceKey)
 	}
 	owner, channel, turn := "", "", ""
 	var seqTTL int64
 	if h != nil {
-		if w.LockFenceKey == "" || !strings.Contains(h.Key, tag) {
-			return record{}, false, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
+		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
+			return record{}, false, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
 		}
 		keys = append(keys, h.Key)
 		owner, channel = h.Owner, h.Channel
 		if h.SeqKey != "" {
 			if !strings.Contains(h.SeqKey, tag) {
-				return record{}, false, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, ErrInvalid)
+				return record{}, false, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 			}
 			keys = append(keys, h.SeqKey)
 			turn, seqTTL = strconv.FormatInt(h.Pos, 10), h.SeqTTL
@@ -686,11 +687,11 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo, typ, 
 	}
 	switch res[0] {
 	case "notfound":
-		return record{}, false, ErrNotFound
+		return record{}, false, orders.ErrNotFound
 	case "closed":
-		return record{}, false, &ClosedError{OrderNo: orderNo, Status: Status(res[1]), ExchangedTo: res[2]}
+		return record{}, false, &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
-		return record{}, false, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], ErrStaleFence)
+		return record{}, false, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence)
 	case "ok", "replay":
 		rec, err := decodeRecord(res[1], typ, fp, eventID)
 		return rec, res[0] == "replay", err
@@ -715,20 +716,20 @@ func decodeRecord(s, typ, fp, eventID string) (record, error) {
 		return record{}, fmt.Errorf("event %s: decode outcome: %w", eventID, err)
 	}
 	if rec.Type != typ {
-		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, rec.Type, ErrConflict)
+		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, rec.Type, orders.ErrConflict)
 	}
 	if rec.FP != fp {
-		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, ErrConflict)
+		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, orders.ErrConflict)
 	}
 	return rec, nil
 }
 
 // decodeOrder builds an order from the fields of its hash (or of a recorded
 // outcome, which has the same fields).
-func decodeOrder(f map[string]string) (Order, error) {
-	o := Order{
+func decodeOrder(f map[string]string) (orders.Order, error) {
+	o := orders.Order{
 		No:            f["order_no"],
-		Status:        Status(f["status"]),
+		Status:        orders.Status(f["status"]),
 		Address:       f["address"],
 		Remark:        f["remark"],
 		ExchangedTo:   f["exchanged_to"],
@@ -736,42 +737,42 @@ func decodeOrder(f map[string]string) (Order, error) {
 	}
 	var err error
 	if o.Version, err = strconv.ParseInt(f["version"], 10, 64); err != nil {
-		return Order{}, fmt.Errorf("order %s: version: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: version: %w", o.No, err)
 	}
 	if o.UpdatedAt, err = parseMicros(f["updated_at"]); err != nil {
-		return Order{}, fmt.Errorf("order %s: updated_at: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: updated_at: %w", o.No, err)
 	}
 	if err := json.Unmarshal([]byte(f["items"]), &o.Items); err != nil {
-		return Order{}, fmt.Errorf("order %s: items: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: items: %w", o.No, err)
 	}
 	return o, nil
 }
 
 // decodeEntry decodes a history entry as the scripts write it: a JSON object
 // whose values are all strings.
-func decodeEntry(s string) (Entry, error) {
+func decodeEntry(s string) (orders.Entry, error) {
 	var f map[string]string
 	if err := json.Unmarshal([]byte(s), &f); err != nil {
-		return Entry{}, err
+		return orders.Entry{}, err
 	}
-	e := Entry{EventID: f["event_id"], Type: f["type"], Worker: f["worker"], Detail: f["detail"]}
+	e := orders.Entry{EventID: f["event_id"], Type: f["type"], Worker: f["worker"], Detail: f["detail"]}
 	var err error
 	if e.Fence, err = strconv.ParseInt(f["fence"], 10, 64); err != nil {
-		return Entry{}, fmt.Errorf("fence: %w", err)
+		return orders.Entry{}, fmt.Errorf("fence: %w", err)
 	}
 	if seq, ok := f["seq"]; ok {
 		if e.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil {
-			return Entry{}, fmt.Errorf("seq: %w", err)
+			return orders.Entry{}, fmt.Errorf("seq: %w", err)
 		}
 	}
 	if e.Version, err = strconv.ParseInt(f["version"], 10, 64); err != nil {
-		return Entry{}, fmt.Errorf("version: %w", err)
+		return orders.Entry{}, fmt.Errorf("version: %w", err)
 	}
 	if e.StartedAt, err = parseMicros(f["started_at"]); err != nil {
-		return Entry{}, fmt.Errorf("started_at: %w", err)
+		return orders.Entry{}, fmt.Errorf("started_at: %w", err)
 	}
 	if e.EndedAt, err = parseMicros(f["ended_at"]); err != nil {
-		return Entry{}, fmt.Errorf("ended_at: %w", err)
+		return orders.Entry{}, fmt.Errorf("ended_at: %w", err)
 	}
 	return e, nil
 }
@@ -794,9 +795,9 @@ func parseMicros(s string) (time.Time, error) {
 }
 
 // encodeItems encodes items for the order hash; nil becomes [].
-func encodeItems(items []Item) (string, error) {
+func encodeItems(items []orders.Item) (string, error) {
 	if items == nil {
-		items = []Item{}
+		items = []orders.Item{}
 	}
 	b, err := json.Marshal(items)
 	if err != nil {
@@ -807,20 +808,20 @@ func encodeItems(items []Item) (string, error) {
 
 // modifyRequest and exchangeRequest fix the encoding that fingerprint
 // hashes, apart from the public types' (tagless) JSON. They are converted
-// from Changes and Exchange, so adding a field there fails to compile until
+// from orders.Changes and orders.Exchange, so adding a field there fails to compile until
 // it is added here too. Changing them changes the fingerprints of requests
-// recorded before, which would turn their retries into ErrConflict: add
+// recorded before, which would turn their retries into orders.ErrConflict: add
 // fields only with omitempty, and never rename a tag.
 type modifyRequest struct {
-	Address *string `json:"address,omitempty"`
-	Remark  *string `json:"remark,omitempty"`
-	Items   []Item  `json:"items,omitempty"`
+	Address *string       `json:"address,omitempty"`
+	Remark  *string       `json:"remark,omitempty"`
+	Items   []orders.Item `json:"items,omitempty"`
 }
 
 type exchangeRequest struct {
-	Items      []Item `json:"items"`
-	NewOrderNo string `json:"new_order_no,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	Items      []orders.Item `json:"items"`
+	NewOrderNo string        `json:"new_order_no,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
 }
 
 // fingerprint identifies a request, so that a repeat of an event ID with a
@@ -829,7 +830,7 @@ func fingerprint(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// The request types are plain structs of strings and ints.
-		panic(fmt.Sprintf("orders: fingerprint: %v", err))
+		panic(fmt.Sprintf("redisstore: fingerprint: %v", err))
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
