@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/embedded"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -24,11 +24,12 @@ import (
 )
 
 type settings struct {
-	Hold     time.Duration
-	Work     time.Duration
-	Serve    bool
-	LogLevel string
-	Timeout  time.Duration
+	Hold       time.Duration
+	Work       time.Duration
+	Serve      bool
+	LogLevel   string
+	Timeout    time.Duration
+	OrderStore orderstore.Settings
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -39,6 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s.Bool(&c.Serve, "serve", "DEMO_SERVE", false, "keep the worker and the embedded Redis running after the scenario, until interrupted")
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "error", "level of the raw logs written to stderr besides the timeline: "+logging.Levels).Check(logging.CheckLevel)
 	s.Duration(&c.Timeout, "timeout", "DEMO_TIMEOUT", time.Minute, "give up when the scenario has not finished by then").Check(config.Positive[time.Duration])
+	orderstore.Declare(s, &c.OrderStore)
 	if err := s.Parse(args); err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return nil
@@ -66,10 +68,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer locker.Close()
-	base, err := redisstore.New(rdb, redisstore.Config{})
+	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{}, log)
 	if err != nil {
 		return err
 	}
+	defer opened.Close()
+	base := opened.Store
 	exchanging := make(chan struct{})
 	store := storehook.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
 	w, err := worker.New(rdb, locker, store, worker.Config{

@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
@@ -38,14 +38,16 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis  *redisconn.Options
-	Prefix string
+	Redis      *redisconn.Options
+	Prefix     string
+	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
 }
 
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
+	orderstore.Declare(s, &c.OrderStore)
 }
 
 // run dispatches the command line. Results go to stdout as JSON.
@@ -96,15 +98,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return printJSON(stdout, r)
 	case "order":
-		store, err := redisstore.New(rdb, redisstore.Config{Prefix: c.Prefix})
+		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {
 			return err
 		}
-		views, err := orderview.New(rdb, store, c.Prefix)
+		defer store.Close()
+		views, err := orderview.New(rdb, store.Store, c.Prefix)
 		if err != nil {
 			return err
 		}
-		return order(ctx, store, views, rest[1:], stdout)
+		return order(ctx, store.Store, views, rest[1:], stdout)
 	}
 	return fmt.Errorf("unknown command %q (run with -h for the list)", rest[0])
 }

@@ -10,12 +10,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -96,6 +96,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
 		return errors.New("serve: no API keys: set INTAKE_API_KEYS (-api-keys), or pass -insecure-no-auth to serve without authentication")
 	}
+	ignored, err := c.OrderStore.Check()
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 
 	root, err := logging.New(c.LogLevel, c.LogFormat, stdout)
 	if err != nil {
@@ -104,6 +108,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer func() { _ = root.Sync() }()
 	log := root.Named("intake")
 	log.Info("starting", set.LogField())
+	if len(ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
+	}
 
 	rdb := c.Redis.NewClient()
 	defer func() {
@@ -116,11 +123,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}
 	defer p.Close()
-	store, err := redisstore.New(rdb, redisstore.Config{Prefix: c.Prefix})
+	store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, root)
 	if err != nil {
-		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
+		return fmt.Errorf("serve: %w", err)
 	}
-	handler, err := intake.New(rdb, p, store, intake.Config{
+	defer store.Close()
+	handler, err := intake.New(rdb, p, store.Store, intake.Config{
 		APIKeys:        c.APIKeys,
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),
