@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/notice"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -101,17 +102,15 @@ type Cache struct {
 	log     *zap.Logger
 	keys    []string // token key, lock key
 	channel string
+	notices *notice.Channel // the refresh notices, fanned out to the waiting refreshes
 
 	local  atomic.Pointer[entry] // process-local copy; nil when none
 	closed atomic.Bool
 
 	mu      sync.Mutex
-	flight  *flight       // the refresh under way, if any
-	revoked string        // the last token invalidated here; never cached again
-	sub     *redis.PubSub // the shared subscription, once started
-	ready   chan struct{} // closed once Redis confirmed the subscription
-	notify  chan struct{} // closed and replaced on every notice
-	wg      sync.WaitGroup
+	flight  *flight        // the refresh under way, if any
+	revoked string         // the last token invalidated here; never cached again
+	wg      sync.WaitGroup // the refresh goroutine
 
 	// waiting counts refreshes of this Cache that are waiting for another
 	// replica's token (tests and benchmarks read it).
@@ -181,7 +180,7 @@ func New(rdb redis.UniversalClient, src Source, cfg Config, log *zap.Logger) (*C
 		log:     log.Named("token").With(zap.String("key", cfg.Key)),
 		keys:    []string{cfg.Key, lockKey(cfg.Key)},
 		channel: channelName(cfg.Key),
-		notify:  make(chan struct{}),
+		notices: notice.New(rdb, channelName(cfg.Key), notice.Config{SubscribeTimeout: cfg.LockTTL}),
 	}, nil
 }
 
@@ -361,12 +360,9 @@ func (c *Cache) Close() error {
 	if c.flight != nil {
 		c.flight.cancel(ErrClosed)
 	}
-	sub := c.sub
 	c.local.Store(nil)
 	c.mu.Unlock()
-	if sub != nil {
-		_ = sub.Close() // ends the fan-out goroutine; errors only say it was closed
-	}
+	_ = c.notices.Close() // ends the fan-out goroutine; errors only say it was closed
 	c.wg.Wait()
 	return nil
 }
