@@ -16,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -387,7 +388,7 @@ func startSystem(rdb redis.UniversalClient, c settings, sc scenario) (*system, e
 			return nil, err
 		}
 		lw := newWaits()
-		w, err := worker.New(rdb, locker, slowStore{Store: store, work: c.Work}, worker.Config{
+		w, err := worker.New(rdb, locker, storehook.BeforeWrite(store, storehook.Delay(c.Work)), worker.Config{
 			Concurrency: c.Concurrency,
 			ID:          "bench-b",
 			OnDone:      lw.done,
@@ -436,27 +437,6 @@ func plainConfig(concurrency int) asynq.Config {
 		Logger:                   zap.NewNop().Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	}
-}
-
-// slowStore makes every write work a while first, inside the order's lock,
-// as cmd/worker's WORKER_SIMULATE_WORK does.
-type slowStore struct {
-	orders.Store
-	work time.Duration
-}
-
-func (s slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
-	if err := sleep(ctx, s.work); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Modify(ctx, ev, no, c)
-}
-
-func (s slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
-	if err := sleep(ctx, s.work); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Exchange(ctx, ev, no, x)
 }
 
 // sleep waits d or until ctx ends.

@@ -46,7 +46,7 @@ type common struct {
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
 	orderstore.Declare(s, &c.OrderStore)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -53,12 +54,12 @@ func declare(s *config.Set, c *settings) {
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights").Check(checkQueues)
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
-	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", 30*time.Second, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
+	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", lock.DefaultTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
 	c.Waits = make(map[string]*lock.Wait)
 	for _, k := range worker.Kinds() {
 		w := new(lock.Wait)

@@ -134,7 +134,9 @@ type Wait struct {
 	StuckAfter time.Duration
 }
 
-func (w Wait) or(d Wait) Wait {
+// Or returns w with each zero field taken from d: how a Wait's zero fields
+// mean a default.
+func (w Wait) Or(d Wait) Wait {
 	return Wait{
 		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
 		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
@@ -143,7 +145,9 @@ func (w Wait) or(d Wait) Wait {
 	}
 }
 
-func (w Wait) validate() error {
+// Validate returns an error for a negative field or a MinDelay above
+// MaxDelay.
+func (w Wait) Validate() error {
 	switch {
 	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
 		return fmt.Errorf("lock: negative wait %+v", w)
@@ -153,8 +157,13 @@ func (w Wait) validate() error {
 	return nil
 }
 
-// DefaultWait is the package's default waiting policy.
+// DefaultWait is the package's default waiting policy, and the one home of
+// these numbers: the worker's kinds take their waits from it (see
+// worker.Kinds).
 var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second}
+
+// DefaultTTL is the default of Config.TTL.
+const DefaultTTL = 30 * time.Second
 
 // Config tunes a Locker. The zero value is valid and means all defaults.
 type Config struct {
@@ -215,8 +224,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.SeqRetention = cmp.Or(cfg.SeqRetention, DefaultSeqRetention)
-	cfg.TTL = cmp.Or(cfg.TTL, 30*time.Second)
-	cfg.Wait = cfg.Wait.or(DefaultWait)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Wait = cfg.Wait.Or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
 	if cfg.Logger == nil {
@@ -235,7 +244,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
 	}
-	if err := cfg.Wait.validate(); err != nil {
+	if err := cfg.Wait.Validate(); err != nil {
 		return nil, err
 	}
 	seq, err := NewSequencer(rdb, SeqConfig{Prefix: cfg.Prefix, Retention: cfg.SeqRetention})
@@ -447,8 +456,8 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > MaxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
-	w = w.or(l.cfg.Wait)
-	if err := w.validate(); err != nil {
+	w = w.Or(l.cfg.Wait)
+	if err := w.Validate(); err != nil {
 		return nil, err
 	}
 	wake, err := l.register(ctx, key, turn.Pos)

@@ -218,24 +218,6 @@ func WriteFrom(ctx context.Context) (Write, bool) {
 	return w, ok
 }
 
-// maxOrderNo is the longest valid order number.
-const maxOrderNo = 64
-
-// validOrderNo says whether s is 1 to 64 characters of [A-Za-z0-9_-], which
-// also keeps Redis keys and hash tags safe.
-func validOrderNo(s string) bool {
-	if len(s) == 0 || len(s) > maxOrderNo {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 func validItems(items []Item) error {
 	for i, it := range items {
 		if it.SKU == "" {
@@ -249,9 +231,10 @@ func validItems(items []Item) error {
 }
 
 // CheckOrderNo returns an error matching [ErrInvalid] unless no is a valid
-// order number: 1 to 64 characters of [A-Za-z0-9_-].
+// order number by [tasks.ValidOrderNo]: 1 to 64 characters of
+// [A-Za-z0-9_-].
 func CheckOrderNo(no string) error {
-	if !validOrderNo(no) {
+	if !tasks.ValidOrderNo(no) {
 		return fmt.Errorf("order number %q is not 1-64 characters of [A-Za-z0-9_-]: %w", no, ErrInvalid)
 	}
 	return nil

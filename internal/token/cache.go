@@ -20,6 +20,13 @@ import (
 // (years) must not pin a token in Redis; refreshing earlier costs nothing.
 const maxLifetime = 24 * time.Hour
 
+// The defaults of Config.RefreshBefore and Config.WaitTimeout, which
+// binaries offer as settings.
+const (
+	DefaultRefreshBefore = 10 * time.Second
+	DefaultWaitTimeout   = 15 * time.Second
+)
+
 // Config tunes a Cache. The zero value is valid and means all defaults.
 //
 // The durations must fit the upstream's token lifetime: a token must live
@@ -145,10 +152,10 @@ func New(rdb redis.UniversalClient, src Source, cfg Config, log *zap.Logger) (*C
 		return nil, errors.New("token: nil source")
 	}
 	cfg.Key = cmp.Or(cfg.Key, "ow:token:{upstream}")
-	cfg.RefreshBefore = cmp.Or(cfg.RefreshBefore, 10*time.Second)
+	cfg.RefreshBefore = cmp.Or(cfg.RefreshBefore, DefaultRefreshBefore)
 	cfg.Skew = cmp.Or(cfg.Skew, 5*time.Second)
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, 10*time.Second)
-	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, 15*time.Second)
+	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
 	cfg.FallbackMin = cmp.Or(cfg.FallbackMin, 50*time.Millisecond)
 	cfg.FallbackMax = cmp.Or(cfg.FallbackMax, 250*time.Millisecond)
 	cfg.FailureBackoff = cmp.Or(cfg.FailureBackoff, time.Second)

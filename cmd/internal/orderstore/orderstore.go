@@ -52,13 +52,13 @@ type Settings struct {
 func Declare(s *config.Set, c *Settings) {
 	s.String(&c.Store, "order-store", "ORDER_STORE", Redis, "where the orders are kept, for the worker, the intake and the CLI alike: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(Redis, HTTP))
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
-	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", 10*time.Second, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
+	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", httpstore.DefaultTimeout, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
 	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
 	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
 	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
 	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
-	s.Duration(&c.TokenRefreshBefore, "token-refresh-before", "TOKEN_REFRESH_BEFORE", 10*time.Second, "remaining lifetime at which one replica refreshes the shared token in the background").Check(config.Positive[time.Duration])
-	s.Duration(&c.TokenWaitTimeout, "token-wait-timeout", "TOKEN_WAIT_TIMEOUT", 15*time.Second, "how long a request to the order API waits for a token when none is cached before it fails (a task is then retried)").Check(config.Positive[time.Duration])
+	s.Duration(&c.TokenRefreshBefore, "token-refresh-before", "TOKEN_REFRESH_BEFORE", token.DefaultRefreshBefore, "remaining lifetime at which one replica refreshes the shared token in the background").Check(config.Positive[time.Duration])
+	s.Duration(&c.TokenWaitTimeout, "token-wait-timeout", "TOKEN_WAIT_TIMEOUT", token.DefaultWaitTimeout, "how long a request to the order API waits for a token when none is cached before it fails (a task is then retried)").Check(config.Positive[time.Duration])
 }
 
 // Check checks the settings that depend on each other: the HTTP store needs

@@ -124,6 +124,9 @@ type TokenSource interface {
 	Invalidate(ctx context.Context, token string) error
 }
 
+// DefaultTimeout is the default of Config.Timeout.
+const DefaultTimeout = 10 * time.Second
+
 // Config tunes a [Store]. The zero value is ready to use.
 type Config struct {
 	// Timeout bounds each request to the order API, from sending it to
@@ -225,7 +228,7 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 		base:    strings.TrimRight(u.String(), "/"),
 		tokens:  tokens,
 		hc:      &hc,
-		timeout: cmp.Or(cfg.Timeout, 10*time.Second),
+		timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
 	}, nil
 }
 
