@@ -248,7 +248,7 @@ func (c *Channel) Check(ctx context.Context) error {
 				c.off = true
 			}
 			c.mu.Unlock()
-			return fmt.Errorf("%w %s: grant the Redis user the channel with the ACL rule %q (%v)", ErrNoPermission, c.channel, "&"+c.channel, err)
+			return fmt.Errorf("%w %s: grant the Redis user the channel with the ACL rule %q (%w)", ErrNoPermission, c.channel, "&"+c.channel, err)
 		}
 		return fmt.Errorf("notice: check channel %s: %w", c.channel, err)
 	}

@@ -676,7 +676,7 @@ func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 		{"zero fence", "POST", "/orders/SO1/exchange", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "0"}, `{"items":[{"sku":"x","qty":1}]}`, 400, CodeNoFence},
 		{"fence not a number", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "1e9"}, `{}`, 400, CodeNoFence},
 		{"bad started at", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderStartedAt: "yesterday"}, `{}`, 400, CodeInvalid},
-		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid},
+		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid}, //nolint:misspell // a misspelt field on purpose
 		{"two values", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{} {}`, 400, CodeInvalid},
 		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", maxRequest) + `"}`, 413, CodeInvalid},
 		{"put naming another order", "PUT", "/orders/SO1", nil, `{"order_no":"SO2"}`, 422, CodeInvalid},

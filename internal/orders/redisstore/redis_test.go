@@ -581,7 +581,7 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hb, 1)
 	assert.Equal(t, orders.TypeCreated, hb[0].Type)
-	assert.Equal(t, int64(baseFence), hb[0].Fence, "the exchange's fence, not the retry's")
+	assert.Equal(t, baseFence, hb[0].Fence, "the exchange's fence, not the retry's")
 	ha, err := s.History(t.Context(), "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, ha[len(ha)-1].Fence, hb[0].Fence)
