@@ -530,8 +530,12 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	default:
 	}
 	for _, id := range []string{"twice", "near-miss"} {
-		info := e.taskInfo(tasks.QueueModify, id)
-		require.Equal(t, asynq.TaskStateArchived, info.State)
+		// OnDone runs before asynq records the outcome.
+		var info *asynq.TaskInfo
+		require.Eventually(t, func() bool {
+			info = e.taskInfo(tasks.QueueModify, id)
+			return info.State == asynq.TaskStateArchived
+		}, 10*time.Second, 5*time.Millisecond, "%s is not archived", id)
 		require.Zero(t, info.Retried)
 	}
 }
