@@ -2,6 +2,7 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
+GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 
 .PHONY: help test lint vuln fmt bench bench-replicas stress stress-short demo fuzz
@@ -12,10 +13,11 @@ help: ## list the targets
 test: ## the test suite, exactly as the README and CI run it
 	$(GO) test -race -count=1 ./...
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck, and golangci-lint with .golangci.yml (the import rules, among others)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI) run ./...
 
 vuln: ## known vulnerabilities in the code's call graph (govulncheck; needs https://vuln.go.dev)
 	$(GO) run $(GOVULNCHECK) ./...

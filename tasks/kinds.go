@@ -61,7 +61,7 @@ var (
 	Modify = &Kind{Type: TypeModify, Name: "modify", Queue: QueueModify, Weight: 3, zero: ModifyPayload{},
 		decode: func(b []byte) (Payload, error) {
 			var p ModifyPayload
-			if err := decode(b, func(d *decoder) error { return d.modify(&p) }); err != nil {
+			if err := decode(b, &p); err != nil {
 				return nil, err
 			}
 			return p, nil
@@ -71,7 +71,7 @@ var (
 	Exchange = &Kind{Type: TypeExchange, Name: "exchange", Queue: QueueExchange, Weight: 6, zero: ExchangePayload{},
 		decode: func(b []byte) (Payload, error) {
 			var p ExchangePayload
-			if err := decode(b, func(d *decoder) error { return d.exchange(&p) }); err != nil {
+			if err := decode(b, &p); err != nil {
 				return nil, err
 			}
 			return p, nil

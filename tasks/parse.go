@@ -2,13 +2,16 @@ package tasks
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // ParseModify decodes a [TypeModify] payload strictly and validates it.
@@ -26,7 +29,7 @@ import (
 // the zero value on error.
 func ParseModify(b []byte) (ModifyPayload, error) {
 	var p ModifyPayload
-	if err := decode(b, func(d *decoder) error { return d.modify(&p) }); err != nil {
+	if err := decode(b, &p); err != nil {
 		return ModifyPayload{}, err
 	}
 	return p, p.Validate()
@@ -36,7 +39,7 @@ func ParseModify(b []byte) (ModifyPayload, error) {
 // under the rules and with the errors of [ParseModify].
 func ParseExchange(b []byte) (ExchangePayload, error) {
 	var p ExchangePayload
-	if err := decode(b, func(d *decoder) error { return d.exchange(&p) }); err != nil {
+	if err := decode(b, &p); err != nil {
 		return ExchangePayload{}, err
 	}
 	return p, p.Validate()
@@ -74,19 +77,46 @@ func readPayload(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// decode runs body over b, a single JSON value, and checks what surrounds it.
-func decode(b []byte, body func(*decoder) error) error {
+// decodeOptions complete the strict decoding. The JSON library
+// (github.com/go-json-experiment/json, which becomes encoding/json/v2)
+// already, by default, matches field names exactly (case-sensitively),
+// refuses repeated names and invalid UTF-8, refuses a lone UTF-16
+// surrogate escape instead of turning it into U+FFFD, refuses a number for
+// an int that is not an integer, and leaves a field as it is (absent) for
+// null. The options add: unknown fields are refused, and seq is positive.
+var decodeOptions = json.JoinOptions(
+	json.RejectUnknownMembers(true),
+	json.WithUnmarshalers(json.UnmarshalFromFunc(unmarshalSeq)),
+)
+
+// decode decodes b, a single JSON object, into the payload p points to,
+// strictly (see [ParseModify]), and turns the JSON library's errors into the
+// package's: a [*FieldError] naming the field at fault, or a payload error.
+func decode[P Payload](b []byte, p *P) error {
 	switch {
 	case len(b) > MaxPayloadBytes:
 		return &payloadError{fmt.Sprintf("payload is larger than %d bytes", MaxPayloadBytes)}
 	case !utf8.Valid(b):
 		return &payloadError{"payload is not valid UTF-8"}
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	d := &decoder{dec: dec, b: b}
-	if err := body(d); err != nil {
-		return err
+	dec := jsontext.NewDecoder(bytes.NewReader(b))
+	switch k := dec.PeekKind(); k {
+	case '{':
+	case 'n', 't', 'f', '0', '"', '[':
+		// A scalar must be read whole to be known as one ("tru" is not
+		// JSON); an array is known by its first character.
+		if k != '[' {
+			if _, err := dec.ReadToken(); err != nil {
+				return jsonError(reflect.TypeFor[P](), err)
+			}
+		}
+		return &payloadError{"payload must be a JSON object, got " + kindName(k)}
+	default: // not JSON: the read says why
+		_, err := dec.ReadToken()
+		return jsonError(reflect.TypeFor[P](), err)
+	}
+	if err := json.UnmarshalDecode(dec, p, decodeOptions); err != nil {
+		return jsonError(reflect.TypeFor[P](), err)
 	}
 	rest := b[dec.InputOffset():]
 	if trimmed := bytes.TrimLeft(rest, " \t\r\n"); len(trimmed) > 0 {
@@ -96,301 +126,162 @@ func decode(b []byte, body func(*decoder) error) error {
 	return nil
 }
 
-// decoder reads the payloads token by token, so that it can name the field at
-// fault, match names exactly and refuse repeated names, none of which
-// json.Unmarshal does. b is the whole input, for the raw form of a string.
-type decoder struct {
-	dec *json.Decoder
-	b   []byte
-}
+// errBadSeq is the error of a seq that is not a positive integer.
+type errBadSeq struct{ lit string }
 
-func (d *decoder) modify(p *ModifyPayload) error {
-	return d.object("", func(key, path string) (err error) {
-		switch key {
-		case "event_id":
-			p.EventID, err = d.str(path)
-		case "order_no":
-			p.OrderNo, err = d.str(path)
-		case "changes":
-			err = d.changes(path, &p.Changes)
-		case "seq":
-			p.Seq, err = d.seq(path)
-		default:
-			err = unknown(path)
-		}
-		return err
-	})
-}
+func (e errBadSeq) Error() string { return "not a positive integer: " + e.lit }
 
-func (d *decoder) changes(path string, c *Changes) error {
-	return d.object(path, func(key, path string) (err error) {
-		switch key {
-		case "address":
-			c.Address, err = d.optStr(path)
-		case "remark":
-			c.Remark, err = d.optStr(path)
-		case "items":
-			c.Items, err = d.items(path)
-		default:
-			err = unknown(path)
-		}
-		return err
-	})
-}
-
-func (d *decoder) exchange(p *ExchangePayload) error {
-	return d.object("", func(key, path string) (err error) {
-		switch key {
-		case "event_id":
-			p.EventID, err = d.str(path)
-		case "order_no":
-			p.OrderNo, err = d.str(path)
-		case "items":
-			p.Items, err = d.items(path)
-		case "new_order_no":
-			p.NewOrderNo, err = d.str(path)
-		case "reason":
-			p.Reason, err = d.str(path)
-		case "seq":
-			p.Seq, err = d.seq(path)
-		default:
-			err = unknown(path)
-		}
-		return err
-	})
-}
-
-// items reads an items list: nil for null, a non-nil slice for an array.
-func (d *decoder) items(path string) ([]Item, error) {
-	tok, err := d.token()
-	if err != nil || tok == nil {
-		return nil, err
+// unmarshalSeq reads a position (the payloads' only int64, seq): a JSON
+// number written as a positive integer; null reads as 0 (none). Anything
+// else is left to the library, which refuses it for its type.
+func unmarshalSeq(dec *jsontext.Decoder, v *int64) error {
+	if dec.PeekKind() != '0' {
+		return json.SkipFunc
 	}
-	if tok != json.Delim('[') {
-		return nil, mismatch(path, "an array", tok)
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
 	}
-	items := []Item{}
-	for d.dec.More() {
-		if len(items) == MaxItems {
-			return nil, fieldErr(path, "must have at most %d entries", MaxItems)
-		}
-		var it Item
-		at := path + "[" + strconv.Itoa(len(items)) + "]"
-		err := d.object(at, func(key, path string) (err error) {
-			switch key {
-			case "sku":
-				it.SKU, err = d.str(path)
-			case "qty":
-				it.Qty, err = d.qty(path)
-			default:
-				err = unknown(path)
-			}
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, it)
+	lit := tok.String()
+	n, err := strconv.ParseInt(lit, 10, 64)
+	if err != nil || n <= 0 {
+		return errBadSeq{lit}
 	}
-	_, err = d.token() // ']'
-	return items, err
+	*v = n
+	return nil
 }
 
-// object reads an object, calling member for each of its members with the
-// member's name and path; member must consume the value. A null at the top
-// level is an error, and elsewhere counts as an empty object.
-func (d *decoder) object(path string, member func(key, path string) error) error {
-	tok, err := d.token()
+// errLoneSurrogate is the message of a string that escapes a lone UTF-16
+// surrogate: encoding/json would replace it with U+FFFD without a word, so
+// the text stored would not be the text sent.
+const errLoneSurrogate = `must not contain a lone UTF-16 surrogate (\ud800 to \udfff without its pair)`
+
+// jsonError turns an error of the JSON library, decoding into a value of
+// type root, into the package's error.
+func jsonError(root reflect.Type, err error) error {
+	var sem *json.SemanticError
+	var syn *jsontext.SyntacticError
+	var seq errBadSeq
 	switch {
-	case err != nil:
-		return err
-	case tok == nil && path != "":
-		return nil
-	case tok != json.Delim('{'):
-		if path == "" {
-			return &payloadError{"payload must be a JSON object, got " + kind(tok)}
+	case errors.As(err, &seq):
+		path := "seq"
+		if errors.As(err, &sem) {
+			path = fieldPath(root, sem.JSONPointer)
 		}
-		return mismatch(path, "an object", tok)
-	}
-	seen := make(map[string]bool)
-	for d.dec.More() {
-		tok, err := d.token()
-		if err != nil {
-			return err
-		}
-		key := tok.(string) // json.Decoder only yields strings as object keys
-		at := join(path, key)
-		if seen[key] {
-			return fieldErr(at, "repeated field")
-		}
-		seen[key] = true
-		if err := member(key, at); err != nil {
-			return err
-		}
-	}
-	_, err = d.token() // '}'
-	return err
-}
-
-// str reads a string; null reads as "".
-func (d *decoder) str(path string) (string, error) {
-	s, err := d.optStr(path)
-	if err != nil || s == nil {
-		return "", err
-	}
-	return *s, nil
-}
-
-// optStr reads a string; null reads as nil. A string that escapes a lone
-// UTF-16 surrogate is an error: encoding/json would replace it with U+FFFD
-// without a word, so the text stored would not be the text sent.
-func (d *decoder) optStr(path string) (*string, error) {
-	start := d.dec.InputOffset()
-	tok, err := d.token()
-	if err != nil || tok == nil {
-		return nil, err
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return nil, mismatch(path, "a string", tok)
-	}
-	// Only a string with U+FFFD in it can have had a lone surrogate. Between
-	// start and the end of the token lie white space, perhaps a ':' or ',',
-	// and the string literal, which begins at the first '"'.
-	if strings.ContainsRune(s, utf8.RuneError) {
-		raw := d.b[start:d.dec.InputOffset()]
-		if loneSurrogate(raw[bytes.IndexByte(raw, '"'):]) {
-			return nil, fieldErr(path, `must not contain a lone UTF-16 surrogate (\ud800 to \udfff without its pair)`)
-		}
-	}
-	return &s, nil
-}
-
-// loneSurrogate reports whether lit, a well-formed JSON string literal,
-// escapes a UTF-16 surrogate (\ud800 to \udfff) that is not half of a
-// high-low pair.
-func loneSurrogate(lit []byte) bool {
-	for i := 0; i < len(lit); i++ {
-		if lit[i] != '\\' {
-			continue
-		}
-		i++ // the escaped character; the loop steps past it
-		if lit[i] != 'u' {
-			continue
-		}
-		r := hex4(lit[i+1:])
-		i += 4
+		return fieldErr(path, "must be a positive integer, got %s", quoteNumber(seq.lit))
+	case errors.As(err, &sem):
+		path := fieldPath(root, sem.JSONPointer)
 		switch {
-		case r >= 0xdc00 && r <= 0xdfff:
-			return true // a low surrogate first
-		case r >= 0xd800 && r <= 0xdbff:
-			if i+6 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
-				return true
-			}
-			if lo := hex4(lit[i+3:]); lo < 0xdc00 || lo > 0xdfff {
-				return true
-			}
-			i += 6 // the low half
+		case errors.Is(sem.Err, json.ErrUnknownName):
+			return fieldErr(path, "unknown field")
+		case sem.JSONKind == '0' && sem.JSONPointer.LastToken() == "qty":
+			return fieldErr(path, "must be an integer between %d and %d, got %s", MinQty, MaxQty, quoteNumber(string(sem.JSONValue)))
+		case sem.JSONKind == '0' && isInteger(sem.GoType):
+			return fieldErr(path, "must be an integer, got %s", quoteNumber(string(sem.JSONValue)))
 		}
+		return fieldErr(path, "must be %s, got %s", expected(sem.GoType), kindName(sem.JSONKind))
+	case errors.As(err, &syn):
+		path := fieldPath(root, syn.JSONPointer)
+		switch {
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
+			return fieldErr(path, "repeated field")
+		case syn.Err != nil && strings.Contains(syn.Err.Error(), "invalid surrogate pair") && path != "":
+			// The library reports a lone surrogate as a syntax error in the
+			// string, without a sentinel: its text is pinned by the tests.
+			return fieldErr(path, errLoneSurrogate)
+		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
+			return &payloadError{"invalid JSON: unexpected end of input"}
+		}
+		return &payloadError{fmt.Sprintf("invalid JSON at offset %d: %v", syn.ByteOffset, syn.Err)}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return &payloadError{"invalid JSON: unexpected end of input"}
+	}
+	return &payloadError{"invalid JSON: " + err.Error()}
+}
+
+// fieldPath turns a JSON pointer into a payload of type root into the path
+// that errors name, e.g. "changes.items[2].qty": the type tells an array
+// index from an object member.
+func fieldPath(root reflect.Type, ptr jsontext.Pointer) string {
+	path, t := "", root
+	for tok := range ptr.Tokens() {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t != nil && t.Kind() == reflect.Slice:
+			path += "[" + tok + "]"
+			t = t.Elem()
+		default:
+			path = join(path, tok)
+			t = memberType(t, tok)
+		}
+	}
+	return path
+}
+
+// memberType returns the type of the field of struct type t whose JSON name
+// is name, or nil.
+func memberType(t reflect.Type, name string) reflect.Type {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	for f := range t.Fields() {
+		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag == name {
+			return f.Type
+		}
+	}
+	return nil
+}
+
+// expected names the JSON type that a field of Go type t takes.
+func expected(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == nil:
+		return "something else"
+	case t.Kind() == reflect.String:
+		return "a string"
+	case t.Kind() == reflect.Slice:
+		return "an array"
+	case t.Kind() == reflect.Struct:
+		return "an object"
+	case isInteger(t):
+		return "an integer"
+	}
+	return "a " + t.Kind().String()
+}
+
+func isInteger(t reflect.Type) bool {
+	if t == nil {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return true
 	}
 	return false
 }
 
-// hex4 decodes the four hexadecimal digits at the start of b, which the
-// JSON decoder has already checked.
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		default:
-			r |= rune(c - 'A' + 10)
-		}
-	}
-	return r
-}
-
-// qty reads a quantity, a JSON number written as an integer; null reads as 0.
-func (d *decoder) qty(path string) (int, error) {
-	tok, err := d.token()
-	if err != nil || tok == nil {
-		return 0, err
-	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, mismatch(path, "an integer", tok)
-	}
-	v, err := strconv.ParseInt(string(n), 10, 0)
-	if err != nil {
-		return 0, fieldErr(path, "must be an integer between %d and %d, got %s", MinQty, MaxQty, quoteNumber(string(n)))
-	}
-	return int(v), nil
-}
-
-// seq reads a position, a JSON number written as a positive integer; null
-// reads as 0 (none).
-func (d *decoder) seq(path string) (int64, error) {
-	tok, err := d.token()
-	if err != nil || tok == nil {
-		return 0, err
-	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, mismatch(path, "an integer", tok)
-	}
-	v, err := strconv.ParseInt(string(n), 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fieldErr(path, "must be a positive integer, got %s", quoteNumber(string(n)))
-	}
-	return v, nil
-}
-
-// token returns the next token, turning a JSON syntax error into a payload
-// error.
-func (d *decoder) token() (json.Token, error) {
-	tok, err := d.dec.Token()
-	if err == nil {
-		return tok, nil
-	}
-	var syn *json.SyntaxError
-	switch {
-	case errors.As(err, &syn):
-		return nil, &payloadError{fmt.Sprintf("invalid JSON at offset %d: %s", syn.Offset, syn.Error())}
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, &payloadError{"invalid JSON: unexpected end of input"}
-	default:
-		return nil, &payloadError{"invalid JSON: " + err.Error()}
-	}
-}
-
-func unknown(path string) error { return fieldErr(path, "unknown field") }
-
-func mismatch(path, want string, got json.Token) error {
-	return fieldErr(path, "must be %s, got %s", want, kind(got))
-}
-
-// kind names the JSON type of a token that starts a value.
-func kind(tok json.Token) string {
-	switch tok := tok.(type) {
-	case nil:
+// kindName names a JSON kind as the errors do.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
 		return "null"
-	case bool:
+	case 't', 'f':
 		return "boolean"
-	case json.Number:
+	case '0':
 		return "number"
-	case string:
+	case '"':
 		return "string"
-	case json.Delim:
-		if tok == '[' {
-			return "array"
-		}
+	case '[':
+		return "array"
+	case '{':
 		return "object"
 	}
-	return fmt.Sprintf("%T", tok)
+	return "nothing"
 }
 
 // join appends a member name to a path, quoting a name that is not a plain

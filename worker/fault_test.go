@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -85,8 +86,8 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		return lateErr != nil
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
-	wB := orders.Write{Fence: leaseB.Fence(), LockFenceKey: leaseB.FenceKey(), Worker: "B"}
-	_, err = e.store.Modify(orders.WithWrite(t.Context(), wB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
+	_, err = e.store.Modify(redisstore.WithLock(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)
@@ -116,7 +117,7 @@ func TestRedisStallRecovers(t *testing.T) {
 	srv := redistest.Dedicated(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	store, err := orders.NewRedis(c, orders.RedisConfig{})
+	store, err := redisstore.New(c, redisstore.Config{})
 	require.NoError(t, err)
 	orderNos := []string{"SO-R1", "SO-R2", "SO-R3"}
 	for _, no := range orderNos {

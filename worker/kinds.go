@@ -18,7 +18,8 @@ type Kind struct {
 	// Kind is the contract's kind.
 	Kind *tasks.Kind
 	// Wait is how a task of the kind waits for its order's lock and its
-	// turn, unless Config.Waits says otherwise.
+	// turn, unless Config.Waits says otherwise: lock.DefaultWait, but for
+	// what the kind changes. Every field is set.
 	Wait lock.Wait
 	// Apply applies a valid payload of the kind to store, inside the
 	// order's lock, with the fence in ctx. It returns the store's error.
@@ -29,7 +30,9 @@ type Kind struct {
 var kinds = []Kind{
 	{
 		Kind: tasks.Exchange,
-		Wait: lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 10 * time.Second},
+		// An exchange waits longer than a modify: it goes first (its queue
+		// has the higher weight), and a modify can wait for it.
+		Wait: lock.Wait{Deadline: 10 * time.Second}.Or(lock.DefaultWait),
 		Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
 			x := p.(tasks.ExchangePayload)
 			_, err := store.Exchange(ctx, x.EventID, x.OrderNo, orders.Exchange{
@@ -39,7 +42,7 @@ var kinds = []Kind{
 	},
 	{
 		Kind: tasks.Modify,
-		Wait: lock.Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second},
+		Wait: lock.DefaultWait,
 		Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
 			m := p.(tasks.ModifyPayload)
 			_, err := store.Modify(ctx, m.EventID, m.OrderNo, orders.Changes{

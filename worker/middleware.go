@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"go.uber.org/zap"
@@ -353,14 +354,15 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 	}()
 	wctx = orders.WithWrite(wctx, orders.Write{
-		Fence:        lease.Fence(),
-		LockFenceKey: lease.FenceKey(),
-		Handoff:      lease.Handoff(), // a Redis store releases, and passes the turn on, with the commit
-		Worker:       w.cfg.ID,
-		StartedAt:    time.Now(),
-		Seq:          h.Seq,
-		NoResult:     true, // the worker reads only the error
+		Fence:     lease.Fence(),
+		Worker:    w.cfg.ID,
+		StartedAt: time.Now(),
+		Seq:       h.Seq,
+		NoResult:  true, // the worker reads only the error
 	})
+	// A Redis store on the lock's Redis also checks the lock's newest fence
+	// and releases the lock, passing the turn on, with a modify's commit.
+	wctx = redisstore.WithLock(wctx, lease)
 	err = k.Apply(wctx, w.store, p)
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
 		err = w.whyNotFound(ctx, h.OrderNo, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -121,7 +122,7 @@ func requireInSequence(t *testing.T, hist []orders.Entry) {
 // slowStore makes every write take d, so that tasks pile up behind a hot
 // order.
 func slowStore(d time.Duration) func(orders.Store) orders.Store {
-	return func(s orders.Store) orders.Store { return orders.BeforeWrite(s, orders.Delay(d)) }
+	return func(s orders.Store) orders.Store { return storehook.BeforeWrite(s, storehook.Delay(d)) }
 }
 
 // Changes sent one after another apply in the order they were sent, across
@@ -405,7 +406,7 @@ func TestModifyOfAReplacementBeingCreated(t *testing.T) {
 	gate := make(chan struct{})
 	var gated atomic.Bool
 	hold := func(s orders.Store) orders.Store {
-		return orders.BeforeWrite(s, func(ctx context.Context, typ, ev, no string) error {
+		return storehook.BeforeWrite(s, func(ctx context.Context, typ, ev, no string) error {
 			if typ == orders.TypeExchange && gated.CompareAndSwap(false, true) {
 				select {
 				case <-gate:
@@ -451,7 +452,7 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 	e.seed("SO-FAIL")
 	var fails atomic.Int32
 	failing := func(s orders.Store) orders.Store {
-		return orders.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
+		return storehook.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
 			if ev == "doomed" {
 				fails.Add(1)
 				return errors.New("upstream said 500")
@@ -503,7 +504,7 @@ func TestPanicReleasesTheOrder(t *testing.T) {
 	e.seed("SO-PANIC")
 	var panicked atomic.Bool
 	boom := func(s orders.Store) orders.Store {
-		return orders.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
+		return storehook.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
 			if ev == "boom" && panicked.CompareAndSwap(false, true) {
 				panic("handler bug")
 			}

@@ -158,7 +158,7 @@ func (c Config) withDefaults() Config {
 	}
 	waits := make(map[string]lock.Wait, len(kinds))
 	for _, k := range kinds {
-		waits[k.Kind.Name] = orWait(c.Waits[k.Kind.Name], k.Wait)
+		waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
 	}
 	for name, w := range c.Waits {
 		if _, ok := waits[name]; !ok {
@@ -184,15 +184,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func orWait(w, d lock.Wait) lock.Wait {
-	return lock.Wait{
-		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
-		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
-		Deadline:   cmp.Or(w.Deadline, d.Deadline),
-		StuckAfter: cmp.Or(w.StuckAfter, d.StuckAfter),
-	}
-}
-
 // DefaultQueues returns every kind's queue with its default weight, see
 // Config.Queues.
 func DefaultQueues() map[string]int {
@@ -216,8 +207,8 @@ func (c Config) validate() error {
 		if kindNamed(name) == nil {
 			return fmt.Errorf("worker: wait for unknown kind %q", name)
 		}
-		if w.MinDelay < 0 || w.MaxDelay < w.MinDelay || w.Deadline <= 0 {
-			return fmt.Errorf("worker: %s wait %+v: want 0 <= min <= max and deadline > 0", name, w)
+		if err := w.Validate(); err != nil {
+			return fmt.Errorf("worker: %s wait: %w", name, err)
 		}
 	}
 	switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
 type env struct {
 	t     *testing.T
 	db    *redistest.DB
-	store *orders.RedisStore
+	store *redisstore.Store
 	cli   *asynq.Client
 	insp  *asynq.Inspector
 }
@@ -34,7 +35,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	db := redistest.New(t)
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	e := &env{t: t, db: db, store: store,
 		cli:  asynq.NewClientFromRedisClient(db.Client),
@@ -359,7 +360,7 @@ func TestConfigValidation(t *testing.T) {
 	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	defer l.Close()
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	tests := []struct {
 		name string

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/benchkit"
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 )
 
@@ -95,7 +95,7 @@ func runReplicaSet(ctx context.Context, opts *redisconn.Options, c settings, sc 
 		return r, err
 	}
 	if sc.System != sysPlain {
-		store, err := orders.NewRedis(admin, orders.RedisConfig{Prefix: prefix})
+		store, err := redisstore.New(admin, redisstore.Config{Prefix: prefix})
 		if err != nil {
 			return r, err
 		}

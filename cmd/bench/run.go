@@ -15,7 +15,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/redisproc"
 )
 
 // settings are the bench's flags. They are flags only: a measuring tool
@@ -248,7 +248,7 @@ func redisFor(ctx context.Context, url string, out io.Writer) (*redisconn.Option
 		fmt.Fprintf(out, "redis: %s (given); note that commands per task count every client of that server\n", opts.Node.Addr)
 		return opts, func() {}, nil
 	}
-	p, err := redistest.StartProcess()
+	p, err := redisproc.Start()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -274,7 +276,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return r, err
 	}
-	store, err := orders.NewRedis(admin, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(admin, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return r, err
 	}
@@ -531,7 +533,7 @@ func rawTask(m tasks.ModifyPayload) (*asynq.Task, []asynq.Option, error) {
 func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +547,7 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 			return nil, err
 		}
 		lw := newWaits()
-		w, err := worker.New(rdb, locker, slowStore{Store: store, work: work}, worker.Config{
+		w, err := worker.New(rdb, locker, storehook.BeforeWrite(store, storehook.Delay(work)), worker.Config{
 			Concurrency: sc.Workload.Concurrency,
 			ID:          "bench-" + sc.System,
 			OnDone:      lw.done,
@@ -594,27 +596,6 @@ func plainConfig(concurrency int) asynq.Config {
 		Logger:                   zap.NewNop().Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	}
-}
-
-// slowStore makes every write work a while first, inside the order's lock,
-// as cmd/worker's WORKER_SIMULATE_WORK does.
-type slowStore struct {
-	orders.Store
-	work time.Duration
-}
-
-func (s slowStore) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
-	if err := sleep(ctx, s.work); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Modify(ctx, ev, no, c)
-}
-
-func (s slowStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
-	if err := sleep(ctx, s.work); err != nil {
-		return orders.Result{}, err
-	}
-	return s.Store.Exchange(ctx, ev, no, x)
 }
 
 // sleep waits d or until ctx ends.

@@ -36,7 +36,7 @@ const readyTimeout = 2 * time.Second
 //	/healthz     200 while the process serves
 //	/readyz      200 while Redis answers PING, else 503
 //	/            redirects to <root>/ when root is not /
-func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http.Handler, error) {
+func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
 	if cfg.auth != nil {
 		require := httpauth.Require(cfg.auth)
@@ -65,10 +65,6 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, log *zap.Logger) (http
 	// (see guardTaskIDs).
 	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
 
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: cfg.KeyPrefix})
-	if err != nil {
-		return nil, fmt.Errorf("order store (KEY_PREFIX): %w", err)
-	}
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait})
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT): %w", err)

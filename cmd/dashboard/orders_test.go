@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -21,7 +22,7 @@ import (
 // queues when the test ends.
 func seedWaiting(t *testing.T, db *redistest.DB, no, id string) int64 {
 	t.Helper()
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: no, Address: "1 Main St <b>", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
 	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})

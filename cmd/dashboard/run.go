@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/logging"
@@ -57,7 +58,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	cancel()
 
-	handler, err := newHandler(cfg, rdb, log)
+	if ignored, _ := cfg.OrderStore.Check(); len(ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
+	}
+	store, err := orderstore.Open(rdb, cfg.KeyPrefix, &cfg.OrderStore, orderstore.Hooks{}, log.Named("orders"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }() // always nil
+	handler, err := newHandler(cfg, rdb, store.Store, log)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/logging"
@@ -54,6 +55,7 @@ type settings struct {
 	PrometheusURL   string
 	KeyPrefix       string
 	GapWait         time.Duration
+	OrderStore      orderstore.Settings // the worker's: the order page reads the orders where it writes them
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
 	IdleTimeout     time.Duration
@@ -81,6 +83,7 @@ func declare(s *config.Set, cfg *settings) {
 	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
 	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
 	s.Duration(&cfg.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait, "the workers' gap wait, whose time left the order page shows for a position without its task; the same as the worker's").Check(config.Positive)
+	orderstore.Declare(s, &cfg.OrderStore)
 	s.Duration(&cfg.ReadTimeout, "read-timeout", "DASHBOARD_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers included").Check(config.Positive)
 	s.Duration(&cfg.WriteTimeout, "write-timeout", "DASHBOARD_WRITE_TIMEOUT", 30*time.Second, "longest time to answer a request").Check(config.Positive)
 	s.Duration(&cfg.IdleTimeout, "idle-timeout", "DASHBOARD_IDLE_TIMEOUT", 2*time.Minute, "how long an idle keep-alive connection stays open").Check(config.Positive)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
@@ -45,7 +46,7 @@ func dashboardOn(t *testing.T, adminURL, url, prefix string, cluster bool) {
 	defer rdb.Close()
 	enqueueOn(t, rdb)
 	defer func() { _ = asynq.NewInspectorFromRedisClient(rdb).DeleteQueue(queue, true) }()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO3001", Address: "1 Main St", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
 	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})

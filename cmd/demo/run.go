@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/embedded"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -22,11 +24,12 @@ import (
 )
 
 type settings struct {
-	Hold     time.Duration
-	Work     time.Duration
-	Serve    bool
-	LogLevel string
-	Timeout  time.Duration
+	Hold       time.Duration
+	Work       time.Duration
+	Serve      bool
+	LogLevel   string
+	Timeout    time.Duration
+	OrderStore orderstore.Settings
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -37,6 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s.Bool(&c.Serve, "serve", "DEMO_SERVE", false, "keep the worker and the embedded Redis running after the scenario, until interrupted")
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "error", "level of the raw logs written to stderr besides the timeline: "+logging.Levels).Check(logging.CheckLevel)
 	s.Duration(&c.Timeout, "timeout", "DEMO_TIMEOUT", time.Minute, "give up when the scenario has not finished by then").Check(config.Positive[time.Duration])
+	orderstore.Declare(s, &c.OrderStore)
 	if err := s.Parse(args); err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return nil
@@ -64,12 +68,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer locker.Close()
-	base, err := orders.NewRedis(rdb, orders.RedisConfig{})
+	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{}, log)
 	if err != nil {
 		return err
 	}
+	defer opened.Close()
+	base := opened.Store
 	exchanging := make(chan struct{})
-	store := orders.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
+	store := storehook.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
 	w, err := worker.New(rdb, locker, store, worker.Config{
 		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
@@ -205,7 +211,7 @@ func printOrder(ctx context.Context, w io.Writer, store orders.Store, no string)
 // order's lock (hold for an exchange, work for a modify), and reports to the
 // timeline when it starts. exchanging is closed when the first exchange has
 // the lock.
-func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) orders.Hook {
+func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) storehook.Hook {
 	var once sync.Once
 	return func(ctx context.Context, typ, ev, no string) error {
 		w, _ := orders.WriteFrom(ctx)
@@ -215,7 +221,7 @@ func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) orde
 			once.Do(func() { close(exchanging) })
 			d = hold
 		}
-		return orders.Delay(d)(ctx, typ, ev, no)
+		return storehook.Delay(d)(ctx, typ, ev, no)
 	}
 }
 

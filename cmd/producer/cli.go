@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -41,17 +42,19 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis   *redisconn.Options
-	Prefix  string
-	GapWait time.Duration
+	Redis      *redisconn.Options
+	Prefix     string
+	GapWait    time.Duration
+	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
 }
 
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys; the same as the worker's")
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
+	orderstore.Declare(s, &c.OrderStore)
 }
 
 // run dispatches the command line. Results go to stdout as JSON.
@@ -102,15 +105,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return printJSON(stdout, r)
 	case "order":
-		store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {
 			return err
 		}
-		views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
+		defer store.Close()
+		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
 		if err != nil {
 			return err
 		}
-		return order(ctx, store, views, rest[1:], stdout)
+		return order(ctx, store.Store, views, rest[1:], stdout)
 	}
 	return fmt.Errorf("unknown command %q (run with -h for the list)", rest[0])
 }

@@ -10,12 +10,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -48,11 +48,11 @@ func declareServe(s *config.Set, c *serveSettings) {
 	s.StringList(&c.APIKeys, "api-keys", "INTAKE_API_KEYS", nil, "comma-separated bearer API keys, each at least 16 characters; several allow rotation").Secret()
 	s.Bool(&c.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
 	s.Int(&c.MaxBody, "max-body", "INTAKE_MAX_BODY", intake.DefaultMaxBody, "largest request body in bytes; larger ones get 413").Check(config.Positive[int], atMostPayload)
-	s.Duration(&c.ReadTimeout, "read-timeout", "INTAKE_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers and body").Check(config.Positive[time.Duration])
-	s.Duration(&c.WriteTimeout, "write-timeout", "INTAKE_WRITE_TIMEOUT", 30*time.Second, "longest time from the end of the request headers to the end of the answer").Check(config.Positive[time.Duration])
-	s.Duration(&c.IdleTimeout, "idle-timeout", "INTAKE_IDLE_TIMEOUT", 2*time.Minute, "how long an idle keep-alive connection stays open").Check(config.Positive[time.Duration])
+	s.Duration(&c.ReadTimeout, "read-timeout", "INTAKE_READ_TIMEOUT", httpserve.DefaultReadTimeout, "longest time to read a request, headers and body").Check(config.Positive[time.Duration])
+	s.Duration(&c.WriteTimeout, "write-timeout", "INTAKE_WRITE_TIMEOUT", httpserve.DefaultWriteTimeout, "longest time from the end of the request headers to the end of the answer").Check(config.Positive[time.Duration])
+	s.Duration(&c.IdleTimeout, "idle-timeout", "INTAKE_IDLE_TIMEOUT", httpserve.DefaultIdleTimeout, "how long an idle keep-alive connection stays open").Check(config.Positive[time.Duration])
 	s.Duration(&c.RequestTimeout, "request-timeout", "INTAKE_REQUEST_TIMEOUT", intake.DefaultRequestTimeout, "longest Redis work of one request before it is answered 503; below the write timeout").Check(config.Positive[time.Duration])
-	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "INTAKE_SHUTDOWN_TIMEOUT", 25*time.Second, "how long SIGTERM lets requests in flight finish").Check(config.Positive[time.Duration])
+	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "INTAKE_SHUTDOWN_TIMEOUT", httpserve.DefaultShutdownTimeout, "how long SIGTERM lets requests in flight finish").Check(config.Positive[time.Duration])
 	declareCommon(s, &c.common)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
@@ -96,6 +96,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
 		return errors.New("serve: no API keys: set INTAKE_API_KEYS (-api-keys), or pass -insecure-no-auth to serve without authentication")
 	}
+	ignored, err := c.OrderStore.Check()
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 
 	root, err := logging.New(c.LogLevel, c.LogFormat, stdout)
 	if err != nil {
@@ -104,6 +108,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer func() { _ = root.Sync() }()
 	log := root.Named("intake")
 	log.Info("starting", set.LogField())
+	if len(ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
+	}
 
 	rdb := c.Redis.NewClient()
 	defer func() {
@@ -116,11 +123,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}
 	defer p.Close()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix})
+	store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, root)
 	if err != nil {
-		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
+		return fmt.Errorf("serve: %w", err)
 	}
-	handler, err := intake.New(rdb, p, store, intake.Config{
+	defer store.Close()
+	handler, err := intake.New(rdb, p, store.Store, intake.Config{
 		APIKeys:        c.APIKeys,
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),

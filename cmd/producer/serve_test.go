@@ -102,7 +102,10 @@ func startServe(t *testing.T, env map[string]string, args ...string) *started {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-s.done:
+		case err := <-s.done:
+			if err != nil {
+				t.Logf("serve returned: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("serve did not return")
 		}
@@ -358,7 +361,10 @@ func TestServeAnswersBeforeTheHandler(t *testing.T) {
 	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
 	_, err = io.WriteString(conn, "POST /v1/orders/SO1/modify HTTP/1.1\r\nHost: intake\r\n")
 	require.NoError(t, err)
-	_, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	stalled, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		stalled.Body.Close()
+	}
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 
 	// A body that stalls is the intake's: 408, JSON, no addresses.
@@ -378,11 +384,18 @@ func TestServeAnswersBeforeTheHandler(t *testing.T) {
 	}
 }
 
+// rawAnswer is an answer that rawRequest read whole.
+type rawAnswer struct {
+	StatusCode int
+	Header     http.Header
+}
+
 // rawRequest writes request as it is on a new connection and reads the
 // answer, within 10 s.
-func rawRequest(t *testing.T, addr, request string) (*http.Response, string) {
+func rawRequest(t *testing.T, addr, request string) (rawAnswer, string) {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	var d net.Dialer
+	conn, err := d.DialContext(t.Context(), "tcp", addr)
 	require.NoError(t, err)
 	defer conn.Close()
 	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
@@ -393,5 +406,5 @@ func rawRequest(t *testing.T, addr, request string) (*http.Response, string) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, string(b)
+	return rawAnswer{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/benchkit"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/redisproc"
 )
 
 // workerPool runs the worker processes, one per slot, each with its logs
@@ -174,7 +174,7 @@ func (p *workerPool) crashed() []string {
 // half-way through Duration, until its context ends.
 type chaos struct {
 	pool  *workerPool
-	redis *redistest.Process
+	redis *redisproc.Process
 	c     settings
 	out   io.Writer
 

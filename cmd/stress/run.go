@@ -13,9 +13,9 @@ import (
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/producer"
 )
 
@@ -141,7 +141,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 			return err
 		}
 	}
-	srv, err := redistest.StartProcess("--appendonly", "yes", "--appendfsync", "always")
+	srv, err := redisproc.Start("--appendonly", "yes", "--appendfsync", "always")
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	rdb := ropts.NewClient()
 	defer rdb.Close()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return err
 	}

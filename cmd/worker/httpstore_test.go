@@ -3,114 +3,50 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/httpstore"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/upstreamtest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-const (
-	apiClientID = "orderworker-e2e"
-	apiSecret   = "e2e-client-secret-do-not-log"
-)
-
-// orderAPI is an upstream for the worker: an OAuth2 client credentials
-// token endpoint at /oauth/token and the order API at /api/, served by
-// orders.NewHTTPHandler over a RedisStore (the oracle). It refuses unknown
-// tokens with 401, answers 503 for the orders in down, and records what
-// it saw.
+// orderAPI is an upstream for the worker: the fake upstream (upstreamtest)
+// serving the reference order API over a Redis store, the oracle.
 type orderAPI struct {
-	srv    *httptest.Server
-	oracle *orders.RedisStore
-	issued atomic.Int64
-	down   map[string]bool
-
-	mu       sync.Mutex
-	tokens   []string
-	scopes   []string
-	requests []http.Header // headers of the write requests, by arrival
+	*upstreamtest.Server
+	oracle *redisstore.Store
 }
 
+// newOrderAPI starts the upstream; it answers 503 for the orders in down.
 func newOrderAPI(t *testing.T, db *redistest.DB, down ...string) *orderAPI {
 	t.Helper()
-	oracle, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix + "upstream:"})
+	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	a := &orderAPI{oracle: oracle, down: map[string]bool{}}
+	a := &orderAPI{Server: upstreamtest.New(t, httpstore.NewHandler(oracle)), oracle: oracle}
 	for _, no := range down {
-		a.down[no] = true
+		a.Down(no)
 	}
-	api := http.StripPrefix("/api", orders.NewHTTPHandler(oracle))
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /oauth/token", a.token)
-	mux.Handle("/api/", a.auth(api))
-	a.srv = httptest.NewServer(mux)
-	t.Cleanup(a.srv.Close)
 	return a
-}
-
-func (a *orderAPI) token(w http.ResponseWriter, r *http.Request) {
-	id, secret, ok := r.BasicAuth()
-	if !ok || id != apiClientID || secret != apiSecret || r.FormValue("grant_type") != "client_credentials" {
-		w.WriteHeader(http.StatusUnauthorized)
-		return
-	}
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	tok := "at-" + hex.EncodeToString(b[:])
-	a.mu.Lock()
-	a.tokens = append(a.tokens, tok)
-	a.scopes = append(a.scopes, r.FormValue("scope"))
-	a.mu.Unlock()
-	a.issued.Add(1)
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": 3600})
-}
-
-func (a *orderAPI) auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		a.mu.Lock()
-		known := slices.Contains(a.tokens, tok)
-		if r.Method == http.MethodPost {
-			a.requests = append(a.requests, r.Header.Clone())
-		}
-		a.mu.Unlock()
-		parts := strings.Split(r.URL.Path, "/") // "", "api", "orders", no, ...
-		switch {
-		case !known:
-			http.Error(w, `{"error":{"code":"unauthorized"}}`, http.StatusUnauthorized)
-		case len(parts) > 3 && a.down[parts[3]]:
-			http.Error(w, `{"error":{"code":"internal","message":"order database down"}}`, http.StatusServiceUnavailable)
-		default:
-			next.ServeHTTP(w, r)
-		}
-	})
 }
 
 // write returns the headers of the write request with Idempotency-Key
 // eventID.
 func (a *orderAPI) write(t *testing.T, eventID string) http.Header {
 	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, h := range a.requests {
-		if h.Get(orders.HeaderIdempotencyKey) == eventID {
-			return h
+	for _, r := range a.RequestsWith(httpstore.HeaderIdempotencyKey, eventID) {
+		if r.Method == http.MethodPost {
+			return r.Header
 		}
 	}
 	t.Fatalf("the upstream saw no write with Idempotency-Key %s", eventID)
@@ -153,11 +89,11 @@ func TestRunWithHTTPStore(t *testing.T) {
 		"OPS_ADDR":            ops,
 		"LOG_LEVEL":           "debug",
 		"ORDER_STORE":         "http",
-		"ORDER_API_URL":       api.srv.URL + "/api",
+		"ORDER_API_URL":       api.APIURL(),
 		"ORDER_API_TIMEOUT":   "5s",
-		"TOKEN_URL":           api.srv.URL + "/oauth/token",
-		"TOKEN_CLIENT_ID":     apiClientID,
-		"TOKEN_CLIENT_SECRET": apiSecret,
+		"TOKEN_URL":           api.TokenURL(),
+		"TOKEN_CLIENT_ID":     upstreamtest.ClientID,
+		"TOKEN_CLIENT_SECRET": upstreamtest.ClientSecret,
 		"TOKEN_SCOPES":        "orders.read, orders.write",
 	}
 	var logs lockedBuffer
@@ -226,10 +162,8 @@ func TestRunWithHTTPStore(t *testing.T) {
 	}
 
 	// One token, asked for with the configured scopes, served every request.
-	require.EqualValues(t, 1, api.issued.Load(), "token fetches")
-	api.mu.Lock()
-	tok, scopes := api.tokens[0], api.scopes
-	api.mu.Unlock()
+	require.EqualValues(t, 1, api.Issued.Load(), "token fetches")
+	tok, scopes := api.Tokens()[0], api.Scopes()
 	assert.Equal(t, []string{"orders.read orders.write"}, scopes)
 	assert.Equal(t, 1, int(db.Client.Exists(ctx, db.Prefix+"token:{upstream}").Val()), "the token is shared under KEY_PREFIX")
 
@@ -241,10 +175,10 @@ func TestRunWithHTTPStore(t *testing.T) {
 	for _, e := range h[1:] {
 		hdr := api.write(t, e.EventID)
 		assert.Equal(t, "Bearer "+tok, hdr.Get("Authorization"), e.EventID)
-		assert.Equal(t, e.EventID, hdr.Get(orders.HeaderIdempotencyKey))
-		assert.Equal(t, strconv.FormatInt(e.Fence, 10), hdr.Get(orders.HeaderFencingToken), e.EventID)
+		assert.Equal(t, e.EventID, hdr.Get(httpstore.HeaderIdempotencyKey))
+		assert.Equal(t, strconv.FormatInt(e.Fence, 10), hdr.Get(httpstore.HeaderFencingToken), e.EventID)
 		assert.Positive(t, e.Fence)
-		assert.Equal(t, e.Worker, hdr.Get(orders.HeaderWorkerID))
+		assert.Equal(t, e.Worker, hdr.Get(httpstore.HeaderWorkerID))
 		assert.NotEmpty(t, e.Worker)
 	}
 	assert.Equal(t, []string{"ev-mod", "ev-x"}, []string{h[1].EventID, h[2].EventID})
@@ -253,7 +187,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 	out := logs.String()
 	assert.Contains(t, out, `"order_store":"http"`, "the log was captured")
 	assert.Contains(t, out, "ev-closed")
-	assert.NotContains(t, out, apiSecret)
+	assert.NotContains(t, out, upstreamtest.ClientSecret)
 	assert.NotContains(t, out, tok)
 	assert.NotContains(t, out, strings.TrimPrefix(tok, "at-")[:16])
 }
@@ -296,7 +230,7 @@ func TestRunWarnsOfIgnoredAPISettings(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{
 		"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": "off", "LOG_LEVEL": "warn",
-		"ORDER_API_URL": "http://orders.example", "TOKEN_CLIENT_SECRET": apiSecret,
+		"ORDER_API_URL": "http://orders.example", "TOKEN_CLIENT_SECRET": upstreamtest.ClientSecret,
 	}
 	var logs lockedBuffer
 	ctx, cancel := context.WithCancel(t.Context())
@@ -304,5 +238,5 @@ func TestRunWarnsOfIgnoredAPISettings(t *testing.T) {
 	require.NoError(t, runLogTo(ctx, nil, func(k string) string { return env[k] }, &logs))
 	assert.Contains(t, logs.String(), "order API settings ignored")
 	assert.Contains(t, logs.String(), "ORDER_API_URL")
-	assert.NotContains(t, logs.String(), apiSecret)
+	assert.NotContains(t, logs.String(), upstreamtest.ClientSecret)
 }

@@ -11,13 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/token"
+	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,25 +45,8 @@ type settings struct {
 	Shutdown       time.Duration
 	SimulateWork   time.Duration
 
-	OrderStore         string
-	DedupeRetention    time.Duration
-	HistoryMax         int
-	HistoryMaxAge      time.Duration
-	OrderAPIURL        string
-	OrderAPITimeout    time.Duration
-	TokenURL           string
-	TokenClientID      string
-	TokenClientSecret  string
-	TokenScopes        []string
-	TokenRefreshBefore time.Duration
-	TokenWaitTimeout   time.Duration
+	OrderStore orderstore.Settings
 }
-
-// The order stores ORDER_STORE names.
-const (
-	storeRedis = "redis"
-	storeHTTP  = "http"
-)
 
 // declare registers the worker's settings on s.
 func declare(s *config.Set, c *settings) {
@@ -70,12 +54,12 @@ func declare(s *config.Set, c *settings) {
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", "ow:", "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights").Check(checkQueues)
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
-	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", 30*time.Second, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
+	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", lock.DefaultTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
 	c.Waits = make(map[string]*lock.Wait)
 	for _, k := range worker.Kinds() {
 		w := new(lock.Wait)
@@ -90,45 +74,7 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", worker.DefaultBusyRetryMax, "longest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
 	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
-	s.String(&c.OrderStore, "order-store", "ORDER_STORE", storeRedis, "where orders are written: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(storeRedis, storeHTTP))
-	s.Duration(&c.DedupeRetention, "dedupe-retention", "DEDUPE_RETENTION", orders.DefaultDedupeRetention, "Redis store: how long an applied event is remembered to answer a repeat (kept one to two times this); past it, its order's sequence still refuses a repeat that has a position").Check(config.Positive[time.Duration])
-	s.Int(&c.HistoryMax, "history-max", "HISTORY_MAX", orders.DefaultHistoryMax, "Redis store: history entries kept per order; each write past it drops the oldest").Check(config.Positive[int])
-	s.Duration(&c.HistoryMaxAge, "history-max-age", "HISTORY_MAX_AGE", 0, "Redis store: also drop history entries older than this on each write to the order; 0 for no age limit").Check(config.NonNegative[time.Duration])
-	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
-	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", 10*time.Second, "timeout of one request to the order API; a timed-out write is retried").Check(config.Positive[time.Duration])
-	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
-	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
-	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
-	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
-	s.Duration(&c.TokenRefreshBefore, "token-refresh-before", "TOKEN_REFRESH_BEFORE", 10*time.Second, "remaining lifetime at which one replica refreshes the shared token in the background").Check(config.Positive[time.Duration])
-	s.Duration(&c.TokenWaitTimeout, "token-wait-timeout", "TOKEN_WAIT_TIMEOUT", 15*time.Second, "how long a task waits for a token when none is cached before it fails and is retried").Check(config.Positive[time.Duration])
-}
-
-// checkOrderStore checks the settings that depend on each other: the HTTP
-// store needs its URLs and client ID. It also returns the order API
-// settings that are set but unused, for a warning.
-func (c *settings) checkOrderStore() (ignored []string, err error) {
-	given := []struct {
-		env string
-		set bool
-	}{
-		{"ORDER_API_URL (-order-api-url)", c.OrderAPIURL != ""},
-		{"TOKEN_URL (-token-url)", c.TokenURL != ""},
-		{"TOKEN_CLIENT_ID (-token-client-id)", c.TokenClientID != ""},
-	}
-	var missing []string
-	for _, g := range given {
-		switch {
-		case c.OrderStore == storeHTTP && !g.set:
-			missing = append(missing, g.env)
-		case c.OrderStore != storeHTTP && g.set:
-			ignored = append(ignored, g.env)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("config: ORDER_STORE=%s needs %s", storeHTTP, strings.Join(missing, ", "))
-	}
-	return ignored, nil
+	orderstore.Declare(s, &c.OrderStore)
 }
 
 func noBraces(s string) error {
@@ -201,7 +147,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		return err
 	}
 	queues, _ := parseQueues(c.Queues) // checked by Parse
-	ignored, err := c.checkOrderStore()
+	ignored, err := c.OrderStore.Check()
 	if err != nil {
 		return err
 	}
@@ -230,13 +176,17 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := newStore(&c, rdb, metrics, log)
+	opened, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{
+		OnRefresh: metrics.TokenRefreshed,
+		OnWait:    metrics.TokenWaited,
+	}, log)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer opened.Close()
+	store := opened.Store
 	if c.SimulateWork > 0 {
-		store = orders.BeforeWrite(store, orders.Delay(c.SimulateWork))
+		store = storehook.BeforeWrite(store, storehook.Delay(c.SimulateWork))
 	}
 
 	waits := make(map[string]lock.Wait, len(c.Waits))
@@ -274,7 +224,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		return err
 	}
 	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", queues), zap.Int("concurrency", c.Concurrency),
-		zap.String("order_store", c.OrderStore))
+		zap.String("order_store", c.OrderStore.Store))
 
 	// The ops server answers until the worker has shut down, so probes and
 	// scrapes see the shutdown through.
@@ -309,57 +259,12 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	return opsErr
 }
 
-var _ orders.TokenSource = (*token.Cache)(nil)
-
-// newStore builds the order store that ORDER_STORE names, and returns it
-// with the function that releases what it holds (after the worker's
-// shutdown). The HTTP store shares one access token with every replica
-// through a token cache under KEY_PREFIX.
-func newStore(c *settings, rdb redis.UniversalClient, metrics *worker.Metrics, log *zap.Logger) (orders.Store, func(), error) {
-	if c.OrderStore != storeHTTP {
-		s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: c.Prefix, DedupeRetention: c.DedupeRetention,
-			HistoryMax: c.HistoryMax, HistoryMaxAge: c.HistoryMaxAge})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() {}, nil
-	}
-	src, err := token.ClientCredentials(token.ClientCredentialsConfig{
-		TokenURL:     c.TokenURL,
-		ClientID:     c.TokenClientID,
-		ClientSecret: c.TokenClientSecret,
-		Scopes:       c.TokenScopes,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	tokens, err := token.New(rdb, src, token.Config{
-		Key:           c.Prefix + "token:{upstream}",
-		RefreshBefore: c.TokenRefreshBefore,
-		WaitTimeout:   c.TokenWaitTimeout,
-		OnRefresh:     metrics.TokenRefreshed,
-		OnWait:        metrics.TokenWaited,
-	}, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := orders.NewHTTP(c.OrderAPIURL, tokens, orders.HTTPConfig{Timeout: c.OrderAPITimeout})
-	if err != nil {
-		_ = tokens.Close() // it has started nothing yet
-		return nil, nil, err
-	}
-	return s, func() {
-		s.CloseIdleConnections()
-		_ = tokens.Close() // always nil
-	}, nil
-}
-
 // opsHandler serves the worker's health endpoints and metrics.
 func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		rw.Write([]byte("ok\n"))
+		_, _ = rw.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -372,7 +277,7 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Reg
 			http.Error(rw, "worker not running\n", http.StatusServiceUnavailable)
 			return
 		}
-		rw.Write([]byte("ready\n"))
+		_, _ = rw.Write([]byte("ready\n"))
 	})
 	return mux
 }

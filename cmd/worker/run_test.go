@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ func freeAddr(t *testing.T) string {
 
 func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
 	db := redistest.New(t)
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 

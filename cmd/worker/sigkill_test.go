@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -50,7 +51,7 @@ func TestSIGKILLedWorkersTaskRunsAgainSoon(t *testing.T) {
 	bin := buildWorker(t)
 	db := redistest.New(t)
 	db.RequireProcess(t, "worker processes share the Redis")
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO-KILL", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	insp := asynq.NewInspectorFromRedisClient(db.Client)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,7 @@ func TestSIGTERM(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			db := redistest.New(t)
 			db.RequireProcess(t, "a worker process shares the Redis")
-			store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+			store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 			require.NoError(t, err)
 			require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 			insp := asynq.NewInspectorFromRedisClient(db.Client)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
@@ -48,7 +49,7 @@ func endToEnd(t *testing.T, url, prefix string, nos, news []string) {
 	require.NoError(t, err)
 	rdb := o.NewClient()
 	defer rdb.Close()
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
 	for _, no := range nos {
 		require.NoError(t, store.Put(ctx, orders.Order{No: no, Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))

@@ -130,7 +130,7 @@ func Analyze(hist map[string][]orders.Entry) Analysis {
 }
 
 // OrderNos lists the orders in the store under prefix (the store's
-// RedisConfig.Prefix) by scanning for their hashes.
+// redisstore.Config.Prefix) by scanning for their hashes.
 func OrderNos(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
 	head := prefix + "order:{"
 	iter := rdb.Scan(ctx, 0, head+"*}", 1000).Iterator()

@@ -67,7 +67,7 @@ func URL(schemes ...string) func(string) error {
 			if errors.As(err, &ue) {
 				err = ue.Err // url.Error repeats the whole URL
 			}
-			return fmt.Errorf("not a valid URL: %v", err)
+			return fmt.Errorf("not a valid URL: %w", err)
 		}
 		if !u.IsAbs() || u.Host == "" {
 			return errors.New("must be an absolute URL such as http://host:port")

@@ -21,6 +21,14 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// The defaults of [Config].
+const (
+	DefaultReadTimeout     = 10 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
+	DefaultIdleTimeout     = 2 * time.Minute
+	DefaultShutdownTimeout = 25 * time.Second
+)
+
 // Config holds a server's timeouts. A zero field means its default.
 type Config struct {
 	// ReadTimeout bounds reading a request, headers and body. Defaults to 10s.
@@ -46,10 +54,10 @@ type Config struct {
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log *zap.Logger) error {
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: cmp.Or(cfg.ReadTimeout, 10*time.Second),
-		ReadTimeout:       cmp.Or(cfg.ReadTimeout, 10*time.Second),
-		WriteTimeout:      cmp.Or(cfg.WriteTimeout, 30*time.Second),
-		IdleTimeout:       cmp.Or(cfg.IdleTimeout, 2*time.Minute),
+		ReadHeaderTimeout: cmp.Or(cfg.ReadTimeout, DefaultReadTimeout),
+		ReadTimeout:       cmp.Or(cfg.ReadTimeout, DefaultReadTimeout),
+		WriteTimeout:      cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
+		IdleTimeout:       cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    cmp.Or(cfg.MaxHeaderBytes, 64<<10),
 		ErrorLog:          zap.NewStdLog(log.Named("server")),
 	}
@@ -60,7 +68,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	timeout := cmp.Or(cfg.ShutdownTimeout, 25*time.Second)
+	timeout := cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	log.Info("shutting down", zap.Duration("timeout", timeout))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

@@ -26,7 +26,7 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-release
-		w.Write([]byte("done"))
+		_, _ = w.Write([]byte("done"))
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	served := make(chan error, 1)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/producer"
 )
 
@@ -136,7 +136,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	rdb := closedRedis(t)
 	p, err := producer.New(rdb, producer.Config{})
 	require.NoError(t, err)
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{})
+	store, err := redisstore.New(rdb, redisstore.Config{})
 	require.NoError(t, err)
 	const short = "short-secret"
 	tests := []struct {

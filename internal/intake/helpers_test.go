@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
 )
@@ -39,7 +39,7 @@ type env struct {
 	srv   *httptest.Server
 	db    *redistest.DB
 	rdb   redis.UniversalClient
-	store *orders.RedisStore
+	store *redisstore.Store
 	insp  *asynq.Inspector
 	logs  *observer.ObservedLogs
 }
@@ -82,7 +82,7 @@ func newEnvOnServer(t *testing.T, rdb redis.UniversalClient, prefix string, conf
 	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
 	s, err := New(rdb, p, store, cfg)
 	require.NoError(t, err)

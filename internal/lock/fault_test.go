@@ -1,8 +1,12 @@
 package lock_test
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redistest"
@@ -54,5 +58,87 @@ func TestClientPauseDuringRelease(t *testing.T) {
 		t.Fatal(err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter never got the lock")
+	}
+}
+
+// With Redis stalled (SIGSTOP), an Acquire still ends with its context:
+// starting the notice subscription, which cannot complete, holds up no
+// caller. (Before, the first waiter subscribed under the Locker's mutex on
+// a background context, and every Acquire hung until the client's
+// timeouts, here a minute.)
+func TestAcquireNotStalledBySubscription(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	db.RequireProcess(t, "SIGSTOP")
+	p := redistest.Dedicated(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := lock.New(rdb, lock.Config{})
+	require.NoError(t, err)
+	require.NoError(t, rdb.Ping(t.Context()).Err(), "a pooled connection for the acquire scripts")
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	require.NoError(t, p.Pause())
+	t.Cleanup(func() { require.NoError(t, p.Resume()) }) // before Close, which waits for the SUBSCRIBE
+
+	errs := make(chan error, 3)
+	for i := range cap(errs) {
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			defer cancel()
+			_, err := l.Acquire(ctx, "SO-stall-"+strconv.Itoa(i), "waiter", lock.Wait{})
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		select {
+		case err := <-errs:
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		case <-time.After(20 * time.Second):
+			t.Fatal("an Acquire is stalled past its context by the notice subscription")
+		}
+	}
+}
+
+// A waiter is woken when the notice subscription is made again after a
+// lost connection, since a notice may have been lost meanwhile: here the
+// lock is deleted behind the Locker's back (no notice at all), and the
+// waiter, whose random delays are a minute, gets it at the resubscription.
+func TestResubscriptionWakesWaiters(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	db.RequireProcess(t, "CLIENT KILL")
+	p := redistest.Dedicated(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	waiting := make(chan string, 1)
+	l, err := lock.New(rdb, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	_, err = l.TryAcquire(t.Context(), "SO-resub", "holder")
+	require.NoError(t, err)
+
+	got := make(chan *lock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(t.Context(), "SO-resub", "waiter", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lease
+	}()
+	require.Equal(t, "waiter", <-waiting)
+	require.NoError(t, rdb.Del(t.Context(), "ow:lock:{SO-resub}").Err())
+	n, err := rdb.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the Locker's one subscription")
+	select {
+	case lease := <-got:
+		require.Equal(t, 1, lease.Stats().WokenByNotice, "woken by the resubscription")
+		require.NoError(t, lease.Release(t.Context()))
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not woken by the resubscription")
 	}
 }

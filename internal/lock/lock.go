@@ -34,8 +34,9 @@
 // between Wait.MinDelay and Wait.MaxDelay (capped by the holder's remaining
 // TTL and by the deadline). A release notice for the key wakes it at once:
 // each Locker keeps one shared subscription to the notice channel and fans
-// the notices out to its local waiters. A lost notice only costs the random
-// delay. At the deadline Acquire returns a [*BusyError] naming the holder.
+// the notices out to its local waiters (package notice). A lost notice only
+// costs the random delay, and a resubscription after a lost connection
+// wakes every waiter. At the deadline Acquire returns a [*BusyError] naming the holder.
 //
 // # Turns
 //
@@ -55,12 +56,14 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/notice"
 )
 
 // Errors returned by the package. Match them with errors.Is.
@@ -131,7 +134,9 @@ type Wait struct {
 	StuckAfter time.Duration
 }
 
-func (w Wait) or(d Wait) Wait {
+// Or returns w with each zero field taken from d: how a Wait's zero fields
+// mean a default.
+func (w Wait) Or(d Wait) Wait {
 	return Wait{
 		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
 		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
@@ -140,7 +145,9 @@ func (w Wait) or(d Wait) Wait {
 	}
 }
 
-func (w Wait) validate() error {
+// Validate returns an error for a negative field or a MinDelay above
+// MaxDelay.
+func (w Wait) Validate() error {
 	switch {
 	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
 		return fmt.Errorf("lock: negative wait %+v", w)
@@ -150,8 +157,13 @@ func (w Wait) validate() error {
 	return nil
 }
 
-// DefaultWait is the package's default waiting policy.
+// DefaultWait is the package's default waiting policy, and the one home of
+// these numbers: the worker's kinds take their waits from it (see
+// worker.Kinds).
 var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second}
+
+// DefaultTTL is the default of Config.TTL.
+const DefaultTTL = 30 * time.Second
 
 // Config tunes a Locker. The zero value is valid and means all defaults.
 type Config struct {
@@ -200,16 +212,9 @@ type Locker struct {
 	channel string
 	log     *zap.Logger
 
-	seq *Sequencer
-
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]int64 // lock key → wake channel → position (0: none)
-	sub     *redis.PubSub
-	subDone chan struct{} // closed when the fan-out goroutine ends
-	ready   chan struct{} // closed once the subscription is confirmed
-	closed  bool
-	// noNotices: CheckNotices found the channel refused; waiters poll.
-	noNotices bool
+	seq     *Sequencer
+	notices *notice.Channel // the release notices, fanned out to the waiters
+	closed  atomic.Bool
 }
 
 // New returns a Locker on rdb. It returns an error when cfg is invalid.
@@ -219,8 +224,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.SeqRetention = cmp.Or(cfg.SeqRetention, DefaultSeqRetention)
-	cfg.TTL = cmp.Or(cfg.TTL, 30*time.Second)
-	cfg.Wait = cfg.Wait.or(DefaultWait)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Wait = cfg.Wait.Or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
 	if cfg.Logger == nil {
@@ -239,20 +244,21 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
 	}
-	if err := cfg.Wait.validate(); err != nil {
+	if err := cfg.Wait.Validate(); err != nil {
 		return nil, err
 	}
 	seq, err := NewSequencer(rdb, SeqConfig{Prefix: cfg.Prefix, Retention: cfg.SeqRetention})
 	if err != nil {
 		return nil, err
 	}
+	channel := cfg.Prefix + "released"
 	return &Locker{
 		rdb:     rdb,
 		cfg:     cfg,
-		channel: cfg.Prefix + "released",
+		channel: channel,
 		log:     cfg.Logger,
 		seq:     seq,
-		waiters: make(map[string]map[chan struct{}]int64),
+		notices: notice.New(rdb, channel, notice.Config{}),
 	}, nil
 }
 
@@ -450,16 +456,15 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > MaxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
-	w = w.or(l.cfg.Wait)
-	if err := w.validate(); err != nil {
+	w = w.Or(l.cfg.Wait)
+	if err := w.Validate(); err != nil {
 		return nil, err
 	}
-	lk := l.lockKey(key)
-	wake, err := l.register(ctx, lk, turn.Pos)
+	wake, err := l.register(ctx, key, turn.Pos)
 	if err != nil {
 		return nil, err
 	}
-	defer l.unregister(lk, wake)
+	defer wake.Stop()
 	start := time.Now()
 	deadline := start.Add(w.Deadline)
 
@@ -520,7 +525,7 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 			timer.Reset(d)
 		}
 		select {
-		case <-wake:
+		case <-wake.C:
 			st.WokenByNotice++
 		case <-timer.C:
 			st.WokenByDelay++
@@ -530,110 +535,27 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	}
 }
 
-// register adds a local waiter for a lock key (and position), starting the
-// shared subscription first if this is the Locker's first waiter. It waits
-// briefly for the subscription to be confirmed; if Redis does not confirm in
-// time the waiter goes on without notices, which only costs the random
-// delays.
-func (l *Locker) register(ctx context.Context, lk string, pos int64) (chan struct{}, error) {
-	wake := make(chan struct{}, 1)
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+// register adds a local waiter for the notices of key (and position pos,
+// when not 0): a notice "<lock key>" wakes it, and "<lock key> <next
+// position>" wakes it when it has no position or when its position is that
+// one or an earlier one (already passed). It then waits briefly for the
+// shared subscription to be confirmed, so that no notice sent after its
+// first look is missed; if Redis does not confirm in time the waiter goes
+// on without notices, which only costs the random delays. Starting the
+// subscription does no I/O here: a stalled Redis stalls no Acquire.
+func (l *Locker) register(ctx context.Context, key string, pos int64) (*notice.Waiter, error) {
+	if l.closed.Load() {
 		return nil, ErrClosed
 	}
-	if l.sub == nil && !l.noNotices {
-		l.startSubscription()
+	w := l.notices.Wait(l.lockKey(key), func(next string) bool {
+		n, err := strconv.ParseInt(next, 10, 64)
+		return err == nil && pos <= n
+	})
+	if err := w.Ready(ctx, time.Second); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("acquire %s: %w", key, err)
 	}
-	set := l.waiters[lk]
-	if set == nil {
-		set = make(map[chan struct{}]int64)
-		l.waiters[lk] = set
-	}
-	set[wake] = pos
-	ready := l.ready
-	l.mu.Unlock()
-
-	if ready == nil {
-		return wake, nil // notices are off: the waiter polls
-	}
-	select {
-	case <-ready:
-	default:
-		t := time.NewTimer(time.Second)
-		defer t.Stop()
-		select {
-		case <-ready:
-		case <-t.C:
-		case <-ctx.Done():
-			l.unregister(lk, wake)
-			return nil, fmt.Errorf("acquire %s: %w", lk, context.Cause(ctx))
-		}
-	}
-	return wake, nil
-}
-
-func (l *Locker) unregister(lk string, wake chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	set := l.waiters[lk]
-	delete(set, wake)
-	if len(set) == 0 {
-		delete(l.waiters, lk)
-	}
-}
-
-// startSubscription subscribes to the notice channel and starts the
-// goroutine that fans notices out. l.mu must be held. The goroutine is owned
-// by the Locker and ends when Close closes the subscription.
-func (l *Locker) startSubscription() {
-	l.sub = l.rdb.Subscribe(context.Background(), l.channel)
-	l.ready = make(chan struct{})
-	l.subDone = make(chan struct{})
-	ch := l.sub.ChannelWithSubscriptions()
-	go func() {
-		defer close(l.subDone)
-		confirmed := false
-		for m := range ch {
-			switch m := m.(type) {
-			case *redis.Subscription:
-				if !confirmed && m.Kind == "subscribe" {
-					confirmed = true
-					close(l.ready)
-				}
-			case *redis.Message:
-				l.notify(m.Payload)
-			}
-		}
-	}()
-}
-
-// notify handles a notice "<lock key>" or "<lock key> <next position>": it
-// wakes the local waiters of that lock that can proceed: those without a
-// position, those whose position is next, and those whose position is
-// already passed. It never blocks: a waiter that already has a pending
-// wake-up needs no second one.
-func (l *Locker) notify(payload string) {
-	lk, nextStr, hasNext := strings.Cut(payload, " ")
-	var next int64
-	if hasNext {
-		n, err := strconv.ParseInt(nextStr, 10, 64)
-		if err != nil {
-			return
-		}
-		next = n
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for wake, pos := range l.waiters[lk] {
-		if hasNext && pos > next {
-			continue
-		}
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
+	return w, nil
 }
 
 // CheckNotices makes sure that the Redis user may publish and subscribe to
@@ -644,63 +566,25 @@ func (l *Locker) notify(payload string) {
 // needs (for example `&ow:lock:released`). Call it before the first
 // Acquire; later calls only report.
 func (l *Locker) CheckNotices(ctx context.Context) error {
-	err := checkPubSub(ctx, l.rdb, l.channel)
-	if errors.Is(err, ErrNoNotices) {
-		l.mu.Lock()
-		if l.sub == nil {
-			l.noNotices = true
-		}
-		l.mu.Unlock()
-	}
-	return err
-}
-
-// ErrNoNotices is matched by CheckNotices' error when the Redis user may not
-// use the notice channel.
-var ErrNoNotices = errors.New("lock: no permission for the notice channel")
-
-// checkPubSub publishes to channel and subscribes to it once. It returns an
-// error matching ErrNoNotices when Redis refuses either for permission.
-func checkPubSub(ctx context.Context, rdb redis.UniversalClient, channel string) error {
-	noPerm := func(err error) error {
-		if redis.HasErrorPrefix(err, "NOPERM") {
-			return fmt.Errorf("%w: grant the Redis user the channel with the ACL rule %q (%v)", ErrNoNotices, "&"+channel, err)
-		}
-		return fmt.Errorf("lock: check notice channel %s: %w", channel, err)
-	}
-	if err := rdb.Publish(ctx, channel, "").Err(); err != nil {
-		return noPerm(err)
-	}
-	ps := rdb.Subscribe(ctx)
-	defer ps.Close()
-	if err := ps.Subscribe(ctx, channel); err != nil {
-		return noPerm(err)
-	}
-	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
-		return noPerm(err)
+	if err := l.notices.Check(ctx); err != nil {
+		return fmt.Errorf("lock: %w", err)
 	}
 	return nil
 }
+
+// ErrNoNotices is matched by CheckNotices' error when the Redis user may not
+// use the notice channel. It is notice.ErrNoPermission.
+var ErrNoNotices = notice.ErrNoPermission
 
 // Close stops the shared subscription and waits for its goroutine. Leases
 // already handed out stay valid and can still be released. Close is safe to
 // call more than once; Acquire after Close returns ErrClosed.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if l.closed.Swap(true) {
 		return nil
 	}
-	l.closed = true
-	sub, done := l.sub, l.subDone
-	l.mu.Unlock()
-	if sub == nil {
-		return nil
-	}
-	err := sub.Close()
-	<-done
-	if err != nil {
-		return fmt.Errorf("lock: close subscription: %w", err)
+	if err := l.notices.Close(); err != nil {
+		return fmt.Errorf("lock: %w", err)
 	}
 	return nil
 }

@@ -239,7 +239,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 	l := newLocker(t, db, lock.Config{})
 	holder, err := l.TryAcquire(t.Context(), "SO-ctx", "exchange")
 	require.NoError(t, err)
-	defer holder.Release(t.Context())
+	defer func() { require.NoError(t, holder.Release(t.Context())) }()
 
 	cause := errors.New("shutting down")
 	ctx, cancel := context.WithCancelCause(t.Context())

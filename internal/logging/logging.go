@@ -76,7 +76,7 @@ func parseLevel(level string) (zapcore.Level, error) {
 	switch l := strings.ToLower(strings.TrimSpace(level)); l {
 	case "debug", "info", "warn", "error":
 		if err := lvl.UnmarshalText([]byte(l)); err != nil {
-			return lvl, fmt.Errorf("%w %q: %v", ErrLevel, level, err)
+			return lvl, fmt.Errorf("%w %q: %w", ErrLevel, level, err)
 		}
 		return lvl, nil
 	}

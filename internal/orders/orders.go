@@ -1,14 +1,18 @@
-// Package orders is the order model of orderworker and the store that order
-// changes are written to: the [Order] and its history [Entry], the [Store]
-// interface, [RedisStore], the Redis-backed store that is the embedded
-// default and the verification oracle for other backends, and [HTTPStore],
-// which writes through the company's order API (docs/upstream-order-api.md).
+// Package orders is the order model of orderworker: the [Order] and its
+// history [Entry], the [Store] interface that order changes are written to,
+// the package's errors, and the [Write] that carries a write's fence to the
+// store. The backends live in their own packages: redisstore (the Redis
+// store, the embedded default and the verification oracle for the others)
+// and httpstore (the company's order API, docs/upstream-order-api.md).
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the
-// per-order lock. The store applies each event at most once per order, and
+// per-order lock. A store applies each event at most once per order, and
 // refuses a write whose fence is older than the newest it has seen for that
-// order, so a lock holder that has lost its lock can never write.
+// order, so a lock holder that has lost its lock can never write. The checks
+// every store makes before writing ([CheckModify], [CheckExchange],
+// [CheckPut], [FencedWrite]) are here, so that the backends refuse the same
+// requests with the same errors.
 //
 // orders is not the wire contract (that is package tasks), does not take
 // locks (internal/lock does, and the worker hands the fence in through
@@ -21,7 +25,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -70,7 +73,7 @@ type Order struct {
 	ExchangedTo string `json:"exchanged_to,omitempty"`
 	// ExchangedFrom is the order this one replaced, if any.
 	ExchangedFrom string `json:"exchanged_from,omitempty"`
-	// UpdatedAt is the store's clock (Redis TIME for [RedisStore]) at the
+	// UpdatedAt is the store's clock (Redis TIME for the Redis store) at the
 	// last write, in UTC with microsecond precision.
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -152,7 +155,8 @@ type Result struct {
 	Replayed bool
 }
 
-// Store holds orders and applies changes to them.
+// Store holds orders and applies changes to them. redisstore.Store and
+// httpstore.Store implement it.
 //
 // Implementations are safe for concurrent use. Modify and Exchange need a
 // [Write] in the context (see [WithWrite]) and return [ErrNoFence] without
@@ -202,7 +206,9 @@ type HistoryQuery struct {
 	Limit int
 }
 
-func (q HistoryQuery) withDefaults() HistoryQuery {
+// WithDefaults returns q with its defaults filled in and its Limit cut to
+// MaxHistoryPage, as stores read it.
+func (q HistoryQuery) WithDefaults() HistoryQuery {
 	if q.Limit <= 0 {
 		q.Limit = DefaultHistoryPage
 	}
@@ -240,7 +246,9 @@ func AllHistory(ctx context.Context, s Store, orderNo string) ([]Entry, error) {
 }
 
 // Write says who writes and under which fence. It travels to the store in
-// the context; see [WithWrite].
+// the context; see [WithWrite]. (A store on the lock's own Redis can use
+// the lock hold too, which the worker offers it separately:
+// redisstore.WithLock.)
 type Write struct {
 	// Fence is the fencing token of the per-order lock the writer holds. It
 	// must be positive. The store refuses it when it is older than the
@@ -253,22 +261,6 @@ type Write struct {
 	// StartedAt is when the writer started the work, for the history.
 	// Optional: the store's clock is used when it is zero.
 	StartedAt time.Time
-	// LockFenceKey is the Redis key where the order's lock keeps the newest
-	// fence it has handed out (lock.Lease.FenceKey). Optional. When set, the
-	// Redis store also refuses a fence older than that one, so a holder
-	// whose lease has passed to someone else cannot write even before the
-	// new holder's first write. It must carry the order's hash tag
-	// ("{<order_no>}") so that one script touches one Cluster slot. The
-	// HTTP store ignores it: the upstream compares with the fences it has
-	// seen.
-	LockFenceKey string
-	// Handoff, when set together with LockFenceKey, lets the Redis store
-	// release the order's lock in the script that commits a Modify, and
-	// pass the lock's turn on (Handoff.SeqKey), which saves the release's
-	// round trip; the store calls Handoff.Released when it did. Exchanges
-	// (which write again after closing the order) and the HTTP store ignore
-	// it, and the caller releases as usual.
-	Handoff *lock.Handoff
 	// Seq is the change's position in its order's sequence, recorded in
 	// the history entry (Entry.Seq). 0 means none. Optional. A store that
 	// keeps the newest position applied to each order refuses a write whose
@@ -296,24 +288,6 @@ func WriteFrom(ctx context.Context) (Write, bool) {
 	return w, ok
 }
 
-// maxOrderNo is the longest valid order number.
-const maxOrderNo = 64
-
-// validOrderNo says whether s is 1 to 64 characters of [A-Za-z0-9_-], which
-// also keeps Redis keys and hash tags safe.
-func validOrderNo(s string) bool {
-	if len(s) == 0 || len(s) > maxOrderNo {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 func validItems(items []Item) error {
 	for i, it := range items {
 		if it.SKU == "" {
@@ -326,15 +300,20 @@ func validItems(items []Item) error {
 	return nil
 }
 
-func checkOrderNo(no string) error {
-	if !validOrderNo(no) {
+// CheckOrderNo returns an error matching [ErrInvalid] unless no is a valid
+// order number by [tasks.ValidOrderNo]: 1 to 64 characters of
+// [A-Za-z0-9_-].
+func CheckOrderNo(no string) error {
+	if !tasks.ValidOrderNo(no) {
 		return fmt.Errorf("order number %q is not 1-64 characters of [A-Za-z0-9_-]: %w", no, ErrInvalid)
 	}
 	return nil
 }
 
-// writeFrom returns the Write of ctx, or ErrNoFence.
-func writeFrom(ctx context.Context) (Write, error) {
+// FencedWrite returns the [Write] that ctx carries. It returns ErrNoFence
+// when there is none or its Fence is not positive: a store never writes
+// unfenced.
+func FencedWrite(ctx context.Context) (Write, error) {
 	w, ok := WriteFrom(ctx)
 	if !ok {
 		return Write{}, ErrNoFence
@@ -343,4 +322,65 @@ func writeFrom(ctx context.Context) (Write, error) {
 		return Write{}, fmt.Errorf("fence %d: %w", w.Fence, ErrNoFence)
 	}
 	return w, nil
+}
+
+// CheckPut returns an error matching [ErrInvalid] for an order that
+// [Store.Put] refuses: a malformed order number (its own, ExchangedTo's or
+// ExchangedFrom's), an unknown status (fill in an empty one first), or an
+// item without SKU or with a quantity below 1.
+func CheckPut(o Order) error {
+	if err := CheckOrderNo(o.No); err != nil {
+		return err
+	}
+	if !o.Status.valid() {
+		return fmt.Errorf("status %q: %w", o.Status, ErrInvalid)
+	}
+	for _, no := range []string{o.ExchangedTo, o.ExchangedFrom} {
+		if no != "" {
+			if err := CheckOrderNo(no); err != nil {
+				return err
+			}
+		}
+	}
+	return validItems(o.Items)
+}
+
+// CheckModify returns an error matching [ErrInvalid] for a modify that
+// [Store.Modify] refuses before writing: an empty event ID, a malformed
+// order number, items given but empty, or a bad item.
+func CheckModify(eventID, orderNo string, c Changes) error {
+	if eventID == "" {
+		return fmt.Errorf("empty event ID: %w", ErrInvalid)
+	}
+	if err := CheckOrderNo(orderNo); err != nil {
+		return err
+	}
+	if c.Items != nil && len(c.Items) == 0 {
+		return fmt.Errorf("items given but empty: %w", ErrInvalid)
+	}
+	return validItems(c.Items)
+}
+
+// CheckExchange returns an error matching [ErrInvalid] for an exchange that
+// [Store.Exchange] refuses before writing: an empty event ID, a malformed
+// order number or replacement number newNo (which the caller has filled in
+// with [tasks.ReplacementOrderNo] when x.NewOrderNo is empty), a
+// replacement numbered as the order itself, no items, or a bad item.
+func CheckExchange(eventID, orderNo, newNo string, x Exchange) error {
+	if eventID == "" {
+		return fmt.Errorf("empty event ID: %w", ErrInvalid)
+	}
+	if err := CheckOrderNo(orderNo); err != nil {
+		return err
+	}
+	if err := CheckOrderNo(newNo); err != nil {
+		return fmt.Errorf("new order: %w", err)
+	}
+	if newNo == orderNo {
+		return fmt.Errorf("new order number is the order's own: %w", ErrInvalid)
+	}
+	if len(x.Items) == 0 {
+		return fmt.Errorf("no items: %w", ErrInvalid)
+	}
+	return validItems(x.Items)
 }

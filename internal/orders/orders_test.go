@@ -10,11 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
-
-	"github.com/orderworker/orderworker/internal/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestWriteContext(t *testing.T) {
 	t.Parallel()

@@ -51,7 +51,7 @@ type Status struct {
 	// History holds the order's latest history entries, oldest first (at
 	// most Config.HistoryLen); HistoryTotal is how many writes the order
 	// has had, each with its entry (the order's version: the store may
-	// keep fewer, see orders.RedisConfig.HistoryMax). Never nil.
+	// keep fewer, see redisstore.Config.HistoryMax). Never nil.
 	History      []orders.Entry `json:"history"`
 	HistoryTotal int64          `json:"history_total"`
 }

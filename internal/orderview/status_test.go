@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
 	"github.com/orderworker/orderworker/internal/redistest"
@@ -25,14 +26,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
 // env is a test's Redis with a store and a reader on it.
 type env struct {
 	db     *redistest.DB
-	store  *orders.RedisStore
+	store  *redisstore.Store
 	reader *orderview.Reader
 }
 
 func newEnv(t *testing.T, cfg orderview.Config) *env {
 	t.Helper()
 	db := redistest.New(t)
-	store, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	cfg.KeyPrefix = db.Prefix
 	r, err := orderview.New(db.Client, store, cfg)

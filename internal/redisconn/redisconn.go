@@ -84,7 +84,7 @@ func Parse(raw string) (*Options, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("%w: not a valid URL: %v", ErrURL, err)
+		return nil, fmt.Errorf("%w: not a valid URL: %w", ErrURL, err)
 	}
 	q := u.Query()
 	o := &Options{redacted: Redact(raw)}

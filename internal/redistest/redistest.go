@@ -25,10 +25,12 @@
 // 3 masters with one replica each, and [NewSentinel] one on a Sentinel group
 // (1 master, 1 replica, 3 sentinels); each is started once per test binary
 // from redis-server and stopped by [Main]. [DedicatedSentinel] starts a
-// group a test may fail over. [Cluster.OnEachMaster] picks keys or order
+// group a test may fail over. [redisproc.Cluster.OnEachMaster] picks keys or order
 // numbers whose slots land on every master.
 //
-// redistest is imported by _test.go files only.
+// redistest is imported by _test.go files only (the lint's depguard rules
+// enforce it). The processes themselves are package redisproc's, which dev
+// tools may use.
 package redistest
 
 import (
@@ -37,18 +39,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"regexp"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orderworker/orderworker/internal/embedded"
+	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -65,7 +63,7 @@ const (
 // databases is how many logical databases a spawned server has; database 0 is
 // left unused so that a test author poking around with redis-cli sees nothing
 // surprising there.
-const databases = 128
+const databases = redisproc.Databases
 
 // DB is one test's view of the shared Redis.
 type DB struct {
@@ -111,7 +109,7 @@ type shared struct {
 	err    error
 	kind   Kind
 	opts   *redis.Options
-	proc   *Process
+	proc   *redisproc.Process
 	mini   *embedded.Server
 	mu     sync.Mutex
 	nextDB int
@@ -196,7 +194,7 @@ func (s *shared) start() {
 		s.kind, s.opts = External, opts
 		return
 	}
-	p, err := StartProcess()
+	p, err := redisproc.Start()
 	if err == nil {
 		s.kind, s.proc = Spawned, p
 		s.opts = &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}
@@ -220,6 +218,22 @@ func (s *shared) start() {
 	s.opts = &redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}
 }
 
+// Dedicated starts a redis-server for this test alone, stopped by t.Cleanup,
+// so the test may stop, pause and restart it. It skips the test when there is
+// no redis-server binary (and fails it under CI).
+func Dedicated(tb testing.TB, extra ...string) *redisproc.Process {
+	tb.Helper()
+	p, err := redisproc.Start(extra...)
+	if errors.Is(err, redisproc.ErrNoServer) && os.Getenv("CI") == "" {
+		tb.Skipf("needs a real redis-server process: %v", err)
+	}
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(p.Stop)
+	return p
+}
+
 // Main runs the tests of a package and then stops the shared server, if this
 // package started one. Use it from TestMain, wrapped by goleak where the
 // package starts goroutines:
@@ -241,165 +255,4 @@ func (r runner) Run() int {
 		pkg.mini.Close()
 	}
 	return code
-}
-
-// Process is a redis-server this package started. Its methods are not safe
-// for concurrent use.
-type Process struct {
-	port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// ErrNoServer is returned by [StartProcess] when no redis-server binary is on
-// PATH.
-var ErrNoServer = errors.New("redistest: redis-server not found on PATH")
-
-// StartProcess spawns a redis-server on a free loopback port with persistence
-// off, and waits until it answers PING. extra arguments are appended to the
-// command line (for example "--appendonly", "yes"). The process is killed if
-// the test binary dies.
-func StartProcess(extra ...string) (*Process, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, ErrNoServer
-	}
-	return startProcess(func(port int, dir string) []string {
-		return append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--databases", strconv.Itoa(databases), "--logfile", "redis.log",
-		}, extra...)
-	})
-}
-
-// startProcess starts a redis-server on a free loopback port in a new
-// temporary directory, with the arguments args returns for them; the
-// server must log to redis.log in that directory.
-func startProcess(args func(port int, dir string) []string) (*Process, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redistest-")
-	if err != nil {
-		return nil, fmt.Errorf("redistest: temp dir: %w", err)
-	}
-	p := &Process{port: port, dir: dir, args: args(port, dir)}
-	if err := p.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	return p, nil
-}
-
-// Dedicated starts a redis-server for this test alone, stopped by t.Cleanup,
-// so the test may stop, pause and restart it. It skips the test when there is
-// no redis-server binary (and fails it under CI).
-func Dedicated(tb testing.TB, extra ...string) *Process {
-	tb.Helper()
-	p, err := StartProcess(extra...)
-	if errors.Is(err, ErrNoServer) && os.Getenv("CI") == "" {
-		tb.Skipf("needs a real redis-server process: %v", err)
-	}
-	if err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	tb.Cleanup(p.Stop)
-	return p
-}
-
-// Addr is the server's host:port. It stays the same across restarts.
-func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
-
-// URL is a redis:// URL for database 0 of the server.
-func (p *Process) URL() string { return "redis://" + p.Addr() + "/0" }
-
-// Dir is the server's working directory (AOF and RDB files, redis.log).
-func (p *Process) Dir() string { return p.dir }
-
-// Start starts a stopped server again on the same port and directory and
-// waits until it answers PING.
-func (p *Process) Start() error {
-	cmd := exec.Command("redis-server", p.args...)
-	cmd.Dir = p.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start redis-server: %w", err)
-	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.done)
-	if err := p.waitReady(10 * time.Second); err != nil {
-		p.Kill()
-		return err
-	}
-	return nil
-}
-
-func (p *Process) waitReady(limit time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	deadline := time.Now().Add(limit)
-	backoff := 5 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.done:
-			log, _ := os.ReadFile(p.dir + "/redis.log")
-			return fmt.Errorf("redistest: redis-server exited: %s", strings.TrimSpace(string(log)))
-		case <-time.After(backoff):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: redis-server on %s not ready after %v: %w", p.Addr(), limit, err)
-		}
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
-}
-
-// Kill stops the server with SIGKILL, as a crash would, and waits for it to
-// exit. Data not yet on disk is lost.
-func (p *Process) Kill() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	p.cmd = nil
-}
-
-// Pause stops the server with SIGSTOP; [Process.Resume] continues it. While
-// paused it accepts connections but answers nothing.
-func (p *Process) Pause() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
-
-// Resume continues a server stopped by [Process.Pause].
-func (p *Process) Resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
-
-// Restart kills the server and starts it again on the same port.
-func (p *Process) Restart() error {
-	p.Kill()
-	return p.Start()
-}
-
-// Stop kills the server and removes its directory. It is safe to call twice.
-func (p *Process) Stop() {
-	p.Kill()
-	if p.dir != "" {
-		_ = os.RemoveAll(p.dir)
-		p.dir = ""
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -2,29 +2,24 @@ package redistest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderworker/orderworker/internal/redisproc"
 )
 
-// This file starts the two topologies beyond one node, from redis-server on
-// loopback ports, as child processes the package owns:
+// This file gives tests the two topologies beyond one node, which package
+// redisproc starts from redis-server on loopback ports:
 //
-//   - a Redis Cluster of 3 masters with one replica each ([StartCluster],
-//     [NewCluster]);
+//   - a Redis Cluster of 3 masters with one replica each ([NewCluster]);
 //   - a Sentinel group of 1 master, 1 replica and 3 sentinels watching it
-//     as MasterName, quorum 2 ([StartSentinel], [NewSentinel],
+//     as redisproc.MasterName, quorum 2 ([NewSentinel],
 //     [DedicatedSentinel]).
 //
 // [NewCluster] and [NewSentinel] share one cluster and one group per test
@@ -32,303 +27,19 @@ import (
 // skip the test when redis-server is not on PATH, and fail it when the CI
 // environment variable is set. TEST_REDIS_URL does not apply to them.
 
-// MasterName is the name the sentinels of a [SentinelGroup] know the master
-// by.
-const MasterName = "mymaster"
-
-// startTimeout bounds the start of a cluster or a Sentinel group.
-const startTimeout = 60 * time.Second
-
 // requireServer skips the test when there is no redis-server binary, or
 // fails it under CI.
 func requireServer(tb testing.TB, what string) {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") != "" {
-			tb.Fatalf("redistest: %s under CI: %v", what, ErrNoServer)
+			tb.Fatalf("redistest: %s under CI: %v", what, redisproc.ErrNoServer)
 		}
-		tb.Skipf("needs a real %s from redis-server: %v", what, ErrNoServer)
+		tb.Skipf("needs a real %s from redis-server: %v", what, redisproc.ErrNoServer)
 	}
 }
 
-// poll calls cond until it returns nil or ctx ends, and then returns the
-// last error of cond with what was awaited.
-func poll(ctx context.Context, what string, cond func(ctx context.Context) error) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: %s: %w (last: %v)", what, context.Cause(ctx), err)
-		case <-t.C:
-		}
-	}
-}
-
-func adminClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-}
-
-// ---------------------------------------------------------------- Cluster
-
-// clusterMasters is the number of masters of a [Cluster]; each has one
-// replica.
-const clusterMasters = 3
-
-// Cluster is a Redis Cluster of 3 masters with one replica each, on
-// loopback ports, with a node timeout of 2 s. Its methods are safe for
-// concurrent use, except Stop.
-type Cluster struct {
-	nodes []*Process // masters 0..2, then the replica of master i at 3+i
-	slots [][2]int   // the slot range of master i
-}
-
-// StartCluster starts a cluster and waits until every node reports
-// cluster_state:ok and sees every shard with its master and replica
-// online, and every replica is in sync. It takes about 3–4 s. The caller
-// stops it.
-func StartCluster() (*Cluster, error) {
-	c := &Cluster{}
-	ok := false
-	defer func() {
-		if !ok {
-			c.Stop()
-		}
-	}()
-	for range 2 * clusterMasters {
-		p, err := startProcess(func(port int, dir string) []string {
-			return []string{
-				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-				"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", "redis.log",
-				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "2000",
-				// Replicas sync at once, not after the default 5 s wait
-				// for more replicas to share a diskless transfer.
-				"--repl-diskless-sync-delay", "0",
-				// A replica counts as online (CLUSTER SHARDS, SLOTS) once
-				// its replication offset is not 0, that is after the
-				// master's first write or ping to it (every 10 s by
-				// default).
-				"--repl-ping-replica-period", "1",
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		c.nodes = append(c.nodes, p)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	admin := make([]*redis.Client, len(c.nodes))
-	for i, p := range c.nodes {
-		admin[i] = adminClient(p.Addr())
-		defer admin[i].Close()
-	}
-	ids := make([]string, len(c.nodes))
-	for i, a := range admin {
-		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			return nil, fmt.Errorf("redistest: cluster myid of %s: %w", c.nodes[i].Addr(), err)
-		}
-		ids[i] = id
-		// Distinct epochs from the start, as redis-cli --cluster create
-		// sets them, so that no collision has to be resolved.
-		if err := a.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return nil, fmt.Errorf("redistest: cluster set-config-epoch: %w", err)
-		}
-	}
-	for i := range clusterMasters {
-		lo, hi := i*16384/clusterMasters, (i+1)*16384/clusterMasters-1
-		c.slots = append(c.slots, [2]int{lo, hi})
-		if err := admin[i].Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return nil, fmt.Errorf("redistest: cluster addslotsrange: %w", err)
-		}
-	}
-	for _, p := range c.nodes[1:] {
-		if err := admin[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(p.port)).Err(); err != nil {
-			return nil, fmt.Errorf("redistest: cluster meet: %w", err)
-		}
-	}
-	err := poll(ctx, "cluster nodes meeting", func(ctx context.Context) error {
-		for i, a := range admin {
-			out, err := a.ClusterNodes(ctx).Result()
-			if err != nil {
-				return err
-			}
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != len(admin) || strings.Contains(out, "handshake") || strings.Contains(out, "noaddr") {
-				return fmt.Errorf("node %d knows %d of %d nodes", i, len(lines), len(admin))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range clusterMasters {
-		if err := admin[clusterMasters+i].ClusterReplicate(ctx, ids[i]).Err(); err != nil {
-			return nil, fmt.Errorf("redistest: cluster replicate: %w", err)
-		}
-	}
-	err = poll(ctx, "cluster state ok", func(ctx context.Context) error {
-		for i, a := range admin {
-			info, err := a.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return fmt.Errorf("node %d: cluster state not ok", i)
-			}
-			shards, err := a.ClusterShards(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if len(shards) != clusterMasters {
-				return fmt.Errorf("node %d sees %d shards", i, len(shards))
-			}
-			for _, sh := range shards {
-				if len(sh.Nodes) != 2 || len(sh.Slots) != 1 {
-					return fmt.Errorf("node %d sees a shard of %d nodes, %d slot ranges", i, len(sh.Nodes), len(sh.Slots))
-				}
-				for _, n := range sh.Nodes {
-					if n.Health != "online" {
-						return fmt.Errorf("node %d sees %s %s", i, n.Endpoint, n.Health)
-					}
-				}
-			}
-		}
-		for i := clusterMasters; i < len(admin); i++ {
-			info, err := admin[i].Info(ctx, "replication").Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "master_link_status:up") {
-				return fmt.Errorf("replica %d not in sync", i)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	ok = true
-	return c, nil
-}
-
-// Stop kills every node and removes their directories.
-func (c *Cluster) Stop() {
-	for _, p := range c.nodes {
-		p.Stop()
-	}
-}
-
-// SetUser runs ACL SETUSER name rules... on every node (ACLs are per
-// node), for tests of what an ACL user may do.
-func (c *Cluster) SetUser(ctx context.Context, name string, rules ...string) error {
-	return setUser(ctx, c.nodes, name, rules)
-}
-
-func setUser(ctx context.Context, nodes []*Process, name string, rules []string) error {
-	args := []any{"ACL", "SETUSER", name}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	for _, p := range nodes {
-		c := adminClient(p.Addr())
-		err := c.Do(ctx, args...).Err()
-		_ = c.Close()
-		if err != nil {
-			return fmt.Errorf("redistest: acl setuser on %s: %w", p.Addr(), err)
-		}
-	}
-	return nil
-}
-
-// Masters returns the masters' addresses, in slot order.
-func (c *Cluster) Masters() []string {
-	out := make([]string, clusterMasters)
-	for i := range clusterMasters {
-		out[i] = c.nodes[i].Addr()
-	}
-	return out
-}
-
-// URL returns a Cluster URL naming every master as a seed:
-// redis://m1?addr=m2&addr=m3.
-func (c *Cluster) URL() string {
-	m := c.Masters()
-	return "redis://" + m[0] + "?addr=" + strings.Join(m[1:], "&addr=")
-}
-
-// MasterOf returns the address of the master that serves key's slot.
-func (c *Cluster) MasterOf(key string) string {
-	s := Slot(key)
-	for i, r := range c.slots {
-		if s >= r[0] && s <= r[1] {
-			return c.nodes[i].Addr()
-		}
-	}
-	panic("redistest: slot not covered") // the ranges cover 0..16383
-}
-
-// OnEachMaster returns, for each master in the order of [Cluster.Masters],
-// the first of name(0), name(1), … whose slot that master serves. Use it to
-// pick test keys, or order numbers (an order number's slot is the slot of
-// its keys, which carry it as the hash tag), that put work on every master,
-// so that a script touching a key it was not passed in KEYS cannot pass by
-// luck. It panics after 10 000 names without a hit, which for a name that
-// varies with i does not happen.
-func (c *Cluster) OnEachMaster(name func(i int) string) []string {
-	out := make([]string, clusterMasters)
-	found := 0
-	for i := 0; found < clusterMasters; i++ {
-		if i == 10_000 {
-			panic("redistest: OnEachMaster: names do not spread over the masters")
-		}
-		n := name(i)
-		m := slices.Index(c.Masters(), c.MasterOf(n))
-		if out[m] == "" {
-			out[m] = n
-			found++
-		}
-	}
-	return out
-}
-
-// Slot returns the Redis Cluster hash slot of key: CRC16 of the key, or of
-// its hash tag (the text between the first { and the next }, when not
-// empty), modulo 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), which Redis
-// Cluster uses for key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// ClusterDB is one test's view of the package's shared [Cluster]. A cluster
+// ClusterDB is one test's view of the package's shared [redisproc.Cluster]. A cluster
 // has database 0 only, so tests on it are isolated by Prefix alone; keys
 // without it (asynq's) must be cleaned by the test.
 type ClusterDB struct {
@@ -340,7 +51,7 @@ type ClusterDB struct {
 	// Prefix is unique to the test; keys under it are deleted at cleanup.
 	Prefix string
 	// Cluster is the shared cluster. Do not stop it.
-	Cluster *Cluster
+	Cluster *redisproc.Cluster
 }
 
 // URL returns the cluster's URL, for code that parses one itself.
@@ -359,12 +70,12 @@ func (db *ClusterDB) NewClient(tb testing.TB) *redis.ClusterClient {
 // topo holds the package's shared cluster and Sentinel group.
 var topo struct {
 	clusterOnce sync.Once
-	cluster     *Cluster
+	cluster     *redisproc.Cluster
 	clusterErr  error
 	clusterUp   time.Duration
 
 	sentinelOnce sync.Once
-	sentinel     *SentinelGroup
+	sentinel     *redisproc.SentinelGroup
 	sentinelErr  error
 	sentinelUp   time.Duration
 
@@ -392,10 +103,10 @@ func NewCluster(tb testing.TB) *ClusterDB {
 	requireServer(tb, "Redis Cluster")
 	topo.clusterOnce.Do(func() {
 		start := time.Now()
-		topo.cluster, topo.clusterErr = StartCluster()
+		topo.cluster, topo.clusterErr = redisproc.StartCluster()
 		topo.clusterUp = time.Since(start)
 		if topo.clusterErr == nil {
-			tb.Logf("redistest: cluster of %d masters and %d replicas up in %v", clusterMasters, clusterMasters, topo.clusterUp.Round(time.Millisecond))
+			tb.Logf("redistest: cluster of %d masters and %d replicas up in %v", redisproc.ClusterMasters, redisproc.ClusterMasters, topo.clusterUp.Round(time.Millisecond))
 		}
 	})
 	if topo.clusterErr != nil {
@@ -441,213 +152,7 @@ func deleteClusterPrefix(tb testing.TB, db *ClusterDB) {
 
 // --------------------------------------------------------------- Sentinel
 
-// SentinelGroup is a master with one replica, watched by three sentinels as
-// [MasterName] with quorum 2 and a down-after of 1 s. Its methods are safe
-// for concurrent use, except Stop.
-type SentinelGroup struct {
-	data      []*Process // the first master, then its replica
-	sentinels []*Process
-}
-
-// StartSentinel starts a Sentinel group with 128 databases and waits until
-// every sentinel knows the master, the replica and the two other
-// sentinels, so that a failover can be asked for at once. It takes about
-// 5 s (the sentinels find each other through hello messages sent every
-// 2 s). The caller stops it.
-func StartSentinel() (*SentinelGroup, error) {
-	g := &SentinelGroup{}
-	ok := false
-	defer func() {
-		if !ok {
-			g.Stop()
-		}
-	}()
-	// No 5 s wait for more replicas before a diskless sync, on either
-	// node: the replica is the master after a failover.
-	master, err := StartProcess("--repl-diskless-sync-delay", "0")
-	if err != nil {
-		return nil, err
-	}
-	g.data = append(g.data, master)
-	replica, err := StartProcess("--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
-	if err != nil {
-		return nil, err
-	}
-	g.data = append(g.data, replica)
-
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	// The replica must be attached before the sentinels start: they learn
-	// of replicas from the master's INFO, which they read every 10 s.
-	rc := adminClient(replica.Addr())
-	defer rc.Close()
-	err = poll(ctx, "replica in sync", func(ctx context.Context) error {
-		info, err := rc.Info(ctx, "replication").Result()
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "master_link_status:up") {
-			return errors.New("replica link not up")
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for range 3 {
-		s, err := startProcess(func(port int, dir string) []string {
-			conf := filepath.Join(dir, "sentinel.conf")
-			text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile redis.log\n"+
-				"sentinel monitor %s 127.0.0.1 %d 2\n"+
-				"sentinel down-after-milliseconds %s 1000\n"+
-				"sentinel failover-timeout %s 10000\n",
-				port, dir, MasterName, master.port, MasterName, MasterName)
-			// Start reports a failure to read it; sentinel rewrites it.
-			_ = os.WriteFile(conf, []byte(text), 0o600)
-			return []string{conf, "--sentinel"}
-		})
-		if err != nil {
-			return nil, err
-		}
-		g.sentinels = append(g.sentinels, s)
-	}
-	err = poll(ctx, "sentinels ready", func(ctx context.Context) error {
-		for _, s := range g.sentinels {
-			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-			m, err := sc.Master(ctx, MasterName).Result()
-			if err == nil && (m["flags"] != "master" || m["num-slaves"] != "1" || m["num-other-sentinels"] != "2") {
-				err = fmt.Errorf("sentinel %s: flags %s, %s replicas, %s other sentinels",
-					s.Addr(), m["flags"], m["num-slaves"], m["num-other-sentinels"])
-			}
-			if err == nil {
-				var rs []map[string]string
-				rs, err = sc.Replicas(ctx, MasterName).Result()
-				if err == nil && (len(rs) != 1 || rs[0]["flags"] != "slave" || rs[0]["master-link-status"] != "ok") {
-					err = fmt.Errorf("sentinel %s: replicas %v", s.Addr(), rs)
-				}
-			}
-			_ = sc.Close()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	ok = true
-	return g, nil
-}
-
-// Stop kills the sentinels and the data nodes and removes their
-// directories.
-func (g *SentinelGroup) Stop() {
-	for _, p := range g.sentinels {
-		p.Stop()
-	}
-	for _, p := range g.data {
-		p.Stop()
-	}
-}
-
-// SetUser runs ACL SETUSER name rules... on both data nodes, so that the
-// user exists on whichever is master.
-func (g *SentinelGroup) SetUser(ctx context.Context, name string, rules ...string) error {
-	return setUser(ctx, g.data, name, rules)
-}
-
-// Sentinels returns the sentinels' addresses.
-func (g *SentinelGroup) Sentinels() []string {
-	out := make([]string, len(g.sentinels))
-	for i, s := range g.sentinels {
-		out[i] = s.Addr()
-	}
-	return out
-}
-
-// Nodes returns the data nodes' addresses, the first master's first.
-func (g *SentinelGroup) Nodes() []string {
-	return []string{g.data[0].Addr(), g.data[1].Addr()}
-}
-
-// URL returns a Sentinel URL for database db:
-// redis://s1/db?master_name=mymaster&addr=s2&addr=s3.
-func (g *SentinelGroup) URL(db int) string {
-	s := g.Sentinels()
-	return fmt.Sprintf("redis://%s/%d?master_name=%s&addr=%s", s[0], db, MasterName, strings.Join(s[1:], "&addr="))
-}
-
-// Master returns the master's address as the first sentinel that answers
-// says.
-func (g *SentinelGroup) Master(ctx context.Context) (string, error) {
-	var errs []error
-	for _, s := range g.sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
-		_ = sc.Close()
-		if err == nil && len(hp) == 2 {
-			return net.JoinHostPort(hp[0], hp[1]), nil
-		}
-		errs = append(errs, err)
-	}
-	return "", fmt.Errorf("redistest: no sentinel names the master: %w", errors.Join(errs...))
-}
-
-// Failover asks a sentinel for a failover (SENTINEL FAILOVER) and waits
-// until every sentinel names the other data node as master and that node
-// says it is one. It returns the old and the new master's addresses.
-//
-// When it returns, the old master has not necessarily been turned into a
-// replica yet: the sentinels do that some seconds later (they wait 8 s
-// after it last reported its role). Until then it is a master that nobody
-// should write to, and connections to it are not closed.
-func (g *SentinelGroup) Failover(ctx context.Context) (old, cur string, err error) {
-	old, err = g.Master(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	sc := redis.NewSentinelClient(&redis.Options{Addr: g.sentinels[0].Addr(), MaxRetries: -1})
-	defer sc.Close()
-	if err := sc.Failover(ctx, MasterName).Err(); err != nil {
-		return "", "", fmt.Errorf("redistest: sentinel failover: %w", err)
-	}
-	err = poll(ctx, "failover", func(ctx context.Context) error {
-		cur = ""
-		for _, s := range g.sentinels {
-			c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-			hp, err := c.GetMasterAddrByName(ctx, MasterName).Result()
-			_ = c.Close()
-			if err != nil {
-				return err
-			}
-			addr := net.JoinHostPort(hp[0], hp[1])
-			switch {
-			case addr == old:
-				return fmt.Errorf("sentinel %s still names %s", s.Addr(), old)
-			case cur != "" && addr != cur:
-				return fmt.Errorf("sentinels disagree: %s and %s", cur, addr)
-			}
-			cur = addr
-		}
-		n := adminClient(cur)
-		defer n.Close()
-		role, err := n.Do(ctx, "ROLE").Slice()
-		if err != nil {
-			return err
-		}
-		if len(role) == 0 || role[0] != "master" {
-			return fmt.Errorf("%s is not master yet: %v", cur, role)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", "", err
-	}
-	return old, cur, nil
-}
-
-// SentinelDB is one test's view of a [SentinelGroup]: a database of its
+// SentinelDB is one test's view of a [redisproc.SentinelGroup]: a database of its
 // own, flushed before use.
 type SentinelDB struct {
 	// Client is a failover client for the test's database, closed by
@@ -661,7 +166,7 @@ type SentinelDB struct {
 	Prefix string
 	// Group is the Sentinel group: the package's shared one (do not stop
 	// it or fail it over) or, from DedicatedSentinel, the test's own.
-	Group *SentinelGroup
+	Group *redisproc.SentinelGroup
 }
 
 // URL returns the Sentinel URL of the test's database, for code that
@@ -689,7 +194,7 @@ func NewSentinel(tb testing.TB) *SentinelDB {
 	requireServer(tb, "Sentinel group")
 	topo.sentinelOnce.Do(func() {
 		start := time.Now()
-		topo.sentinel, topo.sentinelErr = StartSentinel()
+		topo.sentinel, topo.sentinelErr = redisproc.StartSentinel()
 		topo.sentinelUp = time.Since(start)
 		if topo.sentinelErr == nil {
 			tb.Logf("redistest: Sentinel group (1 master, 1 replica, 3 sentinels) up in %v", topo.sentinelUp.Round(time.Millisecond))
@@ -713,7 +218,7 @@ func DedicatedSentinel(tb testing.TB) *SentinelDB {
 	tb.Helper()
 	requireServer(tb, "Sentinel group")
 	start := time.Now()
-	g, err := StartSentinel()
+	g, err := redisproc.StartSentinel()
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
@@ -722,11 +227,11 @@ func DedicatedSentinel(tb testing.TB) *SentinelDB {
 	return sentinelDB(tb, g, 1)
 }
 
-func sentinelDB(tb testing.TB, g *SentinelGroup, n int) *SentinelDB {
+func sentinelDB(tb testing.TB, g *redisproc.SentinelGroup, n int) *SentinelDB {
 	tb.Helper()
 	db := &SentinelDB{
 		Options: &redis.FailoverOptions{
-			MasterName:            MasterName,
+			MasterName:            redisproc.MasterName,
 			SentinelAddrs:         g.Sentinels(),
 			DB:                    n,
 			ContextTimeoutEnabled: true,

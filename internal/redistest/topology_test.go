@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 	for _, k := range []string{"", "a", "SO1", "ow:order:{SO1}", "ow:lock:{SO1}:fence", "{}x", "a{}{b}", "x{y", "asynq:{order_modify}:pending", "ü{ñ}"} {
 		want, err := db.Client.ClusterKeySlot(ctx, k).Result()
 		require.NoError(t, err)
-		assert.Equal(t, int(want), redistest.Slot(k), "slot of %q", k)
+		assert.Equal(t, int(want), redisproc.Slot(k), "slot of %q", k)
 	}
 }
 
@@ -73,7 +74,7 @@ func TestSentinelIsolatesTests(t *testing.T) {
 	n, err := b.Client.Exists(ctx, "k").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	assert.True(t, strings.Contains(a.URL(), "master_name="+redistest.MasterName), a.URL())
+	assert.True(t, strings.Contains(a.URL(), "master_name="+redisproc.MasterName), a.URL())
 }
 
 func TestSentinelFailover(t *testing.T) {

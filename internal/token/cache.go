@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/notice"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -18,6 +19,13 @@ import (
 // maxLifetime caps the lifetime taken from a Source: an absurd expires_in
 // (years) must not pin a token in Redis; refreshing earlier costs nothing.
 const maxLifetime = 24 * time.Hour
+
+// The defaults of Config.RefreshBefore and Config.WaitTimeout, which
+// binaries offer as settings.
+const (
+	DefaultRefreshBefore = 10 * time.Second
+	DefaultWaitTimeout   = 15 * time.Second
+)
 
 // Config tunes a Cache. The zero value is valid and means all defaults.
 //
@@ -101,17 +109,15 @@ type Cache struct {
 	log     *zap.Logger
 	keys    []string // token key, lock key
 	channel string
+	notices *notice.Channel // the refresh notices, fanned out to the waiting refreshes
 
 	local  atomic.Pointer[entry] // process-local copy; nil when none
 	closed atomic.Bool
 
 	mu      sync.Mutex
-	flight  *flight       // the refresh under way, if any
-	revoked string        // the last token invalidated here; never cached again
-	sub     *redis.PubSub // the shared subscription, once started
-	ready   chan struct{} // closed once Redis confirmed the subscription
-	notify  chan struct{} // closed and replaced on every notice
-	wg      sync.WaitGroup
+	flight  *flight        // the refresh under way, if any
+	revoked string         // the last token invalidated here; never cached again
+	wg      sync.WaitGroup // the refresh goroutine
 
 	// waiting counts refreshes of this Cache that are waiting for another
 	// replica's token (tests and benchmarks read it).
@@ -146,10 +152,10 @@ func New(rdb redis.UniversalClient, src Source, cfg Config, log *zap.Logger) (*C
 		return nil, errors.New("token: nil source")
 	}
 	cfg.Key = cmp.Or(cfg.Key, "ow:token:{upstream}")
-	cfg.RefreshBefore = cmp.Or(cfg.RefreshBefore, 10*time.Second)
+	cfg.RefreshBefore = cmp.Or(cfg.RefreshBefore, DefaultRefreshBefore)
 	cfg.Skew = cmp.Or(cfg.Skew, 5*time.Second)
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, 10*time.Second)
-	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, 15*time.Second)
+	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
 	cfg.FallbackMin = cmp.Or(cfg.FallbackMin, 50*time.Millisecond)
 	cfg.FallbackMax = cmp.Or(cfg.FallbackMax, 250*time.Millisecond)
 	cfg.FailureBackoff = cmp.Or(cfg.FailureBackoff, time.Second)
@@ -181,7 +187,7 @@ func New(rdb redis.UniversalClient, src Source, cfg Config, log *zap.Logger) (*C
 		log:     log.Named("token").With(zap.String("key", cfg.Key)),
 		keys:    []string{cfg.Key, lockKey(cfg.Key)},
 		channel: channelName(cfg.Key),
-		notify:  make(chan struct{}),
+		notices: notice.New(rdb, channelName(cfg.Key), notice.Config{SubscribeTimeout: cfg.LockTTL}),
 	}, nil
 }
 
@@ -361,12 +367,9 @@ func (c *Cache) Close() error {
 	if c.flight != nil {
 		c.flight.cancel(ErrClosed)
 	}
-	sub := c.sub
 	c.local.Store(nil)
 	c.mu.Unlock()
-	if sub != nil {
-		_ = sub.Close() // ends the fan-out goroutine; errors only say it was closed
-	}
+	_ = c.notices.Close() // ends the fan-out goroutine; errors only say it was closed
 	c.wg.Wait()
 	return nil
 }

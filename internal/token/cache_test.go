@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/upstreamtest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -47,8 +48,8 @@ func TestColdStartFetchesOnce(t *testing.T) {
 		require.NoError(t, errs[i], "caller %d", i)
 		require.Equal(t, got[0], got[i], "caller %d", i)
 	}
-	require.EqualValues(t, 1, u.issued.Load(), "token fetches")
-	require.Equal(t, http.StatusOK, u.call(t, got[0]))
+	require.EqualValues(t, 1, u.Issued.Load(), "token fetches")
+	require.Equal(t, http.StatusOK, u.Call(t, got[0]))
 }
 
 func TestRefreshesOncePerExpiry(t *testing.T) {
@@ -63,7 +64,7 @@ func TestRefreshesOncePerExpiry(t *testing.T) {
 	// A fetch while Redis holds a token that is not yet due would be a
 	// second fetch for the same expiry.
 	var early atomic.Int64
-	u.setOnIssue(func() {
+	u.OnIssue(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if db.Client.PTTL(ctx, key).Val() > cfg.RefreshBefore {
@@ -88,7 +89,7 @@ func TestRefreshesOncePerExpiry(t *testing.T) {
 				defer tick.Stop()
 				for {
 					tok, err := c.Get(t.Context())
-					ok := err == nil && u.valid(tok)
+					ok := err == nil && u.Valid(tok)
 					mu.Lock()
 					switch {
 					case err != nil:
@@ -112,7 +113,7 @@ func TestRefreshesOncePerExpiry(t *testing.T) {
 	allServed := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		toks := u.issuedTokens()
+		toks := u.Tokens()
 		for _, tok := range toks {
 			if !served[tok] {
 				return false
@@ -128,7 +129,7 @@ func TestRefreshesOncePerExpiry(t *testing.T) {
 	require.Zero(t, invalid, "tokens served that the upstream refused")
 	require.Zero(t, early.Load(), "fetches while a token that was not due was stored")
 	// Every fetch produced a token that was served: none was wasted.
-	require.Len(t, served, int(u.issued.Load()))
+	require.Len(t, served, int(u.Issued.Load()))
 }
 
 func TestCrashedRefresherIsReplaced(t *testing.T) {
@@ -139,7 +140,7 @@ func TestCrashedRefresherIsReplaced(t *testing.T) {
 	// A refresher died holding the lock: its lease has a second left.
 	require.NoError(t, db.Client.Set(t.Context(), lockKey(key), "crashed", time.Second).Err())
 	var ownerAtFetch atomic.Value
-	u.setOnIssue(func() {
+	u.OnIssue(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		ownerAtFetch.Store(db.Client.Get(ctx, lockKey(key)).Val())
@@ -162,11 +163,11 @@ func TestCrashedRefresherIsReplaced(t *testing.T) {
 		require.NoError(t, errs[i], "caller %d", i)
 		require.Equal(t, got[0], got[i], "caller %d", i)
 	}
-	require.EqualValues(t, 1, u.issued.Load())
+	require.EqualValues(t, 1, u.Issued.Load())
 	owner, _ := ownerAtFetch.Load().(string)
 	require.NotEmpty(t, owner)
 	require.NotEqual(t, "crashed", owner, "fetched without taking over the lock")
-	require.Equal(t, http.StatusOK, u.call(t, got[0]))
+	require.Equal(t, http.StatusOK, u.Call(t, got[0]))
 }
 
 func TestStuckRefresherIsReplaced(t *testing.T) {
@@ -211,7 +212,7 @@ func TestStuckRefresherIsReplaced(t *testing.T) {
 		require.NoError(t, errs[i], "caller %d", i)
 		require.Equal(t, got[0], got[i], "caller %d", i)
 	}
-	require.EqualValues(t, 1, u.issued.Load())
+	require.EqualValues(t, 1, u.Issued.Load())
 	err := <-aErr
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -240,7 +241,7 @@ func TestInvalidateStormRefreshesOnce(t *testing.T) {
 		require.NoError(t, errs[i], "caller %d", i)
 		require.Equal(t, first[0], first[i], "caller %d", i)
 	}
-	u.revoke(first[0])
+	u.Revoke(first[0])
 
 	// All of them get a 401, invalidate that token and try again.
 	got := make([]string, n)
@@ -248,7 +249,7 @@ func TestInvalidateStormRefreshesOnce(t *testing.T) {
 		wg.Go(func() {
 			c := caches[i%replicas]
 			errs[i] = func() error {
-				if status := u.call(t, first[i]); status != http.StatusUnauthorized {
+				if status := u.Call(t, first[i]); status != http.StatusUnauthorized {
 					return fmt.Errorf("first call: status %d, want 401", status)
 				}
 				if err := c.Invalidate(t.Context(), first[i]); err != nil {
@@ -258,7 +259,7 @@ func TestInvalidateStormRefreshesOnce(t *testing.T) {
 				if got[i], err = c.Get(t.Context()); err != nil {
 					return err
 				}
-				if status := u.call(t, got[i]); status != http.StatusOK {
+				if status := u.Call(t, got[i]); status != http.StatusOK {
 					return fmt.Errorf("retry: status %d, want 200", status)
 				}
 				return nil
@@ -272,7 +273,7 @@ func TestInvalidateStormRefreshesOnce(t *testing.T) {
 		require.Equal(t, got[0], got[i], "caller %d", i)
 	}
 	require.NotEqual(t, first[0], got[0])
-	require.EqualValues(t, 2, u.issued.Load(), "one fetch at start, one after the 401s")
+	require.EqualValues(t, 2, u.Issued.Load(), "one fetch at start, one after the 401s")
 }
 
 func TestInvalidateDeletesOnlyThatToken(t *testing.T) {
@@ -296,7 +297,7 @@ func TestStaleTokenServedWhileRefreshing(t *testing.T) {
 	key := testKey(db)
 	// Due (under RefreshBefore's 10s) but valid for 5s more.
 	require.NoError(t, db.Client.Set(t.Context(), key, "stale-token", 5*time.Second).Err())
-	u.block()
+	u.Block()
 	c := newReplica(t, db, u.source(t), fast(), nil)
 
 	get := func() (string, error) {
@@ -313,12 +314,12 @@ func TestStaleTokenServedWhileRefreshing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "stale-token", tok, "while the refresh is blocked")
 
-	u.unblock()
+	u.Unblock()
 	waitFor(t, 5*time.Second, func() bool {
 		tok, err := get()
 		return err == nil && tok != "stale-token"
 	})
-	require.EqualValues(t, 1, u.issued.Load())
+	require.EqualValues(t, 1, u.Issued.Load())
 }
 
 func TestUnavailableAfterWaitTimeout(t *testing.T) {
@@ -351,7 +352,7 @@ func TestSourceFailureBacksOff(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	u := newUpstream(t, 3600)
-	u.fail.Store(true)
+	u.FailTokens.Store(true)
 	cfg := fast()
 	cfg.FailureBackoff = 300 * time.Millisecond
 	a := newReplica(t, db, u.source(t), cfg, nil)
@@ -367,11 +368,11 @@ func TestSourceFailureBacksOff(t *testing.T) {
 	require.Greater(t, pttl, time.Duration(0))
 	require.LessOrEqual(t, pttl, cfg.FailureBackoff)
 
-	u.fail.Store(false)
+	u.FailTokens.Store(false)
 	tok, err := b.Get(t.Context()) // waits out the backoff, then fetches
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, u.call(t, tok))
-	require.EqualValues(t, 2, u.requests.Load(), "one failed request, one good")
+	require.Equal(t, http.StatusOK, u.Call(t, tok))
+	require.EqualValues(t, 2, u.TokenRequests.Load(), "one failed request, one good")
 }
 
 func TestRejectsUnusableTokens(t *testing.T) {
@@ -506,7 +507,7 @@ func TestCloseHandsOverTheLock(t *testing.T) {
 	require.Zero(t, db.Client.Exists(t.Context(), lockKey(testKey(db))).Val(), "lock released at once")
 	tok, err := b.Get(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, u.call(t, tok))
+	require.Equal(t, http.StatusOK, u.Call(t, tok))
 }
 
 func TestHooks(t *testing.T) {
@@ -563,23 +564,23 @@ func TestLogsAndErrorsNeverShowSecrets(t *testing.T) {
 
 	// The upstream fails while a due token is served: the background
 	// refresh logs its failure.
-	u.fail.Store(true)
+	u.FailTokens.Store(true)
 	require.NoError(t, db.Client.Set(t.Context(), key, "due-token-value", 5*time.Second).Err())
 	c := newReplica(t, db, u.source(t), fast(), log)
 	keep(c.Get(t.Context()))
 	waitFor(t, 5*time.Second, func() bool {
 		return logs.FilterMessage("background token refresh failed").Len() > 0
 	})
-	u.fail.Store(false)
+	u.FailTokens.Store(false)
 	waitFor(t, 5*time.Second, func() bool {
 		tok, err := c.Get(t.Context())
 		return err == nil && tok != "due-token-value"
 	})
 
 	require.NotZero(t, logs.FilterMessage("token refreshed").Len())
-	require.Equal(t, fingerprint(u.issuedTokens()[0]),
+	require.Equal(t, fingerprint(u.Tokens()[0]),
 		logs.FilterMessage("token refreshed").All()[0].ContextMap()["token_fp"])
-	secrets := append(u.issuedTokens(), testSecret, "wrong-secret-value", "due-token-value")
+	secrets := append(u.Tokens(), upstreamtest.ClientSecret, "wrong-secret-value", "due-token-value")
 	for _, e := range logs.All() {
 		text := fmt.Sprint(e.LoggerName, " ", e.Message, " ", e.ContextMap())
 		for _, s := range secrets {
@@ -625,7 +626,7 @@ func TestClientCredentials(t *testing.T) {
 	u := newUpstream(t, 3600)
 	tok, err := u.source(t).Fetch(t.Context())
 	require.NoError(t, err)
-	require.True(t, u.valid(tok.Value))
+	require.True(t, u.Valid(tok.Value))
 	require.InDelta(t, float64(time.Hour), float64(tok.ExpiresIn), float64(time.Second))
 
 	_, err = u.sourceWith(t, "wrong").Fetch(t.Context())
@@ -733,10 +734,10 @@ func TestRefreshWithoutChannelPermission(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	tok, err := c.Get(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, u.call(t, tok))
+	require.Equal(t, http.StatusOK, u.Call(t, tok))
 	stored, err := admin.Get(t.Context(), "acl:token:{upstream}").Result()
 	require.NoError(t, err)
 	require.Equal(t, tok, stored)
-	require.EqualValues(t, 1, u.issued.Load(), "fetched once")
+	require.EqualValues(t, 1, u.Issued.Load(), "fetched once")
 	require.Zero(t, refreshErrs.Load(), "the refused notice failed the refresh")
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -86,23 +85,18 @@ func (c *Cache) run(ctx context.Context, fl *flight) {
 // when ctx ends first or the Source fails.
 func (c *Cache) refresh(ctx context.Context, prev string) (entry, error) {
 	owner := newOwner()
-	// Subscribe before the first look at the token, so that a notice sent
-	// after that look is not missed. If Redis does not confirm in time, go
-	// on: the fallback timer covers a missed notice.
-	if ready := c.subscribe(); ready != nil {
-		t := time.NewTimer(c.cfg.FallbackMax)
-		select {
-		case <-ready:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
+	// Wait for notices before the first look at the token, so that a
+	// notice sent after that look is not missed: one that comes during a
+	// look wakes the wait after it at once. If Redis does not confirm the
+	// subscription in time, go on: the fallback timer covers a missed
+	// notice (and the loop below the end of ctx).
+	notices := c.notices.Wait("", nil)
+	defer notices.Stop()
+	_ = notices.Ready(ctx, c.cfg.FallbackMax)
 	var last error
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		notify := c.notice() // before the look, for the same reason
 		r, err := c.acquire(ctx, prev, owner)
 		wait := c.cfg.Jitter(c.cfg.FallbackMin, c.cfg.FallbackMax)
 		switch {
@@ -127,7 +121,7 @@ func (c *Cache) refresh(ctx context.Context, prev string) (entry, error) {
 		timer.Reset(wait)
 		c.waiting.Add(1)
 		select {
-		case <-notify:
+		case <-notices.C:
 		case <-timer.C:
 		case <-ctx.Done():
 		}
@@ -279,65 +273,4 @@ func newOwner() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// notice returns the channel that the next notice closes.
-func (c *Cache) notice() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.notify
-}
-
-// broadcast wakes every refresh waiting for a notice.
-func (c *Cache) broadcast() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	close(c.notify)
-	c.notify = make(chan struct{})
-}
-
-// subscribe starts the shared subscription on first use and returns a
-// channel closed once Redis confirmed it. It returns nil after Close.
-func (c *Cache) subscribe() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed.Load() {
-		return nil
-	}
-	if c.sub == nil {
-		c.sub = c.rdb.Subscribe(context.Background()) // no channel yet: no I/O under the lock
-		c.ready = make(chan struct{})
-		c.wg.Add(1)
-		go c.listen(c.sub, c.ready)
-	}
-	return c.ready
-}
-
-// listen subscribes to the notice channel and fans every notice out to the
-// local waiters, until Close closes the subscription. go-redis reconnects
-// and resubscribes by itself; each (re)subscription also wakes the waiters,
-// since a notice may have been lost while the connection was down.
-func (c *Cache) listen(ps *redis.PubSub, ready chan struct{}) {
-	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LockTTL)
-	err := ps.Subscribe(ctx, c.channel)
-	cancel()
-	if errors.Is(err, redis.ErrClosed) {
-		return
-	}
-	// On any other error the subscription is recorded and go-redis retries
-	// it with the next receive.
-	confirmed := false
-	for msg := range ps.ChannelWithSubscriptions() {
-		switch msg.(type) {
-		case *redis.Subscription:
-			if !confirmed {
-				confirmed = true
-				close(ready)
-			}
-			c.broadcast()
-		case *redis.Message:
-			c.broadcast()
-		}
-	}
 }

@@ -62,8 +62,8 @@ func exerciseTokens(t *testing.T, url, key string) {
 		require.NoError(t, errs[i], "caller %d", i)
 		require.Equal(t, got[0], got[i], "caller %d", i)
 	}
-	require.EqualValues(t, 1, u.issued.Load(), "token fetches for %s", key)
-	require.Equal(t, http.StatusOK, u.call(t, got[0]))
+	require.EqualValues(t, 1, u.Issued.Load(), "token fetches for %s", key)
+	require.Equal(t, http.StatusOK, u.Call(t, got[0]))
 
 	// The notice: a replica with nothing cached waits for a refresher that
 	// holds the lock; fallback re-reads are 10 s apart, so only the notice

@@ -18,6 +18,8 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -53,11 +55,11 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 	ctx := context.Background()
 	s := Scenario{OrderNo: no, Applied: no + "-applied", Archived: no + "-archived", Retried: no + "-retried",
 		Parked: no + "-parked", Seq: map[string]int64{}}
-	store, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, orders.Order{No: no, Address: "1 Old Rd", Items: []orders.Item{{SKU: "TEA", Qty: 2}}}))
 
-	failing := orders.BeforeWrite(store, func(_ context.Context, _, ev, _ string) error {
+	failing := storehook.BeforeWrite(store, func(_ context.Context, _, ev, _ string) error {
 		switch ev {
 		case s.Retried:
 			return errors.New(FailRetried)

@@ -1,4 +1,15 @@
-package orders
+// Package redisstore is the order store on Redis: the embedded default
+// backend of orderworker and the verification oracle that the other
+// backends are tested against. It implements orders.Store; the model, the
+// errors and the checks are package orders'.
+//
+// On the Redis that also holds the per-order lock (internal/lock), it can
+// save a round trip per task: given the writer's lock hold ([WithLock]), it
+// refuses a fence older than the lock's newest and releases the lock, and
+// passes the order's turn on, in the script that commits a modify. That is
+// the only tie between this store and the lock, and the [LockHold]
+// interface names it.
+package redisstore
 
 import (
 	"cmp"
@@ -14,20 +25,21 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
 
-// The defaults of [RedisConfig].
+// The defaults of [Config].
 const (
-	// DefaultDedupeRetention is the default of RedisConfig.DedupeRetention.
+	// DefaultDedupeRetention is the default of Config.DedupeRetention.
 	DefaultDedupeRetention = 7 * 24 * time.Hour
-	// DefaultHistoryMax is the default of RedisConfig.HistoryMax.
+	// DefaultHistoryMax is the default of Config.HistoryMax.
 	DefaultHistoryMax = 1000
 )
 
-// RedisConfig tunes a [RedisStore]. The zero value is ready to use.
-type RedisConfig struct {
+// Config tunes a [Store]. The zero value is ready to use.
+type Config struct {
 	// Prefix is put before every key the store makes, so that several
 	// deployments or tests can share one Redis. It must not contain "{" or
 	// "}", which would break the hash tags. Defaults to "ow:".
@@ -49,7 +61,7 @@ type RedisConfig struct {
 	//
 	// Past it, a repeat of an event with a position ([Write.Seq]) is still
 	// never applied: the order keeps the newest position applied to it and
-	// refuses any position not after it with ErrPassed. Only a repeat
+	// refuses any position not after it with orders.ErrPassed. Only a repeat
 	// without a position (a task enqueued by hand, bypassing the producer)
 	// is applied again.
 	DedupeRetention time.Duration
@@ -64,7 +76,7 @@ type RedisConfig struct {
 	HistoryMaxAge time.Duration
 }
 
-// RedisStore is the [Store] backed by Redis. It works on a single server and
+// Store is the [orders.Store] backed by Redis. It works on a single server and
 // on Redis Cluster: every script touches the keys of one order only, which
 // share a hash tag. It needs Redis 5 or newer (scripts read TIME before they
 // write).
@@ -89,13 +101,13 @@ type RedisConfig struct {
 //
 // Memory is bounded: an order keeps at most HistoryMax entries, and an
 // event's record lasts between one and two DedupeRetention. A
-// [RedisStore.Put] keeps the fence and the recorded events of the order it
+// [Store.Put] keeps the fence and the recorded events of the order it
 // replaces.
 //
-// A RedisStore is safe for concurrent use, by goroutines and by processes:
+// A Store is safe for concurrent use, by goroutines and by processes:
 // each write is one atomic script. It does not own the client, and has no
 // Close.
-type RedisStore struct {
+type Store struct {
 	rdb       redis.UniversalClient
 	prefix    string
 	claimTTL  time.Duration
@@ -105,15 +117,15 @@ type RedisStore struct {
 	now       func() time.Time
 }
 
-var _ Store = (*RedisStore)(nil)
+var _ orders.Store = (*Store)(nil)
 
-// NewRedis returns a store that keeps orders in rdb. It returns an error
+// New returns a store that keeps orders in rdb. It returns an error
 // when rdb is nil or cfg is invalid.
-func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
-		return nil, errors.New("orders: nil redis client")
+		return nil, errors.New("redisstore: nil redis client")
 	}
-	s := &RedisStore{
+	s := &Store{
 		rdb:       rdb,
 		prefix:    cmp.Or(cfg.Prefix, "ow:"),
 		claimTTL:  cmp.Or(cfg.ClaimTTL, 24*time.Hour),
@@ -124,33 +136,67 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
 	}
 	switch {
 	case strings.ContainsAny(s.prefix, "{}"):
-		return nil, fmt.Errorf("orders: prefix %q contains a brace", s.prefix)
+		return nil, fmt.Errorf("redisstore: prefix %q contains a brace", s.prefix)
 	case s.claimTTL < time.Millisecond:
-		return nil, fmt.Errorf("orders: claim TTL %v is below 1ms", s.claimTTL)
+		return nil, fmt.Errorf("redisstore: claim TTL %v is below 1ms", s.claimTTL)
 	case s.retention < time.Second:
-		return nil, fmt.Errorf("orders: dedupe retention %v is below 1s", s.retention)
+		return nil, fmt.Errorf("redisstore: dedupe retention %v is below 1s", s.retention)
 	case s.histMax < 1:
-		return nil, fmt.Errorf("orders: history max %d is below 1", s.histMax)
+		return nil, fmt.Errorf("redisstore: history max %d is below 1", s.histMax)
 	case s.histAge < 0:
-		return nil, fmt.Errorf("orders: negative history max age %v", s.histAge)
+		return nil, fmt.Errorf("redisstore: negative history max age %v", s.histAge)
 	}
 	return s, nil
 }
 
+// LockHold is the writer's hold of the order's lock (internal/lock), as the
+// store uses it when the lock lives on the same Redis: it is the store's
+// only tie to the lock. Given one (see [WithLock]), every write also refuses
+// a fence older than the newest the lock has handed out (FenceKey), so a
+// holder whose lease has passed to someone else cannot write even before
+// the new holder's first write; and the script that commits a modify also
+// releases the lock and passes the order's turn on (Handoff, with
+// lock.CommitLua's lock_commit), which saves the release's round trip per
+// task. An exchange, which writes again after closing the order, leaves the
+// release to the caller. *lock.Lease implements it.
+type LockHold interface {
+	// FenceKey returns the key of the lock's newest handed-out fence. It
+	// must carry the order's hash tag ("{<order_no>}"), so that one script
+	// touches one Cluster slot; "" means none.
+	FenceKey() string
+	// Handoff returns what the commit script needs to release the lock
+	// and pass its turn on, or nil to leave the release to the caller. The
+	// store calls its Committing before the script and its Released when
+	// the script released the lock.
+	Handoff() *lock.Handoff
+}
+
+var _ LockHold = (*lock.Lease)(nil)
+
+type lockKey struct{}
+
+// WithLock returns a copy of ctx that offers the writer's lock hold to the
+// store (see [LockHold]). Other stores ignore it, so a caller may offer it
+// whatever the store. The write's fence still comes from the
+// [orders.Write] in ctx.
+func WithLock(ctx context.Context, hold LockHold) context.Context {
+	return context.WithValue(ctx, lockKey{}, hold)
+}
+
 // orderKey is the hash that holds order no.
-func (s *RedisStore) orderKey(no string) string { return s.prefix + "order:{" + no + "}" }
+func (s *Store) orderKey(no string) string { return s.prefix + "order:{" + no + "}" }
 
 // historyKey is the list of order no's history entries.
-func (s *RedisStore) historyKey(no string) string { return s.orderKey(no) + ":history" }
+func (s *Store) historyKey(no string) string { return s.orderKey(no) + ":history" }
 
 // claimKey reserves order number no for the exchange that will create it.
-func (s *RedisStore) claimKey(no string) string { return s.orderKey(no) + ":claim" }
+func (s *Store) claimKey(no string) string { return s.orderKey(no) + ":claim" }
 
 // eventKeys returns the keys of the event buckets that may hold a record of
 // order no now: the current bucket, the one before it and the one after it
 // (a writer whose clock runs ahead), the current one first, and the bucket's
 // expiry (Unix ms) for a record written now.
-func (s *RedisStore) eventKeys(no string) ([3]string, int64) {
+func (s *Store) eventKeys(no string) ([3]string, int64) {
 	w := s.retention.Milliseconds()
 	k := s.now().UnixMilli() / w
 	base := s.orderKey(no) + ":ev:"
@@ -463,47 +509,47 @@ for _, e in ipairs(page) do r[#r + 1] = e end
 return r
 `)
 
-// Get returns the order. It returns ErrNotFound when there is none, and
-// ErrInvalid for a malformed order number.
-func (s *RedisStore) Get(ctx context.Context, orderNo string) (Order, error) {
-	if err := checkOrderNo(orderNo); err != nil {
-		return Order{}, fmt.Errorf("get: %w", err)
+// Get returns the order. It returns orders.ErrNotFound when there is none, and
+// orders.ErrInvalid for a malformed order number.
+func (s *Store) Get(ctx context.Context, orderNo string) (orders.Order, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
+		return orders.Order{}, fmt.Errorf("get: %w", err)
 	}
 	f, err := s.rdb.HGetAll(ctx, s.orderKey(orderNo)).Result()
 	if err != nil {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, err)
 	}
 	if len(f) == 0 {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, ErrNotFound)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, orders.ErrNotFound)
 	}
 	o, err := decodeOrder(f)
 	if err != nil {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, err)
 	}
 	return o, nil
 }
 
 // History returns a page of the order's history, oldest first: the entries
-// after version q.After. It returns ErrNotFound when there is no such
-// order, and ErrInvalid for a malformed order number. The page is read in
+// after version q.After. It returns orders.ErrNotFound when there is no such
+// order, and orders.ErrInvalid for a malformed order number. The page is read in
 // one round trip.
-func (s *RedisStore) History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error) {
-	if err := checkOrderNo(orderNo); err != nil {
-		return HistoryPage{}, fmt.Errorf("history: %w", err)
+func (s *Store) History(ctx context.Context, orderNo string, q orders.HistoryQuery) (orders.HistoryPage, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
+		return orders.HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
-	q = q.withDefaults()
+	q = q.WithDefaults()
 	res, err := historyScript.RunRO(ctx, s.rdb, []string{s.orderKey(orderNo), s.historyKey(orderNo)}, q.After, q.Limit).StringSlice()
 	if err != nil {
-		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
+		return orders.HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}
 	if len(res) == 0 {
-		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, ErrNotFound)
+		return orders.HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, orders.ErrNotFound)
 	}
-	page := HistoryPage{Entries: make([]Entry, 0, len(res)-1)}
+	page := orders.HistoryPage{Entries: make([]orders.Entry, 0, len(res)-1)}
 	for i, line := range res[1:] {
 		e, err := decodeEntry(line)
 		if err != nil {
-			return HistoryPage{}, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
+			return orders.HistoryPage{}, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
 		}
 		page.Entries = append(page.Entries, e)
 	}
@@ -515,22 +561,22 @@ func (s *RedisStore) History(ctx context.Context, orderNo string, q HistoryQuery
 
 // Put creates or replaces order o.No with o's status (active when empty),
 // address, remark, items, exchanged_to and exchanged_from. The version goes
-// up by one (to 1 for a new order) and a history entry of type TypePut is
+// up by one (to 1 for a new order) and a history entry of type orders.TypePut is
 // appended; o.Version and o.UpdatedAt are ignored. Put is not fenced and
 // not idempotent, but it keeps the order's newest fence and recorded
 // events, so a late lock holder still cannot write and a retried event is
-// still a replay. A [Write] in ctx, when present, names the worker in the
-// history. It returns ErrInvalid for a malformed order.
-func (s *RedisStore) Put(ctx context.Context, o Order) error {
-	o.Status = cmp.Or(o.Status, StatusActive)
-	if err := checkPut(o); err != nil {
+// still a replay. An [orders.Write] in ctx, when present, names the worker in the
+// history. It returns orders.ErrInvalid for a malformed order.
+func (s *Store) Put(ctx context.Context, o orders.Order) error {
+	o.Status = cmp.Or(o.Status, orders.StatusActive)
+	if err := orders.CheckPut(o); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
 	items, err := encodeItems(o.Items)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", o.No, err)
 	}
-	w, _ := WriteFrom(ctx)
+	w, _ := orders.WriteFrom(ctx)
 	args := []any{
 		w.Worker, micros(w.StartedAt), string(o.Status), s.histMax, s.histAge.Microseconds(),
 		"order_no", o.No, "status", string(o.Status), "address", o.Address,
@@ -544,45 +590,31 @@ func (s *RedisStore) Put(ctx context.Context, o Order) error {
 	return nil
 }
 
-func checkPut(o Order) error {
-	if err := checkOrderNo(o.No); err != nil {
-		return err
-	}
-	if !o.Status.valid() {
-		return fmt.Errorf("status %q: %w", o.Status, ErrInvalid)
-	}
-	for _, no := range []string{o.ExchangedTo, o.ExchangedFrom} {
-		if no != "" {
-			if err := checkOrderNo(no); err != nil {
-				return err
-			}
-		}
-	}
-	return validItems(o.Items)
-}
-
 // Modify applies c to the active order orderNo, once per eventID, under the
-// fence of the [Write] in ctx. On the first application it sets the changed
-// fields, stores the fence as the order's newest, bumps the version, appends
-// a history entry of type TypeModify, and records the event (see
-// RedisConfig.DedupeRetention). A repeat of eventID writes nothing, whatever
-// its fence and even if the order has since changed or closed, and returns
-// the order as it is now with Replayed set. Result.Order is zero when the
-// Write says NoResult.
+// fence of the [orders.Write] in ctx. On the first application it sets the
+// changed fields, stores the fence (and the write's position, when it has
+// one) as the order's newest, bumps the version, appends a history entry of
+// type orders.TypeModify, and records the event (see
+// Config.DedupeRetention). A repeat of eventID writes nothing, whatever its
+// fence and even if the order has since changed or closed, and returns the
+// order as it is now with Replayed set. Result.Order is zero when the Write
+// says NoResult.
 //
-// It returns ErrNoFence without a fenced Write; ErrInvalid for an empty
-// eventID, a malformed order number or bad items; ErrNotFound; ErrClosed
-// (a *ClosedError naming the replacement) for an exchanged or cancelled
-// order; ErrStaleFence when a newer fence has written to the order; and
-// ErrConflict when eventID was applied as a different type or with
+// It returns orders.ErrNoFence without a fenced Write; orders.ErrInvalid
+// for an empty eventID, a malformed order number or bad items;
+// orders.ErrNotFound; orders.ErrClosed (a *orders.ClosedError naming the
+// replacement) for an exchanged or cancelled order; orders.ErrPassed when
+// the write's position is not after the newest applied to the order;
+// orders.ErrStaleFence when a newer fence has written to the order; and
+// orders.ErrConflict when eventID was applied as a different type or with
 // different changes.
-func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
-	w, err := writeFrom(ctx)
+func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	if err := checkModify(eventID, orderNo, c); err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	if err := orders.CheckModify(eventID, orderNo, c); err != nil {
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
 	fields := make([]any, 0, 6)
 	detail := make([]byte, 0, 3)
@@ -597,7 +629,7 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 	if c.Items != nil {
 		items, err := encodeItems(c.Items)
 		if err != nil {
-			return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+			return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 		}
 		fields = append(fields, "items", items)
 		detail = append(detail, 'i')
@@ -605,41 +637,28 @@ func (s *RedisStore) Modify(ctx context.Context, eventID, orderNo string, c Chan
 	rec := newRecord(recModify, fingerprint(modifyRequest(c)), "", "")
 	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, fields)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	out := Result{Replayed: res.replayed}
+	out := orders.Result{Replayed: res.replayed}
 	if res.order != nil {
 		if out.Order, err = decodeOrder(res.order); err != nil {
-			return Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
+			return orders.Result{}, fmt.Errorf("modify %s: event %s: %w", orderNo, eventID, err)
 		}
 	}
 	return out, nil
 }
 
-func checkModify(eventID, orderNo string, c Changes) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
-	}
-	if err := checkOrderNo(orderNo); err != nil {
-		return err
-	}
-	if c.Items != nil && len(c.Items) == 0 {
-		return fmt.Errorf("items given but empty: %w", ErrInvalid)
-	}
-	return validItems(c.Items)
-}
-
-// Exchange closes the active order orderNo as exchanged and creates its
-// replacement, once per eventID, under the fence of the [Write] in ctx.
-// Result.Order is the replacement; read the exchanged order with Get.
+// orders.Exchange closes the active order orderNo as exchanged and creates its
+// replacement, once per eventID, under the fence of the [orders.Write] in ctx.
+// orders.Result.Order is the replacement; read the exchanged order with Get.
 //
 // The replacement is numbered x.NewOrderNo, or [tasks.ReplacementOrderNo] of
 // orderNo and eventID when that is empty. It is active, has x.Items, the
 // exchanged order's address and remark, ExchangedFrom set to orderNo and
-// version 1, and its history starts with an entry of type TypeCreated that
+// version 1, and its history starts with an entry of type orders.TypeCreated that
 // carries the fence the order was closed under. The exchanged order gets
 // status exchanged, ExchangedTo, a bumped version and a history entry of
-// type TypeExchange whose detail carries x.Reason. The new order's fence
+// type orders.TypeExchange whose detail carries x.Reason. The new order's fence
 // state starts empty: its first fenced writer sets it.
 //
 // The two orders live in different Redis Cluster slots, so the exchange is
@@ -648,62 +667,43 @@ func checkModify(eventID, orderNo string, c Changes) error {
 // replacement from the closed order, whose address and remark no longer
 // change. A retry after a crash between them completes the exchange.
 // Replayed is true only when an earlier call had already done every step,
-// and Result.Order is then the replacement as it is now.
+// and orders.Result.Order is then the replacement as it is now.
 //
-// It returns the errors of Modify, and ErrConflict, before changing
+// It returns the errors of Modify, and orders.ErrConflict, before changing
 // anything, when the replacement's number is taken by another order or
 // reserved by another exchange. Only if the reservation expired (see
-// [RedisConfig.ClaimTTL]) or a Put took the number between closing the
-// order and a retry does ErrConflict come after the order was closed.
-func (s *RedisStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
-	w, err := writeFrom(ctx)
+// [Config.ClaimTTL]) or a Put took the number between closing the
+// order and a retry does orders.ErrConflict come after the order was closed.
+func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	newNo := cmp.Or(x.NewOrderNo, tasks.ReplacementOrderNo(orderNo, eventID))
-	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	if err := orders.CheckExchange(eventID, orderNo, newNo, x); err != nil {
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	items, err := encodeItems(x.Items)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	fp := fingerprint(exchangeRequest(x))
 	closed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	b, bReplayed, err := s.createReplacement(ctx, w, eventID, orderNo, closed, items, fp)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	return Result{Order: b, Replayed: closed.replayed && bReplayed}, nil
-}
-
-func checkExchange(eventID, orderNo, newNo string, x Exchange) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
-	}
-	if err := checkOrderNo(orderNo); err != nil {
-		return err
-	}
-	if err := checkOrderNo(newNo); err != nil {
-		return fmt.Errorf("new order: %w", err)
-	}
-	if newNo == orderNo {
-		return fmt.Errorf("new order number is the order's own: %w", ErrInvalid)
-	}
-	if len(x.Items) == 0 {
-		return fmt.Errorf("no items: %w", ErrInvalid)
-	}
-	return validItems(x.Items)
+	return orders.Result{Order: b, Replayed: closed.replayed && bReplayed}, nil
 }
 
 // closeOrder is the first half of an exchange: it reserves newNo and closes
 // orderNo as exchanged to it, or replays an earlier close by the same event.
 // It returns what the close recorded and the closed order's fields. Tests
 // call it alone to simulate a crash before the replacement is created.
-func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, newNo, fp, reason string) (applied, error) {
+func (s *Store) closeOrder(ctx context.Context, w orders.Write, eventID, orderNo, newNo, fp, reason string) (applied, error) {
 	claim := orderNo + "\n" + eventID
 	claimed, err := s.claim(ctx, eventID, orderNo, newNo)
 	if err != nil {
@@ -713,7 +713,7 @@ func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, 
 	if reason != "" {
 		detail += "\x1e" + reason
 	}
-	fields := []any{"status", string(StatusExchanged), "exchanged_to", newNo}
+	fields := []any{"status", string(orders.StatusExchanged), "exchanged_to", newNo}
 	rec := newRecord(recExchange, fp, newNo, strconv.FormatInt(w.Fence, 10))
 	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, fields)
 	if claimed && (err != nil || res.rec.newNo != newNo) {
@@ -731,7 +731,7 @@ func (s *RedisStore) closeOrder(ctx context.Context, w Write, eventID, orderNo, 
 
 // claim reserves newNo for the exchange of orderNo by eventID. It returns
 // whether it holds a claim (false when the event already created newNo).
-func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) (bool, error) {
+func (s *Store) claim(ctx context.Context, eventID, orderNo, newNo string) (bool, error) {
 	ev, _ := s.eventKeys(newNo)
 	keys := []string{s.orderKey(newNo), ev[0], ev[1], ev[2], s.claimKey(newNo)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, orderNo, eventID, s.claimTTL.Milliseconds(), eventHash(eventID)).StringSlice()
@@ -744,7 +744,7 @@ func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) 
 	case "ok":
 		return true, nil
 	case "exists":
-		return false, fmt.Errorf("new order %s already exists: %w", newNo, ErrConflict)
+		return false, fmt.Errorf("new order %s already exists: %w", newNo, orders.ErrConflict)
 	case "claimed":
 		return false, claimedError(newNo, res)
 	}
@@ -753,16 +753,16 @@ func (s *RedisStore) claim(ctx context.Context, eventID, orderNo, newNo string) 
 
 func claimedError(newNo string, res []string) error {
 	from, event, _ := strings.Cut(res[len(res)-1], "\n")
-	return fmt.Errorf("new order %s is being created by the exchange of order %s by event %s: %w", newNo, from, event, ErrConflict)
+	return fmt.Errorf("new order %s is being created by the exchange of order %s by event %s: %w", newNo, from, event, orders.ErrConflict)
 }
 
 // createReplacement is the second half of an exchange: it creates the
 // replacement that the close recorded, from the closed order orderNo, or
 // returns it as it is when the event already created it.
-func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID, orderNo string, closed applied, items, fp string) (Order, bool, error) {
+func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID, orderNo string, closed applied, items, fp string) (orders.Order, bool, error) {
 	a, err := decodeOrder(closed.order)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("event %s: %w", eventID, err)
+		return orders.Order{}, false, fmt.Errorf("event %s: %w", eventID, err)
 	}
 	newNo := closed.rec.newNo
 	ev, exp := s.eventKeys(newNo)
@@ -777,7 +777,7 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID, or
 		orderNo, newNo, a.Address, a.Remark, items, eventHash(eventID), exp,
 		s.histMax, s.histAge.Microseconds()).StringSlice()
 	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	var replayed bool
 	switch res[0] {
@@ -785,21 +785,21 @@ func (s *RedisStore) createReplacement(ctx context.Context, w Write, eventID, or
 	case "replay":
 		replayed = true
 	case "exists":
-		return Order{}, false, fmt.Errorf("new order %s already exists and was not created by event %s: %w", newNo, eventID, ErrConflict)
+		return orders.Order{}, false, fmt.Errorf("new order %s already exists and was not created by event %s: %w", newNo, eventID, orders.ErrConflict)
 	case "claimed":
-		return Order{}, false, claimedError(newNo, res)
+		return orders.Order{}, false, claimedError(newNo, res)
 	default:
-		return Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
+		return orders.Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
 	}
 	if _, err := parseRecord(res[1], recCreate, fp, eventID); err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	o, err := decodeOrder(pairs(res[2:]))
 	if err != nil {
-		return Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
+		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	if o.ExchangedFrom != orderNo {
-		return Order{}, false, fmt.Errorf("new order %s was created by event %s from order %s: %w", newNo, eventID, o.ExchangedFrom, ErrConflict)
+		return orders.Order{}, false, fmt.Errorf("new order %s was created by event %s from order %s: %w", newNo, eventID, o.ExchangedFrom, orders.ErrConflict)
 	}
 	return o, replayed, nil
 }
@@ -812,34 +812,38 @@ type applied struct {
 }
 
 // apply runs applyScript and maps its reply, or the package's error.
-func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
+func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
 	ev, exp := s.eventKeys(orderNo)
 	keys := make([]string, 0, 8)
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
 	tag := "{" + orderNo + "}"
-	if w.LockFenceKey != "" {
-		if !strings.Contains(w.LockFenceKey, tag) {
-			return applied{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", w.LockFenceKey, tag, ErrInvalid)
+	var lockFenceKey string
+	var h *lock.Handoff
+	if hold, ok := ctx.Value(lockKey{}).(LockHold); ok {
+		lockFenceKey = hold.FenceKey()
+		// Only a modify ends its work with this write; an exchange still
+		// creates the replacement after it.
+		if rec.typ == recModify {
+			h = hold.Handoff()
 		}
-		keys = append(keys, w.LockFenceKey)
 	}
-	// Only a modify ends its work with this write; an exchange still
-	// creates the replacement after it.
-	h := w.Handoff
-	if rec.typ != recModify {
-		h = nil
+	if lockFenceKey != "" {
+		if !strings.Contains(lockFenceKey, tag) {
+			return applied{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
+		}
+		keys = append(keys, lockFenceKey)
 	}
 	owner, channel, turn := "", "", ""
 	var seqTTL int64
 	if h != nil {
-		if w.LockFenceKey == "" || !strings.Contains(h.Key, tag) {
-			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, ErrInvalid)
+		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
+			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
 		}
 		keys = append(keys, h.Key)
 		owner, channel = h.Owner, h.Channel
 		if h.SeqKey != "" {
 			if !strings.Contains(h.SeqKey, tag) {
-				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, ErrInvalid)
+				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 			}
 			keys = append(keys, h.SeqKey)
 			turn, seqTTL = strconv.FormatInt(h.Pos, 10), h.SeqTTL
@@ -878,13 +882,13 @@ func (s *RedisStore) apply(ctx context.Context, w Write, eventID, orderNo string
 	}
 	switch res[0] {
 	case "notfound":
-		return applied{}, ErrNotFound
+		return applied{}, orders.ErrNotFound
 	case "closed":
-		return applied{}, &ClosedError{OrderNo: orderNo, Status: Status(res[1]), ExchangedTo: res[2]}
+		return applied{}, &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
-		return applied{}, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], ErrStaleFence)
+		return applied{}, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence)
 	case "passed":
-		return applied{}, fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], ErrPassed)
+		return applied{}, fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed)
 	case "ok", "replay":
 		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
 		if err != nil {
@@ -943,11 +947,11 @@ func (r record) String() string {
 func kindName(typ byte) string {
 	switch typ {
 	case recModify:
-		return TypeModify
+		return orders.TypeModify
 	case recExchange:
-		return TypeExchange
+		return orders.TypeExchange
 	case recCreate:
-		return TypeCreated
+		return orders.TypeCreated
 	}
 	return string(typ)
 }
@@ -964,10 +968,10 @@ func parseRecord(s string, typ byte, fp, eventID string) (record, error) {
 		r.newNo, r.fence = f[2], f[3]
 	}
 	if r.typ != typ {
-		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, kindName(r.typ), ErrConflict)
+		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, kindName(r.typ), orders.ErrConflict)
 	}
 	if r.fp != fp {
-		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, ErrConflict)
+		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, orders.ErrConflict)
 	}
 	return r, nil
 }
@@ -982,10 +986,10 @@ func eventHash(eventID string) string {
 }
 
 // decodeOrder builds an order from the fields of its hash.
-func decodeOrder(f map[string]string) (Order, error) {
-	o := Order{
+func decodeOrder(f map[string]string) (orders.Order, error) {
+	o := orders.Order{
 		No:            f["order_no"],
-		Status:        Status(f["status"]),
+		Status:        orders.Status(f["status"]),
 		Address:       f["address"],
 		Remark:        f["remark"],
 		ExchangedTo:   f["exchanged_to"],
@@ -993,13 +997,13 @@ func decodeOrder(f map[string]string) (Order, error) {
 	}
 	var err error
 	if o.Version, err = strconv.ParseInt(f["version"], 10, 64); err != nil {
-		return Order{}, fmt.Errorf("order %s: version: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: version: %w", o.No, err)
 	}
 	if o.UpdatedAt, err = parseMicros(f["updated_at"]); err != nil {
-		return Order{}, fmt.Errorf("order %s: updated_at: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: updated_at: %w", o.No, err)
 	}
 	if err := json.Unmarshal([]byte(f["items"]), &o.Items); err != nil {
-		return Order{}, fmt.Errorf("order %s: items: %w", o.No, err)
+		return orders.Order{}, fmt.Errorf("order %s: items: %w", o.No, err)
 	}
 	return o, nil
 }
@@ -1017,16 +1021,16 @@ func decodeOrder(f map[string]string) (Order, error) {
 // i) for a modify, the replacement's number and, after byte 30, the reason
 // for an exchange, the order it was created from for a creation, and the
 // status for a put. The older form, a JSON object of strings with the
-// Entry's field names, is still read.
-func decodeEntry(s string) (Entry, error) {
+// orders.Entry's field names, is still read.
+func decodeEntry(s string) (orders.Entry, error) {
 	if strings.HasPrefix(s, "{") {
 		return decodeJSONEntry(s)
 	}
 	f := strings.Split(s, "\x1f")
 	if len(f) != 10 || f[0] != "3" || len(f[1]) != 1 {
-		return Entry{}, fmt.Errorf("bad entry %q", s)
+		return orders.Entry{}, fmt.Errorf("bad entry %q", s)
 	}
-	e := Entry{EventID: f[2], Worker: f[4]}
+	e := orders.Entry{EventID: f[2], Worker: f[4]}
 	var n [5]int64 // fence and start before the end, the end, the version, the position
 	for i, j := range []int{3, 5, 6, 7, 8} {
 		if f[j] == "" {
@@ -1034,7 +1038,7 @@ func decodeEntry(s string) (Entry, error) {
 		}
 		v, err := strconv.ParseInt(f[j], 36, 64)
 		if err != nil {
-			return Entry{}, fmt.Errorf("bad entry %q: field %d: %w", s, j, err)
+			return orders.Entry{}, fmt.Errorf("bad entry %q: field %d: %w", s, j, err)
 		}
 		n[i] = v
 	}
@@ -1044,7 +1048,7 @@ func decodeEntry(s string) (Entry, error) {
 	e.Version, e.Seq = n[3], n[4]
 	switch detail := f[9]; f[1][0] {
 	case recModify:
-		e.Type = TypeModify
+		e.Type = orders.TypeModify
 		var changed []string
 		for _, c := range detail {
 			switch c {
@@ -1061,49 +1065,49 @@ func decodeEntry(s string) (Entry, error) {
 			e.Detail = "changed " + strings.Join(changed, ", ")
 		}
 	case recExchange:
-		e.Type = TypeExchange
+		e.Type = orders.TypeExchange
 		newNo, reason, ok := strings.Cut(detail, "\x1e")
 		e.Detail = "exchanged to " + newNo
 		if ok && reason != "" {
 			e.Detail += ": " + reason
 		}
 	case recCreate:
-		e.Type = TypeCreated
+		e.Type = orders.TypeCreated
 		e.Detail = "created from " + detail + " by event " + e.EventID
 	case recPut:
-		e.Type = TypePut
+		e.Type = orders.TypePut
 		e.Detail = "put: " + detail
 	default:
-		return Entry{}, fmt.Errorf("bad entry kind %q", f[1])
+		return orders.Entry{}, fmt.Errorf("bad entry kind %q", f[1])
 	}
 	return e, nil
 }
 
 // decodeJSONEntry decodes a history entry of the older form: a JSON object
 // whose values are all strings.
-func decodeJSONEntry(s string) (Entry, error) {
+func decodeJSONEntry(s string) (orders.Entry, error) {
 	var f map[string]string
 	if err := json.Unmarshal([]byte(s), &f); err != nil {
-		return Entry{}, err
+		return orders.Entry{}, err
 	}
-	e := Entry{EventID: f["event_id"], Type: f["type"], Worker: f["worker"], Detail: f["detail"]}
+	e := orders.Entry{EventID: f["event_id"], Type: f["type"], Worker: f["worker"], Detail: f["detail"]}
 	var err error
 	if e.Fence, err = strconv.ParseInt(f["fence"], 10, 64); err != nil {
-		return Entry{}, fmt.Errorf("fence: %w", err)
+		return orders.Entry{}, fmt.Errorf("fence: %w", err)
 	}
 	if seq, ok := f["seq"]; ok {
 		if e.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil {
-			return Entry{}, fmt.Errorf("seq: %w", err)
+			return orders.Entry{}, fmt.Errorf("seq: %w", err)
 		}
 	}
 	if e.Version, err = strconv.ParseInt(f["version"], 10, 64); err != nil {
-		return Entry{}, fmt.Errorf("version: %w", err)
+		return orders.Entry{}, fmt.Errorf("version: %w", err)
 	}
 	if e.StartedAt, err = parseMicros(f["started_at"]); err != nil {
-		return Entry{}, fmt.Errorf("started_at: %w", err)
+		return orders.Entry{}, fmt.Errorf("started_at: %w", err)
 	}
 	if e.EndedAt, err = parseMicros(f["ended_at"]); err != nil {
-		return Entry{}, fmt.Errorf("ended_at: %w", err)
+		return orders.Entry{}, fmt.Errorf("ended_at: %w", err)
 	}
 	return e, nil
 }
@@ -1126,9 +1130,9 @@ func parseMicros(s string) (time.Time, error) {
 }
 
 // encodeItems encodes items for the order hash; nil becomes [].
-func encodeItems(items []Item) (string, error) {
+func encodeItems(items []orders.Item) (string, error) {
 	if items == nil {
-		items = []Item{}
+		items = []orders.Item{}
 	}
 	b, err := json.Marshal(items)
 	if err != nil {
@@ -1139,20 +1143,20 @@ func encodeItems(items []Item) (string, error) {
 
 // modifyRequest and exchangeRequest fix the encoding that fingerprint
 // hashes, apart from the public types' (tagless) JSON. They are converted
-// from Changes and Exchange, so adding a field there fails to compile until
+// from orders.Changes and orders.Exchange, so adding a field there fails to compile until
 // it is added here too. Changing them changes the fingerprints of requests
 // recorded before, which would turn their retries into ErrConflict: add
 // fields only with omitempty, and never rename a tag.
 type modifyRequest struct {
-	Address *string `json:"address,omitempty"`
-	Remark  *string `json:"remark,omitempty"`
-	Items   []Item  `json:"items,omitempty"`
+	Address *string       `json:"address,omitempty"`
+	Remark  *string       `json:"remark,omitempty"`
+	Items   []orders.Item `json:"items,omitempty"`
 }
 
 type exchangeRequest struct {
-	Items      []Item `json:"items"`
-	NewOrderNo string `json:"new_order_no,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	Items      []orders.Item `json:"items"`
+	NewOrderNo string        `json:"new_order_no,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
 }
 
 // fingerprint identifies a request, so that a repeat of an event ID with a
@@ -1163,7 +1167,7 @@ func fingerprint(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// The request types are plain structs of strings and ints.
-		panic(fmt.Sprintf("orders: fingerprint: %v", err))
+		panic(fmt.Sprintf("redisstore: fingerprint: %v", err))
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:4])

@@ -1,4 +1,4 @@
-package orders_test
+package storehook_test
 
 import (
 	"context"
@@ -7,19 +7,22 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 func TestBeforeWrite(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	base, err := orders.NewRedis(db.Client, orders.RedisConfig{Prefix: db.Prefix})
+	base, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, base.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	veto := errors.New("veto")
 	var seen []string
-	s := orders.BeforeWrite(base, func(ctx context.Context, typ, ev, no string) error {
+	s := storehook.BeforeWrite(base, func(ctx context.Context, typ, ev, no string) error {
 		seen = append(seen, typ+" "+ev+" "+no)
 		if ev == "ev-veto" {
 			return veto
@@ -45,6 +48,9 @@ func TestDelayEndsWithContext(t *testing.T) {
 	cause := errors.New("shutdown")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(cause)
-	require.ErrorIs(t, orders.Delay(time.Hour)(ctx, orders.TypeModify, "e", "SO1"), cause)
-	require.NoError(t, orders.Delay(time.Millisecond)(t.Context(), orders.TypeModify, "e", "SO1"))
+	require.ErrorIs(t, storehook.Delay(time.Hour)(ctx, orders.TypeModify, "e", "SO1"), cause)
+	require.NoError(t, storehook.Delay(time.Millisecond)(t.Context(), orders.TypeModify, "e", "SO1"))
+	require.NoError(t, storehook.Delay(0)(ctx, orders.TypeModify, "e", "SO1"), "no delay, no wait")
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

@@ -1,4 +1,4 @@
-package orders_test
+package redisstore_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 )
 
 // The tests in this file run the Redis store on a real Redis Cluster and a
 // real Sentinel group, through a client built by redisconn as the binaries
-// build theirs, with the lock's fence key and hand-off as the worker passes
-// them.
+// build theirs, with the lock hold as the worker offers it.
 
 func topologyClient(t *testing.T, url string) redis.UniversalClient {
 	t.Helper()
@@ -35,13 +35,13 @@ func topologyClient(t *testing.T, url string) redis.UniversalClient {
 func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, news []string) {
 	t.Helper()
 	ctx := t.Context()
-	s, err := orders.NewRedis(rdb, orders.RedisConfig{Prefix: prefix})
+	s, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
 	locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w", LockFenceKey: l.FenceKey(), Handoff: l.Handoff()})
+		return redisstore.WithLock(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
 

@@ -1,4 +1,4 @@
-package orders
+package httpstore
 
 import (
 	"context"
@@ -8,26 +8,28 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/orderworker/orderworker/internal/orders"
 )
 
-// maxRequest is the largest request body [NewHTTPHandler] reads.
+// maxRequest is the largest request body [NewHandler] reads.
 const maxRequest = 1 << 20
 
-// NewHTTPHandler returns the reference server of the upstream order API
+// NewHandler returns the reference server of the upstream order API
 // (docs/upstream-order-api.md) over store: it serves the API's routes at
 // the root (mount it elsewhere with http.StripPrefix), turns the
 // Fencing-Token, Order-Sequence, X-Worker-Id and X-Work-Started-At headers
-// into a [Write]
+// into an [orders.Write]
 // and the Idempotency-Key into the event ID, and the store's errors into
-// the API's statuses and error bodies. Over a [RedisStore] it is the
-// upstream that [HTTPStore] is tested against, and a starting point for an
+// the API's statuses and error bodies. Over the Redis store (redisstore) it is the
+// upstream that [Store] is tested against, and a starting point for an
 // order team.
 //
 // It does not authenticate (wrap it in a handler that checks the Bearer
 // token), reads request bodies of up to 1 MiB, and rejects unknown JSON
 // fields. Error messages carry the store's error text. It is safe for
 // concurrent use if store is.
-func NewHTTPHandler(store Store) http.Handler {
+func NewHandler(store orders.Store) http.Handler {
 	h := &apiHandler{store: store}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders/{no}", h.get)
@@ -39,7 +41,7 @@ func NewHTTPHandler(store Store) http.Handler {
 }
 
 type apiHandler struct {
-	store Store
+	store orders.Store
 }
 
 func (h *apiHandler) get(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +54,7 @@ func (h *apiHandler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *apiHandler) history(w http.ResponseWriter, r *http.Request) {
-	entries, err := AllHistory(r.Context(), h.store, r.PathValue("no"))
+	entries, err := orders.AllHistory(r.Context(), h.store, r.PathValue("no"))
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -61,13 +63,13 @@ func (h *apiHandler) history(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *apiHandler) put(w http.ResponseWriter, r *http.Request) {
-	var o Order
+	var o orders.Order
 	if !readAPIBody(w, r, &o) {
 		return
 	}
 	no := r.PathValue("no")
 	if o.No != "" && o.No != no {
-		writeAPIError(w, fmt.Errorf("body names order %q, path %q: %w", o.No, no, ErrInvalid))
+		writeAPIError(w, fmt.Errorf("body names order %q, path %q: %w", o.No, no, orders.ErrInvalid))
 		return
 	}
 	o.No = no
@@ -76,7 +78,7 @@ func (h *apiHandler) put(w http.ResponseWriter, r *http.Request) {
 		writeHeaderError(w, err)
 		return
 	} else if wr.Worker != "" || !wr.StartedAt.IsZero() {
-		ctx = WithWrite(ctx, wr)
+		ctx = orders.WithWrite(ctx, wr)
 	}
 	if err := h.store.Put(ctx, o); err != nil {
 		writeAPIError(w, err)
@@ -95,7 +97,7 @@ func (h *apiHandler) modify(w http.ResponseWriter, r *http.Request) {
 		writeHeaderError(w, err)
 		return
 	}
-	res, err := h.store.Modify(ctx, eventID, r.PathValue("no"), Changes(b))
+	res, err := h.store.Modify(ctx, eventID, r.PathValue("no"), orders.Changes(b))
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -113,7 +115,7 @@ func (h *apiHandler) exchange(w http.ResponseWriter, r *http.Request) {
 		writeHeaderError(w, err)
 		return
 	}
-	res, err := h.store.Exchange(ctx, eventID, r.PathValue("no"), Exchange(b))
+	res, err := h.store.Exchange(ctx, eventID, r.PathValue("no"), orders.Exchange(b))
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -121,12 +123,12 @@ func (h *apiHandler) exchange(w http.ResponseWriter, r *http.Request) {
 	writeAPIResult(w, res)
 }
 
-// writeContext returns the request's context with its fenced Write, and
+// writeContext returns the request's context with its fenced orders.Write, and
 // its event ID.
 func writeContext(r *http.Request) (ctx context.Context, eventID string, err error) {
 	eventID = r.Header.Get(HeaderIdempotencyKey)
 	if eventID == "" {
-		return nil, "", fmt.Errorf("no %s header: %w", HeaderIdempotencyKey, ErrInvalid)
+		return nil, "", fmt.Errorf("no %s header: %w", HeaderIdempotencyKey, orders.ErrInvalid)
 	}
 	wr, err := writerOf(r)
 	if err != nil {
@@ -134,24 +136,24 @@ func writeContext(r *http.Request) (ctx context.Context, eventID string, err err
 	}
 	v := r.Header.Get(HeaderFencingToken)
 	if wr.Fence, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Fence <= 0 {
-		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderFencingToken, v, ErrNoFence)
+		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderFencingToken, v, orders.ErrNoFence)
 	}
 	if v := r.Header.Get(HeaderSequence); v != "" {
 		if wr.Seq, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Seq <= 0 {
-			return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderSequence, v, ErrInvalid)
+			return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderSequence, v, orders.ErrInvalid)
 		}
 	}
-	return WithWrite(r.Context(), wr), eventID, nil
+	return orders.WithWrite(r.Context(), wr), eventID, nil
 }
 
-// writerOf returns the worker and start time headers as a Write without a
+// writerOf returns the worker and start time headers as an orders.Write without a
 // fence.
-func writerOf(r *http.Request) (Write, error) {
-	wr := Write{Worker: r.Header.Get(HeaderWorkerID)}
+func writerOf(r *http.Request) (orders.Write, error) {
+	wr := orders.Write{Worker: r.Header.Get(HeaderWorkerID)}
 	if v := r.Header.Get(HeaderStartedAt); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return Write{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", HeaderStartedAt, v, ErrInvalid)
+			return orders.Write{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", HeaderStartedAt, v, orders.ErrInvalid)
 		}
 		wr.StartedAt = t
 	}
@@ -178,7 +180,7 @@ func readAPIBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func writeAPIResult(w http.ResponseWriter, res Result) {
+func writeAPIResult(w http.ResponseWriter, res orders.Result) {
 	if res.Replayed {
 		w.Header().Set(HeaderReplayed, "true")
 	}
@@ -188,7 +190,7 @@ func writeAPIResult(w http.ResponseWriter, res Result) {
 // writeHeaderError answers 400 for bad or missing headers.
 func writeHeaderError(w http.ResponseWriter, err error) {
 	code := CodeInvalid
-	if errors.Is(err, ErrNoFence) {
+	if errors.Is(err, orders.ErrNoFence) {
 		code = CodeNoFence
 	}
 	writeAPIJSON(w, http.StatusBadRequest, apiError(code, err.Error()))
@@ -196,23 +198,23 @@ func writeHeaderError(w http.ResponseWriter, err error) {
 
 // writeAPIError answers with the status and error body of err.
 func writeAPIError(w http.ResponseWriter, err error) {
-	var ce *ClosedError
+	var ce *orders.ClosedError
 	switch {
 	case errors.As(err, &ce):
 		b := apiError(CodeOrderClosed, err.Error())
 		b.Error.Status, b.Error.ExchangedTo = ce.Status, ce.ExchangedTo
 		writeAPIJSON(w, http.StatusConflict, b)
-	case errors.Is(err, ErrStaleFence):
+	case errors.Is(err, orders.ErrStaleFence):
 		writeAPIJSON(w, http.StatusConflict, apiError(CodeStaleFence, err.Error()))
-	case errors.Is(err, ErrPassed):
+	case errors.Is(err, orders.ErrPassed):
 		writeAPIJSON(w, http.StatusConflict, apiError(CodePassed, err.Error()))
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, orders.ErrConflict):
 		writeAPIJSON(w, http.StatusConflict, apiError(CodeConflict, err.Error()))
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, orders.ErrNotFound):
 		writeAPIJSON(w, http.StatusNotFound, apiError(CodeNotFound, err.Error()))
-	case errors.Is(err, ErrNoFence):
+	case errors.Is(err, orders.ErrNoFence):
 		writeAPIJSON(w, http.StatusBadRequest, apiError(CodeNoFence, err.Error()))
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, orders.ErrInvalid):
 		writeAPIJSON(w, http.StatusUnprocessableEntity, apiError(CodeInvalid, err.Error()))
 	default:
 		writeAPIJSON(w, http.StatusInternalServerError, apiError(CodeInternal, err.Error()))

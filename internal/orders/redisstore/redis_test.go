@@ -1,4 +1,4 @@
-package orders
+package redisstore
 
 import (
 	"context"
@@ -16,34 +16,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
 
 // newStore returns a store on the test's own Redis prefix.
-func newStore(t *testing.T) *RedisStore {
+func newStore(t *testing.T) *Store {
 	t.Helper()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	return s
 }
 
-// fenced returns the test's context carrying a Write with fence.
+// fenced returns the test's context carrying a orders.Write with fence.
 func fenced(t *testing.T, fence int64) context.Context {
 	t.Helper()
-	return WithWrite(t.Context(), Write{Fence: fence, Worker: "test-worker", StartedAt: time.Now()})
+	return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Worker: "test-worker", StartedAt: time.Now()})
 }
 
 // baseFence is a realistic fence: microseconds from a clock.
 var baseFence = time.Now().UnixMicro()
 
 // seed puts an active order and returns it as stored.
-func seed(t *testing.T, s *RedisStore, no string) Order {
+func seed(t *testing.T, s *Store, no string) orders.Order {
 	t.Helper()
-	require.NoError(t, s.Put(t.Context(), Order{
+	require.NoError(t, s.Put(t.Context(), orders.Order{
 		No: no, Address: "1 Old Street", Remark: "ring twice",
-		Items: []Item{{SKU: "shirt-m", Qty: 1}},
+		Items: []orders.Item{{SKU: "shirt-m", Qty: 1}},
 	}))
 	o, err := s.Get(t.Context(), no)
 	require.NoError(t, err)
@@ -52,33 +53,37 @@ func seed(t *testing.T, s *RedisStore, no string) Order {
 
 func ptr(s string) *string { return &s }
 
-func TestNewRedis(t *testing.T) {
+func TestNew(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	tests := []struct {
 		name    string
-		cfg     RedisConfig
+		cfg     Config
 		wantErr bool
 	}{
-		{"zero config", RedisConfig{}, false},
-		{"prefix", RedisConfig{Prefix: "x:"}, false},
-		{"brace in prefix", RedisConfig{Prefix: "x{:"}, true},
-		{"negative claim TTL", RedisConfig{ClaimTTL: -time.Second}, true},
+		{"zero config", Config{}, false},
+		{"prefix", Config{Prefix: "x:"}, false},
+		{"brace in prefix", Config{Prefix: "x{:"}, true},
+		{"negative claim TTL", Config{ClaimTTL: -time.Second}, true},
+		{"dedupe retention below a second", Config{DedupeRetention: time.Millisecond}, true},
+		{"negative history max", Config{HistoryMax: -1}, true},
+		{"negative history max age", Config{HistoryMaxAge: -time.Hour}, true},
+		{"windows", Config{DedupeRetention: time.Hour, HistoryMax: 10, HistoryMaxAge: time.Hour}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := NewRedis(db.Client, tt.cfg)
+			_, err := New(db.Client, tt.cfg)
 			assert.Equal(t, tt.wantErr, err != nil, "err: %v", err)
 		})
 	}
-	_, err := NewRedis(nil, RedisConfig{})
+	_, err := New(nil, Config{})
 	assert.Error(t, err)
 }
 
 func TestKeys(t *testing.T) {
 	t.Parallel()
-	s, err := NewRedis(redistest.New(t).Client, RedisConfig{})
+	s, err := New(redistest.New(t).Client, Config{})
 	require.NoError(t, err)
 	assert.Equal(t, "ow:order:{SO1}", s.orderKey("SO1"))
 	assert.Equal(t, "ow:order:{SO1}:history", s.historyKey("SO1"))
@@ -94,24 +99,24 @@ func TestPutAndGet(t *testing.T) {
 	before := time.Now().Add(-time.Minute)
 
 	o := seed(t, s, "SO1")
-	assert.Equal(t, Order{
-		No: "SO1", Status: StatusActive, Address: "1 Old Street", Remark: "ring twice",
-		Items: []Item{{SKU: "shirt-m", Qty: 1}}, Version: 1, UpdatedAt: o.UpdatedAt,
+	assert.Equal(t, orders.Order{
+		No: "SO1", Status: orders.StatusActive, Address: "1 Old Street", Remark: "ring twice",
+		Items: []orders.Item{{SKU: "shirt-m", Qty: 1}}, Version: 1, UpdatedAt: o.UpdatedAt,
 	}, o)
 	assert.True(t, o.UpdatedAt.After(before), "updated_at %v comes from Redis TIME", o.UpdatedAt)
 
-	require.NoError(t, s.Put(WithWrite(ctx, Write{Worker: "admin"}), Order{No: "SO1", Status: StatusCancelled, Version: 99}))
+	require.NoError(t, s.Put(orders.WithWrite(ctx, orders.Write{Worker: "admin"}), orders.Order{No: "SO1", Status: orders.StatusCancelled, Version: 99}))
 	o, err := s.Get(ctx, "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, StatusCancelled, o.Status)
+	assert.Equal(t, orders.StatusCancelled, o.Status)
 	assert.Equal(t, int64(2), o.Version, "version is the store's, not the caller's")
-	assert.Equal(t, []Item{}, o.Items)
+	assert.Equal(t, []orders.Item{}, o.Items)
 
-	h, err := AllHistory(ctx, s, "SO1")
+	h, err := orders.AllHistory(ctx, s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 2)
-	assert.Equal(t, Entry{
-		Type: TypePut, Worker: "admin", Version: 2, Detail: "put: cancelled",
+	assert.Equal(t, orders.Entry{
+		Type: orders.TypePut, Worker: "admin", Version: 2, Detail: "put: cancelled",
 		StartedAt: h[1].EndedAt, EndedAt: h[1].EndedAt,
 	}, h[1])
 }
@@ -121,22 +126,22 @@ func TestPutInvalid(t *testing.T) {
 	s := newStore(t)
 	tests := []struct {
 		name  string
-		order Order
+		order orders.Order
 	}{
-		{"empty number", Order{}},
-		{"brace in number", Order{No: "SO{1}"}},
-		{"number too long", Order{No: strings.Repeat("a", 65)}},
-		{"unknown status", Order{No: "SO1", Status: "lost"}},
-		{"bad exchanged_to", Order{No: "SO1", ExchangedTo: "B B"}},
-		{"item without sku", Order{No: "SO1", Items: []Item{{Qty: 1}}}},
-		{"item without qty", Order{No: "SO1", Items: []Item{{SKU: "x"}}}},
+		{"empty number", orders.Order{}},
+		{"brace in number", orders.Order{No: "SO{1}"}},
+		{"number too long", orders.Order{No: strings.Repeat("a", 65)}},
+		{"unknown status", orders.Order{No: "SO1", Status: "lost"}},
+		{"bad exchanged_to", orders.Order{No: "SO1", ExchangedTo: "B B"}},
+		{"item without sku", orders.Order{No: "SO1", Items: []orders.Item{{Qty: 1}}}},
+		{"item without qty", orders.Order{No: "SO1", Items: []orders.Item{{SKU: "x"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := s.Put(t.Context(), tt.order)
-			assert.ErrorIs(t, err, ErrInvalid)
-			assert.True(t, Permanent(err))
+			assert.ErrorIs(t, err, orders.ErrInvalid)
+			assert.True(t, orders.Permanent(err))
 		})
 	}
 }
@@ -145,60 +150,63 @@ func TestGetAndHistoryNotFound(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	_, err := s.Get(t.Context(), "NOPE")
-	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = AllHistory(t.Context(), s, "NOPE")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, orders.ErrNotFound)
+	_, err = orders.AllHistory(t.Context(), s, "NOPE")
+	assert.ErrorIs(t, err, orders.ErrNotFound)
 	_, err = s.Get(t.Context(), "no/pe")
-	assert.ErrorIs(t, err, ErrInvalid)
-	_, err = AllHistory(t.Context(), s, "")
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, orders.ErrInvalid)
+	_, err = orders.AllHistory(t.Context(), s, "")
+	assert.ErrorIs(t, err, orders.ErrInvalid)
 }
 
 func TestModify(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		changes Changes
-		want    func(o Order) Order
+		changes orders.Changes
+		want    func(o orders.Order) orders.Order
 		detail  string
 	}{
 		{
 			name:    "address",
-			changes: Changes{Address: ptr("2 New Road")},
-			want:    func(o Order) Order { o.Address = "2 New Road"; return o },
+			changes: orders.Changes{Address: ptr("2 New Road")},
+			want:    func(o orders.Order) orders.Order { o.Address = "2 New Road"; return o },
 			detail:  "changed address",
 		},
 		{
 			name:    "remark to empty",
-			changes: Changes{Remark: ptr("")},
-			want:    func(o Order) Order { o.Remark = ""; return o },
+			changes: orders.Changes{Remark: ptr("")},
+			want:    func(o orders.Order) orders.Order { o.Remark = ""; return o },
 			detail:  "changed remark",
 		},
 		{
 			name:    "items",
-			changes: Changes{Items: []Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}},
-			want:    func(o Order) Order { o.Items = []Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}; return o },
-			detail:  "changed items",
+			changes: orders.Changes{Items: []orders.Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}},
+			want: func(o orders.Order) orders.Order {
+				o.Items = []orders.Item{{SKU: "shirt-l", Qty: 2}, {SKU: "sock", Qty: 3}}
+				return o
+			},
+			detail: "changed items",
 		},
 		{
 			name: "everything, with JSON-hostile text",
-			changes: Changes{
+			changes: orders.Changes{
 				Address: ptr(`"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"),
 				Remark:  ptr(`{}[]\`),
-				Items:   []Item{{SKU: "a/b", Qty: 1 << 40}},
+				Items:   []orders.Item{{SKU: "a/b", Qty: 1 << 40}},
 			},
-			want: func(o Order) Order {
+			want: func(o orders.Order) orders.Order {
 				o.Address = `"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"
 				o.Remark = `{}[]\`
-				o.Items = []Item{{SKU: "a/b", Qty: 1 << 40}}
+				o.Items = []orders.Item{{SKU: "a/b", Qty: 1 << 40}}
 				return o
 			},
 			detail: "changed address, remark, items",
 		},
 		{
 			name:    "no changes",
-			changes: Changes{},
-			want:    func(o Order) Order { return o },
+			changes: orders.Changes{},
+			want:    func(o orders.Order) orders.Order { return o },
 			detail:  "no changes",
 		},
 	}
@@ -208,7 +216,7 @@ func TestModify(t *testing.T) {
 			s := newStore(t)
 			before := seed(t, s, "SO1")
 			started := time.Now().Add(-time.Second)
-			ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "w1", StartedAt: started})
+			ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "w1", StartedAt: started})
 
 			res, err := s.Modify(ctx, "evt-1", "SO1", tt.changes)
 			require.NoError(t, err)
@@ -216,16 +224,16 @@ func TestModify(t *testing.T) {
 			want := tt.want(before)
 			want.Version = 2
 			want.UpdatedAt = res.Order.UpdatedAt
-			assert.Equal(t, Result{Order: want}, res)
+			assert.Equal(t, orders.Result{Order: want}, res)
 			got, err := s.Get(t.Context(), "SO1")
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
 
-			h, err := AllHistory(t.Context(), s, "SO1")
+			h, err := orders.AllHistory(t.Context(), s, "SO1")
 			require.NoError(t, err)
 			require.Len(t, h, 2)
-			assert.Equal(t, Entry{
-				EventID: "evt-1", Type: TypeModify, Fence: baseFence, Worker: "w1",
+			assert.Equal(t, orders.Entry{
+				EventID: "evt-1", Type: orders.TypeModify, Fence: baseFence, Worker: "w1",
 				StartedAt: started.UTC().Truncate(time.Microsecond), EndedAt: got.UpdatedAt,
 				Version: 2, Detail: tt.detail,
 			}, h[1])
@@ -237,21 +245,21 @@ func TestModifyReplay(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("first")})
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", Changes{Address: ptr("second")})
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Address: ptr("second")})
 	require.NoError(t, err)
 
 	// A retry under a newer lock, after the order has moved on.
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Address: ptr("first")})
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
 	require.NoError(t, err)
 	got, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, Result{Order: got, Replayed: true}, again, "a repeat answers the order as it is now")
+	assert.Equal(t, orders.Result{Order: got, Replayed: true}, again, "a repeat answers the order as it is now")
 	assert.Equal(t, "first", first.Order.Address)
 	assert.Equal(t, "second", got.Address, "the replay wrote nothing")
 	assert.Equal(t, int64(3), got.Version)
-	h, err := AllHistory(t.Context(), s, "SO1")
+	h, err := orders.AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Len(t, h, 3)
 }
@@ -260,15 +268,15 @@ func TestModifyReplayAfterExchange(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
 	require.NoError(t, err)
-	_, err = s.Exchange(fenced(t, baseFence+1), "evt-2", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	_, err = s.Exchange(fenced(t, baseFence+1), "evt-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)
 
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
 	require.NoError(t, err, "a repeat of an applied change is a replay, even of a closed order")
 	assert.True(t, again.Replayed)
-	assert.Equal(t, StatusExchanged, again.Order.Status)
+	assert.Equal(t, orders.StatusExchanged, again.Order.Status)
 	assert.Equal(t, first.Order.Remark, again.Order.Remark)
 }
 
@@ -276,7 +284,7 @@ func TestEventReusedForAnotherRequest(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("a")})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("a")})
 	require.NoError(t, err)
 
 	tests := []struct {
@@ -284,27 +292,27 @@ func TestEventReusedForAnotherRequest(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"modify with other changes", func(ctx context.Context) error {
-			_, err := s.Modify(ctx, "evt-1", "SO1", Changes{Address: ptr("b")})
+			_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: ptr("b")})
 			return err
 		}},
 		{"exchange", func(ctx context.Context) error {
-			_, err := s.Exchange(ctx, "evt-1", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+			_, err := s.Exchange(ctx, "evt-1", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 			return err
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call(fenced(t, baseFence+1))
-			assert.ErrorIs(t, err, ErrConflict)
+			assert.ErrorIs(t, err, orders.ErrConflict)
 			assert.ErrorContains(t, err, "evt-1")
 		})
 	}
 	got, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, StatusActive, got.Status)
+	assert.Equal(t, orders.StatusActive, got.Status)
 	assert.Equal(t, int64(2), got.Version)
 	_, err = s.Get(t.Context(), "SO2")
-	assert.ErrorIs(t, err, ErrNotFound, "the conflicting exchange left no replacement behind")
+	assert.ErrorIs(t, err, orders.ErrNotFound, "the conflicting exchange left no replacement behind")
 	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val(), "nor a claim")
 }
 
@@ -312,24 +320,24 @@ func TestModifyStaleFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Address: ptr("new holder")})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("new holder")})
 	require.NoError(t, err)
 	before, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
 
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-late", "SO1", Changes{Address: ptr("late holder")})
-	assert.ErrorIs(t, err, ErrStaleFence)
-	assert.False(t, Permanent(err))
+	_, err = s.Modify(fenced(t, baseFence-1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
+	assert.ErrorIs(t, err, orders.ErrStaleFence)
+	assert.False(t, orders.Permanent(err))
 
 	after, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
-	h, err := AllHistory(t.Context(), s, "SO1")
+	h, err := orders.AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Len(t, h, 2)
 
 	// The stale event was not recorded: under a fresh lock it applies.
-	res, err := s.Modify(fenced(t, baseFence+1), "evt-late", "SO1", Changes{Address: ptr("late holder")})
+	res, err := s.Modify(fenced(t, baseFence+1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	assert.Equal(t, "late holder", res.Order.Address)
@@ -340,9 +348,9 @@ func TestModifyEqualFence(t *testing.T) {
 	s := newStore(t)
 	seed(t, s, "SO1")
 	ctx := fenced(t, baseFence)
-	_, err := s.Modify(ctx, "evt-1", "SO1", Changes{Address: ptr("a")})
+	_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: ptr("a")})
 	require.NoError(t, err)
-	res, err := s.Modify(ctx, "evt-2", "SO1", Changes{Remark: ptr("b")})
+	res, err := s.Modify(ctx, "evt-2", "SO1", orders.Changes{Remark: ptr("b")})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), res.Order.Version)
 }
@@ -369,10 +377,10 @@ func TestFencesComparedExactly(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
 			seed(t, s, "SO1")
-			_, err := s.Modify(fenced(t, tt.first), "evt-1", "SO1", Changes{})
+			_, err := s.Modify(fenced(t, tt.first), "evt-1", "SO1", orders.Changes{})
 			require.NoError(t, err)
-			_, err = s.Modify(fenced(t, tt.second), "evt-2", "SO1", Changes{})
-			assert.Equal(t, tt.wantStale, errors.Is(err, ErrStaleFence), "err: %v", err)
+			_, err = s.Modify(fenced(t, tt.second), "evt-2", "SO1", orders.Changes{})
+			assert.Equal(t, tt.wantStale, errors.Is(err, orders.ErrStaleFence), "err: %v", err)
 		})
 	}
 }
@@ -386,16 +394,16 @@ func TestWriteWithoutFence(t *testing.T) {
 		ctx  func(t *testing.T) context.Context
 	}{
 		{"no write", func(t *testing.T) context.Context { return t.Context() }},
-		{"zero fence", func(t *testing.T) context.Context { return WithWrite(t.Context(), Write{Worker: "w"}) }},
-		{"negative fence", func(t *testing.T) context.Context { return WithWrite(t.Context(), Write{Fence: -1}) }},
+		{"zero fence", func(t *testing.T) context.Context { return orders.WithWrite(t.Context(), orders.Write{Worker: "w"}) }},
+		{"negative fence", func(t *testing.T) context.Context { return orders.WithWrite(t.Context(), orders.Write{Fence: -1}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Modify(tt.ctx(t), "evt-1", "SO1", Changes{Address: ptr("x")})
-			assert.ErrorIs(t, err, ErrNoFence)
-			assert.True(t, Permanent(err))
-			_, err = s.Exchange(tt.ctx(t), "evt-2", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}})
-			assert.ErrorIs(t, err, ErrNoFence)
+			_, err := s.Modify(tt.ctx(t), "evt-1", "SO1", orders.Changes{Address: ptr("x")})
+			assert.ErrorIs(t, err, orders.ErrNoFence)
+			assert.True(t, orders.Permanent(err))
+			_, err = s.Exchange(tt.ctx(t), "evt-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}})
+			assert.ErrorIs(t, err, orders.ErrNoFence)
 		})
 	}
 	got, err := s.Get(t.Context(), "SO1")
@@ -411,19 +419,19 @@ func TestModifyInvalid(t *testing.T) {
 		name    string
 		eventID string
 		orderNo string
-		changes Changes
+		changes orders.Changes
 	}{
-		{"empty event", "", "SO1", Changes{}},
-		{"bad order number", "evt", "SO 1", Changes{}},
-		{"empty items", "evt", "SO1", Changes{Items: []Item{}}},
-		{"zero qty", "evt", "SO1", Changes{Items: []Item{{SKU: "x"}}}},
+		{"empty event", "", "SO1", orders.Changes{}},
+		{"bad order number", "evt", "SO 1", orders.Changes{}},
+		{"empty items", "evt", "SO1", orders.Changes{Items: []orders.Item{}}},
+		{"zero qty", "evt", "SO1", orders.Changes{Items: []orders.Item{{SKU: "x"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := s.Modify(fenced(t, baseFence), tt.eventID, tt.orderNo, tt.changes)
-			assert.ErrorIs(t, err, ErrInvalid)
-			assert.True(t, Permanent(err))
+			assert.ErrorIs(t, err, orders.ErrInvalid)
+			assert.True(t, orders.Permanent(err))
 		})
 	}
 }
@@ -431,35 +439,35 @@ func TestModifyInvalid(t *testing.T) {
 func TestModifyNotFound(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "NOPE", Changes{Address: ptr("x")})
-	assert.ErrorIs(t, err, ErrNotFound)
-	assert.True(t, Permanent(err))
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "NOPE", orders.Changes{Address: ptr("x")})
+	assert.ErrorIs(t, err, orders.ErrNotFound)
+	assert.True(t, orders.Permanent(err))
 	_, err = s.Get(t.Context(), "NOPE")
-	assert.ErrorIs(t, err, ErrNotFound, "modify created nothing")
+	assert.ErrorIs(t, err, orders.ErrNotFound, "modify created nothing")
 }
 
 func TestModifyClosed(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)
-	require.NoError(t, s.Put(t.Context(), Order{No: "SO3", Status: StatusCancelled}))
+	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO3", Status: orders.StatusCancelled}))
 
 	tests := []struct {
 		name    string
 		orderNo string
-		want    ClosedError
+		want    orders.ClosedError
 	}{
-		{"exchanged", "SO1", ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
-		{"cancelled", "SO3", ClosedError{OrderNo: "SO3", Status: StatusCancelled}},
+		{"exchanged", "SO1", orders.ClosedError{OrderNo: "SO1", Status: orders.StatusExchanged, ExchangedTo: "SO2"}},
+		{"cancelled", "SO3", orders.ClosedError{OrderNo: "SO3", Status: orders.StatusCancelled}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Modify(fenced(t, baseFence+1), "evt-m", tt.orderNo, Changes{Address: ptr("x")})
-			assert.ErrorIs(t, err, ErrClosed)
-			assert.True(t, Permanent(err))
-			var ce *ClosedError
+			_, err := s.Modify(fenced(t, baseFence+1), "evt-m", tt.orderNo, orders.Changes{Address: ptr("x")})
+			assert.ErrorIs(t, err, orders.ErrClosed)
+			assert.True(t, orders.Permanent(err))
+			var ce *orders.ClosedError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tt.want, *ce)
 			assert.ErrorContains(t, err, tt.want.ExchangedTo)
@@ -482,15 +490,15 @@ func TestExchange(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
 			seed(t, s, "SO1")
-			items := []Item{{SKU: "shirt-l", Qty: 1}}
-			ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "w1"})
+			items := []orders.Item{{SKU: "shirt-l", Qty: 1}}
+			ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "w1"})
 
-			res, err := s.Exchange(ctx, "evt-x", "SO1", Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
+			res, err := s.Exchange(ctx, "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
 			require.NoError(t, err)
 			assert.False(t, res.Replayed)
 			b := res.Order
-			assert.Equal(t, Order{
-				No: tt.wantNo, Status: StatusActive, Address: "1 Old Street", Remark: "ring twice",
+			assert.Equal(t, orders.Order{
+				No: tt.wantNo, Status: orders.StatusActive, Address: "1 Old Street", Remark: "ring twice",
 				Items: items, Version: 1, ExchangedFrom: "SO1", UpdatedAt: b.UpdatedAt,
 			}, b)
 			got, err := s.Get(t.Context(), tt.wantNo)
@@ -499,37 +507,37 @@ func TestExchange(t *testing.T) {
 
 			a, err := s.Get(t.Context(), "SO1")
 			require.NoError(t, err)
-			assert.Equal(t, StatusExchanged, a.Status)
+			assert.Equal(t, orders.StatusExchanged, a.Status)
 			assert.Equal(t, tt.wantNo, a.ExchangedTo)
 			assert.Equal(t, int64(2), a.Version)
-			assert.Equal(t, []Item{{SKU: "shirt-m", Qty: 1}}, a.Items, "the exchanged order keeps its items")
+			assert.Equal(t, []orders.Item{{SKU: "shirt-m", Qty: 1}}, a.Items, "the exchanged order keeps its items")
 
-			ha, err := AllHistory(t.Context(), s, "SO1")
+			ha, err := orders.AllHistory(t.Context(), s, "SO1")
 			require.NoError(t, err)
 			require.Len(t, ha, 2)
-			assert.Equal(t, Entry{
-				EventID: "evt-x", Type: TypeExchange, Fence: baseFence, Worker: "w1",
+			assert.Equal(t, orders.Entry{
+				EventID: "evt-x", Type: orders.TypeExchange, Fence: baseFence, Worker: "w1",
 				StartedAt: a.UpdatedAt, EndedAt: a.UpdatedAt, Version: 2,
 				Detail: "exchanged to " + tt.wantNo + ": wrong size",
 			}, ha[1])
-			hb, err := AllHistory(t.Context(), s, tt.wantNo)
+			hb, err := orders.AllHistory(t.Context(), s, tt.wantNo)
 			require.NoError(t, err)
-			assert.Equal(t, []Entry{{
-				EventID: "evt-x", Type: TypeCreated, Fence: baseFence, Worker: "w1",
+			assert.Equal(t, []orders.Entry{{
+				EventID: "evt-x", Type: orders.TypeCreated, Fence: baseFence, Worker: "w1",
 				StartedAt: b.UpdatedAt, EndedAt: b.UpdatedAt, Version: 1,
 				Detail: "created from SO1 by event evt-x",
 			}}, hb)
 
 			// The replacement has no fence yet: any fenced writer may
 			// modify it, even one whose fence is older than SO1's.
-			_, err = s.Modify(fenced(t, 1), "evt-m", tt.wantNo, Changes{Remark: ptr("ok")})
+			_, err = s.Modify(fenced(t, 1), "evt-m", tt.wantNo, orders.Changes{Remark: ptr("ok")})
 			assert.NoError(t, err)
 
-			again, err := s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
+			again, err := s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
 			require.NoError(t, err)
 			now, err := s.Get(t.Context(), tt.wantNo)
 			require.NoError(t, err)
-			assert.Equal(t, Result{Order: now, Replayed: true}, again, "a repeat returns the replacement as it is now")
+			assert.Equal(t, orders.Result{Order: now, Replayed: true}, again, "a repeat returns the replacement as it is now")
 		})
 	}
 }
@@ -538,25 +546,25 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	items := []Item{{SKU: "shirt-l", Qty: 1}}
-	x := Exchange{Items: items}
+	items := []orders.Item{{SKU: "shirt-l", Qty: 1}}
+	x := orders.Exchange{Items: items}
 	newNo := tasks.ReplacementOrderNo("SO1", "evt-x")
 	fp := fingerprint(exchangeRequest{Items: items})
 
 	// The first attempt closes SO1 and dies before creating the replacement.
-	w := Write{Fence: baseFence, Worker: "w1"}
-	closed, err := s.closeOrder(WithWrite(t.Context(), w), w, "evt-x", "SO1", newNo, fp, "")
+	w := orders.Write{Fence: baseFence, Worker: "w1"}
+	closed, err := s.closeOrder(orders.WithWrite(t.Context(), w), w, "evt-x", "SO1", newNo, fp, "")
 	require.NoError(t, err)
 	require.False(t, closed.replayed)
 	_, err = s.Get(t.Context(), newNo)
-	require.ErrorIs(t, err, ErrNotFound)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO1", Changes{})
-	require.ErrorIs(t, err, ErrClosed, "the half-done exchange already names its replacement")
+	require.ErrorIs(t, err, orders.ErrNotFound)
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO1", orders.Changes{})
+	require.ErrorIs(t, err, orders.ErrClosed, "the half-done exchange already names its replacement")
 
 	// Another exchange may not take the number meanwhile.
 	seed(t, s, "SO9")
-	_, err = s.Exchange(fenced(t, baseFence), "evt-other", "SO9", Exchange{Items: items, NewOrderNo: newNo})
-	require.ErrorIs(t, err, ErrConflict)
+	_, err = s.Exchange(fenced(t, baseFence), "evt-other", "SO9", orders.Exchange{Items: items, NewOrderNo: newNo})
+	require.ErrorIs(t, err, orders.ErrConflict)
 	assert.ErrorContains(t, err, "SO1")
 
 	// The retry, under a new lock, completes it.
@@ -575,16 +583,16 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 
 	again, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
 	require.NoError(t, err)
-	assert.Equal(t, Result{Order: res.Order, Replayed: true}, again)
+	assert.Equal(t, orders.Result{Order: res.Order, Replayed: true}, again)
 
 	// Review finding: the replacement's first entry carried the retry's
 	// fence, not the one the exchange closed SO1 under.
-	hb, err := AllHistory(t.Context(), s, newNo)
+	hb, err := orders.AllHistory(t.Context(), s, newNo)
 	require.NoError(t, err)
 	require.Len(t, hb, 1)
-	assert.Equal(t, TypeCreated, hb[0].Type)
-	assert.Equal(t, int64(baseFence), hb[0].Fence, "the exchange's fence, not the retry's")
-	ha, err := AllHistory(t.Context(), s, "SO1")
+	assert.Equal(t, orders.TypeCreated, hb[0].Type)
+	assert.Equal(t, baseFence, hb[0].Fence, "the exchange's fence, not the retry's")
+	ha, err := orders.AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, ha[len(ha)-1].Fence, hb[0].Fence)
 }
@@ -595,16 +603,16 @@ func TestExchangeConflict(t *testing.T) {
 	a := seed(t, s, "SO1")
 	b := seed(t, s, "SO2")
 
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
-	assert.ErrorIs(t, err, ErrConflict)
-	assert.True(t, Permanent(err))
+	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	assert.ErrorIs(t, err, orders.ErrConflict)
+	assert.True(t, orders.Permanent(err))
 	assert.ErrorContains(t, err, "SO2")
 
-	for _, want := range []Order{a, b} {
+	for _, want := range []orders.Order{a, b} {
 		got, err := s.Get(t.Context(), want.No)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "nothing changed")
-		h, err := AllHistory(t.Context(), s, want.No)
+		h, err := orders.AllHistory(t.Context(), s, want.No)
 		require.NoError(t, err)
 		assert.Len(t, h, 1)
 	}
@@ -615,21 +623,21 @@ func TestExchangeFailureReleasesClaim(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
-	items := []Item{{SKU: "x", Qty: 1}}
+	items := []orders.Item{{SKU: "x", Qty: 1}}
 
-	_, err = s.Exchange(fenced(t, baseFence-1), "evt-x", "SO1", Exchange{Items: items, NewOrderNo: "SO2"})
-	require.ErrorIs(t, err, ErrStaleFence)
+	_, err = s.Exchange(fenced(t, baseFence-1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, orders.ErrStaleFence)
 	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
 
-	_, err = s.Exchange(fenced(t, baseFence), "evt-y", "NOPE", Exchange{Items: items, NewOrderNo: "SO2"})
-	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.Exchange(fenced(t, baseFence), "evt-y", "NOPE", orders.Exchange{Items: items, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, orders.ErrNotFound)
 	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
 
 	// SO2 is free for the next exchange.
 	seed(t, s, "SO3")
-	_, err = s.Exchange(fenced(t, baseFence), "evt-z", "SO3", Exchange{Items: items, NewOrderNo: "SO2"})
+	_, err = s.Exchange(fenced(t, baseFence), "evt-z", "SO3", orders.Exchange{Items: items, NewOrderNo: "SO2"})
 	assert.NoError(t, err)
 }
 
@@ -639,36 +647,36 @@ func TestExchangeInvalid(t *testing.T) {
 	seed(t, s, "SO1")
 	tests := []struct {
 		name string
-		x    Exchange
+		x    orders.Exchange
 	}{
-		{"no items", Exchange{NewOrderNo: "SO2"}},
-		{"bad item", Exchange{Items: []Item{{SKU: "x", Qty: -1}}}},
-		{"bad new number", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO{2}"}},
-		{"own number", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO1"}},
+		{"no items", orders.Exchange{NewOrderNo: "SO2"}},
+		{"bad item", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: -1}}}},
+		{"bad new number", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO{2}"}},
+		{"own number", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", tt.x)
-			assert.ErrorIs(t, err, ErrInvalid)
+			assert.ErrorIs(t, err, orders.ErrInvalid)
 		})
 	}
 	got, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, StatusActive, got.Status)
+	assert.Equal(t, orders.StatusActive, got.Status)
 }
 
 func TestPutKeepsFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	seed(t, s, "SO1")
 
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-2", "SO1", Changes{})
-	assert.ErrorIs(t, err, ErrStaleFence, "a put does not reset the fence")
-	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err = s.Modify(fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
+	assert.ErrorIs(t, err, orders.ErrStaleFence, "a put does not reset the fence")
+	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	assert.True(t, res.Replayed, "a put does not forget events")
 }
@@ -688,12 +696,12 @@ func TestConcurrentModifies(t *testing.T) {
 	for i := range writers {
 		wg.Go(func() {
 			fence := next.Add(1)
-			_, err := s.Modify(fenced(t, fence), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(fmt.Sprint(i))})
+			_, err := s.Modify(fenced(t, fence), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(fmt.Sprint(i))})
 			if err == nil {
 				applied.Add(1)
 				return
 			}
-			if !errors.Is(err, ErrStaleFence) {
+			if !errors.Is(err, orders.ErrStaleFence) {
 				errs <- err
 			}
 		})
@@ -708,7 +716,7 @@ func TestConcurrentModifies(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, applied.Load())
 	assert.Equal(t, 1+applied.Load(), got.Version, "version counts the put and every applied modify")
-	h, err := AllHistory(t.Context(), s, "SO1")
+	h, err := orders.AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, int(got.Version))
 	for i := 2; i < len(h); i++ {
@@ -718,60 +726,69 @@ func TestConcurrentModifies(t *testing.T) {
 	t.Logf("%d of %d writers applied, the rest were stale", applied.Load(), writers)
 }
 
+// fenceKeyOnly is a lock hold that offers its fence key and no hand-off.
+type fenceKeyOnly string
+
+func (k fenceKeyOnly) FenceKey() string     { return string(k) }
+func (fenceKeyOnly) Handoff() *lock.Handoff { return nil }
+
 // A former lock holder's write is refused as soon as the lock hands out a
 // newer fence, even before the new holder has written to the order.
 func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	require.NoError(t, s.Put(t.Context(), Order{No: "SO1", Address: "a", Items: []Item{{SKU: "A", Qty: 1}}}))
+	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	fenceKey := db.Prefix + "lock:{SO1}:fence"
 	require.NoError(t, db.Client.Set(t.Context(), fenceKey, "200", 0).Err()) // the new holder's fence
 	r := "late"
 
-	old := WithWrite(t.Context(), Write{Fence: 100, LockFenceKey: fenceKey})
-	_, err = s.Modify(old, "ev-old", "SO1", Changes{Remark: &r})
-	require.ErrorIs(t, err, ErrStaleFence)
+	withFenceKey := func(fence int64, key string) context.Context {
+		return WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
+	}
+	old := withFenceKey(100, fenceKey)
+	_, err = s.Modify(old, "ev-old", "SO1", orders.Changes{Remark: &r})
+	require.ErrorIs(t, err, orders.ErrStaleFence)
 
-	current := WithWrite(t.Context(), Write{Fence: 200, LockFenceKey: fenceKey})
-	_, err = s.Modify(current, "ev-new", "SO1", Changes{Remark: &r})
+	current := withFenceKey(200, fenceKey)
+	_, err = s.Modify(current, "ev-new", "SO1", orders.Changes{Remark: &r})
 	require.NoError(t, err)
 
-	wrongSlot := WithWrite(t.Context(), Write{Fence: 300, LockFenceKey: db.Prefix + "lock:{SO2}:fence"})
-	_, err = s.Modify(wrongSlot, "ev-x", "SO1", Changes{Remark: &r})
-	require.ErrorIs(t, err, ErrInvalid)
+	wrongSlot := withFenceKey(300, db.Prefix+"lock:{SO2}:fence")
+	_, err = s.Modify(wrongSlot, "ev-x", "SO1", orders.Changes{Remark: &r})
+	require.ErrorIs(t, err, orders.ErrInvalid)
 }
 
-// With a lock handoff, a modify's commit script also releases the order's
+// With the lock hold offered, a modify's commit script also releases the order's
 // lock (one round trip instead of two) and the lease's Release is then free;
 // an exchange, which writes again after closing the order, leaves the lock
 // to its holder.
 func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix})
+	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	require.NoError(t, s.Put(t.Context(), Order{No: "SO1", Address: "a", Items: []Item{{SKU: "A", Qty: 1}}}))
+	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	locker, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return WithWrite(t.Context(), Write{Fence: l.Fence(), LockFenceKey: l.FenceKey(), Handoff: l.Handoff()})
+		return WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 
 	lease, err := locker.TryAcquire(t.Context(), "SO1", "modify")
 	require.NoError(t, err)
 	r := "x"
-	_, err = s.Modify(write(lease), "ev-1", "SO1", Changes{Remark: &r})
+	_, err = s.Modify(write(lease), "ev-1", "SO1", orders.Changes{Remark: &r})
 	require.NoError(t, err)
 	require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val(), "released by the commit")
 	require.NoError(t, lease.Release(t.Context()), "nothing left to release")
 
 	lease, err = locker.TryAcquire(t.Context(), "SO1", "exchange")
 	require.NoError(t, err)
-	_, err = s.Exchange(write(lease), "ev-2", "SO1", Exchange{Items: []Item{{SKU: "B", Qty: 1}}, NewOrderNo: "SO2"})
+	_, err = s.Exchange(write(lease), "ev-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "B", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), db.Client.Exists(t.Context(), lockKey).Val(), "an exchange keeps its lock")
 	require.NoError(t, lease.Release(t.Context()))
@@ -784,11 +801,11 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 func TestHistoryPagesAndCap(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMax: 5})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 5})
 	require.NoError(t, err)
 	seed(t, s, "SO1") // version 1
 	for i := range 7 {
-		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(strconv.Itoa(i))})
+		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(strconv.Itoa(i))})
 		require.NoError(t, err)
 	}
 	n, err := db.Client.LLen(t.Context(), s.historyKey("SO1")).Result()
@@ -796,7 +813,7 @@ func TestHistoryPagesAndCap(t *testing.T) {
 	require.EqualValues(t, 5, n, "capped at HistoryMax")
 
 	var versions []int64
-	q := HistoryQuery{Limit: 2}
+	q := orders.HistoryQuery{Limit: 2}
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 10)
 		p, err := s.History(t.Context(), "SO1", q)
@@ -812,10 +829,10 @@ func TestHistoryPagesAndCap(t *testing.T) {
 	}
 	require.Equal(t, []int64{4, 5, 6, 7, 8}, versions, "the five newest, each once")
 
-	p, err := s.History(t.Context(), "SO1", HistoryQuery{After: 2, Limit: 100})
+	p, err := s.History(t.Context(), "SO1", orders.HistoryQuery{After: 2, Limit: 100})
 	require.NoError(t, err)
 	require.Equal(t, int64(4), p.Entries[0].Version, "a cursor before the oldest kept starts at the oldest kept")
-	p, err = s.History(t.Context(), "SO1", HistoryQuery{After: 8})
+	p, err = s.History(t.Context(), "SO1", orders.HistoryQuery{After: 8})
 	require.NoError(t, err)
 	require.Empty(t, p.Entries)
 	require.Zero(t, p.Next)
@@ -825,14 +842,14 @@ func TestHistoryPagesAndCap(t *testing.T) {
 func TestHistoryMaxAge(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMaxAge: time.Microsecond})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMaxAge: time.Microsecond})
 	require.NoError(t, err)
 	seed(t, s, "SO1")
 	for i := range 3 {
-		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", Changes{Remark: ptr(strconv.Itoa(i))})
+		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(strconv.Itoa(i))})
 		require.NoError(t, err)
 	}
-	h, err := AllHistory(t.Context(), s, "SO1")
+	h, err := orders.AllHistory(t.Context(), s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 1, "everything but the newest is older than a microsecond")
 	require.Equal(t, "evt-2", h[0].EventID)
@@ -845,12 +862,12 @@ func TestHistoryMaxAge(t *testing.T) {
 func TestDedupeRetention(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, DedupeRetention: time.Hour})
 	require.NoError(t, err)
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
 	seed(t, s, "SO1")
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
 	require.NoError(t, err)
 	ev, _ := s.eventKeys("SO1")
 	ttl, err := db.Client.PTTL(t.Context(), ev[0]).Result()
@@ -859,12 +876,12 @@ func TestDedupeRetention(t *testing.T) {
 	require.LessOrEqual(t, ttl, 2*time.Hour)
 
 	clock = clock.Add(59 * time.Minute)
-	again, err := s.Modify(fenced(t, baseFence+1), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	again, err := s.Modify(fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
 	require.NoError(t, err)
 	require.True(t, again.Replayed, "within the retention")
 
 	clock = clock.Add(2 * time.Hour)
-	again, err = s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	again, err = s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
 	require.NoError(t, err)
 	require.False(t, again.Replayed, "past twice the retention the record is gone")
 }
@@ -874,58 +891,58 @@ func TestDedupeRetention(t *testing.T) {
 func TestDedupeAcrossSkewedClocks(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	ahead, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	ahead, err := New(db.Client, Config{Prefix: db.Prefix, DedupeRetention: time.Hour})
 	require.NoError(t, err)
-	behind, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	behind, err := New(db.Client, Config{Prefix: db.Prefix, DedupeRetention: time.Hour})
 	require.NoError(t, err)
 	base := time.UnixMilli((time.Now().UnixMilli()/time.Hour.Milliseconds() + 1) * time.Hour.Milliseconds())
 	ahead.now = func() time.Time { return base.Add(time.Second) }   // just into the next bucket
 	behind.now = func() time.Time { return base.Add(-time.Second) } // just before it
 	seed(t, ahead, "SO1")
-	_, err = ahead.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	_, err = ahead.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
 	require.NoError(t, err)
-	again, err := behind.Modify(fenced(t, baseFence+1), "evt-1", "SO1", Changes{Remark: ptr("a")})
+	again, err := behind.Modify(fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 }
 
 // An order never moves back in its sequence: a change with an older
-// position than one applied is refused with ErrPassed and writes nothing,
+// position than one applied is refused with orders.ErrPassed and writes nothing,
 // also once its own dedupe record is gone; its replay is still a replay.
 func TestOlderPositionRefused(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, DedupeRetention: time.Hour})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, DedupeRetention: time.Hour})
 	require.NoError(t, err)
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
 	seed(t, s, "SO1")
 	at := func(fence, seq int64) context.Context {
-		return WithWrite(t.Context(), Write{Fence: fence, Seq: seq, Worker: "w"})
+		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, Worker: "w"})
 	}
-	_, err = s.Modify(at(baseFence, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
+	_, err = s.Modify(at(baseFence, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
 	require.NoError(t, err)
-	_, err = s.Modify(at(baseFence+1, 20), "evt-20", "SO1", Changes{Remark: ptr("twenty")})
+	_, err = s.Modify(at(baseFence+1, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
 	require.NoError(t, err)
 
-	again, err := s.Modify(at(baseFence+2, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
+	again, err := s.Modify(at(baseFence+2, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
 	require.NoError(t, err, "a replay within the retention is answered, not refused")
 	require.True(t, again.Replayed)
 
-	_, err = s.Modify(at(baseFence+2, 15), "evt-15", "SO1", Changes{Remark: ptr("fifteen")})
-	require.ErrorIs(t, err, ErrPassed)
-	require.True(t, Permanent(err))
+	_, err = s.Modify(at(baseFence+2, 15), "evt-15", "SO1", orders.Changes{Remark: ptr("fifteen")})
+	require.ErrorIs(t, err, orders.ErrPassed)
+	require.True(t, orders.Permanent(err))
 	require.ErrorContains(t, err, "position 15 is not after position 20")
 
 	clock = clock.Add(3 * time.Hour) // evt-10's record is gone
-	_, err = s.Modify(at(baseFence+3, 10), "evt-10", "SO1", Changes{Remark: ptr("ten")})
-	require.ErrorIs(t, err, ErrPassed, "past its record, the sequence still refuses an old change")
-	_, err = s.Modify(at(baseFence+3, 20), "evt-20", "SO1", Changes{Remark: ptr("twenty")})
-	require.ErrorIs(t, err, ErrPassed, "and the last one applied is not applied twice")
-	_, err = s.Exchange(at(baseFence+3, 12), "evt-12", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
-	require.ErrorIs(t, err, ErrPassed)
+	_, err = s.Modify(at(baseFence+3, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	require.ErrorIs(t, err, orders.ErrPassed, "past its record, the sequence still refuses an old change")
+	_, err = s.Modify(at(baseFence+3, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	require.ErrorIs(t, err, orders.ErrPassed, "and the last one applied is not applied twice")
+	_, err = s.Exchange(at(baseFence+3, 12), "evt-12", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	require.ErrorIs(t, err, orders.ErrPassed)
 	_, err = s.Get(t.Context(), "SO2")
-	require.ErrorIs(t, err, ErrNotFound, "a refused exchange creates nothing")
+	require.ErrorIs(t, err, orders.ErrNotFound, "a refused exchange creates nothing")
 	exists, err := db.Client.Exists(t.Context(), s.claimKey("SO2")).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "and leaves no claim on the replacement's number")
@@ -935,8 +952,8 @@ func TestOlderPositionRefused(t *testing.T) {
 	require.Equal(t, "twenty", o.Remark)
 	require.EqualValues(t, 3, o.Version, "the refusals wrote nothing")
 
-	_, err = s.Modify(at(baseFence+4, 0), "evt-hand", "SO1", Changes{Remark: ptr("by hand")})
+	_, err = s.Modify(at(baseFence+4, 0), "evt-hand", "SO1", orders.Changes{Remark: ptr("by hand")})
 	require.NoError(t, err, "a change without a position is not ordered")
-	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", Changes{Remark: ptr("21")})
+	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
 	require.NoError(t, err)
 }

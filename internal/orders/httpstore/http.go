@@ -1,4 +1,4 @@
-package orders
+package httpstore
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -24,18 +25,18 @@ const (
 	// applies each key at most once per order and answers a repeat with the
 	// recorded outcome.
 	HeaderIdempotencyKey = "Idempotency-Key"
-	// HeaderFencingToken carries the fence of a write ([Write.Fence]) as a
+	// HeaderFencingToken carries the fence of a write ([orders.Write.Fence]) as a
 	// decimal int64. The upstream refuses a fence older than the newest it
 	// has seen for the order.
 	HeaderFencingToken = "Fencing-Token"
 	// HeaderSequence carries the change's position in its order's sequence
-	// ([Write.Seq]) as a decimal int64, when it has one. The upstream
-	// refuses a position not after the newest it has applied to the order
-	// (409 passed), and keeps it in the history.
+	// ([orders.Write.Seq]) as a decimal int64, when it has one. The
+	// upstream refuses a position not after the newest it has applied to
+	// the order (409 passed), and keeps it in the history.
 	HeaderSequence = "Order-Sequence"
-	// HeaderWorkerID carries [Write.Worker], for the order's history.
+	// HeaderWorkerID carries [orders.Write.Worker], for the order's history.
 	HeaderWorkerID = "X-Worker-Id"
-	// HeaderStartedAt carries [Write.StartedAt] in RFC 3339 with
+	// HeaderStartedAt carries [orders.Write.StartedAt] in RFC 3339 with
 	// microseconds, for the order's history.
 	HeaderStartedAt = "X-Work-Started-At"
 	// HeaderReplayed is set to "true" on the answer to a write whose
@@ -73,16 +74,16 @@ const (
 )
 
 // ErrUpstream is returned (wrapped, usually in an [*UpstreamError]) by
-// [HTTPStore] when the order API failed in a way that a later retry may fix:
+// [Store] when the order API failed in a way that a later retry may fix:
 // a 5xx, 408, 425 or 429 answer, a 401 to a freshly fetched token, no answer
-// within HTTPConfig.Timeout, a connection error, or an answer that does not
+// within Config.Timeout, a connection error, or an answer that does not
 // follow the API (a redirect, an undecodable body, a 404 without code
-// not_found). It is not [Permanent].
-var ErrUpstream = errors.New("orders: order API failed")
+// not_found). It is not [orders.Permanent].
+var ErrUpstream = errors.New("httpstore: order API failed")
 
 // UpstreamError is an error answer of the upstream order API. It matches the
-// package error that the answer means (see [HTTPStore]) with errors.Is, and
-// a *[ClosedError] with errors.As when the order is closed.
+// package error that the answer means (see [Store]) with errors.Is, and
+// a *[orders.ClosedError] with errors.As when the order is closed.
 type UpstreamError struct {
 	// StatusCode is the HTTP status of the answer.
 	StatusCode int
@@ -91,8 +92,8 @@ type UpstreamError struct {
 	// Message is error.message of the error body (cut to 512 bytes, control
 	// characters removed), or "" without one.
 	Message string
-	// Err is what the answer means: ErrNotFound, ErrStaleFence, a
-	// *ClosedError, ErrConflict, ErrNoFence, ErrInvalid, or ErrUpstream for
+	// Err is what the answer means: orders.ErrNotFound, orders.ErrStaleFence, a
+	// *orders.ClosedError, orders.ErrConflict, orders.ErrNoFence, orders.ErrInvalid, or ErrUpstream for
 	// an answer a retry may fix. Never nil.
 	Err error
 }
@@ -122,7 +123,7 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // TokenSource hands out the access token for the order API. *token.Cache
 // satisfies it. Implementations must be safe for concurrent use.
 type TokenSource interface {
-	// Get returns the current access token. [HTTPStore] returns its error
+	// Get returns the current access token. [Store] returns its error
 	// wrapped, so an error a retry may fix must not match one of this
 	// package's permanent errors (token.ErrUnavailable does not).
 	Get(ctx context.Context) (string, error)
@@ -131,13 +132,16 @@ type TokenSource interface {
 	Invalidate(ctx context.Context, token string) error
 }
 
-// HTTPConfig tunes an [HTTPStore]. The zero value is ready to use.
-type HTTPConfig struct {
+// DefaultTimeout is the default of Config.Timeout.
+const DefaultTimeout = 10 * time.Second
+
+// Config tunes a [Store]. The zero value is ready to use.
+type Config struct {
 	// Timeout bounds each request to the order API, from sending it to
 	// reading the whole answer; a request that runs out of it fails with
 	// ErrUpstream (retryable). It does not bound the wait for a token,
 	// which the TokenSource bounds (token.Config.WaitTimeout), and a call
-	// may make two requests (see [HTTPStore]). The caller's context bounds
+	// may make two requests (see [Store]). The caller's context bounds
 	// everything. Defaults to 10s.
 	Timeout time.Duration
 	// Client sends the requests. The store uses a shallow copy that never
@@ -155,13 +159,13 @@ const maxResponse = 8 << 20
 // maxMessage is the longest upstream error message kept in an error.
 const maxMessage = 512
 
-// HTTPStore is the [Store] backed by the upstream order API, specified in
+// Store is the [orders.Store] backed by the upstream order API, specified in
 // docs/upstream-order-api.md: a Bearer token from a [TokenSource] on every
 // request, and on every write the event ID as Idempotency-Key and the fence
 // as Fencing-Token. The upstream applies the fence and idempotency rules, so
-// the store behaves as [RedisStore] does, as seen by the worker.
+// the store behaves as the Redis store (redisstore) does, as seen by the worker.
 //
-// Before sending, the store checks what RedisStore checks (a fenced [Write]
+// Before sending, the store checks what the Redis store checks (a fenced [orders.Write]
 // in the context, order numbers, items) with the same errors, and also that
 // an event ID is 1 to 128 printable ASCII characters (tasks.ValidEventID),
 // so that it fits a header; an exchange without NewOrderNo is sent with
@@ -169,56 +173,57 @@ const maxMessage = 512
 //
 // The answers map to errors, each wrapped in an *[UpstreamError]:
 //
-//	2xx                 success; Idempotent-Replayed: true sets Result.Replayed
-//	400 no_fence        ErrNoFence
-//	400, 422, other 4xx ErrInvalid (permanent), with the upstream's message
+//	2xx                 success; Idempotent-Replayed: true sets orders.Result.Replayed
+//	400 no_fence        orders.ErrNoFence
+//	400, 422, other 4xx orders.ErrInvalid (permanent), with the upstream's message
 //	401                 the token is invalidated and the request sent once
 //	                    more with a new one; a second 401 is ErrUpstream
-//	404 not_found       ErrNotFound; any other 404 is ErrUpstream (likely a
+//	404 not_found       orders.ErrNotFound; any other 404 is ErrUpstream (likely a
 //	                    wrong base URL, not a missing order)
-//	409 stale_fence     ErrStaleFence
-//	409 passed          ErrPassed
-//	409 order_closed    *ClosedError naming the replacement (ErrClosed)
-//	409 other           ErrConflict
+//	409 stale_fence     orders.ErrStaleFence
+//	409 passed          orders.ErrPassed
+//	409 order_closed    *orders.ClosedError naming the replacement (orders.ErrClosed)
+//	409 other           orders.ErrConflict
 //	408, 425, 429, 5xx  ErrUpstream
 //
 // Timeouts, connection errors and unreadable answers are ErrUpstream too,
 // and a TokenSource error is returned wrapped as it is (token.ErrUnavailable
 // stays retryable). When ctx ends, the error wraps context.Cause(ctx), so a
-// lost lock's cause reaches the caller. Only ErrNotFound, ErrClosed,
-// ErrConflict, ErrPassed, ErrNoFence and ErrInvalid are [Permanent].
+// lost lock's cause reaches the caller. Only orders.ErrNotFound,
+// orders.ErrClosed, orders.ErrConflict, orders.ErrPassed, orders.ErrNoFence
+// and orders.ErrInvalid are [orders.Permanent].
 //
-// An HTTPStore is safe for concurrent use. It owns no goroutines;
-// [HTTPStore.CloseIdleConnections] releases its idle connections.
-type HTTPStore struct {
+// An Store is safe for concurrent use. It owns no goroutines;
+// [Store.CloseIdleConnections] releases its idle connections.
+type Store struct {
 	base    string // without a trailing slash
 	tokens  TokenSource
 	hc      *http.Client
 	timeout time.Duration
 }
 
-var _ Store = (*HTTPStore)(nil)
+var _ orders.Store = (*Store)(nil)
 
-// NewHTTP returns a store that calls the order API at baseURL (an absolute
+// New returns a store that calls the order API at baseURL (an absolute
 // http or https URL, possibly with a path such as https://host/v1; the
 // store appends /orders/...) with tokens from tokens. It returns an error
 // when baseURL is not such a URL, has credentials, a query or a fragment,
 // when tokens is nil, or when cfg.Timeout is negative.
-func NewHTTP(baseURL string, tokens TokenSource, cfg HTTPConfig) (*HTTPStore, error) {
+func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 	u, err := url.Parse(baseURL)
 	switch {
 	case err != nil:
-		return nil, errors.New("orders: order API URL does not parse")
+		return nil, errors.New("httpstore: order API URL does not parse")
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-		return nil, fmt.Errorf("orders: order API URL %q: want an absolute http or https URL", u.Redacted())
+		return nil, fmt.Errorf("httpstore: order API URL %q: want an absolute http or https URL", u.Redacted())
 	case u.User != nil:
-		return nil, fmt.Errorf("orders: order API URL %q has credentials; the store authenticates with its token", u.Redacted())
+		return nil, fmt.Errorf("httpstore: order API URL %q has credentials; the store authenticates with its token", u.Redacted())
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, fmt.Errorf("orders: order API URL %q has a query or fragment", u.Redacted())
+		return nil, fmt.Errorf("httpstore: order API URL %q has a query or fragment", u.Redacted())
 	case tokens == nil:
-		return nil, errors.New("orders: nil token source")
+		return nil, errors.New("httpstore: nil token source")
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("orders: negative order API timeout %v", cfg.Timeout)
+		return nil, fmt.Errorf("httpstore: negative order API timeout %v", cfg.Timeout)
 	}
 	var hc http.Client
 	if cfg.Client != nil {
@@ -229,59 +234,59 @@ func NewHTTP(baseURL string, tokens TokenSource, cfg HTTPConfig) (*HTTPStore, er
 		hc.Transport = tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &HTTPStore{
+	return &Store{
 		base:    strings.TrimRight(u.String(), "/"),
 		tokens:  tokens,
 		hc:      &hc,
-		timeout: cmp.Or(cfg.Timeout, 10*time.Second),
+		timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
 	}, nil
 }
 
 // CloseIdleConnections closes the connections to the upstream that are not
 // in use. The store stays usable. Call it when the store is done with.
-func (s *HTTPStore) CloseIdleConnections() { s.hc.CloseIdleConnections() }
+func (s *Store) CloseIdleConnections() { s.hc.CloseIdleConnections() }
 
 // orderPath is the path of order no, with suffix ("", "/history",
 // "/modify" or "/exchange").
-func (s *HTTPStore) orderPath(no, suffix string) string {
+func (s *Store) orderPath(no, suffix string) string {
 	return s.base + "/orders/" + url.PathEscape(no) + suffix
 }
 
-// Get returns the order (GET /orders/{no}). It returns ErrInvalid for a
-// malformed order number, ErrNotFound, and the other errors listed on
-// [HTTPStore].
-func (s *HTTPStore) Get(ctx context.Context, orderNo string) (Order, error) {
-	if err := checkOrderNo(orderNo); err != nil {
-		return Order{}, fmt.Errorf("get: %w", err)
+// Get returns the order (GET /orders/{no}). It returns orders.ErrInvalid for a
+// malformed order number, orders.ErrNotFound, and the other errors listed on
+// [Store].
+func (s *Store) Get(ctx context.Context, orderNo string) (orders.Order, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
+		return orders.Order{}, fmt.Errorf("get: %w", err)
 	}
-	var o Order
+	var o orders.Order
 	if _, err := s.call(ctx, http.MethodGet, orderNo, "", nil, nil, &o, checkOrder(&o, orderNo)); err != nil {
-		return Order{}, fmt.Errorf("get %s: %w", orderNo, err)
+		return orders.Order{}, fmt.Errorf("get %s: %w", orderNo, err)
 	}
 	return o, nil
 }
 
 // historyBody is the answer of GET /orders/{no}/history.
 type historyBody struct {
-	Entries []Entry `json:"entries"`
+	Entries []orders.Entry `json:"entries"`
 }
 
 // History returns a page of the order's history, oldest first. The
 // upstream API has no pages (GET /orders/{no}/history answers the whole
 // history the upstream keeps): each call reads it whole and cuts the page
 // out, by version, so a caller that follows the pages reads it once per
-// page. It returns ErrInvalid for a malformed order number, ErrNotFound,
-// and the other errors listed on [HTTPStore].
-func (s *HTTPStore) History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error) {
-	if err := checkOrderNo(orderNo); err != nil {
-		return HistoryPage{}, fmt.Errorf("history: %w", err)
+// page. It returns orders.ErrInvalid for a malformed order number,
+// orders.ErrNotFound, and the other errors listed on [Store].
+func (s *Store) History(ctx context.Context, orderNo string, q orders.HistoryQuery) (orders.HistoryPage, error) {
+	if err := orders.CheckOrderNo(orderNo); err != nil {
+		return orders.HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
-	q = q.withDefaults()
+	q = q.WithDefaults()
 	var h historyBody
 	if _, err := s.call(ctx, http.MethodGet, orderNo, "/history", nil, nil, &h, nil); err != nil {
-		return HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
+		return orders.HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}
-	var page HistoryPage
+	var page orders.HistoryPage
 	for _, e := range h.Entries {
 		if e.Version <= q.After {
 			continue
@@ -298,12 +303,12 @@ func (s *HTTPStore) History(ctx context.Context, orderNo string, q HistoryQuery)
 
 // Put creates or replaces an order (PUT /orders/{no} with the order as
 // body; the upstream ignores version and updated_at). It is neither fenced
-// nor idempotent, as [Store.Put] says; a [Write] in ctx, when present,
-// names the worker. It returns ErrInvalid for a malformed order, and the
-// other errors listed on [HTTPStore].
-func (s *HTTPStore) Put(ctx context.Context, o Order) error {
-	o.Status = cmp.Or(o.Status, StatusActive)
-	if err := checkPut(o); err != nil {
+// nor idempotent, as [orders.Store] says of Put; a [orders.Write] in ctx, when present,
+// names the worker. It returns orders.ErrInvalid for a malformed order, and the
+// other errors listed on [Store].
+func (s *Store) Put(ctx context.Context, o orders.Order) error {
+	o.Status = cmp.Or(o.Status, orders.StatusActive)
+	if err := orders.CheckPut(o); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
 	body, err := json.Marshal(o)
@@ -311,7 +316,7 @@ func (s *HTTPStore) Put(ctx context.Context, o Order) error {
 		return fmt.Errorf("put %s: %w", o.No, err)
 	}
 	hdr := http.Header{}
-	if w, ok := WriteFrom(ctx); ok {
+	if w, ok := orders.WriteFrom(ctx); ok {
 		setWriter(hdr, w)
 	}
 	if _, err := s.call(ctx, http.MethodPut, o.No, "", hdr, body, nil, nil); err != nil {
@@ -322,98 +327,98 @@ func (s *HTTPStore) Put(ctx context.Context, o Order) error {
 
 // modifyBody is the body of POST /orders/{no}/modify. An absent field is
 // left as it is; items, when present, is never empty. It converts to and
-// from Changes, so a field added there fails to compile until it is added
+// from orders.Changes, so a field added there fails to compile until it is added
 // here (and to docs/upstream-order-api.md).
 type modifyBody struct {
-	Address *string `json:"address,omitempty"`
-	Remark  *string `json:"remark,omitempty"`
-	Items   []Item  `json:"items,omitempty"`
+	Address *string       `json:"address,omitempty"`
+	Remark  *string       `json:"remark,omitempty"`
+	Items   []orders.Item `json:"items,omitempty"`
 }
 
 // exchangeBody is the body of POST /orders/{no}/exchange. NewOrderNo is
-// always set by the client. The handler converts it to Exchange, so a
+// always set by the client. The handler converts it to orders.Exchange, so a
 // field added there fails to compile until it is added here.
 type exchangeBody struct {
-	Items      []Item `json:"items"`
-	NewOrderNo string `json:"new_order_no"`
-	Reason     string `json:"reason,omitempty"`
+	Items      []orders.Item `json:"items"`
+	NewOrderNo string        `json:"new_order_no"`
+	Reason     string        `json:"reason,omitempty"`
 }
 
 // Modify applies c to the active order orderNo, once per eventID, under the
-// fence of the [Write] in ctx (POST /orders/{no}/modify). Result.Order is
-// the order as the upstream's answer has it; Result.Replayed is set when
+// fence of the [orders.Write] in ctx (POST /orders/{no}/modify). Result.Order is
+// the order as the upstream's answer has it; orders.Result.Replayed is set when
 // the upstream says the event had been applied before.
 //
-// It returns the errors of [Store.Modify] as [RedisStore.Modify] does
-// (ErrNoFence and ErrInvalid before sending anything, and also ErrInvalid
+// It returns the errors of [orders.Store.Modify] as the Redis store does
+// (orders.ErrNoFence and orders.ErrInvalid before sending anything, and also orders.ErrInvalid
 // for an event ID that does not fit a header), and the upstream errors
-// listed on [HTTPStore].
-func (s *HTTPStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
-	w, err := writeFrom(ctx)
+// listed on [Store].
+func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	if err := checkModify(eventID, orderNo, c); err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	if err := orders.CheckModify(eventID, orderNo, c); err != nil {
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
 	if err := checkHeaderEventID(eventID); err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
 	body, err := json.Marshal(modifyBody(c))
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	var o Order
+	var o orders.Order
 	replayed, err := s.call(ctx, http.MethodPost, orderNo, "/modify", writeHeader(eventID, w), body, &o, checkOrder(&o, orderNo))
 	if err != nil {
-		return Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
-	return Result{Order: o, Replayed: replayed}, nil
+	return orders.Result{Order: o, Replayed: replayed}, nil
 }
 
 // Exchange closes the active order orderNo as exchanged and creates its
-// replacement, once per eventID, under the fence of the [Write] in ctx
+// replacement, once per eventID, under the fence of the [orders.Write] in ctx
 // (POST /orders/{no}/exchange). The replacement is numbered x.NewOrderNo,
 // or [tasks.ReplacementOrderNo] of orderNo and eventID, which the store fills in
 // before sending. Result.Order is the replacement as the upstream's answer
 // has it.
 //
-// It returns the errors of [Store.Exchange] as [RedisStore.Exchange] does
+// It returns the errors of [orders.Store.Exchange] as the Redis store does
 // (the request checks before sending anything), and the upstream errors
-// listed on [HTTPStore].
-func (s *HTTPStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
-	w, err := writeFrom(ctx)
+// listed on [Store].
+func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	newNo := cmp.Or(x.NewOrderNo, tasks.ReplacementOrderNo(orderNo, eventID))
-	if err := checkExchange(eventID, orderNo, newNo, x); err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	if err := orders.CheckExchange(eventID, orderNo, newNo, x); err != nil {
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	if err := checkHeaderEventID(eventID); err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	body, err := json.Marshal(exchangeBody{Items: x.Items, NewOrderNo: newNo, Reason: x.Reason})
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	var o Order
+	var o orders.Order
 	replayed, err := s.call(ctx, http.MethodPost, orderNo, "/exchange", writeHeader(eventID, w), body, &o, checkOrder(&o, newNo))
 	if err != nil {
-		return Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	return Result{Order: o, Replayed: replayed}, nil
+	return orders.Result{Order: o, Replayed: replayed}, nil
 }
 
 func checkHeaderEventID(eventID string) error {
 	if !tasks.ValidEventID(eventID) {
-		return fmt.Errorf("event ID %q is not 1-%d printable ASCII characters: %w", eventID, tasks.MaxEventIDLen, ErrInvalid)
+		return fmt.Errorf("event ID %q is not 1-%d printable ASCII characters: %w", eventID, tasks.MaxEventIDLen, orders.ErrInvalid)
 	}
 	return nil
 }
 
 // writeHeader returns the headers of a fenced write.
-func writeHeader(eventID string, w Write) http.Header {
+func writeHeader(eventID string, w orders.Write) http.Header {
 	hdr := http.Header{}
 	hdr.Set(HeaderIdempotencyKey, eventID)
 	hdr.Set(HeaderFencingToken, strconv.FormatInt(w.Fence, 10))
@@ -425,7 +430,7 @@ func writeHeader(eventID string, w Write) http.Header {
 }
 
 // setWriter sets the worker and start time headers of w, when given.
-func setWriter(hdr http.Header, w Write) {
+func setWriter(hdr http.Header, w orders.Write) {
 	if w.Worker != "" {
 		hdr.Set(HeaderWorkerID, headerSafe(w.Worker))
 	}
@@ -451,13 +456,13 @@ func headerSafe(s string) string {
 
 // checkOrder returns a check that the answer decoded into o is order no.
 // It also normalises what JSON leaves loose: nil items and non-UTC times.
-func checkOrder(o *Order, no string) func() error {
+func checkOrder(o *orders.Order, no string) func() error {
 	return func() error {
 		if o.No != no {
 			return fmt.Errorf("order %q instead of %q", o.No, no)
 		}
 		if o.Items == nil {
-			o.Items = []Item{}
+			o.Items = []orders.Item{}
 		}
 		o.UpdatedAt = o.UpdatedAt.UTC()
 		return nil
@@ -468,7 +473,7 @@ func checkOrder(o *Order, no string) func() error {
 // more with a new token after a 401. It decodes a 2xx answer into out
 // (unless out is nil), runs check (unless nil) on it, and reports whether
 // the answer was a replay; any other answer is an error.
-func (s *HTTPStore) call(ctx context.Context, method, orderNo, suffix string, hdr http.Header, body []byte, out any, check func() error) (bool, error) {
+func (s *Store) call(ctx context.Context, method, orderNo, suffix string, hdr http.Header, body []byte, out any, check func() error) (bool, error) {
 	target := s.orderPath(orderNo, suffix)
 	tok, err := s.tokens.Get(ctx)
 	if err != nil {
@@ -523,7 +528,7 @@ var errTimeout = errors.New("order API timeout")
 
 // send makes one request with tok, within the store's timeout, and reads
 // the whole answer.
-func (s *HTTPStore) send(ctx context.Context, method, target string, hdr http.Header, body []byte, tok string) (answer, error) {
+func (s *Store) send(ctx context.Context, method, target string, hdr http.Header, body []byte, tok string) (answer, error) {
 	rctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
 	defer cancel()
 	var rd io.Reader
@@ -559,7 +564,7 @@ func (s *HTTPStore) send(ctx context.Context, method, target string, hdr http.He
 
 // sendError classifies a failed request: the caller's context ended, the
 // request's own timeout passed, or the upstream could not be reached.
-func (s *HTTPStore) sendError(ctx, rctx context.Context, err error) error {
+func (s *Store) sendError(ctx, rctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("order API: %w", context.Cause(ctx))
@@ -583,8 +588,8 @@ type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Status and ExchangedTo are set with CodeOrderClosed.
-	Status      Status `json:"status,omitempty"`
-	ExchangedTo string `json:"exchanged_to,omitempty"`
+	Status      orders.Status `json:"status,omitempty"`
+	ExchangedTo string        `json:"exchanged_to,omitempty"`
 }
 
 // decodeError maps an answer about order orderNo that is not a success to
@@ -600,31 +605,31 @@ func decodeError(status int, body []byte, orderNo string) *UpstreamError {
 	}
 	switch {
 	case status == http.StatusNotFound && e.Code == CodeNotFound:
-		e.Err = ErrNotFound
+		e.Err = orders.ErrNotFound
 	case status == http.StatusNotFound:
 		e.Err = fmt.Errorf("%w: 404 without code %s: is the order API URL right?", ErrUpstream, CodeNotFound)
 	case status == http.StatusConflict && e.Code == CodeStaleFence:
-		e.Err = ErrStaleFence
+		e.Err = orders.ErrStaleFence
 	case status == http.StatusConflict && e.Code == CodePassed:
-		e.Err = ErrPassed
+		e.Err = orders.ErrPassed
 	case status == http.StatusConflict && e.Code == CodeOrderClosed:
-		ce := &ClosedError{OrderNo: orderNo, Status: Status(clean(string(eb.Error.Status), 32)), ExchangedTo: clean(eb.Error.ExchangedTo, maxOrderNo)}
+		ce := &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(clean(string(eb.Error.Status), 32)), ExchangedTo: clean(eb.Error.ExchangedTo, tasks.MaxOrderNoLen)}
 		if ce.Status == "" {
-			ce.Status = StatusCancelled
+			ce.Status = orders.StatusCancelled
 			if ce.ExchangedTo != "" {
-				ce.Status = StatusExchanged
+				ce.Status = orders.StatusExchanged
 			}
 		}
 		e.Err = ce
 	case status == http.StatusConflict:
-		e.Err = ErrConflict
+		e.Err = orders.ErrConflict
 	case status == http.StatusBadRequest && e.Code == CodeNoFence:
-		e.Err = ErrNoFence
+		e.Err = orders.ErrNoFence
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
 		status == http.StatusUnauthorized:
 		e.Err = ErrUpstream
 	case status >= 400 && status <= 499:
-		e.Err = ErrInvalid
+		e.Err = orders.ErrInvalid
 	default: // 5xx, and 1xx or 3xx that the client did not handle
 		e.Err = ErrUpstream
 	}

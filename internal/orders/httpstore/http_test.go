@@ -1,4 +1,4 @@
-package orders
+package httpstore
 
 import (
 	"bytes"
@@ -19,57 +19,58 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/tasks"
 )
 
 var _ TokenSource = (*token.Cache)(nil)
 
-func TestNewHTTP(t *testing.T) {
+func TestNew(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
 		url      string
-		cfg      HTTPConfig
+		cfg      Config
 		wantBase string
 	}{
-		{"plain", "http://orders.example", HTTPConfig{}, "http://orders.example"},
-		{"https with path and slash", "https://orders.example/v1/", HTTPConfig{Timeout: time.Second, Client: &http.Client{}}, "https://orders.example/v1"},
+		{"plain", "http://orders.example", Config{}, "http://orders.example"},
+		{"https with path and slash", "https://orders.example/v1/", Config{Timeout: time.Second, Client: &http.Client{}}, "https://orders.example/v1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s, err := NewHTTP(tt.url, &staticTokens{tok: "t"}, tt.cfg)
+			s, err := New(tt.url, &staticTokens{tok: "t"}, tt.cfg)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantBase+"/orders/SO1/modify", s.orderPath("SO1", "/modify"))
 		})
 	}
 }
 
-func TestNewHTTPRejects(t *testing.T) {
+func TestNewRejects(t *testing.T) {
 	t.Parallel()
 	tokens := &staticTokens{tok: "t"}
 	tests := []struct {
 		name    string
 		url     string
 		tokens  TokenSource
-		cfg     HTTPConfig
+		cfg     Config
 		wantErr string
 	}{
-		{"empty", "", tokens, HTTPConfig{}, "absolute http or https"},
-		{"relative", "/v1", tokens, HTTPConfig{}, "absolute http or https"},
-		{"other scheme", "ftp://orders.example", tokens, HTTPConfig{}, "absolute http or https"},
-		{"credentials", "https://user:hunter2@orders.example", tokens, HTTPConfig{}, "credentials"},
-		{"query", "https://orders.example/?a=1", tokens, HTTPConfig{}, "query"},
-		{"fragment", "https://orders.example/#x", tokens, HTTPConfig{}, "fragment"},
-		{"unparseable", "http://[::1", tokens, HTTPConfig{}, "does not parse"},
-		{"no tokens", "http://orders.example", nil, HTTPConfig{}, "nil token source"},
-		{"negative timeout", "http://orders.example", tokens, HTTPConfig{Timeout: -time.Second}, "negative"},
+		{"empty", "", tokens, Config{}, "absolute http or https"},
+		{"relative", "/v1", tokens, Config{}, "absolute http or https"},
+		{"other scheme", "ftp://orders.example", tokens, Config{}, "absolute http or https"},
+		{"credentials", "https://user:hunter2@orders.example", tokens, Config{}, "credentials"},
+		{"query", "https://orders.example/?a=1", tokens, Config{}, "query"},
+		{"fragment", "https://orders.example/#x", tokens, Config{}, "fragment"},
+		{"unparseable", "http://[::1", tokens, Config{}, "does not parse"},
+		{"no tokens", "http://orders.example", nil, Config{}, "nil token source"},
+		{"negative timeout", "http://orders.example", tokens, Config{Timeout: -time.Second}, "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := NewHTTP(tt.url, tt.tokens, tt.cfg)
+			_, err := New(tt.url, tt.tokens, tt.cfg)
 			assert.ErrorContains(t, err, tt.wantErr)
 			assert.NotContains(t, err.Error(), "hunter2", "no password in errors")
 		})
@@ -81,11 +82,11 @@ func TestNewHTTPRejects(t *testing.T) {
 func TestHTTPRoundTrip(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	s := u.store(t, HTTPConfig{})
+	s := u.store(t, Config{})
 	ctx := t.Context()
 
-	require.NoError(t, s.Put(WithWrite(ctx, Write{Worker: "admin"}), Order{
-		No: "SO1", Address: "1 Old Street", Remark: "ring twice", Items: []Item{{SKU: "shirt-m", Qty: 1}},
+	require.NoError(t, s.Put(orders.WithWrite(ctx, orders.Write{Worker: "admin"}), orders.Order{
+		No: "SO1", Address: "1 Old Street", Remark: "ring twice", Items: []orders.Item{{SKU: "shirt-m", Qty: 1}},
 	}))
 	got, err := s.Get(ctx, "SO1")
 	require.NoError(t, err)
@@ -94,8 +95,8 @@ func TestHTTPRoundTrip(t *testing.T) {
 	assert.Equal(t, want, got)
 
 	started := time.Now().Add(-time.Second)
-	w := Write{Fence: baseFence, Worker: "worker-1", StartedAt: started}
-	res, err := s.Modify(WithWrite(ctx, w), "evt-m", "SO1", Changes{Address: ptr("2 New Road"), Items: []Item{{SKU: "shirt-l", Qty: 2}}})
+	w := orders.Write{Fence: baseFence, Worker: "worker-1", StartedAt: started}
+	res, err := s.Modify(orders.WithWrite(ctx, w), "evt-m", "SO1", orders.Changes{Address: ptr("2 New Road"), Items: []orders.Item{{SKU: "shirt-l", Qty: 2}}})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	want, err = u.oracle.Get(ctx, "SO1")
@@ -105,7 +106,7 @@ func TestHTTPRoundTrip(t *testing.T) {
 	assert.Equal(t, int64(2), res.Order.Version)
 
 	w.Fence++
-	res, err = s.Exchange(WithWrite(ctx, w), "evt-x", "SO1", Exchange{Items: []Item{{SKU: "shirt-s", Qty: 1}}, Reason: "wrong size"})
+	res, err = s.Exchange(orders.WithWrite(ctx, w), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "shirt-s", Qty: 1}}, Reason: "wrong size"})
 	require.NoError(t, err)
 	newNo := tasks.ReplacementOrderNo("SO1", "evt-x")
 	want, err = u.oracle.Get(ctx, newNo)
@@ -114,28 +115,28 @@ func TestHTTPRoundTrip(t *testing.T) {
 	assert.Equal(t, "SO1", res.Order.ExchangedFrom)
 	a, err := s.Get(ctx, "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, StatusExchanged, a.Status)
+	assert.Equal(t, orders.StatusExchanged, a.Status)
 	assert.Equal(t, newNo, a.ExchangedTo)
 
-	h, err := AllHistory(ctx, s, "SO1")
+	h, err := orders.AllHistory(ctx, s, "SO1")
 	require.NoError(t, err)
-	wantH, err := AllHistory(ctx, u.oracle, "SO1")
+	wantH, err := orders.AllHistory(ctx, u.oracle, "SO1")
 	require.NoError(t, err)
 	assert.Equal(t, wantH, h)
 	require.Len(t, h, 3)
-	assert.Equal(t, Entry{
-		EventID: "evt-m", Type: TypeModify, Fence: baseFence, Worker: "worker-1",
+	assert.Equal(t, orders.Entry{
+		EventID: "evt-m", Type: orders.TypeModify, Fence: baseFence, Worker: "worker-1",
 		StartedAt: started.UTC().Truncate(time.Microsecond), EndedAt: h[1].EndedAt,
 		Version: 2, Detail: "changed address, items",
 	}, h[1], "the headers became the write")
 	assert.Equal(t, "admin", h[0].Worker)
 	assert.Equal(t, baseFence+1, h[2].Fence)
-	hb, err := AllHistory(ctx, s, newNo)
+	hb, err := orders.AllHistory(ctx, s, newNo)
 	require.NoError(t, err)
 	require.Len(t, hb, 1)
-	assert.Equal(t, TypeCreated, hb[0].Type)
+	assert.Equal(t, orders.TypeCreated, hb[0].Type)
 
-	issued := u.issuedTokens()
+	issued := u.Tokens()
 	require.Len(t, issued, 1, "one token for every request")
 	writes := 0
 	for _, r := range u.seen() {
@@ -154,39 +155,39 @@ func TestHTTPRoundTrip(t *testing.T) {
 	assert.Equal(t, strconv.FormatInt(baseFence+1, 10), u.seenFor("evt-x")[0].Fence)
 
 	_, err = s.Get(ctx, "NOPE")
-	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = AllHistory(ctx, s, "NOPE")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, orders.ErrNotFound)
+	_, err = orders.AllHistory(ctx, s, "NOPE")
+	assert.ErrorIs(t, err, orders.ErrNotFound)
 }
 
 func TestHTTPReplay(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	s := u.store(t, HTTPConfig{})
+	s := u.store(t, Config{})
 	seed(t, u.oracle, "SO1")
 
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", Changes{Remark: ptr("later")})
+	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Remark: ptr("later")})
 	require.NoError(t, err)
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", Changes{Remark: ptr("gift")})
+	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
 	require.NoError(t, err)
 	now, err := u.oracle.Get(t.Context(), "SO1")
 	require.NoError(t, err)
-	assert.Equal(t, Result{Order: now, Replayed: true}, again, "the reference upstream answers a repeat with the order as it is now")
+	assert.Equal(t, orders.Result{Order: now, Replayed: true}, again, "the reference upstream answers a repeat with the order as it is now")
 	assert.Equal(t, "gift", first.Order.Remark)
 
-	x := Exchange{Items: []Item{{SKU: "x", Qty: 1}}}
+	x := orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}}
 	created, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	replayed, err := s.Exchange(fenced(t, baseFence+4), "evt-x", "SO1", x)
 	require.NoError(t, err)
-	assert.Equal(t, Result{Order: created.Order, Replayed: true}, replayed)
+	assert.Equal(t, orders.Result{Order: created.Order, Replayed: true}, replayed)
 
 	seen := u.seenFor("evt-1")
 	require.Len(t, seen, 2)
 	assert.Equal(t, []bool{false, true}, []bool{seen[0].Replayed, seen[1].Replayed})
-	h, err := AllHistory(t.Context(), u.oracle, "SO1")
+	h, err := orders.AllHistory(t.Context(), u.oracle, "SO1")
 	require.NoError(t, err)
 	assert.Len(t, h, 4, "put, two modifies and the exchange: the replays wrote nothing")
 }
@@ -194,115 +195,115 @@ func TestHTTPReplay(t *testing.T) {
 // outcome is what a store call did, without timestamps, so that two stores
 // can be compared.
 type outcome struct {
-	Result    Result
-	Orders    []Order
-	Entries   []Entry
+	Result    orders.Result
+	Orders    []orders.Order
+	Entries   []orders.Entry
 	Sentinels []string
-	Closed    *ClosedError
+	Closed    *orders.ClosedError
 	Permanent bool
 }
 
-func outcomeOf(res Result, err error) outcome {
-	o := outcome{Result: res, Permanent: Permanent(err)}
+func outcomeOf(res orders.Result, err error) outcome {
+	o := outcome{Result: res, Permanent: orders.Permanent(err)}
 	o.Result.Order.UpdatedAt = time.Time{}
-	for _, s := range []error{ErrNotFound, ErrStaleFence, ErrClosed, ErrPassed, ErrNoFence, ErrConflict, ErrInvalid, ErrUpstream} {
+	for _, s := range []error{orders.ErrNotFound, orders.ErrStaleFence, orders.ErrClosed, orders.ErrPassed, orders.ErrNoFence, orders.ErrConflict, orders.ErrInvalid, ErrUpstream} {
 		if errors.Is(err, s) {
 			o.Sentinels = append(o.Sentinels, s.Error())
 		}
 	}
-	var ce *ClosedError
+	var ce *orders.ClosedError
 	if errors.As(err, &ce) {
 		o.Closed = ce
 	}
 	return o
 }
 
-// TestHTTPMatchesRedisStore plays one script against a RedisStore and an
-// HTTPStore (over another RedisStore) and expects the same outcome from
+// TestHTTPMatchesRedisStore plays one script against a Redis store and an
+// HTTP store (over another Redis store) and expects the same outcome from
 // every step.
 func TestHTTPMatchesRedisStore(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	stores := map[string]Store{"redis": newStore(t), "http": u.store(t, HTTPConfig{})}
-	items := []Item{{SKU: "x", Qty: 1}}
+	stores := map[string]orders.Store{"redis": newOracle(t), "http": u.store(t, Config{})}
+	items := []orders.Item{{SKU: "x", Qty: 1}}
 	type step struct {
 		name string
-		do   func(ctx context.Context, s Store) outcome
+		do   func(ctx context.Context, s orders.Store) outcome
 	}
-	modify := func(fence int64, ev, no string, c Changes) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
-			return outcomeOf(s.Modify(WithWrite(ctx, Write{Fence: fence, Worker: "w1"}), ev, no, c))
+	modify := func(fence int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchange := func(fence int64, ev, no string, x Exchange) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
-			return outcomeOf(s.Exchange(WithWrite(ctx, Write{Fence: fence, Worker: "w1"}), ev, no, x))
+	exchange := func(fence int64, ev, no string, x orders.Exchange) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, x))
 		}
 	}
-	modifyAt := func(fence, seq int64, ev, no string, c Changes) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
-			return outcomeOf(s.Modify(WithWrite(ctx, Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, c))
+	modifyAt := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchangeAt := func(fence, seq int64, ev, no string, x Exchange) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
-			return outcomeOf(s.Exchange(WithWrite(ctx, Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
+	exchangeAt := func(fence, seq int64, ev, no string, x orders.Exchange) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
 		}
 	}
-	put := func(o Order) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome { return outcomeOf(Result{}, s.Put(ctx, o)) }
+	put := func(o orders.Order) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome { return outcomeOf(orders.Result{}, s.Put(ctx, o)) }
 	}
-	get := func(no string) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
+	get := func(no string) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
 			o, err := s.Get(ctx, no)
 			o.UpdatedAt = time.Time{}
-			out := outcomeOf(Result{}, err)
-			out.Orders = []Order{o}
+			out := outcomeOf(orders.Result{}, err)
+			out.Orders = []orders.Order{o}
 			return out
 		}
 	}
-	history := func(no string) func(context.Context, Store) outcome {
-		return func(ctx context.Context, s Store) outcome {
-			h, err := AllHistory(ctx, s, no)
+	history := func(no string) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			h, err := orders.AllHistory(ctx, s, no)
 			for i := range h {
 				h[i].StartedAt, h[i].EndedAt = time.Time{}, time.Time{}
 			}
-			out := outcomeOf(Result{}, err)
+			out := outcomeOf(orders.Result{}, err)
 			out.Entries = h
 			return out
 		}
 	}
 	steps := []step{
-		{"put SO1", put(Order{No: "SO1", Address: "a", Remark: "r", Items: []Item{{SKU: "s", Qty: 1}}})},
-		{"put SO9", put(Order{No: "SO9", Items: items})},
-		{"put SO3 cancelled", put(Order{No: "SO3", Status: StatusCancelled})},
-		{"put SO5", put(Order{No: "SO5", Items: items})},
-		{"modify at 20", modifyAt(baseFence, 20, "evt-s20", "SO5", Changes{Remark: ptr("20")})},
-		{"modify at 10, after 20", modifyAt(baseFence+1, 10, "evt-s10", "SO5", Changes{Remark: ptr("10")})},
-		{"modify at 20 again", modifyAt(baseFence+1, 20, "evt-s20", "SO5", Changes{Remark: ptr("20")})},
-		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", Changes{Address: ptr("no seq")})},
-		{"exchange at 15, after 20", exchangeAt(baseFence+1, 15, "evt-s15", "SO5", Exchange{Items: items})},
-		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", Changes{Remark: ptr("30")})},
+		{"put SO1", put(orders.Order{No: "SO1", Address: "a", Remark: "r", Items: []orders.Item{{SKU: "s", Qty: 1}}})},
+		{"put SO9", put(orders.Order{No: "SO9", Items: items})},
+		{"put SO3 cancelled", put(orders.Order{No: "SO3", Status: orders.StatusCancelled})},
+		{"put SO5", put(orders.Order{No: "SO5", Items: items})},
+		{"modify at 20", modifyAt(baseFence, 20, "evt-s20", "SO5", orders.Changes{Remark: ptr("20")})},
+		{"modify at 10, after 20", modifyAt(baseFence+1, 10, "evt-s10", "SO5", orders.Changes{Remark: ptr("10")})},
+		{"modify at 20 again", modifyAt(baseFence+1, 20, "evt-s20", "SO5", orders.Changes{Remark: ptr("20")})},
+		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", orders.Changes{Address: ptr("no seq")})},
+		{"exchange at 15, after 20", exchangeAt(baseFence+1, 15, "evt-s15", "SO5", orders.Exchange{Items: items})},
+		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", orders.Changes{Remark: ptr("30")})},
 		{"get SO5", get("SO5")},
 		{"history SO5", history("SO5")},
-		{"put invalid", put(Order{No: "SO 4"})},
-		{"modify", modify(baseFence, "evt-1", "SO1", Changes{Address: ptr("b")})},
-		{"modify replay", modify(baseFence+5, "evt-1", "SO1", Changes{Address: ptr("b")})},
-		{"event reused", modify(baseFence, "evt-1", "SO1", Changes{Address: ptr("c")})},
-		{"stale fence", modify(baseFence-1, "evt-2", "SO1", Changes{Remark: ptr("late")})},
-		{"equal fence", modify(baseFence, "evt-3", "SO1", Changes{Remark: ptr("same lock")})},
-		{"not found", modify(baseFence, "evt-4", "NOPE", Changes{})},
-		{"empty items", modify(baseFence, "evt-5", "SO1", Changes{Items: []Item{}})},
-		{"no fence", modify(0, "evt-6", "SO1", Changes{})},
-		{"empty event", modify(baseFence, "", "SO1", Changes{})},
-		{"replacement taken", exchange(baseFence, "evt-7", "SO1", Exchange{Items: items, NewOrderNo: "SO9"})},
-		{"exchange without items", exchange(baseFence, "evt-8", "SO1", Exchange{})},
-		{"exchange", exchange(baseFence+1, "evt-9", "SO1", Exchange{Items: items, Reason: "why"})},
-		{"exchange replay", exchange(baseFence+2, "evt-9", "SO1", Exchange{Items: items, Reason: "why"})},
-		{"exchange event reused", exchange(baseFence+2, "evt-9", "SO1", Exchange{Items: items, Reason: "other"})},
-		{"modify exchanged", modify(baseFence+3, "evt-10", "SO1", Changes{})},
-		{"modify cancelled", modify(baseFence+3, "evt-11", "SO3", Changes{})},
-		{"modify replacement", modify(1, "evt-12", tasks.ReplacementOrderNo("SO1", "evt-9"), Changes{Remark: ptr("new")})},
+		{"put invalid", put(orders.Order{No: "SO 4"})},
+		{"modify", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: ptr("b")})},
+		{"modify replay", modify(baseFence+5, "evt-1", "SO1", orders.Changes{Address: ptr("b")})},
+		{"event reused", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: ptr("c")})},
+		{"stale fence", modify(baseFence-1, "evt-2", "SO1", orders.Changes{Remark: ptr("late")})},
+		{"equal fence", modify(baseFence, "evt-3", "SO1", orders.Changes{Remark: ptr("same lock")})},
+		{"not found", modify(baseFence, "evt-4", "NOPE", orders.Changes{})},
+		{"empty items", modify(baseFence, "evt-5", "SO1", orders.Changes{Items: []orders.Item{}})},
+		{"no fence", modify(0, "evt-6", "SO1", orders.Changes{})},
+		{"empty event", modify(baseFence, "", "SO1", orders.Changes{})},
+		{"replacement taken", exchange(baseFence, "evt-7", "SO1", orders.Exchange{Items: items, NewOrderNo: "SO9"})},
+		{"exchange without items", exchange(baseFence, "evt-8", "SO1", orders.Exchange{})},
+		{"exchange", exchange(baseFence+1, "evt-9", "SO1", orders.Exchange{Items: items, Reason: "why"})},
+		{"exchange replay", exchange(baseFence+2, "evt-9", "SO1", orders.Exchange{Items: items, Reason: "why"})},
+		{"exchange event reused", exchange(baseFence+2, "evt-9", "SO1", orders.Exchange{Items: items, Reason: "other"})},
+		{"modify exchanged", modify(baseFence+3, "evt-10", "SO1", orders.Changes{})},
+		{"modify cancelled", modify(baseFence+3, "evt-11", "SO3", orders.Changes{})},
+		{"modify replacement", modify(1, "evt-12", tasks.ReplacementOrderNo("SO1", "evt-9"), orders.Changes{Remark: ptr("new")})},
 		{"get SO1", get("SO1")},
 		{"get replacement", get(tasks.ReplacementOrderNo("SO1", "evt-9"))},
 		{"get unknown", get("NOPE")},
@@ -330,20 +331,20 @@ func TestHTTPStatusMapping(t *testing.T) {
 		permanent bool
 		msg       string
 	}{
-		{"404 not found", 404, jsonHeader, `{"error":{"code":"not_found","message":"no order SO1"}}`, ErrNotFound, true, "no order SO1"},
+		{"404 not found", 404, jsonHeader, `{"error":{"code":"not_found","message":"no order SO1"}}`, orders.ErrNotFound, true, "no order SO1"},
 		{"404 from a wrong URL", 404, nil, "404 page not found\n", ErrUpstream, false, "URL"},
 		{"404 with another code", 404, jsonHeader, `{"error":{"code":"no_route"}}`, ErrUpstream, false, "no_route"},
-		{"409 stale fence", 409, jsonHeader, `{"error":{"code":"stale_fence","message":"fence 1 < 2"}}`, ErrStaleFence, false, "fence 1 < 2"},
-		{"409 passed", 409, jsonHeader, `{"error":{"code":"passed","message":"position 1 comes before 2"}}`, ErrPassed, true, "position 1 comes before 2"},
-		{"409 order closed", 409, jsonHeader, `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, ErrClosed, true, "replacement is order SO2"},
-		{"409 conflict", 409, jsonHeader, `{"error":{"code":"conflict","message":"SO2 exists"}}`, ErrConflict, true, "SO2 exists"},
-		{"409 unknown code", 409, jsonHeader, `{"error":{"code":"locked"}}`, ErrConflict, true, "locked"},
-		{"409 without body", 409, nil, "", ErrConflict, true, "409"},
-		{"400 no fence", 400, jsonHeader, `{"error":{"code":"no_fence"}}`, ErrNoFence, true, "no_fence"},
-		{"400 invalid", 400, jsonHeader, `{"error":{"code":"invalid","message":"bad JSON"}}`, ErrInvalid, true, "bad JSON"},
-		{"422 invalid", 422, jsonHeader, `{"error":{"code":"invalid","message":"items[0].qty must be positive"}}`, ErrInvalid, true, "items[0].qty must be positive"},
-		{"403 forbidden", 403, jsonHeader, `{"error":{"code":"forbidden","message":"not your order"}}`, ErrInvalid, true, "not your order"},
-		{"413 too large", 413, nil, "", ErrInvalid, true, "413"},
+		{"409 stale fence", 409, jsonHeader, `{"error":{"code":"stale_fence","message":"fence 1 < 2"}}`, orders.ErrStaleFence, false, "fence 1 < 2"},
+		{"409 passed", 409, jsonHeader, `{"error":{"code":"passed","message":"position 1 comes before 2"}}`, orders.ErrPassed, true, "position 1 comes before 2"},
+		{"409 order closed", 409, jsonHeader, `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, orders.ErrClosed, true, "replacement is order SO2"},
+		{"409 conflict", 409, jsonHeader, `{"error":{"code":"conflict","message":"SO2 exists"}}`, orders.ErrConflict, true, "SO2 exists"},
+		{"409 unknown code", 409, jsonHeader, `{"error":{"code":"locked"}}`, orders.ErrConflict, true, "locked"},
+		{"409 without body", 409, nil, "", orders.ErrConflict, true, "409"},
+		{"400 no fence", 400, jsonHeader, `{"error":{"code":"no_fence"}}`, orders.ErrNoFence, true, "no_fence"},
+		{"400 invalid", 400, jsonHeader, `{"error":{"code":"invalid","message":"bad JSON"}}`, orders.ErrInvalid, true, "bad JSON"},
+		{"422 invalid", 422, jsonHeader, `{"error":{"code":"invalid","message":"items[0].qty must be positive"}}`, orders.ErrInvalid, true, "items[0].qty must be positive"},
+		{"403 forbidden", 403, jsonHeader, `{"error":{"code":"forbidden","message":"not your order"}}`, orders.ErrInvalid, true, "not your order"},
+		{"413 too large", 413, nil, "", orders.ErrInvalid, true, "413"},
 		{"408 request timeout", 408, nil, "", ErrUpstream, false, "408"},
 		{"429 too many requests", 429, http.Header{"Retry-After": {"1"}}, "", ErrUpstream, false, "429"},
 		{"500", 500, jsonHeader, `{"error":{"code":"internal","message":"db down"}}`, ErrUpstream, false, "db down"},
@@ -353,20 +354,20 @@ func TestHTTPStatusMapping(t *testing.T) {
 		{"200 not JSON", 200, nil, "<html>", ErrUpstream, false, "undecodable answer"},
 		{"200 another order", 200, jsonHeader, orderJSON("SO7"), ErrUpstream, false, `"SO7"`},
 		{"200 null", 200, jsonHeader, "null", ErrUpstream, false, "instead of"},
-		{"message with control characters", 422, jsonHeader, `{"error":{"code":"invalid","message":"line1\nline2\u0000"}}`, ErrInvalid, true, "line1line2"},
+		{"message with control characters", 422, jsonHeader, `{"error":{"code":"invalid","message":"line1\nline2\u0000"}}`, orders.ErrInvalid, true, "line1line2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := newCanned(t, tt.status, tt.header, tt.body)
 			tokens := &staticTokens{tok: "tok"}
-			s, err := NewHTTP(c.srv.URL, tokens, HTTPConfig{})
+			s, err := New(c.srv.URL, tokens, Config{})
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
 
-			_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("x")})
+			_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("x")})
 			assert.ErrorIs(t, err, tt.want)
-			assert.Equal(t, tt.permanent, Permanent(err), "permanent: %v", err)
+			assert.Equal(t, tt.permanent, orders.Permanent(err), "permanent: %v", err)
 			assert.ErrorContains(t, err, tt.msg)
 			var ue *UpstreamError
 			require.ErrorAs(t, err, &ue)
@@ -382,21 +383,21 @@ func TestHTTPClosedErrorNamesReplacement(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want ClosedError
+		want orders.ClosedError
 	}{
-		{"exchanged", `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
-		{"cancelled", `{"error":{"code":"order_closed","status":"cancelled"}}`, ClosedError{OrderNo: "SO1", Status: StatusCancelled}},
-		{"status left out", `{"error":{"code":"order_closed","exchanged_to":"SO2"}}`, ClosedError{OrderNo: "SO1", Status: StatusExchanged, ExchangedTo: "SO2"}},
+		{"exchanged", `{"error":{"code":"order_closed","status":"exchanged","exchanged_to":"SO2"}}`, orders.ClosedError{OrderNo: "SO1", Status: orders.StatusExchanged, ExchangedTo: "SO2"}},
+		{"cancelled", `{"error":{"code":"order_closed","status":"cancelled"}}`, orders.ClosedError{OrderNo: "SO1", Status: orders.StatusCancelled}},
+		{"status left out", `{"error":{"code":"order_closed","exchanged_to":"SO2"}}`, orders.ClosedError{OrderNo: "SO1", Status: orders.StatusExchanged, ExchangedTo: "SO2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := newCanned(t, http.StatusConflict, nil, tt.body)
-			s, err := NewHTTP(c.srv.URL, &staticTokens{tok: "tok"}, HTTPConfig{})
+			s, err := New(c.srv.URL, &staticTokens{tok: "tok"}, Config{})
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
-			_, err = s.Exchange(fenced(t, baseFence), "evt-1", "SO1", Exchange{Items: []Item{{SKU: "x", Qty: 1}}})
-			var ce *ClosedError
+			_, err = s.Exchange(fenced(t, baseFence), "evt-1", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}})
+			var ce *orders.ClosedError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tt.want, *ce)
 		})
@@ -419,10 +420,10 @@ func TestHTTPReplayedHeader(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := newCanned(t, http.StatusOK, tt.header, orderJSON("SO1"))
-			s, err := NewHTTP(c.srv.URL, &staticTokens{tok: "tok"}, HTTPConfig{})
+			s, err := New(c.srv.URL, &staticTokens{tok: "tok"}, Config{})
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
-			res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+			res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, res.Replayed)
 		})
@@ -434,21 +435,21 @@ func TestHTTPReplayedHeader(t *testing.T) {
 func TestHTTP401RefreshesOnce(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	s := u.store(t, HTTPConfig{})
-	const orders = 8
-	for i := range orders {
+	s := u.store(t, Config{})
+	const n = 8
+	for i := range n {
 		seed(t, u.oracle, "SO"+strconv.Itoa(i))
 	}
 	_, err := s.Get(t.Context(), "SO0")
 	require.NoError(t, err)
-	require.EqualValues(t, 1, u.issued.Load())
+	require.EqualValues(t, 1, u.Issued.Load())
 
 	// One request: refused, then sent once more with one new token.
-	u.expire() // as if the upstream's clock ran ahead of expires_in
-	res, err := s.Modify(fenced(t, baseFence), "evt-one", "SO0", Changes{Remark: ptr("after 401")})
+	u.Expire() // as if the upstream's clock ran ahead of expires_in
+	res, err := s.Modify(fenced(t, baseFence), "evt-one", "SO0", orders.Changes{Remark: ptr("after 401")})
 	require.NoError(t, err)
 	assert.Equal(t, "after 401", res.Order.Remark)
-	issued := u.issuedTokens()
+	issued := u.Tokens()
 	require.Len(t, issued, 2, "exactly one extra token")
 	seen := u.seenFor("evt-one")
 	require.Len(t, seen, 2)
@@ -456,22 +457,22 @@ func TestHTTP401RefreshesOnce(t *testing.T) {
 	assert.Equal(t, []string{issued[0], issued[1]}, []string{seen[0].Token, seen[1].Token})
 
 	// A burst: every caller holds the refused token, one refresh for all.
-	u.expire()
+	u.Expire()
 	var wg sync.WaitGroup
-	errs := make([]error, orders)
-	for i := range orders {
+	errs := make([]error, n)
+	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = s.Modify(fenced(t, baseFence), "evt-"+strconv.Itoa(i), "SO"+strconv.Itoa(i), Changes{Remark: ptr("burst")})
+			_, errs[i] = s.Modify(fenced(t, baseFence), "evt-"+strconv.Itoa(i), "SO"+strconv.Itoa(i), orders.Changes{Remark: ptr("burst")})
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
 		require.NoError(t, err, "modify %d", i)
 	}
-	issued = u.issuedTokens()
+	issued = u.Tokens()
 	require.Len(t, issued, 3, "exactly one extra token for the whole burst")
 	refused := 0
-	for i := range orders {
+	for i := range n {
 		// A caller that started after the first 401 already had the new
 		// token; the others were refused once.
 		seen := u.seenFor("evt-" + strconv.Itoa(i))
@@ -492,19 +493,19 @@ func TestHTTP401RefreshesOnce(t *testing.T) {
 func TestHTTPSecond401IsAnError(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	s := u.store(t, HTTPConfig{})
+	s := u.store(t, Config{})
 	seed(t, u.oracle, "SO1")
-	u.rejectAll.Store(true)
+	u.RejectAll.Store(true)
 
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{Remark: ptr("x")})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("x")})
 	assert.ErrorIs(t, err, ErrUpstream)
-	assert.False(t, Permanent(err), "an auth problem is retried, not archived: %v", err)
+	assert.False(t, orders.Permanent(err), "an auth problem is retried, not archived: %v", err)
 	var ue *UpstreamError
 	require.ErrorAs(t, err, &ue)
 	assert.Equal(t, http.StatusUnauthorized, ue.StatusCode)
-	assert.EqualValues(t, 2, u.issued.Load(), "the first token and exactly one more")
+	assert.EqualValues(t, 2, u.Issued.Load(), "the first token and exactly one more")
 	assert.Len(t, u.seen(), 2, "two requests, no loop")
-	for _, tok := range u.issuedTokens() {
+	for _, tok := range u.Tokens() {
 		assert.NotContains(t, err.Error(), tok, "no token in errors")
 	}
 }
@@ -514,7 +515,7 @@ func TestHTTPUnknownTokenRetriedOnce(t *testing.T) {
 	u := newRefUpstream(t)
 	seed(t, u.oracle, "SO1")
 	tokens := &staticTokens{tok: "not-a-token"}
-	s, err := NewHTTP(u.URL(), tokens, HTTPConfig{})
+	s, err := New(u.APIURL(), tokens, Config{})
 	require.NoError(t, err)
 	t.Cleanup(s.CloseIdleConnections)
 
@@ -529,12 +530,12 @@ func TestHTTPUnknownTokenRetriedOnce(t *testing.T) {
 func TestHTTPTokenUnavailableIsRetryable(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	u.failTokens.Store(true)
-	s := u.store(t, HTTPConfig{})
+	u.FailTokens.Store(true)
+	s := u.store(t, Config{})
 
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, token.ErrUnavailable)
-	assert.False(t, Permanent(err))
+	assert.False(t, orders.Permanent(err))
 	assert.Empty(t, u.seen(), "nothing sent without a token")
 }
 
@@ -559,22 +560,22 @@ func hanging(t *testing.T) (url string, arrived chan struct{}) {
 func TestHTTPTimeout(t *testing.T) {
 	t.Parallel()
 	url, arrived := hanging(t)
-	s, err := NewHTTP(url, &staticTokens{tok: "tok"}, HTTPConfig{Timeout: 50 * time.Millisecond})
+	s, err := New(url, &staticTokens{tok: "tok"}, Config{Timeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(s.CloseIdleConnections)
 
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, ErrUpstream)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, "no answer within 50ms")
-	assert.False(t, Permanent(err))
+	assert.False(t, orders.Permanent(err))
 	assert.Len(t, arrived, 1)
 }
 
 func TestHTTPCallerCancelled(t *testing.T) {
 	t.Parallel()
 	url, arrived := hanging(t)
-	s, err := NewHTTP(url, &staticTokens{tok: "tok"}, HTTPConfig{})
+	s, err := New(url, &staticTokens{tok: "tok"}, Config{})
 	require.NoError(t, err)
 	t.Cleanup(s.CloseIdleConnections)
 
@@ -588,10 +589,10 @@ func TestHTTPCallerCancelled(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}()
-	_, err = s.Modify(ctx, "evt-1", "SO1", Changes{})
+	_, err = s.Modify(ctx, "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, lost, "the context's cause reaches the caller")
 	assert.NotErrorIs(t, err, ErrUpstream)
-	assert.False(t, Permanent(err))
+	assert.False(t, orders.Permanent(err))
 }
 
 func TestHTTPConnectionRefused(t *testing.T) {
@@ -600,65 +601,65 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	s, err := NewHTTP("http://"+addr, &staticTokens{tok: "tok"}, HTTPConfig{})
+	s, err := New("http://"+addr, &staticTokens{tok: "tok"}, Config{})
 	require.NoError(t, err)
 
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", Changes{})
+	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, ErrUpstream)
-	assert.False(t, Permanent(err))
+	assert.False(t, orders.Permanent(err))
 }
 
 // TestHTTPChecksBeforeSending: requests that can never succeed fail as in
-// the RedisStore, without a token or a request.
+// the Redis store, without a token or a request.
 func TestHTTPChecksBeforeSending(t *testing.T) {
 	t.Parallel()
 	c := newCanned(t, http.StatusOK, nil, orderJSON("SO1"))
 	tokens := &staticTokens{tok: "tok"}
-	s, err := NewHTTP(c.srv.URL, tokens, HTTPConfig{})
+	s, err := New(c.srv.URL, tokens, Config{})
 	require.NoError(t, err)
-	items := []Item{{SKU: "x", Qty: 1}}
+	items := []orders.Item{{SKU: "x", Qty: 1}}
 	tests := []struct {
 		name string
 		call func(ctx context.Context) error
 		want error
 	}{
 		{"modify without fence", func(ctx context.Context) error {
-			_, err := s.Modify(ctx, "evt", "SO1", Changes{})
+			_, err := s.Modify(ctx, "evt", "SO1", orders.Changes{})
 			return err
-		}, ErrNoFence},
+		}, orders.ErrNoFence},
 		{"exchange without fence", func(ctx context.Context) error {
-			_, err := s.Exchange(ctx, "evt", "SO1", Exchange{Items: items})
+			_, err := s.Exchange(ctx, "evt", "SO1", orders.Exchange{Items: items})
 			return err
-		}, ErrNoFence},
+		}, orders.ErrNoFence},
 		{"event ID with a newline", func(ctx context.Context) error {
-			_, err := s.Modify(WithWrite(ctx, Write{Fence: 1}), "evt\r\nX-Evil: 1", "SO1", Changes{})
+			_, err := s.Modify(orders.WithWrite(ctx, orders.Write{Fence: 1}), "evt\r\nX-Evil: 1", "SO1", orders.Changes{})
 			return err
-		}, ErrInvalid},
+		}, orders.ErrInvalid},
 		{"event ID too long", func(ctx context.Context) error {
-			_, err := s.Exchange(WithWrite(ctx, Write{Fence: 1}), strings.Repeat("e", 129), "SO1", Exchange{Items: items})
+			_, err := s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: 1}), strings.Repeat("e", 129), "SO1", orders.Exchange{Items: items})
 			return err
-		}, ErrInvalid},
+		}, orders.ErrInvalid},
 		{"bad order number", func(ctx context.Context) error {
 			_, err := s.Get(ctx, "../admin")
 			return err
-		}, ErrInvalid},
+		}, orders.ErrInvalid},
 		{"bad history order number", func(ctx context.Context) error {
-			_, err := AllHistory(ctx, s, "")
+			_, err := orders.AllHistory(ctx, s, "")
 			return err
-		}, ErrInvalid},
+		}, orders.ErrInvalid},
 		{"exchange to itself", func(ctx context.Context) error {
-			_, err := s.Exchange(WithWrite(ctx, Write{Fence: 1}), "evt", "SO1", Exchange{Items: items, NewOrderNo: "SO1"})
+			_, err := s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: 1}), "evt", "SO1", orders.Exchange{Items: items, NewOrderNo: "SO1"})
 			return err
-		}, ErrInvalid},
+		}, orders.ErrInvalid},
 		{"put with bad status", func(ctx context.Context) error {
-			return s.Put(ctx, Order{No: "SO1", Status: "lost"})
-		}, ErrInvalid},
+			return s.Put(ctx, orders.Order{No: "SO1", Status: "lost"})
+		}, orders.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call(t.Context())
 			assert.ErrorIs(t, err, tt.want)
-			assert.True(t, Permanent(err))
+			assert.True(t, orders.Permanent(err))
 		})
 	}
 	assert.Zero(t, c.requests.Load())
@@ -668,10 +669,10 @@ func TestHTTPChecksBeforeSending(t *testing.T) {
 func TestHTTPWorkerHeaderIsSafe(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	s := u.store(t, HTTPConfig{})
+	s := u.store(t, Config{})
 	seed(t, u.oracle, "SO1")
-	ctx := WithWrite(t.Context(), Write{Fence: baseFence, Worker: "host\nX-Evil: 1 é"})
-	_, err := s.Modify(ctx, "evt-1", "SO1", Changes{})
+	ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "host\nX-Evil: 1 é"})
+	_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	seen := u.seenFor("evt-1")
 	require.Len(t, seen, 1)
@@ -680,9 +681,9 @@ func TestHTTPWorkerHeaderIsSafe(t *testing.T) {
 
 func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	oracle := newStore(t)
+	oracle := newOracle(t)
 	seed(t, oracle, "SO1")
-	h := NewHTTPHandler(oracle)
+	h := NewHandler(oracle)
 	fence := strconv.FormatInt(baseFence, 10)
 	tests := []struct {
 		name   string
@@ -698,7 +699,7 @@ func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 		{"zero fence", "POST", "/orders/SO1/exchange", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "0"}, `{"items":[{"sku":"x","qty":1}]}`, 400, CodeNoFence},
 		{"fence not a number", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: "1e9"}, `{}`, 400, CodeNoFence},
 		{"bad started at", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderStartedAt: "yesterday"}, `{}`, 400, CodeInvalid},
-		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid},
+		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid}, //nolint:misspell // a misspelt field on purpose
 		{"two values", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{} {}`, 400, CodeInvalid},
 		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", maxRequest) + `"}`, 413, CodeInvalid},
 		{"put naming another order", "PUT", "/orders/SO1", nil, `{"order_no":"SO2"}`, 422, CodeInvalid},
@@ -738,7 +739,7 @@ func FuzzDecodeError(f *testing.F) {
 		e := decodeError(status, body, "SO1")
 		require.NotNil(t, e.Err)
 		assert.NotEmpty(t, e.Error())
-		if Permanent(e) {
+		if orders.Permanent(e) {
 			assert.True(t, status >= 400 && status <= 499, "status %d is permanent", status)
 		}
 		if status >= 500 || status < 400 {
@@ -750,28 +751,28 @@ func FuzzDecodeError(f *testing.F) {
 	})
 }
 
-// checkingStore is a Store that checks writes as RedisStore does and
+// checkingStore is a orders.Store that checks writes as RedisStore does and
 // answers them with the order, without keeping anything.
-type checkingStore struct{ Store }
+type checkingStore struct{ orders.Store }
 
-func (checkingStore) Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error) {
-	if _, err := writeFrom(ctx); err != nil {
-		return Result{}, err
+func (checkingStore) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
+	if _, err := orders.FencedWrite(ctx); err != nil {
+		return orders.Result{}, err
 	}
-	if err := checkModify(eventID, orderNo, c); err != nil {
-		return Result{}, err
+	if err := orders.CheckModify(eventID, orderNo, c); err != nil {
+		return orders.Result{}, err
 	}
-	return Result{Order: Order{No: orderNo, Status: StatusActive, Items: []Item{}}}, nil
+	return orders.Result{Order: orders.Order{No: orderNo, Status: orders.StatusActive, Items: []orders.Item{}}}, nil
 }
 
-func (checkingStore) Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error) {
-	if _, err := writeFrom(ctx); err != nil {
-		return Result{}, err
+func (checkingStore) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
+	if _, err := orders.FencedWrite(ctx); err != nil {
+		return orders.Result{}, err
 	}
-	if err := checkExchange(eventID, orderNo, x.NewOrderNo, x); err != nil {
-		return Result{}, err
+	if err := orders.CheckExchange(eventID, orderNo, x.NewOrderNo, x); err != nil {
+		return orders.Result{}, err
 	}
-	return Result{Order: Order{No: x.NewOrderNo, Status: StatusActive, Items: x.Items}}, nil
+	return orders.Result{Order: orders.Order{No: x.NewOrderNo, Status: orders.StatusActive, Items: x.Items}}, nil
 }
 
 // FuzzHTTPHandler: whatever a client sends, the reference server answers
@@ -781,7 +782,7 @@ func FuzzHTTPHandler(f *testing.F) {
 	f.Add(true, "evt-1", "1", "2026-12-03T02:24:28.541123Z", []byte(`{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`))
 	f.Add(false, "", "-1", "x", []byte(`{"items":[]}`))
 	f.Add(true, "e", "9223372036854775808", "", []byte(`{"items":null} []`))
-	h := NewHTTPHandler(checkingStore{})
+	h := NewHandler(checkingStore{})
 	f.Fuzz(func(t *testing.T, exchange bool, key, fence, started string, body []byte) {
 		path := "/orders/SO1/modify"
 		if exchange {
@@ -795,13 +796,13 @@ func FuzzHTTPHandler(f *testing.F) {
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
 		case http.StatusOK:
-			var o Order
+			var o orders.Order
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &o))
 			assert.NotEmpty(t, o.No)
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 			e := decodeError(rec.Code, rec.Body.Bytes(), "SO1")
 			assert.Contains(t, []string{CodeInvalid, CodeNoFence}, e.Code, rec.Body.String())
-			assert.True(t, Permanent(e))
+			assert.True(t, orders.Permanent(e))
 		default:
 			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 		}

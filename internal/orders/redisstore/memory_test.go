@@ -1,4 +1,4 @@
-package orders
+package redisstore
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,15 +36,15 @@ func BenchmarkMemoryPerChange(b *testing.B) {
 	b.Run("many orders", func(b *testing.B) { memoryPerChange(b, max(1, b.N/20)) })
 }
 
-func memoryPerChange(b *testing.B, orders int) {
+func memoryPerChange(b *testing.B, n int) {
 	db := redistest.New(b)
 	db.RequireProcess(b, "used_memory of a real server")
-	s, err := NewRedis(db.Client, RedisConfig{Prefix: db.Prefix, HistoryMax: 1 << 30})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 1 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}
-	for o := range orders {
-		if err := s.Put(context.Background(), Order{No: "SO" + strconv.Itoa(o), Address: "1 Main St", Items: []Item{{SKU: "A", Qty: 1}}}); err != nil {
+	for o := range n {
+		if err := s.Put(context.Background(), orders.Order{No: "SO" + strconv.Itoa(o), Address: "1 Main St", Items: []orders.Item{{SKU: "A", Qty: 1}}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,11 +53,11 @@ func memoryPerChange(b *testing.B, orders int) {
 	before := usedMemory(b, db.Client) // the orders themselves are not counted
 	b.ResetTimer()
 	for i := range b.N {
-		ctx := WithWrite(context.Background(), Write{Fence: fence + int64(i), Worker: "host-a-1234-9f1c2e3d",
+		ctx := orders.WithWrite(context.Background(), orders.Write{Fence: fence + int64(i), Worker: "host-a-1234-9f1c2e3d",
 			StartedAt: time.Now(), Seq: 1796288474540370 + int64(i), NoResult: true})
 		// A UUIDv7-sized event ID, as the producer generates.
 		ev := "0193a5c2-7e4f-7a1b-9c3d-" + strconv.FormatInt(100000000000+int64(i), 10)
-		if _, err := s.Modify(ctx, ev, "SO"+strconv.Itoa(i%orders), Changes{Remark: &remark}); err != nil {
+		if _, err := s.Modify(ctx, ev, "SO"+strconv.Itoa(i%n), orders.Changes{Remark: &remark}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,167 @@
+// Package orderstore chooses and builds the order store of every binary
+// from its settings: ORDER_STORE picks the Redis store (under KEY_PREFIX) or
+// the HTTP store (the upstream order API, with the access token shared
+// through a token cache on the same Redis). The worker writes through the
+// store it opens, and the intake, the CLI's order commands and the demo read
+// (and put) through theirs, so with the same settings they all see the same
+// orders.
+//
+// It lives under cmd/ because it knows the settings' flag and environment
+// names; the stores themselves are packages redisstore and httpstore.
+package orderstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/httpstore"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/token"
+)
+
+// The stores ORDER_STORE names.
+const (
+	// Redis is the Redis store, under KEY_PREFIX: the default.
+	Redis = "redis"
+	// HTTP is the upstream order API at ORDER_API_URL.
+	HTTP = "http"
+)
+
+// Settings are the order store's settings, one field per setting. Declare
+// registers them; the zero value is not meant to be used unparsed.
+type Settings struct {
+	Store              string
+	DedupeRetention    time.Duration
+	HistoryMax         int
+	HistoryMaxAge      time.Duration
+	OrderAPIURL        string
+	OrderAPITimeout    time.Duration
+	TokenURL           string
+	TokenClientID      string
+	TokenClientSecret  string
+	TokenScopes        []string
+	TokenRefreshBefore time.Duration
+	TokenWaitTimeout   time.Duration
+}
+
+// Declare registers the order store's settings on s.
+func Declare(s *config.Set, c *Settings) {
+	s.String(&c.Store, "order-store", "ORDER_STORE", Redis, "where the orders are kept, for the worker, the intake, the CLI and the dashboard alike: redis (under KEY_PREFIX) or http (the upstream order API at ORDER_API_URL, see docs/upstream-order-api.md)").Check(config.OneOf(Redis, HTTP))
+	s.Duration(&c.DedupeRetention, "dedupe-retention", "DEDUPE_RETENTION", redisstore.DefaultDedupeRetention, "Redis store: how long an applied event is remembered to answer a repeat (kept one to two times this); past it, its order's sequence still refuses a repeat that has a position").Check(config.Positive[time.Duration])
+	s.Int(&c.HistoryMax, "history-max", "HISTORY_MAX", redisstore.DefaultHistoryMax, "Redis store: history entries kept per order; each write past it drops the oldest").Check(config.Positive[int])
+	s.Duration(&c.HistoryMaxAge, "history-max-age", "HISTORY_MAX_AGE", 0, "Redis store: also drop history entries older than this on each write to the order; 0 for no age limit").Check(config.NonNegative[time.Duration])
+	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", httpstore.DefaultTimeout, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
+	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
+	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
+	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
+	s.Duration(&c.TokenRefreshBefore, "token-refresh-before", "TOKEN_REFRESH_BEFORE", token.DefaultRefreshBefore, "remaining lifetime at which one replica refreshes the shared token in the background").Check(config.Positive[time.Duration])
+	s.Duration(&c.TokenWaitTimeout, "token-wait-timeout", "TOKEN_WAIT_TIMEOUT", token.DefaultWaitTimeout, "how long a request to the order API waits for a token when none is cached before it fails (a task is then retried)").Check(config.Positive[time.Duration])
+}
+
+// Check checks the settings that depend on each other: the HTTP store needs
+// its URLs and client ID. It also returns the order API settings that are
+// set but unused (ORDER_STORE is not http), for a warning.
+func (c *Settings) Check() (ignored []string, err error) {
+	given := []struct {
+		env string
+		set bool
+	}{
+		{"ORDER_API_URL (-order-api-url)", c.OrderAPIURL != ""},
+		{"TOKEN_URL (-token-url)", c.TokenURL != ""},
+		{"TOKEN_CLIENT_ID (-token-client-id)", c.TokenClientID != ""},
+	}
+	var missing []string
+	for _, g := range given {
+		switch {
+		case c.Store == HTTP && !g.set:
+			missing = append(missing, g.env)
+		case c.Store != HTTP && g.set:
+			ignored = append(ignored, g.env)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("config: ORDER_STORE=%s needs %s", HTTP, strings.Join(missing, ", "))
+	}
+	return ignored, nil
+}
+
+// Hooks are optional callbacks of the HTTP store's token cache (see
+// token.Config), for metrics. The Redis store has no use for them.
+type Hooks struct {
+	// OnRefresh is token.Config.OnRefresh.
+	OnRefresh func(d time.Duration, err error)
+	// OnWait is token.Config.OnWait.
+	OnWait func(d time.Duration)
+}
+
+// Store is an order store that Open built. Close releases what it holds.
+type Store struct {
+	orders.Store
+	close func()
+}
+
+// Close releases the store's idle connections and its token cache (for
+// the HTTP store); the Redis store holds nothing. The store must not be
+// used after. It returns nil.
+func (s *Store) Close() error {
+	s.close()
+	return nil
+}
+
+// Open builds the order store that c names, on rdb under the key prefix
+// prefix: the Redis store's keys, or the HTTP store's shared token (at
+// <prefix>token:{upstream}, shared with every process of the deployment).
+// It starts nothing in the background until the store is used. It returns
+// an error for settings that fail [Settings.Check] or that a store refuses
+// (a prefix with a brace, a bad URL); the error carries no secret.
+func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, log *zap.Logger) (*Store, error) {
+	if _, err := c.Check(); err != nil {
+		return nil, err
+	}
+	if c.Store != HTTP {
+		s, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix, DedupeRetention: c.DedupeRetention,
+			HistoryMax: c.HistoryMax, HistoryMaxAge: c.HistoryMaxAge})
+		if err != nil {
+			return nil, fmt.Errorf("order store: %w", err)
+		}
+		return &Store{Store: s, close: func() {}}, nil
+	}
+	src, err := token.ClientCredentials(token.ClientCredentialsConfig{
+		TokenURL:     c.TokenURL,
+		ClientID:     c.TokenClientID,
+		ClientSecret: c.TokenClientSecret,
+		Scopes:       c.TokenScopes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := token.New(rdb, src, token.Config{
+		Key:           prefix + "token:{upstream}",
+		RefreshBefore: c.TokenRefreshBefore,
+		WaitTimeout:   c.TokenWaitTimeout,
+		OnRefresh:     hooks.OnRefresh,
+		OnWait:        hooks.OnWait,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout})
+	if err != nil {
+		return nil, errors.Join(err, tokens.Close()) // the cache has started nothing yet
+	}
+	return &Store{Store: s, close: func() {
+		s.CloseIdleConnections()
+		_ = tokens.Close() // always nil
+	}}, nil
+}
+
+var _ httpstore.TokenSource = (*token.Cache)(nil)
