@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/upstreamtest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -151,4 +153,23 @@ func TestOrderPageRedisDown(t *testing.T) {
 	assert.Contains(t, r.body, "Could not read the order")
 	assert.Contains(t, d.logs.String(), "order page: status read failed")
 	assert.Contains(t, d.logs.String(), `"error_code":"unavailable"`)
+}
+
+// With ORDER_STORE=http the order page reads the order from the order API,
+// where the worker writes it, not from Redis.
+func TestOrderPageReadsTheHTTPStore(t *testing.T) {
+	db := redistest.New(t)
+	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
+	require.NoError(t, err)
+	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	require.NoError(t, oracle.Put(t.Context(), orders.Order{No: "SO7", Address: "7 Upstream Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "ORDER_STORE", "http",
+		"ORDER_API_URL", up.APIURL(), "TOKEN_URL", up.TokenURL(),
+		"TOKEN_CLIENT_ID", upstreamtest.ClientID, "TOKEN_CLIENT_SECRET", upstreamtest.ClientSecret))
+
+	r := d.get(t, "/orders/SO7", basicAuth(testUser, testPassword))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, "7 Upstream Rd")
+	assert.NotEmpty(t, up.Requests(), "the dashboard asked the order API")
+	assert.NotContains(t, d.logs.String(), upstreamtest.ClientSecret)
 }
