@@ -219,9 +219,6 @@ type Handoff struct {
 	// lease holds a turn (ModeTurn); "" and 0 otherwise.
 	SeqKey string
 	Pos    int64
-	// SeqTTL is the sequence retention in milliseconds, lock_commit's last
-	// argument.
-	SeqTTL int64
 	lease  *Lease
 }
 
@@ -249,8 +246,7 @@ func (h *Handoff) Released(finished bool, wake string) {
 // work's commit. Handing it out changes nothing until the store calls
 // Committing.
 func (s *Lease) Handoff() *Handoff {
-	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s,
-		SeqTTL: s.l.cfg.SeqRetention.Milliseconds()}
+	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
 	if s.mode == ModeTurn {
 		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.turn.Pos
 	}
@@ -303,7 +299,7 @@ func (s *Lease) Release(ctx context.Context) error {
 			at = strconv.FormatInt(retryAt.UnixMilli(), 10)
 		}
 		keys = append(keys, s.l.seq.SeqKey(s.key))
-		args = append(args, s.turn.Pos, adv, s.l.cfg.SeqRetention.Milliseconds(), at)
+		args = append(args, s.turn.Pos, adv, at)
 	}
 	res, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
 	if err != nil {

@@ -172,8 +172,8 @@ type Config struct {
 	// [Sequencer] that hands out the positions AcquireTurn honours.
 	// Defaults to DefaultPrefix ("ow:lock:").
 	Prefix string
-	// SeqRetention is how long a key's sequence outlives its last use; see
-	// SeqConfig.Retention. Defaults to 7 days.
+	// SeqRetention is how long a key's sequence outlives the last position
+	// handed out; see SeqConfig.Retention. Defaults to 7 days.
 	SeqRetention time.Duration
 	// TTL is the lease: how long a lock outlives a holder that died without
 	// releasing it. A kept lease renews every TTL/3. Defaults to 30s.

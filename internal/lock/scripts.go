@@ -118,7 +118,7 @@ end
 
 // CommitLua defines the Lua function
 //
-//	lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
+//	lock_commit(lk, owner, channel, s, pos, advance, held)
 //
 // that releases the lock hash lk if owner holds it and, when s is given and
 // advance is true, moves the sequence s past position pos (whoever holds the
@@ -126,28 +126,81 @@ end
 // and returns two values: 1 when it released the lock, 0 when the lock was
 // not owner's (nothing of the lock is touched then); and the label of the
 // next position when its holder is parked (empty otherwise), which the caller
-// must bring back (see [Lease.Wake]). A store's script on the same Redis
-// includes it to release a lease and finish its turn in the round trip that
-// commits the work (see [Lease.Handoff]); lk and s must then be among that
-// script's KEYS. It needs the helpers of commonLua, which it includes.
+// must bring back (see [Lease.Wake]). held, when not nil, is what
+// lock_held(lk) returned earlier in the same script, so that the lock is
+// read once. A store's script on the same Redis includes it to release a
+// lease and finish its turn in the round trip that commits the work (see
+// [Lease.Handoff]); lk and s must then be among that script's KEYS. It
+// needs the helpers of commonLua, which it includes.
+//
+// lock_held(lk) returns the lock's owner token and its waiter mark, as one
+// HMGET: {owner or false, w or false}.
+//
+// Every redis.call in a script costs about as much as a small command
+// (measured: BenchmarkScriptCost in internal/orders/redisstore), so the
+// usual path (the next position is waiting for its holder or not taken
+// yet) reads the sequence once, writes it twice and the lock once.
 const CommitLua = commonLua + `
-local function lock_commit(lk, owner, channel, s, pos, advance, seqTTL)
+local function lock_held(lk)
+  return redis.call('HMGET', lk, 'owner', 'w')
+end
+
+-- seq_finish moves the cursor of s past pos, its holder's own turn, and
+-- tells the next position's waiter, like seq_advance then notify, in three
+-- calls when the next position is pending or not taken. It returns false
+-- when pos is not next (nothing is done), or next and wake.
+local function seq_finish(s, pos, channel, lk, waited)
+  local p, n1, n2 = num(pos), num(pos + 1), num(pos + 2)
+  local m = redis.call('HMGET', s, 'd', 'p:' .. n1, 'w:' .. n1, 'k:' .. n1, 'k:' .. n2)
+  local d = tonumber(m[1])
+  if not d or pos ~= d + 1 then return false end
+  local rec = m[2]
+  if rec then
+    local k = string.sub(rec, 1, 2)
+    if k == 'v ' or k == 'f ' then
+      -- positions settled ahead follow: the general path
+      local next = seq_advance(s, pos)
+      return next, notify(channel, lk, s, next, waited)
+    end
+  end
+  local send, wake = waited, ''
+  if m[3] or m[4] or m[5] then
+    redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p, 'w:' .. n1, 'k:' .. n1, 'k:' .. n2)
+    if m[3] then send = true end
+    local parked = {}
+    if m[4] then parked[#parked + 1] = rec or '' end
+    if m[5] then parked[#parked + 1] = redis.call('HGET', s, 'p:' .. n2) or '' end
+    for _, r in ipairs(parked) do
+      local sp = string.find(r, ' ', 1, true)
+      if sp and string.find(string.sub(r, 1, 1), '%d') then
+        if wake ~= '' then wake = wake .. '\n' end
+        wake = wake .. string.sub(r, sp + 1)
+      end
+    end
+  else
+    redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p)
+  end
+  redis.call('HSET', s, 'd', p)
+  if send then redis.pcall('PUBLISH', channel, lk .. ' ' .. n1) end
+  return pos + 1, wake
+end
+
+local function lock_commit(lk, owner, channel, s, pos, advance, held)
   local released, waited = 0, false
-  local h = redis.call('HMGET', lk, 'owner', 'w')
+  local h = held or lock_held(lk)
   if h[1] == owner then
     waited = h[2] ~= false
     redis.call('DEL', lk)
     released = 1
   end
+  if s and s ~= '' and advance then
+    local next, wake = seq_finish(s, pos, channel, lk, waited)
+    if next then return released, wake end
+  end
   local next = nil
-  if s and s ~= '' then
-    if advance then next = seq_advance(s, pos) end
-    if next then
-      redis.call('PEXPIRE', s, seqTTL)
-    elseif released == 1 then
-      local d = redis.call('HGET', s, 'd')
-      if d then next = tonumber(d) + 1 end
-    end
+  if s and s ~= '' and released == 1 then
+    local d = redis.call('HGET', s, 'd')
+    if d then next = tonumber(d) + 1 end
   end
   local wake = ''
   if released == 1 or next then wake = notify(channel, lk, s, next, waited) end
@@ -232,9 +285,9 @@ return {1, s, mode}
 //
 // KEYS[1] lock hash, KEYS[2] (optional) sequence
 // ARGV[1] owner token, ARGV[2] notice channel; with KEYS[2]: ARGV[3]
-// position, ARGV[4] "1" to move the sequence past it, ARGV[5] sequence
-// retention in ms, ARGV[6] when the holder runs again, in ms since the epoch
-// ("" for unknown), recorded for the waiters behind it when the turn stays
+// position, ARGV[4] "1" to move the sequence past it, ARGV[5] when the
+// holder runs again, in ms since the epoch ("" for unknown), recorded for
+// the waiters behind it when the turn stays
 //
 // Returns {released, wake}: released is 1 when released, 0 when the caller
 // no longer held the lock (it expired, or someone else holds it now):
@@ -243,11 +296,11 @@ return {1, s, mode}
 // lock_commit), empty when none.
 var releaseScript = redis.NewScript(CommitLua + `
 local s, pos = KEYS[2], tonumber(ARGV[3])
-if s and ARGV[4] ~= '1' and ARGV[6] ~= '' then
+if s and ARGV[4] ~= '1' and ARGV[5] ~= '' then
   local d = tonumber(redis.call('HGET', s, 'd'))
-  if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[6]) end
+  if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[5]) end
 end
-local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', ARGV[5])
+local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil)
 return {released, wake}
 `)
 
@@ -277,13 +330,18 @@ return 1
 var reserveScript = redis.NewScript(commonLua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('HSET', KEYS[1], 'n', num(start - 1), 'd', num(start - 1))
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local pos, rec = num(n), num(now) .. ' ' .. ARGV[1]
+if n == 1 then
+  -- a new sequence (no position is ever 1 in a live one): start at TIME
+  pos = num(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('HSET', KEYS[1], 'n', pos, 'd', num(tonumber(pos) - 1))
 end
-local pos = num(redis.call('HINCRBY', KEYS[1], 'n', 1))
-redis.call('HSET', KEYS[1], 'p:' .. pos, num(now) .. ' ' .. ARGV[1])
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'ref:' .. ARGV[3], pos) end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'p:' .. pos, rec, 'ref:' .. ARGV[3], pos)
+else
+  redis.call('HSET', KEYS[1], 'p:' .. pos, rec)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return pos
 `)

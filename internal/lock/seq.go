@@ -85,12 +85,16 @@ type SeqConfig struct {
 	// the Lockers that honour the positions; it must be the same.
 	// Defaults to "ow:lock:".
 	Prefix string
-	// Retention is how long a sequence outlives its last use (a position
-	// handed out, finished or waited for). A sequence that expired starts
-	// again above every earlier position; a holder of a position of the
-	// expired sequence is then admitted at once, unordered. Keep it above
-	// the longest time a position may wait for its holder (retries and
-	// scheduled tasks). Defaults to 7 days.
+	// Retention is how long a sequence outlives the last position handed
+	// out (or settled without its turn: voided, skipped, finished ahead).
+	// A turn that ends does not renew it, which saves a command per task:
+	// the positions still waiting were all handed out within it. A
+	// sequence that expired starts again above every earlier position; a
+	// holder of a position of the expired sequence is then admitted at
+	// once, unordered, and an order store that keeps the newest position
+	// applied (the Redis store does) still refuses it if a later change
+	// was applied. Keep it above the longest time a position may wait for
+	// its holder (retries and scheduled tasks). Defaults to 7 days.
 	Retention time.Duration
 }
 

@@ -270,6 +270,36 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	require.NoError(t, err, "a passed position is granted at once, unordered")
 }
 
+// A turn that finishes right before a position voided ahead passes both,
+// and calls back the parked holder of the position after them.
+func TestFinishPassesAVoidAhead(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	q := l.Sequencer()
+	turns := reserve(t, q, "SO-ahead", 3)
+	first, err := l.AcquireTurn(t.Context(), "SO-ahead", "first", turns[0], slow)
+	require.NoError(t, err)
+	_, err = q.Void(t.Context(), "SO-ahead", turns[1].Pos, turns[1].Label, "enqueue refused")
+	require.NoError(t, err)
+	_, err = l.AcquireTurn(t.Context(), "SO-ahead", "third", turns[2], slow)
+	var te *lock.TurnError
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Parked)
+
+	first.Finish()
+	require.NoError(t, first.Release(t.Context()))
+	require.Equal(t, []string{turns[2].Label}, first.Wake(), "the third is next once the void is passed")
+	st, err := q.Status(t.Context(), "SO-ahead")
+	require.NoError(t, err)
+	require.Equal(t, turns[1].Pos, st.Done, "the cursor passed the voided position")
+	third, err := l.AcquireTurn(t.Context(), "SO-ahead", "third", turns[2], lock.Wait{Deadline: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, third.Mode())
+	third.Finish()
+	require.NoError(t, third.Release(t.Context()))
+}
+
 // Skip settles only the head, and only while its record is the one the
 // caller saw.
 func TestSkipOnlyTheHeadAsSeen(t *testing.T) {

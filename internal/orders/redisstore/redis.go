@@ -329,12 +329,16 @@ end
 // ARGV[1] event hash, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] the event's record,
 // ARGV[6] history detail, ARGV[7] entry type ("m" or "x"), ARGV[8] the
-// change's position for the history, or "", ARGV[9] lock owner,
-// ARGV[10] lock notice channel, ARGV[11] the turn's position,
-// ARGV[12] sequence retention in ms, ARGV[13] "1" to return the order's
-// fields, ARGV[14] the current bucket's expiry (Unix ms), ARGV[15] history
-// max, ARGV[16] history max age (µs, "0" for none), ARGV[17] the event ID,
-// ARGV[18...] field, value pairs to set on the order.
+// change's position, or "", ARGV[9] lock owner, ARGV[10] lock notice
+// channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
+// fields, ARGV[13] the current bucket's expiry (Unix ms), ARGV[14] history
+// max, ARGV[15] history max age (µs, "0" for none), ARGV[16] the event ID,
+// ARGV[17...] field, value pairs to set on the order.
+//
+// The lock's newest fence (KEYS[6]) is read only when the caller no longer
+// holds the lock: a holder's fence is the newest. (The event's record is
+// looked up even for a change at a new position: the producer enqueues the
+// same change again, at a new position, once asynq has forgotten its task.)
 //
 // Returns one of the following, followed with KEYS[7] by "1" when it
 // released the lock and "0" when the lock was not the caller's, and with
@@ -351,36 +355,42 @@ end
 //	{"ok", record, fields...}       applied: fence stored, version bumped,
 //	                                history appended, the record kept
 var applyScript = redis.NewScript(luaLib + lock.CommitLua + `
-local function apply()
-  local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence', 'seq')
+local function apply(held)
+  local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence', 'seq', 'version')
   if not st[1] then return {'notfound'} end
   local rec = ev_get(KEYS[3], KEYS[4], KEYS[5], ARGV[1])
   if rec then
     local r = {'replay', rec}
-    if ARGV[13] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
+    if ARGV[12] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
     return r
   end
+  local pos, last = tonumber(ARGV[8]), tonumber(st[4])
   if st[1] ~= 'active' then return {'closed', st[1], st[2] or ''} end
-  if ARGV[8] ~= '' and st[4] and tonumber(ARGV[8]) <= tonumber(st[4]) then return {'passed', st[4]} end
+  if pos and last and pos <= last then return {'passed', st[4]} end
   if st[3] and older(ARGV[2], st[3]) then return {'stale', st[3]} end
-  if KEYS[6] then
+  if KEYS[6] and not (held and held[1] == ARGV[9]) then
     local lf = redis.call('GET', KEYS[6])
     if lf and older(ARGV[2], lf) then return {'stale', lf} end
   end
-  local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+  local v = num((tonumber(st[5]) or 0) + 1)
   local t = now()
-  redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 18))
-  if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'seq', ARGV[8]) end
-  append(KEYS[2], ARGV[7], ARGV[17], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[8], ARGV[6], ARGV[15], ARGV[16])
-  ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[14])
+  if pos then
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, 'seq', ARGV[8], unpack(ARGV, 17))
+  else
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 17))
+  end
+  append(KEYS[2], ARGV[7], ARGV[16], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[8], ARGV[6], ARGV[14], ARGV[15])
+  ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[13])
   local r = {'ok', ARGV[5]}
-  if ARGV[13] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
+  if ARGV[12] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
   return r
 end
-local r = apply()
+local held = nil
+if KEYS[7] then held = lock_held(KEYS[7]) end
+local r = apply(held)
 if KEYS[7] then
   local finish = KEYS[8] ~= nil and r[1] ~= 'stale'
-  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, ARGV[12])
+  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, held)
   r[#r + 1] = tostring(released)
   if KEYS[8] then
     if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
@@ -834,7 +844,6 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		keys = append(keys, lockFenceKey)
 	}
 	owner, channel, turn := "", "", ""
-	var seqTTL int64
 	if h != nil {
 		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
 			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
@@ -846,7 +855,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 			}
 			keys = append(keys, h.SeqKey)
-			turn, seqTTL = strconv.FormatInt(h.Pos, 10), h.SeqTTL
+			turn = strconv.FormatInt(h.Pos, 10)
 		}
 		h.Committing()
 	}
@@ -859,9 +868,9 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	if withOrder {
 		want = "1"
 	}
-	args := make([]any, 0, 17+len(fields))
+	args := make([]any, 0, 16+len(fields))
 	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
-		owner, channel, turn, seqTTL, want, exp, s.histMax, s.histAge.Microseconds(), eventID)
+		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID)
 	args = append(args, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
