@@ -117,6 +117,25 @@ func (rep *report) ratios() {
 				}
 			}
 		}
+		if w == standard && bu != nil && bu.RatioToA > 0 {
+			// The cost issue's: what the hot path's savings must not lose.
+			add("(b)/(a) uncontended, kept"+tag, bu.RatioToA, ">= 0.95", bu.RatioToA >= 0.95)
+		}
+		if w.Work == 0 {
+			// The cost per task at zero work, against plain asynq.
+			if a := rep.find(sysPlain, uncontended, w); a != nil && bu != nil && a.RedisCPUPerTask > 0 && a.WorkerCPUPerTask > 0 {
+				x := bu.RedisCPUPerTask / a.RedisCPUPerTask
+				add("(b)/(a) Redis CPU per task uncontended"+tag, x, "<= 1.50", x <= 1.5)
+				x = bu.WorkerCPUPerTask / a.WorkerCPUPerTask
+				add("(b)/(a) worker CPU per task uncontended"+tag, x, "<= 1.40", x <= 1.4)
+			}
+			if bu != nil && bu.RatioToA > 0 {
+				add("(b)/(a) uncontended"+tag, bu.RatioToA, ">= 0.70", bu.RatioToA >= 0.7)
+			}
+			if bc != nil && bc.RatioToA > 0 {
+				add("(b)/(a) contended"+tag, bc.RatioToA, ">= 0.80", bc.RatioToA >= 0.8)
+			}
+		}
 		if bc != nil && bc.HandoffsAll > 0 {
 			handoff("(b) hot hand-off p99 ms"+tag, bc, 5)
 		}

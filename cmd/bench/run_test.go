@@ -76,6 +76,9 @@ func TestRatiosAndTargets(t *testing.T) {
 		{Scenario: "b0-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 400, RoundTripsPerTask: 6},
 		{Scenario: "b-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 500, Handoffs: 900, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 5, OrderPairs: 90},
 		{Scenario: "c-contended-work10ms", Contended: true, TasksPerS: 50, Handoffs: 10, HandoffP99: 800},
+		{Scenario: "a-uncontended-work0", TasksPerS: 1000, WorkerCPUPerTask: 100, RedisCPUPerTask: 100},
+		{Scenario: "b-uncontended-work0", Tasks: 10000, TasksPerS: 750, WorkerCPUPerTask: 130, RedisCPUPerTask: 160},
+		{Scenario: "a-contended-work0", Contended: true, TasksPerS: 1000},
 		{Scenario: "b0-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 1000, RoundTripsPerTask: 6},
 		{Scenario: "b-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 900, Handoffs: 10, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 6.1, OrderPairs: 90, Inversions: 1},
 	}, Accept: []acceptResult{
@@ -95,6 +98,9 @@ func TestRatiosAndTargets(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{
 		"(b)/(a) uncontended [work10ms]": true, "(b)/(a) contended [work10ms]": false,
+		"(b)/(a) uncontended, kept [work10ms]": false,
+		"(b)/(a) Redis CPU per task uncontended [work0]": false, "(b)/(a) worker CPU per task uncontended [work0]": true,
+		"(b)/(a) uncontended [work0]": true, "(b)/(a) contended [work0]": true,
 		"(b) hand-off p99 ms [work10ms]": true, "(c)/(b) hand-off p99 [work10ms]": true,
 		"(b) hot hand-off p99 ms [work10ms]": true, "(b)/(b0) hot throughput [work10ms]": true,
 		"(b) worker round trips/task uncontended [work10ms]": true,
