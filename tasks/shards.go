@@ -32,7 +32,20 @@ func ShardOf(orderNo string, count int) int {
 	if count <= 1 {
 		return 0
 	}
-	return int(crc32.ChecksumIEEE([]byte(orderNo)) % uint32(count))
+	return int(crc32String(orderNo) % uint32(count))
+}
+
+// ieee is the table of the IEEE CRC-32.
+var ieee = crc32.MakeTable(crc32.IEEE)
+
+// crc32String is crc32.ChecksumIEEE([]byte(s)) without the copy to the
+// heap that the conversion costs (order numbers are at most 64 bytes).
+func crc32String(s string) uint32 {
+	crc := ^uint32(0)
+	for i := 0; i < len(s); i++ {
+		crc = ieee[byte(crc)^s[i]] ^ crc>>8
+	}
+	return ^crc
 }
 
 // ShardQueue returns the name of shard i of the kind's queue among count
@@ -171,6 +184,31 @@ func (s Shards) Placements(k *Kind, orderNo string) []string {
 		}
 	}
 	return out
+}
+
+// Accepts reports whether queue is one of [Shards.Placements] of a task of
+// kind k for order orderNo, without allocating: the check a worker makes
+// on every task.
+func (s Shards) Accepts(k *Kind, orderNo, queue string) bool {
+	qk, shard := parseShardQueue(queue)
+	if qk != k {
+		return false
+	}
+	placed := func(n int) bool {
+		if n <= 1 {
+			return shard == -1
+		}
+		return shard >= 0 && shard == ShardOf(orderNo, n)
+	}
+	if placed(s.Count) {
+		return true
+	}
+	for _, n := range s.Draining {
+		if placed(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // Queues returns every queue of kind k under Count and the draining

@@ -2,6 +2,8 @@ package tasks_test
 
 import (
 	"fmt"
+	"hash/crc32"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,6 +37,7 @@ func TestShardOfGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.orderNo, func(t *testing.T) {
 			t.Parallel()
+			assert.Equal(t, tt.crc, crc32.ChecksumIEEE([]byte(tt.orderNo)), "the table itself")
 			assert.Equal(t, int(tt.crc%3), tt.of3, "the table itself")
 			assert.Equal(t, 0, tasks.ShardOf(tt.orderNo, 1))
 			assert.Equal(t, 0, tasks.ShardOf(tt.orderNo, 0))
@@ -74,6 +77,59 @@ func TestShardQueues(t *testing.T) {
 	assert.Equal(t, []string{"order_modify:1", "order_modify:2"}, s.Placements(tasks.Modify, "SO1001"))
 	assert.Equal(t, []string{"order_modify:1"}, s.Placements(tasks.Modify, "SO123"))
 	assert.Equal(t, "2,3", s.String())
+}
+
+func TestShardsAccepts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		shards tasks.Shards
+		kind   *tasks.Kind
+		queue  string
+		want   bool
+	}{
+		{"one queue", tasks.Shards{}, tasks.Modify, "order_modify", true},
+		{"one queue, a shard", tasks.Shards{}, tasks.Modify, "order_modify:0", false},
+		{"one queue, another kind", tasks.Shards{}, tasks.Modify, "order_exchange", false},
+		{"its shard", tasks.Shards{Count: 3}, tasks.Modify, "order_modify:2", true},
+		{"another shard", tasks.Shards{Count: 3}, tasks.Modify, "order_modify:1", false},
+		{"the unsharded queue", tasks.Shards{Count: 3}, tasks.Modify, "order_modify", false},
+		{"its shard of another kind", tasks.Shards{Count: 3}, tasks.Modify, "order_exchange:2", false},
+		{"the unsharded queue, draining", tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Modify, "order_modify", true},
+		{"its shard of a draining count", tasks.Shards{Count: 2, Draining: []int{3}}, tasks.Modify, "order_modify:2", true},
+		{"its shard now", tasks.Shards{Count: 2, Draining: []int{3}}, tasks.Modify, "order_modify:1", true},
+		{"no shard of either", tasks.Shards{Count: 2, Draining: []int{3}}, tasks.Modify, "order_modify:0", false},
+		{"not a queue of the contract", tasks.Shards{Count: 3}, tasks.Modify, "order_modify:x", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// SO1001: CRC-32 52386047, shard 1 of 2, 2 of 3.
+			assert.Equal(t, tt.want, tt.shards.Accepts(tt.kind, "SO1001", tt.queue))
+			assert.Equal(t, tt.want, slices.Contains(tt.shards.Placements(tt.kind, "SO1001"), tt.queue), "agrees with Placements")
+		})
+	}
+}
+
+// The worker checks every task's queue: the check allocates nothing. (Not
+// parallel: AllocsPerRun refuses to run beside other tests.)
+func TestShardsAcceptsAllocatesNothing(t *testing.T) {
+	s := tasks.Shards{Count: 3, Draining: []int{1}}
+	allocs := testing.AllocsPerRun(100, func() { s.Accepts(tasks.Modify, "SO1001", "order_modify:1") })
+	assert.Zero(t, allocs)
+}
+
+// FuzzShardOf checks the allocation-free CRC-32 against the standard
+// library's for any order number.
+func FuzzShardOf(f *testing.F) {
+	f.Add("SO1001")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, no string) {
+		want := int(crc32.ChecksumIEEE([]byte(no)) % 7)
+		if got := tasks.ShardOf(no, 7); got != want {
+			t.Fatalf("ShardOf(%q, 7) = %d, want %d", no, got, want)
+		}
+	})
 }
 
 func TestKindOfQueue(t *testing.T) {
