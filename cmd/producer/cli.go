@@ -44,6 +44,7 @@ Settings (before the command; each also an environment variable):
 type common struct {
 	Redis      *redisconn.Options
 	Prefix     string
+	Shards     tasks.Shards
 	GapWait    time.Duration
 	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
 }
@@ -52,6 +53,7 @@ func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
+	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues): "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch rest[0] {
 	case "modify", "exchange":
-		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix})
+		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
 		if err != nil {
 			return err
 		}
@@ -110,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		defer store.Close()
-		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
+		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards})
 		if err != nil {
 			return err
 		}
