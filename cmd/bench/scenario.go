@@ -478,7 +478,12 @@ func seedOrders(ctx context.Context, store orders.Store, sc scenario) error {
 // without a position (see rawTask). The workload has no exchanges: an
 // exchange closes its order, and the next modify of it would be rejected.
 func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error {
-	p, err := producer.New(rdb, producer.Config{})
+	return enqueueWith(ctx, rdb, sc, tasks.Shards{})
+}
+
+// enqueueWith is enqueue with the producer's queue shards.
+func enqueueWith(ctx context.Context, rdb redis.UniversalClient, sc scenario, shards tasks.Shards) error {
+	p, err := producer.New(rdb, producer.Config{Shards: shards})
 	if err != nil {
 		return err
 	}
