@@ -8,7 +8,7 @@ BENCHTIME   ?= 2s
 .PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short demo fuzz
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 test: ## the test suite, exactly as the README and CI run it
 	$(GO) test -race -count=1 ./...
