@@ -71,8 +71,12 @@ type clusterResult struct {
 	TasksPerS   float64 `json:"tasks_per_s"`
 	Archived    int64   `json:"archived"`
 	// WorkerCPUPerTask is the bench process's CPU per task, in µs.
-	WorkerCPUPerTask float64         `json:"worker_cpu_us_per_task"`
-	Masters          []clusterMaster `json:"masters"`
+	WorkerCPUPerTask float64 `json:"worker_cpu_us_per_task"`
+	// RoundTripsPerTask is what the worker's client sent (a pipeline is
+	// one), per task; RoundTrips by call (see benchkit.CallName).
+	RoundTripsPerTask float64          `json:"round_trips_per_task"`
+	RoundTrips        map[string]int64 `json:"round_trips"`
+	Masters           []clusterMaster  `json:"masters"`
 	// MaxShare is the largest master's share of the masters' CPU.
 	MaxShare float64 `json:"max_share"`
 }
@@ -227,6 +231,8 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	selfCPU0 := benchkit.SelfCPU()
 	rdb := opts.NewClient()
 	defer rdb.Close()
+	hook := benchkit.NewCountHook()
+	rdb.AddHook(hook)
 	locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
 	if err != nil {
 		return r, err
@@ -257,6 +263,8 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 		return r, err
 	}
 	end := samples[len(samples)-1].At
+	r.RoundTrips = hook.ByName()
+	r.RoundTripsPerTask = float64(hook.RoundTrips()) / float64(sc.Tasks)
 	after, err := readNodes(ctx, masters)
 	if err != nil {
 		w.Shutdown()
@@ -331,13 +339,14 @@ func printCluster(out io.Writer, results []clusterResult) {
 	tw.Flush()
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "shards\ttasks/s\tmasters' Redis CPU µs/task\tlargest master's share\tworker CPU µs/task\tarchived\t")
+	fmt.Fprintln(tw, "shards\ttasks/s\tmasters' Redis cmds/task\tmasters' Redis CPU µs/task\tlargest master's share\tworker round trips/task\tworker CPU µs/task\tarchived\t")
 	for _, r := range results {
-		var cpu float64
+		var cpu, cmds float64
 		for _, m := range r.Masters {
 			cpu += m.CPUPerTask
+			cmds += m.CmdsPerTask
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f %%\t%.0f\t%d\t\n", r.Shards, r.TasksPerS, cpu, 100*r.MaxShare, r.WorkerCPUPerTask, r.Archived)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.1f\t%.0f %%\t%.2f\t%.0f\t%d\t\n", r.Shards, r.TasksPerS, cmds, cpu, 100*r.MaxShare, r.RoundTripsPerTask, r.WorkerCPUPerTask, r.Archived)
 	}
 	tw.Flush()
 	if t, ok := clusterTarget(results); ok {
