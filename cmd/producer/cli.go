@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
@@ -35,6 +37,8 @@ Commands:
         sequence, its tasks in every state, its latest history
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
+  shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
+                                while any waits in a placement of a draining count only
   serve                         run the HTTP intake (see README)
 
 Settings (before the command; each also an environment variable):
@@ -106,6 +110,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		return printJSON(stdout, r)
+	case "shards":
+		if len(rest) != 1 {
+			return errors.New("shards: takes no arguments (set QUEUE_SHARDS)")
+		}
+		rep, err := checkShards(asynq.NewInspectorFromRedisClient(rdb), c.Shards)
+		if perr := printJSON(stdout, rep); perr != nil {
+			return perr
+		}
+		return err
 	case "order":
 		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {

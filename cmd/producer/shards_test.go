@@ -113,3 +113,68 @@ func TestShardsAgreeWithTheWorker(t *testing.T) {
 		assert.Equal(t, tasks.Modify.QueueFor(nos[0], 3), tk.Queue, tk.TaskID)
 	}
 }
+
+// TestShardsCommand follows the last step of a change from 1 to 3 shards:
+// "producer shards" fails while tasks placed under the draining count wait,
+// and passes once workers with "3,1" have taken them.
+func TestShardsCommand(t *testing.T) {
+	db := redistest.New(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "QUEUE_SHARDS": "1"}
+	cli := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	mid, err := tasks.ParseShards("3,1")
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		for _, q := range mid.AllQueues() {
+			_ = insp.DeleteQueue(q, true)
+		}
+	})
+	for _, no := range []string{"SO1001", "SO123"} {
+		_, err := cli("order", "put", no, "-address", "1 Main St", "-item", "TEA=2")
+		require.NoError(t, err)
+		_, err = cli("modify", no, "-remark", "before", "-event-id", "before-"+no)
+		require.NoError(t, err)
+	}
+	_, err = cli("modify", "SO-NONE", "-remark", "to an unknown order", "-event-id", "doomed")
+	require.NoError(t, err)
+
+	env["QUEUE_SHARDS"] = "3,1"
+	_, err = cli("modify", "SO1001", "-remark", "after", "-event-id", "after")
+	require.NoError(t, err)
+	out, err := cli("shards")
+	require.ErrorIs(t, err, errNotDrained)
+	var rep shardsReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	assert.Equal(t, "3,1", rep.Shards)
+	assert.Equal(t, 3, rep.Old, "the three changes accepted with one shard")
+	assert.Contains(t, rep.Queues, queuePlacement{Queue: "order_modify", Waiting: 3, Old: 3})
+	assert.Contains(t, rep.Queues, queuePlacement{Queue: "order_modify:2", Waiting: 1})
+
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	defer l.Close()
+	w, err := worker.New(db.Client, l, store, worker.Config{Shards: mid, TaskCheckInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Shutdown()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := cli("shards")
+		if !assert.NoError(c, err) {
+			return
+		}
+		var rep shardsReport
+		if assert.NoError(c, json.Unmarshal([]byte(out), &rep)) {
+			assert.Zero(c, rep.Old)
+			assert.Equal(c, 1, rep.ArchivedOld, "the change of an unknown order, archived where it was placed")
+		}
+	}, 30*time.Second, 50*time.Millisecond)
+	o, err := store.Get(t.Context(), "SO1001")
+	require.NoError(t, err)
+	assert.Equal(t, "after", o.Remark)
+}
