@@ -29,6 +29,7 @@ func TestShardOfGolden(t *testing.T) {
 	}{
 		{"SO1001", 52386047, 1, 2, 3, 7, "order_modify:2", "order_exchange:2"},
 		{"SO1002", 2585135429, 1, 2, 1, 5, "order_modify:2", "order_exchange:2"},
+		{"SO1003", 3977329107, 1, 0, 3, 3, "order_modify:0", "order_exchange:0"},
 		{"SO123", 233812141, 1, 1, 1, 5, "order_modify:1", "order_exchange:1"},
 		{"SO2001", 296417041, 1, 1, 1, 1, "order_modify:1", "order_exchange:1"},
 		{"order-7", 164682458, 0, 2, 2, 2, "order_modify:2", "order_exchange:2"},
