@@ -420,11 +420,11 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	}
 	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
-	if prev != nil && len(p.cfg.Shards.Draining) > 0 {
+	if prev != nil && len(p.cfg.Shards.Draining) > 0 && ctx.Err() == nil {
 		// The same change again while a shard count drains: asynq refuses
 		// a task ID only within one queue, so look for the task where the
 		// counts that drain put it.
-		if dup := p.heldElsewhere(ctx, kind, h, queue, me.fp); dup != nil {
+		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
 			p.void(ctx, at, "the enqueue was refused as a duplicate")
 			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 		}
@@ -601,10 +601,9 @@ func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID,
 // enqueue goes. It returns the *DuplicateError describing the task when one
 // holds it, nil when none does (or the lookup failed: the enqueue then goes
 // on, and the store applies the change at most once).
-func (p *Producer) heldElsewhere(ctx context.Context, kind *tasks.Kind, h tasks.Header, queue, fp string) *DuplicateError {
-	if ctx.Err() != nil {
-		return nil
-	}
+// asynq's Inspector takes no context: the caller skips it when its context
+// is done.
+func (p *Producer) heldElsewhere(kind *tasks.Kind, h tasks.Header, queue, fp string) *DuplicateError {
 	for _, q := range p.cfg.Shards.Placements(kind, h.OrderNo) {
 		if q == queue {
 			continue
