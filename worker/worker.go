@@ -41,6 +41,15 @@
 // noted in its order's sequence log (lock.Sequencer.Note) with the reason,
 // so that the order's status view (internal/orderview) finds it.
 //
+// # Queues and shards
+//
+// A Worker serves each kind's queue (Config.Queues), or, with Config.Shards,
+// every shard queue of each kind, each with the kind's weight (see
+// tasks.Shards). A task found on a queue that is none of its order's
+// placements is archived with the reason: the gap check and the wake look
+// a position's task up only there. While a shard count drains, the Worker
+// serves the queues of the old count too and accepts the tasks placed by it.
+//
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
 
