@@ -5,10 +5,10 @@ GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint vuln fmt bench bench-replicas stress stress-short demo fuzz
+.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short demo fuzz
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 test: ## the test suite, exactly as the README and CI run it
 	$(GO) test -race -count=1 ./...
@@ -32,6 +32,9 @@ bench: ## the benchmarks (not part of test), then cmd/bench's side-by-side table
 
 bench-replicas: ## throughput with 1, 2 and 4 worker processes
 	$(GO) run ./cmd/bench -replicas 1,2,4 -replicas-only -json bench-replicas.json
+
+bench-cluster: ## a local 3-master Cluster with 1, then 3 queue shards: commands and Redis CPU per task on each master, and the 40 % target (under a minute)
+	$(GO) run ./cmd/bench -cluster -json bench-cluster.json
 
 stress: ## reliability suite on real binaries: SIGKILLs, a Redis restart (about 3-5 minutes)
 	$(GO) run ./cmd/stress

@@ -6,7 +6,8 @@
 // the task ID, the change's position in its order's sequence, how often a
 // task is retried, how long its handler may run and how long a finished task
 // is remembered. The queue of each task type is the contract's (see
-// tasks.Kinds), not a setting.
+// tasks.Kinds), not a setting; only the number of shards each type is
+// spread over is ([Config.Shards]).
 //
 // It is not a worker: it processes nothing, takes no order lock and never
 // touches the order store. Nor does it own the Redis client it is given; the
@@ -122,6 +123,16 @@ type Config struct {
 	// asynq counts it in whole seconds; it must be at least one second.
 	// Defaults to 2 minutes.
 	Timeout time.Duration
+
+	// Shards spreads each task type over Shards.Count queues: a task goes
+	// to its order's shard of its type's queue (tasks.Kind.QueueFor), so
+	// that a Redis Cluster spreads the queues' load over its masters. It
+	// must be the workers' setting. During a change of the count, a change
+	// sent again is looked for in its placements under the counts that
+	// drain too, so that it is refused as a duplicate there as well. It
+	// must pass tasks.Shards.Validate. Defaults to one queue per type, the
+	// types' own queues.
+	Shards tasks.Shards
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -144,6 +155,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: DedupeWindow %v is shorter than Retention %v", c.DedupeWindow, c.Retention)
 	case c.Timeout < time.Second:
 		return fmt.Errorf("producer: Timeout %v is less than 1s", c.Timeout)
+	}
+	if err := c.Shards.Validate(); err != nil {
+		return fmt.Errorf("producer: %w", err)
 	}
 	return nil
 }
@@ -242,8 +256,8 @@ func (p *Producer) EnqueueExchange(ctx context.Context, orderNo string, items []
 }
 
 // Enqueue enqueues a task carrying payload, of payload's kind, to the kind's
-// queue (see tasks.Kinds). This is how the HTTP intake enqueues what it
-// decoded.
+// queue (see tasks.Kinds), or to its order's shard of it with
+// [Config.Shards]. This is how the HTTP intake enqueues what it decoded.
 //
 // The event ID is the payload's, or the one given with [WithEventID] (giving
 // both, different, is an error), or else a generated UUIDv7. The task ID is
@@ -405,6 +419,16 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		dup := p.duplicate(ctx, kind.Type, prev, h.EventID, "")
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	}
+	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
+	if prev != nil && len(p.cfg.Shards.Draining) > 0 && ctx.Err() == nil {
+		// The same change again while a shard count drains: asynq refuses
+		// a task ID only within one queue, so look for the task where the
+		// counts that drain put it.
+		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
+			p.void(ctx, at, "the enqueue was refused as a duplicate")
+			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
+		}
+	}
 
 	h.Seq = at.pos
 	payload = payload.WithHeader(h)
@@ -418,7 +442,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		maxRetry = *o.maxRetry
 	}
 	opts := []asynq.Option{
-		asynq.Queue(kind.Queue),
+		asynq.Queue(queue),
 		asynq.TaskID(h.EventID),
 		asynq.MaxRetry(tasks.MaxRetry(maxRetry)),
 		asynq.Timeout(p.cfg.Timeout),
@@ -437,7 +461,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	case err != nil:
 		// The task may or may not exist now: leave the positions to the
 		// worker, which skips them once it is sure that no task holds them.
-		return Result{}, fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, kind.Queue, withCause(ctx, err))
+		return Result{}, fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))
 	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
 }
@@ -527,29 +551,29 @@ const voidTimeout = 5 * time.Second
 func (p *Producer) void(ctx context.Context, at positions, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
 	defer cancel()
-	var wake []string
+	// A void of the head passes the turn on: bring back a parked task that
+	// now has it (see the worker's parking).
 	if at.pos > 0 {
 		st, _ := p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
-		wake = append(wake, st.Wake...)
+		_ = requeue.Labels(ctx, p.rdb, at.orderNo, p.cfg.Shards, st.Wake)
 	}
 	if at.createPos > 0 {
 		st, _ := p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
-		wake = append(wake, st.Wake...)
+		_ = requeue.Labels(ctx, p.rdb, at.created, p.cfg.Shards, st.Wake)
 	}
-	// A void of the head passes the turn on: bring back a parked task that
-	// now has it (see the worker's parking).
-	_ = requeue.Labels(ctx, p.rdb, wake)
 }
 
 // duplicate reads the task that holds eventID's task ID in the queue of
-// c.typ and describes it. fp is the refused payload's fingerprint, or ""
-// when c is already known to be another change.
+// c.typ for c.orderNo (in its placements under Config.Shards, the first
+// that has it) and describes it. fp is the refused payload's fingerprint,
+// or "" when c is already known to be another change.
 func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID, fp string) *DuplicateError {
-	queue := tasks.Modify.Queue
-	if k := tasks.KindOf(c.typ); k != nil {
-		queue = k.Queue
+	k := tasks.KindOf(c.typ)
+	if k == nil || !tasks.ValidOrderNo(c.orderNo) {
+		k = tasks.Modify // a claim this producer did not write
 	}
-	dup := &DuplicateError{TaskID: eventID, Queue: queue, EventID: eventID}
+	queues := p.cfg.Shards.Placements(k, c.orderNo)
+	dup := &DuplicateError{TaskID: eventID, Queue: queues[0], EventID: eventID}
 	if fp == "" {
 		dup.Other = &Claim{Type: c.typ, OrderNo: c.orderNo}
 	}
@@ -557,13 +581,48 @@ func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID,
 		dup.LookupErr = err
 		return dup
 	}
-	info, err := p.inspector.GetTaskInfo(queue, eventID)
-	if err != nil {
-		if dup.Other == nil {
-			dup.LookupErr = fmt.Errorf("read task %q in %s: %w", eventID, queue, err)
+	for _, queue := range queues {
+		info, err := p.inspector.GetTaskInfo(queue, eventID)
+		if err != nil {
+			if dup.Other == nil && dup.LookupErr == nil {
+				dup.LookupErr = fmt.Errorf("read task %q in %s: %w", eventID, queue, err)
+			}
+			continue
 		}
+		dup.Queue, dup.LookupErr = queue, nil
+		p.describe(dup, info, typ, fp)
 		return dup
 	}
+	return dup
+}
+
+// heldElsewhere looks for the task of h's event in the placements of kind
+// for h's order under the counts that drain, other than queue, where the
+// enqueue goes. It returns the *DuplicateError describing the task when one
+// holds it, nil when none does (or the lookup failed: the enqueue then goes
+// on, and the store applies the change at most once).
+// asynq's Inspector takes no context: the caller skips it when its context
+// is done.
+func (p *Producer) heldElsewhere(kind *tasks.Kind, h tasks.Header, queue, fp string) *DuplicateError {
+	for _, q := range p.cfg.Shards.Placements(kind, h.OrderNo) {
+		if q == queue {
+			continue
+		}
+		info, err := p.inspector.GetTaskInfo(q, h.EventID)
+		if err != nil {
+			continue
+		}
+		dup := &DuplicateError{TaskID: h.EventID, Queue: q, EventID: h.EventID}
+		p.describe(dup, info, kind.Type, fp)
+		return dup
+	}
+	return nil
+}
+
+// describe fills in dup from the existing task info: its state, position,
+// and whether its payload is the refused one of type typ (fingerprint
+// fp).
+func (p *Producer) describe(dup *DuplicateError, info *asynq.TaskInfo, typ, fp string) {
 	dup.State = info.State
 	if k := tasks.KindOf(info.Type); k != nil {
 		if existing, err := k.Parse(info.Payload); err == nil {
@@ -571,5 +630,4 @@ func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID,
 			dup.SamePayload = fp != "" && info.Type == typ && fingerprint(existing) == fp
 		}
 	}
-	return dup
 }

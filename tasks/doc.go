@@ -17,6 +17,23 @@
 //	order:modify    order_modify    ModifyPayload
 //	order:exchange  order_exchange  ExchangePayload
 //
+// # Queue shards
+//
+// On a Redis Cluster each asynq queue lives in one hash slot, so one queue
+// per type puts all of a type's queue traffic on one master. An optional
+// shard count N ([Shards]) spreads each type over N queues, the same N for
+// every type: an order's tasks go to shard CRC-32(order_no) mod N of their
+// type's queue ([ShardOf], [Kind.QueueFor]), named "<queue>:<shard>":
+//
+//	queue of a task = order_modify                               with N = 1 (the default)
+//	                  order_modify:<CRC-32(order_no) mod N>      with N > 1
+//
+// so all the tasks of one order are in one queue. With N = 1 the queues are
+// the ones above. Every process must use the same N. A task found on a
+// queue that is not its type's shard for its order (under N, or under a
+// count that drains, see [Shards]) is archived with the reason: the
+// workers look a position's task up only where this rule puts it.
+//
 // The producer uses the payload's event_id, unchanged, as the asynq task ID, so
 // the same event is refused while asynq still holds a task with that ID. A
 // system that enqueues by hand should do the same.

@@ -20,8 +20,10 @@ type Kind struct {
 	// Name is the short name used in settings, HTTP routes and logs, e.g.
 	// "modify".
 	Name string
-	// Queue is the queue every task of the kind goes to. It is part of the
-	// contract: a task of the kind found on another queue is refused.
+	// Queue is the kind's queue. It is part of the contract: every task of
+	// the kind goes to it, or, when the kind is spread over several queues
+	// (see [Shards]), to its order's shard of it ([Kind.QueueFor]); a task
+	// of the kind found on another queue is refused.
 	Queue string
 	// Weight is the queue's default priority weight in the worker: the
 	// higher, the more often its queue is served.
@@ -96,14 +98,12 @@ func KindOf(typ string) *Kind {
 	return nil
 }
 
-// KindOfQueue returns the kind whose tasks go to queue, or nil.
+// KindOfQueue returns the kind whose tasks go to queue, the kind's own
+// queue or one of its shard queues ([Kind.ShardQueue], shard numbers below
+// MaxShards), or nil.
 func KindOfQueue(queue string) *Kind {
-	for _, k := range kinds {
-		if k.Queue == queue {
-			return k
-		}
-	}
-	return nil
+	k, _ := parseShardQueue(queue)
+	return k
 }
 
 // Header is what every payload carries besides its kind's own fields.

@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -24,10 +26,12 @@ type resolution struct {
 // someone deleted it), the task is archived (its work ended without it
 // taking its turn), completed (its turn was not passed on: the release that
 // would have done it failed), or holds another position (it was refused as
-// a duplicate and the void was lost). The skip is logged in the sequence
-// with the reason. When the task exists and will run, it reports when.
+// a duplicate and the void was lost). The task is looked for in each of its
+// placements (Config.Shards: its order's shard, and its shards under the
+// counts that drain). The skip is logged in the sequence with the reason.
+// When the task exists and will run, it reports when.
 func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnError) (resolution, error) {
-	why, delay, err := w.headFate(te)
+	why, delay, err := w.headFate(orderNo, te)
 	if err != nil || why == "" {
 		return resolution{delay: delay}, err
 	}
@@ -39,27 +43,38 @@ func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnE
 		w.log.Warn("position skipped", zap.String("order_no", orderNo), zap.Int64("seq", te.Head),
 			zap.String("label", te.Label), zap.String("reason", why))
 	}
-	w.wake(ctx, st.Wake)
+	w.wake(ctx, orderNo, st.Wake)
 	// Skipped by us or, meanwhile, by someone else, or its task came: try
 	// again either way.
 	return resolution{skipped: true}, nil
 }
 
-// headFate says why the head of te should be skipped ("" when it should
-// not), or, when its task exists, how long before it runs.
-func (w *Worker) headFate(te *lock.TurnError) (why string, delay time.Duration, err error) {
+// headFate says why the head of te, in order orderNo's sequence, should be
+// skipped ("" when it should not), or, when its task exists, how long
+// before it runs.
+func (w *Worker) headFate(orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
 	typ, eventID, from, ok := tasks.ParseLabel(te.Label)
 	if !ok {
 		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
 	}
-	queue := tasks.KindOf(typ).Queue
-	creation := from != "" // the position of a replacement's creation, held by the exchange
-	info, err := w.insp.GetTaskInfo(queue, eventID)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", eventID, queue), 0, nil
-	case err != nil:
-		return "", 0, fmt.Errorf("read task %s of position %d: %w", eventID, te.Head, err)
+	// A creation's position is held by the exchange, in the queue of the
+	// exchanged order.
+	creation := from != ""
+	queues := w.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+	var info *asynq.TaskInfo
+	for _, q := range queues {
+		found, err := w.insp.GetTaskInfo(q, eventID)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", 0, fmt.Errorf("read task %s of position %d in %s: %w", eventID, te.Head, q, err)
+		}
+		info = found
+		break
+	}
+	if info == nil {
+		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", eventID, strings.Join(queues, " or ")), 0, nil
 	}
 	if !creation {
 		if k := tasks.KindOf(info.Type); k != nil {

@@ -18,7 +18,7 @@ import (
 //
 // The series:
 //
-//	orderworker_task_duration_seconds{task_type,outcome}  histogram: one task run, lock wait included
+//	orderworker_task_duration_seconds{task_type,queue,outcome}  histogram: one task run, lock wait included
 //	orderworker_lock_wait_seconds{task_type}              histogram: time to get the order's lock
 //	orderworker_lock_wakeups_total{task_type,by}          waits ended by a release notice (by="notice") or the random delay (by="delay")
 //	orderworker_lock_busy_total{task_type}                tasks that met their wait deadline and went back to the queue
@@ -32,6 +32,10 @@ import (
 // contract (tasks.Kinds), or "unknown" for any other type found in an order queue
 // (such a task is archived): the type string comes from whoever wrote to
 // Redis, and as a label each new one would add series that never go away.
+// queue is the queue the task was taken from: one of the queues the Worker
+// serves (Worker.Queues, shard queues included), a set fixed by its Config,
+// so that a shard that is not served, or one whose tasks run slow or fail,
+// shows.
 type Metrics struct {
 	taskDuration *prometheus.HistogramVec
 	lockWait     *prometheus.HistogramVec
@@ -50,8 +54,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{
 		taskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "orderworker_task_duration_seconds", Help: "Duration of one task run, lock wait included, by task type and outcome.", Buckets: buckets,
-		}, []string{"task_type", "outcome"}),
+			Name: "orderworker_task_duration_seconds", Help: "Duration of one task run, lock wait included, by task type, queue (shard) and outcome.", Buckets: buckets,
+		}, []string{"task_type", "queue", "outcome"}),
 		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "orderworker_lock_wait_seconds", Help: "Time a task waited for its order's lock.", Buckets: buckets,
 		}, []string{"task_type"}),
@@ -99,13 +103,13 @@ func taskTypeLabel(taskType string) string {
 	return taskType
 }
 
-// observeTask records one task run.
-func (m *Metrics) observeTask(taskType string, err error, took time.Duration, ti *Done) {
+// observeTask records one task run, of a task taken from queue.
+func (m *Metrics) observeTask(taskType, queue string, err error, took time.Duration, ti *Done) {
 	if m == nil {
 		return
 	}
 	taskType = taskTypeLabel(taskType)
-	m.taskDuration.WithLabelValues(taskType, Outcome(err)).Observe(took.Seconds())
+	m.taskDuration.WithLabelValues(taskType, queue, Outcome(err)).Observe(took.Seconds())
 	if ti.Lock.Attempts > 0 {
 		m.lockWait.WithLabelValues(taskType).Observe(ti.Lock.Waited.Seconds())
 	}

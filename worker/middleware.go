@@ -22,6 +22,8 @@ type Done struct {
 	Type string
 	// TaskID is the asynq task ID.
 	TaskID string
+	// Queue is the queue the task was taken from.
+	Queue string
 	// Retried is how many times the task had failed before this run.
 	Retried int
 	// OrderNo, EventID and Seq are the payload's, when it could be read.
@@ -119,11 +121,12 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 		r.Started = time.Now()
 		r.Type = t.Type()
 		r.TaskID, _ = asynq.GetTaskID(ctx)
+		r.Queue, _ = asynq.GetQueueName(ctx) // one of w.queues: a bounded label
 		r.Retried, _ = asynq.GetRetryCount(ctx)
 		ctx = context.WithValue(ctx, runKey{}, r)
 		err := next.ProcessTask(ctx, t)
 		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
-		w.cfg.Metrics.observeTask(t.Type(), err, r.Took, &r.Done)
+		w.cfg.Metrics.observeTask(t.Type(), r.Queue, err, r.Took, &r.Done)
 		w.logRun(&r.Done)
 		if w.cfg.OnDone != nil {
 			w.cfg.OnDone(r.Done)
@@ -150,6 +153,7 @@ func (w *Worker) logRun(d *Done) {
 	fields := []zap.Field{
 		zap.String("task_type", d.Type),
 		zap.String("task_id", d.TaskID),
+		zap.String("queue", d.Queue),
 		zap.Int("retried", d.Retried),
 		zap.String("order_no", d.OrderNo),
 		zap.String("event_id", d.EventID),
@@ -195,8 +199,8 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if h.Seq > 0 {
 		turn = lock.Turn{Pos: h.Seq, Label: tasks.PositionLabel(k.Kind.Type, h.EventID)}
 	}
-	if q, _ := asynq.GetQueueName(ctx); q != k.Kind.Queue {
-		err := fmt.Errorf("%s task on queue %q: its queue is %s: %w", k.Kind.Type, clip(q), k.Kind.Queue, asynq.SkipRetry)
+	if q, _ := asynq.GetQueueName(ctx); !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
+		err := w.misplaced(k.Kind, h.OrderNo, q)
 		w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
 		return err
 	}
@@ -231,6 +235,17 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	st.Waited += r.Lock.Waited // waits of earlier rounds (a skipped head)
 	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), lease.Mode(), st
 	return w.apply(ctx, k, p, lease, r, tasks.FailureBudget(maxRetry))
+}
+
+// misplaced is the error of a task of kind k for order orderNo found on
+// queue q, which is none of its placements: another kind's queue, or
+// another shard than its order's. The workers look a position's task up
+// only where the contract puts it (the gap check would skip it), so it is
+// archived.
+func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
+	s := w.cfg.Shards
+	return fmt.Errorf("%s task of order %s on queue %q: its queue is %s (shards %s): %w",
+		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry)
 }
 
 // firstErr returns a when it is not nil, else b.
@@ -290,16 +305,17 @@ func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Tu
 	}
 }
 
-// wake brings back the parked tasks whose positions a release, a skip or a
-// settlement called (see lock.Lease.Wake): to the front of their queues.
-// A failure only costs them their park delay, and is logged.
-func (w *Worker) wake(ctx context.Context, labels []string) {
+// wake brings back the parked tasks whose positions of order orderNo's
+// sequence a release, a skip or a settlement called (see lock.Lease.Wake):
+// to the front of their queues. A failure only costs them their park
+// delay, and is logged.
+func (w *Worker) wake(ctx context.Context, orderNo string, labels []string) {
 	if len(labels) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if err := requeue.Labels(ctx, w.rdb, labels); err != nil {
+	if err := requeue.Labels(ctx, w.rdb, orderNo, w.cfg.Shards, labels); err != nil {
 		w.log.Warn("could not bring parked tasks back; they come back after their park delay",
 			zap.Strings("labels", labels), zap.Error(err))
 	}
@@ -343,7 +359,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 			}
 		}
 		w.release(ctx, lease, err == nil)
-		w.wake(ctx, lease.Wake())
+		w.wake(ctx, h.OrderNo, lease.Wake())
 		if final && err != nil && lease.Mode() == lock.ModeTurn {
 			w.noteArchived(ctx, h.OrderNo, lease.Turn(), err)
 		}
@@ -431,7 +447,7 @@ func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Hea
 		w.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
 			zap.String("order_no", created), zap.String("event_id", h.EventID), zap.Error(serr))
 	}
-	w.wake(ctx, st.Wake)
+	w.wake(ctx, created, st.Wake)
 }
 
 // noteArchived records in the order's sequence log that the task of turn
@@ -464,7 +480,7 @@ func (w *Worker) settleAhead(ctx context.Context, h tasks.Header, turn lock.Turn
 		w.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
 			zap.String("order_no", h.OrderNo), zap.Int64("seq", turn.Pos), zap.Error(err))
 	}
-	w.wake(ctx, st.Wake)
+	w.wake(ctx, h.OrderNo, st.Wake)
 	if c, ok := p.(tasks.Creator); ok {
 		w.settleCreation(ctx, c.Creates(), h, errors.New(outcome))
 	}

@@ -41,6 +41,15 @@
 // noted in its order's sequence log (lock.Sequencer.Note) with the reason,
 // so that the order's status view (internal/orderview) finds it.
 //
+// # Queues and shards
+//
+// A Worker serves each kind's queue (Config.Queues), or, with Config.Shards,
+// every shard queue of each kind, each with the kind's weight (see
+// tasks.Shards). A task found on a queue that is none of its order's
+// placements is archived with the reason: the gap check and the wake look
+// a position's task up only there. While a shard count drains, the Worker
+// serves the queues of the old count too and accepts the tasks placed by it.
+//
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
 
@@ -87,13 +96,34 @@ type Config struct {
 	// wait on Redis or the order API, so it is well above the core count.
 	// Defaults to 20.
 	Concurrency int
-	// Queues maps each queue to serve to its priority weight. Only the
-	// queues of the contract's kinds (tasks.Kinds) are known; another name
-	// is an error. Defaults to every kind's queue with its weight
-	// (order_exchange 6, order_modify 3): exchanges first.
+	// Queues maps the queue of each kind to serve (tasks.Kind.Queue, such
+	// as "order_modify") to its priority weight; every shard queue of the
+	// kind (see Shards) is served with that weight. Another name, a shard
+	// queue's included, is an error. Defaults to every kind with its
+	// weight (order_exchange 6, order_modify 3): exchanges first.
+	//
+	// Each shard gets the kind's whole weight rather than a part of it:
+	// asynq picks the queue it takes a task from at random with chances
+	// proportional to the weights of the queues that have tasks, and
+	// divides all weights by their greatest common divisor, so N shards
+	// of weight w each give a kind the same share against the others as
+	// one queue of weight w had (6N:3N is 6:3), with every shard equally
+	// likely; splitting the weight (2 and 1 for 3 shards) would give the
+	// same chances where it divides, and nothing where it does not.
 	Queues map[string]int
+	// Shards spreads each kind over Shards.Count queues by order number
+	// (tasks.Shards), the same setting as the producers'. The worker
+	// serves the shard queues of the count and of the counts that drain,
+	// and archives a task found on a queue that is none of its order's
+	// placements under them (tasks.Shards.Accepts), with the reason.
+	// Defaults to one queue per kind.
+	Shards tasks.Shards
 	// StrictPriority serves a lower-priority queue only when the higher ones
-	// are empty. Defaults to false (weighted).
+	// are empty. Defaults to false (weighted). With Shards, the shards of a
+	// kind share one weight, and asynq serves queues of equal weight in an
+	// order it fixes when the Worker starts: one shard of a kind is emptied
+	// before the next one is looked at, by each Worker (the order differs
+	// from one Worker to another).
 	StrictPriority bool
 	// Waits sets, by kind name ("modify", "exchange"), how a task waits for
 	// its order's lock and for its turn; a zero field keeps the kind's
@@ -196,12 +226,15 @@ func DefaultQueues() map[string]int {
 
 func (c Config) validate() error {
 	for q, w := range c.Queues {
-		if tasks.KindOfQueue(q) == nil {
-			return fmt.Errorf("worker: unknown queue %q (known: %v)", q, slices.Sorted(maps.Keys(DefaultQueues())))
+		if k := tasks.KindOfQueue(q); k == nil || k.Queue != q {
+			return fmt.Errorf("worker: unknown queue %q (known: %v; a kind's queue stands for all its shards)", q, slices.Sorted(maps.Keys(DefaultQueues())))
 		}
 		if w <= 0 {
 			return fmt.Errorf("worker: queue %q has weight %d, want > 0", q, w)
 		}
+	}
+	if err := c.Shards.Validate(); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	for name, w := range c.Waits {
 		if kindNamed(name) == nil {
@@ -226,10 +259,24 @@ func (c Config) validate() error {
 	return nil
 }
 
+// served returns the queues a Worker with cfg serves, each with its
+// weight: every shard queue of each kind of cfg.Queues (see Config.Queues
+// and Config.Shards).
+func (c Config) served() map[string]int {
+	out := make(map[string]int)
+	for q, w := range c.Queues {
+		for _, sq := range c.Shards.Queues(tasks.KindOfQueue(q)) {
+			out[sq] = w
+		}
+	}
+	return out
+}
+
 // Worker is an asynq server that applies order tasks to a store. Start it
 // once and Shutdown it once.
 type Worker struct {
 	cfg      Config
+	queues   map[string]int // the queues served, shards included, with their weights
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
@@ -257,11 +304,11 @@ func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg
 		return nil, errors.New("worker: nil redis client, locker or store")
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	w := &Worker{cfg: cfg, rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
+	w := &Worker{cfg: cfg, queues: cfg.served(), rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
-		Queues:                   maps.Clone(cfg.Queues),
+		Queues:                   maps.Clone(w.queues),
 		StrictPriority:           cfg.StrictPriority,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		TaskCheckInterval:        cfg.TaskCheckInterval,
@@ -277,6 +324,10 @@ func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg
 
 // ID returns the Worker's ID, as written to the order history.
 func (w *Worker) ID() string { return w.cfg.ID }
+
+// Queues returns the queues the Worker serves, shard queues included, with
+// their weights, in a new map.
+func (w *Worker) Queues() map[string]int { return maps.Clone(w.queues) }
 
 // Start starts fetching and running tasks. It returns an error when the
 // server cannot start (for example Redis is unreachable).
@@ -302,7 +353,7 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for q := range w.cfg.Queues {
+		for q := range w.queues {
 			rctx, cancel := context.WithTimeout(ctx, w.cfg.RecoverEvery)
 			ids, err := requeue.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
 			cancel()

@@ -42,12 +42,25 @@ func newEnv(t *testing.T) *env {
 		insp: asynq.NewInspectorFromRedisClient(db.Client),
 	}
 	t.Cleanup(func() {
-		// Remove the queues this test made, which matters on a shared server.
-		for _, q := range []string{tasks.QueueModify, tasks.QueueExchange} {
+		// Remove the queues this test made, shard queues included, which
+		// matters on a shared server.
+		for _, q := range e.queues() {
 			_ = e.insp.DeleteQueue(q, true)
 		}
 	})
 	return e
+}
+
+// queues returns the order queues asynq knows of, shard queues included.
+func (e *env) queues() []string {
+	all, _ := e.insp.Queues()
+	var out []string
+	for _, q := range all {
+		if tasks.KindOfQueue(q) != nil {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // startWorker starts one worker "replica" with its own Redis client and
@@ -112,7 +125,7 @@ func (e *env) drain(limit time.Duration) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool {
 		busy := 0
-		for _, q := range []string{tasks.QueueModify, tasks.QueueExchange} {
+		for _, q := range e.queues() {
 			if info, err := e.insp.GetQueueInfo(q); err == nil {
 				busy += info.Pending + info.Active + info.Scheduled + info.Retry
 			}

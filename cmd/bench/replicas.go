@@ -135,7 +135,7 @@ func runReplicaSet(ctx context.Context, opts *redisconn.Options, c settings, sc 
 		procs = append(procs, p)
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, c.Timeout, fmt.Errorf("not finished after %v", c.Timeout))
-	samples, err := benchkit.WaitFinished(wctx, admin, int64(sc.Tasks), 5*time.Millisecond)
+	samples, err := benchkit.WaitFinished(wctx, admin, singleQueues, int64(sc.Tasks), 5*time.Millisecond)
 	cancel()
 	if err != nil {
 		return r, err
@@ -178,7 +178,7 @@ func runReplicaSet(ctx context.Context, opts *redisconn.Options, c settings, sc 
 	r.CmdsPerTask = float64(benchkit.Sum(d)) / n
 	r.WorkerCPUPerTask = float64(workerCPU) / float64(time.Microsecond) / n
 	r.RedisCPUPerTask = float64(redisCPU-redisCPU0) / float64(time.Microsecond) / n
-	_, r.Archived, _ = benchkit.Finished(ctx, admin)
+	_, r.Archived, _ = benchkit.Finished(ctx, admin, singleQueues)
 	return r, nil
 }
 

@@ -29,6 +29,7 @@ type report struct {
 	Accept   []acceptResult  `json:"acceptance,omitempty"`
 	Tokens   []tokenResult   `json:"tokens,omitempty"`
 	Replicas []replicaResult `json:"replicas,omitempty"`
+	Cluster  []clusterResult `json:"cluster,omitempty"`
 	Targets  []target        `json:"targets,omitempty"`
 }
 

@@ -46,6 +46,12 @@ type settings struct {
 	Verbose       bool
 	AsWorker      string
 	ReplicasAlone bool
+
+	Cluster            bool
+	ClusterShards      []string
+	ClusterTasks       int
+	ClusterWork        time.Duration
+	ClusterConcurrency int
 }
 
 // declare declares the flags into c. It returns whether -work or
@@ -75,6 +81,11 @@ func declare(s *config.Set, c *settings) (workGiven func() bool) {
 	s.Bool(&c.ReplicaPlain, "replica-plain", "", true, "with -replicas: also run plain asynq processes, for the ratio")
 	s.Duration(&c.Timeout, "timeout", "", 3*time.Minute, "give up on a scenario that has not finished after this long").Check(config.Positive[time.Duration])
 	s.Bool(&c.Verbose, "v", "", false, "print each scenario's commands per task by command, and its round trips by command")
+	s.Bool(&c.Cluster, "cluster", "", false, "measure on a local Redis Cluster of 3 masters with a replica each instead (make bench-cluster): commands and Redis CPU per task on each master, with each count of -cluster-shards")
+	s.StringList(&c.ClusterShards, "cluster-shards", "", []string{"1", "3"}, "with -cluster: the queue shard counts to measure, one run each")
+	s.Int(&c.ClusterTasks, "cluster-tasks", "", 20000, "with -cluster: tasks of each run, each on an order of its own").Check(config.Positive[int])
+	s.Duration(&c.ClusterWork, "cluster-work", "", 0, "with -cluster: simulated work per task, inside the lock").Check(config.NonNegative[time.Duration])
+	s.Int(&c.ClusterConcurrency, "cluster-concurrency", "", 50, "with -cluster: tasks the worker runs at once").Check(config.Positive[int])
 	s.String(&c.AsWorker, "as-worker", "", "", "internal: run as a plain asynq worker process for -replicas (reads REDIS_URL, WORKER_CONCURRENCY, WORKER_SIMULATE_WORK)").Check(config.OneOf("", "plain"))
 	return func() bool { return work.Source() == config.FromFlag || conc.Source() == config.FromFlag }
 }
@@ -131,6 +142,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	if c.AsWorker != "" {
 		return runPlainWorker(ctx, getenv)
+	}
+	if c.Cluster {
+		return runClusterMode(ctx, c, out)
 	}
 	replicas, err := parseReplicas(c.Replicas)
 	if err != nil {
@@ -199,16 +213,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		rep.Replicas = rr
 		printReplicas(out, c, rr)
 	}
-	if c.JSON != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(c.JSON, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "\nwrote %s\n", c.JSON)
+	return writeJSON(c.JSON, rep, out)
+}
+
+// runClusterMode is the run of -cluster: the cluster measurement alone,
+// its table, its target and the JSON.
+func runClusterMode(ctx context.Context, c settings, out io.Writer) error {
+	rep := report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU()}
+	rep.LoadAvg[0] = loadAvg()
+	rr, err := runCluster(ctx, c, out)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
+	rep.LoadAvg[1] = loadAvg()
+	rep.Cluster = rr
+	if t, ok := clusterTarget(rr); ok {
+		rep.Targets = append(rep.Targets, t)
+	}
+	fmt.Fprintf(out, "\nload average: %s at the start, %s at the end; %d CPUs, %s\n", rep.LoadAvg[0], rep.LoadAvg[1], rep.CPUs, rep.GoVersion)
+	printCluster(out, rr)
+	return writeJSON(c.JSON, rep, out)
+}
+
+// writeJSON writes rep to path as JSON, when path is set.
+func writeJSON(path string, rep report, out io.Writer) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nwrote %s\n", path)
 	return nil
 }
 

@@ -56,6 +56,10 @@ const (
 // scenario (each scenario starts on a flushed database).
 const prefix = "ow:"
 
+// singleQueues are the queues of the scenarios on one Redis node: one per
+// task type, unsharded.
+var singleQueues = benchkit.Queues(tasks.Shards{})
+
 // workload is what every task of a row costs the worker: the simulated work
 // per task, and how many tasks one worker runs at once.
 type workload struct {
@@ -320,7 +324,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	}
 	start := time.Now()
 	wctx, cancel := context.WithTimeoutCause(ctx, c.Timeout, fmt.Errorf("not finished after %v", c.Timeout))
-	samples, err := benchkit.WaitFinished(wctx, monitor, int64(sc.Tasks), 5*time.Millisecond)
+	samples, err := benchkit.WaitFinished(wctx, monitor, singleQueues, int64(sc.Tasks), 5*time.Millisecond)
 	cancel()
 	if err != nil {
 		sys.stop()
@@ -349,7 +353,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	n := float64(sc.Tasks)
 	r.Seconds = end.Sub(start).Seconds()
 	r.TasksPerS = n / r.Seconds
-	r.Completed, r.Archived, _ = benchkit.Finished(ctx, admin)
+	r.Completed, r.Archived, _ = benchkit.Finished(ctx, admin, singleQueues)
 	// The monitor's own commands: its INFO and its ZCARD polls (asynq runs
 	// no ZCARD while processing).
 	r.Commands = benchkit.Delta(before, after)
@@ -474,7 +478,12 @@ func seedOrders(ctx context.Context, store orders.Store, sc scenario) error {
 // without a position (see rawTask). The workload has no exchanges: an
 // exchange closes its order, and the next modify of it would be rejected.
 func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error {
-	p, err := producer.New(rdb, producer.Config{})
+	return enqueueWith(ctx, rdb, sc, tasks.Shards{})
+}
+
+// enqueueWith is enqueue with the producer's queue shards.
+func enqueueWith(ctx context.Context, rdb redis.UniversalClient, sc scenario, shards tasks.Shards) error {
+	p, err := producer.New(rdb, producer.Config{Shards: shards})
 	if err != nil {
 		return err
 	}

@@ -65,9 +65,9 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// (see guardTaskIDs).
 	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
 
-	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait})
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards})
 	if err != nil {
-		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT): %w", err)
+		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS): %w", err)
 	}
 	pages, err := newOrderPages(views, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {

@@ -72,14 +72,13 @@ type pageData struct {
 func newOrderPages(views *orderview.Reader, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
 	p := &orderPages{views: views, root: root, readOnly: readOnly, log: log}
 	funcs := template.FuncMap{
-		"taskURL":     p.taskURL,
-		"queueURL":    p.queueURL,
-		"holderQueue": holderQueue,
-		"contains":    strings.Contains,
-		"actions":     p.actions,
-		"time":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"ago":         func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
-		"ms":          func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+		"taskURL":  p.taskURL,
+		"queueURL": p.queueURL,
+		"contains": strings.Contains,
+		"actions":  p.actions,
+		"time":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":      func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
+		"ms":       func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
 	}
 	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
 	if err != nil {
@@ -199,15 +198,6 @@ func (p *orderPages) queueURL(queue, state string) string {
 		return "#"
 	}
 	return p.root + "/queues/" + url.PathEscape(queue) + "?status=" + url.QueryEscape(state)
-}
-
-// holderQueue returns the queue of the task a lock holder's meta names.
-func holderQueue(meta string) string {
-	typ, _, _, ok := tasks.ParseLabel(meta)
-	if !ok {
-		return ""
-	}
-	return tasks.KindOf(typ).Queue
 }
 
 // actions returns the write actions asynqmon's UI offers for a task in its

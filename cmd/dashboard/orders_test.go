@@ -173,3 +173,47 @@ func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	assert.NotEmpty(t, up.Requests(), "the dashboard asked the order API")
 	assert.NotContains(t, d.logs.String(), upstreamtest.ClientSecret)
 }
+
+// With QUEUE_SHARDS, asynqmon lists the shard queues by itself, the
+// dashboard's metrics export each, the order page links the task in its
+// order's shard, and asynqmon's API acts on a shard queue's task (the colon
+// in the name passes its router and the task ID guard).
+func TestOrderPageWithShards(t *testing.T) {
+	db := redistest.New(t)
+	shards := tasks.Shards{Count: 3}
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1001", Address: "1 Main St", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, Shards: shards})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	res, err := p.EnqueueModify(t.Context(), "SO1001", tasks.Changes{Remark: new("ring twice")}, producer.WithEventID("crm-7f3a9c"))
+	require.NoError(t, err)
+	require.Equal(t, "order_modify:2", res.Queue)
+	t.Cleanup(func() {
+		insp := asynq.NewInspectorFromRedisClient(db.Client)
+		for _, q := range shards.AllQueues() {
+			_ = insp.DeleteQueue(q, true)
+		}
+	})
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "QUEUE_SHARDS", "3", "DASHBOARD_READ_ONLY", "false"))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/api/queues", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `"queue":"order_modify:2"`)
+	r = d.get(t, "/metrics", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="order_modify:2",state="pending"} 1`)
+
+	r = d.get(t, "/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `<a class="mono" href="/queues/order_modify:2/tasks/crm-7f3a9c">crm-7f3a9c</a>`)
+	archive := "/api/queues/order_modify:2/pending_tasks/crm-7f3a9c:archive"
+	assert.Contains(t, r.body, `data-method="POST" data-url="`+archive+`"`)
+	r = d.do(t, http.MethodPost, archive, basic)
+	require.Equal(t, http.StatusNoContent, r.status, r.body)
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo("order_modify:2", "crm-7f3a9c")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateArchived, info.State)
+}

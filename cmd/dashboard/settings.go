@@ -14,6 +14,7 @@ import (
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // realm names the dashboard in the browser's login prompt and in
@@ -54,6 +55,7 @@ type settings struct {
 	MetricsAuth     bool
 	PrometheusURL   string
 	KeyPrefix       string
+	Shards          tasks.Shards
 	GapWait         time.Duration
 	OrderStore      orderstore.Settings // the worker's: the order page reads the orders where it writes them
 	ReadTimeout     time.Duration
@@ -82,6 +84,7 @@ func declare(s *config.Set, cfg *settings) {
 	s.Bool(&cfg.MetricsAuth, "metrics-auth", "DASHBOARD_METRICS_AUTH", true, "require the dashboard's credentials on /metrics")
 	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
 	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
+	s.Shards(&cfg.Shards, "queue-shards", "QUEUE_SHARDS", "the workers' queue shards, where the order page looks for an order's tasks: "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&cfg.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait, "the workers' gap wait, whose time left the order page shows for a position without its task; the same as the worker's").Check(config.Positive)
 	orderstore.Declare(s, &cfg.OrderStore)
 	s.Duration(&cfg.ReadTimeout, "read-timeout", "DASHBOARD_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers included").Check(config.Positive)

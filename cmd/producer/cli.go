@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
@@ -35,6 +37,8 @@ Commands:
         sequence, its tasks in every state, its latest history
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
+  shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
+                                while any waits in a placement of a draining count only
   serve                         run the HTTP intake (see README)
 
 Settings (before the command; each also an environment variable):
@@ -44,6 +48,7 @@ Settings (before the command; each also an environment variable):
 type common struct {
 	Redis      *redisconn.Options
 	Prefix     string
+	Shards     tasks.Shards
 	GapWait    time.Duration
 	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
 }
@@ -52,6 +57,7 @@ func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
+	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues): "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
@@ -89,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch rest[0] {
 	case "modify", "exchange":
-		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix})
+		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
 		if err != nil {
 			return err
 		}
@@ -104,13 +110,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		return printJSON(stdout, r)
+	case "shards":
+		if len(rest) != 1 {
+			return errors.New("shards: takes no arguments (set QUEUE_SHARDS)")
+		}
+		rep, err := checkShards(asynq.NewInspectorFromRedisClient(rdb), c.Shards)
+		if perr := printJSON(stdout, rep); perr != nil {
+			return perr
+		}
+		return err
 	case "order":
 		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait})
+		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards})
 		if err != nil {
 			return err
 		}

@@ -118,7 +118,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
-	p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix})
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
 	if err != nil {
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
 	}

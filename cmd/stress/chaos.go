@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/redisproc"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // workerPool runs the worker processes, one per slot, each with its logs
@@ -238,16 +239,23 @@ type queueCounts struct {
 
 func (q queueCounts) unfinished() int { return q.Pending + q.Active + q.Scheduled + q.Retry }
 
+// orderQueues returns the order queues asynq knows of, the shard queues
+// of any shard count included.
+func orderQueues(insp *asynq.Inspector) ([]string, error) {
+	all, err := insp.Queues()
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(q string) bool { return tasks.KindOfQueue(q) == nil }), nil
+}
+
 func counts(insp *asynq.Inspector) (queueCounts, error) {
 	var sum queueCounts
-	queues, err := insp.Queues()
+	queues, err := orderQueues(insp)
 	if err != nil {
 		return sum, err
 	}
-	for _, name := range benchkit.Queues {
-		if !slices.Contains(queues, name) {
-			continue
-		}
+	for _, name := range queues {
 		qi, err := insp.GetQueueInfo(name)
 		if err != nil {
 			return sum, err

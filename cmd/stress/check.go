@@ -73,7 +73,11 @@ func (r *results) violations() int {
 // history, and cross-checks them.
 func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, seq *lock.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
 	r := &results{tasks: l.tasks, outcomes: map[string]outcome{}, archivedBy: map[string]int{}, unfinished: map[string]int{}}
-	for _, q := range benchkit.Queues {
+	queues, err := orderQueues(insp)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
 		if err := listAll(insp.ListCompletedTasks, q, "completed", r.outcomes); err != nil {
 			return nil, err
 		}

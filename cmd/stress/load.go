@@ -158,14 +158,14 @@ func (l *load) next(ctx context.Context, rng *rand.Rand, client, i int) error {
 		payload = tasks.ModifyPayload{EventID: ev, OrderNo: no, Changes: t.Changes}
 	}
 	k, h := payload.Kind(), payload.Header()
-	t.Type, t.Queue, t.OrderNo = k.Type, k.Queue, h.OrderNo
+	t.Type, t.OrderNo = k.Type, h.OrderNo
 	res, err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
 		return l.p.Enqueue(ctx, payload)
 	})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", k.Name, ev, err)
 	}
-	t.Seq = res.Seq
+	t.Seq, t.Queue = res.Seq, res.Queue
 	if t.NewNo != "" {
 		ch.old, ch.cur = ch.cur, t.NewNo
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).
@@ -35,6 +36,7 @@ type settings struct {
 	LatePerK        int
 	Clients         int
 	GapWait         time.Duration
+	Shards          tasks.Shards
 	LockTTL         time.Duration
 	ShutdownTimeout time.Duration
 	Duration        time.Duration
@@ -67,6 +69,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Int(&c.LatePerK, "late-per-1000", "", 5, "modifies per 1000 tasks sent to an order just exchanged (the worker rejects them, naming the replacement)").Check(config.NonNegative[int])
 	s.Int(&c.Clients, "clients", "", 4, "upstream clients enqueueing at once, each one change after another, to shared orders").Check(config.Positive[int])
 	s.Duration(&c.GapWait, "gap-wait", "", 5*time.Second, "GAP_WAIT of the workers").Check(config.Positive[time.Duration])
+	s.Shards(&c.Shards, "queue-shards", "", "QUEUE_SHARDS of the workers and the producer: "+config.ShardsForms)
 	s.Duration(&c.LockTTL, "lock-ttl", "", 5*time.Second, "LOCK_TTL of the workers").Check(config.Positive[time.Duration])
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "", 3*time.Second, "SHUTDOWN_TIMEOUT of the workers (they are stopped with SIGTERM at the end)").Check(config.Positive[time.Duration])
 	v.duration = s.Duration(&c.Duration, "duration", "", 90*time.Second, "how long the tasks are enqueued and the workers killed").Check(config.Positive[time.Duration])
@@ -162,7 +165,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
+	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards})
 	if err != nil {
 		return err
 	}
@@ -173,7 +176,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if c.SlowWork > 0 {
 		fmt.Fprintf(out, " (worker 0: × %d, work %v)", c.SlowConcurrency, c.SlowWork)
 	}
-	fmt.Fprintf(out, "; LOCK_TTL %v; kill every %v; redis restart %v", c.LockTTL, c.KillEvery, c.RedisRestart)
+	fmt.Fprintf(out, "; QUEUE_SHARDS %s; LOCK_TTL %v; kill every %v; redis restart %v", c.Shards, c.LockTTL, c.KillEvery, c.RedisRestart)
 	if c.PauseEvery > 0 {
 		fmt.Fprintf(out, "; freeze a worker for %v every %v", c.PauseFor, c.PauseEvery)
 	}
@@ -251,5 +254,6 @@ func workerEnv(url string, c settings) []string {
 		"LOCK_TTL=" + c.LockTTL.String(),
 		"SHUTDOWN_TIMEOUT=" + c.ShutdownTimeout.String(),
 		"GAP_WAIT=" + c.GapWait.String(),
+		"QUEUE_SHARDS=" + c.Shards.String(),
 	}
 }

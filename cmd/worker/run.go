@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,6 +37,7 @@ type settings struct {
 	OpsAddr        string
 	Concurrency    int
 	Queues         string
+	Shards         tasks.Shards
 	StrictPriority bool
 	LockTTL        time.Duration
 	Waits          map[string]*lock.Wait // by kind name
@@ -57,7 +59,8 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
-	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights").Check(checkQueues)
+	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues)
+	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues), served and accepted: "+config.ShardsForms+"; the same on every process")
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
 	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", lock.DefaultTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
 	c.Waits = make(map[string]*lock.Wait)
@@ -197,6 +200,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
 		Queues:          queues,
+		Shards:          c.Shards,
 		StrictPriority:  c.StrictPriority,
 		Waits:           waits,
 		GapWait:         c.GapWait,
@@ -223,7 +227,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if err := w.Start(); err != nil {
 		return err
 	}
-	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", queues), zap.Int("concurrency", c.Concurrency),
+	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", w.Queues()), zap.Int("concurrency", c.Concurrency),
 		zap.String("order_store", c.OrderStore.Store))
 
 	// The ops server answers until the worker has shut down, so probes and

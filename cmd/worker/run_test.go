@@ -68,7 +68,7 @@ func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
 	// the store commit, so wait for the series rather than assume it.
 	require.Eventually(t, func() bool {
 		m := scrape(t, "http://"+ops+"/metrics")
-		return strings.Contains(m, `orderworker_task_duration_seconds_count{outcome="ok",task_type="order:modify"} 1`) &&
+		return strings.Contains(m, `orderworker_task_duration_seconds_count{outcome="ok",queue="order_modify",task_type="order:modify"} 1`) &&
 			strings.Contains(m, `orderworker_lock_wait_seconds_count{task_type="order:modify"} 1`)
 	}, 10*time.Second, 10*time.Millisecond)
 

@@ -237,18 +237,19 @@ func (h *CountHook) ByName() map[string]int64 {
 	return maps.Clone(h.byName)
 }
 
-// Queues are the asynq queues orderworker uses.
-var Queues = []string{tasks.QueueModify, tasks.QueueExchange}
+// Queues returns the asynq queues orderworker uses with the shard setting
+// s: every shard queue of every task type (tasks.Shards.AllQueues).
+func Queues(s tasks.Shards) []string { return s.AllQueues() }
 
-// Finished returns how many tasks of the order queues are completed or
-// archived, with four ZCARDs in one pipeline. It reads asynq's keys
-// (asynq:{queue}:completed and :archived) because the Inspector's queue
-// summary samples memory usage and is too heavy to poll during a
-// measurement.
-func Finished(ctx context.Context, rdb redis.UniversalClient) (completed, archived int64, err error) {
+// Finished returns how many tasks of queues are completed or archived, with
+// two ZCARDs per queue in one pipeline (on a Cluster, one per master). It
+// reads asynq's keys (asynq:{queue}:completed and :archived) because the
+// Inspector's queue summary samples memory usage and is too heavy to poll
+// during a measurement.
+func Finished(ctx context.Context, rdb redis.UniversalClient, queues []string) (completed, archived int64, err error) {
 	var cmds []*redis.IntCmd
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, q := range Queues {
+		for _, q := range queues {
 			cmds = append(cmds, p.ZCard(ctx, "asynq:{"+q+"}:completed"), p.ZCard(ctx, "asynq:{"+q+"}:archived"))
 		}
 		return nil
@@ -272,15 +273,16 @@ type Progress struct {
 	Finished int64
 }
 
-// WaitFinished polls [Finished] every poll until n tasks are completed or
-// archived, and returns the samples taken (the last one at or past n). It
-// returns ctx's cause when ctx ends first, with the samples so far.
-func WaitFinished(ctx context.Context, rdb redis.UniversalClient, n int64, poll time.Duration) ([]Progress, error) {
+// WaitFinished polls [Finished] of queues every poll until n tasks are
+// completed or archived, and returns the samples taken (the last one at or
+// past n). It returns ctx's cause when ctx ends first, with the samples so
+// far.
+func WaitFinished(ctx context.Context, rdb redis.UniversalClient, queues []string, n int64, poll time.Duration) ([]Progress, error) {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	var samples []Progress
 	for {
-		c, a, err := Finished(ctx, rdb)
+		c, a, err := Finished(ctx, rdb, queues)
 		if err == nil {
 			samples = append(samples, Progress{At: time.Now(), Finished: c + a})
 			if c+a >= n {

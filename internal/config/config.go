@@ -44,6 +44,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // DefaultRedisURL is the conventional default of REDIS_URL: database 0 of a
@@ -122,7 +123,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Set is the declared settings of one binary. Declare every setting, then
 // call [Set.Parse] once. The declaring methods (String, Int, Bool, Duration,
-// StringList, Redis) panic on a setting without a flag name or declared
+// StringList, Redis, Shards) panic on a setting without a flag name or declared
 // twice (the same flag or variable), which is a programming error. A Set is
 // not safe for concurrent use; it is meant to be used from run before
 // anything starts.
@@ -305,6 +306,26 @@ func (s *Set) Redis(p **redisconn.Options, flagName, env, def, usage string) *Va
 		parseRedisURL)
 	v.s.show = func(raw string) string { return strconv.Quote(redisconn.Redact(raw)) }
 	return v
+}
+
+// ShardsForms describes the values of a queue shard setting, for its usage
+// text (see [Set.Shards]).
+const ShardsForms = "N, or N,OLD while the tasks placed under OLD drain (see README, Queue shards)"
+
+// Shards declares a queue shard setting, parsed with tasks.ParseShards into
+// *p: a count N from 1 to tasks.MaxShards, then the counts that drain
+// ("3", "3,1"). It defaults to 1, one queue per task type.
+func (s *Set) Shards(p *tasks.Shards, flagName, env, usage string) *Var[tasks.Shards] {
+	return register(s, p, flagName, env, "shards", usage, tasks.Shards{Count: 1}, tasks.Shards.String,
+		func(raw string) (tasks.Shards, error) {
+			sh, err := tasks.ParseShards(raw)
+			if err != nil {
+				// The *Error around this one names the setting and the
+				// value.
+				return tasks.Shards{}, trimmed{fmt.Sprintf("want a count from 1 to %d, then the counts that drain, e.g. 3 or 3,1", tasks.MaxShards), err}
+			}
+			return sh, nil
+		})
 }
 
 func parseRedisURL(raw string) (*redisconn.Options, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // env returns a getenv over a map.
@@ -416,4 +417,36 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestShards(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want tasks.Shards
+	}{
+		{name: "default", want: tasks.Shards{Count: 1}},
+		{name: "env", env: []string{"QUEUE_SHARDS", "3"}, want: tasks.Shards{Count: 3}},
+		{name: "draining", env: []string{"QUEUE_SHARDS", "3,1"}, want: tasks.Shards{Count: 3, Draining: []int{1}}},
+		{name: "flag wins", env: []string{"QUEUE_SHARDS", "3,1"}, args: []string{"-queue-shards", "3"}, want: tasks.Shards{Count: 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got tasks.Shards
+			s := config.NewSet("demo", env(tt.env...))
+			s.Shards(&got, "queue-shards", "QUEUE_SHARDS", "queue shards")
+			require.NoError(t, s.Parse(tt.args))
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	var got tasks.Shards
+	s := config.NewSet("demo", env("QUEUE_SHARDS", "3,0"))
+	s.Shards(&got, "queue-shards", "QUEUE_SHARDS", "queue shards")
+	err := s.Parse(nil)
+	require.ErrorIs(t, err, tasks.ErrShards)
+	assert.EqualError(t, err, `config: QUEUE_SHARDS="3,0" (env; flag -queue-shards): want a count from 1 to 64, then the counts that drain, e.g. 3 or 3,1`)
+	assert.Contains(t, s.Markdown(), "| `-queue-shards` | `QUEUE_SHARDS` | `1` | queue shards |")
 }

@@ -176,8 +176,9 @@ type taskView struct {
 	CompletedAt   time.Time `json:"completed_at,omitzero"`
 }
 
-// getTask answers the state of a task, looked for in the exchange queue and
-// then the modify queue, or in the one the queue parameter names.
+// getTask answers the state of a task, looked for in the exchange queues and
+// then the modify queues (every shard), or in the one the queue parameter
+// names.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("task_id")
 	if !tasks.ValidEventID(id) {

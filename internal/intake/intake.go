@@ -288,8 +288,9 @@ var _ http.Handler = (*Server)(nil)
 
 // New returns a Server that enqueues with p, reads orders from store, and
 // reads tasks and answers /readyz through rdb, which should be the Redis
-// that p enqueues to. Tasks are looked for in p's queues. It fills the zero
-// fields of cfg with their defaults.
+// that p enqueues to. Tasks are looked for in p's queues: every shard queue
+// of p's shard setting (producer.Config.Shards), draining counts included.
+// It fills the zero fields of cfg with their defaults.
 //
 // It returns an error for a nil dependency, a field of cfg that breaks its
 // documented rules, or an unusable API key (the error gives the key's
@@ -307,11 +308,8 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	var queues []string
-	for _, k := range tasks.Kinds() {
-		queues = append(queues, k.Queue)
-	}
-	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait})
+	shards := p.Config().Shards
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait, Shards: shards})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
@@ -322,7 +320,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		store:     store,
 		views:     views,
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
-		queues:    queues,
+		queues:    shards.AllQueues(),
 		log:       cfg.Logger.Named("http"),
 	}
 	if !cfg.InsecureNoAuth {

@@ -5,8 +5,9 @@
 // disagree.
 //
 // It only reads: the order store (internal/orders), the order's sequence
-// and lock (internal/lock), and asynq's tasks by queue and ID. It never
-// scans a queue, and it is not on any hot path.
+// and lock (internal/lock), and asynq's tasks by queue and ID (in their
+// placements under the shard setting, tasks.Shards). It never scans a
+// queue, and it is not on any hot path.
 package orderview
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // The defaults of [Config].
@@ -56,6 +58,10 @@ type Config struct {
 	MaxPositions int
 	// Now is the clock Status measures ages with. Defaults to time.Now.
 	Now func() time.Time
+	// Shards is the workers' queue sharding (tasks.Shards, the same
+	// setting as theirs): Status looks an order's tasks up in their
+	// placements under it. Defaults to one queue per task type.
+	Shards tasks.Shards
 }
 
 // Reader reads the views of orders. It is safe for concurrent use; it
@@ -80,6 +86,9 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	}
 	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 {
 		return nil, fmt.Errorf("orderview: negative setting in %+v", cfg)
+	}
+	if err := cfg.Shards.Validate(); err != nil {
+		return nil, fmt.Errorf("orderview: %w", err)
 	}
 	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)

@@ -63,8 +63,11 @@ type Lock struct {
 	Held bool `json:"held"`
 	// Holder describes the holder: "<task type> <task ID>".
 	Holder string `json:"holder,omitempty"`
-	// TaskID is the holder's task ID, when Holder names one.
+	// TaskID is the holder's task ID, when Holder names one; Queue is the
+	// queue that holds that task (where it was found, or else where the
+	// contract puts it).
 	TaskID string `json:"task_id,omitempty"`
+	Queue  string `json:"queue,omitempty"`
 	// Fence is the holder's fencing token.
 	Fence int64 `json:"fence,omitempty"`
 	// LeaseMS is the holder's lease left, in milliseconds; the holder
@@ -132,7 +135,8 @@ type Position struct {
 	// exchange crm-2 of SO1. Empty for a voided or finished position.
 	Label string `json:"label,omitempty"`
 	// TaskID and Queue name the position's task, when its label names
-	// one; TaskState is that task's asynq state (pending, active,
+	// one (Queue is where asynq has the task, or else where the contract
+	// puts it); TaskState is that task's asynq state (pending, active,
 	// scheduled, retry, archived, completed) or TaskMissing.
 	TaskID    string `json:"task_id,omitempty"`
 	Queue     string `json:"queue,omitempty"`
@@ -233,14 +237,16 @@ type Task struct {
 	CompletedAt   time.Time `json:"completed_at,omitzero"`
 }
 
-// ref names a task an order's record points at.
+// ref names a task an order's record points at, and the queues it may be
+// in (its placements, where the contract puts it first).
 type ref struct {
-	queue, id, typ string
-	source         string
-	creates, from  string // for a creation position: the order created, and the exchanged one
-	reason         string // the log entry's reason
-	logKind        string
-	entry          *orders.Entry
+	queues        []string
+	id, typ       string
+	source        string
+	creates, from string // for a creation position: the order created, and the exchanged one
+	reason        string // the log entry's reason
+	logKind       string
+	entry         *orders.Entry
 }
 
 // Status reads what is happening to order orderNo: see [Status]. The order
@@ -287,12 +293,18 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		return Status{}, fmt.Errorf("orderview: %w", err)
 	}
 
+	// The queues a task of type typ may be in: its order's placements (a
+	// creation's task is the exchange of order from).
+	placed := func(typ, from string) []string {
+		return r.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+	}
 	var refs []ref
+	posKeys := map[int]string{} // the ref key of the task of st.Sequence.Waiting[i]
 	if holder.Held {
 		st.Lock = Lock{Held: true, Holder: holder.Meta, Fence: holder.Fence, LeaseMS: holder.TTL.Milliseconds()}
 		if typ, id, _, ok := tasks.ParseLabel(holder.Meta); ok {
 			st.Lock.TaskID = id
-			refs = append(refs, ref{queue: tasks.KindOf(typ).Queue, id: id, typ: typ, source: SourceLock})
+			refs = append(refs, ref{queues: placed(typ, ""), id: id, typ: typ, source: SourceLock})
 		}
 	}
 	if seq.Exists {
@@ -305,8 +317,9 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		for _, p := range pending {
 			pos := position(p, seq.Done)
 			if typ, id, from, ok := tasks.ParseLabel(p.Label); ok {
-				pos.TaskID, pos.Queue = id, tasks.KindOf(typ).Queue
-				rf := ref{queue: pos.Queue, id: id, typ: typ, source: SourcePosition}
+				rf := ref{queues: placed(typ, from), id: id, typ: typ, source: SourcePosition}
+				pos.TaskID, pos.Queue = id, rf.queues[0]
+				posKeys[len(st.Sequence.Waiting)] = rf.key()
 				if from != "" {
 					rf.creates, rf.from = orderNo, from
 				}
@@ -316,12 +329,12 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		}
 		for _, e := range seq.Log {
 			le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
-			if typ, id, _, ok := tasks.ParseLabel(e.Label); ok {
+			if typ, id, from, ok := tasks.ParseLabel(e.Label); ok {
 				le.TaskID = id
 				// A voided position's task was refused: asynq's task by that
 				// ID, if any, holds another position.
 				if e.Kind != LogVoid {
-					refs = append(refs, ref{queue: tasks.KindOf(typ).Queue, id: id, typ: typ, source: SourceLog, reason: e.Reason, logKind: e.Kind})
+					refs = append(refs, ref{queues: placed(typ, from), id: id, typ: typ, source: SourceLog, reason: e.Reason, logKind: e.Kind})
 				}
 			}
 			st.Sequence.Log = append(st.Sequence.Log, le)
@@ -330,7 +343,17 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	for i := range st.History {
 		e := &st.History[i]
 		if k := entryKind(e.Type); k != nil && e.EventID != "" {
-			refs = append(refs, ref{queue: k.Queue, id: e.EventID, typ: k.Type, source: SourceHistory, entry: e})
+			rf := ref{queues: placed(k.Type, ""), id: e.EventID, typ: k.Type, source: SourceHistory, entry: e}
+			if e.Type == orders.TypeCreated {
+				// Made by the exchange of the order this one replaced,
+				// in that order's queue; every exchange queue when the
+				// order does not say which.
+				rf.queues = r.cfg.Shards.Queues(tasks.Exchange)
+				if st.Order != nil && st.Order.ExchangedFrom != "" {
+					rf.queues = placed(k.Type, st.Order.ExchangedFrom)
+				}
+			}
+			refs = append(refs, rf)
 		}
 	}
 
@@ -342,22 +365,29 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	if seq.Exists {
 		head = seq.Done + 1
 	}
+	if st.Lock.TaskID != "" {
+		st.Lock.Queue = refs[0].queues[0]
+		if info := found[refs[0].key()]; info != nil {
+			st.Lock.Queue = info.Queue
+		}
+	}
 	for i := range st.Sequence.Waiting {
 		p := &st.Sequence.Waiting[i]
 		if p.TaskID == "" {
 			continue
 		}
 		p.TaskState = TaskMissing
-		if info := found[p.Queue+"/"+p.TaskID]; info != nil {
-			p.TaskState = info.State.String()
+		info := found[posKeys[i]]
+		if info != nil {
+			p.TaskState, p.Queue = info.State.String(), info.Queue
 		}
 		if p.Next && p.State == PositionReserved {
-			st.Sequence.Gap = r.gap(now, *p, found[p.Queue+"/"+p.TaskID])
+			st.Sequence.Gap = r.gap(now, *p, info)
 		}
 	}
 	seen := map[string]bool{}
 	for _, rf := range refs {
-		key := rf.queue + "/" + rf.id
+		key := rf.key()
 		info := found[key]
 		if info == nil || seen[key] {
 			continue
@@ -378,25 +408,32 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	return st, nil
 }
 
-// lookup reads the tasks refs name from asynq, by queue and ID, each once.
-// A task asynq does not have is absent from the map.
+// key identifies the task of a ref in the map lookup returns.
+func (rf ref) key() string { return rf.id + "@" + strings.Join(rf.queues, ",") }
+
+// lookup reads the tasks refs name from asynq, by queue and ID, each once:
+// in each of a ref's queues in turn, until one has it. A task asynq does
+// not have is absent from the map, which is keyed by ref.key.
 func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
 	found := make(map[string]*asynq.TaskInfo)
 	looked := make(map[string]bool)
 	for _, rf := range refs {
-		key := rf.queue + "/" + rf.id
+		key := rf.key()
 		if looked[key] {
 			continue
 		}
 		looked[key] = true
-		info, err := r.insp.GetTaskInfo(rf.queue, rf.id)
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, rf.queue, err)
+		for _, q := range rf.queues {
+			info, err := r.insp.GetTaskInfo(q, rf.id)
+			switch {
+			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+				continue
+			case err != nil:
+				return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, err)
+			}
+			found[key] = info
+			break
 		}
-		found[key] = info
 	}
 	return found, nil
 }

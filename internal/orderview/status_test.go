@@ -166,7 +166,7 @@ func TestStatusOfAGapAndAHeldLock(t *testing.T) {
 
 	st, err := e.reader.Status(t.Context(), "SO-G")
 	require.NoError(t, err)
-	assert.Equal(t, orderview.Lock{Held: true, Holder: "order:exchange ev-holder", TaskID: "ev-holder", Fence: lease.Fence(),
+	assert.Equal(t, orderview.Lock{Held: true, Holder: "order:exchange ev-holder", TaskID: "ev-holder", Queue: "order_exchange", Fence: lease.Fence(),
 		LeaseMS: st.Lock.LeaseMS}, st.Lock)
 	assert.Positive(t, st.Lock.LeaseMS)
 	g := st.Sequence.Gap
@@ -255,4 +255,60 @@ func TestStatusShowsTheLatestHistory(t *testing.T) {
 	for i, h := range st.History {
 		assert.EqualValues(t, 5+i, h.Version)
 	}
+}
+
+// With shards, the status finds an order's tasks in their placements: in
+// its order's shard, in the queue a draining count put it in, and a
+// replacement's creation in the exchanged order's exchange shard.
+func TestStatusFindsTasksInTheirShards(t *testing.T) {
+	mid := tasks.Shards{Count: 3, Draining: []int{1}}
+	e := newEnv(t, orderview.Config{Shards: mid})
+	t.Cleanup(func() {
+		insp := asynq.NewInspectorFromRedisClient(e.db.Client)
+		for _, q := range mid.AllQueues() {
+			_ = insp.DeleteQueue(q, true)
+		}
+	})
+	newProducer := func(s tasks.Shards) *producer.Producer {
+		p, err := producer.New(e.db.Client, producer.Config{KeyPrefix: e.db.Prefix, Shards: s})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		return p
+	}
+	_, err := newProducer(tasks.Shards{}).EnqueueModify(t.Context(), "SO1001", tasks.Changes{Remark: new("old")}, producer.WithEventID("old"))
+	require.NoError(t, err)
+	p3 := newProducer(mid)
+	_, err = p3.EnqueueModify(t.Context(), "SO1001", tasks.Changes{Remark: new("new")}, producer.WithEventID("new"))
+	require.NoError(t, err)
+	_, err = p3.EnqueueExchange(t.Context(), "SO123", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithEventID("x"), producer.WithNewOrderNo("SO123-X"))
+	require.NoError(t, err)
+	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	lease, err := l.Acquire(t.Context(), "SO1001", "order:modify old", lock.Wait{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(t.Context()) })
+
+	st, err := e.reader.Status(t.Context(), "SO1001")
+	require.NoError(t, err)
+	assert.Equal(t, "order_modify", st.Lock.Queue, "the holder's task, found where the old count put it")
+	require.Len(t, st.Sequence.Waiting, 2)
+	assert.Equal(t, []string{"order_modify", "order_modify:2"}, []string{st.Sequence.Waiting[0].Queue, st.Sequence.Waiting[1].Queue})
+	assert.Equal(t, []string{"pending", "pending"}, []string{st.Sequence.Waiting[0].TaskState, st.Sequence.Waiting[1].TaskState})
+	assert.Equal(t, "order_modify", taskByID(t, st, "old").Queue)
+	assert.Equal(t, "order_modify:2", taskByID(t, st, "new").Queue)
+
+	st, err = e.reader.Status(t.Context(), "SO123-X")
+	require.NoError(t, err)
+	require.Len(t, st.Sequence.Waiting, 1)
+	assert.Equal(t, "order_exchange:1", st.Sequence.Waiting[0].Queue, "the creation is held by the exchange of SO123, in SO123's shard")
+	assert.Equal(t, "pending", st.Sequence.Waiting[0].TaskState)
+
+	// A reader that does not know the draining count misses the old task.
+	r3, err := orderview.New(e.db.Client, e.store, orderview.Config{KeyPrefix: e.db.Prefix, Shards: tasks.Shards{Count: 3}})
+	require.NoError(t, err)
+	st, err = r3.Status(t.Context(), "SO1001")
+	require.NoError(t, err)
+	assert.Equal(t, "order_modify:2", st.Sequence.Waiting[0].Queue)
+	assert.Equal(t, orderview.TaskMissing, st.Sequence.Waiting[0].TaskState)
 }

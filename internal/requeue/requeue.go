@@ -71,43 +71,61 @@ func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved boo
 // it to the retry set just after; the call that wakes it may come first.
 const InTransit = 250 * time.Millisecond
 
-// Labels brings back the holders of parked positions, given by their labels
-// (tasks.PositionLabel) in the order of their positions: for each, the task
-// of that event in its type's queue. The first ends up first in line (they
-// are moved in reverse order, each to the front). A task still active (on
-// its way to being parked) is tried again, with short pauses, for up to
-// InTransit. A label that names no task is ignored. It returns the first
-// Redis error, after trying every label.
-func Labels(ctx context.Context, rdb redis.Scripter, labels []string) error {
+// Labels brings back the holders of parked positions of order orderNo's
+// sequence, given by their labels (tasks.PositionLabel) in the order of
+// their positions: for each, the task of that event in its placement under
+// shards (tasks.Shards.Placements: the order's shard of its type's queue,
+// then its shards under the counts that drain; a creation's label names
+// the exchanged order, whose queue holds the exchange). The first ends up
+// first in line (they are moved in reverse order, each to the front). A
+// task still active (on its way to being parked) is tried again, with
+// short pauses, for up to InTransit. A label that names no task is
+// ignored. It costs one round trip per label, plus one per placement
+// looked at in vain while a count drains. It returns the first Redis
+// error, after trying every label.
+func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, labels []string) error {
 	var first error
 	for _, label := range slices.Backward(labels) {
-		typ, id, _, ok := tasks.ParseLabel(label)
+		typ, id, from, ok := tasks.ParseLabel(label)
 		if !ok {
 			continue
 		}
-		queue := tasks.KindOf(typ).Queue
-		pause := 5 * time.Millisecond
-		deadline := time.Now().Add(InTransit)
-		for {
-			_, state, err := Front(ctx, rdb, queue, id)
+		for _, queue := range shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo)) {
+			state, err := frontWhileActive(ctx, rdb, queue, id)
 			if err != nil {
 				first = cmp.Or(first, err)
-				break
 			}
-			if state != "active" || time.Now().After(deadline) {
-				break
+			if err != nil || state != "" {
+				break // found there (or failed): not in another placement
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return cmp.Or(first, context.Cause(ctx))
-			}
-			pause = min(2*pause, 50*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return cmp.Or(first, context.Cause(ctx))
 		}
 	}
 	return first
+}
+
+// frontWhileActive is Front, tried again with short pauses for up to
+// InTransit while the task is active. It returns the task's state, "moved"
+// when it was moved, "" when the queue has no such task.
+func frontWhileActive(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error) {
+	pause := 5 * time.Millisecond
+	deadline := time.Now().Add(InTransit)
+	for {
+		_, state, err := Front(ctx, rdb, queue, id)
+		if err != nil || state != "active" || time.Now().After(deadline) {
+			return state, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return state, context.Cause(ctx)
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }
 
 // recoverScript moves the tasks whose asynq lease expired more than a margin

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -122,4 +123,42 @@ func TestRecoverBringsBackADeadWorkersTask(t *testing.T) {
 	info, err = insp.GetTaskInfo(q, "alive")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateActive, info.State)
+}
+
+// Labels looks a parked task up in each of its placements: while a shard
+// count drains, a task of order SO1001 may wait in the queue it was placed
+// in under the old count (order_modify) rather than in its shard under the
+// new one (order_modify:2).
+func TestLabelsLooksInEveryPlacement(t *testing.T) {
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		for _, q := range []string{"order_modify", "order_modify:2"} {
+			_ = insp.DeleteQueue(q, true)
+		}
+	})
+	for _, id := range []string{"parked", "a", "b"} {
+		_, err := cli.Enqueue(asynq.NewTask(tasks.TypeModify, nil), asynq.Queue("order_modify"), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	_, err := cli.Enqueue(asynq.NewTask(tasks.TypeModify, nil), asynq.Queue("order_modify:2"), asynq.TaskID("c"))
+	require.NoError(t, err)
+	ctx := t.Context()
+	front := func(q string) string {
+		id, err := db.Client.LIndex(ctx, "asynq:{"+q+"}:pending", -1).Result()
+		require.NoError(t, err)
+		return id
+	}
+	require.Equal(t, "parked", front("order_modify"), "asynq dequeues from the right: the first enqueued is first")
+	require.NoError(t, db.Client.LRem(ctx, "asynq:{order_modify}:pending", 1, "parked").Err())
+	require.NoError(t, db.Client.LPush(ctx, "asynq:{order_modify}:pending", "parked").Err())
+	require.Equal(t, "a", front("order_modify"))
+
+	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}
+	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3}, labels))
+	require.Equal(t, "a", front("order_modify"), "without the draining count, the old queue is not looked at")
+	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3, Draining: []int{1}}, labels))
+	require.Equal(t, "parked", front("order_modify"), "found in the placement under the draining count")
+	require.Equal(t, "c", front("order_modify:2"))
 }
