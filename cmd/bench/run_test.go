@@ -98,7 +98,7 @@ func TestRatiosAndTargets(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{
 		"(b)/(a) uncontended [work10ms]": true, "(b)/(a) contended [work10ms]": false,
-		"(b)/(a) uncontended, kept [work10ms]": false,
+		"(b)/(a) uncontended, kept [work10ms]":           false,
 		"(b)/(a) Redis CPU per task uncontended [work0]": false, "(b)/(a) worker CPU per task uncontended [work0]": true,
 		"(b)/(a) uncontended [work0]": true, "(b)/(a) contended [work0]": true,
 		"(b) hand-off p99 ms [work10ms]": true, "(c)/(b) hand-off p99 [work10ms]": true,
