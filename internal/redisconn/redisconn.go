@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -108,6 +109,7 @@ func Parse(raw string) (*Options, error) {
 			return nil, fmt.Errorf("%w: want a Cluster URL like %s: %w", ErrURL, clusterForm, err)
 		}
 		c.ContextTimeoutEnabled = true
+		c.ClusterStateReloadInterval = ClusterStateReload
 		o.Topology, o.Cluster = Cluster, c
 	default:
 		n, err := redis.ParseURL(raw)
@@ -119,6 +121,15 @@ func Parse(raw string) (*Options, error) {
 	}
 	return o, nil
 }
+
+// ClusterStateReload is how old a Cluster client's map of slots to masters
+// may get before its next command reloads it (CLUSTER SLOTS on one node,
+// in the background). go-redis's default of 60 s would leave a client
+// dialing a crashed master for up to a minute after its replica took over
+// (it reloads at once only on a MOVED, which a dead node cannot send); at
+// 1 s a client follows within about a second of the cluster's election, for
+// one small command per second per process.
+const ClusterStateReload = time.Second
 
 const (
 	sentinelForm = "redis://[user:pass@]sentinel:26379/db?master_name=NAME&addr=sentinel2:26379[&username=U&password=P]"

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,9 +61,16 @@ const ClusterMasters = 3
 // Cluster is a Redis Cluster of 3 masters with one replica each, on
 // loopback ports, with a node timeout of 2 s. Its methods are safe for
 // concurrent use, except Stop.
+//
+// A shard is one of the 3 slot ranges with its two nodes. [Cluster.KillMaster]
+// and [Cluster.Rejoin] make a shard's replica its master and bring the old
+// master back as its replica, as a crash and a repair would.
 type Cluster struct {
-	nodes []*Process // masters 0..2, then the replica of master i at 3+i
-	slots [][2]int   // the slot range of master i
+	nodes []*Process // first the masters of shards 0..2, then the replica of shard i at 3+i
+	slots [][2]int   // the slot range of shard i
+
+	mu     sync.Mutex
+	master [ClusterMasters]int // index in nodes of shard i's master now
 }
 
 // StartCluster starts a cluster and waits until every node reports
@@ -70,7 +78,7 @@ type Cluster struct {
 // online, and every replica is in sync. It takes about 3–4 s. The caller
 // stops it.
 func StartCluster() (*Cluster, error) {
-	c := &Cluster{}
+	c := &Cluster{master: [ClusterMasters]int{0, 1, 2}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -226,31 +234,145 @@ func setUser(ctx context.Context, nodes []*Process, name string, rules []string)
 	return nil
 }
 
-// Masters returns the masters' addresses, in slot order.
+// Masters returns the masters' addresses, in slot order: after
+// [Cluster.KillMaster], a shard's master is its former replica.
 func (c *Cluster) Masters() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]string, ClusterMasters)
-	for i := range ClusterMasters {
-		out[i] = c.nodes[i].Addr()
+	for i, n := range c.master {
+		out[i] = c.nodes[n].Addr()
 	}
 	return out
 }
 
-// URL returns a Cluster URL naming every master as a seed:
-// redis://m1?addr=m2&addr=m3.
+// URL returns a Cluster URL naming every node as a seed:
+// redis://m1?addr=m2&…, the masters first. A client needs one seed that
+// answers, so the URL stays good while any node of the cluster is up.
 func (c *Cluster) URL() string {
-	m := c.Masters()
-	return "redis://" + m[0] + "?addr=" + strings.Join(m[1:], "&addr=")
+	addrs := make([]string, len(c.nodes))
+	for i, p := range c.nodes {
+		addrs[i] = p.Addr()
+	}
+	return "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
 }
 
-// MasterOf returns the address of the master that serves key's slot.
-func (c *Cluster) MasterOf(key string) string {
+// shardOf returns the shard whose slot range holds key's slot.
+func (c *Cluster) shardOf(key string) int {
 	s := Slot(key)
 	for i, r := range c.slots {
 		if s >= r[0] && s <= r[1] {
-			return c.nodes[i].Addr()
+			return i
 		}
 	}
 	panic("redisproc: slot not covered") // the ranges cover 0..16383
+}
+
+// MasterOf returns the address of the master that serves key's slot now.
+func (c *Cluster) MasterOf(key string) string {
+	return c.Masters()[c.shardOf(key)]
+}
+
+// ShardOf returns the shard (0, 1 or 2, the index in [Cluster.Masters])
+// whose slot range holds key's slot. Shards keep their slots when their
+// master changes.
+func (c *Cluster) ShardOf(key string) int { return c.shardOf(key) }
+
+// KillMaster kills the master of shard i with SIGKILL, as a crash would,
+// and waits until its replica has taken over: every surviving node reports
+// cluster_state:ok and names the replica as the shard's master. That takes
+// about 3–4 s (the node timeout of 2 s, then an election). It returns the
+// old and the new master's addresses. Writes the replica had not received
+// are lost, as they would be in production.
+//
+// Until [Cluster.Rejoin] brings the old master back, the shard has no
+// replica, and a second KillMaster of it leaves its slots unserved (it
+// fails after ctx ends).
+func (c *Cluster) KillMaster(ctx context.Context, i int) (old, cur string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	oldIdx := c.master[i]
+	newIdx := (oldIdx + ClusterMasters) % (2 * ClusterMasters) // the shard's other node
+	old, cur = c.nodes[oldIdx].Addr(), c.nodes[newIdx].Addr()
+	c.nodes[oldIdx].Kill()
+	lo := c.slots[i][0]
+	err = poll(ctx, "replica of "+old+" taking over", func(ctx context.Context) error {
+		for j, p := range c.nodes {
+			if j == oldIdx || p.cmd == nil {
+				continue
+			}
+			a := adminClient(p.Addr())
+			err := c.checkMaster(ctx, a, lo, cur)
+			_ = a.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.Addr(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	c.master[i] = newIdx
+	return old, cur, nil
+}
+
+// checkMaster returns nil when a reports cluster_state:ok and names want
+// as the master of slot.
+func (c *Cluster) checkMaster(ctx context.Context, a *redis.Client, slot int, want string) error {
+	info, err := a.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("cluster state not ok")
+	}
+	slots, err := a.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	for _, r := range slots {
+		if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
+			if r.Nodes[0].Addr != want {
+				return fmt.Errorf("slot %d served by %s, not %s", slot, r.Nodes[0].Addr, want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("slot %d not served", slot)
+}
+
+// Rejoin starts the node at addr again after [Cluster.KillMaster] killed
+// it, and waits until it has rejoined as the replica of its shard's new
+// master and is in sync (its nodes.conf tells it the cluster; the newer
+// epoch of its former replica makes it a replica). It is a no-op for a
+// node that runs.
+func (c *Cluster) Rejoin(ctx context.Context, addr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idx := slices.IndexFunc(c.nodes, func(p *Process) bool { return p.Addr() == addr })
+	if idx < 0 {
+		return fmt.Errorf("redisproc: rejoin: %s is no node of the cluster", addr)
+	}
+	p := c.nodes[idx]
+	if p.cmd != nil {
+		return nil
+	}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	a := adminClient(addr)
+	defer a.Close()
+	return poll(ctx, addr+" rejoining as a replica", func(ctx context.Context) error {
+		info, err := a.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_link_status:up") {
+			return errors.New("not a replica in sync yet")
+		}
+		return nil
+	})
 }
 
 // OnEachMaster returns, for each master in the order of [Cluster.Masters],

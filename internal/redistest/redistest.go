@@ -25,7 +25,8 @@
 // 3 masters with one replica each, and [NewSentinel] one on a Sentinel group
 // (1 master, 1 replica, 3 sentinels); each is started once per test binary
 // from redis-server and stopped by [Main]. [DedicatedSentinel] starts a
-// group a test may fail over. [redisproc.Cluster.OnEachMaster] picks keys or order
+// group a test may fail over, [DedicatedCluster] a cluster whose masters a
+// test may kill. [redisproc.Cluster.OnEachMaster] picks keys or order
 // numbers whose slots land on every master.
 //
 // redistest is imported by _test.go files only (the lint's depguard rules

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redisproc"
 )
 
@@ -50,7 +51,8 @@ type ClusterDB struct {
 	Options *redis.ClusterOptions
 	// Prefix is unique to the test; keys under it are deleted at cleanup.
 	Prefix string
-	// Cluster is the shared cluster. Do not stop it.
+	// Cluster is the cluster: the package's shared one (do not stop it or
+	// kill its nodes) or, from DedicatedCluster, the test's own.
 	Cluster *redisproc.Cluster
 }
 
@@ -112,13 +114,38 @@ func NewCluster(tb testing.TB) *ClusterDB {
 	if topo.clusterErr != nil {
 		tb.Fatalf("redistest: %v", topo.clusterErr)
 	}
+	db := clusterDB(tb, topo.cluster)
+	tb.Cleanup(func() { deleteClusterPrefix(tb, db) })
+	return db
+}
+
+// DedicatedCluster starts a cluster for this test alone, stopped by
+// t.Cleanup, so that the test may kill its masters
+// ([redisproc.Cluster.KillMaster]). It skips the test without
+// redis-server, and fails it under CI then.
+func DedicatedCluster(tb testing.TB) *ClusterDB {
+	tb.Helper()
+	requireServer(tb, "Redis Cluster")
+	start := time.Now()
+	c, err := redisproc.StartCluster()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Logf("redistest: dedicated cluster up in %v", time.Since(start).Round(time.Millisecond))
+	tb.Cleanup(c.Stop)
+	return clusterDB(tb, c)
+}
+
+func clusterDB(tb testing.TB, c *redisproc.Cluster) *ClusterDB {
+	tb.Helper()
 	db := &ClusterDB{
-		Options: &redis.ClusterOptions{Addrs: topo.cluster.Masters(), ContextTimeoutEnabled: true},
+		// The reload interval the binaries use (through redisconn), so
+		// that a client follows a killed master's replica as theirs do.
+		Options: &redis.ClusterOptions{Addrs: c.Masters(), ContextTimeoutEnabled: true, ClusterStateReloadInterval: redisconn.ClusterStateReload},
 		Prefix:  prefix(tb),
-		Cluster: topo.cluster,
+		Cluster: c,
 	}
 	db.Client = db.NewClient(tb)
-	tb.Cleanup(func() { deleteClusterPrefix(tb, db) })
 	return db
 }
 

@@ -102,3 +102,47 @@ func TestSentinelFailover(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "after", v)
 }
+
+func TestClusterKillMasterAndRejoin(t *testing.T) {
+	db := redistest.DedicatedCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	key := db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprintf("%sk%d", db.Prefix, i) })[1]
+	shard := db.Cluster.ShardOf(key)
+	require.Equal(t, 1, shard)
+	require.NoError(t, db.Client.Set(ctx, key, "before", 0).Err())
+	// WAIT makes the write reach the replica before the kill.
+	require.NoError(t, db.Client.Do(ctx, "WAIT", 1, 5000).Err())
+
+	start := time.Now()
+	old, cur, err := db.Cluster.KillMaster(ctx, shard)
+	require.NoError(t, err)
+	t.Logf("shard %d: %s killed, %s took over in %v", shard, old, cur, time.Since(start).Round(time.Millisecond))
+	require.NotEqual(t, old, cur)
+	require.Equal(t, cur, db.Cluster.Masters()[shard])
+	require.Equal(t, cur, db.Cluster.MasterOf(key))
+
+	// The cluster client follows the new master (after a MOVED or a dial
+	// error it reloads the slots), and the acknowledged write survived.
+	require.Eventually(t, func() bool {
+		v, err := db.Client.Get(ctx, key).Result()
+		return err == nil && v == "before"
+	}, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, db.Client.Set(ctx, key, "after", 0).Err())
+
+	require.NoError(t, db.Cluster.Rejoin(ctx, old))
+	n := redis.NewClient(&redis.Options{Addr: old})
+	defer n.Close()
+	require.NoError(t, n.Do(ctx, "READONLY").Err())
+	require.Eventually(t, func() bool {
+		v, err := n.Get(ctx, key).Result()
+		return err == nil && v == "after"
+	}, 30*time.Second, 20*time.Millisecond, "the old master replicates the new one")
+
+	// Once back, the shard survives a second kill: the old master takes
+	// its slots back.
+	back, again, err := db.Cluster.KillMaster(ctx, shard)
+	require.NoError(t, err)
+	require.Equal(t, cur, back)
+	require.Equal(t, old, again)
+}
