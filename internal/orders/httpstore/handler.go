@@ -88,25 +88,22 @@ func (h *apiHandler) put(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *apiHandler) modify(w http.ResponseWriter, r *http.Request) {
-	var b modifyBody
-	if !readAPIBody(w, r, &b) {
-		return
-	}
-	ctx, eventID, err := writeContext(r)
-	if err != nil {
-		writeHeaderError(w, err)
-		return
-	}
-	res, err := h.store.Modify(ctx, eventID, r.PathValue("no"), orders.Changes(b))
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeAPIResult(w, res)
+	serveWrite(w, r, func(ctx context.Context, eventID, no string, b modifyBody) (orders.Result, error) {
+		return h.store.Modify(ctx, eventID, no, orders.Changes(b))
+	})
 }
 
 func (h *apiHandler) exchange(w http.ResponseWriter, r *http.Request) {
-	var b exchangeBody
+	serveWrite(w, r, func(ctx context.Context, eventID, no string, b exchangeBody) (orders.Result, error) {
+		return h.store.Exchange(ctx, eventID, no, orders.Exchange(b))
+	})
+}
+
+// serveWrite serves a write endpoint: it reads the body B, then the write
+// headers, calls write with them and the path's order number, and answers
+// with its result or its error.
+func serveWrite[B any](w http.ResponseWriter, r *http.Request, write func(ctx context.Context, eventID, no string, b B) (orders.Result, error)) {
+	var b B
 	if !readAPIBody(w, r, &b) {
 		return
 	}
@@ -115,7 +112,7 @@ func (h *apiHandler) exchange(w http.ResponseWriter, r *http.Request) {
 		writeHeaderError(w, err)
 		return
 	}
-	res, err := h.store.Exchange(ctx, eventID, r.PathValue("no"), orders.Exchange(b))
+	res, err := write(ctx, eventID, r.PathValue("no"), b)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -123,8 +120,6 @@ func (h *apiHandler) exchange(w http.ResponseWriter, r *http.Request) {
 	writeAPIResult(w, res)
 }
 
-// writeContext returns the request's context with its fenced orders.Write, and
-// its event ID.
 func writeContext(r *http.Request) (ctx context.Context, eventID string, err error) {
 	eventID = r.Header.Get(HeaderIdempotencyKey)
 	if eventID == "" {
