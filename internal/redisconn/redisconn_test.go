@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/redistest"
 )
 
 func TestParseSingle(t *testing.T) {
@@ -65,6 +66,9 @@ func TestParseCluster(t *testing.T) {
 	assert.Equal(t, "app", c.Username)
 	assert.Equal(t, "cpw", c.Password)
 	assert.True(t, c.ContextTimeoutEnabled)
+	assert.Equal(t, redisconn.ClusterStateReload, c.ClusterStateReloadInterval)
+	// The tests' cluster clients follow a failover as the binaries' do.
+	assert.Equal(t, redisconn.ClusterStateReload, redistest.ClusterStateReload)
 	assert.Equal(t, c.Addrs, o.Addrs())
 	assert.NotContains(t, o.String(), "cpw")
 

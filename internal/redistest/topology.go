@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redisproc"
 )
 
@@ -39,6 +38,12 @@ func requireServer(tb testing.TB, what string) {
 		tb.Skipf("needs a real %s from redis-server: %v", what, redisproc.ErrNoServer)
 	}
 }
+
+// ClusterStateReload is the slot map reload interval of a [ClusterDB]'s
+// clients: redisconn.ClusterStateReload, which the binaries use (redistest
+// cannot import redisconn, whose tests import redistest; a redisconn test
+// checks that the two agree).
+const ClusterStateReload = time.Second
 
 // ClusterDB is one test's view of the package's shared [redisproc.Cluster]. A cluster
 // has database 0 only, so tests on it are isolated by Prefix alone; keys
@@ -139,9 +144,9 @@ func DedicatedCluster(tb testing.TB) *ClusterDB {
 func clusterDB(tb testing.TB, c *redisproc.Cluster) *ClusterDB {
 	tb.Helper()
 	db := &ClusterDB{
-		// The reload interval the binaries use (through redisconn), so
-		// that a client follows a killed master's replica as theirs do.
-		Options: &redis.ClusterOptions{Addrs: c.Masters(), ContextTimeoutEnabled: true, ClusterStateReloadInterval: redisconn.ClusterStateReload},
+		// The reload interval the binaries use, so that a client follows a
+		// killed master's replica as theirs do.
+		Options: &redis.ClusterOptions{Addrs: c.Masters(), ContextTimeoutEnabled: true, ClusterStateReloadInterval: ClusterStateReload},
 		Prefix:  prefix(tb),
 		Cluster: c,
 	}
