@@ -34,6 +34,10 @@ type results struct {
 	drained   bool
 	drainTook time.Duration
 	crashes   []string
+	nos       []string   // every order, seeded and created
+	redis     string     // -redis
+	switched  []switched // the Redis switches of the chaos phase
+	placement []int      // -redis cluster: orders per shard
 
 	completed, archived, retriedOK int
 	archivedBy                     map[string]int // reason class → tasks
@@ -104,6 +108,7 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 	if err != nil {
 		return nil, err
 	}
+	r.nos = nos
 	hist, err := benchkit.Histories(ctx, store, nos, 8)
 	if err != nil {
 		return nil, err
@@ -173,14 +178,14 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		}
 	}
 
-	iter := rdb.Scan(ctx, 0, prefix+"lock:{*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if k := iter.Val(); !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
+	lockKeys, err := benchkit.ScanKeys(ctx, rdb, prefix+"lock:{*")
+	if err != nil {
+		return nil, fmt.Errorf("scan locks: %w", err)
+	}
+	for _, k := range lockKeys {
+		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
 			r.locksLeft = append(r.locksLeft, k)
 		}
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scan locks: %w", err)
 	}
 	if err := r.checkOrder(ctx, store, seq, l, nos, hist); err != nil {
 		return nil, err
@@ -412,6 +417,14 @@ func (r *results) print(out io.Writer, took time.Duration) {
 	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
 		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
 	fmt.Fprintf(out, "worker crashes: %d\n", len(r.crashes))
+	fmt.Fprintf(out, "redis:         %s, %d switches", r.redis, len(r.switched))
+	if r.placement != nil {
+		fmt.Fprintf(out, "; orders per shard %v", r.placement)
+	}
+	fmt.Fprintln(out)
+	for _, s := range r.switched {
+		fmt.Fprintf(out, "               %s\n", s)
+	}
 
 	show := func(title string, items []string) {
 		if len(items) == 0 {

@@ -67,6 +67,15 @@ func newLoad(p *producer.Producer, c settings) *load {
 	return l
 }
 
+// seeded returns the numbers of the orders seed puts; call it before run.
+func (l *load) seeded() []string {
+	nos := make([]string, len(l.chains))
+	for i, ch := range l.chains {
+		nos[i] = ch.cur
+	}
+	return nos
+}
+
 func (l *load) seed(ctx context.Context, store orders.Store) error {
 	for _, ch := range l.chains {
 		err := store.Put(ctx, orders.Order{No: ch.cur, Address: seedAddress, Remark: "", Items: seedItems})
