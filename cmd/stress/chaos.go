@@ -240,12 +240,13 @@ func (ch *chaos) runSwitches(ctx, chaosCtx context.Context) error {
 		case <-time.After(time.Until(start.Add(sw.at))):
 		}
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		began := time.Since(start)
 		detail, took, err := sw.do(sctx)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%s: %w", sw.name, err)
 		}
-		s := switched{name: sw.name, detail: detail, took: took}
+		s := switched{name: sw.name, detail: detail, began: began, took: took}
 		ch.switched = append(ch.switched, s)
 		fmt.Fprintf(ch.out, "redis %v into the chaos: %s\n", time.Since(start).Round(100*time.Millisecond), s)
 	}

@@ -44,7 +44,8 @@ type results struct {
 	unfinished                     map[string]int // asynq state → tasks left after the drain
 
 	// Violations.
-	lost          []string // enqueued, and neither completed, archived nor queued
+	lost          []string        // enqueued, and neither completed, archived nor queued
+	lostWindow    []time.Duration // the first and the last lost task's acceptance, into the chaos phase
 	badArchive    []string // archived for a reason other than a closed or unknown order
 	doubleApplied []string // an event with more than one history entry of a type
 	notApplied    []string // completed, but no history entry
@@ -167,7 +168,11 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 				r.archApplied = append(r.archApplied, fmt.Sprintf("%s %s on %s: archived (%s) but applied %v", t.Type, t.EventID, t.OrderNo, o.lastErr, applied))
 			}
 		case "lost":
-			r.lost = append(r.lost, fmt.Sprintf("%s %s on %s", t.Type, t.EventID, t.OrderNo))
+			r.lost = append(r.lost, fmt.Sprintf("%s %s on %s, accepted %v into the chaos phase", t.Type, t.EventID, t.OrderNo, t.At.Round(time.Millisecond)))
+			if len(r.lostWindow) == 0 {
+				r.lostWindow = []time.Duration{t.At, t.At}
+			}
+			r.lostWindow[0], r.lostWindow[1] = min(r.lostWindow[0], t.At), max(r.lostWindow[1], t.At)
 		default:
 			r.unfinished[o.state]++
 		}
@@ -423,7 +428,10 @@ func (r *results) print(out io.Writer, took time.Duration) {
 	}
 	fmt.Fprintln(out)
 	for _, s := range r.switched {
-		fmt.Fprintf(out, "               %s\n", s)
+		fmt.Fprintf(out, "               %v into the chaos phase: %s\n", s.began.Round(100*time.Millisecond), s)
+	}
+	if len(r.lostWindow) == 2 {
+		fmt.Fprintf(out, "lost tasks:    accepted from %v to %v into the chaos phase\n", r.lostWindow[0].Round(time.Millisecond), r.lostWindow[1].Round(time.Millisecond))
 	}
 
 	show := func(title string, items []string) {

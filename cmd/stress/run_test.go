@@ -106,6 +106,9 @@ func TestSwitchesRunInTurnUntilTheChaosEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("runSwitches did not return after the chaos ended")
 	}
-	require.Equal(t, []switched{{"first", "a → b", time.Second}, {"second", "a → b", time.Second}}, ch.switched)
+	require.Len(t, ch.switched, 2)
+	for i, name := range []string{"first", "second"} {
+		require.Equal(t, switched{name: name, detail: "a → b", began: ch.switched[i].began, took: time.Second}, ch.switched[i])
+	}
 	require.Equal(t, "first: a → b, switched in 1s", ch.switched[0].String())
 }

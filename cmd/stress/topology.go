@@ -42,6 +42,7 @@ type redisSwitch struct {
 // switched is a switch as it ran.
 type switched struct {
 	name, detail string
+	began        time.Duration // into the chaos phase
 	took         time.Duration
 }
 
@@ -104,20 +105,24 @@ func startSentinel(c settings) (*backend, error) {
 	if !c.RedisRestart {
 		return b, nil
 	}
-	name, failover := "SENTINEL FAILOVER (raw: the writes of the replication window may be lost)", g.Failover
-	if c.FailoverSync {
-		name, failover = "SENTINEL FAILOVER in sync (the master's writes paused until its replica had them all; the old master made its replica at once)", g.FailoverInSync
+	name := "SENTINEL FAILOVER in sync (the master's writes paused until its replica had them all; the old master made its replica at once)"
+	do := func(ctx context.Context) (string, time.Duration, error) {
+		at := time.Now()
+		old, cur, err := g.FailoverInSync(ctx)
+		return old + " → " + cur, time.Since(at), err
+	}
+	if !c.FailoverSync {
+		name = "SENTINEL FAILOVER (raw: the writes of the replication window may be lost), once the replica is in sync"
+		do = func(ctx context.Context) (string, time.Duration, error) {
+			// Not before the sentinels made the old master a replica:
+			// promoting it earlier loses every write in between.
+			at := time.Now()
+			old, cur, waited, err := g.FailoverWhenReady(ctx)
+			return fmt.Sprintf("%s → %s (after %v waiting for the replica)", old, cur, waited.Round(time.Millisecond)), time.Since(at) - waited, err
+		}
 	}
 	for i := 1; i <= 2; i++ {
-		b.switches = append(b.switches, redisSwitch{
-			at:   c.Duration * time.Duration(i) / 3,
-			name: name,
-			do: func(ctx context.Context) (string, time.Duration, error) {
-				at := time.Now()
-				old, cur, err := failover(ctx)
-				return old + " → " + cur, time.Since(at), err
-			},
-		})
+		b.switches = append(b.switches, redisSwitch{at: c.Duration * time.Duration(i) / 3, name: name, do: do})
 	}
 	return b, nil
 }

@@ -181,19 +181,7 @@ func (g *SentinelGroup) FailoverInSync(ctx context.Context) (old, cur string, er
 	if err := pauseUntilInSync(ctx, m, r); err != nil {
 		return "", "", err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, cur, err = g.Failover(ctx)
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
-			!(strings.Contains(err.Error(), "NOGOODSLAVE") || strings.Contains(err.Error(), "INPROG")) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if err != nil {
+	if _, cur, err = g.failoverRetrying(ctx); err != nil {
 		return "", "", err
 	}
 	host, port, err := net.SplitHostPort(cur)
@@ -208,4 +196,62 @@ func (g *SentinelGroup) FailoverInSync(ctx context.Context) (old, cur string, er
 		return "", "", err
 	}
 	return old, cur, nil
+}
+
+// failoverRetrying is [SentinelGroup.Failover], asked again while a
+// sentinel answers NOGOODSLAVE (it has not seen the replica healthy
+// recently enough, as after a switch) or INPROG, for up to 20 s.
+func (g *SentinelGroup) failoverRetrying(ctx context.Context) (old, cur string, err error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		old, cur, err = g.Failover(ctx)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
+			!(strings.Contains(err.Error(), "NOGOODSLAVE") || strings.Contains(err.Error(), "INPROG")) {
+			return old, cur, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// FailoverWhenReady is the plain [SentinelGroup.Failover], which may lose
+// the writes of the asynchronous-replication window, made only once the
+// data node that is not the master replicates it, in sync, and asked again
+// while the sentinels find no good replica (see failoverRetrying). After a
+// Failover the sentinels turn the old master into a replica only some
+// seconds later (they wait 8 s after it last reported its role); a second
+// Failover before that promotes a node that never received the writes made
+// in between, and all of them are lost. It returns the old and the new
+// master's addresses and how long it waited for the replica.
+func (g *SentinelGroup) FailoverWhenReady(ctx context.Context) (old, cur string, waited time.Duration, err error) {
+	start := time.Now()
+	err = poll(ctx, "the replica in sync", func(ctx context.Context) error {
+		cur, err := g.Master(ctx)
+		if err != nil {
+			return err
+		}
+		replica := g.data[0].Addr()
+		if replica == cur {
+			replica = g.data[1].Addr()
+		}
+		r := adminClient(replica)
+		defer r.Close()
+		info, err := r.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		host, port, _ := net.SplitHostPort(cur)
+		if !strings.Contains(info, "master_host:"+host+"\r\nmaster_port:"+port+"\r\n") {
+			return fmt.Errorf("%s does not replicate %s yet", replica, cur)
+		}
+		return inSyncReplica(ctx, r)
+	})
+	waited = time.Since(start)
+	if err != nil {
+		return "", "", waited, err
+	}
+	old, cur, err = g.failoverRetrying(ctx)
+	return old, cur, waited, err
 }

@@ -152,3 +152,26 @@ func TestSentinelFailoverInSyncLosesNoWrite(t *testing.T) {
 	require.NoError(t, err)
 	requireCount(t, ctx, cur, db.DB, "k", in.end())
 }
+
+// TestSentinelFailoverWhenReadyTwice: the second plain failover waits until
+// the sentinels have made the old master a replica in sync (promoting it
+// earlier would lose every write since the first).
+func TestSentinelFailoverWhenReadyTwice(t *testing.T) {
+	db := redistest.DedicatedSentinel(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	first, cur, waited, err := db.Group.FailoverWhenReady(ctx)
+	require.NoError(t, err)
+	t.Logf("failover 1 from %s to %s after %v waiting for the replica", first, cur, waited.Round(time.Millisecond))
+	require.NoError(t, db.Client.Set(ctx, "k", "between", 0).Err())
+	old, back, waited, err := db.Group.FailoverWhenReady(ctx)
+	require.NoError(t, err)
+	t.Logf("failover 2 from %s to %s after %v waiting for the replica", old, back, waited.Round(time.Millisecond))
+	require.Equal(t, cur, old)
+	require.Equal(t, first, back)
+	n := redis.NewClient(&redis.Options{Addr: back, DB: db.DB})
+	defer n.Close()
+	v, err := n.Get(ctx, "k").Result()
+	require.NoError(t, err)
+	require.Equal(t, "between", v, "the write between the failovers reached the node promoted second")
+}
