@@ -46,13 +46,13 @@ type results struct {
 	// Violations.
 	lost          []string        // enqueued, and neither completed, archived nor queued
 	lostWindow    []time.Duration // the first and the last lost task's acceptance, into the chaos phase
-	badArchive    []string // archived for a reason other than a closed or unknown order
-	doubleApplied []string // an event with more than one history entry of a type
-	notApplied    []string // completed, but no history entry
-	archApplied   []string // archived, but written to the history
-	unknownEvents []string // history entries of events never enqueued
-	versionOff    []string // an order whose version is not its history's length
-	locksLeft     []string // lock keys left once drained
+	badArchive    []string        // archived for a reason other than a closed or unknown order
+	doubleApplied []string        // an event with more than one history entry of a type
+	notApplied    []string        // completed, but no history entry
+	archApplied   []string        // archived, but written to the history
+	unknownEvents []string        // history entries of events never enqueued
+	versionOff    []string        // an order whose version is not its history's length
+	locksLeft     []string        // lock keys left once drained
 
 	// Ordering.
 	inversions   []string // an order's history applying a position after a later one
