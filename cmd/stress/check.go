@@ -396,7 +396,9 @@ func listAll(list func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error), 
 	}
 }
 
-func (r *results) print(out io.Writer, took time.Duration) {
+// print writes the figures and up to limit items of each violation list
+// (all of them for a negative limit).
+func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	drained := "drained"
 	if !r.drained {
 		drained = "NOT drained"
@@ -439,11 +441,15 @@ func (r *results) print(out io.Writer, took time.Duration) {
 			return
 		}
 		fmt.Fprintf(out, "\n%s (%d):\n", title, len(items))
-		for _, it := range items[:min(len(items), 20)] {
+		n := len(items)
+		if limit >= 0 {
+			n = min(n, limit)
+		}
+		for _, it := range items[:n] {
 			fmt.Fprintf(out, "  %s\n", it)
 		}
-		if len(items) > 20 {
-			fmt.Fprintf(out, "  ... and %d more\n", len(items)-20)
+		if n < len(items) {
+			fmt.Fprintf(out, "  ... and %d more (all of them in report.txt)\n", len(items)-n)
 		}
 	}
 	var hv []string

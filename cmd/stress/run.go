@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -260,8 +261,12 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if be.cluster != nil {
 		res.placement, _ = placement(be.cluster, res.nos, c.Shards)
 	}
-	res.print(out, time.Since(started))
+	res.print(out, time.Since(started), 20)
 	if n := res.violations(); n > 0 {
+		if f, ferr := os.Create(filepath.Join(dir, "report.txt")); ferr == nil {
+			res.print(f, time.Since(started), -1)
+			_ = f.Close()
+		}
 		return fmt.Errorf("%d violations (seed %d; worker logs in %s)", n, c.Seed, dir)
 	}
 	return nil
