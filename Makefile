@@ -5,7 +5,7 @@ GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short demo fuzz
+.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel demo fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -41,6 +41,12 @@ stress: ## reliability suite on real binaries: SIGKILLs, a Redis restart (about 
 
 stress-short: ## the CI configuration of the reliability suite (about 2.5 minutes)
 	$(GO) run ./cmd/stress -short
+
+stress-cluster: ## the reliability suite's short configuration on a local 3-master Cluster with 3 queue shards, a graceful failover and a master SIGKILLed (CI runs it; about 1.5 minutes)
+	$(GO) run ./cmd/stress -short -redis cluster
+
+stress-sentinel: ## the reliability suite's short configuration on a local Sentinel group, failed over twice (about 1.5 minutes)
+	$(GO) run ./cmd/stress -short -redis sentinel
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo

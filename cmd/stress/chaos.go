@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/benchkit"
-	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -171,22 +171,31 @@ func (p *workerPool) crashed() []string {
 	return slices.Clone(p.crashes)
 }
 
-// chaos kills a random worker every KillEvery and restarts Redis once,
-// half-way through Duration, until its context ends.
+// chaos kills a random worker every KillEvery, freezes one every
+// PauseEvery, and makes the Redis switches (a restart, failovers) at their
+// times, until its context ends.
 type chaos struct {
-	pool  *workerPool
-	redis *redisproc.Process
-	c     settings
-	out   io.Writer
+	pool     *workerPool
+	switches []redisSwitch
+	c        settings
+	out      io.Writer
 
-	kills         int
-	pauses        int
-	redisRestarts int
+	kills    int
+	pauses   int
+	switched []switched // the Redis switches made; read once run returned
 }
 
-func (ch *chaos) run(ctx context.Context, seed int) error {
+// run runs the chaos until chaosCtx ends. A Redis switch under way then is
+// finished (under ctx, the run's).
+func (ch *chaos) run(ctx, chaosCtx context.Context, seed int) (err error) {
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	switchErr := make(chan error, 1)
+	wg.Go(func() { switchErr <- ch.runSwitches(ctx, chaosCtx) })
+	defer func() {
+		wg.Wait()
+		err = cmp.Or(err, <-switchErr)
+	}()
+	ctx = chaosCtx
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
 	var kill <-chan time.Time
 	if ch.c.KillEvery > 0 {
@@ -199,12 +208,6 @@ func (ch *chaos) run(ctx context.Context, seed int) error {
 		t := time.NewTicker(ch.c.PauseEvery)
 		defer t.Stop()
 		pause = t.C
-	}
-	var restart <-chan time.Time
-	if ch.c.RedisRestart {
-		t := time.NewTimer(ch.c.Duration / 2)
-		defer t.Stop()
-		restart = t.C
 	}
 	for {
 		select {
@@ -221,15 +224,33 @@ func (ch *chaos) run(ctx context.Context, seed int) error {
 			slot := rng.IntN(ch.c.Workers)
 			ch.pauses++
 			wg.Go(func() { ch.pool.pause(ctx, slot, ch.c.PauseFor) })
-		case <-restart:
-			at := time.Now()
-			if err := ch.redis.Restart(); err != nil {
-				return fmt.Errorf("restart redis: %w", err)
-			}
-			ch.redisRestarts++
-			fmt.Fprintf(ch.out, "redis restarted (SIGKILL, then up again on its AOF) in %v\n", time.Since(at).Round(time.Millisecond))
 		}
 	}
+}
+
+// runSwitches makes the Redis switches, each at its time into the chaos
+// phase, one after another, until chaosCtx ends; one under way then is
+// finished under ctx, within two minutes.
+func (ch *chaos) runSwitches(ctx, chaosCtx context.Context) error {
+	start := time.Now()
+	for _, sw := range ch.switches {
+		select {
+		case <-chaosCtx.Done():
+			return nil
+		case <-time.After(time.Until(start.Add(sw.at))):
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		began := time.Since(start)
+		detail, took, err := sw.do(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", sw.name, err)
+		}
+		s := switched{name: sw.name, detail: detail, began: began, took: took}
+		ch.switched = append(ch.switched, s)
+		fmt.Fprintf(ch.out, "redis %v into the chaos: %s\n", time.Since(start).Round(100*time.Millisecond), s)
+	}
+	return nil
 }
 
 // queueCounts sums asynq's queue sizes over the order queues.

@@ -34,20 +34,25 @@ type results struct {
 	drained   bool
 	drainTook time.Duration
 	crashes   []string
+	nos       []string   // every order, seeded and created
+	redis     string     // -redis
+	switched  []switched // the Redis switches of the chaos phase
+	placement []int      // -redis cluster: orders per shard
 
 	completed, archived, retriedOK int
 	archivedBy                     map[string]int // reason class → tasks
 	unfinished                     map[string]int // asynq state → tasks left after the drain
 
 	// Violations.
-	lost          []string // enqueued, and neither completed, archived nor queued
-	badArchive    []string // archived for a reason other than a closed or unknown order
-	doubleApplied []string // an event with more than one history entry of a type
-	notApplied    []string // completed, but no history entry
-	archApplied   []string // archived, but written to the history
-	unknownEvents []string // history entries of events never enqueued
-	versionOff    []string // an order whose version is not its history's length
-	locksLeft     []string // lock keys left once drained
+	lost          []string        // enqueued, and neither completed, archived nor queued
+	lostWindow    []time.Duration // the first and the last lost task's acceptance, into the chaos phase
+	badArchive    []string        // archived for a reason other than a closed or unknown order
+	doubleApplied []string        // an event with more than one history entry of a type
+	notApplied    []string        // completed, but no history entry
+	archApplied   []string        // archived, but written to the history
+	unknownEvents []string        // history entries of events never enqueued
+	versionOff    []string        // an order whose version is not its history's length
+	locksLeft     []string        // lock keys left once drained
 
 	// Ordering.
 	inversions   []string // an order's history applying a position after a later one
@@ -104,6 +109,7 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 	if err != nil {
 		return nil, err
 	}
+	r.nos = nos
 	hist, err := benchkit.Histories(ctx, store, nos, 8)
 	if err != nil {
 		return nil, err
@@ -162,7 +168,11 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 				r.archApplied = append(r.archApplied, fmt.Sprintf("%s %s on %s: archived (%s) but applied %v", t.Type, t.EventID, t.OrderNo, o.lastErr, applied))
 			}
 		case "lost":
-			r.lost = append(r.lost, fmt.Sprintf("%s %s on %s", t.Type, t.EventID, t.OrderNo))
+			r.lost = append(r.lost, fmt.Sprintf("%s %s on %s, accepted %v into the chaos phase", t.Type, t.EventID, t.OrderNo, t.At.Round(time.Millisecond)))
+			if len(r.lostWindow) == 0 {
+				r.lostWindow = []time.Duration{t.At, t.At}
+			}
+			r.lostWindow[0], r.lostWindow[1] = min(r.lostWindow[0], t.At), max(r.lostWindow[1], t.At)
 		default:
 			r.unfinished[o.state]++
 		}
@@ -173,14 +183,14 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		}
 	}
 
-	iter := rdb.Scan(ctx, 0, prefix+"lock:{*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if k := iter.Val(); !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
+	lockKeys, err := benchkit.ScanKeys(ctx, rdb, prefix+"lock:{*")
+	if err != nil {
+		return nil, fmt.Errorf("scan locks: %w", err)
+	}
+	for _, k := range lockKeys {
+		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
 			r.locksLeft = append(r.locksLeft, k)
 		}
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scan locks: %w", err)
 	}
 	if err := r.checkOrder(ctx, store, seq, l, nos, hist); err != nil {
 		return nil, err
@@ -386,7 +396,9 @@ func listAll(list func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error), 
 	}
 }
 
-func (r *results) print(out io.Writer, took time.Duration) {
+// print writes the figures and up to limit items of each violation list
+// (all of them for a negative limit).
+func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	drained := "drained"
 	if !r.drained {
 		drained = "NOT drained"
@@ -412,17 +424,32 @@ func (r *results) print(out io.Writer, took time.Duration) {
 	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
 		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
 	fmt.Fprintf(out, "worker crashes: %d\n", len(r.crashes))
+	fmt.Fprintf(out, "redis:         %s, %d switches", r.redis, len(r.switched))
+	if r.placement != nil {
+		fmt.Fprintf(out, "; orders per shard %v", r.placement)
+	}
+	fmt.Fprintln(out)
+	for _, s := range r.switched {
+		fmt.Fprintf(out, "               %v into the chaos phase: %s\n", s.began.Round(100*time.Millisecond), s)
+	}
+	if len(r.lostWindow) == 2 {
+		fmt.Fprintf(out, "lost tasks:    accepted from %v to %v into the chaos phase\n", r.lostWindow[0].Round(time.Millisecond), r.lostWindow[1].Round(time.Millisecond))
+	}
 
 	show := func(title string, items []string) {
 		if len(items) == 0 {
 			return
 		}
 		fmt.Fprintf(out, "\n%s (%d):\n", title, len(items))
-		for _, it := range items[:min(len(items), 20)] {
+		n := len(items)
+		if limit >= 0 {
+			n = min(n, limit)
+		}
+		for _, it := range items[:n] {
 			fmt.Fprintf(out, "  %s\n", it)
 		}
-		if len(items) > 20 {
-			fmt.Fprintf(out, "  ... and %d more\n", len(items)-20)
+		if n < len(items) {
+			fmt.Fprintf(out, "  ... and %d more (all of them in report.txt)\n", len(items)-n)
 		}
 	}
 	var hv []string

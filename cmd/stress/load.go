@@ -30,6 +30,8 @@ type enqueued struct {
 	NewNo   string // exchanges: the replacement's number
 	Client  int    // the upstream client that sent it
 	Seq     int64  // its position in its order's sequence
+	// At is how long into the chaos phase the producer accepted it.
+	At time.Duration
 	// Changes is a modify's change, for the replay check.
 	Changes tasks.Changes
 	// Items is an exchange's items.
@@ -54,6 +56,7 @@ type load struct {
 	p      *producer.Producer
 	c      settings
 	chains []*chain
+	start  time.Time // of run, the chaos phase
 
 	mu    sync.Mutex
 	tasks []enqueued
@@ -65,6 +68,15 @@ func newLoad(p *producer.Producer, c settings) *load {
 		l.chains = append(l.chains, &chain{cur: fmt.Sprintf("S%02d", i)})
 	}
 	return l
+}
+
+// seeded returns the numbers of the orders seed puts; call it before run.
+func (l *load) seeded() []string {
+	nos := make([]string, len(l.chains))
+	for i, ch := range l.chains {
+		nos[i] = ch.cur
+	}
+	return nos
 }
 
 func (l *load) seed(ctx context.Context, store orders.Store) error {
@@ -97,6 +109,7 @@ func (l *load) count(typ string) int {
 // each send one change after another.
 func (l *load) run(ctx context.Context, d time.Duration) error {
 	start := time.Now()
+	l.start = start
 	errs := make(chan error, l.c.Clients)
 	var wg sync.WaitGroup
 	for client := range l.c.Clients {
@@ -166,6 +179,7 @@ func (l *load) next(ctx context.Context, rng *rand.Rand, client, i int) error {
 		return fmt.Errorf("%s %s: %w", k.Name, ev, err)
 	}
 	t.Seq, t.Queue = res.Seq, res.Queue
+	t.At = time.Since(l.start)
 	if t.NewNo != "" {
 		ch.old, ch.cur = ch.cur, t.NewNo
 	}

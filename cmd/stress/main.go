@@ -8,6 +8,14 @@
 // fences only went up, and no order was left locked. It exits non-zero on
 // any violation.
 //
+// -redis sentinel and -redis cluster run the same on a local Sentinel group
+// or Redis Cluster, with failovers in place of the restart: two SENTINEL
+// FAILOVERs, or a CLUSTER FAILOVER of one shard and a SIGKILL of another
+// shard's master. -failover-sync (on by default) makes the switches that
+// Redis does not coordinate lose no acknowledged write, so that the checks
+// stay strict; see the README, "The reliability suite on Sentinel and
+// Cluster".
+//
 // Run it with -h for its flags; `make stress` runs the full configuration
 // and CI runs -short (about three minutes).
 package main

@@ -15,7 +15,6 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -41,7 +40,9 @@ type settings struct {
 	ShutdownTimeout time.Duration
 	Duration        time.Duration
 	KillEvery       time.Duration
+	Redis           string
 	RedisRestart    bool
+	FailoverSync    bool
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
 	DrainTimeout    time.Duration
@@ -54,6 +55,7 @@ type settings struct {
 type vars struct {
 	tasks                          *config.Var[int]
 	duration, killEvery, drainTime *config.Var[time.Duration]
+	shards                         *config.Var[tasks.Shards]
 }
 
 func declare(s *config.Set, c *settings) vars {
@@ -69,14 +71,16 @@ func declare(s *config.Set, c *settings) vars {
 	s.Int(&c.LatePerK, "late-per-1000", "", 5, "modifies per 1000 tasks sent to an order just exchanged (the worker rejects them, naming the replacement)").Check(config.NonNegative[int])
 	s.Int(&c.Clients, "clients", "", 4, "upstream clients enqueueing at once, each one change after another, to shared orders").Check(config.Positive[int])
 	s.Duration(&c.GapWait, "gap-wait", "", 5*time.Second, "GAP_WAIT of the workers").Check(config.Positive[time.Duration])
-	s.Shards(&c.Shards, "queue-shards", "", "QUEUE_SHARDS of the workers and the producer: "+config.ShardsForms)
+	v.shards = s.Shards(&c.Shards, "queue-shards", "", "QUEUE_SHARDS of the workers and the producer: "+config.ShardsForms+"; with -redis cluster, defaults to 3 (a shard of each task type on each master)")
 	s.Duration(&c.LockTTL, "lock-ttl", "", 5*time.Second, "LOCK_TTL of the workers").Check(config.Positive[time.Duration])
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "", 3*time.Second, "SHUTDOWN_TIMEOUT of the workers (they are stopped with SIGTERM at the end)").Check(config.Positive[time.Duration])
 	v.duration = s.Duration(&c.Duration, "duration", "", 90*time.Second, "how long the tasks are enqueued and the workers killed").Check(config.Positive[time.Duration])
 	v.killEvery = s.Duration(&c.KillEvery, "kill-every", "", 3*time.Second, "SIGKILL one worker (and start it again) this often; 0 for never").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.PauseEvery, "pause-every", "", 10*time.Second, "also freeze one worker (SIGSTOP) this often, for -pause-for, then SIGCONT it: a stall past the lock's lease (the fencing case); 0 for never").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.PauseFor, "pause-for", "", 0, "how long a frozen worker stays frozen; defaults to -lock-ttl + 2s").Check(config.NonNegative[time.Duration])
-	s.Bool(&c.RedisRestart, "redis-restart", "", true, "restart Redis (SIGKILL, then start on its AOF) once, half-way through -duration")
+	s.String(&c.Redis, "redis", "", redisSingle, "the Redis the workers run on: single (one redis-server with an fsync'd AOF), sentinel (1 master, 1 replica, 3 sentinels) or cluster (3 masters with a replica each)").Check(config.OneOf(redisSingle, redisSentinel, redisCluster))
+	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
+	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
 	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 150 s drain limit (flags given explicitly win)")
 	s.Bool(&c.Keep, "keep", "", false, "keep the directory with the workers' logs and Redis's files even when the run passes")
@@ -102,6 +106,15 @@ func (v vars) applyShort(c *settings) {
 	}
 }
 
+// applyTopology gives the settings that depend on -redis and were not set
+// explicitly their values for it: with a cluster, 3 queue shards, so that
+// the queues spread over the masters.
+func (v vars) applyTopology(c *settings) {
+	if c.Redis == redisCluster && v.shards.Source() == config.FromDefault {
+		c.Shards = tasks.Shards{Count: 3}
+	}
+}
+
 // run is the suite. It returns an error for a violation (after printing
 // the figures) and for a run that could not be carried out.
 func run(ctx context.Context, args []string, out io.Writer) (err error) {
@@ -117,6 +130,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if c.Short {
 		v.applyShort(&c)
 	}
+	v.applyTopology(&c)
 	if c.PauseFor == 0 {
 		c.PauseFor = c.LockTTL + 2*time.Second
 	}
@@ -144,18 +158,15 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 			return err
 		}
 	}
-	srv, err := redisproc.Start("--appendonly", "yes", "--appendfsync", "always")
+	fmt.Fprintf(out, "starting Redis (%s) ...\n", c.Redis)
+	be, err := startBackend(c, dir)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// Keep Redis's log and AOF with the workers' logs.
-		_ = os.CopyFS(filepath.Join(dir, "redis"), os.DirFS(srv.Dir()))
-		srv.Stop()
-	}()
+	defer be.stop()
 	// The same constructor as the workers', on the same URL; a few more
-	// retries ride out the Redis restart.
-	ropts, err := redisconn.Parse(srv.URL() + "?max_retries=5")
+	// retries ride out the Redis restart or failovers.
+	ropts, err := redisconn.Parse(withQuery(be.url, "max_retries=5"))
 	if err != nil {
 		return err
 	}
@@ -176,28 +187,41 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if c.SlowWork > 0 {
 		fmt.Fprintf(out, " (worker 0: × %d, work %v)", c.SlowConcurrency, c.SlowWork)
 	}
-	fmt.Fprintf(out, "; QUEUE_SHARDS %s; LOCK_TTL %v; kill every %v; redis restart %v", c.Shards, c.LockTTL, c.KillEvery, c.RedisRestart)
+	fmt.Fprintf(out, "; QUEUE_SHARDS %s; LOCK_TTL %v; kill every %v", c.Shards, c.LockTTL, c.KillEvery)
 	if c.PauseEvery > 0 {
 		fmt.Fprintf(out, "; freeze a worker for %v every %v", c.PauseFor, c.PauseEvery)
 	}
 	fmt.Fprintf(out, "; seed %d\n", c.Seed)
-	fmt.Fprintf(out, "redis-server on %s with appendonly yes, appendfsync always; logs in %s\n", srv.Addr(), dir)
+	fmt.Fprintf(out, "redis %s: %s; logs in %s\n", c.Redis, be.describe, dir)
+	for _, sw := range be.switches {
+		fmt.Fprintf(out, "redis chaos at %v: %s\n", sw.at.Round(time.Second), sw.name)
+	}
+	if len(be.switches) == 0 {
+		fmt.Fprintln(out, "redis chaos: none (-redis-restart=false)")
+	}
 
 	l := newLoad(prod, c)
+	if be.cluster != nil {
+		orders, queues := placement(be.cluster, l.seeded(), c.Shards)
+		fmt.Fprintf(out, "cluster: seeded orders per shard %v, order queues per shard %v\n", orders, queues)
+		if err := requireEveryShard(orders); err != nil {
+			return err
+		}
+	}
 	if err := l.seed(ctx, store); err != nil {
 		return err
 	}
-	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(srv.URL(), c), c: c}
+	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(be.url, c), c: c}
 	if err := pool.startAll(); err != nil {
 		return err
 	}
 	defer pool.killAll()
 
 	// The chaos phase: enqueue while killing workers and restarting Redis.
-	ch := &chaos{pool: pool, redis: srv, c: c, out: out}
+	ch := &chaos{pool: pool, switches: be.switches, c: c, out: out}
 	chaosDone := make(chan error, 1)
 	cctx, stopChaos := context.WithCancel(ctx)
-	go func() { chaosDone <- ch.run(cctx, c.Seed) }()
+	go func() { chaosDone <- ch.run(ctx, cctx, c.Seed) }()
 	loadErr := l.run(ctx, c.Duration)
 	stopChaos()
 	if cerr := <-chaosDone; cerr != nil {
@@ -206,8 +230,8 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if loadErr != nil {
 		return fmt.Errorf("enqueue: %w", loadErr)
 	}
-	fmt.Fprintf(out, "enqueued %d tasks (%d modifies, %d exchanges) in %v; %d worker kills, %d worker freezes, %d redis restarts\n",
-		len(l.tasks), l.count(taskModify), l.count(taskExchange), time.Since(started).Round(time.Second), ch.kills, ch.pauses, ch.redisRestarts)
+	fmt.Fprintf(out, "enqueued %d tasks (%d modifies, %d exchanges) in %v; %d worker kills, %d worker freezes, %d redis switches\n",
+		len(l.tasks), l.count(taskModify), l.count(taskExchange), time.Since(started).Round(time.Second), ch.kills, ch.pauses, len(ch.switched))
 
 	if err := pool.calmDown(); err != nil {
 		fmt.Fprintf(out, "note: %v\n", err)
@@ -232,8 +256,17 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	res.drained, res.drainTook = drained, drainTook
 	res.crashes = pool.crashed()
-	res.print(out, time.Since(started))
+	res.redis = c.Redis
+	res.switched = ch.switched
+	if be.cluster != nil {
+		res.placement, _ = placement(be.cluster, res.nos, c.Shards)
+	}
+	res.print(out, time.Since(started), 20)
 	if n := res.violations(); n > 0 {
+		if f, ferr := os.Create(filepath.Join(dir, "report.txt")); ferr == nil {
+			res.print(f, time.Since(started), -1)
+			_ = f.Close()
+		}
 		return fmt.Errorf("%d violations (seed %d; worker logs in %s)", n, c.Seed, dir)
 	}
 	return nil

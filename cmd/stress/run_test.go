@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -37,4 +39,76 @@ func TestArchiveClass(t *testing.T) {
 			require.Equal(t, tt.want, archiveClass(m, tt.lastErr))
 		})
 	}
+}
+
+func TestClusterDefaultsToThreeShards(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"single keeps one queue per type", []string{"-redis", "single"}, "1"},
+		{"sentinel keeps one queue per type", []string{"-redis", "sentinel"}, "1"},
+		{"cluster spreads the queues over its masters", []string{"-redis", "cluster"}, "3"},
+		{"an explicit count wins", []string{"-redis", "cluster", "-queue-shards", "1"}, "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c settings
+			s := config.NewSet("stress", nil)
+			v := declare(s, &c)
+			require.NoError(t, s.Parse(tt.args))
+			v.applyTopology(&c)
+			require.Equal(t, tt.want, c.Shards.String())
+		})
+	}
+}
+
+func TestRedisFlagRejectsUnknownTopology(t *testing.T) {
+	var c settings
+	s := config.NewSet("stress", nil)
+	s.SetOutput(io.Discard)
+	declare(s, &c)
+	require.ErrorContains(t, s.Parse([]string{"-redis", "cluster3"}), "redis")
+}
+
+func TestWithQuery(t *testing.T) {
+	require.Equal(t, "redis://h:1/0?max_retries=5", withQuery("redis://h:1/0", "max_retries=5"))
+	require.Equal(t, "redis://h:1?addr=h:2&max_retries=5", withQuery("redis://h:1?addr=h:2", "max_retries=5"))
+}
+
+func TestRequireEveryShard(t *testing.T) {
+	require.NoError(t, requireEveryShard([]int{1, 2, 3}))
+	require.ErrorContains(t, requireEveryShard([]int{4, 0, 2}), "every master")
+}
+
+// TestSwitchesRunInTurnUntilTheChaosEnds: a switch due after the chaos
+// phase ended is not made; the ones made are recorded with their times.
+func TestSwitchesRunInTurnUntilTheChaosEnds(t *testing.T) {
+	chaosCtx, endChaos := context.WithCancel(t.Context())
+	defer endChaos()
+	ran := make(chan string, 3)
+	sw := func(name string, at time.Duration) redisSwitch {
+		return redisSwitch{at: at, name: name, do: func(context.Context) (string, time.Duration, error) {
+			ran <- name
+			return "a → b", time.Second, nil
+		}}
+	}
+	ch := &chaos{switches: []redisSwitch{sw("first", 0), sw("second", 0), sw("too late", time.Hour)}, out: io.Discard}
+	done := make(chan error, 1)
+	go func() { done <- ch.runSwitches(t.Context(), chaosCtx) }()
+	require.Equal(t, "first", <-ran)
+	require.Equal(t, "second", <-ran)
+	endChaos()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("runSwitches did not return after the chaos ended")
+	}
+	require.Len(t, ch.switched, 2)
+	for i, name := range []string{"first", "second"} {
+		require.Equal(t, switched{name: name, detail: "a → b", began: ch.switched[i].began, took: time.Second}, ch.switched[i])
+	}
+	require.Equal(t, "first: a → b, switched in 1s", ch.switched[0].String())
 }

@@ -214,10 +214,10 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 	// Before the first task: with a Redis user that may not use the notice
 	// channel, the worker runs without notices (slower: waiters poll) and
-	// says which ACL rule would give them back.
-	checkCtx, cancelCheck := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = locker.CheckNotices(checkCtx)
-	cancelCheck()
+	// says which ACL rule would give them back. A Redis that does not
+	// answer (a Cluster master or a Sentinel master failing over, which
+	// takes seconds) is asked again for up to 10 s.
+	err = checkUntil(ctx, 10*time.Second, locker.CheckNotices)
 	switch {
 	case errors.Is(err, lock.ErrNoNotices):
 		log.Warn("release notices are off: waiting tasks poll with their random delays", zap.Error(err))
@@ -284,4 +284,26 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Reg
 		_, _ = rw.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// checkUntil calls check until it returns nil or an error matching
+// [lock.ErrNoNotices] (a refusal, which asking again does not change), and
+// returns that; after limit, or once ctx ends, it returns the last error.
+// Each call gets what is left of limit.
+func checkUntil(ctx context.Context, limit time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err := check(ctx)
+		if err == nil || errors.Is(err, lock.ErrNoNotices) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }

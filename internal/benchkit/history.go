@@ -130,22 +130,52 @@ func Analyze(hist map[string][]orders.Entry) Analysis {
 }
 
 // OrderNos lists the orders in the store under prefix (the store's
-// redisstore.Config.Prefix) by scanning for their hashes.
+// redisstore.Config.Prefix) by scanning for their hashes (on every master
+// of a Cluster; see [ScanKeys]).
 func OrderNos(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
 	head := prefix + "order:{"
-	iter := rdb.Scan(ctx, 0, head+"*}", 1000).Iterator()
+	keys, err := ScanKeys(ctx, rdb, head+"*}")
+	if err != nil {
+		return nil, fmt.Errorf("scan orders: %w", err)
+	}
 	var nos []string
-	for iter.Next(ctx) {
-		k := iter.Val()
+	for _, k := range keys {
 		if no, ok := strings.CutSuffix(strings.TrimPrefix(k, head), "}"); ok && !strings.ContainsAny(no, "{}") {
 			nos = append(nos, no)
 		}
 	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scan orders: %w", err)
-	}
 	slices.Sort(nos)
-	return nos, nil
+	return slices.Compact(nos), nil
+}
+
+// ScanKeys returns the keys matching pattern (SCAN MATCH), sorted. On a
+// Cluster it scans every master: a SCAN sent through a ClusterClient
+// reaches one node, whose keys are only its slots'.
+func ScanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }
 
 // Histories reads the histories of orders nos from store, parallel
