@@ -327,16 +327,21 @@ func (c *Cluster) checkMaster(ctx context.Context, a *redis.Client, slot int, wa
 	if !strings.Contains(info, "cluster_state:ok") {
 		return errors.New("cluster state not ok")
 	}
-	slots, err := a.ClusterSlots(ctx).Result()
+	shards, err := a.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
-	for _, r := range slots {
-		if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
-			if r.Nodes[0].Addr != want {
-				return fmt.Errorf("slot %d served by %s, not %s", slot, r.Nodes[0].Addr, want)
+	for _, sh := range shards {
+		if len(sh.Slots) == 0 || sh.Slots[0].Start > int64(slot) || sh.Slots[0].End < int64(slot) {
+			continue
+		}
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && n.Health == "online" {
+				if addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)); addr != want {
+					return fmt.Errorf("slot %d served by %s, not %s", slot, addr, want)
+				}
+				return nil
 			}
-			return nil
 		}
 	}
 	return fmt.Errorf("slot %d not served", slot)
