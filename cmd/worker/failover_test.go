@@ -133,14 +133,19 @@ func (l *ledger) failed() (n int, first, last time.Time, samples []string) {
 	return len(l.failures), l.failures[0], l.failures[len(l.failures)-1], slices.Clone(l.samples)
 }
 
+// maxChanges is the most changes produce sends to one order: an order's
+// history keeps the last 1000 entries (redisstore's default), which verify
+// reads.
+const maxChanges = 800
+
 // produce sends modifies of order no, one after the other, every pace,
-// until stop is closed: each change is sent again with its event ID until
+// until stop is closed or it sent maxChanges: each change is sent again with its event ID until
 // it is accepted, so that a sender stops only between changes and every
 // change it began is in the ledger. It returns early when ctx ends.
 func (l *ledger) produce(ctx context.Context, stop <-chan struct{}, no string, pace time.Duration, send sendFunc) {
 	tick := time.NewTicker(pace)
 	defer tick.Stop()
-	for i := 1; ; i++ {
+	for i := 1; i <= maxChanges; i++ {
 		select {
 		case <-stop:
 			return
