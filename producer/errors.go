@@ -26,7 +26,27 @@ var (
 
 	// ErrClosed is returned by the enqueue methods after [Producer.Close].
 	ErrClosed = errors.New("producer: closed")
+
+	// ErrUnavailable is matched by the error an enqueue returns when Redis
+	// failed, or the context ended, before the change was confirmed (a
+	// Redis Cluster or Sentinel failover in progress, a node down, a
+	// timeout). The change may or may not have been accepted: send it
+	// again with the same event ID, which is safe. A change whose task
+	// exists is then refused as a duplicate, and one whose task does not
+	// is accepted at a new position (the workers skip the old one). The
+	// error also matches its cause (context.DeadlineExceeded, a
+	// *net.OpError, ...) where the cause's type survived.
+	ErrUnavailable = errors.New("producer: Redis unavailable")
 )
+
+// unavailableError is a Redis or context error of an enqueue: its text is
+// the wrapped error's, and it matches [ErrUnavailable] besides that error.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+
+// Unwrap returns ErrUnavailable and the wrapped error.
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // DuplicateError reports that an event was not enqueued because asynq still
 // holds a task with its task ID in the queue, or because the event ID is

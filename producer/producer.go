@@ -274,9 +274,10 @@ func (p *Producer) EnqueueExchange(ctx context.Context, orderNo string, items []
 //     [ErrPayloadMismatch], when the event was accepted before (see the
 //     package documentation). Result then describes the existing task;
 //   - [ErrClosed] after [Producer.Close];
-//   - a Redis or context error, wrapped with what was being enqueued. The
-//     change may or may not have been accepted then: send it again with the
-//     same event ID, which is safe.
+//   - a Redis or context error, wrapped with what was being enqueued and
+//     matching [ErrUnavailable]. The change may or may not have been
+//     accepted then: send it again with the same event ID, which is safe
+//     and applies it exactly once.
 //
 // ctx bounds the enqueue. On a duplicate the existing task is read with
 // asynq's Inspector, which takes no context: that one read is bounded by the
@@ -410,7 +411,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	}
 	prev, err := p.accept(ctx, h.EventID, me, &at)
 	if err != nil {
-		return Result{}, fmt.Errorf("producer: accept %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, withCause(ctx, err))
+		return Result{}, &unavailableError{fmt.Errorf("producer: accept %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, withCause(ctx, err))}
 	}
 	if prev != nil && !prev.same(me) {
 		// The event ID was taken for another change: refuse it before
@@ -461,7 +462,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	case err != nil:
 		// The task may or may not exist now: leave the positions to the
 		// worker, which skips them once it is sure that no task holds them.
-		return Result{}, fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))
+		return Result{}, &unavailableError{fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))}
 	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
 }

@@ -2,9 +2,13 @@ package producer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -575,6 +579,9 @@ func TestEnqueue_RedisDown(t *testing.T) {
 	_, err = p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `producer: accept order:modify event "e" for order SO1: `)
+	assert.ErrorIs(t, err, producer.ErrUnavailable)
+	var opErr *net.OpError
+	assert.ErrorAs(t, err, &opErr, "the cause stays matchable")
 	assert.NotErrorIs(t, err, tasks.ErrInvalid)
 	assert.NotErrorIs(t, err, producer.ErrDuplicate)
 }
@@ -586,6 +593,112 @@ func TestEnqueue_ContextDone(t *testing.T) {
 	cancel()
 	_, err := e.p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e"))
 	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, producer.ErrUnavailable)
 	assert.Contains(t, err.Error(), `producer: accept order:modify event "e" for order SO1: `)
 	e.requireEmpty(t)
+}
+
+// failEnqueue is a Redis client hook that fails the next asynq enqueue
+// once armed, as a connection that breaks would: before Redis ran it, or,
+// with ran set, after (the task exists, the answer is lost).
+type failEnqueue struct {
+	armed atomic.Bool
+	ran   bool
+}
+
+var _ redis.Hook = (*failEnqueue)(nil)
+
+func (f *failEnqueue) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f *failEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isEnqueue(cmd) || !f.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		if f.ran {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		err := errors.New("test: connection reset by peer")
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// isEnqueue reports whether cmd is asynq's enqueue script: an EVAL or
+// EVALSHA with a queue's pending list among its keys.
+func isEnqueue(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.HasPrefix(s, "asynq:{") && strings.HasSuffix(s, "}:pending") {
+			return true
+		}
+	}
+	return false
+}
+
+// An enqueue that fails after the event ID was claimed and the position
+// taken leaves the change half-accepted. The error matches ErrUnavailable,
+// and sending the change again with the same event ID completes it: with
+// one task, at a later position. (That the workers then skip the first
+// position and apply the change once is cmd/worker's
+// TestRetryCompletesHalfAcceptedChange.)
+func TestEnqueueFailsAfterTheClaim(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rdb := db.NewClient(t)
+	hook := &failEnqueue{}
+	rdb.AddHook(hook)
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	remark := tasks.Changes{Remark: new("r")}
+
+	hook.armed.Store(true)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.ErrorIs(t, err, producer.ErrUnavailable)
+	assert.NotErrorIs(t, err, producer.ErrDuplicate)
+	assert.Contains(t, err.Error(), `producer: enqueue order:modify event "e1" to order_modify: `)
+	assert.Contains(t, err.Error(), "connection reset by peer")
+	n, err := db.Client.Exists(t.Context(), db.Prefix+"event:{e1}").Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the event ID is claimed")
+	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "but no task holds it")
+	first, err := db.Client.HGet(t.Context(), db.Prefix+"lock:{SO1}:seq", "n").Int64()
+	require.NoError(t, err, "and a position was taken")
+
+	res, err := p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.NoError(t, err, "the retry completes the change")
+	assert.Greater(t, res.Seq, first)
+	info, err := insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.NoError(t, err)
+	got, err := tasks.Modify.Parse(info.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, res.Seq, got.Header().Seq)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.ErrorIs(t, err, producer.ErrDuplicate, "and a third send is a duplicate")
+	require.NotErrorIs(t, err, producer.ErrPayloadMismatch)
+
+	// The answer lost after Redis ran the enqueue: the retry is refused
+	// as a duplicate of the same change, which the caller takes for
+	// success, and nothing is enqueued twice.
+	hook.ran = true
+	hook.armed.Store(true)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
+	require.ErrorIs(t, err, producer.ErrUnavailable)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.True(t, dup.SamePayload, "%v", err)
+	pending, err := insp.ListPendingTasks(tasks.QueueModify)
+	require.NoError(t, err)
+	assert.Len(t, pending, 2)
 }
