@@ -45,16 +45,15 @@ var fastWaits = map[string]lock.Wait{
 func TestShardedWorkerServesEveryShard(t *testing.T) {
 	e := newEnv(t)
 	shards := tasks.Shards{Count: 3}
-	reg := prometheus.NewRegistry()
-	m, err := worker.NewMetrics(reg)
-	require.NoError(t, err)
+	// A registry per worker: either may run every task.
+	var regs []*prometheus.Registry
 	var w *worker.Worker
-	for i := range 2 {
-		cfg := worker.Config{Shards: shards, Concurrency: 6}
-		if i == 0 {
-			cfg.Metrics = m
-		}
-		w = e.startWorker(cfg, slowStore(time.Millisecond))
+	for range 2 {
+		reg := prometheus.NewRegistry()
+		m, err := worker.NewMetrics(reg)
+		require.NoError(t, err)
+		regs = append(regs, reg)
+		w = e.startWorker(worker.Config{Shards: shards, Concurrency: 6, Metrics: m}, slowStore(time.Millisecond))
 	}
 	require.Equal(t, map[string]int{
 		"order_exchange:0": 6, "order_exchange:1": 6, "order_exchange:2": 6,
@@ -105,17 +104,19 @@ func TestShardedWorkerServesEveryShard(t *testing.T) {
 		}
 	}
 
-	families, err := reg.Gather()
-	require.NoError(t, err)
 	labels := map[string]bool{}
-	for _, f := range families {
-		if f.GetName() != "orderworker_task_duration_seconds" {
-			continue
-		}
-		for _, metric := range f.GetMetric() {
-			for _, l := range metric.GetLabel() {
-				if l.GetName() == "queue" {
-					labels[l.GetValue()] = true
+	for _, reg := range regs {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() != "orderworker_task_duration_seconds" {
+				continue
+			}
+			for _, metric := range f.GetMetric() {
+				for _, l := range metric.GetLabel() {
+					if l.GetName() == "queue" {
+						labels[l.GetValue()] = true
+					}
 				}
 			}
 		}
