@@ -37,6 +37,12 @@ var (
 	// error also matches its cause (context.DeadlineExceeded, a
 	// *net.OpError, ...) where the cause's type survived.
 	ErrUnavailable = errors.New("producer: Redis unavailable")
+
+	// ErrNotReplicated is matched by the error of an enqueue that the
+	// master took but fewer than [Config.WaitReplicas] replicas confirmed
+	// in time: a failover could still lose it. The error matches
+	// [ErrUnavailable] too; send the change again with the same event ID.
+	ErrNotReplicated = errors.New("producer: not confirmed by the replicas")
 )
 
 // unavailableError is a Redis or context error of an enqueue: its text is

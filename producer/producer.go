@@ -79,6 +79,8 @@ const (
 	DefaultMaxRetry = 10
 	// DefaultTimeout is the default of [Config.Timeout].
 	DefaultTimeout = 2 * time.Minute
+	// DefaultWaitTimeout is the default of [Config.WaitTimeout].
+	DefaultWaitTimeout = time.Second
 )
 
 // Config tunes a [Producer]. The zero value is ready to use: every zero field
@@ -133,6 +135,27 @@ type Config struct {
 	// must pass tasks.Shards.Validate. Defaults to one queue per type, the
 	// types' own queues.
 	Shards tasks.Shards
+
+	// WaitReplicas is how many replicas must have an accepted change before
+	// an enqueue reports it accepted (Redis WAIT on the masters of the
+	// order's keys and of its queue, after the enqueue). Redis replicates
+	// asynchronously, so without it an accepted change can be lost in a
+	// failover: a Sentinel failover loses what the old master acknowledged
+	// until its clients switched (about a second of enqueues; see the
+	// README's "What a failover can lose"). With 1, a change confirmed is
+	// on a replica too, and a change the old master took after the
+	// promotion is answered with an error matching [ErrNotReplicated] (and
+	// [ErrUnavailable]) instead: sent again with the same event ID, it is
+	// accepted on the new master. A duplicate is confirmed the same way
+	// before it is reported. It must not exceed the replicas each master
+	// has, or every enqueue fails. It costs one round trip per master
+	// (two on a Cluster when the order and the queue live on different
+	// masters) plus the replicas' acknowledgement. Defaults to 0: no wait.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT of WaitReplicas; keep it below the Redis
+	// client's read timeout (3 s by default). Defaults to 1 s.
+	WaitTimeout time.Duration
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -142,6 +165,7 @@ func (c Config) withDefaults() Config {
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	c.MaxRetry = cmp.Or(c.MaxRetry, DefaultMaxRetry)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
 	return c
 }
 
@@ -155,6 +179,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: DedupeWindow %v is shorter than Retention %v", c.DedupeWindow, c.Retention)
 	case c.Timeout < time.Second:
 		return fmt.Errorf("producer: Timeout %v is less than 1s", c.Timeout)
+	case c.WaitReplicas < 0:
+		return fmt.Errorf("producer: WaitReplicas %d is negative", c.WaitReplicas)
+	case c.WaitTimeout < time.Millisecond:
+		return fmt.Errorf("producer: WaitTimeout %v is less than 1ms", c.WaitTimeout)
 	}
 	if err := c.Shards.Validate(); err != nil {
 		return fmt.Errorf("producer: %w", err)
@@ -427,6 +455,9 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// counts that drain put it.
 		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
 			p.void(ctx, at, "the enqueue was refused as a duplicate")
+			if err := p.replicated(ctx, h.OrderNo, dup.Queue); err != nil {
+				return Result{}, p.notConfirmed(kind, h, err)
+			}
 			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 		}
 	}
@@ -458,13 +489,89 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// The refusal is certain: no task carries the positions just taken.
 		p.void(ctx, at, "the enqueue was refused as a duplicate")
 		dup := p.duplicate(ctx, kind.Type, &me, h.EventID, me.fp)
+		// The task it duplicates may exist on this master only (an old
+		// master after a failover): confirm it as an accepted change.
+		if err := p.replicated(ctx, h.OrderNo, queue); err != nil {
+			return Result{}, p.notConfirmed(kind, h, err)
+		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	case err != nil:
 		// The task may or may not exist now: leave the positions to the
 		// worker, which skips them once it is sure that no task holds them.
 		return Result{}, &unavailableError{fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))}
 	}
+	if err := p.replicated(ctx, h.OrderNo, queue); err != nil {
+		return Result{}, p.notConfirmed(kind, h, err)
+	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
+}
+
+// notConfirmed wraps an error of [Producer.replicated] for the caller.
+func (p *Producer) notConfirmed(kind *tasks.Kind, h tasks.Header, err error) error {
+	return &unavailableError{fmt.Errorf("producer: confirm %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, err)}
+}
+
+// replicated returns nil once [Config.WaitReplicas] replicas have every
+// write made so far on the masters of orderNo's keys and of queue (at once
+// when WaitReplicas is 0). On each such master it writes a marker key in
+// that slot and then WAITs, in one pipeline, on one connection: Redis
+// replicates a master's writes in the order it made them, so a replica
+// that has the marker has the enqueue and the position made before it. It
+// returns an error matching [ErrNotReplicated] when fewer replicas
+// acknowledged within [Config.WaitTimeout], and Redis's error when a call
+// failed.
+func (p *Producer) replicated(ctx context.Context, orderNo, queue string) error {
+	if p.cfg.WaitReplicas == 0 {
+		return nil
+	}
+	markers := []string{
+		p.cfg.KeyPrefix + "wait:{" + orderNo + "}", // the slot of the order's keys
+		p.cfg.KeyPrefix + "wait:{" + queue + "}",   // the slot of the queue's asynq keys
+	}
+	type node struct {
+		c    redis.Cmdable
+		keys []string
+	}
+	var nodes []node
+	if cc, ok := p.rdb.(*redis.ClusterClient); ok {
+		byAddr := map[string]int{}
+		for _, k := range markers {
+			m, err := cc.MasterForKey(ctx, k)
+			if err != nil {
+				return err
+			}
+			addr := m.Options().Addr
+			if i, ok := byAddr[addr]; ok {
+				nodes[i].keys = append(nodes[i].keys, k)
+				continue
+			}
+			byAddr[addr] = len(nodes)
+			nodes = append(nodes, node{m, []string{k}})
+		}
+	} else {
+		nodes = []node{{p.rdb, markers[:1]}}
+	}
+	for _, n := range nodes {
+		var wait *redis.Cmd
+		_, err := n.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, k := range n.keys {
+				pipe.Set(ctx, k, "1", time.Minute)
+			}
+			wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		got, err := wait.Int64()
+		if err != nil {
+			return err
+		}
+		if got < int64(p.cfg.WaitReplicas) {
+			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
+		}
+	}
+	return nil
 }
 
 // withCause keeps the context's error matchable with errors.Is: asynq

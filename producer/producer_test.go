@@ -123,6 +123,7 @@ func TestConfig(t *testing.T) {
 		DedupeWindow: 2 * time.Hour,
 		MaxRetry:     3,
 		Timeout:      30 * time.Second,
+		WaitTimeout:  time.Second,
 	}
 	e := newEnv(t, cfg)
 	assert.Equal(t, cfg, e.p.Config())
@@ -150,6 +151,7 @@ func TestConfig_Defaults(t *testing.T) {
 		DedupeWindow: 7 * 24 * time.Hour,
 		MaxRetry:     10,
 		Timeout:      2 * time.Minute,
+		WaitTimeout:  time.Second,
 	}, e.p.Config())
 }
 
@@ -181,6 +183,10 @@ func TestNew_InvalidConfig(t *testing.T) {
 			"producer: Retention 1ms is less than 1s"},
 		{"sub-second timeout", producer.Config{Timeout: 999 * time.Millisecond},
 			"producer: Timeout 999ms is less than 1s"},
+		{"negative replicas to wait for", producer.Config{WaitReplicas: -1},
+			"producer: WaitReplicas -1 is negative"},
+		{"negative wait timeout", producer.Config{WaitReplicas: 1, WaitTimeout: -time.Second},
+			"producer: WaitTimeout -1s is less than 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,6 +51,14 @@ type common struct {
 	Shards     tasks.Shards
 	GapWait    time.Duration
 	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
+	// WaitReplicas and WaitTimeout are the producer's (Config.WaitReplicas).
+	WaitReplicas int
+	WaitTimeout  time.Duration
+}
+
+// producerConfig is the producer's configuration from c.
+func (c *common) producerConfig() producer.Config {
+	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout}
 }
 
 func declareCommon(s *config.Set, c *common) {
@@ -60,6 +68,10 @@ func declareCommon(s *config.Set, c *common) {
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues): "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
+	s.Int(&c.WaitReplicas, "wait-replicas", "WAIT_REPLICAS", 0,
+		"replicas that must have an accepted change before it is reported accepted (Redis WAIT); 0 for none; 1 keeps a failover from losing an accepted change (see README, What a failover can lose); at most the replicas of each master").Check(config.NonNegative[int])
+	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", producer.DefaultWaitTimeout,
+		"how long an acceptance waits for WAIT_REPLICAS before it fails (unconfirmed: send it again); below the Redis read timeout").Check(config.Positive[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
 }
 
@@ -95,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	switch rest[0] {
 	case "modify", "exchange":
-		p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
+		p, err := producer.New(rdb, c.producerConfig())
 		if err != nil {
 			return err
 		}

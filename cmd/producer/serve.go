@@ -118,9 +118,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
-	p, err := producer.New(rdb, producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
+	p, err := producer.New(rdb, c.producerConfig())
 	if err != nil {
-		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix): %w", err)
+		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix), WAIT_REPLICAS or WAIT_TIMEOUT: %w", err)
 	}
 	defer p.Close()
 	store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, root)

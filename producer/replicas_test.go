@@ -1,0 +1,108 @@
+package producer_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The tests of Config.WaitReplicas. The failover that it guards against is
+// tested in cmd/worker (TestSentinelFailoverMidRun).
+
+// A master without replicas can confirm nothing: the change is enqueued,
+// but reported unconfirmed, and so is its repeat (a duplicate is confirmed
+// before it is reported). Without WaitReplicas the repeat is the duplicate
+// of the same change.
+func TestWaitReplicasWithoutAReplica(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close()
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	remark := tasks.Changes{Remark: new("r")}
+
+	for range 2 {
+		_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+		require.ErrorIs(t, err, producer.ErrNotReplicated)
+		require.ErrorIs(t, err, producer.ErrUnavailable)
+		require.NotErrorIs(t, err, producer.ErrDuplicate)
+		assert.Contains(t, err.Error(), `producer: confirm order:modify event "e1" for order SO1: `)
+		assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 20ms")
+	}
+	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.NoError(t, err, "the master has the task")
+
+	plain, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = plain.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.True(t, dup.SamePayload)
+}
+
+// On a Sentinel group (one replica) a confirmed change is on the replica
+// when the enqueue returns.
+func TestWaitReplicasOnSentinel(t *testing.T) {
+	t.Parallel()
+	db := redistest.NewSentinel(t)
+	ctx := t.Context()
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
+	require.NoError(t, err)
+	defer p.Close()
+	res, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e1"))
+	require.NoError(t, err)
+
+	master, err := db.Group.Master(ctx)
+	require.NoError(t, err)
+	var replica string
+	for _, n := range db.Group.Nodes() {
+		if n != master {
+			replica = n
+		}
+	}
+	r := redis.NewClient(&redis.Options{Addr: replica, DB: db.DB})
+	defer r.Close()
+	// asynq's key of the task, and the order's sequence: both replicated.
+	n, err := r.Exists(ctx, "asynq:{"+res.Queue+"}:t:e1", db.Prefix+"lock:{SO1}:seq").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n, "the replica has the task and the position")
+}
+
+// On a Cluster the order's keys and the queue may live on two masters:
+// the producer waits on both.
+func TestWaitReplicasOnCluster(t *testing.T) {
+	t.Parallel()
+	db := redistest.NewCluster(t)
+	ctx := t.Context()
+	queueMaster := db.Cluster.MasterOf("asynq:{" + tasks.QueueModify + "}")
+	var no string
+	for _, n := range db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprintf("SO-W%d", i) }) {
+		if db.Cluster.MasterOf("{"+n+"}") != queueMaster {
+			no = n
+		}
+	}
+	require.NotEmpty(t, no)
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
+	require.NoError(t, err)
+	defer p.Close()
+	res, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("r")}, producer.WithEventID(db.Prefix+"e1"))
+	require.NoError(t, err)
+	// asynq's keys carry no test prefix: delete the task.
+	defer func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteTask(res.Queue, res.TaskID) }()
+	for _, k := range []string{db.Prefix + "wait:{" + no + "}", db.Prefix + "wait:{" + tasks.QueueModify + "}"} {
+		n, err := db.Client.Exists(ctx, k).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "the marker %s: the producer waited on %s", k, db.Cluster.MasterOf(k))
+	}
+}
