@@ -107,21 +107,12 @@ func (c *Cluster) Failover(ctx context.Context, i int) (old, cur string, err err
 			}
 			asked = time.Now()
 		}
-		for _, p := range c.nodes {
-			if p.cmd == nil {
-				continue
+		return c.checkTakeover(ctx, lo, cur, func(p *Process, a *redis.Client) error {
+			if p.Addr() == old {
+				return inSyncReplica(ctx, a)
 			}
-			a := adminClient(p.Addr())
-			err := c.checkMaster(ctx, a, lo, cur)
-			if err == nil && p.Addr() == old {
-				err = inSyncReplica(ctx, a)
-			}
-			_ = a.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.Addr(), err)
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return "", "", err

@@ -297,24 +297,34 @@ func (c *Cluster) KillMaster(ctx context.Context, i int) (old, cur string, err e
 	c.nodes[oldIdx].Kill()
 	lo := c.slots[i][0]
 	err = poll(ctx, "replica of "+old+" taking over", func(ctx context.Context) error {
-		for j, p := range c.nodes {
-			if j == oldIdx || p.cmd == nil {
-				continue
-			}
-			a := adminClient(p.Addr())
-			err := c.checkMaster(ctx, a, lo, cur)
-			_ = a.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.Addr(), err)
-			}
-		}
-		return nil
+		return c.checkTakeover(ctx, lo, cur, nil) // the killed node no longer runs
 	})
 	if err != nil {
 		return "", "", err
 	}
 	c.master[i] = newIdx
 	return old, cur, nil
+}
+
+// checkTakeover returns nil when every node that runs reports
+// cluster_state:ok and names cur as the master of slot, and also (when not
+// nil) returns nil for it.
+func (c *Cluster) checkTakeover(ctx context.Context, slot int, cur string, also func(p *Process, a *redis.Client) error) error {
+	for _, p := range c.nodes {
+		if p.cmd == nil {
+			continue
+		}
+		a := adminClient(p.Addr())
+		err := c.checkMaster(ctx, a, slot, cur)
+		if err == nil && also != nil {
+			err = also(p, a)
+		}
+		_ = a.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Addr(), err)
+		}
+	}
+	return nil
 }
 
 // checkMaster returns nil when a reports cluster_state:ok and names want
