@@ -54,6 +54,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -737,5 +738,48 @@ func (p *Producer) describe(dup *DuplicateError, info *asynq.TaskInfo, typ, fp s
 			dup.Seq = existing.Header().Seq
 			dup.SamePayload = fp != "" && info.Type == typ && fingerprint(existing) == fp
 		}
+	}
+}
+
+// CheckReplicas returns nil when every master the producer writes to has at
+// least [Config.WaitReplicas] replicas connected (at once when
+// WaitReplicas is 0), and otherwise an error naming the first master with
+// fewer, matching [ErrNotReplicated]: until it has them, every enqueue
+// waits [Config.WaitTimeout] and fails. It reads INFO replication of each
+// master (every master of a Cluster). Call it at start-up to warn of a
+// setting above the deployment's replicas; a master whose replica is
+// rejoining after a failover fails it too, for a while.
+func (p *Producer) CheckReplicas(ctx context.Context) error {
+	if p.cfg.WaitReplicas == 0 {
+		return nil
+	}
+	check := func(ctx context.Context, c *redis.Client, name string) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("producer: check replicas: %w", err)
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("producer: check replicas: INFO replication: %q: %w", line, err)
+				}
+				if n < p.cfg.WaitReplicas {
+					return fmt.Errorf("%w: %s has %d replicas connected, WaitReplicas is %d", ErrNotReplicated, name, n, p.cfg.WaitReplicas)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("producer: check replicas: no connected_slaves in INFO replication of %s", name)
+	}
+	switch c := p.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return check(ctx, m, "the master "+m.Options().Addr)
+		})
+	case *redis.Client:
+		return check(ctx, c, "the master")
+	default:
+		return fmt.Errorf("producer: check replicas: a %T is neither a node, Sentinel nor Cluster client", p.rdb)
 	}
 }

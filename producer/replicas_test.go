@@ -31,6 +31,10 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	remark := tasks.Changes{Remark: new("r")}
 
+	err = p.CheckReplicas(t.Context())
+	require.ErrorIs(t, err, producer.ErrNotReplicated)
+	assert.Contains(t, err.Error(), "the master has 0 replicas connected, WaitReplicas is 1")
+
 	for range 2 {
 		_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
 		require.ErrorIs(t, err, producer.ErrNotReplicated)
@@ -60,6 +64,7 @@ func TestWaitReplicasOnSentinel(t *testing.T) {
 	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
 	require.NoError(t, err)
 	defer p.Close()
+	require.NoError(t, p.CheckReplicas(ctx))
 	res, err := p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("r")}, producer.WithEventID("e1"))
 	require.NoError(t, err)
 
@@ -96,6 +101,13 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
 	require.NoError(t, err)
 	defer p.Close()
+	require.NoError(t, p.CheckReplicas(ctx), "every master has its replica")
+	two, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 2})
+	require.NoError(t, err)
+	defer two.Close()
+	err = two.CheckReplicas(ctx)
+	require.ErrorIs(t, err, producer.ErrNotReplicated)
+	assert.Regexp(t, `the master 127\.0\.0\.1:\d+ has 1 replicas connected, WaitReplicas is 2`, err.Error())
 	res, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("r")}, producer.WithEventID(db.Prefix+"e1"))
 	require.NoError(t, err)
 	// asynq's keys carry no test prefix: delete the task.

@@ -146,6 +146,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
 		log.Warn("redis not reachable yet; serving anyway", zap.String("redis", string(c.Redis.Topology)), zap.Strings("redis_addrs", c.Redis.Addrs()), zap.Error(err))
+	} else if err := p.CheckReplicas(pingCtx); err != nil {
+		// A replica may be rejoining; a setting above the deployment's
+		// replicas answers every enqueue 503 until it is lowered.
+		log.Warn("WAIT_REPLICAS cannot be met now: every enqueue is answered 503 until it can", zap.Int("wait_replicas", c.WaitReplicas), zap.Error(err))
 	}
 	cancel()
 

@@ -408,3 +408,26 @@ func rawRequest(t *testing.T, addr, request string) (rawAnswer, string) {
 	require.NoError(t, err)
 	return rawAnswer{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
 }
+
+// With WAIT_REPLICAS above the replicas Redis has, serve says so at start
+// and answers an enqueue 503 (the change is not confirmed), never 202.
+func TestServeWaitReplicasUnmet(t *testing.T) {
+	db := redistest.New(t) // no replica
+	env := baseEnv(db)
+	env["WAIT_REPLICAS"] = "1"
+	env["WAIT_TIMEOUT"] = "20ms"
+	s := startServe(t, env)
+	require.Contains(t, s.logs.String(), "WAIT_REPLICAS cannot be met now")
+	require.Contains(t, s.logs.String(), "has 0 replicas connected, WaitReplicas is 1")
+
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/v1/orders/SO1/modify", strings.NewReader(`{"changes":{"remark":"r"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testKey1)
+	req.Header.Set("Idempotency-Key", "evt-unconfirmed")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+}
