@@ -54,6 +54,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -138,20 +139,22 @@ type Config struct {
 	Shards tasks.Shards
 
 	// WaitReplicas is how many replicas must have an accepted change before
-	// an enqueue reports it accepted (Redis WAIT on the masters of the
-	// order's keys and of its queue, after the enqueue). Redis replicates
+	// an enqueue reports it accepted (Redis WAIT). Redis replicates
 	// asynchronously, so without it an accepted change can be lost in a
 	// failover: a Sentinel failover loses what the old master acknowledged
 	// until its clients switched (about a second of enqueues; see the
-	// README's "What a failover can lose"). With 1, a change confirmed is
-	// on a replica too, and a change the old master took after the
-	// promotion is answered with an error matching [ErrNotReplicated] (and
-	// [ErrUnavailable]) instead: sent again with the same event ID, it is
-	// accepted on the new master. A duplicate is confirmed the same way
-	// before it is reported. It must not exceed the replicas each master
-	// has, or every enqueue fails. It costs one round trip per master
-	// (two on a Cluster when the order and the queue live on different
-	// masters) plus the replicas' acknowledgement. Defaults to 0: no wait.
+	// README's "What a failover can lose"). With 1, the producer waits
+	// twice: on the master of the order's sequence once the position is
+	// taken, before any task carries it (a task whose position only an old
+	// master handed out would be refused by the workers), and on the
+	// queue's master after the enqueue. A change a replica did not confirm
+	// is answered with an error matching [ErrNotReplicated] (and
+	// [ErrUnavailable]): sent again with the same event ID, it is accepted
+	// once. A duplicate is confirmed the same way before it is reported.
+	// It must not exceed the replicas each master has, or every enqueue
+	// fails ([Producer.CheckReplicas] tells). It costs two round trips per
+	// acceptance plus the replicas' acknowledgements. Defaults to 0: no
+	// wait.
 	WaitReplicas int
 
 	// WaitTimeout bounds each WAIT of WaitReplicas; keep it below the Redis
@@ -449,6 +452,13 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		dup := p.duplicate(ctx, kind.Type, prev, h.EventID, "")
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	}
+	// With WaitReplicas, the positions must be on a replica before a task
+	// carries them: a task enqueued on a new master with a position only
+	// the old one handed out would be refused there.
+	if err := p.replicated(ctx, p.marker(h.OrderNo), p.marker(at.created)); err != nil {
+		p.void(ctx, at, "the positions were not confirmed by the replicas")
+		return Result{}, p.notConfirmed(kind, h, err)
+	}
 	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
 	if prev != nil && len(p.cfg.Shards.Draining) > 0 && ctx.Err() == nil {
 		// The same change again while a shard count drains: asynq refuses
@@ -456,7 +466,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// counts that drain put it.
 		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
 			p.void(ctx, at, "the enqueue was refused as a duplicate")
-			if err := p.replicated(ctx, h.OrderNo, dup.Queue); err != nil {
+			if err := p.replicated(ctx, p.marker(dup.Queue)); err != nil {
 				return Result{}, p.notConfirmed(kind, h, err)
 			}
 			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
@@ -492,7 +502,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		dup := p.duplicate(ctx, kind.Type, &me, h.EventID, me.fp)
 		// The task it duplicates may exist on this master only (an old
 		// master after a failover): confirm it as an accepted change.
-		if err := p.replicated(ctx, h.OrderNo, queue); err != nil {
+		if err := p.replicated(ctx, p.marker(queue)); err != nil {
 			return Result{}, p.notConfirmed(kind, h, err)
 		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
@@ -501,7 +511,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// worker, which skips them once it is sure that no task holds them.
 		return Result{}, &unavailableError{fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))}
 	}
-	if err := p.replicated(ctx, h.OrderNo, queue); err != nil {
+	if err := p.replicated(ctx, p.marker(queue)); err != nil {
 		return Result{}, p.notConfirmed(kind, h, err)
 	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
@@ -512,23 +522,29 @@ func (p *Producer) notConfirmed(kind *tasks.Kind, h tasks.Header, err error) err
 	return &unavailableError{fmt.Errorf("producer: confirm %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, err)}
 }
 
+// marker returns the key [Producer.replicated] writes in the slot of
+// name (an order number or a queue), or "" for an empty name.
+func (p *Producer) marker(name string) string {
+	if name == "" {
+		return ""
+	}
+	return p.cfg.KeyPrefix + "wait:{" + name + "}"
+}
+
 // replicated returns nil once [Config.WaitReplicas] replicas have every
-// write made so far on the masters of orderNo's keys and of queue (at once
-// when WaitReplicas is 0). On each such master it writes a marker key in
-// that slot and then WAITs, in one pipeline, on one connection: Redis
-// replicates a master's writes in the order it made them, so a replica
-// that has the marker has the enqueue and the position made before it. It
-// returns an error matching [ErrNotReplicated] when fewer replicas
-// acknowledged within [Config.WaitTimeout], and Redis's error when a call
-// failed.
-func (p *Producer) replicated(ctx context.Context, orderNo, queue string) error {
+// write made so far on the masters of the marker keys' slots (at once when
+// WaitReplicas is 0; empty markers are left out). On each such master it
+// writes its markers and then WAITs, in one pipeline, on one connection:
+// Redis replicates a master's writes in the order it made them, so a
+// replica that has a marker has every write made there before it (the
+// order's positions, the queue's task). It returns an error matching
+// [ErrNotReplicated] when fewer replicas acknowledged within
+// [Config.WaitTimeout], and Redis's error when a call failed.
+func (p *Producer) replicated(ctx context.Context, markers ...string) error {
 	if p.cfg.WaitReplicas == 0 {
 		return nil
 	}
-	markers := []string{
-		p.cfg.KeyPrefix + "wait:{" + orderNo + "}", // the slot of the order's keys
-		p.cfg.KeyPrefix + "wait:{" + queue + "}",   // the slot of the queue's asynq keys
-	}
+	markers = slices.DeleteFunc(markers, func(k string) bool { return k == "" })
 	type node struct {
 		c    redis.Cmdable
 		keys []string
@@ -550,7 +566,7 @@ func (p *Producer) replicated(ctx context.Context, orderNo, queue string) error 
 			nodes = append(nodes, node{m, []string{k}})
 		}
 	} else {
-		nodes = []node{{p.rdb, markers[:1]}}
+		nodes = []node{{p.rdb, markers[:1]}} // one master: one marker will do
 	}
 	for _, n := range nodes {
 		var wait *redis.Cmd

@@ -18,10 +18,10 @@ import (
 // The tests of Config.WaitReplicas. The failover that it guards against is
 // tested in cmd/worker (TestSentinelFailoverMidRun).
 
-// A master without replicas can confirm nothing: the change is enqueued,
-// but reported unconfirmed, and so is its repeat (a duplicate is confirmed
-// before it is reported). Without WaitReplicas the repeat is the duplicate
-// of the same change.
+// A master without replicas can confirm nothing: the change's position is
+// not confirmed, so no task is enqueued with it (the position is voided),
+// and the same for its repeat. Without WaitReplicas the repeat is
+// accepted.
 func TestWaitReplicasWithoutAReplica(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -44,15 +44,14 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 		assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 20ms")
 	}
 	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
-	require.NoError(t, err, "the master has the task")
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound, "no task carries an unconfirmed position: none was enqueued")
 
 	plain, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
 	defer plain.Close()
-	_, err = plain.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
-	var dup *producer.DuplicateError
-	require.ErrorAs(t, err, &dup)
-	assert.True(t, dup.SamePayload)
+	res, err := plain.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.NoError(t, err)
+	assert.Equal(t, "e1", res.TaskID)
 }
 
 // On a Sentinel group (one replica) a confirmed change is on the replica
