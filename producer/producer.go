@@ -545,6 +545,9 @@ func (p *Producer) replicated(ctx context.Context, markers ...string) error {
 		return nil
 	}
 	markers = slices.DeleteFunc(markers, func(k string) bool { return k == "" })
+	if len(markers) == 0 {
+		return nil
+	}
 	type node struct {
 		c    redis.Cmdable
 		keys []string
