@@ -54,8 +54,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -455,7 +453,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	// With WaitReplicas, the positions must be on a replica before a task
 	// carries them: a task enqueued on a new master with a position only
 	// the old one handed out would be refused there.
-	if err := p.replicated(ctx, p.marker(h.OrderNo), p.marker(at.created)); err != nil {
+	if err := p.replicated(ctx, h.OrderNo, at.created); err != nil {
 		p.void(ctx, at, "the positions were not confirmed by the replicas")
 		return Result{}, p.notConfirmed(kind, h, err)
 	}
@@ -466,7 +464,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// counts that drain put it.
 		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
 			p.void(ctx, at, "the enqueue was refused as a duplicate")
-			if err := p.replicated(ctx, p.marker(dup.Queue)); err != nil {
+			if err := p.replicated(ctx, dup.Queue); err != nil {
 				return Result{}, p.notConfirmed(kind, h, err)
 			}
 			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
@@ -502,7 +500,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		dup := p.duplicate(ctx, kind.Type, &me, h.EventID, me.fp)
 		// The task it duplicates may exist on this master only (an old
 		// master after a failover): confirm it as an accepted change.
-		if err := p.replicated(ctx, p.marker(queue)); err != nil {
+		if err := p.replicated(ctx, queue); err != nil {
 			return Result{}, p.notConfirmed(kind, h, err)
 		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
@@ -511,7 +509,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// worker, which skips them once it is sure that no task holds them.
 		return Result{}, &unavailableError{fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))}
 	}
-	if err := p.replicated(ctx, p.marker(queue)); err != nil {
+	if err := p.replicated(ctx, queue); err != nil {
 		return Result{}, p.notConfirmed(kind, h, err)
 	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
@@ -522,29 +520,26 @@ func (p *Producer) notConfirmed(kind *tasks.Kind, h tasks.Header, err error) err
 	return &unavailableError{fmt.Errorf("producer: confirm %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, err)}
 }
 
-// marker returns the key [Producer.replicated] writes in the slot of
-// name (an order number or a queue), or "" for an empty name.
-func (p *Producer) marker(name string) string {
-	if name == "" {
-		return ""
-	}
-	return p.cfg.KeyPrefix + "wait:{" + name + "}"
-}
-
 // replicated returns nil once [Config.WaitReplicas] replicas have every
-// write made so far on the masters of the marker keys' slots (at once when
-// WaitReplicas is 0; empty markers are left out). On each such master it
-// writes its markers and then WAITs, in one pipeline, on one connection:
-// Redis replicates a master's writes in the order it made them, so a
-// replica that has a marker has every write made there before it (the
-// order's positions, the queue's task). It returns an error matching
-// [ErrNotReplicated] when fewer replicas acknowledged within
-// [Config.WaitTimeout], and Redis's error when a call failed.
-func (p *Producer) replicated(ctx context.Context, markers ...string) error {
+// write made so far on the masters of the slots of names (order numbers
+// and queues; empty names are left out), at once when WaitReplicas is 0.
+// On each such master it writes a marker key in each name's slot
+// (KeyPrefix+"wait:{name}", kept a minute) and then WAITs, in one
+// pipeline, on one connection: Redis replicates a master's writes in the
+// order it made them, so a replica that has a marker has every write made
+// there before it (the order's positions, the queue's task). It returns an
+// error matching [ErrNotReplicated] when fewer replicas acknowledged
+// within [Config.WaitTimeout], and Redis's error when a call failed.
+func (p *Producer) replicated(ctx context.Context, names ...string) error {
 	if p.cfg.WaitReplicas == 0 {
 		return nil
 	}
-	markers = slices.DeleteFunc(markers, func(k string) bool { return k == "" })
+	var markers []string
+	for _, n := range names {
+		if n != "" {
+			markers = append(markers, p.cfg.KeyPrefix+"wait:{"+n+"}")
+		}
+	}
 	if len(markers) == 0 {
 		return nil
 	}
@@ -760,45 +755,24 @@ func (p *Producer) describe(dup *DuplicateError, info *asynq.TaskInfo, typ, fp s
 	}
 }
 
-// CheckReplicas returns nil when every master the producer writes to has at
-// least [Config.WaitReplicas] replicas connected (at once when
-// WaitReplicas is 0), and otherwise an error naming the first master with
-// fewer, matching [ErrNotReplicated]: until it has them, every enqueue
-// waits [Config.WaitTimeout] and fails. It reads INFO replication of each
-// master (every master of a Cluster). Call it at start-up to warn of a
-// setting above the deployment's replicas; a master whose replica is
-// rejoining after a failover fails it too, for a while.
+// CheckReplicas returns nil when the masters of the producer's queues
+// (each shard's, under [Config.Shards]) confirm a write to
+// [Config.WaitReplicas] replicas within [Config.WaitTimeout], at once when
+// WaitReplicas is 0, and otherwise an error matching [ErrNotReplicated]
+// (or Redis's): until they can, every enqueue fails. It makes the same
+// marker write and WAIT as an enqueue, so it needs no more than an
+// enqueue's Redis permissions (INFO and ROLE are in @dangerous). On a
+// Cluster the masters of orders without a queue are not checked. Call it
+// at start-up to warn of a setting above the deployment's replicas; a
+// master whose replica is rejoining after a failover fails it too, for a
+// while.
 func (p *Producer) CheckReplicas(ctx context.Context) error {
-	if p.cfg.WaitReplicas == 0 {
-		return nil
+	var queues []string
+	for _, k := range tasks.Kinds() {
+		queues = append(queues, k.ShardQueues(p.cfg.Shards.Count)...)
 	}
-	check := func(ctx context.Context, c *redis.Client, name string) error {
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return fmt.Errorf("producer: check replicas: %w", err)
-		}
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return fmt.Errorf("producer: check replicas: INFO replication: %q: %w", line, err)
-				}
-				if n < p.cfg.WaitReplicas {
-					return fmt.Errorf("%w: %s has %d replicas connected, WaitReplicas is %d", ErrNotReplicated, name, n, p.cfg.WaitReplicas)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("producer: check replicas: no connected_slaves in INFO replication of %s", name)
+	if err := p.replicated(ctx, queues...); err != nil {
+		return fmt.Errorf("producer: check replicas: %w", err)
 	}
-	switch c := p.rdb.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return check(ctx, m, "the master "+m.Options().Addr)
-		})
-	case *redis.Client:
-		return check(ctx, c, "the master")
-	default:
-		return fmt.Errorf("producer: check replicas: a %T is neither a node, Sentinel nor Cluster client", p.rdb)
-	}
+	return nil
 }

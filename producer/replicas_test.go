@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 
 	err = p.CheckReplicas(t.Context())
 	require.ErrorIs(t, err, producer.ErrNotReplicated)
-	assert.Contains(t, err.Error(), "the master has 0 replicas connected, WaitReplicas is 1")
+	assert.Contains(t, err.Error(), "producer: check replicas: producer: not confirmed by the replicas: 0 of 1 replicas acknowledged within 20ms")
 
 	for range 2 {
 		_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
@@ -55,12 +56,21 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 }
 
 // On a Sentinel group (one replica) a confirmed change is on the replica
-// when the enqueue returns.
+// when the enqueue returns, for a Redis user with the README's rule for the
+// intake (no @dangerous command, no channel).
 func TestWaitReplicasOnSentinel(t *testing.T) {
 	t.Parallel()
 	db := redistest.NewSentinel(t)
 	ctx := t.Context()
-	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
+	const user, pass = "ow-intake-wait", "intake-wait-secret-0123"
+	require.NoError(t, db.Group.SetUser(ctx, user, "reset", "on", ">"+pass,
+		"~"+db.Prefix+"*", "~asynq:*", "resetchannels", "+@all", "-@dangerous"))
+	o := *db.Options
+	o.SentinelAddrs = slices.Clone(o.SentinelAddrs)
+	o.Username, o.Password = user, pass
+	rdb := redis.NewFailoverClient(&o)
+	defer rdb.Close()
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1})
 	require.NoError(t, err)
 	defer p.Close()
 	require.NoError(t, p.CheckReplicas(ctx))
@@ -106,7 +116,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	defer two.Close()
 	err = two.CheckReplicas(ctx)
 	require.ErrorIs(t, err, producer.ErrNotReplicated)
-	assert.Regexp(t, `the master 127\.0\.0\.1:\d+ has 1 replicas connected, WaitReplicas is 2`, err.Error())
+	assert.Contains(t, err.Error(), "1 of 2 replicas acknowledged within")
 	res, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("r")}, producer.WithEventID(db.Prefix+"e1"))
 	require.NoError(t, err)
 	// asynq's keys carry no test prefix: delete the task.

@@ -418,7 +418,7 @@ func TestServeWaitReplicasUnmet(t *testing.T) {
 	env["WAIT_TIMEOUT"] = "20ms"
 	s := startServe(t, env)
 	require.Contains(t, s.logs.String(), "WAIT_REPLICAS cannot be met now")
-	require.Contains(t, s.logs.String(), "has 0 replicas connected, WaitReplicas is 1")
+	require.Contains(t, s.logs.String(), "0 of 1 replicas acknowledged within 20ms")
 
 	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/v1/orders/SO1/modify", strings.NewReader(`{"changes":{"remark":"r"}}`))
 	require.NoError(t, err)

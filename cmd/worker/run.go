@@ -288,7 +288,9 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Reg
 
 // checkUntil calls check until it returns nil or an error matching
 // [lock.ErrNoNotices] (a refusal, which asking again does not change), and
-// returns that; after limit, or once ctx ends, it returns the last error.
+// returns that; after limit it returns the last error. It runs for up to
+// limit even when ctx ends (a SIGTERM at start-up), as the single check
+// before it did: start-up is short, and the worker stops right after.
 // Each call gets what is left of limit.
 func checkUntil(ctx context.Context, limit time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
