@@ -34,9 +34,13 @@ import "github.com/redis/go-redis/v9"
 // longer than Lua's default number format (%.14g) prints exactly, so the
 // scripts format every position with num().
 
-// commonLua holds the helpers every script of this package shares.
-const commonLua = `
+// numLua defines num, which formats a position exactly.
+const numLua = `
 local function num(x) return string.format('%.0f', x) end
+`
+
+// commonLua holds the helpers every script of this package shares.
+const commonLua = numLua + `
 
 local function nowms()
   local t = redis.call('TIME')
@@ -316,34 +320,56 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// reserveScript hands out the next position of a sequence.
+// ReserveLua defines the Lua function
 //
-// KEYS[1] sequence
-// ARGV[1] label, ARGV[2] sequence retention in ms, ARGV[3] a reference to
-// find the position by later ("" for none)
+//	seq_reserve(s, label, ttl, ref)
+//
+// that hands out the next position of the sequence s under label, keeps s
+// for ttl milliseconds, records the position under the reference ref
+// ("" for none) and returns the position as decimal. A script of another
+// package includes it to take a position in the round trip that does more
+// with it (the producer's acceptance); s must be among that script's KEYS,
+// and [Sequencer.ReserveArgs] gives it and ttl. It defines num too (see
+// above), and nothing else. [Sequencer.Reserve] runs it alone.
 //
 // A sequence that does not exist starts at Redis TIME in microseconds, so a
 // sequence that expired and starts again hands out positions above every
 // position of its earlier life (as long as that life handed out fewer
 // positions than it lasted microseconds, which one script per position
-// guarantees). Returns the position, as decimal.
-var reserveScript = redis.NewScript(commonLua + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-local pos, rec = num(n), num(now) .. ' ' .. ARGV[1]
-if n == 1 then
-  -- a new sequence (no position is ever 1 in a live one): start at TIME
-  pos = num(tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  redis.call('HSET', KEYS[1], 'n', pos, 'd', num(tonumber(pos) - 1))
+// guarantees).
+const ReserveLua = numLua + `
+local function seq_reserve(s, label, ttl, ref)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local n = redis.call('HINCRBY', s, 'n', 1)
+  local pos, rec = num(n), num(now) .. ' ' .. label
+  local set = {'HSET', s}
+  if n == 1 then
+    -- a new sequence (no position is ever 1 in a live one): start at TIME
+    pos = num(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    set = {'HSET', s, 'n', pos, 'd', num(tonumber(pos) - 1)}
+  end
+  set[#set + 1] = 'p:' .. pos
+  set[#set + 1] = rec
+  if ref ~= '' then
+    set[#set + 1] = 'ref:' .. ref
+    set[#set + 1] = pos
+  end
+  redis.call(unpack(set))
+  redis.call('PEXPIRE', s, ttl)
+  return pos
 end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'p:' .. pos, rec, 'ref:' .. ARGV[3], pos)
-else
-  redis.call('HSET', KEYS[1], 'p:' .. pos, rec)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return pos
+`
+
+// reserveScript hands out the next position of a sequence (seq_reserve).
+//
+// KEYS[1] sequence
+// ARGV[1] label, ARGV[2] sequence retention in ms, ARGV[3] a reference to
+// find the position by later ("" for none)
+//
+// Returns the position, as decimal.
+var reserveScript = redis.NewScript(ReserveLua + `
+return seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 `)
 
 // settleScript ends a position ahead of or at its turn without a lock hold:

@@ -194,6 +194,17 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 	return &ReserveCmd{cmd: cmd, key: key}, nil
 }
 
+// ReserveArgs checks a reservation of key's sequence under label and ref,
+// as [Sequencer.ReserveIn] does, and returns what a script that calls
+// seq_reserve (see [ReserveLua]) passes it: the sequence's Redis key, to
+// put among the script's KEYS, and its retention in milliseconds.
+func (q *Sequencer) ReserveArgs(key, label, ref string) (seqKey string, ttlMS int64, err error) {
+	if err := checkLabel(key, label, ref); err != nil {
+		return "", 0, err
+	}
+	return q.SeqKey(key), q.retention.Milliseconds(), nil
+}
+
 // Reserve hands out the next position of key's sequence under label, as
 // ReserveIn does, in one round trip. Positions of one key strictly increase
 // in the order the reservations reach Redis.
