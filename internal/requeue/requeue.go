@@ -7,7 +7,8 @@
 // since an order's next changes wait for them.
 //
 // It writes asynq's keys directly, as asynq's own forwarder does
-// ("asynq:{<queue>}:retry", ":pending" and the task hash "t:<id>"). That
+// ("asynq:{<queue>}:retry", ":pending" and the task hash "t:<id>"; see
+// package asynqwire, which enqueues into the same layout). That
 // layout is asynq's, not a public API: it is checked against asynq v0.25.1,
 // the version go.mod pins, by this package's test, which runs a real asynq
 // server.
@@ -21,6 +22,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,8 +59,8 @@ return 'moved'
 // ("" for no such task). It costs one round trip and is safe for concurrent
 // use.
 func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
-	p := "asynq:{" + queue + "}:"
-	res, err := frontScript.Run(ctx, rdb, []string{p + "t:" + id, p + "pending", p + "retry"},
+	p := asynqwire.QueueKey(queue)
+	res, err := frontScript.Run(ctx, rdb, []string{asynqwire.TaskKey(queue, id), asynqwire.PendingKey(queue), p + "retry"},
 		id, strconv.FormatInt(time.Now().UnixNano(), 10)).Text()
 	if err != nil {
 		return false, "", fmt.Errorf("requeue: front %s in %s: %w", id, queue, err)
@@ -162,8 +164,8 @@ return moved
 // (the worker's IsFailure does not). It costs one round trip and is safe
 // for concurrent use, by any number of processes.
 func Recover(ctx context.Context, rdb redis.Scripter, queue string, margin time.Duration) ([]string, error) {
-	p := "asynq:{" + queue + "}:"
-	ids, err := recoverScript.Run(ctx, rdb, []string{p + "lease", p + "active", p + "pending"},
+	p := asynqwire.QueueKey(queue)
+	ids, err := recoverScript.Run(ctx, rdb, []string{p + "lease", p + "active", asynqwire.PendingKey(queue)},
 		int64(margin/time.Second), p+"t:", strconv.FormatInt(time.Now().UnixNano(), 10), 100).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("requeue: recover %s: %w", queue, err)
