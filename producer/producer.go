@@ -21,8 +21,16 @@
 // number of producer processes. The workers apply an order's changes
 // strictly in that sequence. An exchange also reserves the first position
 // of its replacement order, so that changes of the replacement accepted
-// after it wait for the replacement to exist. Accepting a change costs two
-// round trips: the position and the event claim together, then the enqueue.
+// after it wait for the replacement to exist.
+//
+// On one Redis (or a Sentinel group's master) accepting a new change costs
+// one round trip: one script claims the event ID, takes the positions and
+// enqueues the task carrying them, all or nothing, writing the task as
+// asynq's Client would (see internal/asynqwire). On a Redis Cluster the
+// claim, the positions and the queue live in different slots, so it costs
+// two: the claim and the positions in one pipeline, then asynq's enqueue.
+// A change sent again (its event ID claimed before) and a scheduled one
+// ([WithProcessIn]) take the two-step way everywhere.
 //
 // # Idempotency
 //
@@ -54,7 +62,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +72,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
@@ -141,18 +152,21 @@ type Config struct {
 	// asynchronously, so without it an accepted change can be lost in a
 	// failover: a Sentinel failover loses what the old master acknowledged
 	// until its clients switched (about a second of enqueues; see the
-	// README's "What a failover can lose"). With 1, the producer waits
-	// twice: on the master of the order's sequence once the position is
-	// taken, before any task carries it (a task whose position only an old
-	// master handed out would be refused by the workers), and on the
-	// queue's master after the enqueue. A change a replica did not confirm
+	// README's "What a failover can lose"). On one Redis the position and
+	// the task are written together and a WAIT rides in the same round
+	// trip. In the two-step way (a Cluster; see the package documentation)
+	// the producer waits twice: on the master of the order's sequence once
+	// the position is taken, before any task carries it (a task whose
+	// position only an old master handed out would be refused by the
+	// workers), and on the queue's master after the enqueue. A change a
+	// replica did not confirm
 	// is answered with an error matching [ErrNotReplicated] (and
 	// [ErrUnavailable]): sent again with the same event ID, it is accepted
 	// once. A duplicate is confirmed the same way before it is reported.
 	// It must not exceed the replicas each master has, or every enqueue
-	// fails ([Producer.CheckReplicas] tells). It costs two round trips per
-	// acceptance plus the replicas' acknowledgements. Defaults to 0: no
-	// wait.
+	// fails ([Producer.CheckReplicas] tells). It costs the replicas'
+	// acknowledgement, and in the two-step way two more round trips.
+	// Defaults to 0: no wait.
 	WaitReplicas int
 
 	// WaitTimeout bounds each WAIT of WaitReplicas; keep it below the Redis
@@ -201,6 +215,13 @@ type Producer struct {
 	inspector *asynq.Inspector
 	seq       *lock.Sequencer
 	closed    atomic.Bool
+	// published holds the queues this producer added to asynq's set of
+	// queues, which it then leaves alone, as asynq's Client does.
+	published sync.Map
+	// crossSlot is set once Redis refused acceptScript for its keys'
+	// slots (a proxy that spreads one address over shards): the producer
+	// then takes the two-step way.
+	crossSlot atomic.Bool
 }
 
 // Result describes an enqueued task.
@@ -405,13 +426,26 @@ func parseClaim(s string) claim {
 // fingerprint identifies a payload apart from its position: two payloads
 // with the same fingerprint are the same change.
 func fingerprint(payload tasks.Payload) string {
+	return fingerprintOf(withoutSeq(payload))
+}
+
+// withoutSeq returns the JSON of payload with no position: the task's
+// payload as tasks.NewTask encodes it, but without its "seq" field, which
+// is left out when zero.
+func withoutSeq(payload tasks.Payload) []byte {
 	h := payload.Header()
 	h.Seq = 0
 	b, err := json.Marshal(payload.WithHeader(h))
 	if err != nil {
 		// Unreachable: the payloads have only strings, ints and slices of them.
-		panic(fmt.Sprintf("producer: fingerprint: %v", err))
+		panic(fmt.Sprintf("producer: marshal %s: %v", payload.Kind().Type, err))
 	}
+	return b
+}
+
+// fingerprintOf is the fingerprint of a payload whose JSON without its
+// position is b.
+func fingerprintOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:4])
 }
@@ -429,15 +463,32 @@ type positions struct {
 	createPos      int64
 }
 
-// enqueue accepts a valid payload: it claims the event ID and takes the
-// positions in one round trip, then enqueues the task.
+// enqueue accepts a valid payload. On one Redis (or a Sentinel's master) a
+// new change is accepted in one round trip ([Producer.acceptAtOnce]);
+// otherwise (a Cluster, a scheduled task, an event ID claimed before) it
+// claims the event ID and takes the positions in one round trip, then
+// enqueues the task.
 func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options) (Result, error) {
 	kind, h := payload.Kind(), payload.Header()
-	me := claim{kind.Type, h.OrderNo, fingerprint(payload)}
+	body := withoutSeq(payload)
+	me := claim{kind.Type, h.OrderNo, fingerprintOf(body)}
 	at := positions{orderNo: h.OrderNo, label: tasks.PositionLabel(kind.Type, h.EventID)}
 	if c, ok := payload.(tasks.Creator); ok {
 		at.created = c.Creates()
 		at.createLabel = tasks.CreationLabel(h.EventID, h.OrderNo)
+	}
+	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
+	maxRetry := p.cfg.MaxRetry
+	if o.maxRetry != nil {
+		maxRetry = *o.maxRetry
+	}
+	if _, one := p.rdb.(*redis.Client); one && o.processIn == 0 && !p.crossSlot.Load() {
+		msg := asynqwire.Message{Type: kind.Type, ID: h.EventID, Queue: queue,
+			MaxRetry: tasks.MaxRetry(maxRetry), Timeout: p.cfg.Timeout, Retention: p.cfg.Retention}
+		r, done, err := p.acceptAtOnce(ctx, me, at, msg, body)
+		if done || err != nil {
+			return r, err
+		}
 	}
 	prev, err := p.accept(ctx, h.EventID, me, &at)
 	if err != nil {
@@ -455,9 +506,8 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	// the old one handed out would be refused there.
 	if err := p.replicated(ctx, h.OrderNo, at.created); err != nil {
 		p.void(ctx, at, "the positions were not confirmed by the replicas")
-		return Result{}, p.notConfirmed(kind, h, err)
+		return Result{}, p.notConfirmed(me, h.EventID, err)
 	}
-	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
 	if prev != nil && len(p.cfg.Shards.Draining) > 0 && ctx.Err() == nil {
 		// The same change again while a shard count drains: asynq refuses
 		// a task ID only within one queue, so look for the task where the
@@ -465,7 +515,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
 			p.void(ctx, at, "the enqueue was refused as a duplicate")
 			if err := p.replicated(ctx, dup.Queue); err != nil {
-				return Result{}, p.notConfirmed(kind, h, err)
+				return Result{}, p.notConfirmed(me, h.EventID, err)
 			}
 			return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 		}
@@ -477,10 +527,6 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	if err != nil {
 		p.void(ctx, at, "invalid payload")
 		return Result{}, err
-	}
-	maxRetry := p.cfg.MaxRetry
-	if o.maxRetry != nil {
-		maxRetry = *o.maxRetry
 	}
 	opts := []asynq.Option{
 		asynq.Queue(queue),
@@ -501,7 +547,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// The task it duplicates may exist on this master only (an old
 		// master after a failover): confirm it as an accepted change.
 		if err := p.replicated(ctx, queue); err != nil {
-			return Result{}, p.notConfirmed(kind, h, err)
+			return Result{}, p.notConfirmed(me, h.EventID, err)
 		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	case err != nil:
@@ -510,14 +556,139 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		return Result{}, &unavailableError{fmt.Errorf("producer: enqueue %s event %q to %s: %w", kind.Type, h.EventID, queue, withCause(ctx, err))}
 	}
 	if err := p.replicated(ctx, queue); err != nil {
-		return Result{}, p.notConfirmed(kind, h, err)
+		return Result{}, p.notConfirmed(me, h.EventID, err)
 	}
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
 }
 
+// acceptScript accepts a new change on one Redis in one step: it claims
+// the event ID, takes the change's position (and an exchange's first
+// position of its replacement order) and enqueues the task carrying the
+// position, as asynq's Client would. The task's payload is the change's
+// JSON without a position with "seq" put last: the bytes tasks.NewTask
+// encodes, since Seq is the payloads' last field.
+//
+// Nothing is written when the claim exists already (the same change sent
+// again, or its event ID used for another change): it returns {"claimed",
+// the claim}, and the caller takes the general path, which tells the two
+// apart. When the queue holds a task with the event's ID (one whose claim
+// has expired), it claims the ID, takes no position and returns
+// {"exists"}. Otherwise it returns {"ok", position, the replacement's
+// position or ""}.
+//
+// KEYS[1] the claim, KEYS[2] the order's sequence, KEYS[3] the task's hash,
+// KEYS[4] the queue's pending list, KEYS[5] asynq's set of queues, KEYS[6]
+// the replacement's sequence (an exchange only)
+// ARGV[1] the claim's value, ARGV[2] the dedupe window in ms, ARGV[3] the
+// position's label, ARGV[4] the sequences' retention in ms, ARGV[5] the
+// task message's head, ARGV[6] the payload without a position, ARGV[7] the
+// queue, ARGV[8] the task ID, ARGV[9] now in ns, ARGV[10] the replacement
+// position's label ("" for none), ARGV[11] its reference, ARGV[12] "1" to
+// add the queue to asynq's set of queues (as asynq's Client does once per
+// queue)
+var acceptScript = redis.NewScript(lock.ReserveLua + asynqwire.EnqueueLua + `
+local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if prev then return {'claimed', prev} end
+if asynq_exists(KEYS[3]) then return {'exists'} end
+local pos = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '')
+local created = ''
+if ARGV[10] ~= '' then created = seq_reserve(KEYS[6], ARGV[10], ARGV[4], ARGV[11]) end
+local payload = string.sub(ARGV[6], 1, -2) .. ',"seq":' .. pos .. '}'
+local all = false
+if ARGV[12] == '1' then all = KEYS[5] end
+asynq_enqueue(KEYS[3], KEYS[4], all, ARGV[7], ARGV[8], asynq_message(ARGV[5], payload), ARGV[9])
+return {'ok', pos, created}
+`)
+
+// acceptAtOnce accepts a new change with acceptScript, in one round trip:
+// with [Config.WaitReplicas], the WAIT rides in the same pipeline (the
+// position and the task are written together, so one WAIT covers both).
+// body is the payload's JSON without a position. It reports done false,
+// having written nothing, when the event ID was claimed before, or when
+// Redis refused the script's keys as in different slots (a proxy in front
+// of shards; the producer then keeps to the two-step way): the caller then
+// takes the general path. Its errors are the caller's to return.
+func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg asynqwire.Message, body []byte) (r Result, done bool, err error) {
+	fail := func(err error) (Result, bool, error) {
+		return Result{}, true, &unavailableError{fmt.Errorf("producer: accept %s event %q for order %s: %w", me.typ, msg.ID, me.orderNo, withCause(ctx, err))}
+	}
+	if len(body) < 2 || body[0] != '{' || body[1] == '}' || body[len(body)-1] != '}' {
+		return fail(fmt.Errorf("payload %q is not a JSON object with fields", body)) // unreachable: a valid payload has an event ID
+	}
+	seqKey, ttl, err := p.seq.ReserveArgs(at.orderNo, at.label, "")
+	if err != nil {
+		return fail(err)
+	}
+	keys := []string{p.claimKey(msg.ID), seqKey, asynqwire.TaskKey(msg.Queue, msg.ID), asynqwire.PendingKey(msg.Queue), asynqwire.AllQueues}
+	var createRef string
+	if at.created != "" {
+		createRef = "c:" + msg.ID
+		k, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
+		if err != nil {
+			return fail(err)
+		}
+		keys = append(keys, k)
+	}
+	_, published := p.published.Load(msg.Queue)
+	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
+		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef, !published}
+	run := func() (acc, wait *redis.Cmd) {
+		if p.cfg.WaitReplicas == 0 {
+			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil
+		}
+		_, _ = p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			acc = acceptScript.EvalSha(ctx, pipe, keys, args...)
+			wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
+			return nil
+		}) // each command keeps its own error
+		return acc, wait
+	}
+	acc, wait := run()
+	if lock.NoScript(acc.Err()) {
+		// Redis lost its script cache (a restart): nothing ran. Load the
+		// script and go again.
+		if err := acceptScript.Load(ctx, p.rdb).Err(); err != nil {
+			return fail(err)
+		}
+		acc, wait = run()
+	}
+	res, err := acc.StringSlice()
+	if redis.HasErrorPrefix(err, "CROSSSLOT") {
+		// Refused before it ran: this Redis spreads keys over shards.
+		p.crossSlot.Store(true)
+		return Result{}, false, nil
+	}
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case len(res) == 2 && res[0] == "claimed":
+		return Result{}, false, nil
+	case len(res) == 1 && res[0] == "exists":
+		dup := p.duplicate(ctx, me.typ, &me, msg.ID, me.fp)
+		if err := p.replicated(ctx, msg.Queue); err != nil {
+			return Result{}, true, p.notConfirmed(me, msg.ID, err)
+		}
+		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, true, dup
+	case len(res) != 3 || res[0] != "ok":
+		return fail(fmt.Errorf("unexpected reply %q", res))
+	}
+	p.published.Store(msg.Queue, true)
+	pos, err := strconv.ParseInt(res[1], 10, 64)
+	if err != nil || pos <= 0 {
+		return fail(fmt.Errorf("bad position %q", res[1]))
+	}
+	if wait != nil {
+		if err := p.waited(wait); err != nil {
+			return Result{}, true, p.notConfirmed(me, msg.ID, err)
+		}
+	}
+	return Result{TaskID: msg.ID, Queue: msg.Queue, EventID: msg.ID, Seq: pos}, true, nil
+}
+
 // notConfirmed wraps an error of [Producer.replicated] for the caller.
-func (p *Producer) notConfirmed(kind *tasks.Kind, h tasks.Header, err error) error {
-	return &unavailableError{fmt.Errorf("producer: confirm %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, err)}
+func (p *Producer) notConfirmed(c claim, eventID string, err error) error {
+	return &unavailableError{fmt.Errorf("producer: confirm %s event %q for order %s: %w", c.typ, eventID, c.orderNo, err)}
 }
 
 // replicated returns nil once [Config.WaitReplicas] replicas have every
@@ -578,13 +749,23 @@ func (p *Producer) replicated(ctx context.Context, names ...string) error {
 		if err != nil {
 			return err
 		}
-		got, err := wait.Int64()
-		if err != nil {
+		if err := p.waited(wait); err != nil {
 			return err
 		}
-		if got < int64(p.cfg.WaitReplicas) {
-			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
-		}
+	}
+	return nil
+}
+
+// waited returns nil when the WAIT of wait, which ran, was acknowledged by
+// [Config.WaitReplicas] replicas, and otherwise an error matching
+// [ErrNotReplicated] (or Redis's).
+func (p *Producer) waited(wait *redis.Cmd) error {
+	got, err := wait.Int64()
+	if err != nil {
+		return err
+	}
+	if got < int64(p.cfg.WaitReplicas) {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
 	}
 	return nil
 }

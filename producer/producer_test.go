@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -604,9 +605,10 @@ func TestEnqueue_ContextDone(t *testing.T) {
 	e.requireEmpty(t)
 }
 
-// failEnqueue is a Redis client hook that fails the next asynq enqueue
-// once armed, as a connection that breaks would: before Redis ran it, or,
-// with ran set, after (the task exists, the answer is lost).
+// failEnqueue is a Redis client hook that fails the next script that
+// enqueues a task (asynq's, or the producer's acceptance in one step) once
+// armed, as a connection that breaks would: before Redis ran it, or, with
+// ran set, after (the task exists, the answer is lost).
 type failEnqueue struct {
 	armed atomic.Bool
 	ran   bool
@@ -617,7 +619,21 @@ var _ redis.Hook = (*failEnqueue)(nil)
 func (f *failEnqueue) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isEnqueue) || !f.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmds)
+		}
+		if f.ran {
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+		}
+		err := errors.New("test: connection reset by peer")
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+		return err
+	}
 }
 
 func (f *failEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -650,13 +666,12 @@ func isEnqueue(cmd redis.Cmder) bool {
 	return false
 }
 
-// An enqueue that fails after the event ID was claimed and the position
-// taken leaves the change half-accepted. The error matches ErrUnavailable,
-// and sending the change again with the same event ID completes it: with
-// one task, at a later position. (That the workers then skip the first
-// position and apply the change once is cmd/worker's
-// TestRetryCompletesHalfAcceptedChange.)
-func TestEnqueueFailsAfterTheClaim(t *testing.T) {
+// On one Redis a new change is accepted in one script: a connection that
+// breaks before Redis ran it leaves nothing behind (no claim, no position,
+// no task), and sending the change again accepts it; one that breaks after
+// leaves the change accepted, and sending it again is refused as a
+// duplicate of the same change, which the caller takes for success.
+func TestAcceptFailsOnOneRedis(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	rdb := db.NewClient(t)
@@ -665,6 +680,58 @@ func TestEnqueueFailsAfterTheClaim(t *testing.T) {
 	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	remark := tasks.Changes{Remark: new("r")}
+
+	hook.armed.Store(true)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.ErrorIs(t, err, producer.ErrUnavailable)
+	assert.NotErrorIs(t, err, producer.ErrDuplicate)
+	assert.Contains(t, err.Error(), `producer: accept order:modify event "e1" for order SO1: `)
+	assert.Contains(t, err.Error(), "connection reset by peer")
+	n, err := db.Client.Exists(t.Context(), db.Prefix+"event:{e1}", db.Prefix+"lock:{SO1}:seq").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no claim and no position")
+	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound, "and no task")
+
+	res, err := p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	require.NoError(t, err, "the retry accepts the change")
+	info, err := insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.NoError(t, err)
+	got, err := tasks.Modify.Parse(info.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, res.Seq, got.Header().Seq)
+
+	hook.ran = true
+	hook.armed.Store(true)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
+	require.ErrorIs(t, err, producer.ErrUnavailable)
+	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.True(t, dup.SamePayload, "%v", err)
+	assert.Equal(t, asynq.TaskStatePending, dup.State)
+	pending, err := insp.ListPendingTasks(tasks.QueueModify)
+	require.NoError(t, err)
+	assert.Len(t, pending, 2)
+}
+
+// On a Cluster the claim and the position (in the event's and the order's
+// slots) and the enqueue (in the queue's) are two round trips: an enqueue
+// that fails after the event ID was claimed and the position taken leaves
+// the change half-accepted. The error matches ErrUnavailable, and sending
+// the change again with the same event ID completes it: with one task, at
+// a later position. (That the workers then skip the first position and
+// apply the change once is cmd/worker's TestRetryCompletesHalfAcceptedChange.)
+func TestEnqueueFailsAfterTheClaim(t *testing.T) {
+	db := redistest.NewCluster(t)
+	rdb := db.NewClient(t)
+	hook := &failEnqueue{}
+	rdb.AddHook(hook)
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 	remark := tasks.Changes{Remark: new("r")}
 
 	hook.armed.Store(true)
@@ -707,4 +774,67 @@ func TestEnqueueFailsAfterTheClaim(t *testing.T) {
 	pending, err := insp.ListPendingTasks(tasks.QueueModify)
 	require.NoError(t, err)
 	assert.Len(t, pending, 2)
+}
+
+// redisError is an error as Redis sends one.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
+
+// refuseCrossSlot is a Redis client hook that refuses the producer's
+// one-script acceptance (an EVALSHA with an event claim and a pending list
+// among its keys) as a proxy in front of shards would, and counts the
+// refusals.
+type refuseCrossSlot struct{ refused atomic.Int32 }
+
+var _ redis.Hook = (*refuseCrossSlot)(nil)
+
+func (f *refuseCrossSlot) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *refuseCrossSlot) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f *refuseCrossSlot) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		claims := slices.ContainsFunc(cmd.Args(), func(a any) bool {
+			s, ok := a.(string)
+			return ok && strings.Contains(s, "event:{")
+		})
+		if !isEnqueue(cmd) || !claims {
+			return next(ctx, cmd)
+		}
+		f.refused.Add(1)
+		err := redisError("CROSSSLOT Keys in request don't hash to the same slot")
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// Behind a proxy that spreads one address over shards, Redis refuses the
+// one-script acceptance (its keys are in several slots) before it runs:
+// the producer then accepts in two steps, then and from then on.
+func TestAcceptBehindAShardingProxy(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rdb := db.NewClient(t)
+	hook := &refuseCrossSlot{}
+	rdb.AddHook(hook)
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	var seqs []int64
+	for _, ev := range []string{"e1", "e2"} {
+		res, err := p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new(ev)}, producer.WithEventID(ev))
+		require.NoError(t, err)
+		info, err := insp.GetTaskInfo(tasks.QueueModify, ev)
+		require.NoError(t, err)
+		got, err := tasks.Modify.Parse(info.Payload)
+		require.NoError(t, err)
+		assert.Equal(t, res.Seq, got.Header().Seq)
+		seqs = append(seqs, res.Seq)
+	}
+	assert.Equal(t, seqs[0]+1, seqs[1], "consecutive positions: nothing was taken by the refused script")
+	assert.EqualValues(t, 1, hook.refused.Load(), "refused once, then not tried again")
 }

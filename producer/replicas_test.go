@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -19,10 +20,12 @@ import (
 // The tests of Config.WaitReplicas. The failover that it guards against is
 // tested in cmd/worker (TestSentinelFailoverMidRun).
 
-// A master without replicas can confirm nothing: the change's position is
-// not confirmed, so no task is enqueued with it (the position is voided),
-// and the same for its repeat. Without WaitReplicas the repeat is
-// accepted.
+// A master without replicas can confirm nothing. On one Redis the change's
+// position and its task are written by one script, so a replica gets both
+// or neither: the task is enqueued, and the change is answered
+// ErrNotReplicated, as is its repeat (sent again, it is not reported as
+// accepted until a replica has it). Without WaitReplicas the repeat is the
+// duplicate of the same change.
 func TestWaitReplicasWithoutAReplica(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -36,6 +39,9 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 	require.ErrorIs(t, err, producer.ErrNotReplicated)
 	assert.Contains(t, err.Error(), "producer: check replicas: producer: not confirmed by the replicas: 0 of 1 replicas acknowledged within 20ms")
 
+	// The script, run in a pipeline with the WAIT, is loaded again after a
+	// flush.
+	require.NoError(t, db.Client.ScriptFlush(t.Context()).Err())
 	for range 2 {
 		_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
 		require.ErrorIs(t, err, producer.ErrNotReplicated)
@@ -44,15 +50,19 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 		assert.Contains(t, err.Error(), `producer: confirm order:modify event "e1" for order SO1: `)
 		assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 20ms")
 	}
-	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
-	require.ErrorIs(t, err, asynq.ErrQueueNotFound, "no task carries an unconfirmed position: none was enqueued")
+	info, err := insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.NoError(t, err, "the task was enqueued with its position")
+	got, err := tasks.Modify.Parse(info.Payload)
+	require.NoError(t, err)
 
 	plain, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
 	defer plain.Close()
-	res, err := plain.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
-	require.NoError(t, err)
-	assert.Equal(t, "e1", res.TaskID)
+	_, err = plain.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e1"))
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	assert.True(t, dup.SamePayload)
+	assert.Equal(t, got.Header().Seq, dup.Seq)
 }
 
 // On a Sentinel group (one replica) a confirmed change is on the replica
@@ -117,6 +127,20 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	err = two.CheckReplicas(ctx)
 	require.ErrorIs(t, err, producer.ErrNotReplicated)
 	assert.Contains(t, err.Error(), "1 of 2 replicas acknowledged within")
+
+	// On a Cluster the position is taken in the order's slot and the task
+	// enqueued in the queue's: a position the replicas did not confirm is
+	// voided before any task carries it.
+	_, err = two.EnqueueModify(ctx, no, tasks.Changes{Remark: new("r")}, producer.WithEventID(db.Prefix+"e0"))
+	require.ErrorIs(t, err, producer.ErrNotReplicated)
+	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, db.Prefix+"e0")
+	require.Error(t, err, "no task carries an unconfirmed position")
+	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	st, err := seq.Status(ctx, no)
+	require.NoError(t, err)
+	require.Len(t, st.Log, 1)
+	assert.Equal(t, "void", st.Log[0].Kind, "the position was voided: %+v", st.Log[0])
 	res, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("r")}, producer.WithEventID(db.Prefix+"e1"))
 	require.NoError(t, err)
 	// asynq's keys carry no test prefix: delete the task.

@@ -255,7 +255,7 @@ func printAccept(out io.Writer, rs []acceptResult) {
 	fmt.Fprint(out, `
   raw asynq: tasks.NewTask of the payload without a position, Client.EnqueueContext with task ID = event ID
          and the producer's queue, retry, timeout and retention (what (b0)'s tasks are); the producer:
-         EnqueueModify's event claim and position in one pipeline, then the same enqueue.
+         Enqueue's one script on one Redis: the event claim, the position and the same task.
   changes/s: changes over the runs' wall time; round trips: the enqueuing client's (a pipeline is one);
          client CPU: the bench process's, where the goroutines run; redis CPU: the server's.
 `)
