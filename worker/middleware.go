@@ -256,10 +256,11 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// acquire takes the order's lock in the task's turn. A task that is not
-// next in line, or that waited its deadline, is parked: it goes back to its
-// queue with a *waitError, to be brought to the front of the queue when its
-// turn comes (see wake), and to look again after GapWait at the latest.
+// acquire takes the order's lock in the task's turn. A task more than two
+// positions behind the head, or that waited its deadline, is parked: it
+// goes back to its queue with a *waitError, to be brought to the front of
+// the queue when its turn nears (see wake), and to look again after
+// GapWait at the latest.
 // When the head of the order's sequence has been unfilled longer than
 // GapWait, it first checks whether the head's task exists and skips the
 // head when it does not, then tries again.

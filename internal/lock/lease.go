@@ -87,9 +87,9 @@ func (s *Lease) Finish() {
 
 // Wake returns, after Release, the labels of the positions whose parked
 // holders the release called (see [TurnError.Parked]): the one whose turn
-// it now is, and the one next in line after it. The caller must bring
-// their holders back, since no waiter listens for them. It is empty
-// otherwise. It is safe for concurrent use.
+// it now is, and the two after it, which are to wait in place. The caller
+// must bring their holders back, since no waiter listens for them. It is
+// empty otherwise. It is safe for concurrent use.
 func (s *Lease) Wake() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -439,12 +439,12 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 // Acquire. A position that is already finished, or whose sequence expired,
 // is granted at once, without order ([ModePassed]); see [Lease.Mode].
 //
-// Only the next in line (the position right after the head) waits in
-// place. A position further back is parked at once: AcquireTurn returns a
-// [*TurnError] (errors.Is ErrNotYourTurn) with Parked set, and when its turn
-// comes (or it becomes next in line), the release that passes the turn on
-// hands its label back ([Lease.Wake], Settlement.Wake) so that the caller
-// brings its holder back. The next in line parks too, with a last attempt,
+// The two positions right after the head (the one whose turn it is) wait
+// in place. A position further back is parked at once: AcquireTurn returns
+// a [*TurnError] (errors.Is ErrNotYourTurn) with Parked set, and when it
+// comes within two of the head, the release that passes the turn on hands
+// its label back ([Lease.Wake], Settlement.Wake) so that the caller brings
+// its holder back. A waiter in place parks too, with a last attempt,
 // when the deadline passes, when the head's holder runs again only after
 // the deadline, and when the head was reserved more than w.StuckAfter ago.
 // It also returns an error matching [ErrBadPosition] when the position is

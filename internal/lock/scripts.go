@@ -83,31 +83,47 @@ local function seq_log(s, pos, kind, label, why)
   redis.call('HSET', s, 'log', cjson.encode(log))
 end
 
+-- IN_PLACE is how many positions after the next one wait in place (marked
+-- w:, woken by a notice) while the next one runs: the holders of positions
+-- further back are parked (k:) by acquireScript and brought back by notify
+-- once they come within reach.
+local IN_PLACE = 2
+
+-- add_label adds to wake, a list of labels separated by newlines, the
+-- label of the pending position record rec ("<taken at> <label>"), and
+-- returns it; a record that is missing or settled adds nothing.
+local function add_label(wake, rec)
+  local sp = rec and string.find(rec, ' ', 1, true)
+  if not sp or not string.find(string.sub(rec, 1, 1), '%d') then return wake end
+  if wake ~= '' then wake = wake .. '\n' end
+  return wake .. string.sub(rec, sp + 1)
+end
+
 -- notify publishes "lk next" (or "lk" when next is nil) on channel when a
 -- waiter can use it: lockWaited says a waiter marked the lock, and a waiter
 -- for position next marks w:next in s. A refused PUBLISH (a Redis user
 -- without the channel in its ACL) is ignored: a notice only saves a waiter
 -- its polling delay, and must never fail the write it follows. When the
--- holder of position next, or of the one after it, is parked (k:), it
--- returns their labels, separated by a newline, for the caller to bring
--- them back (the one after it comes back to wait in place); '' otherwise.
+-- holder of position next, or of one of the IN_PLACE after it, is parked
+-- (k:), it returns their labels, separated by a newline, for the caller to
+-- bring them back (those after next come back to wait in place); ''
+-- otherwise.
 local function notify(channel, lk, s, next, lockWaited)
   local send, wake = lockWaited, ''
   if s and next then
-    local at = {num(next), num(next + 1)}
-    local m = redis.call('HMGET', s, 'w:' .. at[1], 'k:' .. at[1], 'k:' .. at[2])
-    if m[1] or m[2] or m[3] then
-      redis.call('HDEL', s, 'w:' .. at[1], 'k:' .. at[1], 'k:' .. at[2])
+    local at, fields = {}, {'w:' .. num(next)}
+    for i = 0, IN_PLACE do
+      at[i + 1] = num(next + i)
+      fields[i + 2] = 'k:' .. at[i + 1]
+    end
+    local m = redis.call('HMGET', s, unpack(fields))
+    local any = false
+    for i = 1, #fields do any = any or m[i] end
+    if any then
+      redis.call('HDEL', s, unpack(fields))
       if m[1] then send = true end
-      for i = 1, 2 do
-        if m[i + 1] then
-          local rec = redis.call('HGET', s, 'p:' .. at[i]) or ''
-          local sp = string.find(rec, ' ', 1, true)
-          if sp and string.find(string.sub(rec, 1, 1), '%d') then
-            if wake ~= '' then wake = wake .. '\n' end
-            wake = wake .. string.sub(rec, sp + 1)
-          end
-        end
+      for i = 1, #at do
+        if m[i + 1] then wake = add_label(wake, redis.call('HGET', s, 'p:' .. at[i])) end
       end
     end
   end
@@ -154,8 +170,10 @@ end
 -- calls when the next position is pending or not taken. It returns false
 -- when pos is not next (nothing is done), or next and wake.
 local function seq_finish(s, pos, channel, lk, waited)
-  local p, n1, n2 = num(pos), num(pos + 1), num(pos + 2)
-  local m = redis.call('HMGET', s, 'd', 'p:' .. n1, 'w:' .. n1, 'k:' .. n1, 'k:' .. n2)
+  local p, n1 = num(pos), num(pos + 1)
+  local fields = {'d', 'p:' .. n1, 'w:' .. n1}
+  for i = 1, IN_PLACE + 1 do fields[#fields + 1] = 'k:' .. num(pos + i) end
+  local m = redis.call('HMGET', s, unpack(fields))
   local d = tonumber(m[1])
   if not d or pos ~= d + 1 then return false end
   local rec = m[2]
@@ -168,17 +186,18 @@ local function seq_finish(s, pos, channel, lk, waited)
     end
   end
   local send, wake = waited, ''
-  if m[3] or m[4] or m[5] then
-    redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p, 'w:' .. n1, 'k:' .. n1, 'k:' .. n2)
+  local any = false
+  for i = 3, #fields do any = any or m[i] end
+  if any then
+    local del = {'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p}
+    for i = 3, #fields do del[#del + 1] = fields[i] end
+    redis.call('HDEL', s, unpack(del))
     if m[3] then send = true end
-    local parked = {}
-    if m[4] then parked[#parked + 1] = rec or '' end
-    if m[5] then parked[#parked + 1] = redis.call('HGET', s, 'p:' .. n2) or '' end
-    for _, r in ipairs(parked) do
-      local sp = string.find(r, ' ', 1, true)
-      if sp and string.find(string.sub(r, 1, 1), '%d') then
-        if wake ~= '' then wake = wake .. '\n' end
-        wake = wake .. string.sub(r, sp + 1)
+    for i = 4, #fields do
+      if m[i] then
+        local r = rec
+        if i > 4 then r = redis.call('HGET', s, 'p:' .. num(pos + i - 3)) end
+        wake = add_label(wake, r)
       end
     end
   else
@@ -234,8 +253,8 @@ end
 //	                   position, record its p: field ("" when missing),
 //	                   retry at its r: field (""), now Redis TIME in ms;
 //	                   parked is 1 when the caller is marked parked (it is
-//	                   further back than next in line, or ARGV[8] is "1"),
-//	                   0 when it is marked waiting in place
+//	                   more than IN_PLACE behind the next position, or
+//	                   ARGV[8] is "1"), 0 when it is marked waiting in place
 //	{3, reason}        the position is not this caller's: never handed
 //	                   out, or reserved under another label
 var acquireScript = redis.NewScript(commonLua + `
@@ -255,7 +274,7 @@ if KEYS[3] then
     end
     if pos > d + 1 then
       local parked = 0
-      if ARGV[8] == '1' or pos > d + 2 then parked = 1 end
+      if ARGV[8] == '1' or pos > d + 1 + IN_PLACE then parked = 1 end
       if parked == 1 then
         redis.call('HSET', KEYS[3], 'k:' .. num(pos), '1')
         redis.call('HDEL', KEYS[3], 'w:' .. num(pos))

@@ -135,61 +135,73 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 	require.Empty(t, st.Pending)
 }
 
-// A finished turn wakes the waiter of the next position, and only it; a
-// position further back is parked, and is called back when it becomes next
-// in line.
+// A finished turn wakes the waiter of the next position, and only it. The
+// two positions after the head's successor wait in place; a position
+// further back is parked, and is called back as soon as it comes within
+// two of the next position.
 func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	l := newLocker(t, db, lock.Config{})
-	turns := reserve(t, l.Sequencer(), "SO-wake", 3)
+	turns := reserve(t, l.Sequencer(), "SO-wake", 4)
 	first, err := l.AcquireTurn(t.Context(), "SO-wake", "first", turns[0], slow)
 	require.NoError(t, err)
 
-	_, err = l.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
+	_, err = l.AcquireTurn(t.Context(), "SO-wake", "fourth", turns[3], slow)
 	var te *lock.TurnError
 	require.ErrorAs(t, err, &te)
-	require.True(t, te.Parked, "two behind the head: parked at once")
+	require.True(t, te.Parked, "three behind the head: parked at once")
 	require.Equal(t, turns[0].Pos, te.Head)
 
 	type result struct {
 		lease *lock.Lease
 		err   error
 	}
-	second := make(chan result, 1)
-	waiting := make(chan string, 2)
+	waiting := make(chan string, 3)
 	l2 := newLocker(t, db, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
-	go func() {
-		lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "second", turns[1], slow)
-		second <- result{lease, err}
-	}()
-	require.Equal(t, "second", recvTimeout(t, waiting))
+	acquire := func(meta string, turn lock.Turn) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			lease, err := l2.AcquireTurn(t.Context(), "SO-wake", meta, turn, slow)
+			ch <- result{lease, err}
+		}()
+		require.Equal(t, meta, recvTimeout(t, waiting), "it waits in place")
+		return ch
+	}
+	notYet := func(ch <-chan result, what string) {
+		t.Helper()
+		select {
+		case r := <-ch:
+			t.Fatalf("%s ran out of turn: %v", what, r.err)
+		default:
+		}
+	}
+	second := acquire("second", turns[1])
+	third := acquire("third", turns[2])
+
 	first.Finish()
 	require.NoError(t, first.Release(t.Context()))
-	require.Equal(t, []string{turns[2].Label}, first.Wake(), "the third is next in line now: called back")
+	require.Equal(t, []string{turns[3].Label}, first.Wake(), "the fourth is within reach now: called back")
 	r := recvTimeout(t, second)
 	require.NoError(t, r.err)
 	require.Equal(t, 1, r.lease.Stats().WokenByNotice)
+	notYet(third, "the third")
+	fourth := acquire("fourth", turns[3])
 
-	third := make(chan result, 1)
-	go func() {
-		lease, err := l2.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
-		third <- result{lease, err}
-	}()
-	require.Equal(t, "third", recvTimeout(t, waiting), "next in line: it waits in place")
-	select {
-	case r := <-third:
-		t.Fatalf("position 3 ran before position 2 finished: %v", r.err)
-	default:
-	}
 	r.lease.Finish()
 	require.NoError(t, r.lease.Release(t.Context()))
-	require.Empty(t, r.lease.Wake(), "the third waited in place: nobody to call")
+	require.Empty(t, r.lease.Wake(), "the others waited in place: nobody to call")
 	r3 := recvTimeout(t, third)
 	require.NoError(t, r3.err)
 	require.Equal(t, 1, r3.lease.Stats().WokenByNotice, "woken once: by its own predecessor's notice")
+	notYet(fourth, "the fourth")
 	r3.lease.Finish()
 	require.NoError(t, r3.lease.Release(t.Context()))
+	r4 := recvTimeout(t, fourth)
+	require.NoError(t, r4.err)
+	require.Equal(t, lock.ModeTurn, r4.lease.Mode())
+	r4.lease.Finish()
+	require.NoError(t, r4.lease.Release(t.Context()))
 }
 
 func recvTimeout[T any](t *testing.T, ch <-chan T) T {
@@ -270,30 +282,32 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	require.NoError(t, err, "a passed position is granted at once, unordered")
 }
 
-// A turn that finishes right before a position voided ahead passes both,
-// and calls back the parked holder of the position after them.
+// A turn that finishes right before positions voided ahead passes them
+// all, and calls back the parked holder of the position after them.
 func TestFinishPassesAVoidAhead(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	l := newLocker(t, db, lock.Config{})
 	q := l.Sequencer()
-	turns := reserve(t, q, "SO-ahead", 3)
+	turns := reserve(t, q, "SO-ahead", 4)
 	first, err := l.AcquireTurn(t.Context(), "SO-ahead", "first", turns[0], slow)
 	require.NoError(t, err)
-	_, err = q.Void(t.Context(), "SO-ahead", turns[1].Pos, turns[1].Label, "enqueue refused")
-	require.NoError(t, err)
-	_, err = l.AcquireTurn(t.Context(), "SO-ahead", "third", turns[2], slow)
+	for _, v := range turns[1:3] {
+		_, err = q.Void(t.Context(), "SO-ahead", v.Pos, v.Label, "enqueue refused")
+		require.NoError(t, err)
+	}
+	_, err = l.AcquireTurn(t.Context(), "SO-ahead", "fourth", turns[3], slow)
 	var te *lock.TurnError
 	require.ErrorAs(t, err, &te)
 	require.True(t, te.Parked)
 
 	first.Finish()
 	require.NoError(t, first.Release(t.Context()))
-	require.Equal(t, []string{turns[2].Label}, first.Wake(), "the third is next once the void is passed")
+	require.Equal(t, []string{turns[3].Label}, first.Wake(), "the fourth is next once the voids are passed")
 	st, err := q.Status(t.Context(), "SO-ahead")
 	require.NoError(t, err)
-	require.Equal(t, turns[1].Pos, st.Done, "the cursor passed the voided position")
-	third, err := l.AcquireTurn(t.Context(), "SO-ahead", "third", turns[2], lock.Wait{Deadline: time.Second})
+	require.Equal(t, turns[2].Pos, st.Done, "the cursor passed the voided positions")
+	third, err := l.AcquireTurn(t.Context(), "SO-ahead", "fourth", turns[3], lock.Wait{Deadline: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, lock.ModeTurn, third.Mode())
 	third.Finish()
