@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -606,21 +607,43 @@ func TestEnqueue_ContextDone(t *testing.T) {
 }
 
 // failEnqueue is a Redis client hook that fails the next script that
-// enqueues a task (asynq's, or the producer's acceptance in one step) once
-// armed, as a connection that breaks would: before Redis ran it, or, with
-// ran set, after (the task exists, the answer is lost).
+// enqueues a task (asynq's, or the producer's acceptance in one step; or
+// what match picks, when set) once armed, with err (a connection reset by
+// default), as a connection that breaks would: before Redis ran it, or,
+// with ran set, after (the task exists, the answer is lost). seen counts
+// the scripts it picked, failed or not.
 type failEnqueue struct {
-	armed atomic.Bool
+	match func(redis.Cmder) bool
+	err   error
 	ran   bool
+	armed atomic.Bool
+	seen  atomic.Int32
 }
 
 var _ redis.Hook = (*failEnqueue)(nil)
 
 func (f *failEnqueue) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// fail reports whether cmds are to fail, and with what.
+func (f *failEnqueue) fail(cmds ...redis.Cmder) (bool, error) {
+	match := f.match
+	if match == nil {
+		match = isEnqueue
+	}
+	if !slices.ContainsFunc(cmds, match) {
+		return false, nil
+	}
+	f.seen.Add(1)
+	if !f.armed.CompareAndSwap(true, false) {
+		return false, nil
+	}
+	return true, cmp.Or(f.err, error(errors.New("test: connection reset by peer")))
+}
+
 func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !slices.ContainsFunc(cmds, isEnqueue) || !f.armed.CompareAndSwap(true, false) {
+		fail, err := f.fail(cmds...)
+		if !fail {
 			return next(ctx, cmds)
 		}
 		if f.ran {
@@ -628,7 +651,6 @@ func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 				return err
 			}
 		}
-		err := errors.New("test: connection reset by peer")
 		for _, cmd := range cmds {
 			cmd.SetErr(err)
 		}
@@ -638,7 +660,8 @@ func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 func (f *failEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !isEnqueue(cmd) || !f.armed.CompareAndSwap(true, false) {
+		fail, err := f.fail(cmd)
+		if !fail {
 			return next(ctx, cmd)
 		}
 		if f.ran {
@@ -646,7 +669,6 @@ func (f *failEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
-		err := errors.New("test: connection reset by peer")
 		cmd.SetErr(err)
 		return err
 	}
@@ -702,18 +724,7 @@ func TestAcceptFailsOnOneRedis(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, res.Seq, got.Header().Seq)
 
-	hook.ran = true
-	hook.armed.Store(true)
-	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
-	require.ErrorIs(t, err, producer.ErrUnavailable)
-	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
-	var dup *producer.DuplicateError
-	require.ErrorAs(t, err, &dup)
-	assert.True(t, dup.SamePayload, "%v", err)
-	assert.Equal(t, asynq.TaskStatePending, dup.State)
-	pending, err := insp.ListPendingTasks(tasks.QueueModify)
-	require.NoError(t, err)
-	assert.Len(t, pending, 2)
+	requireLostAnswerIsDuplicate(t, p, hook, insp)
 }
 
 // On a Cluster the claim and the position (in the event's and the order's
@@ -760,17 +771,26 @@ func TestEnqueueFailsAfterTheClaim(t *testing.T) {
 	require.ErrorIs(t, err, producer.ErrDuplicate, "and a third send is a duplicate")
 	require.NotErrorIs(t, err, producer.ErrPayloadMismatch)
 
-	// The answer lost after Redis ran the enqueue: the retry is refused
-	// as a duplicate of the same change, which the caller takes for
-	// success, and nothing is enqueued twice.
+	requireLostAnswerIsDuplicate(t, p, hook, insp)
+}
+
+// requireLostAnswerIsDuplicate makes hook lose the answer of the next
+// enqueue after Redis ran it, and requires that the retry be refused as a
+// duplicate of the same change (which the caller takes for success) and
+// nothing be enqueued twice: the modify queue then holds two tasks, e1's
+// and e2's.
+func requireLostAnswerIsDuplicate(t *testing.T, p *producer.Producer, hook *failEnqueue, insp *asynq.Inspector) {
+	t.Helper()
+	remark := tasks.Changes{Remark: new("r")}
 	hook.ran = true
 	hook.armed.Store(true)
-	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
+	_, err := p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
 	require.ErrorIs(t, err, producer.ErrUnavailable)
 	_, err = p.EnqueueModify(t.Context(), "SO1", remark, producer.WithEventID("e2"))
 	var dup *producer.DuplicateError
 	require.ErrorAs(t, err, &dup)
 	assert.True(t, dup.SamePayload, "%v", err)
+	assert.Equal(t, asynq.TaskStatePending, dup.State)
 	pending, err := insp.ListPendingTasks(tasks.QueueModify)
 	require.NoError(t, err)
 	assert.Len(t, pending, 2)
@@ -782,34 +802,13 @@ type redisError string
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
 
-// refuseCrossSlot is a Redis client hook that refuses the producer's
-// one-script acceptance (an EVALSHA with an event claim and a pending list
-// among its keys) as a proxy in front of shards would, and counts the
-// refusals.
-type refuseCrossSlot struct{ refused atomic.Int32 }
-
-var _ redis.Hook = (*refuseCrossSlot)(nil)
-
-func (f *refuseCrossSlot) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *refuseCrossSlot) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (f *refuseCrossSlot) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		claims := slices.ContainsFunc(cmd.Args(), func(a any) bool {
-			s, ok := a.(string)
-			return ok && strings.Contains(s, "event:{")
-		})
-		if !isEnqueue(cmd) || !claims {
-			return next(ctx, cmd)
-		}
-		f.refused.Add(1)
-		err := redisError("CROSSSLOT Keys in request don't hash to the same slot")
-		cmd.SetErr(err)
-		return err
-	}
+// isAccept reports whether cmd is the producer's acceptance in one step:
+// a script with an event claim and a queue's pending list among its keys.
+func isAccept(cmd redis.Cmder) bool {
+	return isEnqueue(cmd) && slices.ContainsFunc(cmd.Args(), func(a any) bool {
+		s, ok := a.(string)
+		return ok && strings.Contains(s, "event:{")
+	})
 }
 
 // Behind a proxy that spreads one address over shards, Redis refuses the
@@ -819,7 +818,8 @@ func TestAcceptBehindAShardingProxy(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	rdb := db.NewClient(t)
-	hook := &refuseCrossSlot{}
+	hook := &failEnqueue{match: isAccept, err: redisError("CROSSSLOT Keys in request don't hash to the same slot")}
+	hook.armed.Store(true)
 	rdb.AddHook(hook)
 	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
@@ -836,5 +836,5 @@ func TestAcceptBehindAShardingProxy(t *testing.T) {
 		seqs = append(seqs, res.Seq)
 	}
 	assert.Equal(t, seqs[0]+1, seqs[1], "consecutive positions: nothing was taken by the refused script")
-	assert.EqualValues(t, 1, hook.refused.Load(), "refused once, then not tried again")
+	assert.EqualValues(t, 1, hook.seen.Load(), "refused once, then not tried again")
 }
