@@ -637,7 +637,7 @@ func (f *failEnqueue) fail(cmds ...redis.Cmder) (bool, error) {
 	if !f.armed.CompareAndSwap(true, false) {
 		return false, nil
 	}
-	return true, cmp.Or(f.err, error(errors.New("test: connection reset by peer")))
+	return true, cmp.Or(f.err, errors.New("test: connection reset by peer"))
 }
 
 func (f *failEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
