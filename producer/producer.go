@@ -64,7 +64,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -215,9 +214,6 @@ type Producer struct {
 	inspector *asynq.Inspector
 	seq       *lock.Sequencer
 	closed    atomic.Bool
-	// published holds the queues this producer added to asynq's set of
-	// queues, which it then leaves alone, as asynq's Client does.
-	published sync.Map
 	// crossSlot is set once Redis refused acceptScript for its keys'
 	// slots (a proxy that spreads one address over shards): the producer
 	// then takes the two-step way.
@@ -583,9 +579,12 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // position's label, ARGV[4] the sequences' retention in ms, ARGV[5] the
 // task message's head, ARGV[6] the payload without a position, ARGV[7] the
 // queue, ARGV[8] the task ID, ARGV[9] now in ns, ARGV[10] the replacement
-// position's label ("" for none), ARGV[11] its reference, ARGV[12] "1" to
-// add the queue to asynq's set of queues (as asynq's Client does once per
-// queue)
+// position's label ("" for none), ARGV[11] its reference
+//
+// It adds the queue to asynq's set of queues every time, where asynq's
+// Client does it once per process: a queue missing from that set (lost in
+// a failover, say) makes asynq's Inspector answer ErrQueueNotFound for
+// its tasks, and the workers' gap check would take a task for gone.
 var acceptScript = redis.NewScript(lock.ReserveLua + asynqwire.EnqueueLua + `
 local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if prev then return {'claimed', prev} end
@@ -594,9 +593,7 @@ local pos = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '')
 local created = ''
 if ARGV[10] ~= '' then created = seq_reserve(KEYS[6], ARGV[10], ARGV[4], ARGV[11]) end
 local payload = string.sub(ARGV[6], 1, -2) .. ',"seq":' .. pos .. '}'
-local all = false
-if ARGV[12] == '1' then all = KEYS[5] end
-asynq_enqueue(KEYS[3], KEYS[4], all, ARGV[7], ARGV[8], asynq_message(ARGV[5], payload), ARGV[9])
+asynq_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8], asynq_message(ARGV[5], payload), ARGV[9])
 return {'ok', pos, created}
 `)
 
@@ -629,9 +626,8 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		}
 		keys = append(keys, k)
 	}
-	_, published := p.published.Load(msg.Queue)
 	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
-		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef, !published}
+		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef}
 	run := func() (acc, wait *redis.Cmd) {
 		if p.cfg.WaitReplicas == 0 {
 			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil
@@ -673,7 +669,6 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	case len(res) != 3 || res[0] != "ok":
 		return fail(fmt.Errorf("unexpected reply %q", res))
 	}
-	p.published.Store(msg.Queue, true)
 	pos, err := strconv.ParseInt(res[1], 10, 64)
 	if err != nil || pos <= 0 {
 		return fail(fmt.Errorf("bad position %q", res[1]))

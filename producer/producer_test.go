@@ -838,3 +838,26 @@ func TestAcceptBehindAShardingProxy(t *testing.T) {
 	assert.Equal(t, seqs[0]+1, seqs[1], "consecutive positions: nothing was taken by the refused script")
 	assert.EqualValues(t, 1, hook.seen.Load(), "refused once, then not tried again")
 }
+
+// Every acceptance lists its queue in asynq's set of queues, even one this
+// producer listed before: a queue missing from it (lost in a failover, say)
+// would make asynq's Inspector answer "queue not found" for its tasks.
+func TestAcceptListsTheQueueEveryTime(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	if db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	_, err = p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("a")}, producer.WithEventID("e1"))
+	require.NoError(t, err)
+	require.NoError(t, db.Client.SRem(t.Context(), "asynq:queues", tasks.QueueModify).Err())
+	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound)
+	_, err = p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("b")}, producer.WithEventID("e2"))
+	require.NoError(t, err)
+	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
+	require.NoError(t, err, "listed again")
+}

@@ -100,9 +100,9 @@ func (m Message) Head() []byte {
 //
 // enqueues task id with message msg to queue as asynq v0.25.1's Client
 // does, once asynq_exists(task) said false in the same script (asynq's
-// enqueue script, and when all is not false the SADD of the queue's name
-// to the set all, which the Client makes once per queue), with now the
-// time in Unix nanoseconds, as decimal. task, pending and all are the keys
+// enqueue script, and the SADD of the queue's name to the set all, which
+// the Client makes once per process and queue, and this every time), with
+// now the time in Unix nanoseconds, as decimal. task, pending and all are the keys
 // [TaskKey](queue, id), [PendingKey](queue) and [AllQueues], which the
 // script must have among its KEYS; the first two are in queue's Cluster
 // slot and the third in another, so such a script runs on one Redis (or a
@@ -125,6 +125,6 @@ end
 local function asynq_enqueue(task, pending, all, queue, id, msg, now)
   redis.call('HSET', task, 'msg', msg, 'state', 'pending', 'pending_since', now)
   redis.call('LPUSH', pending, id)
-  if all then redis.call('SADD', all, queue) end
+  redis.call('SADD', all, queue)
 end
 `
