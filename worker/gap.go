@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"go.uber.org/zap"
@@ -31,7 +32,7 @@ type resolution struct {
 // counts that drain). The skip is logged in the sequence with the reason.
 // When the task exists and will run, it reports when.
 func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnError) (resolution, error) {
-	why, delay, err := w.headFate(orderNo, te)
+	why, delay, err := w.headFate(ctx, orderNo, te)
 	if err != nil || why == "" {
 		return resolution{delay: delay}, err
 	}
@@ -49,10 +50,36 @@ func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnE
 	return resolution{skipped: true}, nil
 }
 
+// taskInfo reads task id of queue with asynq's Inspector. The Inspector
+// answers ErrQueueNotFound for every task of a queue missing from asynq's
+// set of queues, which a failover can lose while the queue's tasks stay
+// (asynq's Client adds a queue to it once per process). When the task's
+// hash exists, taskInfo lists the queue again, as an enqueue would, and
+// reads once more, so that a task that exists is never taken for gone.
+func (w *Worker) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInfo, error) {
+	info, err := w.insp.GetTaskInfo(queue, id)
+	if !errors.Is(err, asynq.ErrQueueNotFound) {
+		return info, err
+	}
+	n, xerr := w.rdb.Exists(ctx, asynqwire.TaskKey(queue, id)).Result()
+	switch {
+	case xerr != nil:
+		return nil, fmt.Errorf("look for task %s of unlisted queue %s: %w", id, queue, xerr)
+	case n == 0:
+		return nil, err
+	}
+	if xerr := w.rdb.SAdd(ctx, asynqwire.AllQueues, queue).Err(); xerr != nil {
+		return nil, fmt.Errorf("list queue %s again for its task %s: %w", queue, id, xerr)
+	}
+	w.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
+		zap.String("queue", queue), zap.String("task_id", id))
+	return w.insp.GetTaskInfo(queue, id)
+}
+
 // headFate says why the head of te, in order orderNo's sequence, should be
 // skipped ("" when it should not), or, when its task exists, how long
 // before it runs.
-func (w *Worker) headFate(orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
+func (w *Worker) headFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
 	typ, eventID, from, ok := tasks.ParseLabel(te.Label)
 	if !ok {
 		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
@@ -63,7 +90,7 @@ func (w *Worker) headFate(orderNo string, te *lock.TurnError) (why string, delay
 	queues := w.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
 	var info *asynq.TaskInfo
 	for _, q := range queues {
-		found, err := w.insp.GetTaskInfo(q, eventID)
+		found, err := w.taskInfo(ctx, q, eventID)
 		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
@@ -307,6 +308,48 @@ func TestGapsAreSkippedAfterTheWait(t *testing.T) {
 	o, err := e.store.Get(t.Context(), "SO-GAP")
 	require.NoError(t, err)
 	require.Equal(t, "last", o.Remark)
+}
+
+// A queue missing from asynq's set of queues (a failover lost the listing
+// that its first enqueue made) makes asynq's Inspector answer "queue not
+// found" for tasks that exist: the gap check then lists the queue again
+// and finds the head's task, instead of skipping its position.
+func TestGapCheckListsAnUnlistedQueueAgain(t *testing.T) {
+	const gap = time.Second
+	e := newEnv(t)
+	if e.db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	e.seed("SO-UNL")
+	r := newRuns()
+	e.startWorker(worker.Config{GapWait: gap, OnDone: r.add,
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
+	p := e.producer(producer.Config{})
+	head, err := p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("in an hour")},
+		producer.WithEventID("later"), producer.WithProcessIn(time.Hour))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("behind")}, producer.WithEventID("behind"))
+	require.NoError(t, err)
+	r.waitFor(t, "behind", 30*time.Second, worker.OutcomeWaiting)
+	require.NoError(t, e.db.Client.SRem(t.Context(), "asynq:queues", tasks.QueueModify).Err())
+
+	require.Eventually(t, func() bool {
+		listed, err := e.db.Client.SIsMember(t.Context(), "asynq:queues", tasks.QueueModify).Result()
+		return err == nil && listed
+	}, 30*time.Second, 20*time.Millisecond, "the gap check lists the queue again")
+	st, err := e.sequencer().Status(t.Context(), "SO-UNL")
+	require.NoError(t, err)
+	require.NotEmpty(t, st.Pending)
+	require.Equal(t, head.Seq, st.Pending[0].Pos, "the head's position is not skipped")
+	for _, s := range st.Log {
+		require.NotEqual(t, head.Seq, s.Pos, "the head's position is not settled: %+v", s)
+	}
+
+	// Once the task is gone for real, the position is skipped.
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueModify, "later"))
+	d := r.waitFor(t, "behind", 30*time.Second, worker.OutcomeOK)
+	require.Equal(t, 1, d.Skipped)
 }
 
 // An archived task uses up its position at once: a rejected change, and a
