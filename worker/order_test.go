@@ -247,6 +247,15 @@ func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
 	require.Positive(t, waited, "the test must make tasks wait")
 }
 
+// quickGapConfig is a worker's configuration with gap wait gap that
+// reports its runs to r and waits briefly for a turn or a busy lock, so
+// that tasks go back to their queue and try again often.
+func quickGapConfig(gap time.Duration, r *runs) worker.Config {
+	return worker.Config{GapWait: gap, OnDone: r.add,
+		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}
+}
+
 // Each kind of gap is skipped after the gap wait, and only then: a position
 // whose producer died before enqueueing, and a task deleted from the queue.
 // A refused enqueue's position is passed at once.
@@ -255,9 +264,7 @@ func TestGapsAreSkippedAfterTheWait(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-GAP")
 	r := newRuns()
-	e.startWorker(worker.Config{GapWait: gap, OnDone: r.add,
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
-		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
+	e.startWorker(quickGapConfig(gap, r), nil)
 	p := e.producer(producer.Config{})
 	q := e.sequencer()
 
@@ -322,9 +329,7 @@ func TestGapCheckListsAnUnlistedQueueAgain(t *testing.T) {
 	}
 	e.seed("SO-UNL")
 	r := newRuns()
-	e.startWorker(worker.Config{GapWait: gap, OnDone: r.add,
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
-		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
+	e.startWorker(quickGapConfig(gap, r), nil)
 	p := e.producer(producer.Config{})
 	head, err := p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("in an hour")},
 		producer.WithEventID("later"), producer.WithProcessIn(time.Hour))
