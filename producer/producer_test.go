@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -860,4 +861,40 @@ func TestAcceptListsTheQueueEveryTime(t *testing.T) {
 	require.NoError(t, err)
 	_, err = insp.GetTaskInfo(tasks.QueueModify, "e1")
 	require.NoError(t, err, "listed again")
+}
+
+// On one Redis accepting a new change costs one round trip, as raw asynq's
+// enqueue does: a modify, an exchange (which also takes its replacement's
+// first position), and with WaitReplicas, whose WAIT rides in the same
+// pipeline (unconfirmed here: the server has no replica).
+func TestAcceptIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rdb := db.NewClient(t)
+	hook := benchkit.NewCountHook()
+	rdb.AddHook(hook)
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	waiting, err := producer.New(rdb, producer.Config{KeyPrefix: db.Prefix, WaitReplicas: 1, WaitTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO0", tasks.Changes{Remark: new("warm")}) // loads the script
+	require.NoError(t, err)
+
+	trips := func(enqueue func()) int64 {
+		before := hook.RoundTrips()
+		enqueue()
+		return hook.RoundTrips() - before
+	}
+	assert.EqualValues(t, 1, trips(func() {
+		_, err := p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")})
+		require.NoError(t, err)
+	}), "a modify")
+	assert.EqualValues(t, 1, trips(func() {
+		_, err := p.EnqueueExchange(t.Context(), "SO1", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithNewOrderNo("SO2"))
+		require.NoError(t, err)
+	}), "an exchange")
+	assert.EqualValues(t, 1, trips(func() {
+		_, err := waiting.EnqueueModify(t.Context(), "SO3", tasks.Changes{Remark: new("r")})
+		require.ErrorIs(t, err, producer.ErrNotReplicated)
+	}), "with WaitReplicas")
 }
