@@ -102,11 +102,11 @@ func (m Message) Head() []byte {
 // does, once asynq_exists(task) said false in the same script (asynq's
 // enqueue script, and the SADD of the queue's name to the set all, which
 // the Client makes once per process and queue, and this every time), with
-// now the time in Unix nanoseconds, as decimal. task, pending and all are the keys
-// [TaskKey](queue, id), [PendingKey](queue) and [AllQueues], which the
-// script must have among its KEYS; the first two are in queue's Cluster
-// slot and the third in another, so such a script runs on one Redis (or a
-// Sentinel's master), not on a Cluster.
+// now the time in Unix nanoseconds, as decimal. task, pending and all are
+// the keys [TaskKey](queue, id), [PendingKey](queue) and [AllQueues],
+// which the script must have among its KEYS; the first two are in queue's
+// Cluster slot and the third in another, so such a script runs on one
+// Redis (or a Sentinel's master), not on a Cluster.
 const EnqueueLua = `
 local function asynq_message(head, payload)
   local n, len = #payload, ''
