@@ -36,7 +36,8 @@
 //
 // The producer uses the payload's event_id, unchanged, as the asynq task ID, so
 // the same event is refused while asynq still holds a task with that ID. A
-// system that enqueues by hand should do the same.
+// system that enqueues by hand must do the same: the workers archive a task
+// whose ID is not its event_id, with that reason.
 //
 // An event_id is 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.' and ':',
 // the first a letter or digit ([ValidEventID]): a UUID, a ULID and

@@ -126,13 +126,13 @@ func decode[P Payload](b []byte, p *P) error {
 	return nil
 }
 
-// errBadSeq is the error of a seq that is not a positive integer.
+// errBadSeq is the error of a seq that is not an integer from 1 to MaxSeq.
 type errBadSeq struct{ lit string }
 
-func (e errBadSeq) Error() string { return "not a positive integer: " + e.lit }
+func (e errBadSeq) Error() string { return "not an integer from 1 to MaxSeq: " + e.lit }
 
 // unmarshalSeq reads a position (the payloads' only int64, seq): a JSON
-// number written as a positive integer; null reads as 0 (none). Anything
+// number written as an integer from 1 to MaxSeq; null reads as 0 (none). Anything
 // else is left to the library, which refuses it for its type.
 func unmarshalSeq(dec *jsontext.Decoder, v *int64) error {
 	if dec.PeekKind() != '0' {
@@ -144,7 +144,7 @@ func unmarshalSeq(dec *jsontext.Decoder, v *int64) error {
 	}
 	lit := tok.String()
 	n, err := strconv.ParseInt(lit, 10, 64)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || n > MaxSeq {
 		return errBadSeq{lit}
 	}
 	*v = n
@@ -168,7 +168,7 @@ func jsonError(root reflect.Type, err error) error {
 		if errors.As(err, &sem) {
 			path = fieldPath(root, sem.JSONPointer)
 		}
-		return fieldErr(path, "must be a positive integer, got %s", quoteNumber(seq.lit))
+		return fieldErr(path, seqRule+", got %s", quoteNumber(seq.lit))
 	case errors.As(err, &sem):
 		path := fieldPath(root, sem.JSONPointer)
 		switch {

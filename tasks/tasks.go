@@ -98,6 +98,10 @@ type ModifyPayload struct {
 	// acceptance), handed out by Redis when the change was accepted; see
 	// the package documentation. 0 (left out) means none: the task is
 	// applied without order. The producer and the intake always set it.
+	// It is at most [MaxSeq]. Only a position that the order's sequence
+	// handed out to this task, applied in its turn, is recorded as the
+	// order's newest: any other seq is checked (refused when it is not
+	// after the newest applied) but never moves the order on.
 	Seq int64 `json:"seq,omitempty"`
 }
 

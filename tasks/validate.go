@@ -128,9 +128,17 @@ func (p ModifyPayload) Validate() error {
 	return validateSeq(p.Seq)
 }
 
+// MaxSeq is the largest seq a task may carry: 2^53-1, the largest integer
+// that Redis's Lua (whose numbers are doubles) holds exactly. The producer
+// hands out positions from Redis TIME in microseconds, far below it.
+const MaxSeq = 1<<53 - 1
+
+// seqRule is what an error says of a bad seq.
+const seqRule = "must be an integer from 1 to 9007199254740991"
+
 func validateSeq(seq int64) error {
-	if seq < 0 {
-		return fieldErr("seq", "must be a positive integer, got %d", seq)
+	if seq < 0 || seq > MaxSeq {
+		return fieldErr("seq", seqRule+", got %d", seq)
 	}
 	return nil
 }

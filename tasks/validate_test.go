@@ -419,3 +419,25 @@ func TestEventIDRuleStatesTheLimit(t *testing.T) {
 	t.Parallel()
 	assert.Contains(t, tasks.EventIDRule, "1 to "+strconv.Itoa(tasks.MaxEventIDLen)+" characters")
 }
+
+// TestSeqBound: a seq is an integer from 1 to MaxSeq (2^53-1, exact in
+// Redis's Lua), whether the payload is built in Go or read from JSON, and
+// the error states the bound.
+func TestSeqBound(t *testing.T) {
+	t.Parallel()
+	for _, seq := range []int64{1, tasks.MaxSeq} {
+		p := validModify()
+		p.Seq = seq
+		require.NoError(t, p.Validate(), "seq %d", seq)
+	}
+	for _, seq := range []int64{-1, tasks.MaxSeq + 1, 1<<63 - 1} {
+		p := validModify()
+		p.Seq = seq
+		err := p.Validate()
+		require.ErrorIs(t, err, asynq.SkipRetry, "seq %d", seq)
+		assert.ErrorContains(t, err, "from 1 to "+strconv.FormatInt(tasks.MaxSeq, 10))
+		x := validExchange()
+		x.Seq = seq
+		require.ErrorIs(t, x.Validate(), asynq.SkipRetry, "exchange seq %d", seq)
+	}
+}

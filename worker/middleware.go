@@ -204,10 +204,11 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 		w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
 		return err
 	}
-	if h.Seq > 0 && r.TaskID != h.EventID {
-		err := fmt.Errorf("task ID %q is not the payload's event_id %q, which a task with a position must use: %w",
+	if r.TaskID != h.EventID {
+		// The contract: the order's view, the gap check and the dashboard
+		// find a change by its event ID as its task ID.
+		return fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
 			clip(r.TaskID), h.EventID, asynq.SkipRetry)
-		return err
 	}
 
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
@@ -375,7 +376,11 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		Worker:    w.cfg.ID,
 		StartedAt: time.Now(),
 		Seq:       h.Seq,
-		NoResult:  true, // the worker reads only the error
+		// Only a position applied in its turn moves the order on: a seq
+		// that the order's sequence never handed out (a task enqueued by
+		// hand, its sequence gone) is checked but not recorded.
+		SeqOutOfTurn: lease.Mode() != lock.ModeTurn,
+		NoResult:     true, // the worker reads only the error
 	})
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.

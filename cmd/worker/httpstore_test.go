@@ -122,6 +122,20 @@ func TestRunWithHTTPStore(t *testing.T) {
 		return err == nil && o.Address == "new address"
 	}, 30*time.Second, 10*time.Millisecond, "the modify never reached the upstream")
 
+	// A raw task's seq that no sequence handed out reaches the upstream
+	// only as a position to check, never to store.
+	poison, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-poison", OrderNo: "SO1", Seq: 9000000000000000, Changes: tasks.Changes{Remark: new("poison")}})
+	require.NoError(t, err)
+	_, err = cli.Enqueue(poison, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-poison"), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		o, err := api.oracle.Get(ctx, "SO1")
+		return err == nil && o.Remark == "poison"
+	}, 30*time.Second, 10*time.Millisecond, "the raw task never reached the upstream")
+	hdr := api.write(t, "ev-poison")
+	assert.Equal(t, "9000000000000000", hdr.Get(httpstore.HeaderSequenceCheck))
+	assert.Empty(t, hdr.Get(httpstore.HeaderSequence))
+
 	x, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "ev-x", OrderNo: "SO1", Items: []tasks.Item{{SKU: "B", Qty: 2}}, Reason: "wrong size"})
 	require.NoError(t, err)
 	_, err = cli.Enqueue(x, asynq.Queue(tasks.QueueExchange), asynq.TaskID("ev-x"), asynq.Retention(time.Hour))
@@ -171,7 +185,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 	// oracle recorded in the order's history.
 	h, err := orders.AllHistory(ctx, api.oracle, "SO1")
 	require.NoError(t, err)
-	require.Len(t, h, 3, "put, modify, exchange")
+	require.Len(t, h, 4, "put, modify, raw modify, exchange")
 	for _, e := range h[1:] {
 		hdr := api.write(t, e.EventID)
 		assert.Equal(t, "Bearer "+tok, hdr.Get("Authorization"), e.EventID)
@@ -181,7 +195,8 @@ func TestRunWithHTTPStore(t *testing.T) {
 		assert.Equal(t, e.Worker, hdr.Get(httpstore.HeaderWorkerID))
 		assert.NotEmpty(t, e.Worker)
 	}
-	assert.Equal(t, []string{"ev-mod", "ev-x"}, []string{h[1].EventID, h[2].EventID})
+	assert.Equal(t, []string{"ev-mod", "ev-poison", "ev-x"}, []string{h[1].EventID, h[2].EventID, h[3].EventID})
+	assert.Zero(t, h[2].Seq, "the upstream kept no position of the raw task")
 	assert.Zero(t, db.Client.Exists(ctx, db.Prefix+"order:{SO1}").Val(), "no order written to the worker's Redis")
 
 	out := logs.String()

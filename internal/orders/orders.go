@@ -269,6 +269,16 @@ type Write struct {
 	// order never moves back in its sequence, even for a change whose
 	// dedupe record has expired or whose position was skipped.
 	Seq int64
+	// SeqOutOfTurn says the change did not run in Seq's turn: its
+	// position had already been passed, or its order's sequence was gone
+	// (lock.ModePassed), so Seq may be one that the order's sequence never
+	// handed out (a task enqueued by hand with any seq). The store still
+	// refuses such a write with ErrPassed when Seq is not after the newest
+	// position applied, but it must not record Seq as the newest, nor in
+	// the history: only a position applied in its turn moves the order on,
+	// so that no task can hold back the order's later changes. Defaults to
+	// false: Seq is recorded.
+	SeqOutOfTurn bool
 	// NoResult says the caller does not read Result.Order: a store may
 	// leave it zero and save reading the order back (the Redis store does).
 	// Defaults to false.

@@ -133,9 +133,17 @@ func writeContext(r *http.Request) (ctx context.Context, eventID string, err err
 	if wr.Fence, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Fence <= 0 {
 		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderFencingToken, v, orders.ErrNoFence)
 	}
-	if v := r.Header.Get(HeaderSequence); v != "" {
-		if wr.Seq, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Seq <= 0 {
-			return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderSequence, v, orders.ErrInvalid)
+	seq, check := r.Header.Get(HeaderSequence), r.Header.Get(HeaderSequenceCheck)
+	name := HeaderSequence
+	switch {
+	case seq != "" && check != "":
+		return nil, "", fmt.Errorf("both %s and %s: %w", HeaderSequence, HeaderSequenceCheck, orders.ErrInvalid)
+	case check != "":
+		seq, name, wr.SeqOutOfTurn = check, HeaderSequenceCheck, true
+	}
+	if seq != "" {
+		if wr.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil || wr.Seq <= 0 {
+			return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", name, seq, orders.ErrInvalid)
 		}
 	}
 	return orders.WithWrite(r.Context(), wr), eventID, nil

@@ -34,6 +34,13 @@ const (
 	// upstream refuses a position not after the newest it has applied to
 	// the order (409 passed), and keeps it in the history.
 	HeaderSequence = "Order-Sequence"
+	// HeaderSequenceCheck carries, instead of HeaderSequence, the position
+	// of a change that ran out of its turn ([orders.Write.SeqOutOfTurn]):
+	// the upstream refuses it as it does HeaderSequence, but never stores
+	// it as the order's newest, nor in the history. An upstream that does
+	// not know this header applies such a change without order, which is
+	// safe: only positions applied in their turn move an order on.
+	HeaderSequenceCheck = "Order-Sequence-Check"
 	// HeaderWorkerID carries [orders.Write.Worker], for the order's history.
 	HeaderWorkerID = "X-Worker-Id"
 	// HeaderStartedAt carries [orders.Write.StartedAt] in RFC 3339 with
@@ -422,7 +429,10 @@ func writeHeader(eventID string, w orders.Write) http.Header {
 	hdr := http.Header{}
 	hdr.Set(HeaderIdempotencyKey, eventID)
 	hdr.Set(HeaderFencingToken, strconv.FormatInt(w.Fence, 10))
-	if w.Seq > 0 {
+	switch {
+	case w.Seq > 0 && w.SeqOutOfTurn:
+		hdr.Set(HeaderSequenceCheck, strconv.FormatInt(w.Seq, 10))
+	case w.Seq > 0:
 		hdr.Set(HeaderSequence, strconv.FormatInt(w.Seq, 10))
 	}
 	setWriter(hdr, w)

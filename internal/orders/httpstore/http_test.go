@@ -250,6 +250,11 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
 		}
 	}
+	outOfTurn := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
+		return func(ctx context.Context, s orders.Store) outcome {
+			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: true, Worker: "w1"}), ev, no, c))
+		}
+	}
 	put := func(o orders.Order) func(context.Context, orders.Store) outcome {
 		return func(ctx context.Context, s orders.Store) outcome { return outcomeOf(orders.Result{}, s.Put(ctx, o)) }
 	}
@@ -284,6 +289,9 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", orders.Changes{Address: ptr("no seq")})},
 		{"exchange at 15, after 20", exchangeAt(baseFence+1, 15, "evt-s15", "SO5", orders.Exchange{Items: items})},
 		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", orders.Changes{Remark: ptr("30")})},
+		{"out of turn at 25, after 30", outOfTurn(baseFence+1, 25, "evt-o25", "SO5", orders.Changes{Remark: ptr("25")})},
+		{"out of turn far ahead", outOfTurn(baseFence+1, 9000000000000000, "evt-o9", "SO5", orders.Changes{Remark: ptr("forged")})},
+		{"modify at 31, after the forged one", modifyAt(baseFence+1, 31, "evt-s31", "SO5", orders.Changes{Remark: ptr("31")})},
 		{"get SO5", get("SO5")},
 		{"history SO5", history("SO5")},
 		{"put invalid", put(orders.Order{No: "SO 4"})},
@@ -702,6 +710,8 @@ func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid}, //nolint:misspell // a misspelt field on purpose
 		{"two values", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{} {}`, 400, CodeInvalid},
 		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", maxRequest) + `"}`, 413, CodeInvalid},
+		{"both sequence headers", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderSequence: "5", HeaderSequenceCheck: "5"}, `{}`, 400, CodeInvalid},
+		{"sequence check not a number", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderSequenceCheck: "-5"}, `{}`, 400, CodeInvalid},
 		{"put naming another order", "PUT", "/orders/SO1", nil, `{"order_no":"SO2"}`, 422, CodeInvalid},
 		{"bad order number", "GET", "/orders/SO%201", nil, ``, 422, CodeInvalid},
 		{"not found", "GET", "/orders/NOPE/history", nil, ``, 404, CodeNotFound},

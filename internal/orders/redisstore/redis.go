@@ -333,7 +333,10 @@ end
 // channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
 // fields, ARGV[13] the current bucket's expiry (Unix ms), ARGV[14] history
 // max, ARGV[15] history max age (µs, "0" for none), ARGV[16] the event ID,
-// ARGV[17...] field, value pairs to set on the order.
+// ARGV[17] "1" to record the position (ARGV[8]) as the order's newest and
+// in the history, "0" to only check it (a change run out of its turn:
+// orders.Write.SeqOutOfTurn), ARGV[18...] field, value pairs to set on the
+// order.
 //
 // The lock's newest fence (KEYS[6]) is read only when the caller no longer
 // holds the lock: a holder's fence is the newest. (The event's record is
@@ -374,12 +377,14 @@ local function apply(held)
   end
   local v = num((tonumber(st[5]) or 0) + 1)
   local t = now()
-  if pos then
-    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, 'seq', ARGV[8], unpack(ARGV, 17))
+  local hseq = ''
+  if pos and ARGV[17] == '1' then
+    hseq = ARGV[8]
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, 'seq', ARGV[8], unpack(ARGV, 18))
   else
-    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 17))
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 18))
   end
-  append(KEYS[2], ARGV[7], ARGV[16], ARGV[2], ARGV[3], ARGV[4], t, v, ARGV[8], ARGV[6], ARGV[14], ARGV[15])
+  append(KEYS[2], ARGV[7], ARGV[16], ARGV[2], ARGV[3], ARGV[4], t, v, hseq, ARGV[6], ARGV[14], ARGV[15])
   ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[13])
   local r = {'ok', ARGV[5]}
   if ARGV[12] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
@@ -864,13 +869,16 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	if w.Seq > 0 {
 		seq = strconv.FormatInt(w.Seq, 10)
 	}
-	want := "0"
+	want, record := "0", "1"
 	if withOrder {
 		want = "1"
 	}
-	args := make([]any, 0, 16+len(fields))
+	if w.SeqOutOfTurn {
+		record = "0"
+	}
+	args := make([]any, 0, 17+len(fields))
 	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
-		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID)
+		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record)
 	args = append(args, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {

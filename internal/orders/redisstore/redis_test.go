@@ -906,6 +906,46 @@ func TestDedupeAcrossSkewedClocks(t *testing.T) {
 	require.True(t, again.Replayed)
 }
 
+// A change run out of its turn (orders.Write.SeqOutOfTurn: a position
+// already passed, or one its order's sequence never handed out) is checked
+// against the newest position applied but never recorded: a forged seq of
+// 9000000000000000 applies as an unordered change and the order's next
+// changes in their turn still apply.
+func TestOutOfTurnPositionCheckedNotRecorded(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := New(db.Client, Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	seed(t, s, "SO1")
+	at := func(fence, seq int64, outOfTurn bool) context.Context {
+		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: outOfTurn, Worker: "w"})
+	}
+	_, err = s.Modify(at(baseFence, 20, false), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	require.NoError(t, err)
+
+	_, err = s.Modify(at(baseFence+1, 10, true), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	require.ErrorIs(t, err, orders.ErrPassed, "out of turn, an older position is still refused")
+	_, err = s.Modify(at(baseFence+1, 9000000000000000, true), "evt-poison", "SO1", orders.Changes{Remark: ptr("poison")})
+	require.NoError(t, err, "a position after the newest applies")
+	_, err = s.Exchange(at(baseFence+1, 9000000000000001, true), "evt-x", "SO9", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO10"})
+	require.ErrorIs(t, err, orders.ErrNotFound)
+
+	seq, err := db.Client.HGet(t.Context(), s.orderKey("SO1"), "seq").Result()
+	require.NoError(t, err)
+	require.Equal(t, "20", seq, "the forged position is not recorded")
+	h, err := s.History(t.Context(), "SO1", orders.HistoryQuery{})
+	require.NoError(t, err)
+	last := h.Entries[len(h.Entries)-1]
+	require.Equal(t, "evt-poison", last.EventID)
+	require.Zero(t, last.Seq, "nor kept in the history")
+
+	_, err = s.Modify(at(baseFence+2, 21, false), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
+	require.NoError(t, err, "the next change in its turn applies")
+	o, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Equal(t, "21", o.Remark)
+}
+
 // An order never moves back in its sequence: a change with an older
 // position than one applied is refused with orders.ErrPassed and writes nothing,
 // also once its own dedupe record is gone; its replay is still a replay.
