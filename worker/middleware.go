@@ -199,16 +199,23 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if h.Seq > 0 {
 		turn = lock.Turn{Pos: h.Seq, Label: tasks.PositionLabel(k.Kind.Type, h.EventID)}
 	}
+	label := tasks.PositionLabel(k.Kind.Type, h.EventID)
 	if q, _ := asynq.GetQueueName(ctx); !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
 		err := w.misplaced(k.Kind, h.OrderNo, q)
-		w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
+		if turn.Pos > 0 {
+			w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
+		} else {
+			w.noteArchived(ctx, h.OrderNo, 0, label, err)
+		}
 		return err
 	}
 	if r.TaskID != h.EventID {
 		// The contract: the order's view, the gap check and the dashboard
 		// find a change by its event ID as its task ID.
-		return fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
+		err := fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
 			clip(r.TaskID), h.EventID, asynq.SkipRetry)
+		w.noteArchived(ctx, h.OrderNo, h.Seq, label, err)
+		return err
 	}
 
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
@@ -226,11 +233,11 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 
 	lease, err := w.acquire(ctx, h.OrderNo, meta, turn, wait, r)
 	if err != nil {
-		var bad error
 		if errors.Is(err, lock.ErrBadPosition) {
-			bad = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+			w.noteArchived(ctx, h.OrderNo, h.Seq, label, err)
 		}
-		return firstErr(bad, err)
+		return err
 	}
 	st := lease.Stats()
 	st.Waited += r.Lock.Waited // waits of earlier rounds (a skipped head)
@@ -247,14 +254,6 @@ func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 	s := w.cfg.Shards
 	return fmt.Errorf("%s task of order %s on queue %q: its queue is %s (shards %s): %w",
 		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry)
-}
-
-// firstErr returns a when it is not nil, else b.
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // acquire takes the order's lock in the task's turn. A task more than two
@@ -362,8 +361,8 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		w.release(ctx, lease, err == nil)
 		w.wake(ctx, h.OrderNo, lease.Wake())
-		if final && err != nil && lease.Mode() == lock.ModeTurn {
-			w.noteArchived(ctx, h.OrderNo, lease.Turn(), err)
+		if final && err != nil {
+			w.noteArchived(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), err)
 		}
 		if final {
 			if c, ok := p.(tasks.Creator); ok {
@@ -456,17 +455,23 @@ func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Hea
 	w.wake(ctx, created, st.Wake)
 }
 
-// noteArchived records in the order's sequence log that the task of turn
-// was archived, and why: the release passed its turn on like any finished
-// work, and the order's status view finds archived tasks through this note.
-// It costs a round trip on this rare path only; a failure loses the note
-// (the task stays archived in asynq) and is logged.
-func (w *Worker) noteArchived(ctx context.Context, orderNo string, turn lock.Turn, err error) {
+// noteArchived records in the order's sequence log that the task of
+// position pos (0 for none) and label (its type and event ID) was archived,
+// and why: a release passed its turn on like any finished work, and the
+// order's status view finds archived tasks through this note, and keeps
+// showing the event ID and the reason after asynq has dropped the task (it
+// keeps at most 10,000 archived tasks per queue, for 90 days). The note
+// lives with the sequence, for at least its retention (7 days by default);
+// an order without a live sequence (one never changed through the
+// producer, or idle) gets none. It costs a round trip on this rare path
+// only; a failure loses the note (the task stays archived in asynq) and is
+// logged.
+func (w *Worker) noteArchived(ctx context.Context, orderNo string, pos int64, label string, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if nerr := w.seq.Note(ctx, orderNo, turn.Pos, turn.Label, clip("archived: "+err.Error())); nerr != nil {
+	if nerr := w.seq.Note(ctx, orderNo, pos, label, clip("archived: "+err.Error())); nerr != nil {
 		w.log.Warn("could not note the archived task in its order's sequence",
-			zap.String("order_no", orderNo), zap.Int64("seq", turn.Pos), zap.Error(nerr))
+			zap.String("order_no", orderNo), zap.Int64("seq", pos), zap.Error(nerr))
 	}
 }
 

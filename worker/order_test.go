@@ -536,14 +536,13 @@ func requireNote(t *testing.T, e *env, no string, pos int64, label, prefix, want
 	st, err := e.sequencer().Status(t.Context(), no)
 	require.NoError(t, err)
 	for _, l := range st.Log {
-		if l.Kind == "note" && l.Pos == pos {
-			require.Equal(t, label, l.Label)
+		if l.Kind == "note" && l.Pos == pos && l.Label == label {
 			require.True(t, strings.HasPrefix(l.Reason, prefix), l.Reason)
 			require.Contains(t, l.Reason, want)
 			return
 		}
 	}
-	t.Fatalf("no note of position %d in %s's log: %+v", pos, no, st.Log)
+	t.Fatalf("no note of position %d (%s) in %s's log: %+v", pos, label, no, st.Log)
 }
 
 // A handler that panics releases its order's lock on the way out.

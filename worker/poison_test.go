@@ -79,6 +79,7 @@ func TestRawSeqNeverPoisonsAnOrder(t *testing.T) {
 		require.ErrorIs(t, d.Err, lock.ErrBadPosition)
 		require.ErrorContains(t, d.Err, "was never handed out")
 		e.waitState(tasks.QueueModify, id, asynq.TaskStateArchived)
+		requireNote(t, e, "SO23", seq, tasks.PositionLabel(tasks.TypeModify, id), "archived: ", "was never handed out")
 		applies("SO23", "after-"+id)
 	}
 	// A position of SO23 that it already passed, on SO23 again: checked
@@ -87,11 +88,51 @@ func TestRawSeqNeverPoisonsAnOrder(t *testing.T) {
 	d = r.final(t, "raw-passed")
 	require.Equal(t, worker.OutcomeRejected, d.Outcome, "%v", d.Err)
 	require.Equal(t, lock.ModePassed, d.Mode)
+	requireNote(t, e, "SO23", last23, tasks.PositionLabel(tasks.TypeModify, "raw-passed"), "archived: ", "is not after position")
 	before := newest("SO23")
 	applies("SO23", "after-passed")
 	require.NotEqual(t, before, newest("SO23"))
 	requireInSequence(t, e.history("SO22"))
 	requireInSequence(t, e.history("SO23"))
+}
+
+// Every archived change of an order with a live sequence is noted in the
+// order's sequence log, with its event ID and reason, so the order's status
+// still shows it once asynq has dropped the task (asynq keeps at most
+// 10,000 archived tasks per queue): one without a position, and one whose
+// ID is not its event ID, too.
+func TestArchivedChangeStaysFindable(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO26")
+	e.seed("SO27")
+	r := newRuns()
+	e.startWorker(worker.Config{OnDone: r.add}, nil)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueModify(t.Context(), "SO26", tasks.Changes{Remark: new("live")}, producer.WithEventID("live-26"))
+	require.NoError(t, err)
+	r.final(t, "live-26")
+
+	// Without a position: an exchange to a taken number (SO27).
+	x, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "free-x", OrderNo: "SO26", NewOrderNo: "SO27", Items: []tasks.Item{{SKU: "B", Qty: 1}}})
+	require.NoError(t, err)
+	e.enqueue(x, tasks.QueueExchange, "free-x")
+	d := r.final(t, "free-x")
+	require.Equal(t, worker.OutcomeRejected, d.Outcome, "%v", d.Err)
+	requireNote(t, e, "SO26", 0, tasks.PositionLabel(tasks.TypeExchange, "free-x"), "archived: ", "SO27")
+
+	// A task ID that is not the event ID.
+	m, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-26", OrderNo: "SO26", Changes: tasks.Changes{Remark: new("x")}})
+	require.NoError(t, err)
+	e.enqueue(m, tasks.QueueModify, "not-ev-26")
+	r.final(t, "not-ev-26")
+	requireNote(t, e, "SO26", 0, tasks.PositionLabel(tasks.TypeModify, "ev-26"), "archived: ", "is not the payload's event_id")
+
+	// asynq drops the archived tasks: the notes stay.
+	e.waitState(tasks.QueueExchange, "free-x", asynq.TaskStateArchived)
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueExchange, "free-x"))
+	e.waitState(tasks.QueueModify, "not-ev-26", asynq.TaskStateArchived)
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueModify, "not-ev-26"))
+	requireNote(t, e, "SO26", 0, tasks.PositionLabel(tasks.TypeExchange, "free-x"), "archived: ", "SO27")
 }
 
 // A task whose ID is not its payload's event_id is archived with that

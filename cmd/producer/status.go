@@ -123,7 +123,11 @@ func (p *printer) sequence(st orderview.Status) {
 		p.line("Log (latest settlements, oldest first):")
 		rows := [][]string{{"SEQ", "AT", "KIND", "LABEL", "REASON"}}
 		for _, e := range sq.Log {
-			rows = append(rows, []string{strconv.FormatInt(e.Seq, 10), e.At.Format(time.RFC3339), e.Kind, clean(e.Label), clean(e.Reason)})
+			seq := "-" // a task without a position, archived
+			if e.Seq > 0 {
+				seq = strconv.FormatInt(e.Seq, 10)
+			}
+			rows = append(rows, []string{seq, e.At.Format(time.RFC3339), e.Kind, clean(e.Label), clean(e.Reason)})
 		}
 		p.table(rows)
 	}

@@ -451,12 +451,16 @@ return {1, wake}
 // position noted after its turn (see [Sequencer.Note]). It moves nothing.
 //
 // KEYS[1] sequence
-// ARGV[1] position, ARGV[2] the position's label, ARGV[3] the outcome
+// ARGV[1] position (0 for none), ARGV[2] the position's label, ARGV[3] the
+// outcome, ARGV[4] sequence retention in ms: the sequence lives at least
+// that long after the note
 //
 // Returns 1 when it logged the note, 0 when the sequence does not exist
 // (it expired): nothing is written then.
 var noteScript = redis.NewScript(commonLua + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then return 0 end
 seq_log(KEYS[1], tonumber(ARGV[1]), 'note', ARGV[2], ARGV[3])
+if ttl >= 0 and ttl < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 return 1
 `)

@@ -275,19 +275,21 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 // Note records, in the log of key's sequence (see [Status].Log), an
 // outcome that the holder of position pos, reserved under label, wants kept
 // after its turn: for orderworker, that its task was archived, which the
-// turn's release passes on like any finished work. It moves nothing and
-// costs one round trip, so it is meant for rare outcomes, not for every
-// turn. It does nothing, and returns nil, when the sequence no longer
-// exists. It returns an error for a bad key or label and Redis errors,
-// wrapped.
+// turn's release passes on like any finished work. pos 0 notes the outcome
+// of work without a position (a task enqueued without one). It moves
+// nothing, keeps the sequence (and so the note) for at least the
+// retention, and costs one round trip, so it is meant for rare outcomes,
+// not for every turn. It does nothing, and returns nil, when the sequence
+// does not exist: a note never creates one. It returns an error for a bad
+// key, label or position and Redis errors, wrapped.
 func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
 	if err := checkLabel(key, label, ""); err != nil {
 		return err
 	}
-	if pos <= 0 {
+	if pos < 0 {
 		return fmt.Errorf("%w: position %d", ErrBadPosition, pos)
 	}
-	if err := noteScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, outcome).Err(); err != nil {
+	if err := noteScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, outcome, q.retention.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("note %s position %d: %w", key, pos, err)
 	}
 	return nil

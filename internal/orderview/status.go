@@ -178,13 +178,16 @@ const (
 	LogSkip = "skip"
 	// LogFinish is a position finished ahead of its turn.
 	LogFinish = "finish"
-	// LogNote is an outcome a task noted after its turn: it was archived.
+	// LogNote says a task of the order was archived, and why: after its
+	// turn, or without one (its Seq is then 0 or a position that was not
+	// its own). It outlives asynq's copy of the task.
 	LogNote = "note"
 )
 
 // LogEntry is an entry of an order's sequence log.
 type LogEntry struct {
-	// Seq is the position, At when it was logged (Redis clock).
+	// Seq is the position (0 for a task without one), At when it was
+	// logged (Redis clock).
 	Seq int64     `json:"seq"`
 	At  time.Time `json:"at"`
 	// Kind is LogVoid, LogSkip, LogFinish or LogNote.
