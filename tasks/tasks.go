@@ -168,7 +168,7 @@ const (
 )
 
 // PositionLabel returns the label of the position of a task of type typ
-// (TypeModify or TypeExchange) with event eventID in its order's sequence:
+// (a kind of [Kinds]) with event eventID in its order's sequence:
 // "<type> <event_id>", for example "order:modify crm-7f3a9c".
 func PositionLabel(typ, eventID string) string { return typ + " " + eventID }
 
@@ -181,26 +181,37 @@ func CreationLabel(eventID, orderNo string) string {
 }
 
 // ParseLabel reads a label of [PositionLabel] or [CreationLabel]. typ is
-// TypeModify or TypeExchange for a task's own position and TypeExchange for
-// a creation (then from is the exchanged order); ok is false for anything
-// else.
+// the type of a kind of [Kinds] for a task's own position, and the type of
+// the kind whose payloads create orders ([Creator]: the exchange) for a
+// creation (then from is the order it was created from); ok is false for
+// anything else. It reads the kinds table, so a kind added there is read
+// here with no other change.
 func ParseLabel(label string) (typ, eventID, from string, ok bool) {
 	kind, rest, _ := strings.Cut(label, " ")
-	switch kind {
-	case TypeModify, TypeExchange:
-		if !ValidEventID(rest) {
-			return "", "", "", false
-		}
-		return kind, rest, "", true
-	case labelCreate:
+	if kind == labelCreate {
 		ev, from, _ := strings.Cut(rest, " ")
-		if !ValidEventID(ev) || !ValidOrderNo(from) {
+		if creator == nil || !ValidEventID(ev) || !ValidOrderNo(from) {
 			return "", "", "", false
 		}
-		return TypeExchange, ev, from, true
+		return creator.Type, ev, from, true
 	}
-	return "", "", "", false
+	if KindOf(kind) == nil || !ValidEventID(rest) {
+		return "", "", "", false
+	}
+	return kind, rest, "", true
 }
+
+// creator is the kind whose payloads create orders (implement [Creator]),
+// whose task a creation label names. A creation label does not carry its
+// type, so the table may hold one such kind (a test checks it).
+var creator = func() *Kind {
+	for _, k := range kinds {
+		if _, ok := k.zero.(Creator); ok {
+			return k
+		}
+	}
+	return nil
+}()
 
 // NewModifyTask is [NewTask] for a modify.
 func NewModifyTask(p ModifyPayload, opts ...asynq.Option) (*asynq.Task, error) {
