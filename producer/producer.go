@@ -581,6 +581,10 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // queue, ARGV[8] the task ID, ARGV[9] now in ns, ARGV[10] the replacement
 // position's label ("" for none), ARGV[11] its reference
 //
+// The script appends the position to the payload's JSON as its last field,
+// which is how the payloads encode it (TestSeqSpliceMatchesTheEncoding
+// pins that for every kind).
+//
 // It adds the queue to asynq's set of queues every time, where asynq's
 // Client does it once per process: a queue missing from that set (lost in
 // a failover, say) makes asynq's Inspector answer ErrQueueNotFound for

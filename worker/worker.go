@@ -68,9 +68,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -355,7 +355,7 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 		}
 		for q := range w.queues {
 			rctx, cancel := context.WithTimeout(ctx, w.cfg.RecoverEvery)
-			ids, err := requeue.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
+			ids, err := asynqwire.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
 			cancel()
 			switch {
 			case err != nil && ctx.Err() == nil:

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -203,7 +204,7 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	for _, addr := range cl.Masters() {
 		m := clusterMaster{Addr: addr}
 		for _, q := range queues {
-			if cl.MasterOf("asynq:{"+q+"}") == addr {
+			if cl.MasterOf(asynqwire.QueueKey(q)) == addr {
 				m.Queues = append(m.Queues, q)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -293,16 +294,20 @@ const legend = `
 `
 
 // scriptNames names the round trips the worker path makes, by CallName.
+// asynq's scripts are named by the shapes of their first two keys
+// (benchkit.KeyShape), which package asynqwire spells.
 var scriptNames = map[string]string{
-	"evalsha asynq:{}:pending asynq:{}:paused": "asynq dequeue (one per queue tried)",
-	"evalsha asynq:{}:active asynq:{}:lease":   "asynq done",
-	"evalsha asynq:{}:t:* asynq:{}:active":     "asynq retry (back to the queue to wait)",
-	"evalsha asynq:{}:t:* asynq:{}:pending":    "requeue front (wake a parked task)",
-	"evalsha asynq:{}:retry asynq:{}:pending":  "asynq forward (retry set to queue)",
-	"evalsha ow:lock:{} ow:lock:{}:fence":      "lock acquire",
-	"evalsha ow:lock:{} ow:lock:{}:seq":        "lock release",
-	"evalsha ow:order:{} ow:order:{}:history":  "store commit (with the release)",
+	evalsha(asynqwire.PendingKey(""), asynqwire.QueueKey("")+"paused"): "asynq dequeue (one per queue tried)",
+	evalsha(asynqwire.ActiveKey(""), asynqwire.LeaseKey("")):           "asynq done",
+	evalsha(asynqwire.QueueKey("")+"t:*", asynqwire.ActiveKey("")):     "asynq retry (back to the queue to wait)",
+	evalsha(asynqwire.QueueKey("")+"t:*", asynqwire.PendingKey("")):    "requeue front (wake a parked task)",
+	evalsha(asynqwire.RetryKey(""), asynqwire.PendingKey("")):          "asynq forward (retry set to queue)",
+	"evalsha ow:lock:{} ow:lock:{}:fence":                              "lock acquire",
+	"evalsha ow:lock:{} ow:lock:{}:seq":                                "lock release",
+	"evalsha ow:order:{} ow:order:{}:history":                          "store commit (with the release)",
 }
+
+func evalsha(key1, key2 string) string { return "evalsha " + key1 + " " + key2 }
 
 func callLabel(name string) string {
 	if s, ok := scriptNames[name]; ok {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/redisproc"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -187,7 +188,7 @@ func placement(cl *redisproc.Cluster, nos []string, shards tasks.Shards) (orders
 		orders[cl.ShardOf(prefix+"order:{"+no+"}")]++
 	}
 	for _, q := range shards.AllQueues() {
-		queues[cl.ShardOf("asynq:{"+q+"}")]++
+		queues[cl.ShardOf(asynqwire.QueueKey(q))]++
 	}
 	return orders, queues
 }

@@ -1,14 +1,42 @@
-// Package asynqwire writes asynq tasks into Redis the way asynq's own Client
-// does, for a script that must enqueue a task in the same atomic step as
-// other writes: the producer takes a change's position and enqueues its
-// task in one script, one round trip (see package producer).
+// Package asynqwire is the one home of asynq's private Redis layout: every
+// key name, script and raw write of asynq's data that orderworker makes
+// lives here, and no other package spells an asynq key (a test checks the
+// module's string literals). Everything else goes through asynq's public
+// Client, Inspector and Server, or through this package.
 //
-// It knows asynq's Redis layout ("asynq:{<queue>}:t:<id>", ":pending", the
-// set "asynq:queues") and its task message (the protobuf TaskMessage of
-// asynq's internal/proto). That layout is asynq's, not a public API: it is
-// checked against asynq v0.25.1, the version go.mod pins, by this package's
-// test, which reads what it wrote with asynq's Inspector and runs it on a
-// real asynq server.
+// It writes asynq tasks into Redis the way asynq's own Client does, for a
+// script that must enqueue a task in the same atomic step as other writes
+// (the producer takes a change's position and enqueues its task in one
+// script, one round trip: [EnqueueLua]); it brings a parked task to the
+// front of its queue ([Front]) and a dead worker's tasks back ([Recover]),
+// as asynq's forwarder and recoverer do.
+//
+// # What orderworker relies on
+//
+// All of it is asynq v0.25.1's, the version go.mod pins, and none of it is
+// a public API:
+//
+//   - the key names: the set "asynq:queues" of every queue's name (the
+//     Inspector and asynqmon list queues from it, and the Inspector says
+//     "queue not found" for every task of a queue missing from it), and per
+//     queue, under the hash tag "{<queue>}" (one Cluster slot per queue),
+//     the task hash "t:<id>", the lists "pending" and "active", the sorted
+//     sets "retry", "lease", "completed" and "archived" (trimmed by asynq to
+//     10,000 tasks and 90 days), and "paused";
+//   - the task hash's fields "msg" (the protobuf TaskMessage of asynq's
+//     internal/proto: type 1, payload 2, id 3, queue 4, retry 5, timeout 8,
+//     retention 12), "state" ("pending", "active", "retry", ...),
+//     "pending_since" (Unix ns) and "group";
+//   - how asynq's scripts move a task: dequeue RPOPLPUSHes pending to active
+//     (so RPUSH puts a task first in line), the forwarder moves due retry
+//     entries to pending, the processor never writes for a task whose lease
+//     it found expired, and the Client refuses a task ID whose hash exists.
+//
+// An asynq upgrade must check all of the above again. This package's tests
+// do most of it against the pinned asynq: they read what [EnqueueLua] wrote
+// with asynq's Inspector and run it on a real asynq Server, run a task that
+// [Front] moved next on a real Server, and bring back a dead worker's task
+// with [Recover]. Read asynq's internal/rdb and internal/base for the rest.
 package asynqwire
 
 import (
@@ -128,3 +156,21 @@ local function asynq_enqueue(task, pending, all, queue, id, msg, now)
   redis.call('SADD', all, queue)
 end
 `
+
+// RetryKey returns the Redis key of queue's retry set (a sorted set of task
+// IDs by the Unix time of their next run).
+func RetryKey(queue string) string { return QueueKey(queue) + "retry" }
+
+// ActiveKey returns the Redis key of queue's active list.
+func ActiveKey(queue string) string { return QueueKey(queue) + "active" }
+
+// LeaseKey returns the Redis key of queue's lease set (active task IDs by
+// the Unix time their worker's lease ends).
+func LeaseKey(queue string) string { return QueueKey(queue) + "lease" }
+
+// CompletedKey returns the Redis key of queue's completed set.
+func CompletedKey(queue string) string { return QueueKey(queue) + "completed" }
+
+// ArchivedKey returns the Redis key of queue's archive (a sorted set, which
+// asynq trims to its newest 10,000 tasks and to 90 days).
+func ArchivedKey(queue string) string { return QueueKey(queue) + "archived" }

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/redis/go-redis/v9"
 )
@@ -243,14 +244,14 @@ func Queues(s tasks.Shards) []string { return s.AllQueues() }
 
 // Finished returns how many tasks of queues are completed or archived, with
 // two ZCARDs per queue in one pipeline (on a Cluster, one per master). It
-// reads asynq's keys (asynq:{queue}:completed and :archived) because the
+// reads asynq's keys (asynqwire.CompletedKey and ArchivedKey) because the
 // Inspector's queue summary samples memory usage and is too heavy to poll
 // during a measurement.
 func Finished(ctx context.Context, rdb redis.UniversalClient, queues []string) (completed, archived int64, err error) {
 	var cmds []*redis.IntCmd
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range queues {
-			cmds = append(cmds, p.ZCard(ctx, "asynq:{"+q+"}:completed"), p.ZCard(ctx, "asynq:{"+q+"}:archived"))
+			cmds = append(cmds, p.ZCard(ctx, asynqwire.CompletedKey(q)), p.ZCard(ctx, asynqwire.ArchivedKey(q)))
 		}
 		return nil
 	})

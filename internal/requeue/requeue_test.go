@@ -1,129 +1,17 @@
 package requeue_test
 
 import (
-	"context"
-	"errors"
 	"testing"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
-
-var errPark = errors.New("park")
-
-// A task parked in the retry set for an hour is brought to the front of
-// its queue and is the next one a real asynq server runs, ahead of tasks
-// that were pending before it.
-func TestFrontRunsTheTaskNext(t *testing.T) {
-	db := redistest.New(t)
-	cli := asynq.NewClientFromRedisClient(db.Client)
-	insp := asynq.NewInspectorFromRedisClient(db.Client)
-	const q = "front_test"
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
-
-	// Park "parked" in the retry set, as the worker does, with one short
-	// run of a server that fails it once.
-	_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("parked"), asynq.MaxRetry(5), asynq.Retention(time.Hour))
-	require.NoError(t, err)
-	srv := asynq.NewServerFromRedisClient(db.Client, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 1,
-		IsFailure:      func(error) bool { return false },
-		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour },
-		LogLevel:       asynq.FatalLevel})
-	parked := make(chan struct{})
-	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		close(parked)
-		return errPark
-	})))
-	<-parked
-	require.Eventually(t, func() bool {
-		info, err := insp.GetTaskInfo(q, "parked")
-		return err == nil && info.State == asynq.TaskStateRetry
-	}, 10*time.Second, 10*time.Millisecond)
-	srv.Shutdown()
-
-	for _, id := range []string{"a", "b", "c"} {
-		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id))
-		require.NoError(t, err)
-	}
-	moved, _, err := requeue.Front(t.Context(), db.Client, q, "parked")
-	require.NoError(t, err)
-	require.True(t, moved)
-	info, err := insp.GetTaskInfo(q, "parked")
-	require.NoError(t, err)
-	require.Equal(t, asynq.TaskStatePending, info.State)
-	require.Zero(t, info.Retried, "a park is not a failure")
-
-	order := make(chan string, 4)
-	srv = asynq.NewServerFromRedisClient(db.Client, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 1, LogLevel: asynq.FatalLevel})
-	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		order <- id
-		return nil
-	})))
-	t.Cleanup(srv.Shutdown)
-	require.Equal(t, "parked", <-order, "the task brought to the front runs first")
-
-	require.Eventually(t, func() bool {
-		info, err := insp.GetTaskInfo(q, "parked")
-		return err == nil && info.State == asynq.TaskStateCompleted
-	}, 10*time.Second, 10*time.Millisecond)
-	moved, state, err := requeue.Front(t.Context(), db.Client, q, "parked")
-	require.NoError(t, err)
-	require.False(t, moved, "a task that is no longer waiting is left alone")
-	require.Equal(t, "completed", state)
-	moved, state, err = requeue.Front(t.Context(), db.Client, q, "nothing")
-	require.NoError(t, err)
-	require.False(t, moved)
-	require.Empty(t, state)
-}
-
-// The task of a worker that died (its asynq lease expired) is brought back
-// to the front of its queue once the lease has been expired for the margin,
-// and not before; its failure count is untouched.
-func TestRecoverBringsBackADeadWorkersTask(t *testing.T) {
-	db := redistest.New(t)
-	cli := asynq.NewClientFromRedisClient(db.Client)
-	insp := asynq.NewInspectorFromRedisClient(db.Client)
-	const q = "recover_test"
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
-	for _, id := range []string{"dead", "alive", "other"} {
-		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id), asynq.MaxRetry(3))
-		require.NoError(t, err)
-	}
-	// As asynq's dequeue leaves them: active, with a lease (unix seconds).
-	ctx := t.Context()
-	now := time.Now().Unix()
-	for id, lease := range map[string]int64{"dead": now - 20, "alive": now + 25} {
-		require.NoError(t, db.Client.LRem(ctx, "asynq:{"+q+"}:pending", 1, id).Err())
-		require.NoError(t, db.Client.LPush(ctx, "asynq:{"+q+"}:active", id).Err())
-		require.NoError(t, db.Client.ZAdd(ctx, "asynq:{"+q+"}:lease", redis.Z{Score: float64(lease), Member: id}).Err())
-		require.NoError(t, db.Client.HSet(ctx, "asynq:{"+q+"}:t:"+id, "state", "active").Err())
-	}
-	ids, err := requeue.Recover(ctx, db.Client, q, 30*time.Second)
-	require.NoError(t, err)
-	require.Empty(t, ids, "expired 20 s ago: within the margin")
-	ids, err = requeue.Recover(ctx, db.Client, q, 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, []string{"dead"}, ids)
-	info, err := insp.GetTaskInfo(q, "dead")
-	require.NoError(t, err)
-	require.Equal(t, asynq.TaskStatePending, info.State)
-	require.Zero(t, info.Retried)
-	first, err := db.Client.LIndex(ctx, "asynq:{"+q+"}:pending", -1).Result()
-	require.NoError(t, err)
-	require.Equal(t, "dead", first, "at the front: asynq dequeues from the right")
-	info, err = insp.GetTaskInfo(q, "alive")
-	require.NoError(t, err)
-	require.Equal(t, asynq.TaskStateActive, info.State)
-}
 
 // Labels looks a parked task up in each of its placements: while a shard
 // count drains, a task of order SO1001 may wait in the queue it was placed

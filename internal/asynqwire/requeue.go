@@ -1,0 +1,98 @@
+package asynqwire
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The worker parks a task whose turn has not come in asynq's retry set
+// with a long delay; when the turn comes, [Front] brings it to the front
+// of its queue. [Recover] brings back the tasks of a worker that died,
+// sooner than asynq's own recoverer. Both write asynq's keys as asynq's
+// forwarder and recoverer do.
+
+// frontScript moves a task from the retry set, or from anywhere in the
+// pending list, to the front of the pending list (asynq dequeues from the
+// right: RPUSH puts it first in line).
+//
+// KEYS[1] asynq:{q}:t:<id>, KEYS[2] asynq:{q}:pending, KEYS[3] asynq:{q}:retry
+// ARGV[1] task ID, ARGV[2] now in ns
+//
+// Returns "moved", or the task's state ("active", "scheduled", ...; ""
+// when there is no such task) when it was left alone.
+var frontScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'state')
+local g = redis.call('HGET', KEYS[1], 'group')
+if g and g ~= '' then return 'grouped' end
+if st == 'retry' then
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return st end
+elseif st == 'pending' then
+  if redis.call('LREM', KEYS[2], 1, ARGV[1]) == 0 then return st end
+else
+  return st or ''
+end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'pending_since', ARGV[2])
+return 'moved'
+`)
+
+// Front moves task id of queue from asynq's retry set (or from further back
+// in its pending list) to the front of the queue, so that a worker takes it
+// next. A task in any other state (active, scheduled on purpose, archived,
+// completed, gone) is left alone: Front then returns false and that state
+// ("" for no such task). It costs one round trip and is safe for concurrent
+// use.
+func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
+	res, err := frontScript.Run(ctx, rdb, []string{TaskKey(queue, id), PendingKey(queue), RetryKey(queue)},
+		id, strconv.FormatInt(time.Now().UnixNano(), 10)).Text()
+	if err != nil {
+		return false, "", fmt.Errorf("asynqwire: front %s in %s: %w", id, queue, err)
+	}
+	return res == "moved", res, nil
+}
+
+// recoverScript moves the tasks whose asynq lease expired more than a margin
+// ago from the active list to the front of the pending list, without
+// counting a failure: their worker died or lost Redis for longer than its
+// lease (asynq's processor never writes for a task whose lease it found
+// expired, so no late write of the old run can undo this).
+//
+// KEYS[1] asynq:{q}:lease, KEYS[2] asynq:{q}:active, KEYS[3] asynq:{q}:pending
+// ARGV[1] margin in seconds, ARGV[2] task key prefix, ARGV[3] now in ns,
+// ARGV[4] at most this many tasks
+//
+// Returns the IDs moved. The cutoff is Redis TIME minus the margin: the
+// lease times are the workers' clocks, and the margin covers their skew.
+var recoverScript = redis.NewScript(`
+local cutoff = tonumber(redis.call('TIME')[1]) - tonumber(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[4]))
+local moved = {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  if redis.call('LREM', KEYS[2], 1, id) == 1 then
+    redis.call('RPUSH', KEYS[3], id)
+    redis.call('HSET', ARGV[2] .. id, 'state', 'pending', 'pending_since', ARGV[3])
+    moved[#moved + 1] = id
+  end
+end
+return moved
+`)
+
+// Recover brings the tasks of queue whose asynq lease expired more than
+// margin ago back to the front of the queue, at most 100 per call, and
+// returns their IDs. asynq's own recoverer does the same for a lease
+// expired 30 s ago, once a minute per server, and counts it as a failure
+// (the worker's IsFailure does not). It costs one round trip and is safe
+// for concurrent use, by any number of processes.
+func Recover(ctx context.Context, rdb redis.Scripter, queue string, margin time.Duration) ([]string, error) {
+	ids, err := recoverScript.Run(ctx, rdb, []string{LeaseKey(queue), ActiveKey(queue), PendingKey(queue)},
+		int64(margin/time.Second), QueueKey(queue)+"t:", strconv.FormatInt(time.Now().UnixNano(), 10), 100).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("asynqwire: recover %s: %w", queue, err)
+	}
+	return ids, nil
+}
