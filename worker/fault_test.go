@@ -87,7 +87,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
 	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
-	_, err = e.store.Modify(redisstore.WithLock(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	_, err = e.store.Modify(orders.WithLock(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)

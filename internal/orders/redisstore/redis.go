@@ -7,7 +7,7 @@
 // save a round trip per task: given the writer's lock hold ([WithLock]), it
 // refuses a fence older than the lock's newest and releases the lock, and
 // passes the order's turn on, in the script that commits a modify. That is
-// the only tie between this store and the lock, and the [LockHold]
+// the only tie between this store and the lock, and the [orders.LockHold]
 // interface names it.
 package redisstore
 
@@ -147,40 +147,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: negative history max age %v", s.histAge)
 	}
 	return s, nil
-}
-
-// LockHold is the writer's hold of the order's lock (internal/lock), as the
-// store uses it when the lock lives on the same Redis: it is the store's
-// only tie to the lock. Given one (see [WithLock]), every write also refuses
-// a fence older than the newest the lock has handed out (FenceKey), so a
-// holder whose lease has passed to someone else cannot write even before
-// the new holder's first write; and the script that commits a modify also
-// releases the lock and passes the order's turn on (Handoff, with
-// lock.CommitLua's lock_commit), which saves the release's round trip per
-// task. An exchange, which writes again after closing the order, leaves the
-// release to the caller. *lock.Lease implements it.
-type LockHold interface {
-	// FenceKey returns the key of the lock's newest handed-out fence. It
-	// must carry the order's hash tag ("{<order_no>}"), so that one script
-	// touches one Cluster slot; "" means none.
-	FenceKey() string
-	// Handoff returns what the commit script needs to release the lock
-	// and pass its turn on, or nil to leave the release to the caller. The
-	// store calls its Committing before the script and its Released when
-	// the script released the lock.
-	Handoff() *lock.Handoff
-}
-
-var _ LockHold = (*lock.Lease)(nil)
-
-type lockKey struct{}
-
-// WithLock returns a copy of ctx that offers the writer's lock hold to the
-// store (see [LockHold]). Other stores ignore it, so a caller may offer it
-// whatever the store. The write's fence still comes from the
-// [orders.Write] in ctx.
-func WithLock(ctx context.Context, hold LockHold) context.Context {
-	return context.WithValue(ctx, lockKey{}, hold)
 }
 
 // orderKey is the hash that holds order no.
@@ -834,7 +800,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	tag := "{" + orderNo + "}"
 	var lockFenceKey string
 	var h *lock.Handoff
-	if hold, ok := ctx.Value(lockKey{}).(LockHold); ok {
+	if hold, ok := orders.LockHoldFrom(ctx); ok {
 		lockFenceKey = hold.FenceKey()
 		// Only a modify ends its work with this write; an exchange still
 		// creates the replacement after it.

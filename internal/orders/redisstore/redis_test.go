@@ -745,7 +745,7 @@ func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	r := "late"
 
 	withFenceKey := func(fence int64, key string) context.Context {
-		return WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
+		return orders.WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
 	}
 	old := withFenceKey(100, fenceKey)
 	_, err = s.Modify(old, "ev-old", "SO1", orders.Changes{Remark: &r})
@@ -774,7 +774,7 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
+		return orders.WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 

@@ -41,7 +41,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return redisstore.WithLock(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
+		return orders.WithLock(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
 
