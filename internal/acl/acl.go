@@ -129,7 +129,11 @@ func Rules(p Process, o Options) ([]string, error) {
 		// name, written by the commands asynq's Client (or the producer's
 		// script doing as it does) uses and no other: it can neither delete
 		// nor empty a queue. It reads tasks, locks and sequences for the
-		// task and status reads.
+		// task and status reads. Not granted: moving a task within its
+		// queue (requeue.Front), which a producer that gives up the head
+		// position of an order tries for the task parked behind it; that
+		// task then comes back after its park delay (at most the workers'
+		// GAP_WAIT) instead of at once.
 		r.rw(k.events, k.seqs, k.waits).ro(k.asynq, k.locks)
 		r.only(k.taskKeys, "hset").only(k.pending, "lpush").only(k.scheduled, "zadd").only(k.allQueues, "sadd")
 		r.orders(o.OrderAPI, k, false)
