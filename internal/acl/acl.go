@@ -3,7 +3,7 @@
 // the keys and channels the packages use. `producer acl <process>` prints
 // them; the tests of each process run as a user with exactly these rules.
 //
-// The keys, for the default KEY_PREFIX of "ow:" (their owners in brackets):
+// The keys, for the default KEY_PREFIX of "ow:" (their owners in parentheses):
 //
 //	ow:order:{<no>}…          an order, its history, events and claims (redisstore)
 //	ow:lock:{<no>}            an order's lock (lock)
