@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/producer"
@@ -66,15 +67,16 @@ func TestWaitReplicasWithoutAReplica(t *testing.T) {
 }
 
 // On a Sentinel group (one replica) a confirmed change is on the replica
-// when the enqueue returns, for a Redis user with the README's rule for the
-// intake (no @dangerous command, no channel).
+// when the enqueue returns, for a Redis user with the intake's rules
+// (package acl: no @dangerous command, no channel).
 func TestWaitReplicasOnSentinel(t *testing.T) {
 	t.Parallel()
 	db := redistest.NewSentinel(t)
 	ctx := t.Context()
 	const user, pass = "ow-intake-wait", "intake-wait-secret-0123"
-	require.NoError(t, db.Group.SetUser(ctx, user, "reset", "on", ">"+pass,
-		"~"+db.Prefix+"*", "~asynq:*", "resetchannels", "+@all", "-@dangerous"))
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, db.Group.SetUser(ctx, user, append([]string{"reset", "on", ">" + pass}, rules...)...))
 	o := *db.Options
 	o.SentinelAddrs = slices.Clone(o.SentinelAddrs)
 	o.Username, o.Password = user, pass

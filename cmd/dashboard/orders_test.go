@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -156,14 +157,17 @@ func TestOrderPageRedisDown(t *testing.T) {
 }
 
 // With ORDER_STORE=http the order page reads the order from the order API,
-// where the worker writes it, not from Redis.
+// where the worker writes it, not from Redis. The dashboard runs as a user
+// with its rules for the order API: the shared token, no order key.
 func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
 	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
 	require.NoError(t, oracle.Put(t.Context(), orders.Order{No: "SO7", Address: "7 Upstream Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
-	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "ORDER_STORE", "http",
+	rules, err := acl.Rules(acl.Dashboard, acl.Options{KeyPrefix: db.Prefix, OrderAPI: true})
+	require.NoError(t, err)
+	d := startDashboard(t, testEnv(db.AsUser(t, rules...), "KEY_PREFIX", db.Prefix, "ORDER_STORE", "http",
 		"ORDER_API_URL", up.APIURL(), "TOKEN_URL", up.TokenURL(),
 		"TOKEN_CLIENT_ID", upstreamtest.ClientID, "TOKEN_CLIENT_SECRET", upstreamtest.ClientSecret))
 
@@ -172,6 +176,7 @@ func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	assert.Contains(t, r.body, "7 Upstream Rd")
 	assert.NotEmpty(t, up.Requests(), "the dashboard asked the order API")
 	assert.NotContains(t, d.logs.String(), upstreamtest.ClientSecret)
+	requireNoRefusal(t, d.logs.String())
 }
 
 // With QUEUE_SHARDS, asynqmon lists the shard queues by itself, the

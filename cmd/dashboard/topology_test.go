@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -24,16 +25,19 @@ import (
 // asynqmon's queue list and Redis info page, the queue metrics, and the
 // order page.
 
-// The dashboard runs as an ACL user with the README's rule: asynq's keys
-// and channel, orderworker's keys read-only (the order page), nothing
-// dangerous but INFO and the cluster view.
+// The dashboard runs as an ACL user with the read-only dashboard's rules
+// (package acl, what `producer acl dashboard` prints): everything it shows
+// read, nothing dangerous but INFO and the cluster view.
 const (
 	aclUser     = "ow-dashboard"
 	aclPassword = "dashboard-acl-secret-0123"
 )
 
-func aclRules(prefix string) []string {
-	return []string{"reset", "on", ">" + aclPassword, "~asynq:*", "%R~" + prefix + "*", "&asynq:*", "+@all", "-@dangerous", "+info", "+cluster|info", "+cluster|nodes"}
+func aclRules(t *testing.T, prefix string) []string {
+	t.Helper()
+	rules, err := acl.Rules(acl.Dashboard, acl.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	return append([]string{"reset", "on", ">" + aclPassword}, rules...)
 }
 
 // dashboardOn enqueues two tasks through adminURL, and an order change
@@ -94,6 +98,7 @@ func dashboardOn(t *testing.T, adminURL, url, prefix string, cluster bool) {
 	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 3`)
 	requireNoSecrets(t, d.logs.String())
 	require.NotContains(t, d.logs.String(), aclPassword)
+	requireNoRefusal(t, d.logs.String())
 }
 
 // enqueueOn puts two order:modify tasks in the order_modify queue through
@@ -110,12 +115,12 @@ func enqueueOn(t *testing.T, rdb redis.UniversalClient) {
 
 func TestDashboardOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(t, db.Prefix)...))
 	dashboardOn(t, db.URL(), strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1), db.Prefix, true)
 }
 
 func TestDashboardOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
+	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(t, db.Prefix)...))
 	dashboardOn(t, db.URL(), db.URL()+"&username="+aclUser+"&password="+aclPassword, db.Prefix, false)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -37,6 +38,9 @@ Commands:
         sequence, its tasks in every state, its latest history
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
+  acl worker|intake|dashboard|dashboard-write
+        print that process's Redis ACL rules, for KEY_PREFIX and ORDER_STORE,
+        to follow ACL SETUSER <user> reset on ><password> (see README, ACL rules)
   shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
                                 while any waits in a placement of a draining count only
   serve                         run the HTTP intake (see README)
@@ -102,6 +106,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		given := args[:len(args)-len(rest)]
 		return serve(ctx, append(slices.Clip(given), rest[1:]...), getenv, stdout)
 	}
+	if rest[0] == "acl" {
+		return printACL(stdout, &c, rest[1:])
+	}
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
@@ -144,6 +151,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return order(ctx, store.Store, views, rest[1:], stdout)
 	}
 	return fmt.Errorf("unknown command %q (run with -h for the list)", rest[0])
+}
+
+// printACL prints the ACL rules of the process args names, on one line, for
+// c's key prefix and order store. It needs no Redis.
+func printACL(stdout io.Writer, c *common, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("acl: want one process (%s)", aclProcesses())
+	}
+	rules, err := acl.Rules(acl.Process(args[0]), acl.Options{KeyPrefix: c.Prefix, OrderAPI: c.OrderStore.Store == orderstore.HTTP})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, strings.Join(rules, " "))
+	return err
+}
+
+func aclProcesses() string {
+	var names []string
+	for _, p := range acl.Processes() {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ", ")
 }
 
 // items collects repeated -item SKU=QTY flags.

@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
@@ -143,4 +145,72 @@ func TestClean(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.want, clean(tt.in), "%q", tt.in)
 	}
+}
+
+// TestACL prints each process's rules, for the settings before the command,
+// without a Redis.
+func TestACL(t *testing.T) {
+	env := map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"} // never dialled
+	cli := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	for _, p := range acl.Processes() {
+		out, err := cli("acl", string(p))
+		require.NoError(t, err)
+		want, err := acl.Rules(p, acl.Options{})
+		require.NoError(t, err)
+		require.Equal(t, strings.Join(want, " ")+"\n", out, p)
+
+		out, err = cli("-key-prefix", "shop1:", "-order-store", "http", "acl", string(p))
+		require.NoError(t, err)
+		want, err = acl.Rules(p, acl.Options{KeyPrefix: "shop1:", OrderAPI: true})
+		require.NoError(t, err)
+		require.Equal(t, strings.Join(want, " ")+"\n", out, p)
+	}
+	env["KEY_PREFIX"] = "shop2:"
+	out, err := cli("acl", "intake")
+	require.NoError(t, err)
+	require.Contains(t, out, "~shop2:event:{*", "KEY_PREFIX from the environment")
+	require.NotContains(t, out, "ow:")
+
+	for _, bad := range [][]string{{"acl"}, {"acl", "worker", "intake"}, {"acl", "scheduler"}, {"-key-prefix", "a b:", "acl", "worker"}} {
+		out, err := cli(bad...)
+		require.Error(t, err, "%v", bad)
+		require.Empty(t, out)
+	}
+}
+
+// aclDoc is the README's block of `producer acl` runs, for the default
+// settings.
+func aclDoc(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("```\n")
+	for _, p := range acl.Processes() {
+		rules, err := acl.Rules(p, acl.Options{})
+		require.NoError(t, err)
+		fmt.Fprintf(&b, "$ producer acl %s\n%s\n", p, strings.Join(rules, " "))
+	}
+	b.WriteString("```\n")
+	return b.String()
+}
+
+// TestREADMEShowsTheACLRules checks the README's ACL rules against what
+// `producer acl` prints; UPDATE_DOCS=1 rewrites them.
+func TestREADMEShowsTheACLRules(t *testing.T) {
+	const path, begin, end = "../../README.md", "<!-- acl-rules:begin -->\n", "<!-- acl-rules:end -->"
+	doc, err := os.ReadFile(path)
+	require.NoError(t, err)
+	before, rest, ok := strings.Cut(string(doc), begin)
+	require.True(t, ok, "README has no %q", begin)
+	old, after, ok := strings.Cut(rest, end)
+	require.True(t, ok, "README has no %q", end)
+	want := aclDoc(t)
+	if os.Getenv("UPDATE_DOCS") == "1" {
+		require.NoError(t, os.WriteFile(path, []byte(before+begin+want+end+after), 0o644))
+		return
+	}
+	require.Equal(t, want, old, "the README's ACL rules are not what `producer acl` prints (UPDATE_DOCS=1 go test -run TestREADMEShowsTheACLRules ./cmd/producer/ rewrites them)")
 }

@@ -1,6 +1,7 @@
 // Command producer enqueues order tasks and reads orders from the command
 // line, and serves the HTTP intake for upstream systems not written in Go
-// ("producer serve"). Run it with -h for the commands and settings.
+// ("producer serve"), and prints each process's Redis ACL rules ("producer
+// acl"). Run it with -h for the commands and settings.
 package main
 
 import (

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -33,11 +34,22 @@ func withHTTPStore(t *testing.T, db *redistest.DB, env map[string]string) (*upst
 	return up, oracle
 }
 
+// intakeUser returns db as a new user with the intake's rules for
+// ORDER_STORE=http.
+func intakeUser(t *testing.T, db *redistest.DB) *redistest.DB {
+	t.Helper()
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix, OrderAPI: true})
+	require.NoError(t, err)
+	return db.AsUser(t, rules...)
+}
+
 // With ORDER_STORE=http the intake reads the orders and their histories
-// from the order API, as the worker writes them, not from Redis.
+// from the order API, as the worker writes them, not from Redis. It runs
+// as a user with its rules for the order API.
 func TestServeReadsTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	env := baseEnv(db)
+	env["REDIS_URL"] = intakeUser(t, db).URL()
 	up, oracle := withHTTPStore(t, db, env)
 	require.NoError(t, oracle.Put(t.Context(), orders.Order{No: "SO7", Address: "7 Upstream Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	s := startServe(t, env)
@@ -62,17 +74,21 @@ func TestServeReadsTheHTTPStore(t *testing.T) {
 	code, body = get("/v1/orders/SO7/history")
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `"type":"order:put"`)
+	code, body = get("/v1/orders/SO7/status")
+	require.Equal(t, http.StatusOK, code, body)
 	http.DefaultClient.CloseIdleConnections()
 
 	assert.NotEmpty(t, up.Requests(), "the intake asked the order API")
 	assert.NotContains(t, s.logs.String(), upstreamtest.ClientSecret)
+	assert.NotContains(t, s.logs.String(), "NOPERM")
 }
 
 // With ORDER_STORE=http the CLI's order commands read and write the orders
-// through the order API.
+// through the order API, as the intake's user: `order put` writes no
+// Redis key then.
 func TestCLIUsesTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
-	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix}
+	env := map[string]string{"REDIS_URL": intakeUser(t, db).URL(), "KEY_PREFIX": db.Prefix}
 	_, oracle := withHTTPStore(t, db, env)
 	cli := func(args ...string) (string, error) {
 		var out strings.Builder

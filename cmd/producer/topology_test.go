@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -19,13 +21,22 @@ import (
 // The tests in this file run the CLI and the intake on a real Redis Cluster
 // and a real Sentinel group, given nothing but REDIS_URL.
 
-// intakeOn seeds each order of nos with the CLI, starts the intake on url,
-// checks /readyz, enqueues a modify of each order through it, and reads the
-// task and the order back.
-func intakeOn(t *testing.T, url, prefix string, nos []string) {
+// intakeOn seeds each order of nos with the CLI as the worker's user
+// (workerURL: `order put` writes the order store), starts the intake on
+// url (whose password is password), checks /readyz, enqueues a modify and an exchange of each order
+// through it, and reads the tasks, the order, its history and its status
+// back, and the CLI's reads as the intake's user too. adminURL cleans up.
+func intakeOn(t *testing.T, adminURL, url, password, workerURL, prefix string, nos []string) {
 	t.Helper()
 	env := map[string]string{"REDIS_URL": url, "KEY_PREFIX": prefix}
-	o, err := redisconn.Parse(url)
+	cli := func(env map[string]string, args ...string) string {
+		t.Helper()
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		require.NoError(t, err, "%v: %s", args, out.String())
+		return out.String()
+	}
+	o, err := redisconn.Parse(adminURL)
 	require.NoError(t, err)
 	rdb := o.NewClient()
 	defer rdb.Close()
@@ -36,9 +47,7 @@ func intakeOn(t *testing.T, url, prefix string, nos []string) {
 		}
 	}()
 	for _, no := range nos {
-		var out strings.Builder
-		err := run(t.Context(), []string{"order", "put", no, "-address", "1 Main St", "-item", "TEA=2"}, func(k string) string { return env[k] }, &out)
-		require.NoError(t, err, out.String())
+		cli(map[string]string{"REDIS_URL": workerURL, "KEY_PREFIX": prefix}, "order", "put", no, "-address", "1 Main St", "-item", "TEA=2")
 	}
 
 	senv := map[string]string{"REDIS_URL": url, "KEY_PREFIX": prefix, "INTAKE_ADDR": "127.0.0.1:0", "INTAKE_API_KEYS": testKey1}
@@ -71,36 +80,79 @@ func intakeOn(t *testing.T, url, prefix string, nos []string) {
 		code, body = do(http.MethodGet, "/v1/tasks/ev-"+no, "", "")
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Contains(t, body, `"queue":"order_modify"`)
+		code, body = do(http.MethodPost, "/v1/orders/"+no+"/exchange", "x-"+no, `{"items":[{"sku":"TEA-BLACK","qty":2}],"new_order_no":"X`+no+`"}`)
+		require.Equal(t, http.StatusAccepted, code, body)
 		code, body = do(http.MethodGet, "/v1/orders/"+no, "", "")
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Contains(t, body, `"address":"1 Main St"`)
+		code, body = do(http.MethodGet, "/v1/orders/"+no+"/history", "", "")
+		require.Equal(t, http.StatusOK, code, body)
+		code, body = do(http.MethodGet, "/v1/orders/"+no+"/status", "", "")
+		require.Equal(t, http.StatusOK, code, body)
+		assert.Contains(t, body, "ev-"+no, "the status finds the waiting change")
+		assert.Contains(t, cli(env, "order", "status", no), "ev-"+no)
+		cli(env, "order", "get", no)
 	}
+	cli(env, "shards")
+	cli(env, "modify", nos[0], "-remark", "from the CLI")
 	pending, err := insp.ListPendingTasks(tasks.QueueModify)
 	require.NoError(t, err)
-	assert.Len(t, pending, len(nos))
-	assert.NotContains(t, s.logs.String(), aclPassword)
+	assert.Len(t, pending, len(nos)+1)
+	logs := s.logs.String()
+	assert.NotContains(t, logs, password)
+	for _, refused := range []string{"NOPERM", "no permissions", "can't access"} {
+		assert.NotContains(t, logs, refused)
+	}
 }
 
-// The intake and the CLI run as an ACL user with the README's rule: the
-// orders and the queues, no channel, nothing dangerous.
+// The intake and the CLI run as an ACL user with the intake's rules
+// (package acl, what `producer acl intake` prints), the seeding CLI as one
+// with the worker's.
 const (
-	aclUser     = "ow-intake"
-	aclPassword = "intake-acl-secret-0123"
+	aclUser           = "ow-intake"
+	aclPassword       = "intake-acl-secret-0123"
+	workerACLUser     = "ow-worker"
+	workerACLPassword = "worker-acl-secret-0123"
 )
 
-func aclRules(prefix string) []string {
-	return []string{"reset", "on", ">" + aclPassword, "~" + prefix + "*", "~asynq:*", "+@all", "-@dangerous"}
+// setUsers makes the intake's and the worker's users with set.
+func setUsers(t *testing.T, prefix string, set func(ctx context.Context, name string, rules ...string) error) {
+	t.Helper()
+	for _, u := range []struct {
+		p              acl.Process
+		name, password string
+	}{{acl.Intake, aclUser, aclPassword}, {acl.Worker, workerACLUser, workerACLPassword}} {
+		rules, err := acl.Rules(u.p, acl.Options{KeyPrefix: prefix})
+		require.NoError(t, err)
+		require.NoError(t, set(t.Context(), u.name, append([]string{"reset", "on", ">" + u.password}, rules...)...))
+	}
 }
 
 func TestIntakeOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	require.NoError(t, db.Cluster.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
-	url := strings.Replace(db.URL(), "redis://", "redis://"+aclUser+":"+aclPassword+"@", 1)
-	intakeOn(t, url, db.Prefix, db.Cluster.OnEachMaster(func(i int) string { return "SO" + strconv.Itoa(i) }))
+	setUsers(t, db.Prefix, db.Cluster.SetUser)
+	as := func(user, password string) string {
+		return strings.Replace(db.URL(), "redis://", "redis://"+user+":"+password+"@", 1)
+	}
+	intakeOn(t, db.URL(), as(aclUser, aclPassword), aclPassword, as(workerACLUser, workerACLPassword), db.Prefix,
+		db.Cluster.OnEachMaster(func(i int) string { return "SO" + strconv.Itoa(i) }))
 }
 
 func TestIntakeOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	require.NoError(t, db.Group.SetUser(t.Context(), aclUser, aclRules(db.Prefix)...))
-	intakeOn(t, db.URL()+"&username="+aclUser+"&password="+aclPassword, db.Prefix, []string{"SO1", "SO2"})
+	setUsers(t, db.Prefix, db.Group.SetUser)
+	as := func(user, password string) string { return db.URL() + "&username=" + user + "&password=" + password }
+	intakeOn(t, db.URL(), as(aclUser, aclPassword), aclPassword, as(workerACLUser, workerACLPassword), db.Prefix, []string{"SO1", "SO2"})
+}
+
+// On one Redis too, as users of the shared server.
+func TestIntakeAsItsACLUser(t *testing.T) {
+	db := redistest.New(t)
+	user := func(p acl.Process) *redistest.DB {
+		rules, err := acl.Rules(p, acl.Options{KeyPrefix: db.Prefix})
+		require.NoError(t, err)
+		return db.AsUser(t, rules...)
+	}
+	intake := user(acl.Intake)
+	intakeOn(t, db.URL(), intake.URL(), intake.Password(), user(acl.Worker).URL(), db.Prefix, []string{"SO1", "SO2"})
 }

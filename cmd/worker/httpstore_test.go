@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -75,7 +76,8 @@ func (b *lockedBuffer) String() string {
 // reference upstream: a modify and an exchange reach the upstream with the
 // token, the event ID and the lock's fence; a write to the closed order is
 // archived, one the upstream cannot take is retried; one token serves it
-// all; and neither the secret nor the token is logged.
+// all; and neither the secret nor the token is logged. The worker runs as
+// a Redis user with its rules for ORDER_STORE=http.
 func TestRunWithHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	api := newOrderAPI(t, db, "SO2")
@@ -84,7 +86,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 
 	ops := freeAddr(t)
 	env := map[string]string{
-		"REDIS_URL":           db.URL(),
+		"REDIS_URL":           asProcess(t, db, acl.Worker, true).URL(),
 		"KEY_PREFIX":          db.Prefix,
 		"OPS_ADDR":            ops,
 		"LOG_LEVEL":           "debug",
@@ -201,6 +203,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 
 	out := logs.String()
 	assert.Contains(t, out, `"order_store":"http"`, "the log was captured")
+	requireAllowed(t, out)
 	assert.Contains(t, out, "ev-closed")
 	assert.NotContains(t, out, upstreamtest.ClientSecret)
 	assert.NotContains(t, out, tok)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
@@ -35,6 +36,7 @@ type settings struct {
 	LogFormat      string
 	Prefix         string
 	OpsAddr        string
+	MetricsTokens  []string
 	Concurrency    int
 	Queues         string
 	Shards         tasks.Shards
@@ -58,6 +60,7 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
+	s.StringList(&c.MetricsTokens, "metrics-tokens", "METRICS_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters, one of which /metrics then requires (several allow rotation); empty: /metrics is open. /healthz and /readyz stay open").Secret()
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues)
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues), served and accepted: "+config.ShardsForms+"; the same on every process")
@@ -154,6 +157,10 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if err != nil {
 		return err
 	}
+	metricsAuth, err := metricsScheme(c.MetricsTokens)
+	if err != nil {
+		return err
+	}
 
 	log, err := logging.New(c.LogLevel, c.LogFormat, logw)
 	if err != nil {
@@ -245,7 +252,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		log.Info("ops server listening", zap.String("addr", ln.Addr().String()))
 		opsDone = make(chan error, 1)
 		go func() {
-			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
+			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg, metricsAuth), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
 		}()
 	}
 	select {
@@ -263,10 +270,34 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	return opsErr
 }
 
-// opsHandler serves the worker's health endpoints and metrics.
-func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Registry) http.Handler {
+// metricsRealm names the worker's /metrics in its WWW-Authenticate
+// challenge.
+const metricsRealm = "orderworker worker metrics"
+
+// metricsScheme is the authentication /metrics requires with the bearer
+// tokens of METRICS_TOKENS, nil (open) without any. A bad token is an
+// error naming the setting and the token's position, never its value.
+func metricsScheme(tokens []string) (httpauth.Scheme, error) {
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	s, err := httpauth.Bearer(metricsRealm, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("METRICS_TOKENS (-metrics-tokens): %w", err)
+	}
+	return s, nil
+}
+
+// opsHandler serves the worker's health endpoints and metrics. /metrics
+// requires metricsAuth when it is not nil; the health endpoints are always
+// open, since probes carry no credentials and the answers reveal nothing.
+func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Registry, metricsAuth httpauth.Scheme) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if metricsAuth != nil {
+		metrics = httpauth.Require(metricsAuth)(metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = rw.Write([]byte("ok\n"))
 	})

@@ -106,6 +106,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 		{"unknown queue", map[string]string{"WORKER_QUEUES": "default=1"}, "unknown queue"},
 		{"negative timeout", map[string]string{"SHUTDOWN_TIMEOUT": "-1s"}, "SHUTDOWN_TIMEOUT"},
 		{"min over max", map[string]string{"MODIFY_WAIT_MIN": "2s", "MODIFY_WAIT_MAX": "1s"}, "modify wait"},
+		{"short metrics token", map[string]string{"METRICS_TOKENS": "0123456789abcdef,tooshort"}, "METRICS_TOKENS (-metrics-tokens): httpauth: bad configuration: bearer key #2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +117,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 			err := run(t.Context(), nil, func(k string) string { return env[k] })
 			require.Error(t, err)
 			require.True(t, strings.Contains(err.Error(), tt.want), "%v", err)
+			require.NotContains(t, err.Error(), "tooshort", "no secret in the error")
 		})
 	}
 }
@@ -124,4 +126,97 @@ func TestREADMEListsEverySetting(t *testing.T) {
 	s := config.NewSet("worker", nil)
 	declare(s, &settings{})
 	require.NoError(t, s.CheckOrUpdateDoc("../../README.md", "worker-settings"))
+}
+
+// With METRICS_TOKENS, the ops server's /metrics wants one of the tokens as
+// a bearer credential, over a real socket; the health endpoints stay open.
+func TestMetricsTokens(t *testing.T) {
+	db := redistest.New(t)
+	const token1, token2 = "metrics-token-0123456789", "metrics-token-abcdefghij"
+	ops := freeAddr(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": ops, "LOG_LEVEL": "warn",
+		"METRICS_TOKENS": token1 + "," + token2}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- runLogTo(ctx, nil, func(k string) string { return env[k] }, &logs) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("run did not return after cancel")
+		}
+		require.NotContains(t, logs.String(), token1)
+		require.NotContains(t, logs.String(), token2)
+	}()
+	defer http.DefaultClient.CloseIdleConnections()
+
+	get := func(path, auth string) (int, http.Header, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ops+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	waitReady(t, ops)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, _, _ := get(path, "")
+		require.Equal(t, http.StatusOK, code, "%s without credentials", path)
+	}
+
+	for _, auth := range []string{"", "Bearer wrong-token-0123456789", "Basic " + token1, "Bearer " + token1 + "x"} {
+		code, h, body := get("/metrics", auth)
+		require.Equal(t, http.StatusUnauthorized, code, "Authorization %q", auth)
+		require.Equal(t, `Bearer realm="orderworker worker metrics"`, h.Get("WWW-Authenticate"))
+		require.NotContains(t, body, "go_goroutines")
+	}
+	for _, tok := range []string{token1, token2} {
+		code, _, body := get("/metrics", "Bearer "+tok)
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, body, "go_goroutines")
+	}
+}
+
+// Without METRICS_TOKENS, /metrics is open, as before.
+func TestMetricsOpenWithoutTokens(t *testing.T) {
+	db := redistest.New(t)
+	ops := freeAddr(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": ops, "LOG_LEVEL": "warn"}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("run did not return after cancel")
+		}
+	}()
+	defer http.DefaultClient.CloseIdleConnections()
+	waitReady(t, ops)
+	require.Contains(t, scrape(t, "http://"+ops+"/metrics"), "go_goroutines")
+}
+
+// waitReady polls the ops server at addr until /readyz answers 200.
+func waitReady(t *testing.T, addr string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond, "/readyz at %s", addr)
 }

@@ -40,6 +40,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"sync"
@@ -91,10 +92,52 @@ func (db *DB) NewClient(tb testing.TB) *redis.Client {
 }
 
 // URL returns a redis:// URL for the test's database, for code under test that
-// parses one itself (binaries, config).
+// parses one itself (binaries, config). It carries the user and password of
+// a DB that [DB.AsUser] returned.
 func (db *DB) URL() string {
+	if db.Options.Username != "" {
+		return fmt.Sprintf("redis://%s:%s@%s/%d", url.PathEscape(db.Options.Username), url.PathEscape(db.Options.Password),
+			db.Options.Addr, db.Options.DB)
+	}
 	return fmt.Sprintf("redis://%s/%d", db.Options.Addr, db.Options.DB)
 }
+
+// AsUser makes a Redis ACL user with rules (the arguments of ACL SETUSER
+// after the user name and password), named after the test and deleted by
+// tb.Cleanup, and returns a view of the same database, prefix and kind as
+// that user: its Client, Options and URL log in with the user's name and
+// password (which [DB.Password] returns). ACL users are the server's, not
+// the database's, so the name is unique to the test. It skips the test on
+// the in-process miniredis, which has no ACLs.
+func (db *DB) AsUser(tb testing.TB, rules ...string) *DB {
+	tb.Helper()
+	db.RequireProcess(tb, "ACL users")
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "test-" + hex.EncodeToString(b[:])
+	password := "pw-" + hex.EncodeToString(b[:]) + "-secret"
+	args := []any{"ACL", "SETUSER", name, "reset", "on", ">" + password}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := db.Client.Do(context.Background(), args...).Err(); err != nil {
+		tb.Fatalf("redistest: ACL SETUSER %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		c := redis.NewClient(db.Options) // db's own user made it
+		defer c.Close()
+		_ = c.Do(context.Background(), "ACL", "DELUSER", name).Err()
+	})
+	opts := *db.Options
+	opts.Username, opts.Password = name, password
+	u := &DB{Options: &opts, Prefix: db.Prefix, Kind: db.Kind}
+	u.Client = u.NewClient(tb)
+	return u
+}
+
+// Password returns the password of a DB that [DB.AsUser] returned, "" for
+// the default user's.
+func (db *DB) Password() string { return db.Options.Password }
 
 // RequireProcess skips the test when the server is the in-process miniredis,
 // giving reason in the skip message.

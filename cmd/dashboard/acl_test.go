@@ -1,0 +1,136 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
+	"github.com/orderworker/orderworker/internal/redistest"
+)
+
+// The tests in this file run the dashboard as a Redis user with the
+// production rules of its mode (package acl, `producer acl dashboard` and
+// `dashboard-write`).
+
+// asDashboard returns db as a new Redis user with process p's rules for
+// db's prefix.
+func asDashboard(t *testing.T, db *redistest.DB, p acl.Process) *redistest.DB {
+	t.Helper()
+	rules, err := acl.Rules(p, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	return db.AsUser(t, rules...)
+}
+
+// requireNoRefusal fails when the dashboard's log says that Redis refused
+// it something.
+func requireNoRefusal(t *testing.T, logs string) {
+	t.Helper()
+	for _, refused := range []string{"NOPERM", "no permissions", "can't access"} {
+		require.NotContains(t, logs, refused)
+	}
+}
+
+// TestReadOnlyDashboardAsItsACLUser serves every GET route of asynqmon's
+// API (read from its source), the order page and the metrics, on tasks in
+// every state, as the read-only dashboard's user: asynq's Inspector reads
+// through scripts, and prunes the server lists as it reads them.
+func TestReadOnlyDashboardAsItsACLUser(t *testing.T) {
+	db := redistest.New(t)
+	sc := orderviewtest.Build(t, db.Client, db.Prefix, "SO77")
+	enqueueOrders(t, db) // evt-1001 and evt-1002 pending; deletes the queue at the end
+	_, err := asynq.NewClientFromRedisClient(db.Client).EnqueueContext(t.Context(), asynq.NewTask("order:modify", orderPayload("evt-later", "SO1003")),
+		asynq.Queue(queue), asynq.TaskID("evt-later"), asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+
+	ro := asDashboard(t, db, acl.Dashboard)
+	d := startDashboard(t, testEnv(ro, "KEY_PREFIX", db.Prefix))
+	basic := basicAuth(testUser, testPassword)
+	get := func(path string) response {
+		t.Helper()
+		r := d.get(t, path, basic)
+		assert.Less(t, r.status, 500, "%s: %s", path, r.body)
+		return r
+	}
+	n := 0
+	for _, rt := range asynqmonRoutes(t) {
+		if rt.method != http.MethodGet || rt.path == "/metrics" { // /api/metrics asks Prometheus, not Redis
+			continue
+		}
+		path := strings.NewReplacer("{qname}", queue, "{task_id}", "evt-1001", "{gname}", "g1", "{entry_id}", "e1").Replace(rt.path)
+		r := get("/api" + path)
+		assert.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
+		n++
+	}
+	require.Greater(t, n, 15, "asynqmon's GET routes")
+	for _, id := range []string{sc.Applied, sc.Archived, sc.Retried, sc.Parked, "evt-later"} {
+		r := get("/api/queues/" + queue + "/tasks/" + id)
+		assert.Equal(t, http.StatusOK, r.status, "task %s: %s", id, r.body)
+	}
+	r := get("/orders/" + sc.OrderNo)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, sc.Retried)
+	r = d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="pending"} 2`)
+	requireNoRefusal(t, d.logs.String())
+	require.NotContains(t, d.logs.String(), ro.Password())
+}
+
+// TestWritableDashboardNeedsTheWriteUser turns the UI's writes on: as the
+// read-only dashboard's user each one is refused by Redis and changes
+// nothing, so the user alone keeps a read-only dashboard read-only; as the
+// writing dashboard's user they act.
+func TestWritableDashboardNeedsTheWriteUser(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	basic := basicAuth(testUser, testPassword)
+	writes := []struct {
+		method, path string
+		after        bool // acts on what the write before did
+	}{
+		{http.MethodPost, "/api/queues/" + queue + "/pending_tasks/evt-1001:archive", false},
+		{http.MethodPost, "/api/queues/" + queue + "/archived_tasks/evt-1001:run", true},
+		{http.MethodDelete, "/api/queues/" + queue + "/pending_tasks/evt-1002", false},
+		{http.MethodPost, "/api/queues/" + queue + ":pause", false},
+		{http.MethodPost, "/api/queues/" + queue + ":resume", true},
+		{http.MethodPost, "/api/queues/" + queue + "/active_tasks/evt-1001:cancel", false},
+	}
+
+	ro := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "DASHBOARD_READ_ONLY", "false", "KEY_PREFIX", db.Prefix))
+	for _, w := range writes {
+		r := ro.do(t, w.method, w.path, basic)
+		assert.GreaterOrEqual(t, r.status, 400, "%s %s as the read-only user: %s", w.method, w.path, r.body)
+		if !w.after {
+			assert.True(t, strings.Contains(r.body, "NOPERM") || strings.Contains(r.body, "can't access"), "Redis refused it: %s", r.body)
+		}
+	}
+	info, err := insp.GetQueueInfo(queue)
+	require.NoError(t, err)
+	assert.Equal(t, 2, info.Pending, "nothing archived or deleted")
+	assert.Zero(t, info.Archived)
+	assert.False(t, info.Paused)
+
+	rw := startDashboard(t, testEnv(asDashboard(t, db, acl.DashboardWrite), "DASHBOARD_READ_ONLY", "false", "KEY_PREFIX", db.Prefix))
+	for i, w := range writes {
+		r := rw.do(t, w.method, w.path, basic)
+		require.Equal(t, http.StatusNoContent, r.status, "%s %s as the writing user: %s", w.method, w.path, r.body)
+		if i == 0 {
+			info, err := insp.GetTaskInfo(queue, "evt-1001")
+			require.NoError(t, err)
+			assert.Equal(t, asynq.TaskStateArchived, info.State)
+		}
+	}
+	info, err = insp.GetQueueInfo(queue)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.Pending, "evt-1001 archived and run again, evt-1002 deleted")
+	assert.False(t, info.Paused)
+	requireNoRefusal(t, rw.logs.String())
+}
