@@ -41,6 +41,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/orderworker/orderworker/internal/asynqwire"
 )
 
 // Process names an orderworker process whose Redis user this package
@@ -196,21 +198,21 @@ func newKeys(prefix string) keys {
 		waits:  p + "wait:{*",
 		token:  p + `token:{upstream}*`,
 
-		asynq:      "asynq:*",
-		queueKeys:  "asynq:{*",
-		taskKeys:   "asynq:{*}:t:*",
-		pending:    "asynq:{*}:pending",
-		scheduled:  "asynq:{*}:scheduled",
-		allQueues:  "asynq:queues",
-		servers:    "asynq:servers*",
-		workers:    "asynq:workers*",
-		servers0:   "asynq:servers",
-		workers0:   "asynq:workers",
-		schedulers: "asynq:schedulers",
+		asynq:      asynqwire.Patterns.All,
+		queueKeys:  asynqwire.Patterns.Queues,
+		taskKeys:   asynqwire.Patterns.Tasks,
+		pending:    asynqwire.Patterns.Pending,
+		scheduled:  asynqwire.Patterns.Scheduled,
+		allQueues:  asynqwire.AllQueues,
+		servers:    asynqwire.Patterns.Servers,
+		workers:    asynqwire.Patterns.Workers,
+		servers0:   asynqwire.ServersKey,
+		workers0:   asynqwire.WorkersKey,
+		schedulers: asynqwire.SchedulersKey,
 
 		released:     p + "lock:released",
 		tokenChannel: p + "token:{upstream}:refreshed",
-		cancel:       "asynq:cancel",
+		cancel:       asynqwire.CancelChannel,
 	}
 }
 

@@ -174,3 +174,36 @@ func CompletedKey(queue string) string { return QueueKey(queue) + "completed" }
 // ArchivedKey returns the Redis key of queue's archive (a sorted set, which
 // asynq trims to its newest 10,000 tasks and to 90 days).
 func ArchivedKey(queue string) string { return QueueKey(queue) + "archived" }
+
+// ScheduledKey returns the Redis key of queue's scheduled set.
+func ScheduledKey(queue string) string { return QueueKey(queue) + "scheduled" }
+
+// The keys and channel of asynq's processes, outside any queue.
+const (
+	// ServersKey and WorkersKey are the sorted sets of live servers and
+	// of active workers (each with one key per server beside it:
+	// "asynq:servers:{<host:pid:id>}"), SchedulersKey that of schedulers.
+	// The Inspector prunes their expired entries when it reads them.
+	ServersKey    = "asynq:servers"
+	WorkersKey    = "asynq:workers"
+	SchedulersKey = "asynq:schedulers"
+	// CancelChannel is the channel on which the Inspector asks servers to
+	// cancel an active task.
+	CancelChannel = "asynq:cancel"
+)
+
+// Patterns are Redis glob patterns of asynq's keys, for ACL rules (package
+// acl): All every key, Queues every queue's keys, Tasks every task hash,
+// Pending every pending list, Scheduled every scheduled set, Servers and
+// Workers the process sets with the per-server keys beside them.
+var Patterns = struct {
+	All, Queues, Tasks, Pending, Scheduled, Servers, Workers string
+}{
+	All:       "asynq:*",
+	Queues:    "asynq:{*",
+	Tasks:     TaskKey("*", "*"),
+	Pending:   PendingKey("*"),
+	Scheduled: ScheduledKey("*"),
+	Servers:   ServersKey + "*",
+	Workers:   WorkersKey + "*",
+}
