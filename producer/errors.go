@@ -43,6 +43,11 @@ var (
 	// in time: a failover could still lose it. The error matches
 	// [ErrUnavailable] too; send the change again with the same event ID.
 	ErrNotReplicated = errors.New("producer: not confirmed by the replicas")
+
+	// ErrBacklogFull is matched by the error of a change refused because
+	// [Config.MaxWaiting] changes of its order wait already. Nothing was
+	// written: send it again later, with the same event ID.
+	ErrBacklogFull = errors.New("producer: the order's backlog is full")
 )
 
 // unavailableError is a Redis or context error of an enqueue: its text is

@@ -91,6 +91,10 @@ const (
 	DefaultTimeout = 2 * time.Minute
 	// DefaultWaitTimeout is the default of [Config.WaitTimeout].
 	DefaultWaitTimeout = time.Second
+	// DefaultMaxWaiting is the default of [Config.MaxWaiting].
+	DefaultMaxWaiting = 10000
+	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
+	DefaultMaxScheduleAhead = 24 * time.Hour
 )
 
 // Config tunes a [Producer]. The zero value is ready to use: every zero field
@@ -171,6 +175,23 @@ type Config struct {
 	// WaitTimeout bounds each WAIT of WaitReplicas; keep it below the Redis
 	// client's read timeout (3 s by default). Defaults to 1 s.
 	WaitTimeout time.Duration
+
+	// MaxWaiting caps one order's backlog: the changes accepted and not
+	// yet applied (or archived), the one running included. A change past
+	// it is refused with an error matching [ErrBacklogFull], and nothing
+	// is written: its upstream sends it again later, rather than having
+	// it accepted and then starved behind the backlog. The count and the
+	// check are one step in Redis, so racing producers never pass it
+	// together. A negative value means no cap. Defaults to 10,000.
+	MaxWaiting int
+
+	// MaxScheduleAhead bounds [WithProcessIn]: a change takes its
+	// position when it is accepted, so every later change of its order
+	// waits behind a scheduled one until it has run. A change scheduled
+	// further ahead is refused with an error matching [ErrInvalidOption].
+	// Defaults to 24 hours; it must be below the sequences' 7-day
+	// retention.
+	MaxScheduleAhead time.Duration
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -181,6 +202,8 @@ func (c Config) withDefaults() Config {
 	c.MaxRetry = cmp.Or(c.MaxRetry, DefaultMaxRetry)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, DefaultMaxWaiting)
+	c.MaxScheduleAhead = cmp.Or(c.MaxScheduleAhead, DefaultMaxScheduleAhead)
 	return c
 }
 
@@ -198,6 +221,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: WaitReplicas %d is negative", c.WaitReplicas)
 	case c.WaitTimeout < time.Millisecond:
 		return fmt.Errorf("producer: WaitTimeout %v is less than 1ms", c.WaitTimeout)
+	case c.MaxScheduleAhead < 0 || c.MaxScheduleAhead >= lock.DefaultSeqRetention:
+		return fmt.Errorf("producer: MaxScheduleAhead %v is not between 0 and the sequences' retention %v", c.MaxScheduleAhead, lock.DefaultSeqRetention)
 	}
 	if err := c.Shards.Validate(); err != nil {
 		return fmt.Errorf("producer: %w", err)
@@ -246,7 +271,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:"})
+	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -372,6 +397,10 @@ func (p *Producer) collect(opts []Option) (options, error) {
 	if o.maxRetry != nil && *o.maxRetry < 0 {
 		return options{}, fmt.Errorf("%w: WithMaxRetry(%d) is negative", ErrInvalidOption, *o.maxRetry)
 	}
+	if o.processIn > p.cfg.MaxScheduleAhead {
+		return options{}, fmt.Errorf("%w: WithProcessIn(%v) is further ahead than MaxScheduleAhead (%v): every later change of the order would wait behind it",
+			ErrInvalidOption, o.processIn, p.cfg.MaxScheduleAhead)
+	}
 	return o, nil
 }
 
@@ -487,6 +516,9 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		}
 	}
 	prev, err := p.accept(ctx, h.EventID, me, &at)
+	if full := (*lock.FullError)(nil); errors.As(err, &full) {
+		return Result{}, backlogFull(me, h.EventID, full)
+	}
 	if err != nil {
 		return Result{}, &unavailableError{fmt.Errorf("producer: accept %s event %q for order %s: %w", kind.Type, h.EventID, h.OrderNo, withCause(ctx, err))}
 	}
@@ -579,7 +611,11 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // position's label, ARGV[4] the sequences' retention in ms, ARGV[5] the
 // task message's head, ARGV[6] the payload without a position, ARGV[7] the
 // queue, ARGV[8] the task ID, ARGV[9] now in ns, ARGV[10] the replacement
-// position's label ("" for none), ARGV[11] its reference
+// position's label ("" for none), ARGV[11] its reference, ARGV[12] the cap
+// of the order's positions waiting (0 for none): past it, it writes
+// nothing and answers the error reply "FULL <waiting> <max>"
+// (lock.ReserveError). The replacement's first position is not capped: the
+// exchange's own position was.
 //
 // The script appends the position to the payload's JSON as its last field,
 // which is how the payloads encode it (TestSeqSpliceMatchesTheEncoding
@@ -590,12 +626,14 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // a failover, say) makes asynq's Inspector answer ErrQueueNotFound for
 // its tasks, and the workers' gap check would take a task for gone.
 var acceptScript = redis.NewScript(lock.ReserveLua + asynqwire.EnqueueLua + `
+local full = seq_full(KEYS[2], ARGV[12])
+if full then return redis.error_reply(full) end
 local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if prev then return {'claimed', prev} end
 if asynq_exists(KEYS[3]) then return {'exists'} end
-local pos = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '')
+local pos = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '', 0)
 local created = ''
-if ARGV[10] ~= '' then created = seq_reserve(KEYS[6], ARGV[10], ARGV[4], ARGV[11]) end
+if ARGV[10] ~= '' then created = seq_reserve(KEYS[6], ARGV[10], ARGV[4], ARGV[11], 0) end
 local payload = string.sub(ARGV[6], 1, -2) .. ',"seq":' .. pos .. '}'
 asynq_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8], asynq_message(ARGV[5], payload), ARGV[9])
 return {'ok', pos, created}
@@ -616,7 +654,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	if len(body) < 2 || body[0] != '{' || body[1] == '}' || body[len(body)-1] != '}' {
 		return fail(fmt.Errorf("payload %q is not a JSON object with fields", body)) // unreachable: a valid payload has an event ID
 	}
-	seqKey, ttl, err := p.seq.ReserveArgs(at.orderNo, at.label, "")
+	seqKey, ttl, maxWaiting, err := p.seq.ReserveArgs(at.orderNo, at.label, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -624,14 +662,14 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	var createRef string
 	if at.created != "" {
 		createRef = "c:" + msg.ID
-		k, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
+		k, _, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
 		if err != nil {
 			return fail(err)
 		}
 		keys = append(keys, k)
 	}
 	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
-		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef}
+		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef, maxWaiting}
 	run := func() (acc, wait *redis.Cmd) {
 		if p.cfg.WaitReplicas == 0 {
 			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil
@@ -659,6 +697,9 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		return Result{}, false, nil
 	}
 	if err != nil {
+		if full := (*lock.FullError)(nil); errors.As(lock.ReserveError(at.orderNo, err), &full) {
+			return Result{}, true, backlogFull(me, msg.ID, full)
+		}
 		return fail(err)
 	}
 	switch {
@@ -799,7 +840,7 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 		if qerr != nil {
 			return nil, nil, nil, qerr
 		}
-		if err != nil && !errors.Is(err, redis.Nil) && !lock.NoScript(err) {
+		if err != nil && !errors.Is(err, redis.Nil) && !lock.NoScript(err) && !errors.Is(lock.ReserveError("", err), lock.ErrFull) {
 			return nil, nil, nil, err
 		}
 		return cl, own, create, nil
@@ -816,6 +857,18 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 		return nil, err
 	}
 	if at.pos, err = own.Pos(); err != nil {
+		if errors.Is(err, lock.ErrFull) {
+			// Nothing of the order's sequence was taken: give back what
+			// was, the replacement's position and a claim made now.
+			if create != nil {
+				if pos, cerr := create.Pos(); cerr == nil {
+					p.void(ctx, positions{created: at.created, createLabel: at.createLabel, createPos: pos}, "the order's backlog is full")
+				}
+			}
+			if _, cerr := cl.Result(); errors.Is(cerr, redis.Nil) {
+				p.releaseClaim(ctx, eventID, me)
+			}
+		}
 		return nil, err
 	}
 	if create != nil {
@@ -834,6 +887,29 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 	}
 	c := parseClaim(prev)
 	return &c, nil
+}
+
+// releaseScript deletes an event's claim if it still holds the value
+// ARGV[1].
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// releaseClaim gives up the claim of eventID that me made, when a change
+// was refused before anything else was written. A failure leaves the claim
+// to expire (the same change sent again still passes it) and is not the
+// caller's problem.
+func (p *Producer) releaseClaim(ctx context.Context, eventID string, me claim) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
+	defer cancel()
+	_ = releaseScript.Run(ctx, p.rdb, []string{p.claimKey(eventID)}, me.String()).Err()
+}
+
+// backlogFull is the error of a change refused by Config.MaxWaiting.
+func backlogFull(c claim, eventID string, full *lock.FullError) error {
+	return fmt.Errorf("producer: %s event %q for order %s refused: %d changes of the order wait, the most allowed (MaxWaiting %d); send it again later: %w: %w",
+		c.typ, eventID, c.orderNo, full.Waiting, full.Max, ErrBacklogFull, full)
 }
 
 func noScript(c *lock.ReserveCmd) bool {

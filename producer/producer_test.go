@@ -121,12 +121,14 @@ func TestEnqueuePayload(t *testing.T) {
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	cfg := producer.Config{
-		KeyPrefix:    "p:",
-		Retention:    time.Hour,
-		DedupeWindow: 2 * time.Hour,
-		MaxRetry:     3,
-		Timeout:      30 * time.Second,
-		WaitTimeout:  time.Second,
+		KeyPrefix:        "p:",
+		Retention:        time.Hour,
+		DedupeWindow:     2 * time.Hour,
+		MaxRetry:         3,
+		Timeout:          30 * time.Second,
+		WaitTimeout:      time.Second,
+		MaxWaiting:       50,
+		MaxScheduleAhead: time.Hour,
 	}
 	e := newEnv(t, cfg)
 	assert.Equal(t, cfg, e.p.Config())
@@ -149,12 +151,14 @@ func TestConfig_Defaults(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, producer.Config{})
 	assert.Equal(t, producer.Config{
-		KeyPrefix:    "ow:",
-		Retention:    24 * time.Hour,
-		DedupeWindow: 7 * 24 * time.Hour,
-		MaxRetry:     10,
-		Timeout:      2 * time.Minute,
-		WaitTimeout:  time.Second,
+		KeyPrefix:        "ow:",
+		Retention:        24 * time.Hour,
+		DedupeWindow:     7 * 24 * time.Hour,
+		MaxRetry:         10,
+		Timeout:          2 * time.Minute,
+		WaitTimeout:      time.Second,
+		MaxWaiting:       10000,
+		MaxScheduleAhead: 24 * time.Hour,
 	}, e.p.Config())
 }
 

@@ -58,11 +58,14 @@ type common struct {
 	// WaitReplicas and WaitTimeout are the producer's (Config.WaitReplicas).
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// MaxWaiting caps an order's backlog (Config.MaxWaiting).
+	MaxWaiting int
 }
 
 // producerConfig is the producer's configuration from c.
 func (c *common) producerConfig() producer.Config {
-	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout}
+	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout,
+		MaxWaiting: c.MaxWaiting}
 }
 
 func declareCommon(s *config.Set, c *common) {
@@ -76,7 +79,17 @@ func declareCommon(s *config.Set, c *common) {
 		"replicas that must have an accepted change before it is reported accepted (Redis WAIT); 0 for none; 1 keeps a failover from losing an accepted change (see README, What a failover can lose); at most the replicas of each master").Check(config.NonNegative[int])
 	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", producer.DefaultWaitTimeout,
 		"how long an acceptance waits for WAIT_REPLICAS before it fails (unconfirmed: send it again); below the Redis read timeout").Check(config.Positive[time.Duration])
+	s.Int(&c.MaxWaiting, "max-waiting", "MAX_WAITING", producer.DefaultMaxWaiting,
+		"most changes of one order waiting to be applied; a change past it is refused (the intake answers 429 backlog_full) and nothing is written; -1 for no cap").Check(atLeastMinusOne)
 	orderstore.Declare(s, &c.OrderStore)
+}
+
+// atLeastMinusOne accepts -1 (none) and the positive numbers.
+func atLeastMinusOne(n int) error {
+	if n == 0 || n < -1 {
+		return fmt.Errorf("must be -1 (no cap) or positive, got %d", n)
+	}
+	return nil
 }
 
 // run dispatches the command line. Results go to stdout as JSON.

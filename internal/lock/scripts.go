@@ -341,15 +341,24 @@ return 1
 
 // ReserveLua defines the Lua function
 //
-//	seq_reserve(s, label, ttl, ref)
+//	seq_reserve(s, label, ttl, ref, max)
 //
 // that hands out the next position of the sequence s under label, keeps s
 // for ttl milliseconds, records the position under the reference ref
-// ("" for none) and returns the position as decimal. A script of another
+// ("" for none) and returns the position as decimal. When max (a number
+// or a decimal string) is above 0 and s already has max positions waiting
+// (handed out, not finished), it hands out nothing and returns nil and the
+// message "FULL <waiting> <max>", for the script to return as an error
+// reply (redis.error_reply), which [ReserveError] reads. It also defines
+//
+//	seq_full(s, max)
+//
+// which returns that message when s is full, and nil otherwise, for a
+// script that must check before its other writes. A script of another
 // package includes it to take a position in the round trip that does more
 // with it (the producer's acceptance); s must be among that script's KEYS,
-// and [Sequencer.ReserveArgs] gives it and ttl. It defines num too (see
-// above), and nothing else. [Sequencer.Reserve] runs it alone.
+// and [Sequencer.ReserveArgs] gives it, ttl and max. It defines num too (see
+// above) and seq_full, and nothing else. [Sequencer.Reserve] runs it alone.
 //
 // A sequence that does not exist starts at Redis TIME in microseconds, so a
 // sequence that expired and starts again hands out positions above every
@@ -357,7 +366,18 @@ return 1
 // positions than it lasted microseconds, which one script per position
 // guarantees).
 const ReserveLua = numLua + `
-local function seq_reserve(s, label, ttl, ref)
+local function seq_full(s, max)
+  max = tonumber(max) or 0
+  if max <= 0 then return nil end
+  local nd = redis.call('HMGET', s, 'n', 'd')
+  local n, d = tonumber(nd[1]), tonumber(nd[2])
+  if n and d and n - d >= max then return 'FULL ' .. num(n - d) .. ' ' .. num(max) end
+  return nil
+end
+
+local function seq_reserve(s, label, ttl, ref, max)
+  local full = seq_full(s, max)
+  if full then return nil, full end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local n = redis.call('HINCRBY', s, 'n', 1)
@@ -384,11 +404,15 @@ end
 //
 // KEYS[1] sequence
 // ARGV[1] label, ARGV[2] sequence retention in ms, ARGV[3] a reference to
-// find the position by later ("" for none)
+// find the position by later ("" for none), ARGV[4] the cap of positions
+// waiting (0 for none)
 //
-// Returns the position, as decimal.
+// Returns the position, as decimal, or the error reply "FULL <waiting>
+// <max>".
 var reserveScript = redis.NewScript(ReserveLua + `
-return seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+local pos, full = seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if not pos then return redis.error_reply(full) end
+return pos
 `)
 
 // settleScript ends a position ahead of or at its turn without a lock hold:

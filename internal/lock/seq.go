@@ -46,6 +46,26 @@ var ErrNotYourTurn = errors.New("lock: not this position's turn")
 // Waiting cannot help.
 var ErrBadPosition = errors.New("lock: not the caller's position")
 
+// ErrFull is returned by a reservation refused because the sequence
+// already has [SeqConfig.MaxWaiting] positions waiting (handed out and not
+// finished); a *FullError carries the numbers.
+var ErrFull = errors.New("lock: too many positions waiting")
+
+// FullError is a reservation refused by [SeqConfig.MaxWaiting]. It matches
+// [ErrFull] with errors.Is.
+type FullError struct {
+	Key string
+	// Waiting is how many positions wait (the head included), Max the cap.
+	Waiting, Max int64
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("lock: %s has %d positions waiting, the most allowed (%d)", e.Key, e.Waiting, e.Max)
+}
+
+// Is reports whether target is ErrFull.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
 // TurnError reports that a position was not yet next. It matches
 // [ErrNotYourTurn] with errors.Is.
 type TurnError struct {
@@ -96,16 +116,23 @@ type SeqConfig struct {
 	// was applied. Keep it above the longest time a position may wait for
 	// its holder (retries and scheduled tasks). Defaults to 7 days.
 	Retention time.Duration
+	// MaxWaiting caps the positions of one sequence waiting at once
+	// (handed out and not yet finished, the head included): a reservation
+	// past it is refused with a *FullError, atomically with the count, so
+	// that racing reservations never pass it together. 0 means no cap.
+	// Defaults to 0.
+	MaxWaiting int64
 }
 
 // Sequencer hands out and settles positions in per-key sequences. It is safe
 // for concurrent use, holds no connection of its own and starts no
 // goroutine; the Redis client stays the caller's.
 type Sequencer struct {
-	rdb       redis.UniversalClient
-	prefix    string
-	channel   string
-	retention time.Duration
+	rdb        redis.UniversalClient
+	prefix     string
+	channel    string
+	retention  time.Duration
+	maxWaiting int64
 }
 
 // NewSequencer returns a Sequencer on rdb. It returns an error when rdb is
@@ -121,8 +148,11 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
 	case cfg.Retention < time.Second:
 		return nil, fmt.Errorf("lock: sequence retention %v is under 1s", cfg.Retention)
+	case cfg.MaxWaiting < 0:
+		return nil, fmt.Errorf("lock: MaxWaiting %d is negative", cfg.MaxWaiting)
 	}
-	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention}, nil
+	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention,
+		maxWaiting: cfg.MaxWaiting}, nil
 }
 
 // SeqKey returns the Redis key of key's sequence. It carries the key's hash
@@ -156,6 +186,9 @@ type ReserveCmd struct {
 func (c *ReserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
+		if full := fullError(c.key, err); full != nil {
+			return 0, full
+		}
 		return 0, fmt.Errorf("reserve %s: %w", c.key, err)
 	}
 	pos, err := strconv.ParseInt(s, 10, 64)
@@ -163,6 +196,19 @@ func (c *ReserveCmd) Pos() (int64, error) {
 		return 0, fmt.Errorf("reserve %s: bad position %q", c.key, s)
 	}
 	return pos, nil
+}
+
+// fullError reads the FULL error reply of seq_reserve (see [ReserveLua]):
+// "FULL <waiting> <max>". It returns nil for any other error.
+func fullError(key string, err error) *FullError {
+	if !redis.HasErrorPrefix(err, "FULL") {
+		return nil
+	}
+	e := &FullError{Key: key}
+	if _, serr := fmt.Sscanf(strings.TrimPrefix(err.Error(), "FULL "), "%d %d", &e.Waiting, &e.Max); serr != nil {
+		return nil
+	}
+	return e
 }
 
 // NoScript reports whether err says that Redis lacked a script that a
@@ -190,19 +236,30 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 	if err := checkLabel(key, label, ref); err != nil {
 		return nil, err
 	}
-	cmd := reserveScript.EvalSha(ctx, pipe, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref)
+	cmd := reserveScript.EvalSha(ctx, pipe, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref, q.maxWaiting)
 	return &ReserveCmd{cmd: cmd, key: key}, nil
 }
 
 // ReserveArgs checks a reservation of key's sequence under label and ref,
 // as [Sequencer.ReserveIn] does, and returns what a script that calls
 // seq_reserve (see [ReserveLua]) passes it: the sequence's Redis key, to
-// put among the script's KEYS, and its retention in milliseconds.
-func (q *Sequencer) ReserveArgs(key, label, ref string) (seqKey string, ttlMS int64, err error) {
+// put among the script's KEYS, its retention in milliseconds and the cap
+// of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
+// turns seq_reserve's FULL error into [ErrFull] with [ReserveError].
+func (q *Sequencer) ReserveArgs(key, label, ref string) (seqKey string, ttlMS, maxWaiting int64, err error) {
 	if err := checkLabel(key, label, ref); err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
-	return q.SeqKey(key), q.retention.Milliseconds(), nil
+	return q.SeqKey(key), q.retention.Milliseconds(), q.maxWaiting, nil
+}
+
+// ReserveError returns the *FullError that err, the error of a script
+// calling seq_reserve on key's sequence, carries, or err itself.
+func ReserveError(key string, err error) error {
+	if full := fullError(key, err); full != nil {
+		return full
+	}
+	return err
 }
 
 // Reserve hands out the next position of key's sequence under label, as
@@ -212,7 +269,7 @@ func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64,
 	if err := checkLabel(key, label, ref); err != nil {
 		return 0, err
 	}
-	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref), key: key}
+	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref, q.maxWaiting), key: key}
 	return c.Pos()
 }
 
