@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/cmd/internal/safetext"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -75,6 +76,10 @@ func newOrderPages(views *orderview.Reader, root string, readOnly bool, log *zap
 		"taskURL":  p.taskURL,
 		"queueURL": p.queueURL,
 		"contains": strings.Contains,
+		// clean escapes control and bidi characters, as the CLI does:
+		// html/template escapes HTML, not an override that makes the
+		// rest of a remark read backwards.
+		"clean": safetext.Escape,
 		"actions":  p.actions,
 		"time":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"ago":      func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
