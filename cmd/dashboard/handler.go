@@ -61,15 +61,16 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// Cross-origin protection refuses the UI's write requests (POST, DELETE)
 	// when a browser says they come from another site: the browser would
 	// otherwise attach the cached basic-auth credentials to them. The task ID
-	// guard keeps a crafted task ID from turning a click into another action
-	// (see guardTaskIDs).
-	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
+	// guard keeps a crafted task ID, queue or group name from turning a click
+	// into another action (see guardAPI).
+	queues := newQueueSet(cfg.Shards, log.Named("guard"))
+	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon))))
 
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards})
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS): %w", err)
 	}
-	pages, err := newOrderPages(views, monRoot, cfg.ReadOnly, log.Named("orders"))
+	pages, err := newOrderPages(views, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {
 		return nil, fmt.Errorf("order page: %w", err)
 	}
