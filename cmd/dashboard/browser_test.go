@@ -185,32 +185,7 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	defer cancel()
 	logIn(ctx, t)
 
-	// Note every write request the page sends, and signal each answer.
-	type write struct {
-		method, url string
-		status      int64
-	}
-	var mu sync.Mutex
-	writes := map[network.RequestID]*write{}
-	answered := make(chan write, 16)
-	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *network.EventRequestWillBeSent:
-			if ev.Request.Method != http.MethodGet && ev.Request.Method != http.MethodHead {
-				writes[ev.RequestID] = &write{method: ev.Request.Method, url: ev.Request.URL}
-			}
-		case *network.EventResponseReceived:
-			if w, ok := writes[ev.RequestID]; ok {
-				w.status = ev.Response.Status
-				select {
-				case answered <- *w:
-				default:
-				}
-			}
-		}
-	}))
+	answered := noteWrites(ctx, t)
 
 	// The crafted task is the one of order SO2004; its row shows its ID in
 	// the dashboard's display form, never raw.
@@ -344,4 +319,128 @@ func TestBrowserOrderPage(t *testing.T) {
 	assert.Equal(t, asynq.TaskStatePending, info.State)
 	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/api/queues/order_modify/archived_tasks/`+s.Archived+`:run"`)
 	requireNoSecrets(t, d.logs.String())
+}
+
+// TestBrowserPlantedQueues reproduces the planted queues of issue 21 in a
+// writable dashboard: beside order_modify with 3 pending changes, asynq's
+// set of queues gets "order_modify/pending_tasks:delete_all" and
+// "order_modify/pending_tasks:archive_all#". asynqmon's home page would
+// show a row for each, and a click on the first row's Delete sent
+// DELETE /api/queues/order_modify/pending_tasks:delete_all, one on the
+// second row's Pause POST /api/queues/order_modify/pending_tasks:archive_all:
+// "Delete all" and "Archive all" of order_modify. The test clicks Pause and
+// Delete on every row a planted name shows in, as an operator would; the
+// dashboard must show no such row, and the 3 changes must still be pending.
+func TestBrowserPlantedQueues(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	client := asynq.NewClientFromRedisClient(db.Client)
+	for i := range 3 {
+		id := fmt.Sprintf("evt-300%d", i+1)
+		_, err := client.EnqueueContext(t.Context(), asynq.NewTask("order:modify", orderPayload(id, fmt.Sprintf("SO300%d", i+1))),
+			asynq.Queue(queue), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(queue, true) })
+	plantQueues(t, db, plantedDelete, plantedArchive)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	writes := noteWrites(ctx, t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`//table[@aria-label="queues overview table"]//tr[td[contains(., "`+queue+`")] or th[contains(., "`+queue+`")]]`)))
+	screenshot(ctx, t, "dashboard-planted-queues.png")
+
+	rowOf := func(name string) string {
+		return `//table[@aria-label="queues overview table"]/tbody/tr[*[1][contains(., "` + name + `")]]`
+	}
+	rows := func(name string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.evaluate('count(`+rowOf(name)+`)', document, null, XPathResult.NUMBER_TYPE, null).numberValue`))
+		require.NoError(t, err)
+		return n
+	}
+	// Click, on each row of a planted name, what an operator would: the
+	// row's "…", then Pause (the archive one) or Delete and its
+	// confirmation (the delete one).
+	clicked := 0
+	for _, p := range []struct {
+		name   string
+		button int // 1 Pause, 2 Delete
+	}{{"pending_tasks:archive_all", 1}, {"pending_tasks:delete_all", 2}} {
+		if rows(p.name) == 0 {
+			continue
+		}
+		actions := rowOf(p.name) + `/td[last()]`
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(actions+`//button`)))
+		require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`(`+actions+`//button)[2]`)))
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(fmt.Sprintf(`(%s//button)[%d]`, actions, p.button))))
+		if p.button == 2 {
+			confirm := `//div[@role="dialog"]//button[contains(., "Delete")]`
+			require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(confirm)))
+			require.NoError(t, chromedp.Do(ctx, chromedp.Click(confirm)))
+		}
+		clicked++
+		select {
+		case w := <-writes:
+			t.Logf("the click on %q sent %s %s: %d", p.name, w.method, w.url, w.status)
+		case <-ctx.Done():
+			t.Fatalf("no answer to the click on %q: %v", p.name, ctx.Err())
+		}
+	}
+
+	assert.Zero(t, clicked, "a planted queue had a row with actions on asynqmon's home page")
+	assert.Zero(t, rows("pending_tasks:"), "no row shows a planted queue")
+	info, err := insp.GetQueueInfo(queue)
+	require.NoError(t, err)
+	assert.Equal(t, 3, info.Pending, "the 3 pending changes are still pending")
+	assert.Zero(t, info.Archived, "nothing was archived")
+	assert.False(t, info.Paused)
+
+	// The order page's search view lists them as suspicious instead.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/orders")))
+	text, err := chromedp.Run(ctx, chromedp.Text(`#suspicious`))
+	require.NoError(t, err)
+	assert.Contains(t, text, `"`+plantedDelete+`"`)
+	assert.Contains(t, text, `"`+plantedArchive+`"`)
+	requireNoSecrets(t, d.logs.String())
+}
+
+// write is a write request the page sent, with the status of its answer.
+type write struct {
+	method, url string
+	status      int64
+}
+
+// noteWrites notes every write request the tab sends and returns a channel
+// that receives each one once answered.
+func noteWrites(ctx context.Context, t *testing.T) <-chan write {
+	t.Helper()
+	var mu sync.Mutex
+	writes := map[network.RequestID]*write{}
+	answered := make(chan write, 16)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			if ev.Request.Method != http.MethodGet && ev.Request.Method != http.MethodHead {
+				writes[ev.RequestID] = &write{method: ev.Request.Method, url: ev.Request.URL}
+			}
+		case *network.EventResponseReceived:
+			if w, ok := writes[ev.RequestID]; ok {
+				w.status = ev.Response.Status
+				select {
+				case answered <- *w:
+				default:
+				}
+			}
+		}
+	}))
+	return answered
 }
