@@ -8,12 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -98,6 +102,48 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 	t.Logf("screenshot: %s", file)
 }
 
+// cspWatch collects the Content-Security-Policy violations of a tab: those
+// the page reports (the securitypolicyviolation event, recorded by a script
+// the browser runs before the page's own) and those the browser logs.
+type cspWatch struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	logged []string
+}
+
+// watchCSP starts collecting the tab's CSP violations; call it before the
+// first navigation.
+func watchCSP(ctx context.Context, t *testing.T) *cspWatch {
+	t.Helper()
+	w := &cspWatch{ctx: ctx}
+	_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.__csp = []; document.addEventListener("securitypolicyviolation", e => ` +
+			`window.__csp.push(e.effectiveDirective + " blocked " + e.blockedURI + " at " + e.sourceFile + ":" + e.lineNumber));`,
+	})
+	require.NoError(t, err)
+	_, err = chromedp.Call(ctx, cdplog.Enable, cdp.Empty{})
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*cdplog.EventEntryAdded); ok && strings.Contains(e.Entry.Text, "Content Security Policy") {
+			w.mu.Lock()
+			w.logged = append(w.logged, e.Entry.Text)
+			w.mu.Unlock()
+		}
+	}))
+	return w
+}
+
+// violations returns the violations of the current page and those logged
+// since the tab opened.
+func (w *cspWatch) violations(t *testing.T) []string {
+	t.Helper()
+	got, err := chromedp.Run(w.ctx, chromedp.Evaluate[[]string](`window.__csp || ["the violation recorder did not run"]`))
+	require.NoError(t, err)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append(got, w.logged...)
+}
+
 // TestBrowser opens the dashboard in headless chromium, as an operator
 // would: the page without credentials is refused, and with them the queue
 // and an order task's payload are shown. The screenshot is saved in the
@@ -128,11 +174,16 @@ func TestBrowser(t *testing.T) {
 	assert.Contains(t, d.logs.String(), `"method":"GET","path":"/","route":"/","status":401`)
 
 	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
 
-	// The home page lists the queue.
+	// The home page lists the queue, under a Content-Security-Policy that
+	// allows its own inline scripts by hash.
 	resp, err = chromedp.RunResponse(ctx, chromedp.Navigate(d.base+"/"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(200), resp.Status)
+	policy, _ := resp.Headers["Content-Security-Policy"].(string)
+	assert.Contains(t, policy, "default-src 'none'; script-src 'self' 'sha256-")
+	assert.NotContains(t, policy, "unsafe-eval")
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
 		`document.body.innerText.includes("order_modify")`,
 		chromedp.WithPollingTimeout(30*time.Second)))
@@ -153,6 +204,30 @@ func TestBrowser(t *testing.T) {
 	assert.Contains(t, text, `"address": "1 Main St"`)
 
 	screenshot(ctx, t, "dashboard-pending-tasks.png")
+	assert.Empty(t, csp.violations(t), "the queue pages")
+
+	// asynqmon's other pages render under the policy too, with no violation.
+	for _, p := range []struct{ path, text string }{
+		{"/queues/" + queue + "/tasks/evt-1001", "order_no=SO1001"},
+		{"/queues/" + queue + "?status=archived", "No archived tasks"},
+		{"/servers", "No servers found at this time."},
+		{"/schedulers", "Scheduler Entries"},
+		{"/redis", "Version"},
+		{"/settings", "Polling Interval"},
+	} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+p.path)), p.path)
+		_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.body.innerText.includes(`+strconv.Quote(p.text)+`)`,
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, "%s never showed %q", p.path, p.text)
+		assert.Empty(t, csp.violations(t), p.path)
+	}
+
+	// The recorder sees a violation: an image from elsewhere is blocked.
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const i = document.createElement("img"); i.src = "https://example.invalid/x.png"; document.body.append(i); return true; })()`))
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`window.__csp.length > 0`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the violation of img-src was not reported")
+	assert.Contains(t, csp.violations(t)[0], "img-src blocked https://example.invalid/x.png")
 	requireNoSecrets(t, d.logs.String())
 }
 
@@ -184,8 +259,8 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
 	defer cancel()
 	logIn(ctx, t)
-
 	answered := noteWrites(ctx, t)
+	csp := watchCSP(ctx, t)
 
 	// The crafted task is the one of order SO2004; its row shows its ID in
 	// the dashboard's display form, never raw.
@@ -228,6 +303,7 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	assert.ElementsMatch(t, ids, got, "the click changed the queue")
 
 	screenshot(ctx, t, "dashboard-crafted-task-id.png")
+	assert.Empty(t, csp.violations(t), "the row's actions under the Content-Security-Policy")
 	requireNoSecrets(t, d.logs.String())
 }
 
@@ -252,6 +328,7 @@ func TestBrowserOrderPage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
 	defer cancel()
 	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
 
 	// The search box leads to the order's page.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/orders")))
@@ -318,6 +395,7 @@ func TestBrowserOrderPage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStatePending, info.State)
 	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/api/queues/order_modify/archived_tasks/`+s.Archived+`:run"`)
+	assert.Empty(t, csp.violations(t), "the order page and asynqmon's under /ops")
 	requireNoSecrets(t, d.logs.String())
 }
 

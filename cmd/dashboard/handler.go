@@ -29,7 +29,9 @@ const readyTimeout = 2 * time.Second
 // newHandler returns the dashboard's routes, wrapped in the access log:
 //
 //	<root>/...   asynqmon's UI and API, behind authentication, with task IDs
-//	             outside the contract shown escaped and refused in writes
+//	             outside the contract shown escaped and refused in writes,
+//	             queues outside the deployment hidden and refused, and a
+//	             Content-Security-Policy
 //	<root>/orders, <root>/orders/{order_no}
 //	             the order page (see orderPages), behind authentication
 //	/metrics     Prometheus metrics, behind authentication if MetricsAuth
@@ -63,8 +65,14 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// otherwise attach the cached basic-auth credentials to them. The task ID
 	// guard keeps a crafted task ID, queue or group name from turning a click
 	// into another action (see guardAPI).
+	// asynqmon's pages get a Content-Security-Policy that allows their own
+	// inline scripts only (see asynqmonCSP).
 	queues := newQueueSet(cfg.Shards, log.Named("guard"))
-	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon))))
+	csp, err := asynqmonCSP(mon, monRoot)
+	if err != nil {
+		return nil, err
+	}
+	ui := protect(uiHeaders(withCSP(csp, http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon)))))
 
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards})
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -39,8 +41,11 @@ func TestDashboard(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status)
 		assert.Contains(t, r.body, "<title>Asynq - Monitoring</title>")
 		assert.Equal(t, "DENY", r.header.Get("X-Frame-Options"))
+		assertPageCSP(t, r)
 		// A deep link is served the app too.
-		assert.Equal(t, http.StatusOK, d.get(t, "/queues/"+queue+"?status=pending", basicAuth(testUser, testPassword)).status)
+		r = d.get(t, "/queues/"+queue+"?status=pending", basicAuth(testUser, testPassword))
+		assert.Equal(t, http.StatusOK, r.status)
+		assertPageCSP(t, r)
 	})
 
 	t.Run("api lists the queue", func(t *testing.T) {
@@ -127,6 +132,24 @@ func TestDashboard(t *testing.T) {
 		assert.Contains(t, logs, `"redis-url":"`+db.URL()+`"`)
 		assert.Contains(t, logs, `"password":"<redacted>"`)
 	})
+}
+
+// assertPageCSP checks that asynqmon's page r has a Content-Security-Policy
+// that allows exactly its inline scripts, by hash, and no eval.
+func assertPageCSP(t *testing.T, r response) {
+	t.Helper()
+	csp := r.header.Get("Content-Security-Policy")
+	require.NotEmpty(t, csp)
+	scripts := inlineScript.FindAllStringSubmatch(r.body, -1)
+	require.Len(t, scripts, 2, "asynqmon v0.7.2's page has two inline scripts")
+	want := "script-src 'self'"
+	for _, m := range scripts {
+		sum := sha256.Sum256([]byte(m[1]))
+		want += " 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	}
+	assert.Contains(t, csp, "default-src 'none'; "+want+"; ")
+	assert.Contains(t, csp, "frame-ancestors 'none'")
+	assert.NotContains(t, csp, "unsafe-eval")
 }
 
 // pending returns the size of the order_modify queue's pending list.
@@ -253,6 +276,7 @@ func TestRootPath(t *testing.T) {
 	r = d.get(t, "/ops/asynq/", basic)
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Contains(t, r.body, `window.FLAG_ROOT_PATH="\/ops\/asynq"`)
+	assertPageCSP(t, r)
 	assert.Equal(t, http.StatusOK, d.get(t, "/ops/asynq", basic).status)
 	assert.Contains(t, d.get(t, "/ops/asynq/api/queues", basic).body, `"queue":"order_modify"`)
 	assert.Equal(t, http.StatusUnauthorized, d.get(t, "/ops/asynq/api/queues", noAuth).status)
