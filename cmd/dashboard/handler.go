@@ -41,8 +41,11 @@ const readyTimeout = 2 * time.Second
 func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
 	if cfg.auth != nil {
-		require := httpauth.Require(cfg.auth)
-		protect = func(h http.Handler) http.Handler { return require(notePrincipal(h)) }
+		// Failed logins are throttled per client (see loginThrottle), on
+		// every authenticated route, with one count per client for all.
+		throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log.Named("auth"))
+		require := httpauth.Require(throttle.scheme(cfg.auth))
+		protect = func(h http.Handler) http.Handler { return throttle.guard(require(notePrincipal(h))) }
 	}
 
 	monRoot := cfg.Root
