@@ -247,31 +247,60 @@ func (q *queueSet) dropKeys(m map[string]any) bool {
 	return changed
 }
 
-// maxListedQueues bounds the suspicious queues the order page lists.
-const maxListedQueues = 50
+// maxListedQueues bounds the suspicious queues the order page lists, and
+// maxScans the SSCAN calls (of scanCount members each) it makes to find
+// them, so that one view costs the same however many queues were planted.
+const (
+	maxListedQueues = 50
+	maxScans        = 10
+	scanCount       = 100
+)
 
 // allQueuesKey is asynq's set of the queues it knows (asynq v0.25's
 // base.AllQueues), which its Inspector and asynqmon list.
 const allQueuesKey = "asynq:queues"
 
-// unknownQueues returns, sorted, at most maxListedQueues of the queues asynq
+// unknownQueues returns, sorted, up to maxListedQueues of the queues asynq
 // knows that the deployment does not define, and how many there are in all:
-// what the order page lists as suspicious. It reads asynq:queues once.
+// what the order page lists as suspicious. It costs one pipeline (SCARD and
+// a SISMEMBER per queue of the deployment) and, when there are any, at most
+// maxScans SSCAN calls; past those it returns the names found so far.
 func (q *queueSet) unknownQueues(ctx context.Context, rdb redis.UniversalClient) ([]string, int, error) {
-	all, err := rdb.SMembers(ctx, allQueuesKey).Result()
-	if err != nil {
-		return nil, 0, fmt.Errorf("read asynq's queues (%s): %w", allQueuesKey, err)
+	pipe := rdb.Pipeline()
+	card := pipe.SCard(ctx, allQueuesKey)
+	present := make([]*redis.BoolCmd, 0, len(q.known))
+	for name := range q.known {
+		present = append(present, pipe.SIsMember(ctx, allQueuesKey, name))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, fmt.Errorf("count asynq's queues (%s): %w", allQueuesKey, err)
+	}
+	total := int(card.Val())
+	for _, c := range present {
+		if c.Val() {
+			total--
+		}
+	}
+	if total <= 0 {
+		return nil, 0, nil
 	}
 	var out []string
-	for _, name := range all {
-		if !q.defines(name) {
-			out = append(out, name)
+	var cursor uint64
+	for range maxScans {
+		names, next, err := rdb.SScan(ctx, allQueuesKey, cursor, "", scanCount).Result()
+		if err != nil {
+			return nil, 0, fmt.Errorf("read asynq's queues (%s): %w", allQueuesKey, err)
+		}
+		for _, name := range names {
+			if !q.defines(name) && !slices.Contains(out, name) && len(out) < maxListedQueues {
+				out = append(out, name)
+			}
+		}
+		cursor = next
+		if cursor == 0 || len(out) == maxListedQueues {
+			break
 		}
 	}
 	slices.Sort(out)
-	total := len(out)
-	if len(out) > maxListedQueues {
-		out = out[:maxListedQueues]
-	}
-	return out, total, nil
+	return out, max(total, len(out)), nil
 }

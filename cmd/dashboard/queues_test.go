@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -308,4 +310,31 @@ func TestPlantedQueues(t *testing.T) {
 	r = d.get(t, "/orders", basic)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	assert.NotContains(t, r.body, "suspicious")
+}
+
+// TestUnknownQueuesIsBounded plants more queues than the order page lists:
+// it counts them all, lists maxListedQueues of them, and reads a bounded
+// part of the set.
+func TestUnknownQueuesIsBounded(t *testing.T) {
+	db := redistest.New(t)
+	var planted []string
+	for i := range 2000 {
+		planted = append(planted, fmt.Sprintf("planted-%04d", i))
+	}
+	plantQueues(t, db, append(planted, "order_modify:1", "order_exchange")...)
+	queues := newQueueSet(testShards, zap.NewNop())
+	names, total, err := queues.unknownQueues(t.Context(), db.Client)
+	require.NoError(t, err)
+	assert.Equal(t, 2000, total, "the known queues are not counted")
+	assert.Len(t, names, maxListedQueues)
+	assert.True(t, slices.IsSorted(names))
+	for _, n := range names {
+		assert.True(t, strings.HasPrefix(n, "planted-"), n)
+	}
+
+	require.NoError(t, db.Client.SRem(t.Context(), allQueuesKey, "order_modify:1").Err())
+	names, total, err = newQueueSet(tasks.Shards{}, zap.NewNop()).unknownQueues(t.Context(), db.Client)
+	require.NoError(t, err)
+	assert.Equal(t, 2000, total)
+	assert.Len(t, names, maxListedQueues)
 }
