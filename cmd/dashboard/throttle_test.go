@@ -115,18 +115,82 @@ func TestLoginThrottle(t *testing.T) {
 	assert.Equal(t, http.StatusOK, send(t, a, srv.URL, good).StatusCode, "the right password works once it may try again")
 }
 
+// TestLoginThrottleConcurrent sends many failing requests at once: no more
+// of them are checked than the client has tries, the rest get 429.
+func TestLoginThrottleConcurrent(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	throttle := newLoginThrottle(3, time.Minute, 100, clock.Now, zap.NewNop())
+	scheme, err := httpauth.Basic(realm, testUser, testPassword)
+	require.NoError(t, err)
+	release := make(chan struct{})
+	slow := &blockingScheme{Scheme: scheme, release: release}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	srv := httptest.NewServer(throttle.guard(httpauth.Require(throttle.scheme(slow))(ok)))
+	t.Cleanup(srv.Close)
+
+	const n = 30
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := clientFrom(t, "127.0.0.1")
+		wg.Go(func() {
+			// No require here: it may not stop the test from another
+			// goroutine. An error counts as status -1.
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+			if err != nil {
+				statuses <- -1
+				return
+			}
+			req.SetBasicAuth(testUser, "wrong-"+strconv.Itoa(i))
+			resp, err := c.Do(req)
+			if err != nil {
+				statuses <- -1
+				return
+			}
+			_ = resp.Body.Close()
+			statuses <- resp.StatusCode
+		})
+	}
+	// The 27 without a try are answered while the 3 with one are still
+	// being checked.
+	counts := map[int]int{}
+	for range n - 3 {
+		counts[<-statuses]++
+	}
+	close(release)
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		counts[s]++
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 3, http.StatusTooManyRequests: n - 3}, counts)
+}
+
+// blockingScheme checks credentials once release is closed.
+type blockingScheme struct {
+	httpauth.Scheme
+	release chan struct{}
+}
+
+func (s *blockingScheme) Authenticate(r *http.Request) (string, bool) {
+	<-s.release
+	return s.Scheme.Authenticate(r)
+}
+
 // TestLoginThrottleIsBounded checks that the throttle remembers at most its
 // maximum of clients, forgetting the one that failed longest ago.
 func TestLoginThrottleIsBounded(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	throttle := newLoginThrottle(1, time.Minute, 3, clock.Now, zap.NewNop())
+	fail := func(c string) { throttle.take(c) }
 	for _, c := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
-		throttle.fail(c)
+		fail(c)
 		assert.Positive(t, throttle.wait(c), c)
 	}
-	throttle.fail("10.0.0.2") // now the most recent
-	throttle.fail("10.0.0.4")
+	fail("10.0.0.2") // now the most recent
+	fail("10.0.0.4")
 	assert.Len(t, throttle.clients, 3)
 	assert.Equal(t, 3, throttle.lru.Len())
 	assert.Zero(t, throttle.wait("10.0.0.1"), "the oldest is forgotten")
@@ -134,7 +198,7 @@ func TestLoginThrottleIsBounded(t *testing.T) {
 		assert.Positive(t, throttle.wait(c), c)
 	}
 	for i := range 1000 {
-		throttle.fail("10.1.0." + strconv.Itoa(i))
+		fail("10.1.0." + strconv.Itoa(i))
 	}
 	assert.Len(t, throttle.clients, 3)
 }
