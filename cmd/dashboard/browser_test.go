@@ -429,6 +429,7 @@ func TestBrowserPlantedQueues(t *testing.T) {
 	defer cancel()
 	logIn(ctx, t)
 	writes := noteWrites(ctx, t)
+	csp := watchCSP(ctx, t)
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/")))
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`//table[@aria-label="queues overview table"]//tr[td[contains(., "`+queue+`")] or th[contains(., "`+queue+`")]]`)))
@@ -486,6 +487,7 @@ func TestBrowserPlantedQueues(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, text, `"`+plantedDelete+`"`)
 	assert.Contains(t, text, `"`+plantedArchive+`"`)
+	assert.Empty(t, csp.violations(t))
 	requireNoSecrets(t, d.logs.String())
 }
 
