@@ -8,12 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -98,6 +102,48 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 	t.Logf("screenshot: %s", file)
 }
 
+// cspWatch collects the Content-Security-Policy violations of a tab: those
+// the page reports (the securitypolicyviolation event, recorded by a script
+// the browser runs before the page's own) and those the browser logs.
+type cspWatch struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	logged []string
+}
+
+// watchCSP starts collecting the tab's CSP violations; call it before the
+// first navigation.
+func watchCSP(ctx context.Context, t *testing.T) *cspWatch {
+	t.Helper()
+	w := &cspWatch{ctx: ctx}
+	_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.__csp = []; document.addEventListener("securitypolicyviolation", e => ` +
+			`window.__csp.push(e.effectiveDirective + " blocked " + e.blockedURI + " at " + e.sourceFile + ":" + e.lineNumber));`,
+	})
+	require.NoError(t, err)
+	_, err = chromedp.Call(ctx, cdplog.Enable, cdp.Empty{})
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*cdplog.EventEntryAdded); ok && strings.Contains(e.Entry.Text, "Content Security Policy") {
+			w.mu.Lock()
+			w.logged = append(w.logged, e.Entry.Text)
+			w.mu.Unlock()
+		}
+	}))
+	return w
+}
+
+// violations returns the violations of the current page and those logged
+// since the tab opened.
+func (w *cspWatch) violations(t *testing.T) []string {
+	t.Helper()
+	got, err := chromedp.Run(w.ctx, chromedp.Evaluate[[]string](`window.__csp || ["the violation recorder did not run"]`))
+	require.NoError(t, err)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append(got, w.logged...)
+}
+
 // TestBrowser opens the dashboard in headless chromium, as an operator
 // would: the page without credentials is refused, and with them the queue
 // and an order task's payload are shown. The screenshot is saved in the
@@ -128,11 +174,16 @@ func TestBrowser(t *testing.T) {
 	assert.Contains(t, d.logs.String(), `"method":"GET","path":"/","route":"/","status":401`)
 
 	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
 
-	// The home page lists the queue.
+	// The home page lists the queue, under a Content-Security-Policy that
+	// allows its own inline scripts by hash.
 	resp, err = chromedp.RunResponse(ctx, chromedp.Navigate(d.base+"/"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(200), resp.Status)
+	policy, _ := resp.Headers["Content-Security-Policy"].(string)
+	assert.Contains(t, policy, "default-src 'none'; script-src 'self' 'sha256-")
+	assert.NotContains(t, policy, "unsafe-eval")
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
 		`document.body.innerText.includes("order_modify")`,
 		chromedp.WithPollingTimeout(30*time.Second)))
@@ -153,6 +204,30 @@ func TestBrowser(t *testing.T) {
 	assert.Contains(t, text, `"address": "1 Main St"`)
 
 	screenshot(ctx, t, "dashboard-pending-tasks.png")
+	assert.Empty(t, csp.violations(t), "the queue pages")
+
+	// asynqmon's other pages render under the policy too, with no violation.
+	for _, p := range []struct{ path, text string }{
+		{"/queues/" + queue + "/tasks/evt-1001", "order_no=SO1001"},
+		{"/queues/" + queue + "?status=archived", "No archived tasks"},
+		{"/servers", "No servers found at this time."},
+		{"/schedulers", "Scheduler Entries"},
+		{"/redis", "Version"},
+		{"/settings", "Polling Interval"},
+	} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+p.path)), p.path)
+		_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.body.innerText.includes(`+strconv.Quote(p.text)+`)`,
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, "%s never showed %q", p.path, p.text)
+		assert.Empty(t, csp.violations(t), p.path)
+	}
+
+	// The recorder sees a violation: an image from elsewhere is blocked.
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const i = document.createElement("img"); i.src = "https://example.invalid/x.png"; document.body.append(i); return true; })()`))
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`window.__csp.length > 0`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the violation of img-src was not reported")
+	assert.Contains(t, csp.violations(t)[0], "img-src blocked https://example.invalid/x.png")
 	requireNoSecrets(t, d.logs.String())
 }
 
@@ -184,33 +259,8 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
 	defer cancel()
 	logIn(ctx, t)
-
-	// Note every write request the page sends, and signal each answer.
-	type write struct {
-		method, url string
-		status      int64
-	}
-	var mu sync.Mutex
-	writes := map[network.RequestID]*write{}
-	answered := make(chan write, 16)
-	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *network.EventRequestWillBeSent:
-			if ev.Request.Method != http.MethodGet && ev.Request.Method != http.MethodHead {
-				writes[ev.RequestID] = &write{method: ev.Request.Method, url: ev.Request.URL}
-			}
-		case *network.EventResponseReceived:
-			if w, ok := writes[ev.RequestID]; ok {
-				w.status = ev.Response.Status
-				select {
-				case answered <- *w:
-				default:
-				}
-			}
-		}
-	}))
+	answered := noteWrites(ctx, t)
+	csp := watchCSP(ctx, t)
 
 	// The crafted task is the one of order SO2004; its row shows its ID in
 	// the dashboard's display form, never raw.
@@ -253,6 +303,7 @@ func TestBrowserCraftedTaskID(t *testing.T) {
 	assert.ElementsMatch(t, ids, got, "the click changed the queue")
 
 	screenshot(ctx, t, "dashboard-crafted-task-id.png")
+	assert.Empty(t, csp.violations(t), "the row's actions under the Content-Security-Policy")
 	requireNoSecrets(t, d.logs.String())
 }
 
@@ -277,6 +328,7 @@ func TestBrowserOrderPage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
 	defer cancel()
 	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
 
 	// The search box leads to the order's page.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/orders")))
@@ -343,5 +395,132 @@ func TestBrowserOrderPage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStatePending, info.State)
 	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/api/queues/order_modify/archived_tasks/`+s.Archived+`:run"`)
+	assert.Empty(t, csp.violations(t), "the order page and asynqmon's under /ops")
 	requireNoSecrets(t, d.logs.String())
+}
+
+// TestBrowserPlantedQueues reproduces the planted queues of issue 21 in a
+// writable dashboard: beside order_modify with 3 pending changes, asynq's
+// set of queues gets "order_modify/pending_tasks:delete_all" and
+// "order_modify/pending_tasks:archive_all#". asynqmon's home page would
+// show a row for each, and a click on the first row's Delete sent
+// DELETE /api/queues/order_modify/pending_tasks:delete_all, one on the
+// second row's Pause POST /api/queues/order_modify/pending_tasks:archive_all:
+// "Delete all" and "Archive all" of order_modify. The test clicks Pause and
+// Delete on every row a planted name shows in, as an operator would; the
+// dashboard must show no such row, and the 3 changes must still be pending.
+func TestBrowserPlantedQueues(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	client := asynq.NewClientFromRedisClient(db.Client)
+	for i := range 3 {
+		id := fmt.Sprintf("evt-300%d", i+1)
+		_, err := client.EnqueueContext(t.Context(), asynq.NewTask("order:modify", orderPayload(id, fmt.Sprintf("SO300%d", i+1))),
+			asynq.Queue(queue), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(queue, true) })
+	plantQueues(t, db, plantedDelete, plantedArchive)
+	d := startDashboard(t, testEnv(db, "DASHBOARD_READ_ONLY", "false"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	writes := noteWrites(ctx, t)
+	csp := watchCSP(ctx, t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`//table[@aria-label="queues overview table"]//tr[td[contains(., "`+queue+`")] or th[contains(., "`+queue+`")]]`)))
+	screenshot(ctx, t, "dashboard-planted-queues.png")
+
+	rowOf := func(name string) string {
+		return `//table[@aria-label="queues overview table"]/tbody/tr[*[1][contains(., "` + name + `")]]`
+	}
+	rows := func(name string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.evaluate('count(`+rowOf(name)+`)', document, null, XPathResult.NUMBER_TYPE, null).numberValue`))
+		require.NoError(t, err)
+		return n
+	}
+	// Click, on each row of a planted name, what an operator would: the
+	// row's "…", then Pause (the archive one) or Delete and its
+	// confirmation (the delete one).
+	clicked := 0
+	for _, p := range []struct {
+		name   string
+		button int // 1 Pause, 2 Delete
+	}{{"pending_tasks:archive_all", 1}, {"pending_tasks:delete_all", 2}} {
+		if rows(p.name) == 0 {
+			continue
+		}
+		actions := rowOf(p.name) + `/td[last()]`
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(actions+`//button`)))
+		require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`(`+actions+`//button)[2]`)))
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(fmt.Sprintf(`(%s//button)[%d]`, actions, p.button))))
+		if p.button == 2 {
+			confirm := `//div[@role="dialog"]//button[contains(., "Delete")]`
+			require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(confirm)))
+			require.NoError(t, chromedp.Do(ctx, chromedp.Click(confirm)))
+		}
+		clicked++
+		select {
+		case w := <-writes:
+			t.Logf("the click on %q sent %s %s: %d", p.name, w.method, w.url, w.status)
+		case <-ctx.Done():
+			t.Fatalf("no answer to the click on %q: %v", p.name, ctx.Err())
+		}
+	}
+
+	assert.Zero(t, clicked, "a planted queue had a row with actions on asynqmon's home page")
+	assert.Zero(t, rows("pending_tasks:"), "no row shows a planted queue")
+	info, err := insp.GetQueueInfo(queue)
+	require.NoError(t, err)
+	assert.Equal(t, 3, info.Pending, "the 3 pending changes are still pending")
+	assert.Zero(t, info.Archived, "nothing was archived")
+	assert.False(t, info.Paused)
+
+	// The order page's search view lists them as suspicious instead.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/orders")))
+	text, err := chromedp.Run(ctx, chromedp.Text(`#suspicious`))
+	require.NoError(t, err)
+	assert.Contains(t, text, `"`+plantedDelete+`"`)
+	assert.Contains(t, text, `"`+plantedArchive+`"`)
+	assert.Empty(t, csp.violations(t))
+	requireNoSecrets(t, d.logs.String())
+}
+
+// write is a write request the page sent, with the status of its answer.
+type write struct {
+	method, url string
+	status      int64
+}
+
+// noteWrites notes every write request the tab sends and returns a channel
+// that receives each one once answered.
+func noteWrites(ctx context.Context, t *testing.T) <-chan write {
+	t.Helper()
+	var mu sync.Mutex
+	writes := map[network.RequestID]*write{}
+	answered := make(chan write, 16)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			if ev.Request.Method != http.MethodGet && ev.Request.Method != http.MethodHead {
+				writes[ev.RequestID] = &write{method: ev.Request.Method, url: ev.Request.URL}
+			}
+		case *network.EventResponseReceived:
+			if w, ok := writes[ev.RequestID]; ok {
+				w.status = ev.Response.Status
+				select {
+				case answered <- *w:
+				default:
+				}
+			}
+		}
+	}))
+	return answered
 }

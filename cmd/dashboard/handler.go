@@ -29,7 +29,9 @@ const readyTimeout = 2 * time.Second
 // newHandler returns the dashboard's routes, wrapped in the access log:
 //
 //	<root>/...   asynqmon's UI and API, behind authentication, with task IDs
-//	             outside the contract shown escaped and refused in writes
+//	             outside the contract shown escaped and refused in writes,
+//	             queues outside the deployment hidden and refused, and a
+//	             Content-Security-Policy
 //	<root>/orders, <root>/orders/{order_no}
 //	             the order page (see orderPages), behind authentication
 //	/metrics     Prometheus metrics, behind authentication if MetricsAuth
@@ -39,8 +41,11 @@ const readyTimeout = 2 * time.Second
 func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
 	if cfg.auth != nil {
-		require := httpauth.Require(cfg.auth)
-		protect = func(h http.Handler) http.Handler { return require(notePrincipal(h)) }
+		// Failed logins are throttled per client (see loginThrottle), on
+		// every authenticated route, with one count per client for all.
+		throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log.Named("auth"))
+		require := httpauth.Require(throttle.scheme(cfg.auth))
+		protect = func(h http.Handler) http.Handler { return throttle.guard(require(notePrincipal(h))) }
 	}
 
 	monRoot := cfg.Root
@@ -61,15 +66,22 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// Cross-origin protection refuses the UI's write requests (POST, DELETE)
 	// when a browser says they come from another site: the browser would
 	// otherwise attach the cached basic-auth credentials to them. The task ID
-	// guard keeps a crafted task ID from turning a click into another action
-	// (see guardTaskIDs).
-	ui := protect(uiHeaders(http.NewCrossOriginProtection().Handler(guardTaskIDs(monRoot+"/api/", mon))))
+	// guard keeps a crafted task ID, queue or group name from turning a click
+	// into another action (see guardAPI).
+	// asynqmon's pages get a Content-Security-Policy that allows their own
+	// inline scripts only (see asynqmonCSP).
+	queues := newQueueSet(cfg.Shards, log.Named("guard"))
+	csp, err := asynqmonCSP(mon, monRoot)
+	if err != nil {
+		return nil, err
+	}
+	ui := protect(uiHeaders(withCSP(csp, http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon)))))
 
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards})
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS): %w", err)
 	}
-	pages, err := newOrderPages(views, monRoot, cfg.ReadOnly, log.Named("orders"))
+	pages, err := newOrderPages(views, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {
 		return nil, fmt.Errorf("order page: %w", err)
 	}

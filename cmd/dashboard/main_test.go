@@ -137,13 +137,19 @@ type response struct {
 
 func (d *dashboard) do(t *testing.T, method, path string, a auth, extra ...func(*http.Request)) response {
 	t.Helper()
+	return d.doWith(t, d.client, method, path, a, extra...)
+}
+
+// doWith is do over the client c, such as one of clientFrom.
+func (d *dashboard) doWith(t *testing.T, c *http.Client, method, path string, a auth, extra ...func(*http.Request)) response {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, d.base+path, nil)
 	require.NoError(t, err)
 	a(req)
 	for _, f := range extra {
 		f(req)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := c.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

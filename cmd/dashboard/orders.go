@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/cmd/internal/safetext"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -47,6 +49,8 @@ const orderCSP = "default-src 'none'; script-src 'self'; style-src 'self'; conne
 // orderPages serves the order page. It is safe for concurrent use.
 type orderPages struct {
 	views    *orderview.Reader
+	rdb      redis.UniversalClient
+	queues   *queueSet
 	root     string // asynqmon's root path: "" or "/asynq"
 	readOnly bool
 	log      *zap.Logger
@@ -67,18 +71,30 @@ type pageData struct {
 	Query    string
 	Error    string
 	St       *orderview.Status
+	// Suspicious are the queues asynq knows that the deployment does not
+	// define, quoted (at most maxListedQueues, of SuspiciousTotal); the
+	// search view lists them.
+	Suspicious      []string
+	SuspiciousTotal int
+	Shards          string
 }
 
-func newOrderPages(views *orderview.Reader, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
-	p := &orderPages{views: views, root: root, readOnly: readOnly, log: log}
+// newOrderPages returns the order page over views; rdb and queues find the
+// suspicious queues its search view lists.
+func newOrderPages(views *orderview.Reader, rdb redis.UniversalClient, queues *queueSet, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
+	p := &orderPages{views: views, rdb: rdb, queues: queues, root: root, readOnly: readOnly, log: log}
 	funcs := template.FuncMap{
 		"taskURL":  p.taskURL,
 		"queueURL": p.queueURL,
 		"contains": strings.Contains,
-		"actions":  p.actions,
-		"time":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"ago":      func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
-		"ms":       func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+		// clean escapes control and bidi characters, as the CLI does:
+		// html/template escapes HTML, not an override that makes the
+		// rest of a remark read backwards.
+		"clean":   safetext.Escape,
+		"actions": p.actions,
+		"time":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":     func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
+		"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
 	}
 	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
 	if err != nil {
@@ -111,12 +127,30 @@ func (p *orderPages) search(w http.ResponseWriter, r *http.Request) {
 	no := strings.TrimSpace(r.URL.Query().Get("no"))
 	switch {
 	case no == "":
-		p.render(w, r, http.StatusOK, pageData{})
+		p.render(w, r, http.StatusOK, p.suspicious(r.Context()))
 	case !tasks.ValidOrderNo(no):
 		p.render(w, r, http.StatusBadRequest, pageData{Query: no, Error: badOrderNo(no)})
 	default:
 		http.Redirect(w, r, p.root+"/orders/"+no, http.StatusSeeOther)
 	}
+}
+
+// suspicious returns the search view's data: the queues asynq knows that
+// the deployment does not define. When Redis fails the view goes without
+// them, and the failure is logged.
+func (p *orderPages) suspicious(ctx context.Context) pageData {
+	ctx, cancel := context.WithTimeout(ctx, orderTimeout)
+	defer cancel()
+	names, total, err := p.queues.unknownQueues(ctx, p.rdb)
+	if err != nil {
+		p.log.Warn("order page: could not list the suspicious queues", zap.Error(err))
+		return pageData{}
+	}
+	d := pageData{SuspiciousTotal: total, Shards: p.queues.shards}
+	for _, n := range names {
+		d.Suspicious = append(d.Suspicious, quoteName(n))
+	}
+	return d
 }
 
 // order answers the page of order no.

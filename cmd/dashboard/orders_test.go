@@ -222,3 +222,29 @@ func TestOrderPageWithShards(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStateArchived, info.State)
 }
+
+// TestOrderPageEscapesBidi checks that bidirectional overrides and other
+// control and format characters in an order's address, remark and SKU are
+// shown escaped on the order page, as the CLI shows them, and never raw:
+// "\u202e" would make the rest of the line read backwards.
+func TestOrderPageEscapesBidi(t *testing.T) {
+	db := redistest.New(t)
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{
+		No:      "SO1001",
+		Address: "1 Main St \u202egnp.exe",
+		Remark:  "ring\u2066 twice\u2069\x1b[2J",
+		Items:   []orders.Item{{SKU: "TEA\u202d-1", Qty: 2}, {SKU: "Straße-✓", Qty: 1}},
+	}))
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix))
+
+	r := d.get(t, "/orders/SO1001", basicAuth(testUser, testPassword))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `<dd>1 Main St \u202egnp.exe</dd>`)
+	assert.Contains(t, r.body, `<dd>ring\u2066 twice\u2069\x1b[2J</dd>`)
+	assert.Contains(t, r.body, `TEA\u202d-1 × 2, Straße-✓ × 1`, "other letters and symbols stay as they are")
+	for _, raw := range []string{"\u202e", "\u202d", "\u2066", "\u2069", "\x1b"} {
+		assert.NotContains(t, r.body, raw, "%q is rendered raw", raw)
+	}
+}

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,8 +42,11 @@ func TestDashboard(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status)
 		assert.Contains(t, r.body, "<title>Asynq - Monitoring</title>")
 		assert.Equal(t, "DENY", r.header.Get("X-Frame-Options"))
+		assertPageCSP(t, r)
 		// A deep link is served the app too.
-		assert.Equal(t, http.StatusOK, d.get(t, "/queues/"+queue+"?status=pending", basicAuth(testUser, testPassword)).status)
+		r = d.get(t, "/queues/"+queue+"?status=pending", basicAuth(testUser, testPassword))
+		assert.Equal(t, http.StatusOK, r.status)
+		assertPageCSP(t, r)
 	})
 
 	t.Run("api lists the queue", func(t *testing.T) {
@@ -127,6 +133,24 @@ func TestDashboard(t *testing.T) {
 		assert.Contains(t, logs, `"redis-url":"`+db.URL()+`"`)
 		assert.Contains(t, logs, `"password":"<redacted>"`)
 	})
+}
+
+// assertPageCSP checks that asynqmon's page r has a Content-Security-Policy
+// that allows exactly its inline scripts, by hash, and no eval.
+func assertPageCSP(t *testing.T, r response) {
+	t.Helper()
+	csp := r.header.Get("Content-Security-Policy")
+	require.NotEmpty(t, csp)
+	scripts := inlineScript.FindAllStringSubmatch(r.body, -1)
+	require.Len(t, scripts, 2, "asynqmon v0.7.2's page has two inline scripts")
+	want := "script-src 'self'"
+	for _, m := range scripts {
+		sum := sha256.Sum256([]byte(m[1]))
+		want += " 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	}
+	assert.Contains(t, csp, "default-src 'none'; "+want+"; ")
+	assert.Contains(t, csp, "frame-ancestors 'none'")
+	assert.NotContains(t, csp, "unsafe-eval")
 }
 
 // pending returns the size of the order_modify queue's pending list.
@@ -217,7 +241,9 @@ func pendingAt(t *testing.T, d *dashboard, api string) int {
 
 // TestSeveralAuthorizationHeaders checks, over a real socket, that a
 // request with more than one Authorization header gets 401, whichever of
-// them is valid, on the UI, its API (a write too) and /metrics.
+// them is valid, on the UI, its API (a write too) and /metrics. Each is a
+// failed login: each second header comes from its own client address, so
+// that the throttle (loginFailBurst) lets them all be answered.
 func TestSeveralAuthorizationHeaders(t *testing.T) {
 	db := redistest.New(t)
 	enqueueOrders(t, db)
@@ -225,13 +251,14 @@ func TestSeveralAuthorizationHeaders(t *testing.T) {
 	good := func(r *http.Request) { r.SetBasicAuth(testUser, testPassword) }
 	for i, extra := range []string{"Bearer " + testToken, "Bearer wrong-token-0123456789", "Basic b3BzOndyb25n"} {
 		add := func(r *http.Request) { r.Header.Add("Authorization", extra) }
+		c := clientFrom(t, "127.0.1."+strconv.Itoa(i+1))
 		for _, req := range []struct{ method, path string }{
 			{http.MethodGet, "/"},
 			{http.MethodGet, "/api/queues"},
 			{http.MethodGet, "/metrics"},
 			{http.MethodDelete, "/api/queues/" + queue + "/pending_tasks/evt-1001"},
 		} {
-			r := d.do(t, req.method, req.path, good, add)
+			r := d.doWith(t, c, req.method, req.path, good, add)
 			assert.Equal(t, http.StatusUnauthorized, r.status, "%s %s with second header #%d", req.method, req.path, i)
 		}
 	}
@@ -253,6 +280,7 @@ func TestRootPath(t *testing.T) {
 	r = d.get(t, "/ops/asynq/", basic)
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Contains(t, r.body, `window.FLAG_ROOT_PATH="\/ops\/asynq"`)
+	assertPageCSP(t, r)
 	assert.Equal(t, http.StatusOK, d.get(t, "/ops/asynq", basic).status)
 	assert.Contains(t, d.get(t, "/ops/asynq/api/queues", basic).body, `"queue":"order_modify"`)
 	assert.Equal(t, http.StatusUnauthorized, d.get(t, "/ops/asynq/api/queues", noAuth).status)
@@ -312,6 +340,10 @@ func TestSettingsErrors(t *testing.T) {
 		{name: "insecure with credentials", env: creds, args: []string{"-insecure-no-auth"}, want: "-insecure-no-auth given together with credentials"},
 		{name: "insecure is flag only", env: []string{"INSECURE_NO_AUTH", "true", "DASHBOARD_INSECURE_NO_AUTH", "true"}, want: "no credentials"},
 		{name: "short token", env: []string{"DASHBOARD_TOKENS", "tok-0123456789abcdef,short"}, want: "DASHBOARD_TOKENS (-tokens): httpauth: bad configuration: bearer key #2 is shorter than 16 bytes"},
+		{name: "short password", env: []string{"DASHBOARD_USER", "ops", "DASHBOARD_PASSWORD", "hunter2-ab1"}, want: "DASHBOARD_PASSWORD (-password) is too weak: it has fewer than 12 characters"},
+		{name: "one-character password", env: []string{"DASHBOARD_USER", "ops", "DASHBOARD_PASSWORD", "x"}, want: "is too weak: it has fewer than 12 characters"},
+		{name: "repetitive password", env: []string{"DASHBOARD_USER", "ops", "DASHBOARD_PASSWORD", "abababababababab"}, want: "is too weak: it has fewer than 5 different characters"},
+		{name: "short password as a flag", args: []string{"-user", "ops", "-password", "pässwörd-1"}, want: "is too weak"},
 		{name: "colon in user", env: []string{"DASHBOARD_USER", "a:b", "DASHBOARD_PASSWORD", "x"}, want: "DASHBOARD_USER/DASHBOARD_PASSWORD: httpauth: bad configuration: basic-auth user may not contain a colon"},
 		{name: "bad timeout", env: append([]string{"DASHBOARD_WRITE_TIMEOUT", "abc"}, creds...), want: `DASHBOARD_WRITE_TIMEOUT="abc" (env; flag -write-timeout): not a duration`},
 		{name: "zero timeout", env: creds, args: []string{"-shutdown-timeout", "0s"}, want: `-shutdown-timeout="0s" (flag; env DASHBOARD_SHUTDOWN_TIMEOUT): must be positive`},
@@ -337,6 +369,14 @@ func TestSettingsErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 			assert.NotContains(t, err.Error(), testPassword)
 			assert.NotContains(t, err.Error(), "hunter2")
+			for i := 0; i+1 < len(tt.env); i += 2 {
+				if tt.env[i] == "DASHBOARD_PASSWORD" && len(tt.env[i+1]) > 1 {
+					assert.NotContains(t, err.Error(), tt.env[i+1], "the password is in the error")
+				}
+			}
+			if strings.Contains(tt.want, "too weak") {
+				assert.ErrorIs(t, err, ErrWeakPassword)
+			}
 			assert.Empty(t, out.String(), "nothing is logged before the settings are good")
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
@@ -77,7 +78,7 @@ func declare(s *config.Set, cfg *settings) {
 	s.String(&cfg.Root, "root", "DASHBOARD_ROOT", "/", "URL path the UI and its API are served under, such as /asynq").Check(checkRoot)
 	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: "+config.RedisURLForms)
 	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")
-	s.String(&cfg.Password, "password", "DASHBOARD_PASSWORD", "", "basic-auth password").Secret()
+	s.String(&cfg.Password, "password", "DASHBOARD_PASSWORD", "", "basic-auth password: at least 12 characters, of at least 5 different ones").Secret()
 	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters (several allow rotation)").Secret()
 	s.Bool(&cfg.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
 	s.Bool(&cfg.ReadOnly, "read-only", "DASHBOARD_READ_ONLY", true, "hide and refuse the UI's write actions (delete, archive, run, pause)")
@@ -98,6 +99,36 @@ func declare(s *config.Set, cfg *settings) {
 func checkKeyPrefix(p string) error {
 	if strings.ContainsAny(p, "{}") {
 		return errors.New("must not contain a brace (it would break the keys' hash tags)")
+	}
+	return nil
+}
+
+// The weakest DASHBOARD_PASSWORD the dashboard starts with: at least
+// minPasswordLength characters, of at least minPasswordDistinct different
+// ones. Failed logins are throttled too
+// (see loginThrottle), but a short or guessable password still falls to a
+// patient guesser, or to many addresses.
+const (
+	minPasswordLength   = 12
+	minPasswordDistinct = 5
+)
+
+// ErrWeakPassword is matched by the error of a DASHBOARD_PASSWORD that is
+// too weak.
+var ErrWeakPassword = errors.New("DASHBOARD_PASSWORD (-password) is too weak")
+
+// checkPassword refuses a weak password, with an error matching
+// ErrWeakPassword that never contains it.
+func checkPassword(password string) error {
+	distinct := map[rune]bool{}
+	for _, r := range password {
+		distinct[r] = true
+	}
+	switch {
+	case utf8.RuneCountInString(password) < minPasswordLength:
+		return fmt.Errorf("%w: it has fewer than %d characters; generate one, for example with `openssl rand -base64 18`", ErrWeakPassword, minPasswordLength)
+	case len(distinct) < minPasswordDistinct:
+		return fmt.Errorf("%w: it has fewer than %d different characters; generate one, for example with `openssl rand -base64 18`", ErrWeakPassword, minPasswordDistinct)
 	}
 	return nil
 }
@@ -167,6 +198,9 @@ func (cfg *settings) buildAuth() error {
 		b, err := httpauth.Basic(realm, cfg.User, cfg.Password)
 		if err != nil {
 			return fmt.Errorf("DASHBOARD_USER/DASHBOARD_PASSWORD: %w", err)
+		}
+		if err := checkPassword(cfg.Password); err != nil {
+			return err
 		}
 		all = append(all, b)
 		kinds = append(kinds, "basic")

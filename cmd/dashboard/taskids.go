@@ -49,26 +49,45 @@ const maxBatchBody = 1_000_000
 // POST .../pending_tasks/{task_id}:archive.
 var taskActions = []string{":archive", ":run", ":cancel"}
 
-// errorCodeInvalidTaskID is the error code of a write refused by
-// guardTaskIDs.
+// errorCodeInvalidTaskID is the error code of a write refused for its task
+// ID or its path.
 const errorCodeInvalidTaskID = "invalid_task_id"
 
-// guardTaskIDs wraps asynqmon's handler; apiPrefix is the path of its API
-// with a trailing slash, such as "/api/" or "/asynq/api/". Requests outside
-// it pass through unchanged.
-func guardTaskIDs(apiPrefix string, next http.Handler) http.Handler {
+// refusal is a request the guard refuses: its status, error code and
+// message.
+type refusal struct {
+	status    int
+	code, msg string
+}
+
+// guardAPI wraps asynqmon's handler with the task ID guard (above) and the
+// queue guard (see queues.go); apiPrefix is the path of its API with a
+// trailing slash, such as "/api/" or "/asynq/api/", and queues the queues
+// the deployment defines. Requests outside the API pass through unchanged.
+// The handler is safe for concurrent use.
+func guardAPI(apiPrefix string, queues *queueSet, next http.Handler) http.Handler {
 	prefixSegments := strings.Count(apiPrefix, "/") - 1
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case !strings.HasPrefix(r.URL.Path, apiPrefix) || r.Method == http.MethodHead:
+		case !strings.HasPrefix(r.URL.Path, apiPrefix):
 			next.ServeHTTP(w, r)
-		case r.Method == http.MethodGet:
-			rw := &idRewriter{ResponseWriter: w}
+		case r.Method == http.MethodGet || r.Method == http.MethodHead:
+			if api, ok := apiSegments(r, prefixSegments); ok {
+				if rf := queues.checkNames(r.Method, api); rf != nil {
+					refuse(w, r, rf)
+					return
+				}
+			}
+			if r.Method == http.MethodHead {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rw := &idRewriter{ResponseWriter: w, queues: queues, stats: r.URL.Path == apiPrefix+"queue_stats"}
 			next.ServeHTTP(rw, r)
 			rw.flush()
 		default:
-			if status, msg := checkWrite(w, r, prefixSegments); msg != "" {
-				refuse(w, r, status, msg)
+			if rf := checkWrite(w, r, prefixSegments, queues); rf != nil {
+				refuse(w, r, rf)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -76,26 +95,39 @@ func guardTaskIDs(apiPrefix string, next http.Handler) http.Handler {
 	})
 }
 
-// checkWrite checks a write request to asynqmon's API, whose path has
-// prefixSegments segments before the API's own. It returns a status and a
-// message for a refusal, or an empty message. It may replace r.Body with
-// the same bytes.
-func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int) (int, string) {
-	// The segments as the UI wrote them: a task ID is one segment. Fewer of
-	// them than the decoded path has means an encoded '/' in the prefix.
-	const notCanonical = "the path is not canonical: it has an empty, '.' or '..' segment, an encoded '/' or a trailing '/'"
+// apiSegments returns the segments of r's path after the API's prefix
+// (which has prefixSegments segments), each decoded on its own: a task ID,
+// a queue or a group is one segment, whatever '/' it has encoded. It
+// reports false for a path too short or badly percent-encoded.
+func apiSegments(r *http.Request, prefixSegments int) ([]string, bool) {
 	segments := strings.Split(r.URL.EscapedPath(), "/")
 	if len(segments) < 2+prefixSegments {
-		return http.StatusBadRequest, notCanonical
+		return nil, false
 	}
 	for i, seg := range segments {
 		d, err := url.PathUnescape(seg)
 		if err != nil {
-			return http.StatusBadRequest, "the path is not canonical: bad percent-encoding"
+			return nil, false
 		}
 		segments[i] = d
 	}
-	api := segments[1+prefixSegments:] // "queues", qname, ...
+	return segments[1+prefixSegments:], true
+}
+
+// checkWrite checks a write request to asynqmon's API, whose path has
+// prefixSegments segments before the API's own. It returns the refusal, or
+// nil. It may replace r.Body with the same bytes.
+func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int, queues *queueSet) *refusal {
+	// The segments as the UI wrote them: a task ID is one segment. Fewer of
+	// them than the decoded path has means an encoded '/' in the prefix.
+	const notCanonical = "the path is not canonical: it has an empty, '.' or '..' segment, an encoded '/' or a trailing '/'"
+	if len(strings.Split(r.URL.EscapedPath(), "/")) < 2+prefixSegments {
+		return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, notCanonical}
+	}
+	api, ok := apiSegments(r, prefixSegments) // "queues", qname, ...
+	if !ok {
+		return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, "the path is not canonical: bad percent-encoding"}
+	}
 	for i, seg := range api {
 		// A segment after ".../<state>_tasks" is a task ID, perhaps with an
 		// action: .../pending_tasks/{task_id} or .../{task_id}:archive.
@@ -112,7 +144,7 @@ func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int) (int
 			}
 		}
 		if !tasks.ValidEventID(id) {
-			return http.StatusBadRequest, invalidTaskID(id, "in the path")
+			return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, invalidTaskID(id, "in the path")}
 		}
 	}
 
@@ -120,25 +152,28 @@ func checkWrite(w http.ResponseWriter, r *http.Request, prefixSegments int) (int
 	// (and redirects to) first; an encoded '/' adds segments to it. Only a
 	// path that reads the same every way is let through.
 	p := r.URL.Path
-	if path.Clean(p) != p || strings.Count(p, "/") != len(segments)-1 {
-		return http.StatusBadRequest, notCanonical
+	if path.Clean(p) != p || strings.Count(p, "/") != strings.Count(r.URL.EscapedPath(), "/") {
+		return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, notCanonical}
+	}
+	if rf := queues.checkNames(r.Method, api); rf != nil {
+		return rf
 	}
 	if strings.Contains(api[len(api)-1], "_tasks:batch_") {
 		return checkBatch(w, r)
 	}
-	return 0, ""
+	return nil
 }
 
 // checkBatch reads the body of a batch request as asynqmon does and checks
 // its task IDs, then gives r the same body again.
-func checkBatch(w http.ResponseWriter, r *http.Request) (int, string) {
+func checkBatch(w http.ResponseWriter, r *http.Request) *refusal {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBatchBody))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBatchBody)
+		return &refusal{http.StatusRequestEntityTooLarge, errorCodeInvalidTaskID, fmt.Sprintf("the body is larger than %d bytes", maxBatchBody)}
 	case err != nil:
-		return http.StatusBadRequest, "could not read the body"
+		return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, "could not read the body"}
 	}
 	// The same decoding as asynqmon's: what it would act on is what is
 	// checked.
@@ -148,15 +183,15 @@ func checkBatch(w http.ResponseWriter, r *http.Request) (int, string) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return http.StatusBadRequest, `the body must be {"task_ids": [...]}`
+		return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, `the body must be {"task_ids": [...]}`}
 	}
 	for _, id := range req.TaskIDs {
 		if !tasks.ValidEventID(id) {
-			return http.StatusBadRequest, invalidTaskID(id, "in task_ids")
+			return &refusal{http.StatusBadRequest, errorCodeInvalidTaskID, invalidTaskID(id, "in task_ids")}
 		}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
-	return 0, ""
+	return nil
 }
 
 func invalidTaskID(id, where string) string {
@@ -169,23 +204,23 @@ func invalidTaskID(id, where string) string {
 		strconv.QuoteToASCII(shown), where, tasks.EventIDRule)
 }
 
-// refuse answers a refused write with a JSON error and notes its code for
-// the access log.
-func refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	httpserve.InfoFrom(r.Context()).Code = errorCodeInvalidTaskID
+// refuse answers a refused request with a JSON error and notes its code
+// for the access log.
+func refuse(w http.ResponseWriter, r *http.Request, rf *refusal) {
+	httpserve.InfoFrom(r.Context()).Code = rf.code
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	body.Error.Code, body.Error.Message = errorCodeInvalidTaskID, msg
+	body.Error.Code, body.Error.Message = rf.code, rf.msg
 	b, _ := json.Marshal(body) // strings only: cannot fail
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	w.WriteHeader(rf.status)
 	_, _ = w.Write(append(b, '\n'))
 }
 
@@ -210,9 +245,12 @@ func displayTaskID(id string) string {
 }
 
 // idRewriter holds back a GET answer of asynqmon's API so that flush can
-// rewrite the task IDs in it.
+// rewrite the task IDs in it and hide the queues and groups queues hides.
+// stats says the answer is that of .../queue_stats.
 type idRewriter struct {
 	http.ResponseWriter
+	queues *queueSet
+	stats  bool
 	status int
 	buf    bytes.Buffer
 }
@@ -230,15 +268,16 @@ func (w *idRewriter) Write(p []byte) (int, error) {
 	return w.buf.Write(p)
 }
 
-// flush sends the answer held back, with its task IDs rewritten when it is
-// JSON and has IDs to rewrite. asynqmon v0.7.2 sets no Content-Type on its
+// flush sends the answer held back, with its task IDs rewritten and its
+// queues and groups outside the deployment hidden when it is JSON and has
+// any. asynqmon v0.7.2 sets no Content-Type on its
 // JSON answers (net/http then sniffs one), so an answer without one is
 // tried as JSON too.
 func (w *idRewriter) flush() {
 	b := w.buf.Bytes()
 	ct := w.Header().Get("Content-Type")
 	if mt, _, _ := strings.Cut(ct, ";"); ct == "" || strings.TrimSpace(mt) == "application/json" {
-		if out, ok := rewriteTaskIDs(b); ok {
+		if out, ok := rewriteAnswer(b, w.queues, w.stats); ok {
 			b = out
 			w.Header().Del("Content-Length")
 		}
@@ -249,18 +288,21 @@ func (w *idRewriter) flush() {
 	_, _ = w.ResponseWriter.Write(b)
 }
 
-// rewriteTaskIDs rewrites, in the JSON document b, every string member
+// rewriteAnswer rewrites, in the JSON document b, every string member
 // named "id" or "task_id" that is not a valid event ID into its
-// displayTaskID form. It reports false, and returns nothing, when there was
-// nothing to rewrite or b is not JSON.
-func rewriteTaskIDs(b []byte) ([]byte, bool) {
+// displayTaskID form, and hides what names a queue outside the deployment
+// or an unsafe group (queueSet.hideNames; stats for the answer of
+// .../queue_stats). It reports false, and returns nothing, when there was
+// nothing to change or b is not JSON.
+func rewriteAnswer(b []byte, queues *queueSet, stats bool) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
 		return nil, false
 	}
-	if !rewriteValue(doc) {
+	hidden := queues.hideNames(doc, stats)
+	if !rewriteValue(doc) && !hidden {
 		return nil, false
 	}
 	out, err := json.Marshal(doc)

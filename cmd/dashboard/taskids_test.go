@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -43,7 +44,7 @@ func asynqmonRoutes(t *testing.T) []asynqmonRoute {
 	return routes
 }
 
-// guarded serves guardTaskIDs over a real socket in front of a handler that
+// guarded serves guardAPI over a real socket in front of a handler that
 // records what reached it.
 type guarded struct {
 	srv     *httptest.Server
@@ -54,6 +55,12 @@ type guarded struct {
 // newGuarded answers every request that gets through with answer and, if
 // not empty, the Content-Type contentType (asynqmon sets none).
 func newGuarded(t *testing.T, root, answer, contentType string) *guarded {
+	t.Helper()
+	return newGuardedWith(t, root, newQueueSet(tasks.Shards{}, zap.NewNop()), answer, contentType)
+}
+
+// newGuardedWith is newGuarded for a deployment of queues.
+func newGuardedWith(t *testing.T, root string, queues *queueSet, answer, contentType string) *guarded {
 	t.Helper()
 	g := &guarded{}
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +73,7 @@ func newGuarded(t *testing.T, root, answer, contentType string) *guarded {
 		}
 		_, _ = io.WriteString(w, answer)
 	})
-	g.srv = httptest.NewServer(guardTaskIDs(root+"/api/", next))
+	g.srv = httptest.NewServer(guardAPI(root+"/api/", queues, next))
 	t.Cleanup(g.srv.Close)
 	return g
 }
@@ -190,6 +197,13 @@ func TestGuardRefusesAmbiguousPaths(t *testing.T) {
 
 func assertRefusal(t *testing.T, body string) {
 	t.Helper()
+	assertRefusalCode(t, body, errorCodeInvalidTaskID)
+}
+
+// assertRefusalCode checks that body is the guard's JSON error with one of
+// codes.
+func assertRefusalCode(t *testing.T, body string, codes ...string) {
+	t.Helper()
 	var e struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -199,7 +213,7 @@ func assertRefusal(t *testing.T, body string) {
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&e), body)
-	assert.Equal(t, errorCodeInvalidTaskID, e.Error.Code)
+	assert.Contains(t, codes, e.Error.Code, body)
 	assert.NotEmpty(t, e.Error.Message)
 }
 
@@ -262,9 +276,14 @@ func TestDisplayTaskID(t *testing.T) {
 	}
 }
 
+// fuzzQueues are the queues of FuzzGuardWrite's deployment.
+var fuzzQueues = newQueueSet(tasks.Shards{Count: 2, Draining: []int{1}}, zap.NewNop())
+
 // FuzzGuardWrite sends any path and body through the guard as a write: it
-// never panics, and what it lets through has a canonical path whose task
-// IDs, in the path and in a batch body, are valid event IDs.
+// never panics, and what it lets through has a canonical path under
+// queues/{qname} of a queue the deployment defines, with a safe group if
+// any, whose task IDs, in the path and in a batch body, are valid event
+// IDs.
 func FuzzGuardWrite(f *testing.F) {
 	for _, s := range []struct{ path, body string }{
 		{"/api/queues/order_modify/pending_tasks/evt-1", ""},
@@ -275,6 +294,11 @@ func FuzzGuardWrite(f *testing.F) {
 		{"/api%2F", ""},
 		{"/api/queues//x", ""},
 		{"/api/queues/order_modify:pause", ""},
+		{"/api/queues/order_modify:1:resume", ""},
+		{"/api/queues/order_modify/pending_tasks:archive_all", ""},
+		{"/api/queues/order_modify%2Fpending_tasks:delete_all", ""},
+		{"/api/queues/default/pending_tasks:delete_all", ""},
+		{"/api/queues/order_exchange:0/groups/g.1/aggregating_tasks:run_all", ""},
 	} {
 		f.Add(s.path, s.body)
 	}
@@ -285,7 +309,7 @@ func FuzzGuardWrite(f *testing.F) {
 		}
 		var reached *http.Request
 		var reachedBody []byte
-		h := guardTaskIDs("/api/", http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		h := guardAPI("/api/", fuzzQueues, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 			reached = r
 			reachedBody, _ = io.ReadAll(r.Body)
 		}))
@@ -296,6 +320,16 @@ func FuzzGuardWrite(f *testing.F) {
 		p := reached.URL.Path
 		require.Equal(t, path.Clean(p), p, "a path that is not canonical got through")
 		segs := strings.Split(p, "/")
+		require.GreaterOrEqual(t, len(segs), 4, "a write outside queues/{qname} got through: %q", p)
+		require.Equal(t, "queues", segs[2], "a write outside queues/{qname} got through: %q", p)
+		qname := segs[3]
+		if len(segs) == 4 {
+			qname = strings.TrimSuffix(strings.TrimSuffix(qname, ":pause"), ":resume")
+		}
+		require.True(t, fuzzQueues.defines(qname), "a write on queue %q got through", qname)
+		if len(segs) > 5 && segs[4] == "groups" {
+			require.True(t, safeGroup(segs[5]), "a write on group %q got through", segs[5])
+		}
 		for i := 1; i < len(segs); i++ {
 			if strings.HasSuffix(segs[i-1], "_tasks") {
 				id := segs[i]

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/orderworker/orderworker/cmd/internal/safetext"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
 )
@@ -191,22 +190,6 @@ func ago(now, t time.Time) string {
 }
 
 // clean escapes the control and format characters (bidirectional
-// overrides among them) and the invalid UTF-8 of s, as Go quotes them
-// ("\n", "\x1b", "\u202e"), and leaves the rest as it is.
-func clean(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
-		}
-		i += size
-	}
-	return b.String()
-}
+// overrides among them) and the invalid UTF-8 of s: see [safetext.Escape],
+// which the dashboard's order page uses too.
+func clean(s string) string { return safetext.Escape(s) }
