@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -256,9 +257,9 @@ const (
 	scanCount       = 100
 )
 
-// allQueuesKey is asynq's set of the queues it knows (asynq v0.25's
-// base.AllQueues), which its Inspector and asynqmon list.
-const allQueuesKey = "asynq:queues"
+// allQueuesKey is asynq's set of the queues it knows, which its Inspector
+// and asynqmon list.
+const allQueuesKey = asynqwire.AllQueues
 
 // unknownQueues returns, sorted, up to maxListedQueues of the queues asynq
 // knows that the deployment does not define, and how many there are in all:
