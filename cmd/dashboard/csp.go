@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
@@ -43,7 +44,7 @@ var inlineScript = regexp.MustCompile(`(?s)<script>(.*?)</script>`)
 // renders the page mon serves at root+"/" and allows exactly its inline
 // scripts. It returns an error when mon does not render that page.
 func asynqmonCSP(mon http.Handler, root string) (string, error) {
-	req, err := http.NewRequest(http.MethodGet, root+"/", nil)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, root+"/", nil)
 	if err != nil {
 		return "", fmt.Errorf("asynqmon's page: %w", err)
 	}

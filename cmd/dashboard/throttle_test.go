@@ -31,16 +31,23 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 }
 
 // send sends a GET of url with a, over c.
-func send(t *testing.T, c *http.Client, url string, a auth) *http.Response {
+func send(t *testing.T, c *http.Client, url string, a auth) answer {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	require.NoError(t, err)
 	a(req)
 	resp, err := c.Do(req)
 	require.NoError(t, err)
+	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	require.NoError(t, resp.Body.Close())
-	return resp
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}
+}
+
+// answer is what send read of a response: its status and headers (the body
+// is read and closed).
+type answer struct {
+	StatusCode int
+	Header     http.Header
 }
 
 // fakeClock is a clock the test moves.

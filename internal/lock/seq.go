@@ -205,8 +205,8 @@ func fullError(key string, err error) *FullError {
 		return nil
 	}
 	e := &FullError{Key: key}
-	if _, serr := fmt.Sscanf(strings.TrimPrefix(err.Error(), "FULL "), "%d %d", &e.Waiting, &e.Max); serr != nil {
-		return nil
+	if n, _ := fmt.Sscanf(strings.TrimPrefix(err.Error(), "FULL "), "%d %d", &e.Waiting, &e.Max); n != 2 {
+		return nil // another error that happens to start with FULL
 	}
 	return e
 }
