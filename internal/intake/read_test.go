@@ -255,9 +255,19 @@ func TestHistoryPages(t *testing.T) {
 		path = "/v1/orders/SO7/history?limit=2&cursor=" + url.QueryEscape(h.NextCursor)
 	}
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, versions)
+	// A cursor past the newest entry but within range is an empty last page.
+	for _, past := range []string{"6", "9007199254740991"} {
+		r := e.do(t, http.MethodGet, "/v1/orders/SO7/history?cursor="+past, "", nil)
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", past, r.body)
+		var h orderview.History
+		r.decode(t, &h)
+		require.Empty(t, h.Entries, past)
+		require.Empty(t, h.NextCursor, past)
+	}
 	for _, bad := range []struct{ query, field string }{
 		{"limit=0", "limit"}, {"limit=1001", "limit"}, {"limit=x", "limit"},
 		{"cursor=abc", "cursor"}, {"cursor=-3", "cursor"},
+		{"cursor=100000000000000000", "cursor"}, {"cursor=9007199254740992", "cursor"},
 	} {
 		r := e.do(t, http.MethodGet, "/v1/orders/SO7/history?"+bad.query, "", nil)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad.query, r.body)

@@ -143,6 +143,11 @@ type HistoryQuery struct {
 	Limit int
 }
 
+// maxCursor is the largest cursor History takes: a cursor is an entry's
+// version, which the store's scripts count in Lua numbers, exact up to
+// 2^53. Anything above is no cursor History handed out.
+const maxCursor = 1<<53 - 1
+
 // ErrBadCursor is returned by History for a cursor it did not hand out.
 var ErrBadCursor = errors.New("orderview: bad cursor")
 
@@ -153,7 +158,7 @@ func (r *Reader) History(ctx context.Context, orderNo string, q HistoryQuery) (H
 	var after int64
 	if q.Cursor != "" {
 		n, err := strconv.ParseInt(q.Cursor, 10, 64)
-		if err != nil || n <= 0 {
+		if err != nil || n <= 0 || n > maxCursor {
 			return History{}, fmt.Errorf("%w: %q", ErrBadCursor, q.Cursor)
 		}
 		after = n

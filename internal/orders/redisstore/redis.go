@@ -479,6 +479,7 @@ local v0 = entry_at(first, 8)
 local start = 0
 local after = tonumber(ARGV[1])
 if after >= v0 then start = after - v0 + 1 end
+if start >= redis.call('LLEN', KEYS[2]) then return {'0'} end
 local size = tonumber(ARGV[2])
 local page = redis.call('LRANGE', KEYS[2], start, start + size)
 local r = {'0'}
