@@ -55,6 +55,7 @@
 package producer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -450,6 +451,12 @@ func parseClaim(s string) claim {
 
 // fingerprint identifies a payload apart from its position: two payloads
 // with the same fingerprint are the same change.
+//
+// The fingerprint hashes the JSON with HTML's characters escaped as
+// encoding/json's default writes them, the encoding tasks carried before
+// tasks.Marshal stopped escaping them: a change's fingerprint stays what its
+// event's claim recorded, so a retry across that upgrade is still the
+// duplicate it is.
 func fingerprint(payload tasks.Payload) string {
 	return fingerprintOf(withoutSeq(payload))
 }
@@ -460,10 +467,10 @@ func fingerprint(payload tasks.Payload) string {
 func withoutSeq(payload tasks.Payload) []byte {
 	h := payload.Header()
 	h.Seq = 0
-	b, err := json.Marshal(payload.WithHeader(h))
+	b, err := tasks.Marshal(payload.WithHeader(h))
 	if err != nil {
 		// Unreachable: the payloads have only strings, ints and slices of them.
-		panic(fmt.Sprintf("producer: marshal %s: %v", payload.Kind().Type, err))
+		panic(err)
 	}
 	return b
 }
@@ -471,6 +478,11 @@ func withoutSeq(payload tasks.Payload) []byte {
 // fingerprintOf is the fingerprint of a payload whose JSON without its
 // position is b.
 func fingerprintOf(b []byte) string {
+	if bytes.ContainsAny(b, "<>&\u2028\u2029") {
+		var esc bytes.Buffer
+		json.HTMLEscape(&esc, b)
+		b = esc.Bytes()
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:4])
 }

@@ -902,3 +902,27 @@ func TestAcceptIsOneRoundTrip(t *testing.T) {
 		require.ErrorIs(t, err, producer.ErrNotReplicated)
 	}), "with WaitReplicas")
 }
+
+// A payload's HTML characters are stored as they are: a remark of 1 KiB of
+// "<" is a task about 1 KiB larger, not 6 (encoding/json's default escapes
+// each as "\u003c"). The change's fingerprint is still that of the escaped
+// encoding, so a retry of a change accepted before is its duplicate.
+func TestPayloadStoredWithoutHTMLEscaping(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{})
+	remark := strings.Repeat("<", tasks.MaxRemarkLen)
+	res, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: &remark}, producer.WithEventID("evt-html"))
+	require.NoError(t, err)
+	info, err := e.insp.GetTaskInfo(res.Queue, res.TaskID)
+	require.NoError(t, err)
+	assert.Less(t, len(info.Payload), len(remark)+100, "stored size")
+	assert.Contains(t, string(info.Payload), remark)
+	got, err := tasks.ParseModify(info.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, remark, *got.Changes.Remark)
+
+	// The same change again is its duplicate, on the one-script path and
+	// after the claim recorded the fingerprint.
+	_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: &remark}, producer.WithEventID("evt-html"))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+}

@@ -46,7 +46,7 @@ func TestNewExchangeTask_Wire(t *testing.T) {
 			`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`},
 		{"full",
 			tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}, NewOrderNo: "SO2", Reason: "<size> & fit"},
-			`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"\u003csize\u003e \u0026 fit"}`},
+			`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"new_order_no":"SO2","reason":"<size> & fit"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
