@@ -25,28 +25,28 @@ vuln: ## known vulnerabilities in the code's call graph (govulncheck; needs http
 fmt: ## rewrite files with gofmt
 	gofmt -w $$(git ls-files '*.go')
 
-bench: ## the benchmarks (not part of test), then cmd/bench's side-by-side tables, acceptance cost and targets (about 4 minutes)
+bench: ## the benchmarks (not part of test), then tools/bench's side-by-side tables, acceptance cost and targets (about 4 minutes)
 	$(GO) test -run '^$$' -bench . -skip Handoff -benchtime $(BENCHTIME) ./...
 	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./internal/lock
-	$(GO) run ./cmd/bench -json bench.json
+	$(GO) run ./tools/bench -json bench.json
 
 bench-replicas: ## throughput with 1, 2 and 4 worker processes
-	$(GO) run ./cmd/bench -replicas 1,2,4 -replicas-only -json bench-replicas.json
+	$(GO) run ./tools/bench -replicas 1,2,4 -replicas-only -json bench-replicas.json
 
 bench-cluster: ## a local 3-master Cluster with 1, then 3 queue shards: commands and Redis CPU per task on each master, and the 40 % target (under a minute)
-	$(GO) run ./cmd/bench -cluster -json bench-cluster.json
+	$(GO) run ./tools/bench -cluster -json bench-cluster.json
 
 stress: ## reliability suite on real binaries: SIGKILLs, a Redis restart (about 3-5 minutes)
-	$(GO) run ./cmd/stress
+	$(GO) run ./tools/stress
 
 stress-short: ## the CI configuration of the reliability suite (about 2.5 minutes)
-	$(GO) run ./cmd/stress -short
+	$(GO) run ./tools/stress -short
 
 stress-cluster: ## the reliability suite's short configuration on a local 3-master Cluster with 3 queue shards, a graceful failover and a master SIGKILLed (CI runs it; about 1.5 minutes)
-	$(GO) run ./cmd/stress -short -redis cluster
+	$(GO) run ./tools/stress -short -redis cluster
 
 stress-sentinel: ## the reliability suite's short configuration on a local Sentinel group, failed over twice (about 1.5 minutes)
-	$(GO) run ./cmd/stress -short -redis sentinel
+	$(GO) run ./tools/stress -short -redis sentinel
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo

@@ -4,14 +4,14 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
 
 // BenchmarkEnqueueModify measures one accepted modify, each to an order of
 // its own, from one goroutine: the producer's client-side cost and its
-// latency (the cmd/bench acceptance runs compare it with raw asynq under
+// latency (the tools/bench acceptance runs compare it with raw asynq under
 // 8 goroutines).
 func BenchmarkEnqueueModify(b *testing.B) {
 	db := redistest.New(b)

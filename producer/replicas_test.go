@@ -13,7 +13,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )

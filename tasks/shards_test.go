@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/redisproc"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/tasks"
 )
 

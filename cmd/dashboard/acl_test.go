@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // The tests in this file run the dashboard as a Redis user with the

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // clientFrom returns an HTTP client whose connections come from the

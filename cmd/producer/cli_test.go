@@ -11,8 +11,8 @@ import (
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
-	"github.com/orderworker/orderworker/internal/orderview/orderviewtest"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
-	"github.com/orderworker/orderworker/internal/redistest"
-	"github.com/orderworker/orderworker/internal/upstreamtest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 )
 
 // withHTTPStore adds ORDER_STORE=http and the settings of an upstream

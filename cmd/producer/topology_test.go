@@ -14,7 +14,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
 

@@ -11,14 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // TestWorkerStartsWhileAClusterMasterFailsOver starts the worker while the
 // master that serves its notice channel's slot is dead and its replica not
 // yet elected (about 3 s): the start-up check asks again until the new
 // master answers, where it used to exit on the first refused dial (found by
-// cmd/stress -redis cluster, a worker restarted in the switch).
+// tools/stress -redis cluster, a worker restarted in the switch).
 func TestWorkerStartsWhileAClusterMasterFailsOver(t *testing.T) {
 	db := redistest.DedicatedCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

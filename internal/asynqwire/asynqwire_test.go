@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )

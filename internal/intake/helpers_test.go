@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 )
 

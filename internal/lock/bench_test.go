@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // The tests in this file run the lock on a real Redis Cluster and a real

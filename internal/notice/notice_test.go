@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderworker/orderworker/internal/notice"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

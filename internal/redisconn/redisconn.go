@@ -22,7 +22,7 @@
 // would take it for a single node and every command on another node's slot
 // would fail with MOVED. A Cluster has database 0 only.
 //
-// It is not for tests' servers (see internal/redistest) and knows no
+// It is not for tests' servers (see internal/testkit/redistest) and knows no
 // environment variable: cmd/* reads REDIS_URL, through internal/config.
 package redisconn
 

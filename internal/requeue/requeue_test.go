@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/redistest"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/redistest"
-	"github.com/orderworker/orderworker/internal/upstreamtest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"

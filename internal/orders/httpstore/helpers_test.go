@@ -16,9 +16,9 @@ import (
 
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/internal/token"
-	"github.com/orderworker/orderworker/internal/upstreamtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

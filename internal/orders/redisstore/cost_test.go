@@ -11,7 +11,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // scriptStats reads the server's EVALSHA calls and total time in µs (the

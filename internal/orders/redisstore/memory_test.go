@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/orders"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

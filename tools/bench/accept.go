@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/tools/benchkit"
 )
 
 // The systems of the acceptance runs.

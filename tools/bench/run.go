@@ -15,7 +15,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/redisproc"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 )
 
 // settings are the bench's flags. They are flags only: a measuring tool

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/token"
+	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
 )
 

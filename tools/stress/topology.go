@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/redisproc"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/tasks"
 )
 

@@ -1,7 +1,7 @@
 // Package redisproc starts, stops, pauses and restarts redis-server
 // processes on loopback ports, and builds a Redis Cluster and a Sentinel
 // group from them. The tests use it through redistest, and the dev tools
-// (cmd/bench, cmd/stress) use it directly: it imports no testing code, so
+// (tools/bench, tools/stress) use it directly: it imports no testing code, so
 // those binaries link no test framework and no in-process Redis.
 //
 // It needs a redis-server binary on PATH ([ErrNoServer] otherwise). It is

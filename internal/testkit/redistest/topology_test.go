@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/redisproc"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 func TestSlotMatchesRedis(t *testing.T) {

@@ -3,7 +3,7 @@ package redistest_test
 import (
 	"testing"
 
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )

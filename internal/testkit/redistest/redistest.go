@@ -48,7 +48,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/embedded"
-	"github.com/orderworker/orderworker/internal/redisproc"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 

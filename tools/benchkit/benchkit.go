@@ -1,4 +1,4 @@
-// Package benchkit holds what the measuring tools cmd/bench and cmd/stress
+// Package benchkit holds what the measuring tools tools/bench and tools/stress
 // share: reading Redis's command counters, counting a client's round trips,
 // waiting for asynq queues to drain, building and watching worker processes,
 // and checking order histories for the lock's invariants.

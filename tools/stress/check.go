@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/tools/benchkit"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).

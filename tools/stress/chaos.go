@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/benchkit"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/tools/benchkit"
 )
 
 // workerPool runs the worker processes, one per slot, each with its logs
