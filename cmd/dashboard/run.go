@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer func() { _ = root.Sync() }()
+	logging.Redis.Set(root) // go-redis's own lines (see logging.CaptureRedis)
 	log := root.Named("dashboard")
 
 	log.Info("starting", set.LogField())

@@ -13,9 +13,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/orderworker/orderworker/internal/logging"
 )
 
 func main() {
+	logging.CaptureRedis() // go-redis's own lines go to the logger run builds
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {

@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
 
 	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock"), OnWait: tl.waiting})
 	if err != nil {

@@ -106,6 +106,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer func() { _ = root.Sync() }()
+	logging.Redis.Set(root) // go-redis's own lines (see logging.CaptureRedis)
 	log := root.Named("intake")
 	log.Info("starting", set.LogField())
 	if len(ignored) > 0 {

@@ -167,6 +167,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
 	log.Info("starting", s.LogField())
 	if len(ignored) > 0 {
 		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/logging"
 )
@@ -59,4 +61,23 @@ func TestBadSettings(t *testing.T) {
 	assert.ErrorIs(t, logging.CheckLevel("fatal"), logging.ErrLevel)
 	assert.NoError(t, logging.CheckFormat("console"))
 	assert.ErrorIs(t, logging.CheckFormat("JSON"), logging.ErrFormat)
+}
+
+// go-redis's lines reach zap as one structured entry each, once set, and
+// are dropped before.
+func TestRedisSink(t *testing.T) {
+	var s logging.RedisSink
+	s.Printf(t.Context(), "dropped %d", 1)
+	core, logs := observer.New(zapcore.DebugLevel)
+	s.Set(zap.New(core))
+	s.Printf(t.Context(), "redis: %s failed to dial: %v", "127.0.0.1:1", "connection refused")
+	require.Equal(t, 1, logs.Len())
+	e := logs.All()[0]
+	require.Equal(t, "redis client", e.Message)
+	require.Equal(t, "redis", e.LoggerName)
+	require.Equal(t, zapcore.WarnLevel, e.Level)
+	require.Equal(t, "redis: 127.0.0.1:1 failed to dial: connection refused", e.ContextMap()["detail"])
+	s.Set(nil)
+	s.Printf(t.Context(), "dropped again")
+	require.Equal(t, 1, logs.Len())
 }
