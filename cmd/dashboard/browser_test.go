@@ -32,6 +32,7 @@ import (
 // there is none, and fails it under CI, which must install it.
 func chromium(t *testing.T) string {
 	t.Helper()
+	redistest.SkipShort(t, "a browser")
 	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p

@@ -104,6 +104,7 @@ func TestRawSeqCannotPoisonAnOrder(t *testing.T) {
 // returns its base URL once it is ready.
 func startIntakeBinary(t *testing.T, db *redistest.DB) string {
 	t.Helper()
+	redistest.SkipShort(t, "binaries run as processes")
 	bin := filepath.Join(t.TempDir(), "producer")
 	out, err := exec.Command("go", "build", "-o", bin, "../producer").CombinedOutput()
 	require.NoError(t, err, "%s", out)

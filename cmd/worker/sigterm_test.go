@@ -18,6 +18,7 @@ import (
 // buildWorker compiles this command once per test binary.
 func buildWorker(t *testing.T) string {
 	t.Helper()
+	redistest.SkipShort(t, "binaries run as processes")
 	bin := filepath.Join(t.TempDir(), "worker")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)

@@ -31,11 +31,23 @@ import (
 // fails it under CI.
 func requireServer(tb testing.TB, what string) {
 	tb.Helper()
+	SkipShort(tb, what)
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") != "" {
 			tb.Fatalf("redistest: %s under CI: %v", what, redisproc.ErrNoServer)
 		}
 		tb.Skipf("needs a real %s from redis-server: %v", what, redisproc.ErrNoServer)
+	}
+}
+
+// SkipShort skips the test under go test -short, the quick loop, when it
+// needs what: a multi-process topology (a Cluster, a Sentinel group), a
+// browser, or binaries built and run as processes. The README's full test
+// command runs them all.
+func SkipShort(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("-short: skips what needs %s", what)
 	}
 }
 
