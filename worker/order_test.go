@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,38 +44,67 @@ func (e *env) sequencer() *lock.Sequencer {
 
 // runs collects the workers' OnDone reports.
 type runs struct {
-	mu   sync.Mutex
-	all  []worker.Done
-	done chan worker.Done
+	mu  sync.Mutex
+	all []worker.Done
+	// added is closed, and replaced, on every add.
+	added chan struct{}
+	// seen is, for each event ID, how far into all waitFor has looked for
+	// it: the index after the run it last returned.
+	seen map[string]int
 }
 
-func newRuns() *runs { return &runs{done: make(chan worker.Done, 10000)} }
+func newRuns() *runs { return &runs{added: make(chan struct{}), seen: map[string]int{}} }
 
 func (r *runs) add(d worker.Done) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.all = append(r.all, d)
-	r.mu.Unlock()
-	select {
-	case r.done <- d:
-	default:
-	}
+	close(r.added)
+	r.added = make(chan struct{})
 }
 
-// waitFor waits for a run of event id with an outcome in want.
-func (r *runs) waitFor(t *testing.T, id string, limit time.Duration, want ...string) worker.Done {
-	t.Helper()
+// await waits until match holds for a run in all[from():], and returns it
+// with its index, or -1 once limit has passed. from is called with r.mu
+// held.
+func (r *runs) await(limit time.Duration, from func() int, match func(worker.Done) bool) (worker.Done, int) {
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	for {
-		select {
-		case d := <-r.done:
-			if d.EventID == id && (len(want) == 0 || contains(want, d.Outcome)) {
-				return d
+		r.mu.Lock()
+		for i := from(); i < len(r.all); i++ {
+			if match(r.all[i]) {
+				d := r.all[i]
+				r.mu.Unlock()
+				return d, i
 			}
+		}
+		added := r.added
+		r.mu.Unlock()
+		select {
+		case <-added:
 		case <-timer.C:
-			t.Fatalf("no run of %s with outcome %v within %v", id, want, limit)
+			return worker.Done{}, -1
 		}
 	}
+}
+
+// waitFor waits for a run of event id with an outcome in want, among every
+// run recorded (whatever other event IDs' runs came before or after it),
+// and returns it. Each waitFor for id looks only after the run that the
+// last one for id returned, so waiting twice for an ID finds two runs, in
+// the order they were reported.
+func (r *runs) waitFor(t *testing.T, id string, limit time.Duration, want ...string) worker.Done {
+	t.Helper()
+	d, i := r.await(limit, func() int { return r.seen[id] }, func(d worker.Done) bool {
+		return d.EventID == id && (len(want) == 0 || contains(want, d.Outcome))
+	})
+	if i < 0 {
+		t.Fatalf("no run of %s with outcome %v within %v", id, want, limit)
+	}
+	r.mu.Lock()
+	r.seen[id] = i + 1
+	r.mu.Unlock()
+	return d
 }
 
 func contains(list []string, s string) bool {
@@ -600,8 +630,13 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	} {
 		e.enqueue(asynq.NewTask(tasks.TypeModify, []byte(payload)), tasks.QueueModify, id)
 	}
-	for range 2 {
-		d := <-r.done
+	for _, id := range []string{"twice", "near-miss"} {
+		r.final(t, id)
+	}
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, d := range all { // every run, not only the final one
 		require.Equal(t, worker.OutcomeRejected, d.Outcome, "%s: %v", d.TaskID, d.Err)
 		require.False(t, d.Locked, d.TaskID)
 	}

@@ -160,17 +160,11 @@ func TestTaskIDMustBeTheEventID(t *testing.T) {
 // archived) among every run recorded so far.
 func (r *runs) final(t *testing.T, id string) worker.Done {
 	t.Helper()
-	var got worker.Done
-	require.Eventually(t, func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, d := range r.all {
-			if d.TaskID == id && (d.Outcome == worker.OutcomeOK || d.Outcome == worker.OutcomeRejected) {
-				got = d
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 5*time.Millisecond, "no final run of task %s", id)
-	return got
+	d, i := r.await(30*time.Second, func() int { return 0 }, func(d worker.Done) bool {
+		return d.TaskID == id && (d.Outcome == worker.OutcomeOK || d.Outcome == worker.OutcomeRejected)
+	})
+	if i < 0 {
+		t.Fatalf("no final run of task %s", id)
+	}
+	return d
 }

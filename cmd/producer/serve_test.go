@@ -31,33 +31,44 @@ const (
 	testKey2 = "serve-key-two-0123456789"
 )
 
-// logSink is serve's stdout: it keeps everything written and hands each
-// JSON log line to waitFor.
+// logSink is serve's stdout: it keeps everything written, and each JSON
+// log line for waitFor.
 type logSink struct {
 	mu    sync.Mutex
 	all   bytes.Buffer
 	part  []byte
-	lines chan map[string]any
+	lines []map[string]any
+	// added is closed, and replaced, whenever a line is added.
+	added chan struct{}
+	// seen is, for each msg, the index after the line waitFor last
+	// returned for it.
+	seen map[string]int
 }
 
-func newLogSink() *logSink { return &logSink{lines: make(chan map[string]any, 1000)} }
+func newLogSink() *logSink { return &logSink{added: make(chan struct{}), seen: map[string]int{}} }
 
 func (s *logSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.all.Write(p)
 	s.part = append(s.part, p...)
+	n := len(s.lines)
 	for {
 		i := bytes.IndexByte(s.part, '\n')
 		if i < 0 {
-			return len(p), nil
+			break
 		}
 		var line map[string]any
 		if json.Unmarshal(s.part[:i], &line) == nil {
-			s.lines <- line
+			s.lines = append(s.lines, line)
 		}
 		s.part = s.part[i+1:]
 	}
+	if len(s.lines) > n {
+		close(s.added)
+		s.added = make(chan struct{})
+	}
+	return len(p), nil
 }
 
 func (s *logSink) String() string {
@@ -66,16 +77,26 @@ func (s *logSink) String() string {
 	return s.all.String()
 }
 
-// waitFor returns the first log line from now on whose msg is msg.
+// waitFor returns the first log line whose msg is msg, among every line
+// written (whatever other lines came before or after it) and after the
+// line that the last waitFor for msg returned.
 func (s *logSink) waitFor(t *testing.T, msg string) map[string]any {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
-		select {
-		case line := <-s.lines:
-			if line["msg"] == msg {
+		s.mu.Lock()
+		for i := s.seen[msg]; i < len(s.lines); i++ {
+			if s.lines[i]["msg"] == msg {
+				line := s.lines[i]
+				s.seen[msg] = i + 1
+				s.mu.Unlock()
 				return line
 			}
+		}
+		added := s.added
+		s.mu.Unlock()
+		select {
+		case <-added:
 		case <-timeout:
 			t.Fatalf("no log line %q in:\n%s", msg, s)
 		}
