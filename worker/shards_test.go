@@ -208,14 +208,15 @@ func TestShardCountChangeLosesNothing(t *testing.T) {
 	e.drain(time.Minute)
 
 	r.mu.Lock()
+	all := slices.Clone(r.all) // checked without the lock: a failed check must not leave it held
+	r.mu.Unlock()
 	applied := map[string]bool{}
-	for _, d := range r.all {
+	for _, d := range all {
 		require.NotEqual(t, worker.OutcomeRejected, d.Outcome, "%s rejected: %v", d.EventID, d.Err)
 		if d.Outcome == worker.OutcomeOK {
 			applied[d.EventID] = true
 		}
 	}
-	r.mu.Unlock()
 	for _, id := range sent {
 		require.True(t, applied[id], "%s applied", id)
 	}
