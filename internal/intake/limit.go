@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 )
 
@@ -76,14 +77,10 @@ func newLimiters(cfg Config) limiters {
 		return l
 	}
 	for i := range cfg.APIKeys {
-		l.buckets[principal(i+1)] = bucket(cfg.KeyLimits[i+1])
+		l.buckets[httpauth.KeyPrincipal(i+1)] = bucket(cfg.KeyLimits[i+1])
 	}
 	return l
 }
-
-// principal is the name httpauth's Bearer scheme gives the key at the
-// 1-based position n.
-func principal(n int) string { return "key#" + strconv.Itoa(n) }
 
 // wait takes a token of the caller's bucket and returns 0, or, when the
 // bucket is empty, takes none and returns how many seconds until it holds
@@ -104,8 +101,8 @@ func (l limiters) wait(who string) int64 {
 
 // rateLimit answers 429 (rate_limited) with Retry-After, reading no body and
 // enqueueing nothing, when the caller's bucket is empty, and otherwise
-// passes the request on. It runs after authentication, so a refused key
-// spends no token.
+// passes the request on. It runs after authentication, so a request
+// without a valid key spends no token.
 func (s *Server) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secs := s.limits.wait(httpserve.InfoFrom(r.Context()).Principal)
