@@ -5,10 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
@@ -38,6 +44,9 @@ type serveSettings struct {
 	IdleTimeout     time.Duration
 	RequestTimeout  time.Duration
 	ShutdownTimeout time.Duration
+	Rate            string
+	Burst           int
+	KeyRates        []string
 	LogLevel        string
 	LogFormat       string
 }
@@ -53,6 +62,9 @@ func declareServe(s *config.Set, c *serveSettings) {
 	s.Duration(&c.IdleTimeout, "idle-timeout", "INTAKE_IDLE_TIMEOUT", httpserve.DefaultIdleTimeout, "how long an idle keep-alive connection stays open").Check(config.Positive[time.Duration])
 	s.Duration(&c.RequestTimeout, "request-timeout", "INTAKE_REQUEST_TIMEOUT", intake.DefaultRequestTimeout, "longest Redis work of one request before it is answered 503; below the write timeout").Check(config.Positive[time.Duration])
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "INTAKE_SHUTDOWN_TIMEOUT", httpserve.DefaultShutdownTimeout, "how long SIGTERM lets requests in flight finish").Check(config.Positive[time.Duration])
+	s.String(&c.Rate, "rate", "INTAKE_RATE", "2000", "enqueues a second each API key may make, sustained, past a burst of INTAKE_BURST (a token bucket per key and per replica; reads are not limited); past it 429 rate_limited with Retry-After; off for no limit (0 is refused)").Check(checkRate)
+	s.Int(&c.Burst, "burst", "INTAKE_BURST", intake.DefaultBurst, "enqueues an API key may make at once above INTAKE_RATE: the size of its bucket").Check(config.Positive[int])
+	s.StringList(&c.KeyRates, "key-rates", "INTAKE_KEY_RATES", nil, "per-key overrides of INTAKE_RATE and INTAKE_BURST, comma-separated N=RATE, N=RATE:BURST or N=off, N the key's position in INTAKE_API_KEYS (key#N in the logs); e.g. 2=50:200,3=off").Check(checkKeyRates)
 	declareCommon(s, &c.common)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
@@ -63,6 +75,61 @@ func atMostPayload(n int) error {
 		return fmt.Errorf("must be at most %d (the largest payload the workers parse)", tasks.MaxPayloadBytes)
 	}
 	return nil
+}
+
+// parseRate reads a rate setting: a positive number of enqueues a second,
+// or "off" for no limit. 0 is refused rather than read as "refuse
+// everything" or as "off": the one way to turn a limit off is to say so.
+func parseRate(raw string) (rate.Limit, error) {
+	raw = strings.TrimSpace(raw)
+	if strings.EqualFold(raw, "off") {
+		return intake.Unlimited, nil
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return 0, errors.New("want a positive number of enqueues a second, or off for no limit")
+	}
+	return rate.Limit(f), nil
+}
+
+func checkRate(raw string) error {
+	_, err := parseRate(raw)
+	return err
+}
+
+// parseKeyRates reads INTAKE_KEY_RATES: items N=RATE, N=RATE:BURST or
+// N=off, N a key's 1-based position, each N once.
+func parseKeyRates(items []string) (map[int]intake.Limit, error) {
+	out := make(map[int]intake.Limit)
+	for _, item := range items {
+		pos, spec, ok := strings.Cut(item, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(pos))
+		if !ok || err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want N=RATE, N=RATE:BURST or N=off, N the key's position from 1", item)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("key #%d given twice", n)
+		}
+		rateRaw, burstRaw, hasBurst := strings.Cut(spec, ":")
+		r, err := parseRate(rateRaw)
+		if err != nil {
+			return nil, fmt.Errorf("key #%d: %w", n, err)
+		}
+		var b int
+		if hasBurst {
+			b, err = strconv.Atoi(strings.TrimSpace(burstRaw))
+			if err != nil || b < 1 {
+				return nil, fmt.Errorf("key #%d: the burst after ':' must be a positive integer", n)
+			}
+		}
+		out[n] = intake.Limit{Rate: r, Burst: b}
+	}
+	return out, nil
+}
+
+func checkKeyRates(items []string) error {
+	_, err := parseKeyRates(items)
+	return err
 }
 
 // serve runs the HTTP intake (package intake) until ctx is done, then shuts
@@ -95,6 +162,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return errors.New("serve: -insecure-no-auth given together with INTAKE_API_KEYS (-api-keys): drop one or the other")
 	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
 		return errors.New("serve: no API keys: set INTAKE_API_KEYS (-api-keys), or pass -insecure-no-auth to serve without authentication")
+	case c.InsecureNoAuth && len(c.KeyRates) > 0:
+		return errors.New("serve: INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth: without keys every caller shares the one bucket of INTAKE_RATE and INTAKE_BURST")
+	}
+	rateLimit, _ := parseRate(c.Rate)         // checked by Parse
+	keyLimits, _ := parseKeyRates(c.KeyRates) // checked by Parse
+	for _, n := range slices.Sorted(maps.Keys(keyLimits)) {
+		if n > len(c.APIKeys) {
+			return fmt.Errorf("serve: INTAKE_KEY_RATES (-key-rates): no key #%d: INTAKE_API_KEYS has %d", n, len(c.APIKeys))
+		}
 	}
 	ignored, err := c.OrderStore.Check()
 	if err != nil {
@@ -134,6 +210,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),
 		RequestTimeout: c.RequestTimeout,
+		Rate:           rateLimit,
+		Burst:          c.Burst,
+		KeyLimits:      keyLimits,
 		GapWait:        c.GapWait,
 		Logger:         log,
 	})

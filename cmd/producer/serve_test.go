@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -267,6 +268,47 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 }
 
+// TestServeRateLimit checks the rate settings through the real wiring: a
+// key past INTAKE_BURST gets 429 with Retry-After, and INTAKE_KEY_RATES
+// overrides per key. The rate is so low that no token comes back while
+// the test runs, so the real clock does.
+func TestServeRateLimit(t *testing.T) {
+	db := redistest.New(t)
+	env := baseEnv(db)
+	env["INTAKE_RATE"], env["INTAKE_BURST"], env["INTAKE_KEY_RATES"] = "0.01", "1", "2=off"
+	s := startServe(t, env)
+
+	post := func(key, eventID string) (int, http.Header) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+s.addr+"/v1/orders/SO1/modify",
+			strings.NewReader(`{"changes":{"remark":"x"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Idempotency-Key", eventID)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode, resp.Header
+	}
+	status, _ := post(testKey1, "evt-1")
+	require.Equal(t, http.StatusAccepted, status)
+	status, header := post(testKey1, "evt-2")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	// A token comes back in 100 s, less the time since the first request.
+	retryAfter, err := strconv.Atoi(header.Get("Retry-After"))
+	require.NoError(t, err)
+	assert.InDelta(t, 100, retryAfter, 10)
+	for i := range 3 {
+		status, _ = post(testKey2, fmt.Sprintf("evt-k2-%d", i))
+		require.Equal(t, http.StatusAccepted, status, "key#2 has no limit")
+	}
+	http.DefaultClient.CloseIdleConnections()
+	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "evt-2")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+}
+
 func TestServeInsecureNoAuth(t *testing.T) {
 	db := redistest.New(t)
 	env := baseEnv(db)
@@ -298,6 +340,17 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{"bad prefix", map[string]string{"KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
 		{"bad log level", map[string]string{"LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
 		{"arguments", nil, []string{"extra"}, "unexpected arguments"},
+		{"zero rate", map[string]string{"INTAKE_RATE": "0"}, nil, "INTAKE_RATE=\"0\" (env; flag -rate): want a positive number of enqueues a second, or off"},
+		{"negative rate", nil, []string{"-rate", "-5"}, "want a positive number"},
+		{"rate not a number", map[string]string{"INTAKE_RATE": "fast"}, nil, "INTAKE_RATE"},
+		{"zero burst", map[string]string{"INTAKE_BURST": "0"}, nil, "INTAKE_BURST=\"0\" (env; flag -burst): must be positive"},
+		{"key rate without position", map[string]string{"INTAKE_KEY_RATES": "50"}, nil, "want N=RATE, N=RATE:BURST or N=off"},
+		{"key rate of position 0", map[string]string{"INTAKE_KEY_RATES": "0=50"}, nil, "want N=RATE"},
+		{"key rate of zero", map[string]string{"INTAKE_KEY_RATES": "1=0"}, nil, "key #1: want a positive number"},
+		{"key burst of zero", map[string]string{"INTAKE_KEY_RATES": "1=5:0"}, nil, "key #1: the burst after ':' must be a positive integer"},
+		{"key rate twice", map[string]string{"INTAKE_KEY_RATES": "1=5, 1=off"}, nil, "key #1 given twice"},
+		{"key rate of no key", map[string]string{"INTAKE_KEY_RATES": "2=5"}, nil, "INTAKE_KEY_RATES (-key-rates): no key #2: INTAKE_API_KEYS has 1"},
+		{"key rates without keys", map[string]string{"INTAKE_API_KEYS": "", "INTAKE_KEY_RATES": "1=5"}, []string{"-insecure-no-auth"}, "INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth"},
 		{"address in use", nil, nil, "INTAKE_ADDR"},
 	}
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -327,7 +380,7 @@ func TestServeHelp(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"serve", "-h"}, func(string) string { return "" }, &out))
 	for _, env := range []string{"INTAKE_ADDR", "INTAKE_API_KEYS", "INTAKE_MAX_BODY", "INTAKE_READ_TIMEOUT", "INTAKE_WRITE_TIMEOUT",
-		"INTAKE_IDLE_TIMEOUT", "INTAKE_REQUEST_TIMEOUT", "INTAKE_SHUTDOWN_TIMEOUT", "REDIS_URL", "KEY_PREFIX", "LOG_LEVEL", "LOG_FORMAT", "-insecure-no-auth"} {
+		"INTAKE_IDLE_TIMEOUT", "INTAKE_REQUEST_TIMEOUT", "INTAKE_SHUTDOWN_TIMEOUT", "INTAKE_RATE", "INTAKE_BURST", "INTAKE_KEY_RATES", "REDIS_URL", "KEY_PREFIX", "LOG_LEVEL", "LOG_FORMAT", "-insecure-no-auth"} {
 		assert.Contains(t, out.String(), env)
 	}
 }

@@ -160,8 +160,12 @@ func (b *bearer) Authenticate(r *http.Request) (string, bool) {
 	if match < 0 {
 		return "", false
 	}
-	return "key#" + strconv.Itoa(match+1), true
+	return KeyPrincipal(match + 1), true
 }
+
+// KeyPrincipal returns the principal [Bearer] gives the key at the 1-based
+// position n of its keys: "key#N".
+func KeyPrincipal(n int) string { return "key#" + strconv.Itoa(n) }
 
 func (b *bearer) Challenges() []string { return []string{b.challenge} }
 

@@ -3,12 +3,14 @@ package intake
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -150,6 +152,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"key with space", Config{APIKeys: []string{"has a space in it, sadly"}}, "key #1 has a space"},
 		{"body over payload limit", Config{APIKeys: []string{key1}, MaxBody: 1 << 20}, "MaxBody"},
 		{"negative timeout", Config{APIKeys: []string{key1}, RequestTimeout: -1}, "RequestTimeout"},
+		{"negative rate", Config{APIKeys: []string{key1}, Rate: -1}, "negative rate"},
+		{"NaN rate", Config{APIKeys: []string{key1}, Rate: rate.Limit(math.NaN())}, "negative rate"},
+		{"negative burst", Config{APIKeys: []string{key1}, Burst: -1}, "negative burst"},
+		{"limit of no key", Config{APIKeys: []string{key1}, KeyLimits: map[int]Limit{2: {Rate: 1}}}, "no key #2"},
+		{"limit of key 0", Config{APIKeys: []string{key1}, KeyLimits: map[int]Limit{0: {Rate: 1}}}, "no key #0"},
+		{"negative key rate", Config{APIKeys: []string{key1}, KeyLimits: map[int]Limit{1: {Rate: -1}}}, "key #1: negative rate"},
+		{"key limits without keys", Config{InsecureNoAuth: true, KeyLimits: map[int]Limit{1: {Rate: 1}}}, "KeyLimits given with InsecureNoAuth"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,6 +28,7 @@ const (
 	codeBodyTooLarge     = "body_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeKeyReused        = "idempotency_key_reused"
+	codeRateLimited      = "rate_limited"
 	codeUnavailable      = "unavailable"
 )
 

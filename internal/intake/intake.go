@@ -56,6 +56,22 @@
 // package producer), returned as seq; the workers apply an order's changes
 // in that order.
 //
+// # Rate limit
+//
+// Each API key has a token bucket ([Config.Rate], [Config.Burst], and
+// [Config.KeyLimits] per key): by default 2000 enqueues a second sustained
+// and 10000 at once. Every request to an enqueue route (the POST routes,
+// [Route.Limited]) takes a token once authenticated, whatever its answer; a
+// request that finds its key's bucket empty is answered 429 (rate_limited)
+// with Retry-After, the whole seconds (at least 1) until a token is back,
+// and nothing is read or enqueued. A retry must send the same
+// Idempotency-Key. Reads are not limited: they write nothing that outlives
+// the request, are bounded by RequestTimeout, and a client held back on
+// enqueues must still be able to follow its tasks. Without keys
+// (InsecureNoAuth) every caller shares one bucket. The buckets live in the
+// process: each replica of the intake limits on its own, so a key's
+// allowance across N replicas behind a balancer is up to N times Rate.
+//
 // # Errors
 //
 // Every answer other than 2xx has a JSON body of one shape:
@@ -84,6 +100,7 @@
 //	413 body_too_large            the body is over [Config.MaxBody]
 //	415 unsupported_media_type    the Content-Type is not JSON
 //	422 idempotency_key_reused    the key was already used for a different change
+//	429 rate_limited              the API key's enqueue rate limit is reached; Retry-After says when a token is back
 //	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
 //
 // # Logs
@@ -100,6 +117,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -108,6 +126,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
@@ -182,9 +201,36 @@ type Config struct {
 	// workers' default.
 	GapWait time.Duration
 
+	// Rate is how many enqueues a second each API key may make, sustained:
+	// every key has a token bucket of its own that refills at Rate and
+	// holds Burst, each enqueue request takes a token whatever its answer,
+	// and one that finds the bucket empty is answered 429 (rate_limited)
+	// with a Retry-After of the seconds until a token is back, having read
+	// no body and enqueued nothing. Only the enqueue routes take tokens
+	// (see [Route.Limited]); reads are not limited. Without keys
+	// (InsecureNoAuth) every caller shares one bucket. [Unlimited] turns
+	// the limit off; it may not be negative, and no rate refuses
+	// everything. Defaults to 2000 a second ([DefaultRate]).
+	Rate rate.Limit
+
+	// Burst is the size of each key's bucket: how many enqueues a key may
+	// make at once after a quiet spell, above Rate. It may not be negative.
+	// Defaults to 10000 ([DefaultBurst]).
+	Burst int
+
+	// KeyLimits overrides Rate and Burst for some keys, by the key's
+	// 1-based position in APIKeys: the N of "key#N" in the access log, so
+	// that the setting names no key. A zero field of a [Limit] takes the
+	// Config's. A position outside APIKeys is an error, and so is any
+	// entry with InsecureNoAuth. Defaults to none.
+	KeyLimits map[int]Limit
+
 	// Logger receives the access log, on its "http" child. Defaults to a
 	// logger that discards everything.
 	Logger *zap.Logger
+
+	// now is the rate limit's clock, for tests. Defaults to time.Now.
+	now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -192,6 +238,11 @@ func (c Config) withDefaults() Config {
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, DefaultProbeTimeout)
+	c.Rate = cmp.Or(c.Rate, DefaultRate)
+	c.Burst = cmp.Or(c.Burst, DefaultBurst)
+	if c.now == nil {
+		c.now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -214,6 +265,19 @@ func (c Config) validate() error {
 		return fmt.Errorf("intake: negative ProbeTimeout %v", c.ProbeTimeout)
 	case c.GapWait < 0:
 		return fmt.Errorf("intake: negative GapWait %v", c.GapWait)
+	case c.InsecureNoAuth && len(c.KeyLimits) > 0:
+		return errors.New("intake: KeyLimits given with InsecureNoAuth: without keys every caller shares the one bucket of Rate and Burst")
+	}
+	if err := checkLimit(Limit{Rate: c.Rate, Burst: c.Burst}); err != nil {
+		return fmt.Errorf("intake: Rate and Burst: %w", err)
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.KeyLimits)) {
+		if n < 1 || n > len(c.APIKeys) {
+			return fmt.Errorf("intake: KeyLimits: no key #%d (APIKeys has %d)", n, len(c.APIKeys))
+		}
+		if err := checkLimit(c.KeyLimits[n]); err != nil {
+			return fmt.Errorf("intake: KeyLimits: key #%d: %w", n, err)
+		}
 	}
 	return nil
 }
@@ -227,6 +291,11 @@ type Route struct {
 	Path string
 	// Public reports whether the route is served without credentials.
 	Public bool
+	// Limited reports whether the route takes a token of the caller's rate
+	// limit ([Config.Rate]): the enqueue routes do. Reads are not limited:
+	// they write nothing that outlives the request, and a client held
+	// back on enqueues must still be able to follow its tasks.
+	Limited bool
 }
 
 // route is a route and the method that serves it.
@@ -239,12 +308,12 @@ type route struct {
 // registers. Every task kind of the contract has its POST route,
 // /v1/orders/{order_no}/<kind name>.
 var table = append(kindRoutes(),
-	route{Route{http.MethodGet, "/v1/orders/{order_no}", false}, (*Server).getOrder},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false}, (*Server).getHistory},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false}, (*Server).getStatus},
-	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false}, (*Server).getTask},
-	route{Route{http.MethodGet, "/healthz", true}, (*Server).healthz},
-	route{Route{http.MethodGet, "/readyz", true}, (*Server).readyz},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false}, (*Server).getOrder},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false}, (*Server).getHistory},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false}, (*Server).getStatus},
+	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false}, (*Server).getTask},
+	route{Route{http.MethodGet, "/healthz", true, false}, (*Server).healthz},
+	route{Route{http.MethodGet, "/readyz", true, false}, (*Server).readyz},
 )
 
 // kindRoutes returns the POST route of each task kind, in the contract's
@@ -252,7 +321,7 @@ var table = append(kindRoutes(),
 func kindRoutes() []route {
 	var out []route
 	for _, k := range tasks.Kinds() {
-		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false},
+		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false, true},
 			func(s *Server, w http.ResponseWriter, r *http.Request) { s.post(k, w, r) }})
 	}
 	return out
@@ -280,6 +349,7 @@ type Server struct {
 	queues     []string // where tasks are looked for: exchanges first
 	auth       httpauth.Scheme
 	challenges []string
+	limits     limiters
 	log        *zap.Logger
 	handler    http.Handler
 }
@@ -322,6 +392,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		queues:    shards.AllQueues(),
 		log:       cfg.Logger.Named("http"),
+		limits:    newLimiters(cfg),
 	}
 	if !cfg.InsecureNoAuth {
 		auth, err := httpauth.Bearer(Realm, cfg.APIKeys)
@@ -336,6 +407,9 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	var paths []string
 	for _, rt := range table {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		if rt.Limited {
+			h = s.rateLimit(h)
+		}
 		if !rt.Public {
 			h = s.authenticate(h)
 		}

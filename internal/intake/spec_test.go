@@ -75,7 +75,7 @@ func (s spec) operations(tb testing.TB) map[string]operation {
 }
 
 // TestSpecRoutes checks that the server's routes are the spec's operations,
-// with the same authentication.
+// with the same authentication and the same rate limit.
 func TestSpecRoutes(t *testing.T) {
 	s := loadSpec(t)
 	require.True(t, strings.HasPrefix(s.OpenAPI, "3.1."), "OpenAPI version %q", s.OpenAPI)
@@ -97,6 +97,8 @@ func TestSpecRoutes(t *testing.T) {
 		op := ops[rt.Method+" "+rt.Path]
 		public := op.Security != nil && len(*op.Security) == 0
 		assert.Equal(t, rt.Public, public, "%s %s: public (security: [])", rt.Method, rt.Path)
+		_, limited := op.Responses["429"]
+		assert.Equal(t, rt.Limited, limited, "%s %s: rate-limited (a 429 response)", rt.Method, rt.Path)
 		assert.NotEmpty(t, op.OperationID, "%s %s", rt.Method, rt.Path)
 	}
 }
