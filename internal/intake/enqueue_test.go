@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,4 +380,37 @@ func TestGetTaskFailed(t *testing.T) {
 	assert.Contains(t, got.LastError, "order SO1 is closed")
 	assert.False(t, got.LastFailedAt.IsZero())
 	assert.Equal(t, time.UTC, got.LastFailedAt.Location())
+}
+
+// A change past the order's backlog cap (the producer's MaxWaiting) is
+// answered 429 backlog_full with Retry-After, and nothing is enqueued; the
+// other orders go on.
+func TestEnqueueBacklogFull(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix, MaxWaiting: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	s, err := New(db.Client, p, store, Config{APIKeys: []string{key1}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	e := &env{srv: srv, rdb: db.Client, store: store, insp: asynq.NewInspectorFromRedisClient(db.Client)}
+
+	for _, id := range []string{"evt-1", "evt-2"} {
+		r := e.post(t, "/v1/orders/SO1/modify", id, modifyBody)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	}
+	r := e.post(t, "/v1/orders/SO1/modify", "evt-3", modifyBody)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, "backlog_full", r.errorBody(t).Error.Code)
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+	_, err = e.insp.GetTaskInfo(tasks.QueueModify, "evt-3")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+	require.Equal(t, 2, e.queued(t))
+
+	r = e.post(t, "/v1/orders/SO2/modify", "evt-4", modifyBody)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 }

@@ -29,6 +29,7 @@ const (
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeKeyReused        = "idempotency_key_reused"
 	codeRateLimited      = "rate_limited"
+	codeBacklogFull      = "backlog_full"
 	codeUnavailable      = "unavailable"
 )
 

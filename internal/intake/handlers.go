@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -65,6 +66,12 @@ func (s *Server) enqueued(w http.ResponseWriter, r *http.Request, res producer.R
 				dup.EventID, dup.TaskID, dup.Queue),
 			existing: &existingTask{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID},
 		})
+	case errors.Is(err, producer.ErrBacklogFull):
+		// Nothing was written: the order's backlog drains as its changes
+		// are applied, so the same request may be sent again later.
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(s.cfg.RetryAfter.Seconds()))))
+		s.writeError(w, r, &apiError{status: http.StatusTooManyRequests, code: codeBacklogFull, cause: err,
+			message: "too many changes of this order wait to be applied (the producer's MAX_WAITING); nothing was enqueued: retry later with the same Idempotency-Key"})
 	case errors.Is(err, tasks.ErrInvalid):
 		// Unreachable: the payload was validated before.
 		s.writeError(w, r, payloadError(err))

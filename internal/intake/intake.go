@@ -101,6 +101,7 @@
 //	415 unsupported_media_type    the Content-Type is not JSON
 //	422 idempotency_key_reused    the key was already used for a different change
 //	429 rate_limited              the API key's enqueue rate limit is reached; Retry-After says when a token is back
+//	429 backlog_full              too many changes of the order wait to be applied (the producer's MaxWaiting); nothing was enqueued; Retry-After says when to retry
 //	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
 //
 // # Logs
