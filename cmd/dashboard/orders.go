@@ -95,6 +95,8 @@ func newOrderPages(views *orderview.Reader, rdb redis.UniversalClient, queues *q
 		"time":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"ago":     func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
 		"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+		"count":   orderview.Count,
+		"waiting": func(s orderview.Sequence) int64 { return s.Last - s.Done },
 	}
 	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
 	if err != nil {

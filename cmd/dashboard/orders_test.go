@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -247,4 +248,36 @@ func TestOrderPageEscapesBidi(t *testing.T) {
 	for _, raw := range []string{"\u202e", "\u202d", "\u2066", "\u2069", "\x1b"} {
 		assert.NotContains(t, r.body, raw, "%q is rendered raw", raw)
 	}
+}
+
+// TestOrderPageOfALongBacklog shows the count of a backlog of 3,000
+// changes and its first page, and answers at once for a forged sequence of
+// 20,000,000.
+func TestOrderPageOfALongBacklog(t *testing.T) {
+	db := redistest.New(t)
+	forge := func(no string, waiting, records int) {
+		fields := []any{"n", 1000 + waiting, "d", 1000}
+		for i := 1; i <= records; i++ {
+			fields = append(fields, "p:"+strconv.Itoa(1000+i), "1700000000000 m ev-"+strconv.Itoa(i))
+		}
+		require.NoError(t, db.Client.HSet(t.Context(), db.Prefix+"lock:{"+no+"}:seq", fields...).Err())
+	}
+	forge("SO-BIG", 3000, 3000)
+	forge("SO50", 20000000, 0)
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/orders/SO-BIG", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `<span id="waiting-count">3,000</span> waiting`)
+	assert.Contains(t, r.body, "The first 50 are listed, and 2,950 more positions wait.")
+	assert.Contains(t, r.body, `<td class="num">1050</td>`)
+	assert.NotContains(t, r.body, `<td class="num">1051</td>`)
+
+	start := time.Now()
+	r = d.get(t, "/orders/SO50", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Less(t, time.Since(start), time.Second)
+	assert.Contains(t, r.body, `<span id="waiting-count">20,000,000</span> waiting`)
+	assert.Contains(t, r.body, "The first 0 are listed, and 20,000,000 more positions wait.")
 }

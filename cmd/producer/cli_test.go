@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestCLIOrderStatus(t *testing.T) {
 		"address  2 New Rd, " + s.Applied,
 		"What is happening (at ",
 		"Lock: free",
-		fmt.Sprintf("Sequence: last finished position (cursor) %d, last handed out %d", s.Seq[s.Archived], s.Seq[s.Parked]),
+		fmt.Sprintf("Sequence: last finished position (cursor) %d, last handed out %d; 2 waiting", s.Seq[s.Archived], s.Seq[s.Parked]),
 		fmt.Sprintf("%d  next  reserved  order:modify %s  retry", s.Seq[s.Retried], s.Retried),
 		"note  order:modify " + s.Archived + "  archived: failed 1 times, out of its failure budget of 0 retries: " + orderviewtest.FailArchived,
 		s.Retried + ": its turn: failed 1 of 6 allowed times; runs again at ",
@@ -128,6 +129,19 @@ func TestCLIOrderStatus(t *testing.T) {
 	require.ErrorIs(t, err, orders.ErrInvalid)
 	_, err = cli("order", "status")
 	require.Error(t, err)
+
+	// A backlog of 3,000: the count and the first page (50).
+	fields := []any{"n", 4000, "d", 1000}
+	for i := 1; i <= 3000; i++ {
+		fields = append(fields, "p:"+strconv.Itoa(1000+i), "1700000000000 m ev-"+strconv.Itoa(i))
+	}
+	require.NoError(t, db.Client.HSet(t.Context(), db.Prefix+"lock:{SO-BIG}:seq", fields...).Err())
+	out, err = cli("order", "status", "SO-BIG")
+	require.NoError(t, err)
+	require.Contains(t, out, "last handed out 4000; 3,000 waiting")
+	require.Contains(t, out, "  (the first 50 listed, and 2,950 more)")
+	require.Regexp(t, `(?m)^  1050  +reserved`, out)
+	require.NotContains(t, out, "1051")
 }
 
 // clean keeps what a terminal shows as text and escapes what it would

@@ -90,10 +90,11 @@ func (p *printer) sequence(st orderview.Status) {
 		p.line("Sequence: none (no change accepted in the last 7 days)")
 		return
 	}
-	p.line("Sequence: last finished position (cursor) %d, last handed out %d", sq.Done, sq.Last)
-	if len(sq.Waiting) == 0 {
+	p.line("Sequence: last finished position (cursor) %d, last handed out %d; %s waiting", sq.Done, sq.Last, orderview.Count(sq.Last-sq.Done))
+	switch {
+	case len(sq.Waiting) == 0 && sq.More == 0:
 		p.line("  nothing waits")
-	} else {
+	case len(sq.Waiting) > 0:
 		rows := [][]string{{"SEQ", "", "STATE", "LABEL", "TASK STATE", "RESERVED"}}
 		for _, w := range sq.Waiting {
 			next, reserved := "", ""
@@ -110,9 +111,9 @@ func (p *printer) sequence(st orderview.Status) {
 			rows = append(rows, []string{strconv.FormatInt(w.Seq, 10), next, w.State, label, w.TaskState, reserved})
 		}
 		p.table(rows)
-		if sq.More > 0 {
-			p.line("  (and %d more)", sq.More)
-		}
+	}
+	if sq.More > 0 {
+		p.line("  (the first %d listed, and %s more)", len(sq.Waiting), orderview.Count(sq.More))
 	}
 	if g := sq.Gap; g != nil {
 		p.line("Gap: position %d (%s) waits for a task that will not come: %s", g.Seq, clean(g.Label), clean(g.Reason))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,27 @@ func TestGetOrderStatus(t *testing.T) {
 	assert.Equal(t, "order_no", r.errorBody(t).Error.Field)
 	r = e.do(t, http.MethodGet, "/v1/orders/SO1001/status", "", map[string]string{"Authorization": ""})
 	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r.body)
+}
+
+// TestGetOrderStatusOfAForgedBacklog answers at once for a sequence that
+// claims 20,000,000 waiting changes: one page, and the count of the rest.
+func TestGetOrderStatusOfAForgedBacklog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	fields := []any{"n", "20000000", "d", "0"}
+	for i := 1; i <= 60; i++ {
+		fields = append(fields, "p:"+strconv.Itoa(i), "1700000000000 m ev-"+strconv.Itoa(i))
+	}
+	require.NoError(t, e.rdb.HSet(t.Context(), e.db.Prefix+"lock:{SO50}:seq", fields...).Err())
+	start := time.Now()
+	r := e.do(t, http.MethodGet, "/v1/orders/SO50/status", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Less(t, time.Since(start), time.Second)
+	var st orderview.Status
+	r.decode(t, &st)
+	assert.Len(t, st.Sequence.Waiting, orderview.DefaultMaxPositions)
+	assert.Equal(t, int64(20000000-orderview.DefaultMaxPositions), st.Sequence.More)
+	assert.Contains(t, st.Summary[1], "20,000,000 accepted change(s)")
 }
 
 // TestUnavailable points the server at a port nothing listens on: every

@@ -200,3 +200,33 @@ func runHandoff(b *testing.B, acquire contender) {
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkStatus measures a view of a sequence with 10 and with 3,000
+// positions waiting: it reads one page either way, so the two should cost
+// the same (compare their ns/op).
+func BenchmarkStatus(b *testing.B) {
+	for _, n := range []int{10, 3000} {
+		b.Run("waiting="+strconv.Itoa(n), func(b *testing.B) {
+			db := redistest.New(b)
+			c := db.NewClient(b)
+			q := newSequencer(b, c, db, lock.SeqConfig{})
+			backlog(b, q, c, "SO-bench", n)
+			hook := &countHook{}
+			c.AddHook(hook)
+			ctx := context.Background()
+			if _, err := q.Status(ctx, "SO-bench"); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			hook.n.Store(0)
+			i := 0
+			for b.Loop() {
+				st, err := q.Status(ctx, "SO-bench")
+				if err != nil || st.Waiting != int64(n) {
+					b.Fatal(st.Waiting, err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(hook.n.Load())/float64(i), "roundtrips/op")
+		})
+	}
+}

@@ -471,6 +471,42 @@ redis.call('PEXPIRE', s, ARGV[7])
 return {1, wake}
 `)
 
+// statusScript reads one page of a sequence, for [Sequencer.Status]: its
+// counters, its log and the fields of the first positions after its
+// cursor. It makes three calls whatever the backlog, and only reads, so it
+// runs as EVALSHA_RO under a read-only user.
+//
+// KEYS[1] sequence
+// ARGV[1] the most positions after the cursor to read (the page)
+//
+// Returns {-2} when the sequence does not exist, and otherwise
+//
+//	{pttl, n, d, log, p:<d+1>, r:<d+1>, w:<d+1>, p:<d+2>, …}
+//
+// with the p:, r: and w: fields of the first min(ARGV[1], n - d) positions
+// after d, each false when missing (as are n, d and log). It reads no
+// position when n or d is not a number.
+var statusScript = redis.NewScript(numLua + `
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then return {-2} end
+local h = redis.call('HMGET', KEYS[1], 'n', 'd', 'log')
+local out = {ttl, h[1], h[2], h[3]}
+local n, d = tonumber(h[1]), tonumber(h[2])
+local count = 0
+if n and d and n > d then count = math.min(n - d, tonumber(ARGV[1])) end
+if count < 1 then return out end
+local fields = {}
+for i = 1, count do
+  local p = num(d + i)
+  fields[#fields + 1] = 'p:' .. p
+  fields[#fields + 1] = 'r:' .. p
+  fields[#fields + 1] = 'w:' .. p
+end
+local m = redis.call('HMGET', KEYS[1], unpack(fields))
+for i = 1, #m do out[#out + 1] = m[i] end
+return out
+`)
+
 // noteScript records in a sequence's log an outcome that the holder of a
 // position noted after its turn (see [Sequencer.Note]). It moves nothing.
 //

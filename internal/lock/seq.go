@@ -31,7 +31,13 @@ import (
 const (
 	// DefaultSeqRetention is the default of SeqConfig.Retention.
 	DefaultSeqRetention = 7 * 24 * time.Hour
+	// DefaultStatusPage is the default of SeqConfig.StatusPage.
+	DefaultStatusPage = 20
 )
+
+// MaxStatusPage bounds SeqConfig.StatusPage: [Sequencer.Status] reads the
+// fields of at most this many positions.
+const MaxStatusPage = 1000
 
 // MaxLabelLen bounds a position's label, in bytes.
 const MaxLabelLen = 256
@@ -122,6 +128,10 @@ type SeqConfig struct {
 	// that racing reservations never pass it together. 0 means no cap.
 	// Defaults to 0.
 	MaxWaiting int64
+	// StatusPage is how many of the positions after the cursor
+	// [Sequencer.Status] reads (Status.Pending); Status.Waiting counts
+	// them all. 1 to MaxStatusPage. Defaults to 20.
+	StatusPage int
 }
 
 // Sequencer hands out and settles positions in per-key sequences. It is safe
@@ -133,6 +143,7 @@ type Sequencer struct {
 	channel    string
 	retention  time.Duration
 	maxWaiting int64
+	statusPage int
 }
 
 // NewSequencer returns a Sequencer on rdb. It returns an error when rdb is
@@ -143,6 +154,7 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultSeqRetention)
+	cfg.StatusPage = cmp.Or(cfg.StatusPage, DefaultStatusPage)
 	switch {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
@@ -150,9 +162,11 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 		return nil, fmt.Errorf("lock: sequence retention %v is under 1s", cfg.Retention)
 	case cfg.MaxWaiting < 0:
 		return nil, fmt.Errorf("lock: MaxWaiting %d is negative", cfg.MaxWaiting)
+	case cfg.StatusPage < 1 || cfg.StatusPage > MaxStatusPage:
+		return nil, fmt.Errorf("lock: StatusPage %d, want 1 to %d", cfg.StatusPage, MaxStatusPage)
 	}
 	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention,
-		maxWaiting: cfg.MaxWaiting}, nil
+		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage}, nil
 }
 
 // SeqKey returns the Redis key of key's sequence. It carries the key's hash
@@ -397,7 +411,13 @@ type Status struct {
 	// Last is the last position handed out, Done the cursor: every
 	// position up to Done is finished.
 	Last, Done int64
-	// Pending are the positions after Done, in order.
+	// Waiting is how many positions are after the cursor (Last - Done):
+	// handed out and not yet passed, the head included.
+	Waiting int64
+	// Pending are the first positions after Done, in order: those of
+	// Done+1 to Done+min(Waiting, SeqConfig.StatusPage) that have a
+	// record, so at most StatusPage (default 20) of them, whatever
+	// Waiting is.
 	Pending []Pending
 	// Log holds the latest positions settled without their turn (voided,
 	// skipped or finished ahead) and the latest notes, oldest first; at
@@ -407,50 +427,70 @@ type Status struct {
 	TTL time.Duration
 }
 
-// Status reads key's sequence, for operators, tests and checks. It costs
-// one round trip (two with the TTL) and reads the whole hash: it is not for
-// the hot path.
+// Status reads key's sequence, for operators, tests and checks: its
+// counters, its log and the first SeqConfig.StatusPage positions after the
+// cursor (see [Status]). It costs one round trip (two while Redis lacks
+// the script) running a read-only script (EVALSHA_RO, which a user that
+// may only read the sequence may run) of three commands, and its reply is
+// bounded by the page: a view costs the same whatever the backlog. It is not for the hot path. It returns ctx's error when ctx is
+// done, an error for a malformed sequence and Redis errors, wrapped.
 func (q *Sequencer) Status(ctx context.Context, key string) (Status, error) {
-	sk := q.SeqKey(key)
-	var all *redis.MapStringStringCmd
-	var ttl *redis.DurationCmd
-	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		all = p.HGetAll(ctx, sk)
-		ttl = p.PTTL(ctx, sk)
-		return nil
-	}); err != nil {
+	if err := ctx.Err(); err != nil {
 		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
 	}
-	return parseStatus(all.Val(), ttl.Val())
+	res, err := statusScript.RunRO(ctx, q.rdb, []string{q.SeqKey(key)}, q.statusPage).Slice()
+	if err != nil {
+		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
+	}
+	st, err := parseStatus(res, q.statusPage)
+	if err != nil {
+		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
+	}
+	return st, nil
 }
 
-func parseStatus(f map[string]string, ttl time.Duration) (Status, error) {
-	if len(f) == 0 {
+// parseStatus reads the reply of statusScript, run with page.
+func parseStatus(res []any, page int) (Status, error) {
+	if len(res) == 0 {
+		return Status{}, errors.New("sequence: empty status reply")
+	}
+	ttl, _ := res[0].(int64)
+	if len(res) == 1 && ttl == -2 {
 		return Status{}, nil
 	}
-	st := Status{Exists: true, TTL: ttl}
+	if len(res) < 4 || (len(res)-4)%3 != 0 || (len(res)-4)/3 > page {
+		return Status{}, fmt.Errorf("sequence: status reply of %d values, want 4 and 3 per position, at most %d positions", len(res), page)
+	}
+	st := Status{Exists: true, TTL: time.Duration(ttl)}
+	if ttl >= 0 {
+		st.TTL = time.Duration(ttl) * time.Millisecond
+	}
+	n, _ := res[1].(string)
+	d, _ := res[2].(string)
 	var err error
-	if st.Last, err = strconv.ParseInt(f["n"], 10, 64); err != nil {
-		return Status{}, fmt.Errorf("sequence: bad n %q", f["n"])
+	if st.Last, err = strconv.ParseInt(n, 10, 64); err != nil {
+		return Status{}, fmt.Errorf("sequence: bad n %q", n)
 	}
-	if st.Done, err = strconv.ParseInt(f["d"], 10, 64); err != nil {
-		return Status{}, fmt.Errorf("sequence: bad d %q", f["d"])
+	if st.Done, err = strconv.ParseInt(d, 10, 64); err != nil {
+		return Status{}, fmt.Errorf("sequence: bad d %q", d)
 	}
-	for pos := st.Done + 1; pos <= st.Last; pos++ {
-		p := strconv.FormatInt(pos, 10)
-		rec, ok := f["p:"+p]
+	st.Waiting = max(st.Last-st.Done, 0)
+	for i, f := 0, res[4:]; i < len(f); i += 3 {
+		rec, ok := f[i].(string)
 		if !ok {
 			continue
 		}
-		pe := Pending{Pos: pos, Record: rec}
+		pe := Pending{Pos: st.Done + 1 + int64(i/3), Record: rec}
 		pe.Label, pe.Reserved = splitRecord(rec)
-		if r, err := strconv.ParseInt(f["r:"+p], 10, 64); err == nil {
-			pe.RetryAt = time.UnixMilli(r).UTC()
+		if r, ok := f[i+1].(string); ok {
+			if ms, err := strconv.ParseInt(r, 10, 64); err == nil {
+				pe.RetryAt = time.UnixMilli(ms).UTC()
+			}
 		}
-		_, pe.Waiting = f["w:"+p]
+		_, pe.Waiting = f[i+2].(string)
 		st.Pending = append(st.Pending, pe)
 	}
-	if log := f["log"]; log != "" {
+	if log, _ := res[3].(string); log != "" {
 		var raw []struct{ Pos, At, Kind, Label, Why string }
 		if err := json.Unmarshal([]byte(log), &raw); err != nil {
 			return Status{}, fmt.Errorf("sequence: bad log: %w", err)

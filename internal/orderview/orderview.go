@@ -54,7 +54,10 @@ type Config struct {
 	// Defaults to 10.
 	HistoryLen int
 	// MaxPositions is how many of the positions waiting in a sequence
-	// Status lists and looks the tasks of up. Defaults to 50.
+	// Status lists and looks the tasks of up: it reads them as one page
+	// (lock.SeqConfig.StatusPage) and counts the others, so a view costs
+	// the same whatever the backlog. At most lock.MaxStatusPage (1000).
+	// Defaults to 50.
 	MaxPositions int
 	// Now is the clock Status measures ages with. Defaults to time.Now.
 	Now func() time.Time
@@ -75,8 +78,8 @@ type Reader struct {
 
 // New returns a Reader of the orders in store whose sequences, locks and
 // tasks live in rdb. It fills the zero fields of cfg with their defaults.
-// It returns an error for a nil dependency, a bad prefix or a negative
-// field of cfg.
+// It returns an error for a nil dependency, a bad prefix, a negative field
+// of cfg or a MaxPositions above lock.MaxStatusPage.
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, error) {
 	if store == nil {
 		return nil, errors.New("orderview: nil order store")
@@ -86,6 +89,9 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	}
 	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 {
 		return nil, fmt.Errorf("orderview: negative setting in %+v", cfg)
+	}
+	if cfg.MaxPositions > lock.MaxStatusPage {
+		return nil, fmt.Errorf("orderview: MaxPositions %d is above %d", cfg.MaxPositions, lock.MaxStatusPage)
 	}
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
@@ -100,7 +106,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
 	}
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:"})
+	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: cfg.MaxPositions})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,10 +89,12 @@ type Sequence struct {
 	Done int64 `json:"done,omitempty"`
 	// Last is the last position handed out; Last - Done positions wait.
 	Last int64 `json:"last,omitempty"`
-	// Waiting are the positions after the cursor, in order, at most
-	// Config.MaxPositions of them; More counts the others. Never nil.
+	// Waiting are the first positions after the cursor, in order, at
+	// most Config.MaxPositions of them, read as one page whatever the
+	// backlog; More counts the others (Last - Done - len(Waiting)). Never
+	// nil.
 	Waiting []Position `json:"waiting"`
-	More    int        `json:"more,omitempty"`
+	More    int64      `json:"more,omitempty"`
 	// Gap is the next position when its task will not come (it does not
 	// exist, or it ended without taking its turn): the changes behind it
 	// wait until the workers skip it, GapWaitMS after it was reserved.
@@ -312,12 +315,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	}
 	if seq.Exists {
 		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
-		pending := seq.Pending
-		if len(pending) > r.cfg.MaxPositions {
-			st.Sequence.More = len(pending) - r.cfg.MaxPositions
-			pending = pending[:r.cfg.MaxPositions]
-		}
-		for _, p := range pending {
+		for _, p := range seq.Pending { // at most MaxPositions: the Sequencer's page
 			pos := position(p, seq.Done)
 			if typ, id, from, ok := tasks.ParseLabel(p.Label); ok {
 				rf := ref{queues: placed(typ, from), id: id, typ: typ, source: SourcePosition}
@@ -330,6 +328,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 			}
 			st.Sequence.Waiting = append(st.Sequence.Waiting, pos)
 		}
+		st.Sequence.More = max(seq.Waiting-int64(len(st.Sequence.Waiting)), 0)
 		for _, e := range seq.Log {
 			le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
 			if typ, id, from, ok := tasks.ParseLabel(e.Label); ok {
@@ -602,7 +601,7 @@ func summary(st *Status, gapWait time.Duration) []string {
 	case waiting == 0:
 		out = append(out, "Nothing waits: every change accepted for it was applied, rejected, archived or skipped.")
 	default:
-		out = append(out, fmt.Sprintf("%d accepted change(s) not applied yet; next in line is position %d.", waiting, sq.Done+1))
+		out = append(out, fmt.Sprintf("%s accepted change(s) not applied yet; next in line is position %d.", Count(waiting), sq.Done+1))
 	}
 	if g := sq.Gap; g != nil {
 		left := time.Duration(g.LeftMS) * time.Millisecond
@@ -634,4 +633,22 @@ func summary(st *Status, gapWait time.Duration) []string {
 		out = append(out, fmt.Sprintf("%d of its tasks are archived: their changes were not applied (see each task's reason).", archived))
 	}
 	return out
+}
+
+// Count formats n for people, with a comma between groups of three
+// digits (2,980), as the views print counts.
+func Count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	sign := ""
+	if n < 0 {
+		sign, s = "-", s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return sign + b.String()
 }

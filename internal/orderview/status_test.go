@@ -1,6 +1,8 @@
 package orderview_test
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -311,4 +313,54 @@ func TestStatusFindsTasksInTheirShards(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "order_modify:2", st.Sequence.Waiting[0].Queue)
 	assert.Equal(t, orderview.TaskMissing, st.Sequence.Waiting[0].TaskState)
+}
+
+// forgeBacklog writes the sequence of order no with waiting positions
+// after the cursor 1000, the first records of which are written (with
+// labels naming no task), as a huge or forged backlog looks.
+func forgeBacklog(t *testing.T, db *redistest.DB, no string, waiting, records int) {
+	t.Helper()
+	fields := []any{"n", 1000 + waiting, "d", 1000}
+	for i := 1; i <= records; i++ {
+		fields = append(fields, "p:"+strconv.Itoa(1000+i), "1700000000000 m ev-"+strconv.Itoa(i))
+	}
+	require.NoError(t, db.Client.HSet(t.Context(), db.Prefix+"lock:{"+no+"}:seq", fields...).Err())
+}
+
+// A backlog of 3,000 changes, or a forged one of 20,000,000, is read as one
+// page of MaxPositions positions, and counted.
+func TestStatusOfALongBacklogIsOnePage(t *testing.T) {
+	e := newEnv(t, orderview.Config{MaxPositions: 5})
+	forgeBacklog(t, e.db, "SO-BIG", 3000, 60)
+	st, err := e.reader.Status(t.Context(), "SO-BIG")
+	require.NoError(t, err)
+	require.Len(t, st.Sequence.Waiting, 5)
+	assert.Equal(t, int64(1001), st.Sequence.Waiting[0].Seq)
+	assert.True(t, st.Sequence.Waiting[0].Next)
+	assert.Equal(t, int64(2995), st.Sequence.More)
+	assert.Contains(t, strings.Join(st.Summary, " "), "3,000 accepted change(s) not applied yet; next in line is position 1001.")
+
+	forgeBacklog(t, e.db, "SO50", 20000000, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	st, err = e.reader.Status(ctx, "SO50")
+	require.NoError(t, err)
+	assert.Empty(t, st.Sequence.Waiting)
+	assert.Equal(t, int64(20000000), st.Sequence.More)
+
+	_, err = orderview.New(e.db.Client, e.store, orderview.Config{MaxPositions: lock.MaxStatusPage + 1})
+	require.ErrorContains(t, err, "MaxPositions")
+}
+
+func TestCount(t *testing.T) {
+	tests := []struct {
+		n    int64
+		want string
+	}{
+		{0, "0"}, {7, "7"}, {999, "999"}, {1000, "1,000"}, {2980, "2,980"}, {20000000, "20,000,000"},
+		{123456789012, "123,456,789,012"}, {-1234, "-1,234"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, orderview.Count(tt.n), tt.n)
+	}
 }

@@ -276,8 +276,11 @@ func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *lock.
 		if err != nil {
 			return err
 		}
-		for _, p := range st.Pending {
+		for _, p := range st.Pending { // the first page
 			r.stalled = append(r.stalled, fmt.Sprintf("%s: position %d still waits (%s)", no, p.Pos, p.Record))
+		}
+		if more := st.Waiting - int64(len(st.Pending)); more > 0 {
+			r.stalled = append(r.stalled, fmt.Sprintf("%s: and %d more positions wait", no, more))
 		}
 		for _, e := range st.Log {
 			switch e.Kind {
