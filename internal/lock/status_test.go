@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 func newSequencer(tb testing.TB, rdb redis.UniversalClient, db *redistest.DB, cfg lock.SeqConfig) *lock.Sequencer {
