@@ -11,24 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // The tests in this file run the lock on a real Redis Cluster and a real
 // Sentinel group, with clients built by redisconn from URLs as the binaries
 // build theirs.
-
-// topologyClient returns a client built by redisconn from url, closed at
-// cleanup: one more "process".
-func topologyClient(t *testing.T, url string) redis.UniversalClient {
-	t.Helper()
-	o, err := redisconn.Parse(url)
-	require.NoError(t, err)
-	c := o.NewClient()
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 func topologyLocker(t *testing.T, c redis.UniversalClient, prefix string) *lock.Locker {
 	t.Helper()
@@ -78,9 +67,9 @@ func handOver(t *testing.T, rdb redis.UniversalClient, holder, waiter *lock.Lock
 
 func TestLockOnCluster(t *testing.T) {
 	db := redistest.NewCluster(t)
-	rdb := topologyClient(t, db.URL())
+	rdb := conntest.Client(t, db.URL())
 	holder := topologyLocker(t, rdb, db.Prefix)
-	waiter := topologyLocker(t, topologyClient(t, db.URL()), db.Prefix)
+	waiter := topologyLocker(t, conntest.Client(t, db.URL()), db.Prefix)
 
 	// One key on every master: the notices are published on each key's
 	// node and must reach the waiter's subscription, which lives on the
@@ -95,9 +84,9 @@ func TestLockOnCluster(t *testing.T) {
 
 func TestLockOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	rdb := topologyClient(t, db.URL())
+	rdb := conntest.Client(t, db.URL())
 	holder := topologyLocker(t, rdb, db.Prefix)
-	waiter := topologyLocker(t, topologyClient(t, db.URL()), db.Prefix)
+	waiter := topologyLocker(t, conntest.Client(t, db.URL()), db.Prefix)
 	handOver(t, rdb, holder, waiter, db.Prefix, "SO1")
 }
 
@@ -110,8 +99,8 @@ func TestLockNoticeAfterSentinelFailover(t *testing.T) {
 	db := redistest.DedicatedSentinel(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	holderRDB := topologyClient(t, db.URL())
-	waiterRDB := topologyClient(t, db.URL())
+	holderRDB := conntest.Client(t, db.URL())
+	waiterRDB := conntest.Client(t, db.URL())
 	holder := topologyLocker(t, holderRDB, db.Prefix)
 	waiter := topologyLocker(t, waiterRDB, db.Prefix)
 	handOver(t, holderRDB, holder, waiter, db.Prefix, "SO1") // the waiter is subscribed

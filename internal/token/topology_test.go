@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
@@ -19,18 +18,9 @@ import (
 // and a real Sentinel group, each replica with a client built by redisconn
 // from the URL, as the worker builds its own.
 
-func topologyClient(t *testing.T, url string) redis.UniversalClient {
-	t.Helper()
-	o, err := redisconn.Parse(url)
-	require.NoError(t, err)
-	c := o.NewClient()
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func topologyReplica(t *testing.T, url string, src Source, cfg Config) *Cache {
 	t.Helper()
-	c, err := New(topologyClient(t, url), src, cfg, nil)
+	c, err := New(conntest.Client(t, url), src, cfg, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -68,7 +58,7 @@ func exerciseTokens(t *testing.T, url, key string) {
 	// The notice: a replica with nothing cached waits for a refresher that
 	// holds the lock; fallback re-reads are 10 s apart, so only the notice
 	// delivers in time.
-	rdb := topologyClient(t, url)
+	rdb := conntest.Client(t, url)
 	require.NoError(t, rdb.Del(ctx, key).Err())
 	require.NoError(t, rdb.Set(ctx, lockKey(key), "refresher", time.Minute).Err())
 	c := topologyReplica(t, url, noFetch(t), Config{Key: key, FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second})

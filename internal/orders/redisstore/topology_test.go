@@ -12,22 +12,13 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
-	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
 // The tests in this file run the Redis store on a real Redis Cluster and a
 // real Sentinel group, through a client built by redisconn as the binaries
 // build theirs, with the lock hold as the worker offers it.
-
-func topologyClient(t *testing.T, url string) redis.UniversalClient {
-	t.Helper()
-	o, err := redisconn.Parse(url)
-	require.NoError(t, err)
-	c := o.NewClient()
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // exerciseStore seeds each order of nos, modifies it under its lock (the
 // commit releasing the lock), refuses a stale fence, reads its history,
@@ -104,10 +95,10 @@ func TestRedisStoreOnCluster(t *testing.T) {
 	for i := range nos {
 		require.NotEqual(t, db.Cluster.MasterOf(nos[i]), db.Cluster.MasterOf(news[i]))
 	}
-	exerciseStore(t, topologyClient(t, db.URL()), db.Prefix, nos, news)
+	exerciseStore(t, conntest.Client(t, db.URL()), db.Prefix, nos, news)
 }
 
 func TestRedisStoreOnSentinel(t *testing.T) {
 	db := redistest.NewSentinel(t)
-	exerciseStore(t, topologyClient(t, db.URL()), db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
+	exerciseStore(t, conntest.Client(t, db.URL()), db.Prefix, []string{"SO1", "SO2"}, []string{"SX1", "SX2"})
 }
