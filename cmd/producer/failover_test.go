@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/intaketest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
-	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -54,48 +51,13 @@ func TestIntakeMasterKilled(t *testing.T) {
 	shard := db.Cluster.ShardOf("asynq:{" + tasks.QueueModify + "}")
 
 	var (
-		mu          sync.Mutex
-		byOrder     = make(map[string][]accepted)
-		unavailable int
+		mu      sync.Mutex
+		byOrder = make(map[string][]accepted)
 	)
+	sender := intaketest.NewSender(t, base, testKey1)
 	post := func(no, eventID string, i int) (int64, bool) {
-		body := fmt.Sprintf(`{"changes":{"remark":"remark %d"}}`, i)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/orders/"+no+"/modify", strings.NewReader(body))
-		if err != nil {
-			return 0, false
-		}
-		req.Header.Set("Authorization", "Bearer "+testKey1)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", eventID)
-		resp, err := client.Do(req)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.Errorf("%s: %v", eventID, err)
-			}
-			return 0, false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		switch resp.StatusCode {
-		case http.StatusAccepted:
-			var res producer.Result
-			if err := json.Unmarshal(b, &res); err != nil || res.Seq <= 0 {
-				t.Errorf("202 for %s without a position: %s", eventID, b)
-			}
-			return res.Seq, true
-		case http.StatusConflict:
-			return 0, true
-		case http.StatusServiceUnavailable:
-			mu.Lock()
-			unavailable++
-			mu.Unlock()
-			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < 1 {
-				t.Errorf("503 for %s with Retry-After %q", eventID, resp.Header.Get("Retry-After"))
-			}
-			return 0, false
-		}
-		t.Errorf("%d for %s: %s", resp.StatusCode, eventID, b)
-		return 0, false
+		seq, err := sender.Modify(ctx, t, no, eventID, fmt.Sprintf("remark %d", i))
+		return seq, err == nil
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -232,7 +194,7 @@ func TestIntakeMasterKilled(t *testing.T) {
 	}
 	t.Logf("master %s killed, %s took over in %v; %d changes accepted, %d lost in the switch; %d answers 503; "+
 		"every order had 5 changes sent after the switch accepted %v after it began",
-		old, cur, ended.Sub(began).Round(time.Millisecond), total, lost, unavailable, again.Sub(began).Round(time.Millisecond))
+		old, cur, ended.Sub(began).Round(time.Millisecond), total, lost, sender.Unavailable.Load(), again.Sub(began).Round(time.Millisecond))
 	for _, q := range []string{tasks.QueueModify, tasks.QueueExchange} {
 		_ = insp.DeleteQueue(q, true)
 	}

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,6 +23,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/intaketest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -208,50 +207,11 @@ func producerSender(t *testing.T, p *producer.Producer) sendFunc {
 // intakeKey is the intake's API key in these tests.
 const intakeKey = "failover-test-key-0123456789"
 
-// intakeSender posts to the intake at base. Every answer must be a 202, a
-// 409 (an earlier attempt was accepted), or a 503 with a Retry-After of
-// whole seconds; anything else fails the test.
-func intakeSender(t *testing.T, base string, unavailable *atomic.Int64) sendFunc {
-	client := &http.Client{Timeout: 30 * time.Second}
+// intakeSender posts to the intake through s (see intaketest.Sender.Modify
+// for what it checks of every answer).
+func intakeSender(t *testing.T, s *intaketest.Sender) sendFunc {
 	return func(ctx context.Context, no, eventID, remark string) (int64, error) {
-		body := fmt.Sprintf(`{"changes":{"remark":%q}}`, remark)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/orders/"+no+"/modify", strings.NewReader(body))
-		if err != nil {
-			return 0, err
-		}
-		req.Header.Set("Authorization", "Bearer "+intakeKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", eventID)
-		resp, err := client.Do(req)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.Errorf("intake: %s: %v", eventID, err)
-			}
-			return 0, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		switch resp.StatusCode {
-		case http.StatusAccepted:
-			var res producer.Result
-			if err := json.Unmarshal(b, &res); err != nil || res.Seq <= 0 {
-				t.Errorf("intake: 202 for %s without a position: %s", eventID, b)
-			}
-			return res.Seq, nil
-		case http.StatusConflict:
-			return 0, nil
-		case http.StatusServiceUnavailable:
-			unavailable.Add(1)
-			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < 1 {
-				t.Errorf("intake: 503 for %s with Retry-After %q", eventID, resp.Header.Get("Retry-After"))
-			}
-			return 0, fmt.Errorf("intake: 503: %s", strings.TrimSpace(string(b)))
-		}
-		t.Errorf("intake: %d for %s: %s", resp.StatusCode, eventID, b)
-		return 0, fmt.Errorf("intake: %d", resp.StatusCode)
+		return s.Modify(ctx, t, no, eventID, remark)
 	}
 }
 
@@ -832,7 +792,7 @@ func TestClusterMasterKilledMidRun(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	base := startIntake(t, url, db.Prefix)
-	var unavailable atomic.Int64
+	intakeTo := intaketest.NewSender(t, base, intakeKey)
 
 	l := newLedger()
 	stop := make(chan struct{})
@@ -841,7 +801,7 @@ func TestClusterMasterKilledMidRun(t *testing.T) {
 		send[no] = producerSender(t, p)
 	}
 	for _, no := range viaIntake {
-		send[no] = intakeSender(t, base, &unavailable)
+		send[no] = intakeSender(t, intakeTo)
 	}
 	wait := senders(ctx, l, stop, 80*time.Millisecond, send)
 	stopped := false
@@ -893,7 +853,7 @@ func TestClusterMasterKilledMidRun(t *testing.T) {
 	lost, applied := l.drain(t, ctx, store, insp, window{began.Add(-lagBound), ended}, 75*time.Second, &w.logs)
 	t.Logf("drained in %v", time.Since(drainBegan).Round(time.Millisecond))
 	report(t, "the switch", began, ended, l, lost, applied, again, every)
-	t.Logf("the intake answered 503 (with Retry-After) %d times; %s", unavailable.Load(), &ready)
+	t.Logf("the intake answered 503 (with Retry-After) %d times; %s", intakeTo.Unavailable.Load(), &ready)
 	require.True(t, readyz(ctx, "http://"+w.ops+"/readyz"), "the worker is ready at the end")
 	cleanQueues(t, rdb)
 }
