@@ -385,10 +385,13 @@ func TestServeHelp(t *testing.T) {
 	}
 }
 
-func TestREADMEListsEveryServeSetting(t *testing.T) {
+// TestDocsListEveryServeSetting checks the intake's settings table in
+// docs/operations.md against the settings `producer serve` declares;
+// UPDATE_DOCS=1 rewrites the table.
+func TestDocsListEveryServeSetting(t *testing.T) {
 	s := config.NewSet("producer serve", nil)
 	declareServe(s, &serveSettings{})
-	require.NoError(t, s.CheckOrUpdateDoc("../../README.md", "intake-settings"))
+	require.NoError(t, s.CheckOrUpdateDoc("../../docs/operations.md", "intake-settings"))
 }
 
 // TestServeAnswersBeforeTheHandler checks what the README and the OpenAPI
