@@ -394,8 +394,8 @@ func TestDocsListEveryServeSetting(t *testing.T) {
 	require.NoError(t, s.CheckOrUpdateDoc("../../docs/operations.md", "intake-settings"))
 }
 
-// TestServeAnswersBeforeTheHandler checks what the README and the OpenAPI
-// description say net/http answers by itself, before the intake's handler
+// TestServeAnswersBeforeTheHandler checks what docs/operations.md and the
+// OpenAPI description say net/http answers by itself, before the intake's handler
 // runs, on the real server with its settings: a plain-text status, no JSON,
 // no X-Request-Id, nothing enqueued. A stalled body, which the handler does
 // see, gets the intake's 408 with a JSON error.
