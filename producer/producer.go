@@ -155,8 +155,8 @@ type Config struct {
 	// an enqueue reports it accepted (Redis WAIT). Redis replicates
 	// asynchronously, so without it an accepted change can be lost in a
 	// failover: a Sentinel failover loses what the old master acknowledged
-	// until its clients switched (about a second of enqueues; see the
-	// README's "What a failover can lose"). On one Redis the position and
+	// until its clients switched (about a second of enqueues; see
+	// docs/scaling.md, "What a failover can lose"). On one Redis the position and
 	// the task are written together and a WAIT rides in the same round
 	// trip. In the two-step way (a Cluster; see the package documentation)
 	// the producer waits twice: on the master of the order's sequence once

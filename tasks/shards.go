@@ -95,7 +95,7 @@ func (k *Kind) ShardQueues(count int) []string {
 // wait in their queues, so workers serve those queues too and accept the
 // tasks there, and lookups of a task (the workers' gap check, the order
 // status, the producer's duplicate check) look there too. Drop them once
-// those tasks are gone (see the README's "Queue shards").
+// those tasks are gone (see docs/scaling.md, "Changing the shard count").
 //
 // The zero value, like Count 1, is one queue per kind, the kinds' own
 // queues. Every process (producers, the intake, the CLI, workers and the

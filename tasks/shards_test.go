@@ -14,7 +14,8 @@ import (
 )
 
 // TestShardOfGolden pins the shard hash: systems that enqueue by hand
-// compute it themselves (the README gives these values), so it must never
+// compute it themselves (docs/scaling.md's placement rule gives these
+// values), so it must never
 // change. The CRC-32 values are what Python's zlib.crc32 and Java's
 // java.util.zip.CRC32 give for the same bytes.
 func TestShardOfGolden(t *testing.T) {

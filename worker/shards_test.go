@@ -155,7 +155,7 @@ func TestTaskOnAnotherShardIsArchived(t *testing.T) {
 }
 
 // The shard count changes from 1 to 3 while changes stream in, the way the
-// README's procedure does it: the workers first take "3,1" (they serve the
+// procedure of docs/scaling.md ("Changing the shard count") does it: the workers first take "3,1" (they serve the
 // old queues and the new shards, and accept tasks placed either way) while
 // the producers still place by 1; then the producers place by 3; once the
 // old queues are empty, everyone takes "3". Nothing is lost, archived or

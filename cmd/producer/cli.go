@@ -40,7 +40,7 @@ Commands:
         create or replace an order (seeding; not fenced)
   acl worker|intake|dashboard|dashboard-write
         print that process's Redis ACL rules, for KEY_PREFIX and ORDER_STORE,
-        to follow ACL SETUSER <user> reset on ><password> (see README, ACL rules)
+        to follow ACL SETUSER <user> reset on ><password> (see docs/operations.md, ACL rules)
   shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
                                 while any waits in a placement of a draining count only
   serve                         run the HTTP intake (see README)
@@ -76,7 +76,7 @@ func declareCommon(s *config.Set, c *common) {
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
 	s.Int(&c.WaitReplicas, "wait-replicas", "WAIT_REPLICAS", 0,
-		"replicas that must have an accepted change before it is reported accepted (Redis WAIT); 0 for none; 1 keeps a failover from losing an accepted change (see README, What a failover can lose); at most the replicas of each master").Check(config.NonNegative[int])
+		"replicas that must have an accepted change before it is reported accepted (Redis WAIT); 0 for none; 1 keeps a failover from losing an accepted change (see docs/scaling.md, What a failover can lose); at most the replicas of each master").Check(config.NonNegative[int])
 	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", producer.DefaultWaitTimeout,
 		"how long an acceptance waits for WAIT_REPLICAS before it fails (unconfirmed: send it again); below the Redis read timeout").Check(config.Positive[time.Duration])
 	s.Int(&c.MaxWaiting, "max-waiting", "MAX_WAITING", producer.DefaultMaxWaiting,

@@ -196,7 +196,7 @@ func TestACL(t *testing.T) {
 	}
 }
 
-// aclDoc is the README's block of `producer acl` runs, for the default
+// aclDoc is docs/operations.md's block of `producer acl` runs, for the default
 // settings.
 func aclDoc(t *testing.T) string {
 	t.Helper()
@@ -211,20 +211,20 @@ func aclDoc(t *testing.T) string {
 	return b.String()
 }
 
-// TestREADMEShowsTheACLRules checks the README's ACL rules against what
-// `producer acl` prints; UPDATE_DOCS=1 rewrites them.
-func TestREADMEShowsTheACLRules(t *testing.T) {
-	const path, begin, end = "../../README.md", "<!-- acl-rules:begin -->\n", "<!-- acl-rules:end -->"
+// TestDocsShowTheACLRules checks the ACL rules in docs/operations.md
+// against what `producer acl` prints; UPDATE_DOCS=1 rewrites them.
+func TestDocsShowTheACLRules(t *testing.T) {
+	const path, begin, end = "../../docs/operations.md", "<!-- acl-rules:begin -->\n", "<!-- acl-rules:end -->"
 	doc, err := os.ReadFile(path)
 	require.NoError(t, err)
 	before, rest, ok := strings.Cut(string(doc), begin)
-	require.True(t, ok, "README has no %q", begin)
+	require.True(t, ok, "%s has no %q", path, begin)
 	old, after, ok := strings.Cut(rest, end)
-	require.True(t, ok, "README has no %q", end)
+	require.True(t, ok, "%s has no %q", path, end)
 	want := aclDoc(t)
 	if os.Getenv("UPDATE_DOCS") == "1" {
 		require.NoError(t, os.WriteFile(path, []byte(before+begin+want+end+after), 0o644))
 		return
 	}
-	require.Equal(t, want, old, "the README's ACL rules are not what `producer acl` prints (UPDATE_DOCS=1 go test -run TestREADMEShowsTheACLRules ./cmd/producer/ rewrites them)")
+	require.Equal(t, want, old, "the ACL rules in %s are not what `producer acl` prints (UPDATE_DOCS=1 go test -run TestDocsShowTheACLRules ./cmd/producer/ rewrites them)", path)
 }

@@ -385,14 +385,17 @@ func TestServeHelp(t *testing.T) {
 	}
 }
 
-func TestREADMEListsEveryServeSetting(t *testing.T) {
+// TestDocsListEveryServeSetting checks the intake's settings table in
+// docs/operations.md against the settings `producer serve` declares;
+// UPDATE_DOCS=1 rewrites the table.
+func TestDocsListEveryServeSetting(t *testing.T) {
 	s := config.NewSet("producer serve", nil)
 	declareServe(s, &serveSettings{})
-	require.NoError(t, s.CheckOrUpdateDoc("../../README.md", "intake-settings"))
+	require.NoError(t, s.CheckOrUpdateDoc("../../docs/operations.md", "intake-settings"))
 }
 
-// TestServeAnswersBeforeTheHandler checks what the README and the OpenAPI
-// description say net/http answers by itself, before the intake's handler
+// TestServeAnswersBeforeTheHandler checks what docs/operations.md and the
+// OpenAPI description say net/http answers by itself, before the intake's handler
 // runs, on the real server with its settings: a plain-text status, no JSON,
 // no X-Request-Id, nothing enqueued. A stalled body, which the handler does
 // see, gets the intake's 408 with a JSON error.

@@ -12,7 +12,7 @@ import (
 
 // shardsReport is the answer of "producer shards": where the tasks of the
 // queues of a shard setting are placed, for the last step of a change of
-// the count (see the README's "Queue shards").
+// the count (see docs/scaling.md, "Changing the shard count").
 type shardsReport struct {
 	// Shards is the setting read (QUEUE_SHARDS).
 	Shards string `json:"shards"`

@@ -38,7 +38,7 @@ import (
 // acceptance answered.
 //
 // A write the old master acknowledged but the new master never got is lost
-// (README, "What a failover can lose"): one the replica had not received
+// (docs/scaling.md, "What a failover can lose"): one the replica had not received
 // yet when it took over (replication is asynchronous), or, on Sentinel, one
 // made on the old master after the replica was promoted. SENTINEL FAILOVER
 // leaves the old master a writable master until the sentinels make it a
@@ -46,8 +46,8 @@ import (
 // until it hears of the switch (+switch-master): here about when the
 // failover ends, at times seconds later. So a change may be missing from
 // its order's history only if its acceptance overlapped the switch's
-// window: from lagBound before the switch began (the README's "a second
-// or less" of replication lag) until no node the clients may still use
+// window: from lagBound before the switch began (docs/scaling.md's "a
+// second or less" of replication lag) until no node the clients may still use
 // accepts writes as a master: on a Cluster, until every node names the
 // killed master's replica (the killed one accepts nothing); on Sentinel,
 // until the old master was demoted. Any other missing change fails the

@@ -24,7 +24,7 @@ import (
 )
 
 // TestShardsOnCluster runs the worker binary's run with QUEUE_SHARDS=3 on
-// the local 3-master Cluster, as the README's sizing advises: the 3 shard
+// the local 3-master Cluster, as docs/scaling.md's sizing advises: the 3 shard
 // queues of each type sit on the 3 masters (checked with CLUSTER KEYSLOT),
 // orders on every master and in every shard get a run of changes each
 // through a producer with the same setting, every change applies in its

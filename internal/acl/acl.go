@@ -66,7 +66,7 @@ const (
 	DashboardWrite Process = "dashboard-write"
 )
 
-// Processes returns every process, in the order of the README.
+// Processes returns every process, in the order of docs/operations.md's ACL rules.
 func Processes() []Process { return []Process{Worker, Intake, Dashboard, DashboardWrite} }
 
 // DefaultKeyPrefix is the default of [Options.KeyPrefix], the processes'

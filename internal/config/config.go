@@ -310,7 +310,7 @@ func (s *Set) Redis(p **redisconn.Options, flagName, env, def, usage string) *Va
 
 // ShardsForms describes the values of a queue shard setting, for its usage
 // text (see [Set.Shards]).
-const ShardsForms = "N, or N,OLD while the tasks placed under OLD drain (see README, Queue shards)"
+const ShardsForms = "N, or N,OLD while the tasks placed under OLD drain (see docs/scaling.md, Queue shards)"
 
 // Shards declares a queue shard setting, parsed with tasks.ParseShards into
 // *p: a count N from 1 to tasks.MaxShards, then the counts that drain
@@ -483,7 +483,7 @@ func (s *Set) WriteUsage(w io.Writer) {
 	_, _ = io.WriteString(w, b.String())
 }
 
-// Markdown returns the settings as a Markdown table for a README:
+// Markdown returns the settings as a Markdown table for a doc:
 // | flag | env | default | meaning |. A secret's default shows as "(secret)".
 func (s *Set) Markdown() string {
 	var b strings.Builder
@@ -537,7 +537,7 @@ func (s *Set) Entries() []Entry {
 	return out
 }
 
-// CheckDoc reports whether doc (a README) holds the Set's [Set.Markdown]
+// CheckDoc reports whether doc (a Markdown file) holds the Set's [Set.Markdown]
 // table between the lines "<!-- section:begin -->" and
 // "<!-- section:end -->". Binaries call it from a test so that the
 // documented settings never drift from the code; the error says what to
@@ -554,7 +554,7 @@ func (s *Set) CheckDoc(doc []byte, section string) error {
 }
 
 // UpdateDoc returns doc with the table between the section's markers
-// replaced by the Set's [Set.Markdown], for a test that rewrites the README
+// replaced by the Set's [Set.Markdown], for a test that rewrites the doc
 // when asked to (UPDATE_DOCS=1).
 func (s *Set) UpdateDoc(doc []byte, section string) ([]byte, error) {
 	before, _, after, err := cutDoc(doc, section)
@@ -581,7 +581,7 @@ func cutDoc(doc []byte, section string) (before, table, after string, err error)
 
 // CheckOrUpdateDoc is CheckDoc, or, when the environment variable
 // UPDATE_DOCS is "1", UpdateDoc written back to the file at path. Binaries'
-// tests call it with their README.
+// tests call it with the doc that holds their table.
 func (s *Set) CheckOrUpdateDoc(path, section string) error {
 	doc, err := os.ReadFile(path)
 	if err != nil {

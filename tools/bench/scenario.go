@@ -88,7 +88,7 @@ func (w workload) String() string {
 	return fmt.Sprintf("%v of work per task, concurrency %d", w.Work, w.Concurrency)
 }
 
-// standard is the workload of the README's first table and of the
+// standard is the workload of docs/performance.md's first table and of the
 // throughput targets against plain asynq.
 var standard = workload{Work: 10 * time.Millisecond, Concurrency: 20}
 

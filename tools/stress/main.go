@@ -13,8 +13,8 @@
 // FAILOVERs, or a CLUSTER FAILOVER of one shard and a SIGKILL of another
 // shard's master. -failover-sync (on by default) makes the switches that
 // Redis does not coordinate lose no acknowledged write, so that the checks
-// stay strict; see the README, "The reliability suite on Sentinel and
-// Cluster".
+// stay strict; see docs/testing.md, "The reliability suite on
+// Sentinel and Cluster".
 //
 // Run it with -h for its flags; `make stress` runs the full configuration
 // and CI runs -short (about three minutes).

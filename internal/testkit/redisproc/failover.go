@@ -15,8 +15,8 @@ import (
 // This file holds the switches of a master that lose no acknowledged write,
 // as an operator's planned maintenance would do them: Redis replicates
 // asynchronously, so a plain crash or SENTINEL FAILOVER can lose the writes
-// a replica had not received yet (see the README, "What a failover can
-// lose"). Each of these first stops the master's writes and waits until its
+// a replica had not received yet (see docs/scaling.md, "What a failover
+// can lose"). Each of these first stops the master's writes and waits until its
 // replica has every one.
 
 // quiescePause bounds how long a master's writes stay paused by
