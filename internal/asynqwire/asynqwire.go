@@ -207,3 +207,7 @@ var Patterns = struct {
 	Servers:   ServersKey + "*",
 	Workers:   WorkersKey + "*",
 }
+
+// PausedKey returns the Redis key that marks queue paused (asynq's dequeue
+// script skips a queue while it exists).
+func PausedKey(queue string) string { return QueueKey(queue) + "paused" }

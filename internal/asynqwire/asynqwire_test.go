@@ -170,6 +170,9 @@ func TestServerRunsTheTask(t *testing.T) {
 		info, err := insp.GetTaskInfo(q, "e1")
 		return err == nil && info.State == asynq.TaskStateCompleted
 	}, 10*time.Second, 10*time.Millisecond, "kept for its retention once done")
+	completed, archived, err := asynqwire.Finished(t.Context(), db.Client, []string{q})
+	require.NoError(t, err)
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{completed, archived}, "Finished counts it")
 }
 
 // asynq's Inspector answers "queue not found" for a task of a queue missing
@@ -215,4 +218,30 @@ func TestTaskInfoListsAnUnlistedQueueAgain(t *testing.T) {
 	queues, err = insp.Queues()
 	require.NoError(t, err)
 	assert.NotContains(t, queues, gone)
+}
+
+// The keys this package names are the ones asynq writes: Finished counts
+// what the Inspector archives, and the Inspector's pause sets PausedKey.
+func TestFinishedAndPausedKeys(t *testing.T) {
+	db := redistest.New(t)
+	ctx := t.Context()
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "asynqwire_finished"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	for _, id := range []string{"a", "b"} {
+		_, err := cli.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	require.NoError(t, insp.ArchiveTask(q, "a"))
+	completed, archived, err := asynqwire.Finished(ctx, db.Client, []string{q, "asynqwire_finished_none"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, completed)
+	assert.EqualValues(t, 1, archived)
+
+	require.NoError(t, insp.PauseQueue(q))
+	n, err := db.Client.Exists(ctx, asynqwire.PausedKey(q)).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the Inspector's pause writes PausedKey")
+	require.NoError(t, insp.UnpauseQueue(q))
 }
