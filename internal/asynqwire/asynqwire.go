@@ -178,6 +178,12 @@ func ArchivedKey(queue string) string { return QueueKey(queue) + "archived" }
 // ScheduledKey returns the Redis key of queue's scheduled set.
 func ScheduledKey(queue string) string { return QueueKey(queue) + "scheduled" }
 
+// StateActive is the state asynq records in the hash of a task that a
+// worker is running (field "state"), as [Front] reports it. A task the
+// worker parks is active until its run returns and asynq moves it to the
+// retry set.
+const StateActive = "active"
+
 // The keys and channel of asynq's processes, outside any queue.
 const (
 	// ServersKey and WorkersKey are the sorted sets of live servers and
