@@ -35,3 +35,36 @@ func Finished(ctx context.Context, rdb redis.UniversalClient, queues []string) (
 	}
 	return completed, archived, nil
 }
+
+// QueuesListed reads asynq's set of queues ([AllQueues]): how many queues
+// it lists in all, and for each of names whether it lists it, in one
+// pipeline (SCARD and one SISMEMBER per name). It returns a wrapped Redis
+// error. It is safe for concurrent use.
+func QueuesListed(ctx context.Context, rdb redis.UniversalClient, names []string) (total int64, listed []bool, err error) {
+	pipe := rdb.Pipeline()
+	card := pipe.SCard(ctx, AllQueues)
+	present := make([]*redis.BoolCmd, len(names))
+	for i, name := range names {
+		present[i] = pipe.SIsMember(ctx, AllQueues, name)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, nil, fmt.Errorf("asynqwire: count asynq's queues (%s): %w", AllQueues, err)
+	}
+	listed = make([]bool, len(names))
+	for i, c := range present {
+		listed[i] = c.Val()
+	}
+	return card.Val(), listed, nil
+}
+
+// ScanQueues reads one page of asynq's set of queues ([AllQueues]) with
+// SSCAN from cursor (0 to start), asking for about count names; next is 0
+// when the scan is complete. A name may come more than once over a scan.
+// It returns a wrapped Redis error. It is safe for concurrent use.
+func ScanQueues(ctx context.Context, rdb redis.Cmdable, cursor uint64, count int64) (names []string, next uint64, err error) {
+	names, next, err = rdb.SScan(ctx, AllQueues, cursor, "", count).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("asynqwire: read asynq's queues (%s): %w", AllQueues, err)
+	}
+	return names, next, nil
+}
