@@ -54,7 +54,8 @@ func crc32String(s string) uint32 {
 // shard number: "order_modify:0", "order_modify:1", "order_modify:2".
 //
 // asynq keeps a queue's keys in one Redis Cluster hash slot, the slot of
-// the queue's name (its keys are "asynq:{<queue>}:..."). The colon form
+// the queue's name (every key of a queue carries the name as its hash tag,
+// "{<queue>}"; package tasks spells no key of asynq's). The colon form
 // puts the three shards of each kind into the three thirds of the slot
 // range (order_modify:0, :1, :2 in slots 9427, 13554, 1169;
 // order_exchange:0, :1, :2 in 9686, 13815, 1428), so on a cluster whose

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -192,7 +193,7 @@ func TestShardsSpreadOverThreeMasters(t *testing.T) {
 	for _, k := range tasks.Kinds() {
 		seen := map[int]string{}
 		for _, q := range k.ShardQueues(3) {
-			m := third(redisproc.Slot("asynq:{" + q + "}:pending"))
+			m := third(redisproc.Slot(asynqwire.PendingKey(q)))
 			require.NotContains(t, seen, m, "%s and %s on one master", q, seen[m])
 			seen[m] = q
 		}

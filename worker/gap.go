@@ -50,30 +50,16 @@ func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnE
 	return resolution{skipped: true}, nil
 }
 
-// taskInfo reads task id of queue with asynq's Inspector. The Inspector
-// answers ErrQueueNotFound for every task of a queue missing from asynq's
-// set of queues, which a failover can lose while the queue's tasks stay
-// (asynq's Client adds a queue to it once per process). When the task's
-// hash exists, taskInfo lists the queue again, as an enqueue would, and
-// reads once more, so that a task that exists is never taken for gone.
+// taskInfo reads task id of queue with asynqwire.TaskInfo, which never
+// takes a task that exists for gone when its queue is missing from asynq's
+// set of queues: it lists the queue again, which taskInfo logs.
 func (w *Worker) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInfo, error) {
-	info, err := w.insp.GetTaskInfo(queue, id)
-	if !errors.Is(err, asynq.ErrQueueNotFound) {
-		return info, err
+	info, relisted, err := asynqwire.TaskInfo(ctx, w.insp, w.rdb, queue, id)
+	if relisted {
+		w.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
+			zap.String("queue", queue), zap.String("task_id", id))
 	}
-	n, xerr := w.rdb.Exists(ctx, asynqwire.TaskKey(queue, id)).Result()
-	switch {
-	case xerr != nil:
-		return nil, fmt.Errorf("look for task %s of unlisted queue %s: %w", id, queue, xerr)
-	case n == 0:
-		return nil, err
-	}
-	if xerr := w.rdb.SAdd(ctx, asynqwire.AllQueues, queue).Err(); xerr != nil {
-		return nil, fmt.Errorf("list queue %s again for its task %s: %w", queue, id, xerr)
-	}
-	w.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
-		zap.String("queue", queue), zap.String("task_id", id))
-	return w.insp.GetTaskInfo(queue, id)
+	return info, err
 }
 
 // headFate says why the head of te, in order orderNo's sequence, should be

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
@@ -367,10 +368,10 @@ func TestGapCheckListsAnUnlistedQueueAgain(t *testing.T) {
 	_, err = p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("behind")}, producer.WithEventID("behind"))
 	require.NoError(t, err)
 	r.waitFor(t, "behind", 30*time.Second, worker.OutcomeWaiting)
-	require.NoError(t, e.db.Client.SRem(t.Context(), "asynq:queues", tasks.QueueModify).Err())
+	require.NoError(t, e.db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
 
 	require.Eventually(t, func() bool {
-		listed, err := e.db.Client.SIsMember(t.Context(), "asynq:queues", tasks.QueueModify).Result()
+		listed, err := e.db.Client.SIsMember(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Result()
 		return err == nil && listed
 	}, 30*time.Second, 20*time.Millisecond, "the gap check lists the queue again")
 	st, err := e.sequencer().Status(t.Context(), "SO-UNL")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -257,28 +258,20 @@ const (
 	scanCount       = 100
 )
 
-// allQueuesKey is asynq's set of the queues it knows, which its Inspector
-// and asynqmon list.
-const allQueuesKey = asynqwire.AllQueues
-
 // unknownQueues returns, sorted, up to maxListedQueues of the queues asynq
-// knows that the deployment does not define, and how many there are in all:
+// knows (its set of queues, which its Inspector and asynqmon list, read
+// with asynqwire) that the deployment does not define, and how many there are in all:
 // what the order page lists as suspicious. It costs one pipeline (SCARD and
 // a SISMEMBER per queue of the deployment) and, when there are any, at most
 // maxScans SSCAN calls; past those it returns the names found so far.
 func (q *queueSet) unknownQueues(ctx context.Context, rdb redis.UniversalClient) ([]string, int, error) {
-	pipe := rdb.Pipeline()
-	card := pipe.SCard(ctx, allQueuesKey)
-	present := make([]*redis.BoolCmd, 0, len(q.known))
-	for name := range q.known {
-		present = append(present, pipe.SIsMember(ctx, allQueuesKey, name))
+	card, listed, err := asynqwire.QueuesListed(ctx, rdb, slices.Collect(maps.Keys(q.known)))
+	if err != nil {
+		return nil, 0, err
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, 0, fmt.Errorf("count asynq's queues (%s): %w", allQueuesKey, err)
-	}
-	total := int(card.Val())
-	for _, c := range present {
-		if c.Val() {
+	total := int(card)
+	for _, l := range listed {
+		if l {
 			total--
 		}
 	}
@@ -288,9 +281,9 @@ func (q *queueSet) unknownQueues(ctx context.Context, rdb redis.UniversalClient)
 	var out []string
 	var cursor uint64
 	for range maxScans {
-		names, next, err := rdb.SScan(ctx, allQueuesKey, cursor, "", scanCount).Result()
+		names, next, err := asynqwire.ScanQueues(ctx, rdb, cursor, scanCount)
 		if err != nil {
-			return nil, 0, fmt.Errorf("read asynq's queues (%s): %w", allQueuesKey, err)
+			return nil, 0, err
 		}
 		for _, name := range names {
 			if !q.defines(name) && !slices.Contains(out, name) && len(out) < maxListedQueues {

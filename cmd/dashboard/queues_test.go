@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -247,8 +248,8 @@ func plantQueues(t *testing.T, db *redistest.DB, names ...string) {
 	for i, n := range names {
 		members[i] = n
 	}
-	require.NoError(t, db.Client.SAdd(t.Context(), allQueuesKey, members...).Err())
-	t.Cleanup(func() { _ = db.Client.SRem(context.Background(), allQueuesKey, members...).Err() })
+	require.NoError(t, db.Client.SAdd(t.Context(), asynqwire.AllQueues, members...).Err())
+	t.Cleanup(func() { _ = db.Client.SRem(context.Background(), asynqwire.AllQueues, members...).Err() })
 }
 
 // TestPlantedQueues checks, on a writable dashboard against a real Redis,
@@ -306,7 +307,7 @@ func TestPlantedQueues(t *testing.T) {
 	requireNoSecrets(t, d.logs.String())
 
 	// Without planted queues the search view says nothing of them.
-	require.NoError(t, db.Client.SRem(t.Context(), allQueuesKey, plantedDelete, plantedArchive, "default").Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, plantedDelete, plantedArchive, "default").Err())
 	r = d.get(t, "/orders", basic)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	assert.NotContains(t, r.body, "suspicious")
@@ -332,7 +333,7 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 		assert.True(t, strings.HasPrefix(n, "planted-"), n)
 	}
 
-	require.NoError(t, db.Client.SRem(t.Context(), allQueuesKey, "order_modify:1").Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, "order_modify:1").Err())
 	names, total, err = newQueueSet(tasks.Shards{}, zap.NewNop()).unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total)

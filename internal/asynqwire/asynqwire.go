@@ -1,42 +1,98 @@
 // Package asynqwire is the one home of asynq's private Redis layout: every
-// key name, script and raw write of asynq's data that orderworker makes
-// lives here, and no other package spells an asynq key (a test checks the
-// module's string literals). Everything else goes through asynq's public
-// Client, Inspector and Server, or through this package.
+// key name, script and raw read or write of asynq's data that orderworker
+// makes lives here. No other package spells an asynq key, builds one, runs
+// a Redis command on one or writes Lua that touches asynq's data
+// (TestOnlyThisPackageSpellsAsynqKeys walks the module's non-test files);
+// everything else goes through asynq's public Client, Inspector and Server,
+// or through this package. It is not for orderworker's policy (which queue
+// a task is in, when to wake it: packages tasks, requeue and worker), so an
+// asynq upgrade reads this package and nothing else.
 //
-// It writes asynq tasks into Redis the way asynq's own Client does, for a
-// script that must enqueue a task in the same atomic step as other writes
-// (the producer takes a change's position and enqueues its task in one
-// script, one round trip: [EnqueueLua]); it brings a parked task to the
-// front of its queue ([Front]) and a dead worker's tasks back ([Recover]),
-// as asynq's forwarder and recoverer do.
+// What it provides:
+//   - key names: [AllQueues], [QueueKey], [TaskKey], [PendingKey],
+//     [ActiveKey], [LeaseKey], [RetryKey], [ScheduledKey], [CompletedKey],
+//     [ArchivedKey], [PausedKey], the process keys ([ServersKey], ...), the
+//     ACL [Patterns] and the task state [StateActive];
+//   - enqueueing from a script, in the same atomic step as other writes
+//     (the producer takes a change's position and enqueues its task in one
+//     script, one round trip): [Message] and [EnqueueLua];
+//   - moving tasks as asynq's forwarder and recoverer do: [Front] brings a
+//     parked task to the front of its queue, [Recover] a dead worker's
+//     tasks back;
+//   - reads: [TaskInfo] (the Inspector, minus its unlisted-queue quirk),
+//     [Finished], [QueuesListed] and [ScanQueues].
 //
 // # What orderworker relies on
 //
 // All of it is asynq v0.25.1's, the version go.mod pins, and none of it is
 // a public API:
 //
-//   - the key names: the set "asynq:queues" of every queue's name (the
-//     Inspector and asynqmon list queues from it, and the Inspector says
-//     "queue not found" for every task of a queue missing from it), and per
-//     queue, under the hash tag "{<queue>}" (one Cluster slot per queue),
-//     the task hash "t:<id>", the lists "pending" and "active", the sorted
-//     sets "retry", "lease", "completed" and "archived" (trimmed by asynq to
-//     10,000 tasks and 90 days), and "paused";
-//   - the task hash's fields "msg" (the protobuf TaskMessage of asynq's
-//     internal/proto: type 1, payload 2, id 3, queue 4, retry 5, timeout 8,
-//     retention 12), "state" ("pending", "active", "retry", ...),
-//     "pending_since" (Unix ns) and "group";
-//   - how asynq's scripts move a task: dequeue RPOPLPUSHes pending to active
-//     (so RPUSH puts a task first in line), the forwarder moves due retry
-//     entries to pending, the processor never writes for a task whose lease
-//     it found expired, and the Client refuses a task ID whose hash exists.
+//   - Key names and shapes. The set "asynq:queues" of every queue's name;
+//     per queue, under the hash tag "{<queue>}" (one Cluster slot per
+//     queue, so a queue's keys and scripts stay on one master), the task
+//     hash "t:<id>", the lists "pending" and "active", the sorted sets
+//     "scheduled", "retry", "lease", "completed" and "archived" (the
+//     archive trimmed by asynq to 10,000 tasks and 90 days), and the
+//     string "paused"; outside the queues, "asynq:servers",
+//     "asynq:workers" and "asynq:schedulers" with per-process keys beside
+//     them, and the channel "asynq:cancel".
+//   - The task hash. Its fields "msg" (the protobuf TaskMessage of asynq's
+//     internal/proto: type 1, payload 2, id 3, queue 4, retry 5 as an int32
+//     varint, timeout 8 in seconds, retention 12 in seconds; zero fields
+//     left out; a Client task with neither timeout nor deadline gets 30
+//     minutes), "state" ("pending", "active", "scheduled", "retry",
+//     "archived", "completed", "aggregating"), "pending_since" (Unix ns)
+//     and "group".
+//   - The enqueue. asynq's Client writes the hash, LPUSHes the ID on
+//     "pending", SADDs the queue to "asynq:queues" once per process and
+//     queue, and refuses an ID whose hash exists (ErrTaskIDConflict).
+//     [EnqueueLua] does the same, and lists the queue every time.
+//   - The moves. Dequeue RPOPLPUSHes "pending" to "active" and skips a
+//     queue whose "paused" key exists (so RPUSH puts a task first in
+//     line); the forwarder moves due "retry" and "scheduled" entries to
+//     "pending"; a task that returns an error goes to "retry" (or
+//     "archived") with state "retry", which [Front] moves back.
+//   - The lease. A server leases each active task in "lease" (its score the
+//     lease's end, renewed by the server's heartbeat); asynq's recoverer
+//     takes a task whose lease ended 30 s ago back as a failure, once a
+//     minute; the processor never writes for a task whose lease it found
+//     expired, so [Recover] moving it cannot be undone by the old run.
+//   - Inspector quirks. GetTaskInfo answers ErrQueueNotFound for every
+//     task of a queue missing from "asynq:queues", even a task that exists
+//     ([TaskInfo] works around it; two bugs came from it); its methods take
+//     no context; its queue summary samples memory usage, too heavy to poll
+//     ([Finished] reads the sets instead); it prunes expired entries of the
+//     process sets when it reads them.
+//   - Our own contract with the script. The producer's acceptance script
+//     appends the position to the payload's JSON (`,"seq":<pos>` before
+//     the closing brace), which needs "seq" to be the last field every
+//     payload encodes; producer's TestSeqSpliceMatchesTheEncoding fails
+//     when a field, even an optional one, comes after Seq.
 //
-// An asynq upgrade must check all of the above again. This package's tests
-// do most of it against the pinned asynq: they read what [EnqueueLua] wrote
-// with asynq's Inspector and run it on a real asynq Server, run a task that
-// [Front] moved next on a real Server, and bring back a dead worker's task
-// with [Recover]. Read asynq's internal/rdb and internal/base for the rest.
+// # Checklist for an asynq upgrade
+//
+//  1. Diff asynq's internal/base (key functions, TaskMessage), internal/rdb
+//     (its Lua: enqueue, dequeue, done, retry, archive, forward, recover,
+//     lease extension) and internal/proto against the list above.
+//  2. Run this package's tests against the new version: they compare what
+//     [EnqueueLua] writes with what the Client writes field by field, read
+//     it with the Inspector and run it on a real Server; run a task [Front]
+//     moved; bring a dead worker's task back with [Recover]; check
+//     [Finished] and [PausedKey] against the Inspector and Server, and the
+//     Inspector's ErrQueueNotFound quirk ([TaskInfo]). A test that fails
+//     there is the layout that moved.
+//  3. Check the lease: its length and renewal, asynq's recoverer's
+//     timing, and that the processor still drops every write of a run
+//     whose lease it found expired ([Recover] and worker.Config.RecoverAfter,
+//     counted past the lease's end, rely on it). Check too that asynq still
+//     archives when Retried >= MaxRetry before it consults IsFailure
+//     (package worker's failure budget relies on it).
+//  4. If the Inspector stops answering ErrQueueNotFound for an unlisted
+//     queue's task, or asynq gains task headers, revisit [TaskInfo] and the
+//     producer's relisting, and the payload's trace field.
+//  5. Run TestOnlyThisPackageSpellsAsynqKeys and producer's
+//     TestSeqSpliceMatchesTheEncoding, then the worker's and producer's
+//     suites, which run real asynq servers.
 package asynqwire
 
 import (
@@ -178,6 +234,12 @@ func ArchivedKey(queue string) string { return QueueKey(queue) + "archived" }
 // ScheduledKey returns the Redis key of queue's scheduled set.
 func ScheduledKey(queue string) string { return QueueKey(queue) + "scheduled" }
 
+// StateActive is the state asynq records in the hash of a task that a
+// worker is running (field "state"), as [Front] reports it. A task the
+// worker parks is active until its run returns and asynq moves it to the
+// retry set.
+const StateActive = "active"
+
 // The keys and channel of asynq's processes, outside any queue.
 const (
 	// ServersKey and WorkersKey are the sorted sets of live servers and
@@ -207,3 +269,7 @@ var Patterns = struct {
 	Servers:   ServersKey + "*",
 	Workers:   WorkersKey + "*",
 }
+
+// PausedKey returns the Redis key that marks queue paused (asynq's dequeue
+// script skips a queue while it exists).
+func PausedKey(queue string) string { return QueueKey(queue) + "paused" }

@@ -170,4 +170,78 @@ func TestServerRunsTheTask(t *testing.T) {
 		info, err := insp.GetTaskInfo(q, "e1")
 		return err == nil && info.State == asynq.TaskStateCompleted
 	}, 10*time.Second, 10*time.Millisecond, "kept for its retention once done")
+	completed, archived, err := asynqwire.Finished(t.Context(), db.Client, []string{q})
+	require.NoError(t, err)
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{completed, archived}, "Finished counts it")
+}
+
+// asynq's Inspector answers "queue not found" for a task of a queue missing
+// from asynq's set of queues, though the task exists: TaskInfo lists the
+// queue again and finds it. A task that does not exist stays not found,
+// and its unlisted queue stays unlisted.
+func TestTaskInfoListsAnUnlistedQueueAgain(t *testing.T) {
+	db := redistest.New(t)
+	if db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	ctx := t.Context()
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q, gone = "asynqwire_unlisted", "asynqwire_unlisted_gone"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true); _ = insp.DeleteQueue(gone, true) })
+	_, err := cli.EnqueueContext(ctx, asynq.NewTask("t", []byte("p")), asynq.Queue(q), asynq.TaskID("a"))
+	require.NoError(t, err)
+	_, err = cli.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(gone), asynq.TaskID("b"))
+	require.NoError(t, err)
+	require.NoError(t, insp.DeleteTask(gone, "b"))
+	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, q, gone).Err())
+
+	_, err = insp.GetTaskInfo(q, "a")
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound, "asynq's Inspector takes the task of an unlisted queue for gone")
+
+	info, relisted, err := asynqwire.TaskInfo(ctx, insp, db.Client, q, "a")
+	require.NoError(t, err)
+	assert.True(t, relisted)
+	assert.Equal(t, []byte("p"), info.Payload)
+	queues, err := insp.Queues()
+	require.NoError(t, err)
+	assert.Contains(t, queues, q)
+
+	info, relisted, err = asynqwire.TaskInfo(ctx, insp, db.Client, q, "none")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+	assert.False(t, relisted)
+	assert.Nil(t, info)
+
+	_, relisted, err = asynqwire.TaskInfo(ctx, insp, db.Client, gone, "b")
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound)
+	assert.False(t, relisted)
+	queues, err = insp.Queues()
+	require.NoError(t, err)
+	assert.NotContains(t, queues, gone)
+}
+
+// The keys this package names are the ones asynq writes: Finished counts
+// what the Inspector archives, and the Inspector's pause sets PausedKey.
+func TestFinishedAndPausedKeys(t *testing.T) {
+	db := redistest.New(t)
+	ctx := t.Context()
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "asynqwire_finished"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	for _, id := range []string{"a", "b"} {
+		_, err := cli.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	require.NoError(t, insp.ArchiveTask(q, "a"))
+	completed, archived, err := asynqwire.Finished(ctx, db.Client, []string{q, "asynqwire_finished_none"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, completed)
+	assert.EqualValues(t, 1, archived)
+
+	require.NoError(t, insp.PauseQueue(q))
+	n, err := db.Client.Exists(ctx, asynqwire.PausedKey(q)).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the Inspector's pause writes PausedKey")
+	require.NoError(t, insp.UnpauseQueue(q))
 }

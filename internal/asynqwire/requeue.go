@@ -23,7 +23,8 @@ import (
 // ARGV[1] task ID, ARGV[2] now in ns
 //
 // Returns "moved", or the task's state ("active", "scheduled", ...; ""
-// when there is no such task) when it was left alone.
+// when there is no such task; "grouped" for a task of a group) when it was
+// left alone.
 var frontScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'state')
 local g = redis.call('HGET', KEYS[1], 'group')
@@ -44,7 +45,8 @@ return 'moved'
 // in its pending list) to the front of the queue, so that a worker takes it
 // next. A task in any other state (active, scheduled on purpose, archived,
 // completed, gone) is left alone: Front then returns false and that state
-// ("" for no such task). It costs one round trip and is safe for concurrent
+// (as asynq records it in the task's hash: [StateActive] for a task being
+// run, "" for no such task, "grouped" for a task waiting in a group). It costs one round trip and is safe for concurrent
 // use.
 func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
 	res, err := frontScript.Run(ctx, rdb, []string{TaskKey(queue, id), PendingKey(queue), RetryKey(queue)},

@@ -6,6 +6,11 @@
 // called, so the tasks run next instead of after the whole backlog. It
 // finds each task where the task contract places it and moves it with
 // asynqwire.Front, which owns asynq's Redis layout.
+//
+// It is not part of asynqwire: which queues a label's task may be in, and
+// how long to try again while it is active, is orderworker's policy (the
+// labels and placements of package tasks), which an asynq upgrade need not
+// check. Every key, script and task state of asynq it uses is asynqwire's.
 package requeue
 
 import (
@@ -67,7 +72,7 @@ func frontWhileActive(ctx context.Context, rdb redis.Scripter, queue, id string)
 	deadline := time.Now().Add(InTransit)
 	for {
 		_, state, err := asynqwire.Front(ctx, rdb, queue, id)
-		if err != nil || state != "active" || time.Now().After(deadline) {
+		if err != nil || state != asynqwire.StateActive || time.Now().After(deadline) {
 			return state, err
 		}
 		t := time.NewTimer(pause)

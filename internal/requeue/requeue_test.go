@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -34,13 +35,13 @@ func TestLabelsLooksInEveryPlacement(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 	front := func(q string) string {
-		id, err := db.Client.LIndex(ctx, "asynq:{"+q+"}:pending", -1).Result()
+		id, err := db.Client.LIndex(ctx, asynqwire.PendingKey(q), -1).Result()
 		require.NoError(t, err)
 		return id
 	}
 	require.Equal(t, "parked", front("order_modify"), "asynq dequeues from the right: the first enqueued is first")
-	require.NoError(t, db.Client.LRem(ctx, "asynq:{order_modify}:pending", 1, "parked").Err())
-	require.NoError(t, db.Client.LPush(ctx, "asynq:{order_modify}:pending", "parked").Err())
+	require.NoError(t, db.Client.LRem(ctx, asynqwire.PendingKey("order_modify"), 1, "parked").Err())
+	require.NoError(t, db.Client.LPush(ctx, asynqwire.PendingKey("order_modify"), "parked").Err())
 	require.Equal(t, "a", front("order_modify"))
 
 	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}

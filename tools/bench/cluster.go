@@ -282,7 +282,7 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	r.Seconds = end.Sub(start).Seconds()
 	r.TasksPerS = tasksN / r.Seconds
 	r.WorkerCPUPerTask = float64(selfCPU) / float64(time.Microsecond) / tasksN
-	_, r.Archived, _ = benchkit.Finished(ctx, admin, queues)
+	_, r.Archived, _ = asynqwire.Finished(ctx, admin, queues)
 	var total time.Duration
 	for i := range r.Masters {
 		total += after[i].cpu - before[i].cpu

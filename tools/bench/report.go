@@ -297,14 +297,14 @@ const legend = `
 // asynq's scripts are named by the shapes of their first two keys
 // (benchkit.KeyShape), which package asynqwire spells.
 var scriptNames = map[string]string{
-	evalsha(asynqwire.PendingKey(""), asynqwire.QueueKey("")+"paused"): "asynq dequeue (one per queue tried)",
-	evalsha(asynqwire.ActiveKey(""), asynqwire.LeaseKey("")):           "asynq done",
-	evalsha(asynqwire.QueueKey("")+"t:*", asynqwire.ActiveKey("")):     "asynq retry (back to the queue to wait)",
-	evalsha(asynqwire.QueueKey("")+"t:*", asynqwire.PendingKey("")):    "requeue front (wake a parked task)",
-	evalsha(asynqwire.RetryKey(""), asynqwire.PendingKey("")):          "asynq forward (retry set to queue)",
-	"evalsha ow:lock:{} ow:lock:{}:fence":                              "lock acquire",
-	"evalsha ow:lock:{} ow:lock:{}:seq":                                "lock release",
-	"evalsha ow:order:{} ow:order:{}:history":                          "store commit (with the release)",
+	evalsha(asynqwire.PendingKey(""), asynqwire.PausedKey("")):    "asynq dequeue (one per queue tried)",
+	evalsha(asynqwire.ActiveKey(""), asynqwire.LeaseKey("")):      "asynq done",
+	evalsha(asynqwire.TaskKey("", "*"), asynqwire.ActiveKey("")):  "asynq retry (back to the queue to wait)",
+	evalsha(asynqwire.TaskKey("", "*"), asynqwire.PendingKey("")): "requeue front (wake a parked task)",
+	evalsha(asynqwire.RetryKey(""), asynqwire.PendingKey("")):     "asynq forward (retry set to queue)",
+	"evalsha ow:lock:{} ow:lock:{}:fence":                         "lock acquire",
+	"evalsha ow:lock:{} ow:lock:{}:seq":                           "lock release",
+	"evalsha ow:order:{} ow:order:{}:history":                     "store commit (with the release)",
 }
 
 func evalsha(key1, key2 string) string { return "evalsha " + key1 + " " + key2 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -353,7 +354,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	n := float64(sc.Tasks)
 	r.Seconds = end.Sub(start).Seconds()
 	r.TasksPerS = n / r.Seconds
-	r.Completed, r.Archived, _ = benchkit.Finished(ctx, admin, singleQueues)
+	r.Completed, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
 	// The monitor's own commands: its INFO and its ZCARD polls (asynq runs
 	// no ZCARD while processing).
 	r.Commands = benchkit.Delta(before, after)

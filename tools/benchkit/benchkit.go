@@ -242,32 +242,6 @@ func (h *CountHook) ByName() map[string]int64 {
 // s: every shard queue of every task type (tasks.Shards.AllQueues).
 func Queues(s tasks.Shards) []string { return s.AllQueues() }
 
-// Finished returns how many tasks of queues are completed or archived, with
-// two ZCARDs per queue in one pipeline (on a Cluster, one per master). It
-// reads asynq's keys (asynqwire.CompletedKey and ArchivedKey) because the
-// Inspector's queue summary samples memory usage and is too heavy to poll
-// during a measurement.
-func Finished(ctx context.Context, rdb redis.UniversalClient, queues []string) (completed, archived int64, err error) {
-	var cmds []*redis.IntCmd
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, q := range queues {
-			cmds = append(cmds, p.ZCard(ctx, asynqwire.CompletedKey(q)), p.ZCard(ctx, asynqwire.ArchivedKey(q)))
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("count finished tasks: %w", err)
-	}
-	for i, c := range cmds {
-		if i%2 == 0 {
-			completed += c.Val()
-		} else {
-			archived += c.Val()
-		}
-	}
-	return completed, archived, nil
-}
-
 // Progress is one sample of [WaitFinished].
 type Progress struct {
 	At       time.Time
@@ -283,7 +257,7 @@ func WaitFinished(ctx context.Context, rdb redis.UniversalClient, queues []strin
 	defer t.Stop()
 	var samples []Progress
 	for {
-		c, a, err := Finished(ctx, rdb, queues)
+		c, a, err := asynqwire.Finished(ctx, rdb, queues)
 		if err == nil {
 			samples = append(samples, Progress{At: time.Now(), Finished: c + a})
 			if c+a >= n {
