@@ -8,11 +8,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -87,7 +87,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
 	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
-	_, err = e.store.Modify(orders.WithLock(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	_, err = e.store.Modify(lock.WithHold(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)

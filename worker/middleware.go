@@ -9,9 +9,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 	"go.uber.org/zap"
 )
 
@@ -382,7 +382,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	})
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.
-	wctx = orders.WithLock(wctx, lease)
+	wctx = lock.WithHold(wctx, lease)
 	err = k.Apply(wctx, w.store, p)
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
 		err = w.whyNotFound(ctx, h.OrderNo, err)

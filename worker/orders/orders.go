@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -247,8 +246,9 @@ func AllHistory(ctx context.Context, s Store, orderNo string) ([]Entry, error) {
 }
 
 // Write says who writes and under which fence. It travels to the store in
-// the context; see [WithWrite]. (A store on the lock's own Redis can use
-// the lock hold too, which the worker offers it separately: [WithLock].)
+// the context; see [WithWrite]. (The Redis store, on the lock's own Redis,
+// also uses the lock hold, which the worker offers it separately through
+// the module's internal lock package; other stores need only the Write.)
 type Write struct {
 	// Fence is the fencing token of the per-order lock the writer holds. It
 	// must be positive. The store refuses it when it is older than the
@@ -283,47 +283,6 @@ type Write struct {
 	// leave it zero and save reading the order back (the Redis store does).
 	// Defaults to false.
 	NoResult bool
-}
-
-// LockHold is the writer's hold of the order's lock (internal/lock), for a
-// store whose data lives on the lock's own Redis (the Redis store): it is
-// that store's only tie to the lock. Given one (see [WithLock]), every
-// write also refuses a fence older than the newest the lock has handed out
-// (FenceKey), so a holder whose lease has passed to someone else cannot
-// write even before the new holder's first write; and the script that
-// commits a modify also releases the lock and passes the order's turn on
-// (Handoff, with lock.CommitLua's lock_commit), which saves the release's
-// round trip per task. An exchange, which writes again after closing the
-// order, leaves the release to the caller. *lock.Lease implements it.
-// Other stores ignore it.
-type LockHold interface {
-	// FenceKey returns the key of the lock's newest handed-out fence. It
-	// must carry the order's hash tag ("{<order_no>}"), so that one script
-	// touches one Cluster slot; "" means none.
-	FenceKey() string
-	// Handoff returns what the commit script needs to release the lock
-	// and pass its turn on, or nil to leave the release to the caller. The
-	// store calls its Committing before the script and its Released when
-	// the script released the lock.
-	Handoff() *lock.Handoff
-}
-
-var _ LockHold = (*lock.Lease)(nil)
-
-type lockKey struct{}
-
-// WithLock returns a copy of ctx that offers the writer's lock hold to the
-// store (see [LockHold]). Stores that cannot use it ignore it, so a caller
-// may offer it whatever the store. The write's fence still comes from the
-// [Write] in ctx.
-func WithLock(ctx context.Context, hold LockHold) context.Context {
-	return context.WithValue(ctx, lockKey{}, hold)
-}
-
-// LockHoldFrom returns the [LockHold] that ctx offers, if any.
-func LockHoldFrom(ctx context.Context) (LockHold, bool) {
-	h, ok := ctx.Value(lockKey{}).(LockHold)
-	return h, ok
 }
 
 type writeKey struct{}
