@@ -271,7 +271,7 @@ type Write struct {
 	Seq int64
 	// SeqOutOfTurn says the change did not run in Seq's turn: its
 	// position had already been passed, or its order's sequence was gone
-	// (lock.ModePassed), so Seq may be one that the order's sequence never
+	// (worker.ModePassed), so Seq may be one that the order's sequence never
 	// handed out (a task enqueued by hand with any seq). The store still
 	// refuses such a write with ErrPassed when Seq is not after the newest
 	// position applied, but it must not record Seq as the newest, nor in
