@@ -8,11 +8,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -87,7 +87,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
 	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
-	_, err = e.store.Modify(orders.WithLock(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	_, err = e.store.Modify(lock.WithHold(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)
@@ -123,9 +123,6 @@ func TestRedisStallRecovers(t *testing.T) {
 	for _, no := range orderNos {
 		require.NoError(t, store.Put(t.Context(), orders.Order{No: no, Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	}
-	l, err := lock.New(c, lock.Config{TTL: 10 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
 	slow := &hookStore{Store: store, modify: func(ctx context.Context, ev, no string, ch orders.Changes) (orders.Result, error) {
 		select { // a little work inside the lock, so tasks are in flight
 		case <-time.After(20 * time.Millisecond):
@@ -134,7 +131,7 @@ func TestRedisStallRecovers(t *testing.T) {
 		}
 		return store.Modify(ctx, ev, no, ch)
 	}}
-	w, err := worker.New(c, l, slow, worker.Config{Concurrency: 6, Logger: zaptest.NewLogger(t),
+	w, err := worker.New(c, slow, worker.Config{LockTTL: 10 * time.Second, Concurrency: 6, Logger: zaptest.NewLogger(t),
 		DelayedTaskCheckInterval: 100 * time.Millisecond, BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Kind is the worker's entry for one task kind of the contract: how its
@@ -20,7 +20,7 @@ type Kind struct {
 	// Wait is how a task of the kind waits for its order's lock and its
 	// turn, unless Config.Waits says otherwise: lock.DefaultWait, but for
 	// what the kind changes. Every field is set.
-	Wait lock.Wait
+	Wait Wait
 	// Apply applies a valid payload of the kind to store, inside the
 	// order's lock, with the fence in ctx. It returns the store's error.
 	Apply func(ctx context.Context, store orders.Store, p tasks.Payload) error

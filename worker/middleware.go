@@ -9,9 +9,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 	"go.uber.org/zap"
 )
 
@@ -33,20 +33,48 @@ type Done struct {
 	// Err is what the run returned to asynq (nil when applied).
 	Err error
 	// Locked says the run held its order's lock; Fence is the lease's
-	// fencing token then, and Mode how it was granted (lock.ModeTurn in
-	// its turn, lock.ModePassed for a position already passed, lock.ModeFree
-	// without a position).
+	// fencing token then, and Mode how it was granted (ModeTurn in its
+	// turn, ModePassed for a position already passed, ModeFree without a
+	// position).
 	Locked bool
 	Fence  int64
-	Mode   lock.Mode
+	Mode   Mode
 	// Lock says how the lock (and the turn) was waited for.
-	Lock lock.Stats
+	Lock LockStats
 	// Skipped counts the positions before this one that the run skipped
 	// (their tasks did not exist).
 	Skipped int
 	// Started is when the run began; Took how long it lasted.
 	Started time.Time
 	Took    time.Duration
+}
+
+// Mode says how a task run's order lock was granted (Done.Mode).
+type Mode string
+
+// The modes of a run's lock, with the values the lock gives them (its
+// lock.Mode; a test holds them equal).
+const (
+	// ModeFree is a lock taken without a position: the task carries no
+	// seq (it was enqueued by hand), so it runs without order.
+	ModeFree Mode = "free"
+	// ModeTurn is a lock taken in the position's turn: once the run's work
+	// is done, the turn passes to the order's next position.
+	ModeTurn Mode = "turn"
+	// ModePassed is a lock whose position was already passed (or whose
+	// order's sequence is gone): granted at once, like ModeFree; the store
+	// checks the seq but does not record it (orders.Write.SeqOutOfTurn).
+	ModePassed Mode = "passed"
+)
+
+// LockStats says how a task run waited for its order's lock and its turn
+// (Done.Lock).
+type LockStats struct {
+	Waited        time.Duration // from the first attempt to the lock, over every round of the run
+	Attempts      int           // attempts to take the lock (acquire scripts run)
+	WokenByNotice int           // waits ended by a release notice
+	WokenByDelay  int           // waits ended by the random delay
+	TurnWaits     int           // attempts that found it not yet the position's turn
 }
 
 // run collects what one task run learns, for its log line, its metrics and
@@ -240,7 +268,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	st := lease.Stats()
 	st.Waited += r.Lock.Waited // waits of earlier rounds (a skipped head)
-	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), lease.Mode(), st
+	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), Mode(lease.Mode()), LockStats(st)
 	return w.apply(ctx, k, p, lease, r, tasks.FailureBudget(maxRetry))
 }
 
@@ -382,7 +410,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	})
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.
-	wctx = orders.WithLock(wctx, lease)
+	wctx = lock.WithHold(wctx, lease)
 	err = k.Apply(wctx, w.store, p)
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
 		err = w.whyNotFound(ctx, h.OrderNo, err)

@@ -15,12 +15,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -613,7 +613,7 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	e.seed("SO3")
 	waits := make(chan string, 10)
 	c := e.db.NewClient(t)
-	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:", OnWait: func(key, _, _ string) { waits <- key }})
+	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	// SO2 is held: a task that took its lock would wait for it.
@@ -621,7 +621,8 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
 	r := newRuns()
-	w, err := worker.New(c, l, e.store, worker.Config{OnDone: r.add, Logger: zaptest.NewLogger(t)})
+	w, err := worker.New(c, e.store, worker.Config{KeyPrefix: e.db.Prefix, OnDone: r.add, Logger: zaptest.NewLogger(t),
+		OnLockWait: func(orderNo, _, _ string) { waits <- orderNo }})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Shutdown)

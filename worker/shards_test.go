@@ -293,15 +293,13 @@ func TestGapCheckLooksInTheDrainingPlacement(t *testing.T) {
 
 func TestShardsConfigValidation(t *testing.T) {
 	e := newEnv(t)
-	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
-	require.NoError(t, err)
-	defer l.Close()
 	for _, cfg := range []worker.Config{
 		{Shards: tasks.Shards{Count: 65}},
 		{Shards: tasks.Shards{Count: 3, Draining: []int{-1}}},
 		{Queues: map[string]int{"order_modify:1": 3}},
 	} {
-		_, err := worker.New(e.db.Client, l, e.store, cfg)
+		cfg.KeyPrefix = e.db.Prefix
+		_, err := worker.New(e.db.Client, e.store, cfg)
 		require.Error(t, err, "%+v", cfg)
 	}
 }

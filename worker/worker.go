@@ -50,6 +50,15 @@
 // a position's task up only there. While a shard count drains, the Worker
 // serves the queues of the old count too and accepts the tasks placed by it.
 //
+// # Your own store
+//
+// worker's API names only public types, so a program in another module can
+// run a Worker around its own order store: implement orders.Store (package
+// github.com/orderworker/orderworker/worker/orders, which states what a
+// store must do), check it with worker/orders/storetest.Run, and pass it to
+// [New] with a Redis client. The module's examples/ownstore does that with
+// an in-memory store.
+//
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
 
@@ -63,6 +72,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,8 +80,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -88,7 +98,34 @@ const (
 	DefaultBusyRetryMax = 2 * time.Second
 	// DefaultShutdownTimeout is the default of Config.ShutdownTimeout.
 	DefaultShutdownTimeout = 25 * time.Second
+	// DefaultKeyPrefix is the default of Config.KeyPrefix, and the
+	// producer's default (producer.DefaultKeyPrefix).
+	DefaultKeyPrefix = "ow:"
+	// DefaultLockTTL is the default of Config.LockTTL: the lock's own
+	// default lease (a test holds them equal).
+	DefaultLockTTL = 30 * time.Second
 )
+
+// Wait is how a task waits for its order's lock and for its turn (see
+// Config.Waits and [Kind.Wait]). A zero field means the kind's default.
+// Its fields:
+//
+//   - MinDelay and MaxDelay bound the random delay between two attempts;
+//     a release notice of the order (or of the position before the task's)
+//     ends the delay early. Defaults to 50ms and 500ms.
+//   - Deadline is how long a task waits in all before it goes back to its
+//     queue, without spending a retry. Defaults to 5s (10s for an
+//     exchange).
+//   - StuckAfter is set by the Worker itself (from Config.GapWait); leave
+//     it zero.
+//
+// Or fills its zero fields from another Wait; Validate refuses a negative
+// field or a MinDelay above MaxDelay.
+type Wait = lock.Wait
+
+// ErrNoNotices is matched by the error of [Worker.CheckNotices] when the
+// Redis user may not use the lock's release notice channel.
+var ErrNoNotices = lock.ErrNoNotices
 
 // Config tunes a Worker. The zero value is valid and means all defaults.
 type Config struct {
@@ -128,7 +165,25 @@ type Config struct {
 	// Waits sets, by kind name ("modify", "exchange"), how a task waits for
 	// its order's lock and for its turn; a zero field keeps the kind's
 	// default (see [Kind.Wait]). Defaults to the kinds' defaults.
-	Waits map[string]lock.Wait
+	Waits map[string]Wait
+	// KeyPrefix starts the Redis keys of the orders' locks, fencing tokens
+	// and sequences, which live under KeyPrefix+"lock:" (with the release
+	// notice channel KeyPrefix+"lock:released"). It must be the
+	// producers' KeyPrefix (producer.Config.KeyPrefix), and the same for
+	// every Worker of a deployment, and it must not contain a brace.
+	// Defaults to "ow:".
+	KeyPrefix string
+	// LockTTL is the lease of an order's lock: how long the lock outlives
+	// a Worker that died holding it. While a task runs its lease is renewed
+	// every third of it. Every Worker of a deployment should use the same.
+	// Defaults to 30s.
+	LockTTL time.Duration
+	// OnLockWait, when set, is called once per task run that finds its
+	// order locked (or not yet in its turn) and starts waiting, with the
+	// order number, the task's description ("<type> <task ID>") and the
+	// holder's (for a turn, the label of the position whose turn it is).
+	// It runs on the task's goroutine and must not block. Defaults to nil.
+	OnLockWait func(orderNo, task, holder string)
 	// GapWait is how long a position may stay unfilled (reserved, but no
 	// task of it has come) before the tasks behind it check with asynq and
 	// skip it when its task does not exist. It bounds how long an order
@@ -186,7 +241,7 @@ func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
 		c.Queues = DefaultQueues()
 	}
-	waits := make(map[string]lock.Wait, len(kinds))
+	waits := make(map[string]Wait, len(kinds))
 	for _, k := range kinds {
 		waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
 	}
@@ -196,6 +251,8 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	c.Waits = waits
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTL)
 	c.GapWait = cmp.Or(c.GapWait, DefaultGapWait)
 	c.BusyRetryMin = cmp.Or(c.BusyRetryMin, DefaultBusyRetryMin)
 	c.BusyRetryMax = cmp.Or(c.BusyRetryMax, DefaultBusyRetryMax)
@@ -245,6 +302,10 @@ func (c Config) validate() error {
 		}
 	}
 	switch {
+	case strings.ContainsAny(c.KeyPrefix, "{}"):
+		return fmt.Errorf("worker: key prefix %q contains a brace", c.KeyPrefix)
+	case c.LockTTL < 0:
+		return fmt.Errorf("worker: negative lock TTL %v", c.LockTTL)
 	case c.Concurrency < 0:
 		return fmt.Errorf("worker: concurrency %d < 0", c.Concurrency)
 	case c.GapWait < 0:
@@ -280,7 +341,7 @@ type Worker struct {
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
-	lockr    *lock.Locker
+	lockr    *lock.Locker // the Worker's own: Shutdown closes it
 	seq      *lock.Sequencer
 	insp     *asynq.Inspector
 	store    orders.Store
@@ -291,19 +352,31 @@ type Worker struct {
 	recoverDone chan struct{}      // closed when the recoverer has ended
 }
 
-// New returns a Worker that takes tasks from rdb, locks orders with locker
-// (whose Sequencer holds the orders' sequences) and writes to store. The
-// caller owns rdb and locker and closes them after Shutdown. It returns an
-// error when cfg is invalid.
-func New(rdb redis.UniversalClient, locker *lock.Locker, store orders.Store, cfg Config) (*Worker, error) {
+// New returns a Worker that takes tasks from rdb, locks orders on rdb (the
+// locks and sequences under Config.KeyPrefix, see internal/lock) and writes
+// to store, which may be any implementation of the [orders.Store] contract
+// (package worker/orders; worker/orders/storetest checks one). The caller
+// owns rdb and store and closes them after Shutdown; the Worker owns its
+// lock and stops it in Shutdown. It returns an error when rdb or store is
+// nil or cfg is invalid.
+func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if rdb == nil || locker == nil || store == nil {
-		return nil, errors.New("worker: nil redis client, locker or store")
+	if rdb == nil || store == nil {
+		return nil, errors.New("worker: nil redis client or store")
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
+	locker, err := lock.New(rdb, lock.Config{
+		Prefix: cfg.KeyPrefix + "lock:",
+		TTL:    cfg.LockTTL,
+		Logger: cfg.Logger.Named("lock"),
+		OnWait: cfg.OnLockWait,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w := &Worker{cfg: cfg, queues: cfg.served(), rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -369,10 +442,12 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 
 // Shutdown stops fetching, waits up to Config.ShutdownTimeout for tasks in
 // flight, then cancels the rest; they go back to their queues. It returns
-// once every handler has returned, which releases its order lock, so the
-// caller may close the Redis client afterwards. (asynq itself stops waiting
-// for a handler at the shutdown timeout; Shutdown waits for the cancelled
-// handlers too. A handler that ignores its context keeps Shutdown waiting.)
+// once every handler has returned, which releases its order lock, and the
+// lock's release-notice subscription has ended, so the caller may close
+// the Redis client afterwards. (asynq itself stops waiting for a handler at
+// the shutdown timeout; Shutdown waits for the cancelled handlers too. A
+// handler that ignores its context keeps Shutdown waiting.) Call it once,
+// also for a Worker that was never started.
 func (w *Worker) Shutdown() {
 	if w.stopRecover != nil {
 		w.stopRecover()
@@ -380,6 +455,23 @@ func (w *Worker) Shutdown() {
 	}
 	w.srv.Shutdown()
 	w.inflight.Wait()
+	if err := w.lockr.Close(); err != nil {
+		w.log.Warn("close the lock's notice subscription", zap.Error(err))
+	}
+}
+
+// CheckNotices makes sure that the Redis user may publish and subscribe to
+// the lock's release notice channel (KeyPrefix+"lock:released"). When it
+// may not, CheckNotices turns the notices off for this Worker (waiting
+// tasks then poll with their random delays, which is slower but correct)
+// and returns an error matching [ErrNoNotices] that names the channel the
+// user's ACL needs. Other errors are Redis's. Call it before Start; later
+// calls only report.
+func (w *Worker) CheckNotices(ctx context.Context) error {
+	if err := w.lockr.CheckNotices(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
 }
 
 // Ping reports whether the Worker's server is running and Redis answers.

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,11 +13,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -64,14 +65,15 @@ func (e *env) queues() []string {
 	return out
 }
 
-// startWorker starts one worker "replica" with its own Redis client and
-// locker, shut down at cleanup. store wraps the shared store if not nil.
+// startWorker starts one worker "replica" with its own Redis client (and
+// so its own lock), shut down at cleanup. store wraps the shared store if
+// not nil.
 func (e *env) startWorker(cfg worker.Config, wrap func(orders.Store) orders.Store) *worker.Worker {
 	t := e.t
 	t.Helper()
 	c := e.db.NewClient(t)
-	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:", TTL: 5 * time.Second})
-	require.NoError(t, err)
+	cfg.KeyPrefix = e.db.Prefix
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, 5*time.Second)
 	var store orders.Store = e.store
 	if wrap != nil {
 		store = wrap(store)
@@ -83,13 +85,10 @@ func (e *env) startWorker(cfg worker.Config, wrap func(orders.Store) orders.Stor
 	if cfg.TaskCheckInterval == 0 {
 		cfg.TaskCheckInterval = 100 * time.Millisecond
 	}
-	w, err := worker.New(c, l, store, cfg)
+	w, err := worker.New(c, store, cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
-	t.Cleanup(func() {
-		w.Shutdown()
-		require.NoError(t, l.Close())
-	})
+	t.Cleanup(w.Shutdown)
 	return w
 }
 
@@ -184,7 +183,7 @@ func TestHotOrderAcrossReplicas(t *testing.T) {
 	e.seed(hot)
 	check := &overlapStore{Store: e.store, inside: map[string]int{}}
 	wrap := func(orders.Store) orders.Store { return check }
-	cfg := worker.Config{Concurrency: 8, Waits: map[string]lock.Wait{"modify": {Deadline: 30 * time.Second}}}
+	cfg := worker.Config{Concurrency: 8, Waits: map[string]worker.Wait{"modify": {Deadline: 30 * time.Second}}}
 	for range 3 {
 		e.startWorker(cfg, wrap)
 	}
@@ -249,7 +248,7 @@ func TestBusyGoesBackWithoutUsingRetries(t *testing.T) {
 	require.NoError(t, err)
 
 	e.startWorker(worker.Config{
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 50 * time.Millisecond, BusyRetryMax: 100 * time.Millisecond,
 	}, nil)
 	addr := "2 New St"
@@ -349,10 +348,8 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 		}}
 	}
 	c := e.db.NewClient(t)
-	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:", TTL: 150 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	w, err := worker.New(c, l, blocking(e.store), worker.Config{Logger: zaptest.NewLogger(t), DelayedTaskCheckInterval: 100 * time.Millisecond})
+	w, err := worker.New(c, blocking(e.store), worker.Config{KeyPrefix: e.db.Prefix, LockTTL: 150 * time.Millisecond,
+		Logger: zaptest.NewLogger(t), DelayedTaskCheckInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Shutdown)
@@ -382,9 +379,6 @@ func (s *hookStore) Modify(ctx context.Context, ev, no string, c orders.Changes)
 
 func TestConfigValidation(t *testing.T) {
 	db := redistest.New(t)
-	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix})
-	require.NoError(t, err)
-	defer l.Close()
 	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	tests := []struct {
@@ -393,14 +387,17 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"unknown queue", worker.Config{Queues: map[string]int{"default": 1}}},
 		{"zero weight", worker.Config{Queues: map[string]int{tasks.QueueModify: 0, tasks.QueueExchange: 1}}},
-		{"min over max", worker.Config{Waits: map[string]lock.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
-		{"wait of an unknown kind", worker.Config{Waits: map[string]lock.Wait{"refund": {Deadline: time.Second}}}},
+		{"min over max", worker.Config{Waits: map[string]worker.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
+		{"wait of an unknown kind", worker.Config{Waits: map[string]worker.Wait{"refund": {Deadline: time.Second}}}},
 		{"negative gap wait", worker.Config{GapWait: -time.Second}},
 		{"negative shutdown", worker.Config{ShutdownTimeout: -time.Second}},
+		{"brace in key prefix", worker.Config{KeyPrefix: "ow:{x}:"}},
+		{"negative lock TTL", worker.Config{LockTTL: -time.Second}},
+		{"lock TTL too short", worker.Config{LockTTL: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := worker.New(db.Client, l, store, tt.cfg)
+			_, err := worker.New(db.Client, store, tt.cfg)
 			require.Error(t, err)
 		})
 	}

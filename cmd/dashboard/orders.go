@@ -16,9 +16,9 @@ import (
 
 	"github.com/orderworker/orderworker/cmd/internal/safetext"
 	"github.com/orderworker/orderworker/internal/httpserve"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The order page sits beside asynqmon, under its root, because asynqmon

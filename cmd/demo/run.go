@@ -13,13 +13,12 @@ import (
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/embedded"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,11 +63,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer func() { _ = log.Sync() }()
 	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
 
-	locker, err := lock.New(rdb, lock.Config{Logger: log.Named("lock"), OnWait: tl.waiting})
-	if err != nil {
-		return err
-	}
-	defer locker.Close()
 	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{}, log)
 	if err != nil {
 		return err
@@ -77,8 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	base := opened.Store
 	exchanging := make(chan struct{})
 	store := storehook.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
-	w, err := worker.New(rdb, locker, store, worker.Config{
-		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished,
+	w, err := worker.New(rdb, store, worker.Config{
+		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished, OnLockWait: tl.waiting,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

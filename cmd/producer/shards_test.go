@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -80,10 +79,7 @@ func TestShardsAgreeWithTheWorker(t *testing.T) {
 
 	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
-	require.NoError(t, err)
-	defer l.Close()
-	w, err := worker.New(db.Client, l, store, worker.Config{Shards: shards, TaskCheckInterval: 50 * time.Millisecond})
+	w, err := worker.New(db.Client, store, worker.Config{KeyPrefix: db.Prefix, Shards: shards, TaskCheckInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Shutdown()
@@ -156,10 +152,7 @@ func TestShardsCommand(t *testing.T) {
 
 	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
-	require.NoError(t, err)
-	defer l.Close()
-	w, err := worker.New(db.Client, l, store, worker.Config{Shards: mid, TaskCheckInterval: 50 * time.Millisecond})
+	w, err := worker.New(db.Client, store, worker.Config{KeyPrefix: db.Prefix, Shards: mid, TaskCheckInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Shutdown()

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/cmd/internal/safetext"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // printStatus writes an order's status for a terminal: the order, what is

@@ -176,11 +176,6 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
-	locker, err := lock.New(rdb, lock.Config{Prefix: c.Prefix + "lock:", TTL: c.LockTTL, Logger: log.Named("lock")})
-	if err != nil {
-		return err
-	}
-	defer locker.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := worker.NewMetrics(reg)
@@ -200,11 +195,13 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		store = storehook.BeforeWrite(store, storehook.Delay(c.SimulateWork))
 	}
 
-	waits := make(map[string]lock.Wait, len(c.Waits))
+	waits := make(map[string]worker.Wait, len(c.Waits))
 	for name, w := range c.Waits {
 		waits[name] = *w
 	}
-	w, err := worker.New(rdb, locker, store, worker.Config{
+	w, err := worker.New(rdb, store, worker.Config{
+		KeyPrefix:       c.Prefix,
+		LockTTL:         c.LockTTL,
 		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
 		Queues:          queues,
@@ -225,9 +222,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	// says which ACL rule would give them back. A Redis that does not
 	// answer (a Cluster master or a Sentinel master failing over, which
 	// takes seconds) is asked again for up to 10 s.
-	err = checkUntil(ctx, 10*time.Second, locker.CheckNotices)
+	err = checkUntil(ctx, 10*time.Second, w.CheckNotices)
 	switch {
-	case errors.Is(err, lock.ErrNoNotices):
+	case errors.Is(err, worker.ErrNoNotices):
 		log.Warn("release notices are off: waiting tasks poll with their random delays", zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("check Redis (REDIS_URL): %w", err)
@@ -319,7 +316,7 @@ func opsHandler(rdb redis.UniversalClient, w *worker.Worker, reg *prometheus.Reg
 }
 
 // checkUntil calls check until it returns nil or an error matching
-// [lock.ErrNoNotices] (a refusal, which asking again does not change), and
+// [worker.ErrNoNotices] (a refusal, which asking again does not change), and
 // returns that; after limit it returns the last error. It runs for up to
 // limit even when ctx ends (a SIGTERM at start-up), as the single check
 // before it did: start-up is short, and the worker stops right after.
@@ -330,7 +327,7 @@ func checkUntil(ctx context.Context, limit time.Duration, check func(context.Con
 	backoff := 50 * time.Millisecond
 	for {
 		err := check(ctx)
-		if err == nil || errors.Is(err, lock.ErrNoNotices) {
+		if err == nil || errors.Is(err, worker.ErrNoNotices) {
 			return err
 		}
 		select {

@@ -15,10 +15,10 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/internal/httpserve"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // post enqueues a task of kind k: 202 with the producer's Result.

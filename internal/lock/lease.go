@@ -61,7 +61,7 @@ func (s *Lease) Fence() int64 { return s.fence }
 // FenceKey returns the Redis key that holds the newest fence handed out for
 // the lease's key. A store on the same Redis can refuse a fence older than
 // it, which shuts out a former holder as soon as the lock changes hands
-// (see orders.LockHold). It carries the key's hash tag.
+// (see [Hold]). It carries the key's hash tag.
 func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
 
 // Stats returns how the lease was acquired.

@@ -4,7 +4,7 @@
 // line and the dashboard serve the same views from it, so they never
 // disagree.
 //
-// It only reads: the order store (internal/orders), the order's sequence
+// It only reads: the order store (worker/orders), the order's sequence
 // and lock (internal/lock), and asynq's tasks by queue and ID (in their
 // placements under the shard setting, tasks.Shards). It never scans a
 // queue, and it is not on any hot path.
@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The defaults of [Config].

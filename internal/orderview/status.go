@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Status is what is happening to one order, read in one call: the order,

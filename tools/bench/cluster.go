@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -234,16 +233,12 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	defer rdb.Close()
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
-	locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
-	if err != nil {
-		return r, err
-	}
-	defer locker.Close()
 	wstore, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return r, err
 	}
-	w, err := worker.New(rdb, locker, storehook.BeforeWrite(wstore, storehook.Delay(c.ClusterWork)), worker.Config{
+	w, err := worker.New(rdb, storehook.BeforeWrite(wstore, storehook.Delay(c.ClusterWork)), worker.Config{
+		KeyPrefix:   prefix,
 		Concurrency: c.ClusterConcurrency,
 		Shards:      shards,
 		ID:          sc.Name,

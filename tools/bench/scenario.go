@@ -16,8 +16,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -25,6 +23,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -552,12 +551,9 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 	case sysOW, sysUnordered:
 		// The same worker for both: whether a task is ordered is up to
 		// its payload.
-		locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
-		if err != nil {
-			return nil, err
-		}
 		lw := newWaits()
-		w, err := worker.New(rdb, locker, storehook.BeforeWrite(store, storehook.Delay(work)), worker.Config{
+		w, err := worker.New(rdb, storehook.BeforeWrite(store, storehook.Delay(work)), worker.Config{
+			KeyPrefix:   prefix,
 			Concurrency: sc.Workload.Concurrency,
 			ID:          "bench-" + sc.System,
 			OnDone:      lw.done,
@@ -568,7 +564,7 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 		if err := w.Start(); err != nil {
 			return nil, err
 		}
-		return &system{hook: hook, history: true, waits: lw, stop: func() { w.Shutdown(); _ = locker.Close() }}, nil
+		return &system{hook: hook, history: true, waits: lw, stop: w.Shutdown}, nil
 	case sysPlain, sysSeed:
 		mux := asynq.NewServeMux()
 		var sl *seedLock

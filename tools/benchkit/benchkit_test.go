@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The task kinds of the mix.

@@ -20,10 +20,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/token"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The stores ORDER_STORE names.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // maxRequest is the largest request body [NewHandler] reads.

@@ -14,11 +14,11 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/oauth2"
 
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/internal/token"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

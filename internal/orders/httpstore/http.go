@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The headers of the upstream order API (docs/upstream-order-api.md).

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // scriptStats reads the server's EVALSHA calls and total time in µs (the
@@ -175,7 +175,7 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 func commit(b *testing.B, s *Store, l *lock.Lease, event, no string, pos int64) {
 	b.Helper()
 	r := "ring " + event
-	ctx := orders.WithLock(orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
+	ctx := lock.WithHold(orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
 		StartedAt: time.Now(), Seq: pos, NoResult: true}), l)
 	if _, err := s.Modify(ctx, event, no, orders.Changes{Remark: &r}); err != nil {
 		b.Fatal(err)

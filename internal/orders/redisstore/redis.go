@@ -4,10 +4,10 @@
 // errors and the checks are package orders'.
 //
 // On the Redis that also holds the per-order lock (internal/lock), it can
-// save a round trip per task: given the writer's lock hold ([WithLock]), it
-// refuses a fence older than the lock's newest and releases the lock, and
+// save a round trip per task: given the writer's lock hold (lock.WithHold),
+// it refuses a fence older than the lock's newest and releases the lock, and
 // passes the order's turn on, in the script that commits a modify. That is
-// the only tie between this store and the lock, and the [orders.LockHold]
+// the only tie between this store and the lock, and the [lock.Hold]
 // interface names it.
 package redisstore
 
@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -801,7 +801,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	tag := "{" + orderNo + "}"
 	var lockFenceKey string
 	var h *lock.Handoff
-	if hold, ok := orders.LockHoldFrom(ctx); ok {
+	if hold, ok := lock.HoldFrom(ctx); ok {
 		lockFenceKey = hold.FenceKey()
 		// Only a modify ends its work with this write; an exchange still
 		// creates the replacement after it.

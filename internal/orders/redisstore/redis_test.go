@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // newStore returns a store on the test's own Redis prefix.
@@ -745,7 +745,7 @@ func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	r := "late"
 
 	withFenceKey := func(fence int64, key string) context.Context {
-		return orders.WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
+		return lock.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
 	}
 	old := withFenceKey(100, fenceKey)
 	_, err = s.Modify(old, "ev-old", "SO1", orders.Changes{Remark: &r})
@@ -774,7 +774,7 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return orders.WithLock(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
+		return lock.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 

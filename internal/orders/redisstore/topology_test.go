@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // The tests in this file run the Redis store on a real Redis Cluster and a
@@ -32,7 +32,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *lock.Lease) context.Context {
-		return orders.WithLock(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
+		return lock.WithHold(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
 

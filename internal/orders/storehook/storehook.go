@@ -11,7 +11,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Hook runs before a write; typ is orders.TypeModify or orders.TypeExchange.

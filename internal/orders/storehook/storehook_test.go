@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )

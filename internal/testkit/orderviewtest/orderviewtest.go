@@ -17,12 +17,12 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/orders"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Scenario is an order left, with no worker running, in this state: its
@@ -69,9 +69,9 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 		return nil
 	})
 	done := make(chan worker.Done, 1000)
-	l, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:", TTL: 5 * time.Second})
-	require.NoError(t, err)
-	w, err := worker.New(rdb, l, failing, worker.Config{
+	w, err := worker.New(rdb, failing, worker.Config{
+		KeyPrefix:                prefix,
+		LockTTL:                  5 * time.Second,
 		Logger:                   zaptest.NewLogger(t),
 		TaskCheckInterval:        50 * time.Millisecond,
 		DelayedTaskCheckInterval: 50 * time.Millisecond,
@@ -89,7 +89,6 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 		if !stopped {
 			stopped = true
 			w.Shutdown()
-			require.NoError(t, l.Close())
 		}
 	}
 	defer stop()

@@ -1,9 +1,14 @@
-// Package orders is the order model of orderworker: the [Order] and its
-// history [Entry], the [Store] interface that order changes are written to,
-// the package's errors, and the [Write] that carries a write's fence to the
-// store. The backends live in their own packages: redisstore (the Redis
-// store, the embedded default and the verification oracle for the others)
-// and httpstore (the company's order API, docs/upstream-order-api.md).
+// Package orders is the order model of orderworker and the public contract
+// of an order store: the [Order] and its history [Entry], the [Store]
+// interface that order changes are written to, the package's errors, and
+// the [Write] that carries a write's fence to the store. The module's
+// backends are internal (internal/orders/redisstore: the Redis store, the
+// embedded default and the verification oracle for the others;
+// internal/orders/httpstore: the company's order API,
+// docs/upstream-order-api.md); a program of another module can implement
+// Store itself, check it with the conformance suite of package
+// worker/orders/storetest, and hand it to worker.New (see
+// examples/ownstore).
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the
@@ -25,7 +30,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -156,13 +160,35 @@ type Result struct {
 	Replayed bool
 }
 
-// Store holds orders and applies changes to them. redisstore.Store and
-// httpstore.Store implement it.
+// Store holds orders and applies changes to them. The module's
+// redisstore.Store and httpstore.Store implement it, and so may a store of
+// your own: storetest.Run checks the rules below.
 //
 // Implementations are safe for concurrent use. Modify and Exchange need a
 // [Write] in the context (see [WithWrite]) and return [ErrNoFence] without
 // one. The errors are those of this package, wrapped with context; match
 // them with errors.Is and classify them with [Permanent].
+//
+// A write (Modify or Exchange) is checked, in this order, and refused
+// without writing anything:
+//  1. [ErrNoFence] without a fenced Write, [ErrInvalid] for a request that
+//     [CheckModify] or [CheckExchange] refuses, [ErrNotFound] for an unknown
+//     order;
+//  2. dedupe: an event ID already applied to the order is answered with
+//     Result.Replayed and writes nothing, whatever its fence and position
+//     and even if the order has closed since; the same event ID with a
+//     different type or request is [ErrConflict];
+//  3. [ErrClosed] (a [*ClosedError] naming the replacement) for an
+//     exchanged or cancelled order;
+//  4. [ErrPassed] when Write.Seq is positive and not after the newest
+//     position applied to the order (see Write.Seq and Write.SeqOutOfTurn);
+//  5. the fence: [ErrStaleFence] when Write.Fence is older than the newest
+//     fence that has written to the order (an equal one is allowed).
+//
+// An applied write stores the fence (and, in turn, the position) as the
+// order's newest, bumps the version, appends a history entry and records
+// the event ID with its outcome, all at once: a write refused as stale
+// records nothing, so that it applies under a fresh fence.
 type Store interface {
 	// Get returns the order. It returns ErrNotFound when there is none.
 	Get(ctx context.Context, orderNo string) (Order, error)
@@ -172,19 +198,33 @@ type Store interface {
 	// pages.
 	History(ctx context.Context, orderNo string, q HistoryQuery) (HistoryPage, error)
 	// Put creates or replaces an order, for seeding and administration. It
-	// is not fenced and not idempotent: each call bumps the version and
-	// appends a history entry of type TypePut. An empty Status means
-	// active; Version and UpdatedAt are set by the store.
+	// is not fenced and not idempotent: each call bumps the version (1 for
+	// a new order) and appends a history entry of type TypePut with fence
+	// 0. It keeps the order's newest fence, position and applied events.
+	// An empty Status means active; Version and UpdatedAt are set by the
+	// store. It returns ErrInvalid for an order that [CheckPut] refuses.
 	Put(ctx context.Context, o Order) error
-	// Modify applies c to an active order once per eventID. It returns
-	// ErrNotFound, ErrClosed (a *ClosedError naming the replacement),
-	// ErrStaleFence, ErrNoFence, ErrInvalid, or ErrConflict when eventID
-	// was already used for a different change.
+	// Modify applies c to an active order once per eventID: it sets the
+	// fields c names and keeps the others, and the history entry is of
+	// type TypeModify with the event ID, the fence, Write.Worker and the
+	// new version. Result.Order is the order as the write left it (zero
+	// when Write.NoResult allows). It returns ErrNotFound, ErrClosed (a
+	// *ClosedError naming the replacement), ErrPassed, ErrStaleFence,
+	// ErrNoFence, ErrInvalid, or ErrConflict when eventID was already used
+	// for a different change.
 	Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error)
-	// Exchange closes an active order as exchanged and creates its
-	// replacement, once per eventID. Result.Order is the replacement. It
-	// returns the errors of Modify, and ErrConflict when the replacement's
-	// number is taken by an unrelated order.
+	// Exchange closes an active order A as exchanged and creates its
+	// replacement B, once per eventID. B is numbered x.NewOrderNo, or
+	// tasks.ReplacementOrderNo(A, eventID) when that is empty, so that a
+	// retry creates the same B. A gets status exchanged, ExchangedTo B, a
+	// bumped version and an entry of type TypeExchange; it keeps its
+	// items. B is active at version 1, with x.Items, A's address and remark
+	// and ExchangedFrom A, and its history starts with an entry of type
+	// TypeCreated carrying the event ID and the fence A was closed under.
+	// Result.Order is B. No half-done exchange survives: a retry of the
+	// event completes it (and answers Replayed once both halves are done).
+	// It returns the errors of Modify, and ErrConflict, changing nothing,
+	// when B's number is taken by an unrelated order.
 	Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error)
 }
 
@@ -247,8 +287,9 @@ func AllHistory(ctx context.Context, s Store, orderNo string) ([]Entry, error) {
 }
 
 // Write says who writes and under which fence. It travels to the store in
-// the context; see [WithWrite]. (A store on the lock's own Redis can use
-// the lock hold too, which the worker offers it separately: [WithLock].)
+// the context; see [WithWrite]. (The Redis store, on the lock's own Redis,
+// also uses the lock hold, which the worker offers it separately through
+// the module's internal lock package; other stores need only the Write.)
 type Write struct {
 	// Fence is the fencing token of the per-order lock the writer holds. It
 	// must be positive. The store refuses it when it is older than the
@@ -262,16 +303,16 @@ type Write struct {
 	// Optional: the store's clock is used when it is zero.
 	StartedAt time.Time
 	// Seq is the change's position in its order's sequence, recorded in
-	// the history entry (Entry.Seq). 0 means none. Optional. A store that
-	// keeps the newest position applied to each order refuses a write whose
-	// position is not after it with ErrPassed (the Redis store does, and
-	// the HTTP store sends it for the upstream to do the same), so that an
+	// the history entry (Entry.Seq). 0 means none: the write is not
+	// ordered. A store keeps the newest position applied to each order and
+	// refuses a write whose position is not after it with ErrPassed (the
+	// HTTP store sends it for the upstream to do the same), so that an
 	// order never moves back in its sequence, even for a change whose
 	// dedupe record has expired or whose position was skipped.
 	Seq int64
 	// SeqOutOfTurn says the change did not run in Seq's turn: its
 	// position had already been passed, or its order's sequence was gone
-	// (lock.ModePassed), so Seq may be one that the order's sequence never
+	// (worker.ModePassed), so Seq may be one that the order's sequence never
 	// handed out (a task enqueued by hand with any seq). The store still
 	// refuses such a write with ErrPassed when Seq is not after the newest
 	// position applied, but it must not record Seq as the newest, nor in
@@ -283,47 +324,6 @@ type Write struct {
 	// leave it zero and save reading the order back (the Redis store does).
 	// Defaults to false.
 	NoResult bool
-}
-
-// LockHold is the writer's hold of the order's lock (internal/lock), for a
-// store whose data lives on the lock's own Redis (the Redis store): it is
-// that store's only tie to the lock. Given one (see [WithLock]), every
-// write also refuses a fence older than the newest the lock has handed out
-// (FenceKey), so a holder whose lease has passed to someone else cannot
-// write even before the new holder's first write; and the script that
-// commits a modify also releases the lock and passes the order's turn on
-// (Handoff, with lock.CommitLua's lock_commit), which saves the release's
-// round trip per task. An exchange, which writes again after closing the
-// order, leaves the release to the caller. *lock.Lease implements it.
-// Other stores ignore it.
-type LockHold interface {
-	// FenceKey returns the key of the lock's newest handed-out fence. It
-	// must carry the order's hash tag ("{<order_no>}"), so that one script
-	// touches one Cluster slot; "" means none.
-	FenceKey() string
-	// Handoff returns what the commit script needs to release the lock
-	// and pass its turn on, or nil to leave the release to the caller. The
-	// store calls its Committing before the script and its Released when
-	// the script released the lock.
-	Handoff() *lock.Handoff
-}
-
-var _ LockHold = (*lock.Lease)(nil)
-
-type lockKey struct{}
-
-// WithLock returns a copy of ctx that offers the writer's lock hold to the
-// store (see [LockHold]). Stores that cannot use it ignore it, so a caller
-// may offer it whatever the store. The write's fence still comes from the
-// [Write] in ctx.
-func WithLock(ctx context.Context, hold LockHold) context.Context {
-	return context.WithValue(ctx, lockKey{}, hold)
-}
-
-// LockHoldFrom returns the [LockHold] that ctx offers, if any.
-func LockHoldFrom(ctx context.Context) (LockHold, bool) {
-	h, ok := ctx.Value(lockKey{}).(LockHold)
-	return h, ok
 }
 
 type writeKey struct{}

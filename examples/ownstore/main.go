@@ -1,0 +1,70 @@
+// Command ownstore runs an orderworker worker around an order store of its
+// own, MemStore (an in-memory map), from outside the orderworker module: it
+// shows that the public packages (worker, worker/orders,
+// worker/orders/storetest, producer, tasks) are enough to plug in a store.
+//
+//	REDIS_URL=redis://localhost:6379/0 go run .
+//
+// It seeds order SO1 and applies the order:modify and order:exchange tasks
+// that producers enqueue (go run ../../cmd/producer modify SO1 -remark hi)
+// until SIGINT or SIGTERM. Its test runs the store conformance suite on
+// MemStore and one change end to end.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "ownstore:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run starts a worker on REDIS_URL around a MemStore seeded with SO1, and
+// stops it when ctx ends.
+func run(ctx context.Context, getenv func(string) string) error {
+	opts, err := redis.ParseURL(getenv("REDIS_URL"))
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	store := NewMemStore()
+	if err := store.Put(ctx, orders.Order{No: "SO1", Address: "1 Old Street", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}); err != nil {
+		return err
+	}
+	w, err := startWorker(rdb, store, worker.Config{})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	w.Shutdown()
+	return nil
+}
+
+// startWorker builds a worker around store and starts it.
+func startWorker(rdb redis.UniversalClient, store orders.Store, cfg worker.Config) (*worker.Worker, error) {
+	w, err := worker.New(rdb, store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(); err != nil {
+		w.Shutdown()
+		return nil, err
+	}
+	return w, nil
+}
