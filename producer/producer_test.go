@@ -71,7 +71,7 @@ func TestEnqueueModify(t *testing.T) {
 	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
 	assert.Equal(t, producer.DefaultRetention, info.Retention)
 
-	got, err := tasks.ParseModify(info.Payload)
+	got, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 	require.NoError(t, err)
 	assert.Equal(t, tasks.ModifyPayload{EventID: "evt-1", OrderNo: "SO1", Changes: changes, Seq: res.Seq}, got)
 }
@@ -561,7 +561,7 @@ func TestGeneratedEventIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, n)
 	for _, info := range pending {
-		p, err := tasks.ParseModify(info.Payload)
+		p, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 		require.NoError(t, err)
 		assert.Equal(t, info.ID, p.EventID, "the payload carries the generated event ID")
 	}
@@ -917,7 +917,7 @@ func TestPayloadStoredWithoutHTMLEscaping(t *testing.T) {
 	require.NoError(t, err)
 	assert.Less(t, len(info.Payload), len(remark)+100, "stored size")
 	assert.Contains(t, string(info.Payload), remark)
-	got, err := tasks.ParseModify(info.Payload)
+	got, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 	require.NoError(t, err)
 	assert.Equal(t, remark, *got.Changes.Remark)
 
