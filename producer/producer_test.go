@@ -129,6 +129,7 @@ func TestConfig(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       50,
 		MaxScheduleAhead: time.Hour,
+		Kinds:            tasks.Kinds(),
 	}
 	e := newEnv(t, cfg)
 	assert.Equal(t, cfg, e.p.Config())
@@ -159,6 +160,7 @@ func TestConfig_Defaults(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       10000,
 		MaxScheduleAhead: 24 * time.Hour,
+		Kinds:            tasks.Kinds(),
 	}, e.p.Config())
 }
 
