@@ -63,6 +63,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -186,6 +187,14 @@ type Config struct {
 	// together. A negative value means no cap. Defaults to 10,000.
 	MaxWaiting int
 
+	// Kinds are the task kinds the producer enqueues: a payload of a kind
+	// missing here is refused, and the tasks and position labels it finds
+	// in Redis are read against them. A program with a kind of its own
+	// (tasks.NewKind) appends it to tasks.Kinds() here, and gives the
+	// workers the same kinds. It must pass tasks.Table.Validate. Defaults
+	// to tasks.Kinds(), the contract's.
+	Kinds tasks.Table
+
 	// MaxScheduleAhead bounds [WithProcessIn]: a change takes its
 	// position when it is accepted, so every later change of its order
 	// waits behind a scheduled one until it has run. A change scheduled
@@ -205,6 +214,11 @@ func (c Config) withDefaults() Config {
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, DefaultMaxWaiting)
 	c.MaxScheduleAhead = cmp.Or(c.MaxScheduleAhead, DefaultMaxScheduleAhead)
+	if c.Kinds == nil {
+		c.Kinds = tasks.Kinds()
+	} else {
+		c.Kinds = slices.Clone(c.Kinds)
+	}
 	return c
 }
 
@@ -226,6 +240,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: MaxScheduleAhead %v is not between 0 and the sequences' retention %v", c.MaxScheduleAhead, lock.DefaultSeqRetention)
 	}
 	if err := c.Shards.Validate(); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if err := c.Kinds.Validate(); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
 	return nil
@@ -343,6 +360,8 @@ func (p *Producer) EnqueueExchange(ctx context.Context, orderNo string, items []
 //     contract: it matches tasks.ErrInvalid and, where a field is at fault,
 //     is a *tasks.FieldError. Nothing is enqueued.
 //   - an error matching [ErrInvalidOption] for a misused option;
+//   - an error matching tasks.ErrKinds when the payload's kind is not one
+//     of [Config.Kinds];
 //   - a [*DuplicateError], matching [ErrDuplicate] and perhaps
 //     [ErrPayloadMismatch], when the event was accepted before (see the
 //     package documentation). Result then describes the existing task;
@@ -371,6 +390,9 @@ func (p *Producer) Enqueue(ctx context.Context, payload tasks.Payload, opts ...O
 
 // enqueuePayload is Enqueue after the options were collected.
 func (p *Producer) enqueuePayload(ctx context.Context, payload tasks.Payload, o options) (Result, error) {
+	if k := payload.Kind(); p.cfg.Kinds.Of(k.Type) != k {
+		return Result{}, fmt.Errorf("%w: producer: kind %s is not one of Config.Kinds", tasks.ErrKinds, k)
+	}
 	h := payload.Header()
 	var err error
 	if h.EventID, err = o.resolveEventID(h.EventID); err != nil {
@@ -946,11 +968,11 @@ func (p *Producer) void(ctx context.Context, at positions, why string) {
 	// now has it (see the worker's parking).
 	if at.pos > 0 {
 		st, _ := p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
-		_ = requeue.Labels(ctx, p.rdb, at.orderNo, p.cfg.Shards, st.Wake)
+		_ = requeue.Labels(ctx, p.rdb, at.orderNo, p.cfg.Shards, p.cfg.Kinds, st.Wake)
 	}
 	if at.createPos > 0 {
 		st, _ := p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
-		_ = requeue.Labels(ctx, p.rdb, at.created, p.cfg.Shards, st.Wake)
+		_ = requeue.Labels(ctx, p.rdb, at.created, p.cfg.Shards, p.cfg.Kinds, st.Wake)
 	}
 }
 
@@ -959,7 +981,7 @@ func (p *Producer) void(ctx context.Context, at positions, why string) {
 // that has it) and describes it. fp is the refused payload's fingerprint,
 // or "" when c is already known to be another change.
 func (p *Producer) duplicate(ctx context.Context, typ string, c *claim, eventID, fp string) *DuplicateError {
-	k := tasks.KindOf(c.typ)
+	k := p.cfg.Kinds.Of(c.typ)
 	if k == nil || !tasks.ValidOrderNo(c.orderNo) {
 		k = tasks.Modify // a claim this producer did not write
 	}
@@ -1015,7 +1037,7 @@ func (p *Producer) heldElsewhere(kind *tasks.Kind, h tasks.Header, queue, fp str
 // fp).
 func (p *Producer) describe(dup *DuplicateError, info *asynq.TaskInfo, typ, fp string) {
 	dup.State = info.State
-	if k := tasks.KindOf(info.Type); k != nil {
+	if k := p.cfg.Kinds.Of(info.Type); k != nil {
 		if existing, err := k.Parse(info.Payload); err == nil {
 			dup.Seq = existing.Header().Seq
 			dup.SamePayload = fp != "" && info.Type == typ && fingerprint(existing) == fp
@@ -1036,7 +1058,7 @@ func (p *Producer) describe(dup *DuplicateError, info *asynq.TaskInfo, typ, fp s
 // while.
 func (p *Producer) CheckReplicas(ctx context.Context) error {
 	var queues []string
-	for _, k := range tasks.Kinds() {
+	for _, k := range p.cfg.Kinds {
 		queues = append(queues, k.ShardQueues(p.cfg.Shards.Count)...)
 	}
 	if err := p.replicated(ctx, queues...); err != nil {

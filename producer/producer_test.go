@@ -71,7 +71,7 @@ func TestEnqueueModify(t *testing.T) {
 	assert.Equal(t, producer.DefaultTimeout, info.Timeout)
 	assert.Equal(t, producer.DefaultRetention, info.Retention)
 
-	got, err := tasks.ParseModify(info.Payload)
+	got, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 	require.NoError(t, err)
 	assert.Equal(t, tasks.ModifyPayload{EventID: "evt-1", OrderNo: "SO1", Changes: changes, Seq: res.Seq}, got)
 }
@@ -129,6 +129,7 @@ func TestConfig(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       50,
 		MaxScheduleAhead: time.Hour,
+		Kinds:            tasks.Kinds(),
 	}
 	e := newEnv(t, cfg)
 	assert.Equal(t, cfg, e.p.Config())
@@ -159,6 +160,7 @@ func TestConfig_Defaults(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       10000,
 		MaxScheduleAhead: 24 * time.Hour,
+		Kinds:            tasks.Kinds(),
 	}, e.p.Config())
 }
 
@@ -561,7 +563,7 @@ func TestGeneratedEventIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, n)
 	for _, info := range pending {
-		p, err := tasks.ParseModify(info.Payload)
+		p, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 		require.NoError(t, err)
 		assert.Equal(t, info.ID, p.EventID, "the payload carries the generated event ID")
 	}
@@ -917,7 +919,7 @@ func TestPayloadStoredWithoutHTMLEscaping(t *testing.T) {
 	require.NoError(t, err)
 	assert.Less(t, len(info.Payload), len(remark)+100, "stored size")
 	assert.Contains(t, string(info.Payload), remark)
-	got, err := tasks.ParseModify(info.Payload)
+	got, err := tasks.Parse[tasks.ModifyPayload](info.Payload)
 	require.NoError(t, err)
 	assert.Equal(t, remark, *got.Changes.Remark)
 

@@ -3,23 +3,27 @@ package tasks
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hibiken/asynq"
 )
 
 // Kind is one task type of the contract: its type name, its queue, its
-// default priority and how its payload is read. [Kinds] lists them all, and
-// every layer (producer, intake, worker, dashboard, metrics) reads that one
-// table instead of naming the types itself. Adding a task type means adding
-// its payload struct, its Kind, and its handler in the worker.
+// default priority and how its payload is read. [Kinds] lists the
+// contract's kinds, and every layer (producer, intake, CLI, worker,
+// metrics) reads that one table instead of naming the types itself.
+// Adding a task type means adding its payload struct and its Kind (made
+// with [NewKind]) to the table here, and its entry to the worker's table
+// (worker.Kinds); docs/adding-a-task-type.md walks through it.
 //
 // A Kind is read-only; its methods are safe for concurrent use.
 type Kind struct {
 	// Type is the asynq task type, e.g. "order:modify".
 	Type string
-	// Name is the short name used in settings, HTTP routes and logs, e.g.
-	// "modify".
+	// Name is the short name used in settings, HTTP routes, CLI commands
+	// and logs, e.g. "modify".
 	Name string
 	// Queue is the kind's queue. It is part of the contract: every task of
 	// the kind goes to it, or, when the kind is spread over several queues
@@ -35,7 +39,25 @@ type Kind struct {
 	zero Payload
 }
 
-// Decode decodes a payload of the kind strictly (see [ParseModify] for what
+// NewKind returns the kind of task type typ whose payloads are of type P,
+// named name, queued to queue with default weight weight. P's Kind method
+// must return the kind NewKind returned (the payload names its kind), and
+// the kind must pass [Table.Validate] in its table. The contract's kinds
+// are made with it, and so can a program (or a test) with a kind of its
+// own, which it hands to the producer and the worker in their Config.
+func NewKind[P Payload](typ, name, queue string, weight int) *Kind {
+	var zero P
+	return &Kind{Type: typ, Name: name, Queue: queue, Weight: weight, zero: zero,
+		decode: func(b []byte) (Payload, error) {
+			var p P
+			if err := decode(b, &p); err != nil {
+				return nil, err
+			}
+			return p, nil
+		}}
+}
+
+// Decode decodes a payload of the kind strictly (see [Parse] for what
 // strictly means) without validating it, for a caller that fills in fields
 // before it validates (the HTTP intake takes order_no from the path). The
 // error, when the JSON does not decode into the kind's payload, matches
@@ -43,9 +65,9 @@ type Kind struct {
 func (k *Kind) Decode(b []byte) (Payload, error) { return k.decode(b) }
 
 // Parse decodes a payload of the kind strictly and validates it, with the
-// rules and errors of [ParseModify]. The payload is never nil: on an error
-// it is what was decoded (the zero payload of the kind when the JSON did
-// not decode), for logging only.
+// rules and errors of [Parse]. The payload is never nil: on an error it is
+// what was decoded (the zero payload of the kind when the JSON did not
+// decode), for logging only.
 func (k *Kind) Parse(b []byte) (Payload, error) {
 	p, err := k.decode(b)
 	if err != nil {
@@ -61,37 +83,38 @@ func (k *Kind) String() string { return k.Type }
 var (
 	// Modify is the kind of [TypeModify] tasks, whose payload is a
 	// [ModifyPayload].
-	Modify = &Kind{Type: TypeModify, Name: "modify", Queue: QueueModify, Weight: 3, zero: ModifyPayload{},
-		decode: func(b []byte) (Payload, error) {
-			var p ModifyPayload
-			if err := decode(b, &p); err != nil {
-				return nil, err
-			}
-			return p, nil
-		}}
+	Modify = NewKind[ModifyPayload](TypeModify, "modify", QueueModify, 3)
 	// Exchange is the kind of [TypeExchange] tasks, whose payload is an
 	// [ExchangePayload].
-	Exchange = &Kind{Type: TypeExchange, Name: "exchange", Queue: QueueExchange, Weight: 6, zero: ExchangePayload{},
-		decode: func(b []byte) (Payload, error) {
-			var p ExchangePayload
-			if err := decode(b, &p); err != nil {
-				return nil, err
-			}
-			return p, nil
-		}}
+	Exchange = NewKind[ExchangePayload](TypeExchange, "exchange", QueueExchange, 6)
 )
 
 // kinds is the table, in priority order.
-var kinds = []*Kind{Exchange, Modify}
+var kinds = Table{Exchange, Modify}
 
 // Kinds returns every kind of the contract, highest default priority first.
 // The slice is the caller's to keep; the kinds are shared.
-func Kinds() []*Kind { return append([]*Kind(nil), kinds...) }
+func Kinds() Table { return append(Table(nil), kinds...) }
 
 // KindOf returns the kind of task type typ, or nil when the contract has
-// no such type.
-func KindOf(typ string) *Kind {
-	for _, k := range kinds {
+// no such type: [Table.Of] of [Kinds].
+func KindOf(typ string) *Kind { return kinds.Of(typ) }
+
+// KindOfQueue returns the kind whose tasks go to queue, the kind's own
+// queue or one of its shard queues ([Kind.ShardQueue], shard numbers below
+// MaxShards), or nil: [Table.OfQueue] of [Kinds].
+func KindOfQueue(queue string) *Kind { return kinds.OfQueue(queue) }
+
+// Table is a list of kinds: [Kinds], the contract's, or the kinds a
+// producer or worker was configured with (the contract's and a program's
+// own). Whatever reads a task type, a queue or a position label reads it
+// against a Table, so that a kind in it is read everywhere. A Table is
+// not changed after it is made; its methods are safe for concurrent use.
+type Table []*Kind
+
+// Of returns the kind of task type typ, or nil.
+func (t Table) Of(typ string) *Kind {
+	for _, k := range t {
 		if k.Type == typ {
 			return k
 		}
@@ -99,12 +122,101 @@ func KindOf(typ string) *Kind {
 	return nil
 }
 
-// KindOfQueue returns the kind whose tasks go to queue, the kind's own
-// queue or one of its shard queues ([Kind.ShardQueue], shard numbers below
-// MaxShards), or nil.
-func KindOfQueue(queue string) *Kind {
-	k, _ := parseShardQueue(queue)
-	return k
+// Named returns the kind named name, or nil.
+func (t Table) Named(name string) *Kind {
+	for _, k := range t {
+		if k.Name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+// OfQueue returns the kind whose tasks go to queue, the kind's own queue
+// or one of its shard queues, or nil.
+func (t Table) OfQueue(queue string) *Kind {
+	for _, k := range t {
+		if _, ok := k.shardOf(queue); ok {
+			return k
+		}
+	}
+	return nil
+}
+
+// Types returns the kinds' types, in the table's order.
+func (t Table) Types() []string {
+	out := make([]string, len(t))
+	for i, k := range t {
+		out[i] = k.Type
+	}
+	return out
+}
+
+// creator returns the kind whose payloads create orders (implement
+// [Creator]), whose task a creation label names, or nil. A creation
+// label does not carry its type, so a table may hold one such kind
+// (Validate checks it).
+func (t Table) creator() *Kind {
+	for _, k := range t {
+		if _, ok := k.zero.(Creator); ok {
+			return k
+		}
+	}
+	return nil
+}
+
+// ErrKinds is matched by the errors of [Table.Validate].
+var ErrKinds = errors.New("tasks: bad kinds table")
+
+// Validate checks that every kind of t was made by [NewKind], has a type
+// (without a space: a position label is "<type> <event_id>"), a name of
+// a-z, 0-9, '_' and '-' (it is a URL path segment and a command), a queue
+// without [ShardSep] or braces, and a positive weight; that no two kinds
+// share a type, a name or a queue; and that at most one kind creates
+// orders. Its errors match [ErrKinds].
+func (t Table) Validate() error {
+	seen := map[string]bool{}
+	for i, k := range t {
+		switch {
+		case k == nil || k.decode == nil:
+			return fmt.Errorf("%w: kind %d was not made by NewKind", ErrKinds, i)
+		case k.Type == "" || strings.ContainsAny(k.Type, " \t\r\n") || k.Type == labelCreate:
+			return fmt.Errorf("%w: kind %d has type %q", ErrKinds, i, k.Type)
+		case !plainName(k.Name):
+			return fmt.Errorf("%w: %s has name %q, want 1 to 32 of a-z, 0-9, '_' and '-'", ErrKinds, k.Type, k.Name)
+		case k.Queue == "" || strings.ContainsAny(k.Queue, ShardSep+"{} "):
+			return fmt.Errorf("%w: %s has queue %q", ErrKinds, k.Type, k.Queue)
+		case k.Weight <= 0:
+			return fmt.Errorf("%w: %s has weight %d, want > 0", ErrKinds, k.Type, k.Weight)
+		case k.zero.Kind() != k:
+			return fmt.Errorf("%w: the payload of %s names kind %s", ErrKinds, k.Type, k.zero.Kind())
+		}
+		for _, key := range []string{"type " + k.Type, "name " + k.Name, "queue " + k.Queue} {
+			if seen[key] {
+				return fmt.Errorf("%w: two kinds have %s", ErrKinds, key)
+			}
+			seen[key] = true
+		}
+		if _, ok := k.zero.(Creator); ok && t.creator() != k {
+			return fmt.Errorf("%w: %s and %s both create orders; a creation label names one", ErrKinds, t.creator(), k)
+		}
+	}
+	return nil
+}
+
+// plainName reports whether s is 1 to 32 characters of a-z, 0-9, '_' and
+// '-'.
+func plainName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Header is what every payload carries besides its kind's own fields.

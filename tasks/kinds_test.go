@@ -51,3 +51,19 @@ func TestEveryKindConforms(t *testing.T) {
 		assert.False(t, ok, "%q", bad)
 	}
 }
+
+func TestKindsTableValidates(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, tasks.Kinds().Validate())
+	bad := map[string]tasks.Table{
+		"type twice":                 {tasks.Modify, tasks.Modify},
+		"a nil kind":                 {tasks.Modify, nil},
+		"not by NewKind":             {&tasks.Kind{Type: "order:x", Name: "x", Queue: "order_x", Weight: 1}},
+		"a shard queue":              {tasks.NewKind[tasks.ModifyPayload]("order:x", "x", "order:x", 1)},
+		"a bad name":                 {tasks.NewKind[tasks.ModifyPayload]("order:x", "X/y", "order_x", 1)},
+		"payload names another kind": {tasks.NewKind[tasks.ModifyPayload]("order:x", "x", "order_x", 1)},
+	}
+	for name, table := range bad {
+		assert.ErrorIs(t, table.Validate(), tasks.ErrKinds, name)
+	}
+}

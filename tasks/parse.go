@@ -14,7 +14,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// ParseModify decodes a [TypeModify] payload strictly and validates it.
+// Parse decodes a payload of type P (such as [ModifyPayload]) strictly and
+// validates it. [Kind.Parse] does the same for a kind known at run time.
 //
 // Strictly means: b is one JSON object in valid UTF-8 of at most
 // [MaxPayloadBytes] bytes, with nothing but white space after it; field names
@@ -23,58 +24,17 @@ import (
 // counts as an absent field.
 //
 // Every error matches [ErrInvalid] and asynq.SkipRetry; where one field is at
-// fault it is a [*FieldError] naming it. When the JSON decodes but
-// [ModifyPayload.Validate] fails, the decoded payload is returned along with
-// the error, so that a caller can log its event_id; otherwise the payload is
-// the zero value on error.
-func ParseModify(b []byte) (ModifyPayload, error) {
-	var p ModifyPayload
+// fault it is a [*FieldError] naming it. When the JSON decodes but the
+// payload's Validate fails, the decoded payload is returned along with the
+// error, so that a caller can log its event_id; otherwise the payload is the
+// zero value on error.
+func Parse[P Payload](b []byte) (P, error) {
+	var p P
 	if err := decode(b, &p); err != nil {
-		return ModifyPayload{}, err
+		var zero P
+		return zero, err
 	}
 	return p, p.Validate()
-}
-
-// ParseExchange decodes a [TypeExchange] payload strictly and validates it,
-// under the rules and with the errors of [ParseModify].
-func ParseExchange(b []byte) (ExchangePayload, error) {
-	var p ExchangePayload
-	if err := decode(b, &p); err != nil {
-		return ExchangePayload{}, err
-	}
-	return p, p.Validate()
-}
-
-// DecodeModify reads a [TypeModify] payload from r, up to EOF, and parses it
-// with [ParseModify], for an HTTP handler that has a request body. It reads at
-// most [MaxPayloadBytes]+1 bytes.
-//
-// It returns the errors of [ParseModify], and a read error of r wrapped (not
-// matching [ErrInvalid]).
-func DecodeModify(r io.Reader) (ModifyPayload, error) {
-	b, err := readPayload(r)
-	if err != nil {
-		return ModifyPayload{}, err
-	}
-	return ParseModify(b)
-}
-
-// DecodeExchange reads a [TypeExchange] payload from r and parses it with
-// [ParseExchange], as [DecodeModify] does for a modify.
-func DecodeExchange(r io.Reader) (ExchangePayload, error) {
-	b, err := readPayload(r)
-	if err != nil {
-		return ExchangePayload{}, err
-	}
-	return ParseExchange(b)
-}
-
-func readPayload(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, MaxPayloadBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("tasks: read payload: %w", err)
-	}
-	return b, nil
 }
 
 // decodeOptions complete the strict decoding. The JSON library
@@ -90,7 +50,7 @@ var decodeOptions = json.JoinOptions(
 )
 
 // decode decodes b, a single JSON object, into the payload p points to,
-// strictly (see [ParseModify]), and turns the JSON library's errors into the
+// strictly (see [Parse]), and turns the JSON library's errors into the
 // package's: a [*FieldError] naming the field at fault, or a payload error.
 func decode[P Payload](b []byte, p *P) error {
 	switch {

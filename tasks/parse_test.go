@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"testing/iotest"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -60,7 +59,7 @@ func TestParseModify_Valid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tasks.ParseModify([]byte(tt.in))
+			got, err := tasks.Parse[tasks.ModifyPayload]([]byte(tt.in))
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -87,7 +86,7 @@ func TestParseExchange_Valid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tasks.ParseExchange([]byte(tt.in))
+			got, err := tasks.Parse[tasks.ExchangePayload]([]byte(tt.in))
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -233,7 +232,7 @@ func TestParseModify_FieldErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tasks.ParseModify([]byte(tt.in))
+			_, err := tasks.Parse[tasks.ModifyPayload]([]byte(tt.in))
 			require.Error(t, err)
 			assert.Equal(t, tt.field+": "+tt.msg, err.Error())
 			assert.ErrorIs(t, err, tasks.ErrInvalid)
@@ -289,7 +288,7 @@ func TestParseExchange_FieldErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tasks.ParseExchange([]byte(tt.in))
+			_, err := tasks.Parse[tasks.ExchangePayload]([]byte(tt.in))
 			require.Error(t, err)
 			assert.Equal(t, tt.field+": "+tt.msg, err.Error())
 			assert.ErrorIs(t, err, tasks.ErrInvalid)
@@ -330,7 +329,7 @@ func TestParse_PayloadErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tasks.ParseModify([]byte(tt.in))
+			_, err := tasks.Parse[tasks.ModifyPayload]([]byte(tt.in))
 			require.Error(t, err)
 			assert.Equal(t, tt.msg, err.Error())
 			assert.ErrorIs(t, err, tasks.ErrInvalid)
@@ -338,7 +337,7 @@ func TestParse_PayloadErrors(t *testing.T) {
 			var fe *tasks.FieldError
 			assert.False(t, errors.As(err, &fe), "no field is at fault")
 
-			_, err = tasks.ParseExchange([]byte(tt.in))
+			_, err = tasks.Parse[tasks.ExchangePayload]([]byte(tt.in))
 			assert.ErrorIs(t, err, tasks.ErrInvalid)
 		})
 	}
@@ -348,44 +347,11 @@ func TestParse_PayloadErrors(t *testing.T) {
 // caller can log its event_id.
 func TestParseModify_ReturnsPayloadWithValidationError(t *testing.T) {
 	t.Parallel()
-	p, err := tasks.ParseModify([]byte(`{"event_id":"e1","order_no":"SO 1","changes":{"remark":"r"}}`))
+	p, err := tasks.Parse[tasks.ModifyPayload]([]byte(`{"event_id":"e1","order_no":"SO 1","changes":{"remark":"r"}}`))
 	require.ErrorIs(t, err, tasks.ErrInvalid)
 	assert.Equal(t, "e1", p.EventID)
 
-	p, err = tasks.ParseModify([]byte(`{"event_id":"e1","order_no":7}`))
+	p, err = tasks.Parse[tasks.ModifyPayload]([]byte(`{"event_id":"e1","order_no":7}`))
 	require.ErrorIs(t, err, tasks.ErrInvalid)
 	assert.Zero(t, p, "a JSON error gives the zero value")
-}
-
-func TestDecodeModify(t *testing.T) {
-	t.Parallel()
-	p, err := tasks.DecodeModify(strings.NewReader(`{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"}}`))
-	require.NoError(t, err)
-	assert.Equal(t, tasks.ModifyPayload{EventID: "e1", OrderNo: "SO1", Changes: tasks.Changes{Remark: new("r")}}, p)
-
-	_, err = tasks.DecodeModify(strings.NewReader(`{"event_id":"e1"} {}`))
-	assert.ErrorIs(t, err, tasks.ErrInvalid)
-
-	// A body far past the limit is cut off, not read to the end.
-	_, err = tasks.DecodeModify(iotest.OneByteReader(strings.NewReader(strings.Repeat(" ", 4*tasks.MaxPayloadBytes))))
-	assert.EqualError(t, err, "payload is larger than 262144 bytes")
-}
-
-func TestDecodeExchange(t *testing.T) {
-	t.Parallel()
-	p, err := tasks.DecodeExchange(strings.NewReader(`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`))
-	require.NoError(t, err)
-	assert.Equal(t, tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1", Items: []tasks.Item{{SKU: "A", Qty: 1}}}, p)
-}
-
-func TestDecode_ReadError(t *testing.T) {
-	t.Parallel()
-	boom := errors.New("connection reset")
-	_, err := tasks.DecodeModify(iotest.ErrReader(boom))
-	require.ErrorIs(t, err, boom)
-	assert.NotErrorIs(t, err, tasks.ErrInvalid, "a read error is not the payload's fault")
-	assert.NotErrorIs(t, err, asynq.SkipRetry)
-
-	_, err = tasks.DecodeExchange(iotest.ErrReader(boom))
-	require.ErrorIs(t, err, boom)
 }

@@ -191,8 +191,8 @@ func (s Shards) Placements(k *Kind, orderNo string) []string {
 // kind k for order orderNo, without allocating: the check a worker makes
 // on every task.
 func (s Shards) Accepts(k *Kind, orderNo, queue string) bool {
-	qk, shard := parseShardQueue(queue)
-	if qk != k {
+	shard, ok := k.shardOf(queue)
+	if !ok {
 		return false
 	}
 	placed := func(n int) bool {
@@ -236,22 +236,20 @@ func (s Shards) AllQueues() []string {
 	return out
 }
 
-// parseShardQueue reads a queue name as a kind's queue or one of its shard
-// queues; shard is -1 for the kind's own queue.
-func parseShardQueue(queue string) (k *Kind, shard int) {
+// shardOf reads queue as the kind's own queue (shard -1) or one of its
+// shard queues (shard numbers below MaxShards); ok is false for any other
+// queue.
+func (k *Kind) shardOf(queue string) (shard int, ok bool) {
 	base, num, sharded := strings.Cut(queue, ShardSep)
-	for _, k := range kinds {
-		if k.Queue != base {
-			continue
-		}
-		if !sharded {
-			return k, -1
-		}
-		n, err := strconv.Atoi(num)
-		if err != nil || n < 0 || n >= MaxShards || strconv.Itoa(n) != num {
-			return nil, 0
-		}
-		return k, n
+	switch {
+	case base != k.Queue:
+		return 0, false
+	case !sharded:
+		return -1, true
 	}
-	return nil, 0
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= MaxShards || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
 }

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
-
-	"github.com/hibiken/asynq"
 )
 
 // The task types. A task's type selects its payload: [ModifyPayload] for
@@ -180,45 +178,31 @@ func CreationLabel(eventID, orderNo string) string {
 	return labelCreate + " " + eventID + " " + orderNo
 }
 
-// ParseLabel reads a label of [PositionLabel] or [CreationLabel]. typ is
-// the type of a kind of [Kinds] for a task's own position, and the type of
-// the kind whose payloads create orders ([Creator]: the exchange) for a
-// creation (then from is the order it was created from); ok is false for
-// anything else. It reads the kinds table, so a kind added there is read
-// here with no other change.
+// ParseLabel reads a label of [PositionLabel] or [CreationLabel] against
+// the contract's kinds: [Table.ParseLabel] of [Kinds].
 func ParseLabel(label string) (typ, eventID, from string, ok bool) {
+	return kinds.ParseLabel(label)
+}
+
+// ParseLabel reads a label of [PositionLabel] or [CreationLabel]. typ is
+// the type of a kind of t for a task's own position, and the type of the
+// kind of t whose payloads create orders ([Creator]: the exchange) for a
+// creation (then from is the order it was created from); ok is false for
+// anything else, a kind missing from t included. A worker reads the labels
+// of its order sequences against the kinds it was configured with, so that
+// the position of a kind of its own is found as any other.
+func (t Table) ParseLabel(label string) (typ, eventID, from string, ok bool) {
 	kind, rest, _ := strings.Cut(label, " ")
 	if kind == labelCreate {
 		ev, from, _ := strings.Cut(rest, " ")
-		if creator == nil || !ValidEventID(ev) || !ValidOrderNo(from) {
+		c := t.creator()
+		if c == nil || !ValidEventID(ev) || !ValidOrderNo(from) {
 			return "", "", "", false
 		}
-		return creator.Type, ev, from, true
+		return c.Type, ev, from, true
 	}
-	if KindOf(kind) == nil || !ValidEventID(rest) {
+	if t.Of(kind) == nil || !ValidEventID(rest) {
 		return "", "", "", false
 	}
 	return kind, rest, "", true
-}
-
-// creator is the kind whose payloads create orders (implement [Creator]),
-// whose task a creation label names. A creation label does not carry its
-// type, so the table may hold one such kind (a test checks it).
-var creator = func() *Kind {
-	for _, k := range kinds {
-		if _, ok := k.zero.(Creator); ok {
-			return k
-		}
-	}
-	return nil
-}()
-
-// NewModifyTask is [NewTask] for a modify.
-func NewModifyTask(p ModifyPayload, opts ...asynq.Option) (*asynq.Task, error) {
-	return NewTask(p, opts...)
-}
-
-// NewExchangeTask is [NewTask] for an exchange.
-func NewExchangeTask(p ExchangePayload, opts ...asynq.Option) (*asynq.Task, error) {
-	return NewTask(p, opts...)
 }

@@ -14,14 +14,14 @@ import (
 )
 
 // The bytes on the wire are part of the contract: pin them.
-func TestNewModifyTask_Wire(t *testing.T) {
+func TestNewTask_ModifyWire(t *testing.T) {
 	t.Parallel()
 	p := tasks.ModifyPayload{
 		EventID: "e1",
 		OrderNo: "SO1",
 		Changes: tasks.Changes{Address: new("1 Main St"), Remark: new(""), Items: []tasks.Item{{SKU: "A", Qty: 2}}},
 	}
-	task, err := tasks.NewModifyTask(p)
+	task, err := tasks.NewTask(p)
 	require.NoError(t, err)
 	assert.Equal(t, "order:modify", task.Type())
 	assert.JSONEq(t, `{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St","remark":"","items":[{"sku":"A","qty":2}]}}`,
@@ -29,12 +29,12 @@ func TestNewModifyTask_Wire(t *testing.T) {
 	assert.Equal(t, `{"event_id":"e1","order_no":"SO1","changes":{"address":"1 Main St","remark":"","items":[{"sku":"A","qty":2}]}}`,
 		string(task.Payload()), "the encoding is compact and in field order")
 
-	got, err := tasks.ParseModify(task.Payload())
+	got, err := tasks.Parse[tasks.ModifyPayload](task.Payload())
 	require.NoError(t, err)
 	assert.Equal(t, p, got)
 }
 
-func TestNewExchangeTask_Wire(t *testing.T) {
+func TestNewTask_ExchangeWire(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -50,11 +50,11 @@ func TestNewExchangeTask_Wire(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			task, err := tasks.NewExchangeTask(tt.p)
+			task, err := tasks.NewTask(tt.p)
 			require.NoError(t, err)
 			assert.Equal(t, "order:exchange", task.Type())
 			assert.Equal(t, tt.want, string(task.Payload()))
-			got, err := tasks.ParseExchange(task.Payload())
+			got, err := tasks.Parse[tasks.ExchangePayload](task.Payload())
 			require.NoError(t, err)
 			assert.Equal(t, tt.p, got)
 		})
@@ -63,12 +63,12 @@ func TestNewExchangeTask_Wire(t *testing.T) {
 
 func TestNewTask_Invalid(t *testing.T) {
 	t.Parallel()
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "e1", OrderNo: "SO1"})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "e1", OrderNo: "SO1"})
 	assert.Nil(t, task)
 	assert.EqualError(t, err, "changes: must set at least one of address, remark and items")
 	assert.ErrorIs(t, err, tasks.ErrInvalid)
 
-	task, err = tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1"})
+	task, err = tasks.NewTask(tasks.ExchangePayload{EventID: "e1", OrderNo: "SO1"})
 	assert.Nil(t, task)
 	assert.EqualError(t, err, "items: required")
 	assert.ErrorIs(t, err, tasks.ErrInvalid)
@@ -78,7 +78,7 @@ func TestNewTask_PassesOptions(t *testing.T) {
 	t.Parallel()
 	// Options given to the constructor travel with the task into Enqueue;
 	// asynq keeps them unexported, so only check they are accepted.
-	task, err := tasks.NewModifyTask(validModify(), asynq.Queue(tasks.QueueModify), asynq.Timeout(time.Minute))
+	task, err := tasks.NewTask(validModify(), asynq.Queue(tasks.QueueModify), asynq.Timeout(time.Minute))
 	require.NoError(t, err)
 	assert.Equal(t, tasks.TypeModify, task.Type())
 }

@@ -141,7 +141,7 @@ func TestRedisStallRecovers(t *testing.T) {
 	const n = 60
 	for i := range n {
 		r := "r"
-		task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: eventID(i), OrderNo: orderNos[i%3], Changes: tasks.Changes{Remark: &r}})
+		task, err := tasks.NewTask(tasks.ModifyPayload{EventID: eventID(i), OrderNo: orderNos[i%3], Changes: tasks.Changes{Remark: &r}})
 		require.NoError(t, err)
 		_, err = cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID(eventID(i)), asynq.Retention(time.Hour))
 		require.NoError(t, err)

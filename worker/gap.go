@@ -11,7 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/tasks"
 	"go.uber.org/zap"
 )
 
@@ -66,14 +65,14 @@ func (w *Worker) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInf
 // skipped ("" when it should not), or, when its task exists, how long
 // before it runs.
 func (w *Worker) headFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
-	typ, eventID, from, ok := tasks.ParseLabel(te.Label)
+	typ, eventID, from, ok := w.kinds.ParseLabel(te.Label)
 	if !ok {
 		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
 	}
 	// A creation's position is held by the exchange, in the queue of the
 	// exchanged order.
 	creation := from != ""
-	queues := w.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+	queues := w.cfg.Shards.Placements(w.kinds.Of(typ), cmp.Or(from, orderNo))
 	var info *asynq.TaskInfo
 	for _, q := range queues {
 		found, err := w.taskInfo(ctx, q, eventID)
@@ -90,7 +89,7 @@ func (w *Worker) headFate(ctx context.Context, orderNo string, te *lock.TurnErro
 		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", eventID, strings.Join(queues, " or ")), 0, nil
 	}
 	if !creation {
-		if k := tasks.KindOf(info.Type); k != nil {
+		if k := w.kinds.Of(info.Type); k != nil {
 			if p, err := k.Parse(info.Payload); err == nil && p.Header().Seq != te.Head {
 				return fmt.Sprintf("task %s holds position %d, not this one (this one was refused as a duplicate)", eventID, p.Header().Seq), 0, nil
 			}

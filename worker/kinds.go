@@ -11,9 +11,11 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// Kind is the worker's entry for one task kind of the contract: how its
-// tasks wait and how they are applied to the store. [Kinds] lists them;
-// adding a task type means adding its tasks.Kind and one entry here.
+// Kind is the worker's entry for one task kind: how its tasks wait and how
+// they are applied to the store. [Kinds] lists the contract's; adding a
+// task type to the contract means adding its tasks.Kind and one entry
+// here. A program (or a test) with a kind of its own appends its entry to
+// Kinds() and passes the list as [Config.Kinds].
 type Kind struct {
 	// Kind is the contract's kind.
 	Kind *tasks.Kind
@@ -53,24 +55,35 @@ var kinds = []Kind{
 }
 
 // Kinds returns the worker's entries, one per kind of the contract, with
-// their default waits.
+// their default waits: the default of [Config.Kinds].
 func Kinds() []Kind { return append([]Kind(nil), kinds...) }
 
-// kindOf returns the entry of task type typ, or nil.
-func kindOf(typ string) *Kind {
-	for i := range kinds {
-		if kinds[i].Kind.Type == typ {
-			return &kinds[i]
+// table returns the contract kinds of entries, in their order.
+func table(entries []Kind) tasks.Table {
+	out := make(tasks.Table, len(entries))
+	for i, k := range entries {
+		out[i] = k.Kind
+	}
+	return out
+}
+
+// kindOf returns the entry of task type typ among the Worker's kinds, or
+// nil.
+func (c *Config) kindOf(typ string) *Kind {
+	for i := range c.Kinds {
+		if c.Kinds[i].Kind.Type == typ {
+			return &c.Kinds[i]
 		}
 	}
 	return nil
 }
 
-// kindNamed returns the entry of the kind named name, or nil.
-func kindNamed(name string) *Kind {
-	for i := range kinds {
-		if kinds[i].Kind.Name == name {
-			return &kinds[i]
+// kindNamed returns the entry of the kind named name among the Worker's
+// kinds, or nil.
+func (c *Config) kindNamed(name string) *Kind {
+	for i := range c.Kinds {
+		if c.Kinds[i].Kind.Name == name {
+			return &c.Kinds[i]
 		}
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,7 +28,8 @@ import (
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
 //
 // outcome is one of the Outcome* constants. task_type is a type of the
-// contract (tasks.Kinds), or "unknown" for any other type found in an order queue
+// Worker's kinds (Config.Kinds: the contract's, tasks.Kinds, by default),
+// or "unknown" for any other type found in an order queue
 // (such a task is archived): the type string comes from whoever wrote to
 // Redis, and as a label each new one would add series that never go away.
 // queue is the queue the task was taken from: one of the queues the Worker
@@ -93,22 +93,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // contract.
 const taskTypeUnknown = "unknown"
 
-// taskTypeLabel returns the task_type label of a task type: the type itself
-// for the contract's types, taskTypeUnknown for anything else, so that the
-// label has a bounded set of values.
-func taskTypeLabel(taskType string) string {
-	if tasks.KindOf(taskType) == nil {
+// taskTypeLabel returns the task_type label of the series of a task of
+// type taskType: the type itself for a kind of Config.Kinds, "unknown" for
+// anything else, so that the label has a bounded set of values.
+func (w *Worker) taskTypeLabel(taskType string) string {
+	if w.kinds.Of(taskType) == nil {
 		return taskTypeUnknown
 	}
 	return taskType
 }
 
-// observeTask records one task run, of a task taken from queue.
+// observeTask records one task run, of a task taken from queue; taskType
+// is its task_type label (Worker.taskTypeLabel).
 func (m *Metrics) observeTask(taskType, queue string, err error, took time.Duration, ti *Done) {
 	if m == nil {
 		return
 	}
-	taskType = taskTypeLabel(taskType)
 	m.taskDuration.WithLabelValues(taskType, queue, Outcome(err)).Observe(took.Seconds())
 	if ti.Lock.Attempts > 0 {
 		m.lockWait.WithLabelValues(taskType).Observe(ti.Lock.Waited.Seconds())

@@ -153,7 +153,7 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 		ctx = context.WithValue(ctx, runKey{}, r)
 		err := next.ProcessTask(ctx, t)
 		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
-		w.cfg.Metrics.observeTask(t.Type(), r.Queue, err, r.Took, &r.Done)
+		w.cfg.Metrics.observeTask(w.taskTypeLabel(t.Type()), r.Queue, err, r.Took, &r.Done)
 		w.logRun(&r.Done)
 		if w.cfg.OnDone != nil {
 			w.cfg.OnDone(r.Done)
@@ -211,7 +211,7 @@ func (w *Worker) logRun(d *Done) {
 // order's lock in the task's turn and applies the payload.
 func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	r := runFrom(ctx)
-	k := kindOf(t.Type())
+	k := w.cfg.kindOf(t.Type())
 	if k == nil {
 		return fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry)
 	}
@@ -343,7 +343,7 @@ func (w *Worker) wake(ctx context.Context, orderNo string, labels []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if err := requeue.Labels(ctx, w.rdb, orderNo, w.cfg.Shards, labels); err != nil {
+	if err := requeue.Labels(ctx, w.rdb, orderNo, w.cfg.Shards, w.kinds, labels); err != nil {
 		w.log.Warn("could not bring parked tasks back; they come back after their park delay",
 			zap.Strings("labels", labels), zap.Error(err))
 	}

@@ -255,7 +255,7 @@ func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
 	}
 	// And one enqueued by hand without a position, with asynq's MaxRetry at
 	// 1 (a budget of 0 by tasks.MaxRetry's rule).
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "by-hand", OrderNo: "SO-M0", Changes: tasks.Changes{Address: new("9 Hand St")}})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "by-hand", OrderNo: "SO-M0", Changes: tasks.Changes{Address: new("9 Hand St")}})
 	require.NoError(t, err)
 	_, err = e.cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("by-hand"), asynq.MaxRetry(1), asynq.Retention(time.Hour))
 	require.NoError(t, err)
@@ -411,7 +411,7 @@ func TestArchivedTaskUsesUpItsPosition(t *testing.T) {
 	q := e.sequencer()
 	pos, err := q.Reserve(t.Context(), "SO-ARCH-B", tasks.PositionLabel(tasks.TypeModify, "misplaced"), "")
 	require.NoError(t, err)
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "misplaced", OrderNo: "SO-ARCH-B", Seq: pos, Changes: tasks.Changes{Remark: new("wrong queue")}})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "misplaced", OrderNo: "SO-ARCH-B", Seq: pos, Changes: tasks.Changes{Remark: new("wrong queue")}})
 	require.NoError(t, err)
 	_, err = e.cli.Enqueue(task, asynq.Queue(tasks.QueueExchange), asynq.TaskID("misplaced"), asynq.MaxRetry(3))
 	require.NoError(t, err)
@@ -669,7 +669,7 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	q := e.sequencer()
 	late := func(id string, pos int64, remark string) {
 		t.Helper()
-		task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: id, OrderNo: "SO-LATE", Seq: pos, Changes: tasks.Changes{Remark: new(remark)}})
+		task, err := tasks.NewTask(tasks.ModifyPayload{EventID: id, OrderNo: "SO-LATE", Seq: pos, Changes: tasks.Changes{Remark: new(remark)}})
 		require.NoError(t, err)
 		e.enqueue(task, tasks.QueueModify, id)
 	}

@@ -113,7 +113,7 @@ func TestArchivedChangeStaysFindable(t *testing.T) {
 	r.final(t, "live-26")
 
 	// Without a position: an exchange to a taken number (SO27).
-	x, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "free-x", OrderNo: "SO26", NewOrderNo: "SO27", Items: []tasks.Item{{SKU: "B", Qty: 1}}})
+	x, err := tasks.NewTask(tasks.ExchangePayload{EventID: "free-x", OrderNo: "SO26", NewOrderNo: "SO27", Items: []tasks.Item{{SKU: "B", Qty: 1}}})
 	require.NoError(t, err)
 	e.enqueue(x, tasks.QueueExchange, "free-x")
 	d := r.final(t, "free-x")
@@ -121,7 +121,7 @@ func TestArchivedChangeStaysFindable(t *testing.T) {
 	requireNote(t, e, "SO26", 0, tasks.PositionLabel(tasks.TypeExchange, "free-x"), "archived: ", "SO27")
 
 	// A task ID that is not the event ID.
-	m, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-26", OrderNo: "SO26", Changes: tasks.Changes{Remark: new("x")}})
+	m, err := tasks.NewTask(tasks.ModifyPayload{EventID: "ev-26", OrderNo: "SO26", Changes: tasks.Changes{Remark: new("x")}})
 	require.NoError(t, err)
 	e.enqueue(m, tasks.QueueModify, "not-ev-26")
 	r.final(t, "not-ev-26")
@@ -143,7 +143,7 @@ func TestTaskIDMustBeTheEventID(t *testing.T) {
 	e.seed("SO24")
 	r := newRuns()
 	e.startWorker(worker.Config{OnDone: r.add}, nil)
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-24", OrderNo: "SO24", Changes: tasks.Changes{Remark: new("x")}})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "ev-24", OrderNo: "SO24", Changes: tasks.Changes{Remark: new("x")}})
 	require.NoError(t, err)
 	e.enqueue(task, tasks.QueueModify, "not-ev-24")
 	d := r.final(t, "not-ev-24")

@@ -137,7 +137,7 @@ func TestTaskOnAnotherShardIsArchived(t *testing.T) {
 	e.startWorker(worker.Config{Shards: shards, OnDone: r.add}, nil)
 	pos, err := e.sequencer().Reserve(t.Context(), "SO1001", tasks.PositionLabel(tasks.TypeModify, "misplaced"), "")
 	require.NoError(t, err)
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "misplaced", OrderNo: "SO1001", Seq: pos, Changes: tasks.Changes{Remark: new("wrong shard")}})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "misplaced", OrderNo: "SO1001", Seq: pos, Changes: tasks.Changes{Remark: new("wrong shard")}})
 	require.NoError(t, err)
 	e.enqueue(task, "order_modify:0", "misplaced")
 	_, err = e.producer(producer.Config{Shards: shards}).EnqueueModify(t.Context(), "SO1001", tasks.Changes{Remark: new("right shard")}, producer.WithEventID("right"))

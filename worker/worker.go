@@ -133,11 +133,18 @@ type Config struct {
 	// wait on Redis or the order API, so it is well above the core count.
 	// Defaults to 20.
 	Concurrency int
+	// Kinds are the kinds the Worker handles, each with how its tasks wait
+	// and are applied: every task type, queue and position label the
+	// Worker reads is read against them (a label of a kind missing here
+	// is taken for no task, and its position skipped by the gap check).
+	// Their tasks.Kind entries must pass tasks.Table.Validate and each
+	// needs an Apply. Defaults to [Kinds], the contract's.
+	Kinds []Kind
 	// Queues maps the queue of each kind to serve (tasks.Kind.Queue, such
 	// as "order_modify") to its priority weight; every shard queue of the
 	// kind (see Shards) is served with that weight. Another name, a shard
-	// queue's included, is an error. Defaults to every kind with its
-	// weight (order_exchange 6, order_modify 3): exchanges first.
+	// queue's included, is an error. Defaults to every kind of Kinds with
+	// its weight (order_exchange 6, order_modify 3): exchanges first.
 	//
 	// Each shard gets the kind's whole weight rather than a part of it:
 	// asynq picks the queue it takes a task from at random with chances
@@ -238,11 +245,16 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	if len(c.Queues) == 0 {
-		c.Queues = DefaultQueues()
+	if c.Kinds == nil {
+		c.Kinds = Kinds()
+	} else {
+		c.Kinds = slices.Clone(c.Kinds)
 	}
-	waits := make(map[string]Wait, len(kinds))
-	for _, k := range kinds {
+	if len(c.Queues) == 0 {
+		c.Queues = queuesOf(table(c.Kinds))
+	}
+	waits := make(map[string]Wait, len(c.Kinds))
+	for _, k := range c.Kinds {
 		waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
 	}
 	for name, w := range c.Waits {
@@ -273,18 +285,30 @@ func (c Config) withDefaults() Config {
 
 // DefaultQueues returns every kind's queue with its default weight, see
 // Config.Queues.
-func DefaultQueues() map[string]int {
+func DefaultQueues() map[string]int { return queuesOf(tasks.Kinds()) }
+
+// queuesOf returns the queue of each kind of t with its weight.
+func queuesOf(t tasks.Table) map[string]int {
 	q := make(map[string]int)
-	for _, k := range tasks.Kinds() {
+	for _, k := range t {
 		q[k.Queue] = k.Weight
 	}
 	return q
 }
 
 func (c Config) validate() error {
+	kinds := table(c.Kinds)
+	if err := kinds.Validate(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	for _, k := range c.Kinds {
+		if k.Apply == nil {
+			return fmt.Errorf("worker: kind %s has no Apply", k.Kind)
+		}
+	}
 	for q, w := range c.Queues {
-		if k := tasks.KindOfQueue(q); k == nil || k.Queue != q {
-			return fmt.Errorf("worker: unknown queue %q (known: %v; a kind's queue stands for all its shards)", q, slices.Sorted(maps.Keys(DefaultQueues())))
+		if k := kinds.OfQueue(q); k == nil || k.Queue != q {
+			return fmt.Errorf("worker: unknown queue %q (known: %v; a kind's queue stands for all its shards)", q, slices.Sorted(maps.Keys(queuesOf(kinds))))
 		}
 		if w <= 0 {
 			return fmt.Errorf("worker: queue %q has weight %d, want > 0", q, w)
@@ -294,7 +318,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	for name, w := range c.Waits {
-		if kindNamed(name) == nil {
+		if c.kindNamed(name) == nil {
 			return fmt.Errorf("worker: wait for unknown kind %q", name)
 		}
 		if err := w.Validate(); err != nil {
@@ -325,8 +349,9 @@ func (c Config) validate() error {
 // and Config.Shards).
 func (c Config) served() map[string]int {
 	out := make(map[string]int)
+	kinds := table(c.Kinds)
 	for q, w := range c.Queues {
-		for _, sq := range c.Shards.Queues(tasks.KindOfQueue(q)) {
+		for _, sq := range c.Shards.Queues(kinds.OfQueue(q)) {
 			out[sq] = w
 		}
 	}
@@ -337,6 +362,7 @@ func (c Config) served() map[string]int {
 // once and Shutdown it once.
 type Worker struct {
 	cfg      Config
+	kinds    tasks.Table    // the kinds of cfg.Kinds: what task types and labels are read against
 	queues   map[string]int // the queues served, shards included, with their weights
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
@@ -377,7 +403,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, queues: cfg.served(), rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
+	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,

@@ -107,14 +107,14 @@ func (e *env) enqueue(task *asynq.Task, queue, id string) {
 
 func (e *env) modify(orderNo, eventID string, c tasks.Changes) {
 	e.t.Helper()
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: eventID, OrderNo: orderNo, Changes: c})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: eventID, OrderNo: orderNo, Changes: c})
 	require.NoError(e.t, err)
 	e.enqueue(task, tasks.QueueModify, eventID)
 }
 
 func (e *env) exchange(orderNo, eventID, newNo string) {
 	e.t.Helper()
-	task, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: eventID, OrderNo: orderNo, NewOrderNo: newNo,
+	task, err := tasks.NewTask(tasks.ExchangePayload{EventID: eventID, OrderNo: orderNo, NewOrderNo: newNo,
 		Items: []tasks.Item{{SKU: "B", Qty: 2}}})
 	require.NoError(e.t, err)
 	e.enqueue(task, tasks.QueueExchange, eventID)

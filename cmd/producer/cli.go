@@ -24,14 +24,18 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-const usage = `Usage: producer [settings] <command> [flags] [args]
+// usage is the help text: one enqueue command per kind of the contract
+// (see kindCommands), then the other commands.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("Usage: producer [settings] <command> [flags] [args]\n\nCommands:\n")
+	for _, c := range kindCommands() {
+		fmt.Fprintf(&b, "  %s <order_no> %s\n        enqueue an %s task\n", c.kind.Name, c.flags, c.kind.Type)
+	}
+	return b.String() + otherCommands
+}
 
-Commands:
-  modify <order_no> [-address A] [-remark R] [-item SKU=QTY]... [-event-id ID]
-        enqueue an order:modify task
-  exchange <order_no> -item SKU=QTY [-item SKU=QTY]... [-new-order-no N] [-reason R] [-event-id ID]
-        enqueue an order:exchange task
-  order get <order_no>          print an order as JSON
+const otherCommands = `  order get <order_no>          print an order as JSON
   order history <order_no>      print an order's history as JSON
   order status <order_no> [-json]
         what is happening to an order: its lock, the changes waiting in its
@@ -103,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s.SetOutput(io.Discard)
 	if err := s.Parse(args); err != nil {
 		if errors.Is(err, config.ErrHelp) {
-			fmt.Fprint(stdout, usage)
+			fmt.Fprint(stdout, usage())
 			s.WriteUsage(stdout)
 			return nil
 		}
@@ -125,23 +129,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
-	switch rest[0] {
-	case "modify", "exchange":
+	if cmd, ok := kindCommand(rest[0]); ok {
 		p, err := producer.New(rdb, c.producerConfig())
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		var r producer.Result
-		if rest[0] == "modify" {
-			r, err = modify(ctx, p, rest[1:])
-		} else {
-			r, err = exchange(ctx, p, rest[1:])
-		}
+		r, err := cmd.run(ctx, p, rest[1:])
 		if err != nil {
 			return err
 		}
 		return printJSON(stdout, r)
+	}
+	switch rest[0] {
 	case "shards":
 		if len(rest) != 1 {
 			return errors.New("shards: takes no arguments (set QUEUE_SHARDS)")
@@ -233,6 +233,74 @@ func parseCommand(fs *flag.FlagSet, args []string) (string, error) {
 		return "", fmt.Errorf("%s: want exactly one order number, got %d arguments", fs.Name(), len(pos))
 	}
 	return pos[0], nil
+}
+
+// enqueueCommand is the CLI command that enqueues a task of one kind,
+// named by the kind.
+type enqueueCommand struct {
+	kind  *tasks.Kind
+	flags string // its flags, for the usage
+	run   func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error)
+}
+
+// handFlags are the enqueue commands with flags for the fields of their
+// kind's payload, by kind name. Any other kind's command takes its payload
+// as JSON (see jsonCommand).
+var handFlags = map[string]enqueueCommand{
+	"modify":   {flags: "[-address A] [-remark R] [-item SKU=QTY]... [-event-id ID]", run: modify},
+	"exchange": {flags: "-item SKU=QTY [-item SKU=QTY]... [-new-order-no N] [-reason R] [-event-id ID]", run: exchange},
+}
+
+// kindCommands returns the enqueue command of every kind of the
+// contract (tasks.Kinds), in its order.
+func kindCommands() []enqueueCommand {
+	var out []enqueueCommand
+	for _, k := range tasks.Kinds() {
+		c, ok := handFlags[k.Name]
+		if !ok {
+			c = jsonCommand(k)
+		}
+		c.kind = k
+		out = append(out, c)
+	}
+	return out
+}
+
+// kindCommand returns the enqueue command named name.
+func kindCommand(name string) (enqueueCommand, bool) {
+	for _, c := range kindCommands() {
+		if c.kind.Name == name {
+			return c, true
+		}
+	}
+	return enqueueCommand{}, false
+}
+
+// jsonCommand is the enqueue command of kind k that takes the payload as
+// JSON (-json), as the intake takes its body: order_no from the argument,
+// and no seq.
+func jsonCommand(k *tasks.Kind) enqueueCommand {
+	return enqueueCommand{flags: "-json PAYLOAD [-event-id ID]",
+		run: func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
+			fs := flag.NewFlagSet(k.Name, flag.ContinueOnError)
+			body := fs.String("json", "{}", "the payload as JSON, without order_no")
+			eventID := fs.String("event-id", "", "idempotency key (default: the payload's event_id, or a new UUID)")
+			no, err := parseCommand(fs, args)
+			if err != nil {
+				return producer.Result{}, err
+			}
+			payload, err := k.Decode([]byte(*body))
+			if err != nil {
+				return producer.Result{}, fmt.Errorf("%s: -json: %w", k.Name, err)
+			}
+			h := payload.Header()
+			h.OrderNo = no
+			var opts []producer.Option
+			if *eventID != "" {
+				opts = append(opts, producer.WithEventID(*eventID))
+			}
+			return p.Enqueue(ctx, payload.WithHeader(h), opts...)
+		}}
 }
 
 func modify(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {

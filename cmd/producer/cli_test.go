@@ -54,7 +54,7 @@ func TestCLI(t *testing.T) {
 	require.Contains(t, out, `"queue": "order_exchange"`)
 	info, err := insp.GetTaskInfo(tasks.QueueExchange, strings.Split(strings.Split(out, `"task_id": "`)[1], `"`)[0])
 	require.NoError(t, err)
-	p, err := tasks.ParseExchange(info.Payload)
+	p, err := tasks.Parse[tasks.ExchangePayload](info.Payload)
 	require.NoError(t, err)
 	require.Equal(t, "SO2", p.NewOrderNo)
 

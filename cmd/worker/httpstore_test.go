@@ -112,7 +112,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 	})
 	enqueueModify := func(eventID, orderNo, address string) {
 		t.Helper()
-		task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: eventID, OrderNo: orderNo, Changes: tasks.Changes{Address: &address}})
+		task, err := tasks.NewTask(tasks.ModifyPayload{EventID: eventID, OrderNo: orderNo, Changes: tasks.Changes{Address: &address}})
 		require.NoError(t, err)
 		_, err = cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID(eventID), asynq.Retention(time.Hour))
 		require.NoError(t, err)
@@ -126,7 +126,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 
 	// A raw task's seq that no sequence handed out reaches the upstream
 	// only as a position to check, never to store.
-	poison, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-poison", OrderNo: "SO1", Seq: 9000000000000000, Changes: tasks.Changes{Remark: new("poison")}})
+	poison, err := tasks.NewTask(tasks.ModifyPayload{EventID: "ev-poison", OrderNo: "SO1", Seq: 9000000000000000, Changes: tasks.Changes{Remark: new("poison")}})
 	require.NoError(t, err)
 	_, err = cli.Enqueue(poison, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-poison"), asynq.Retention(time.Hour))
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestRunWithHTTPStore(t *testing.T) {
 	assert.Equal(t, "9000000000000000", hdr.Get(httpstore.HeaderSequenceCheck))
 	assert.Empty(t, hdr.Get(httpstore.HeaderSequence))
 
-	x, err := tasks.NewExchangeTask(tasks.ExchangePayload{EventID: "ev-x", OrderNo: "SO1", Items: []tasks.Item{{SKU: "B", Qty: 2}}, Reason: "wrong size"})
+	x, err := tasks.NewTask(tasks.ExchangePayload{EventID: "ev-x", OrderNo: "SO1", Items: []tasks.Item{{SKU: "B", Qty: 2}}, Reason: "wrong size"})
 	require.NoError(t, err)
 	_, err = cli.Enqueue(x, asynq.Queue(tasks.QueueExchange), asynq.TaskID("ev-x"), asynq.Retention(time.Hour))
 	require.NoError(t, err)

@@ -47,7 +47,7 @@ func TestRunAppliesTasksAndStopsOnCancel(t *testing.T) {
 	go func() { done <- run(ctx, []string{"-concurrency", "4"}, func(k string) string { return env[k] }) }()
 
 	addr := "new address"
-	task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-1", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
+	task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "ev-1", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
 	require.NoError(t, err)
 	cli := asynq.NewClientFromRedisClient(db.Client)
 	_, err = cli.Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-1"))

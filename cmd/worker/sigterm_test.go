@@ -57,7 +57,7 @@ func TestSIGTERM(t *testing.T) {
 			go func() { exited <- cmd.Wait() }()
 
 			addr := "new"
-			task, err := tasks.NewModifyTask(tasks.ModifyPayload{EventID: "ev-term", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
+			task, err := tasks.NewTask(tasks.ModifyPayload{EventID: "ev-term", OrderNo: "SO1", Changes: tasks.Changes{Address: &addr}})
 			require.NoError(t, err)
 			_, err = asynq.NewClientFromRedisClient(db.Client).Enqueue(task, asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-term"), asynq.Retention(time.Hour))
 			require.NoError(t, err)

@@ -37,18 +37,19 @@ const InTransit = 250 * time.Millisecond
 // the exchanged order, whose queue holds the exchange). The first ends up
 // first in line (they are moved in reverse order, each to the front). A
 // task still active (on its way to being parked) is tried again, with
-// short pauses, for up to InTransit. A label that names no task is
-// ignored. It costs one round trip per label, plus one per placement
+// short pauses, for up to InTransit. Labels are read against kinds (the
+// caller's: tasks.Kinds, or a worker's configured kinds); a label that
+// names no task of them is ignored. It costs one round trip per label, plus one per placement
 // looked at in vain while a count drains. It returns the first Redis
 // error, after trying every label.
-func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, labels []string) error {
+func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string) error {
 	var first error
 	for _, label := range slices.Backward(labels) {
-		typ, id, from, ok := tasks.ParseLabel(label)
+		typ, id, from, ok := kinds.ParseLabel(label)
 		if !ok {
 			continue
 		}
-		for _, queue := range shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo)) {
+		for _, queue := range shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)) {
 			state, err := frontWhileActive(ctx, rdb, queue, id)
 			if err != nil {
 				first = cmp.Or(first, err)

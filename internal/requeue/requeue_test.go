@@ -45,9 +45,9 @@ func TestLabelsLooksInEveryPlacement(t *testing.T) {
 	require.Equal(t, "a", front("order_modify"))
 
 	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}
-	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3}, labels))
+	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3}, tasks.Kinds(), labels))
 	require.Equal(t, "a", front("order_modify"), "without the draining count, the old queue is not looked at")
-	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3, Draining: []int{1}}, labels))
+	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Kinds(), labels))
 	require.Equal(t, "parked", front("order_modify"), "found in the placement under the draining count")
 	require.Equal(t, "c", front("order_modify:2"))
 }

@@ -33,8 +33,9 @@ func runPlainWorker(ctx context.Context, getenv func(string) string) error {
 	defer rdb.Close()
 	noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
 	mux := asynq.NewServeMux()
-	mux.Handle(tasks.TypeModify, noop)
-	mux.Handle(tasks.TypeExchange, noop)
+	for _, k := range tasks.Kinds() {
+		mux.Handle(k.Type, noop)
+	}
 	srv := asynq.NewServerFromRedisClient(rdb, plainConfig(concurrency))
 	if err := srv.Start(mux); err != nil {
 		return err

@@ -570,8 +570,9 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 		var sl *seedLock
 		if sc.System == sysPlain {
 			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
-			mux.Handle(tasks.TypeModify, noop)
-			mux.Handle(tasks.TypeExchange, noop)
+			for _, k := range tasks.Kinds() {
+				mux.Handle(k.Type, noop)
+			}
 		} else {
 			sl = &seedLock{rdb: rdb, store: store, work: work, keyPrefix: prefix + "seedlock:", waits: newWaits()}
 			mux.Handle(tasks.TypeModify, sl)

@@ -39,7 +39,7 @@ type seedLock struct {
 var _ asynq.Handler = (*seedLock)(nil)
 
 func (s *seedLock) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	p, err := tasks.ParseModify(t.Payload())
+	p, err := tasks.Parse[tasks.ModifyPayload](t.Payload())
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orderworker/orderworker/cmd/internal/orderstore"
+	"github.com/orderworker/orderworker/internal/intake"
+	"github.com/orderworker/orderworker/internal/orders/httpstore"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
+)
+
+// kindSamples holds a valid payload of each kind of the contract, as JSON
+// without order_no (the CLI's -json and the intake's body), for
+// TestEveryKindEverywhere. A kind without one fails it: add one with the
+// kind.
+var kindSamples = map[string]string{
+	tasks.TypeModify:   `{"changes":{"remark":"conformance"}}`,
+	tasks.TypeExchange: `{"items":[{"sku":"B","qty":2}],"reason":"conformance"}`,
+}
+
+// TestEveryKindEverywhere is the kinds table's conformance test: it goes
+// over every kind of tasks.Kinds and checks that each layer has it, so that
+// a kind missed in one place fails here rather than in production. Per
+// kind: its position label reads back (tasks.ParseLabel, which the gap
+// check uses), it is placed on its queue and its shard queues and found by
+// them, the worker has its entry (worker.Kinds) with an Apply that succeeds
+// against the Redis store and the HTTP store (over the fake upstream), the
+// intake has its POST route, the CLI has its command, which enqueues it
+// through the producer, and the worker applies that task, counted in the
+// metrics under the kind's own task_type label (not "unknown").
+//
+// It lives here, in cmd/producer, because the CLI is package main, which
+// no other package can import; this test package may import every other
+// layer (worker, intake, both stores, the test upstream) without a cycle.
+func TestEveryKindEverywhere(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ctx := t.Context()
+
+	// The two order stores, and the store of each that seeds it.
+	redisStore, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
+	require.NoError(t, err)
+	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	httpStore, err := orderstore.Open(db.Client, db.Prefix, &orderstore.Settings{Store: orderstore.HTTP,
+		OrderAPIURL: up.APIURL(), OrderAPITimeout: 5 * time.Second, TokenURL: up.TokenURL(),
+		TokenClientID: upstreamtest.ClientID, TokenClientSecret: upstreamtest.ClientSecret,
+		TokenRefreshBefore: 10 * time.Second, TokenWaitTimeout: 5 * time.Second}, orderstore.Hooks{}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, httpStore.Close()) })
+	stores := []struct {
+		name        string
+		store, seed orders.Store
+	}{
+		{"redis", redisStore, redisStore},
+		{"http", httpStore.Store, oracle},
+	}
+	seed := func(store orders.Store, no string) {
+		t.Helper()
+		require.NoError(t, store.Put(ctx, orders.Order{No: no, Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	}
+
+	// A worker on the Redis store, with its metrics, for the CLI's tasks.
+	reg := prometheus.NewRegistry()
+	metrics, err := worker.NewMetrics(reg)
+	require.NoError(t, err)
+	done := make(chan worker.Done, 100)
+	w, err := worker.New(db.Client, redisStore, worker.Config{KeyPrefix: db.Prefix, Metrics: metrics, Logger: zaptest.NewLogger(t),
+		TaskCheckInterval: 50 * time.Millisecond, OnDone: func(d worker.Done) { done <- d }})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+
+	entries := map[string]worker.Kind{}
+	for _, k := range worker.Kinds() {
+		entries[k.Kind.Type] = k
+	}
+	routes := map[string]bool{}
+	for _, rt := range intake.Routes() {
+		routes[rt.Method+" "+rt.Path] = true
+	}
+	help := usage()
+
+	require.NotEmpty(t, tasks.Kinds())
+	require.NoError(t, tasks.Kinds().Validate())
+	require.Len(t, worker.Kinds(), len(tasks.Kinds()), "the worker has one entry per kind, and no other")
+	for _, k := range tasks.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			// The label of its positions reads back.
+			typ, ev, from, ok := tasks.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
+			require.True(t, ok, "ParseLabel reads the label of a %s position", k.Type)
+			assert.Equal(t, []string{k.Type, "ev-1", ""}, []string{typ, ev, from})
+
+			// Its placement: its queue and shard queues are its own.
+			require.Same(t, k, tasks.KindOf(k.Type))
+			require.Same(t, k, tasks.KindOfQueue(k.Queue))
+			assert.Positive(t, k.Weight)
+			assert.Equal(t, k.Weight, worker.DefaultQueues()[k.Queue], "the worker serves its queue with its weight")
+			for _, q := range k.ShardQueues(3) {
+				require.Same(t, k, tasks.KindOfQueue(q), q)
+			}
+			assert.Contains(t, tasks.Shards{}.AllQueues(), k.Queue)
+			assert.Contains(t, tasks.Shards{Count: 3}.Placements(k, "SO1001"), k.QueueFor("SO1001", 3))
+			assert.True(t, tasks.Shards{Count: 3}.Accepts(k, "SO1001", k.QueueFor("SO1001", 3)))
+
+			// The worker's entry.
+			entry, ok := entries[k.Type]
+			require.True(t, ok, "worker.Kinds has no entry for %s", k.Type)
+			require.Same(t, k, entry.Kind)
+			require.NotNil(t, entry.Apply)
+			require.NoError(t, entry.Wait.Validate())
+
+			sample, ok := kindSamples[k.Type]
+			require.True(t, ok, "add a sample payload of %s to kindSamples", k.Type)
+			payload := func(eventID, no string) tasks.Payload {
+				t.Helper()
+				p, err := k.Decode([]byte(sample))
+				require.NoError(t, err)
+				p = p.WithHeader(tasks.Header{EventID: eventID, OrderNo: no})
+				require.NoError(t, p.Validate())
+				return p
+			}
+
+			// Each order store applies it.
+			for _, s := range stores {
+				no := "SO-KIND-" + k.Name + "-" + s.name
+				seed(s.seed, no)
+				wctx := orders.WithWrite(ctx, orders.Write{Fence: 1, Worker: "conformance"})
+				require.NoError(t, entry.Apply(wctx, s.store, payload("kind-"+k.Name+"-"+s.name, no)),
+					"the %s store applies %s", s.name, k.Type)
+			}
+
+			// The intake's route.
+			assert.True(t, routes[http.MethodPost+" /v1/orders/{order_no}/"+k.Name], "the intake has no route for %s", k.Type)
+
+			// The CLI's command, in the help, and its JSON form enqueues
+			// the kind through the producer.
+			_, ok = kindCommand(k.Name)
+			require.True(t, ok, "the CLI has no command for %s", k.Type)
+			assert.Contains(t, help, "\n  "+k.Name+" <order_no> ")
+			no := "SO-KIND-" + k.Name + "-cli"
+			seed(redisStore, no)
+			id := "kind-" + k.Name + "-cli"
+			res, err := jsonCommand(k).run(ctx, p, []string{no, "-json", sample, "-event-id", id})
+			require.NoError(t, err)
+			assert.Equal(t, k.Queue, res.Queue)
+
+			// The worker applies it, and the metrics count it under its
+			// own task_type.
+			timeout := time.After(15 * time.Second)
+			for d := (worker.Done{}); d.EventID != id; {
+				select {
+				case d = <-done:
+				case <-timeout:
+					t.Fatalf("the worker did not run %s", id)
+				}
+				if d.EventID == id {
+					require.Equal(t, worker.OutcomeOK, d.Outcome, "%v", d.Err)
+				}
+			}
+			require.Equal(t, 1, countRuns(t, reg, k.Type), "orderworker_task_duration_seconds{task_type=%q}", k.Type)
+		})
+	}
+}
+
+// countRuns returns how many runs of task type typ the worker's metrics
+// counted.
+func countRuns(t *testing.T, reg *prometheus.Registry, typ string) int {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "orderworker_task_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%s", l.GetName(), l.GetValue()))
+			}
+			if strings.Contains(strings.Join(labels, ","), "task_type="+typ) {
+				n += int(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return n
+}
