@@ -695,7 +695,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	keys := []string{p.claimKey(msg.ID), seqKey, asynqwire.TaskKey(msg.Queue, msg.ID), asynqwire.PendingKey(msg.Queue), asynqwire.AllQueues}
 	var createRef string
 	if at.created != "" {
-		createRef = "c:" + msg.ID
+		createRef = lock.CreationRef(msg.ID)
 		k, _, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
 		if err != nil {
 			return fail(err)
@@ -867,7 +867,7 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 				return qerr
 			}
 			if at.created != "" {
-				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, "c:"+eventID)
+				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, lock.CreationRef(eventID))
 			}
 			return qerr
 		})

@@ -11,42 +11,34 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"go.uber.org/zap"
 )
 
-// resolution is what resolveHead found.
-type resolution struct {
-	skipped bool          // the head was skipped (by this call or another)
-	delay   time.Duration // the head's task exists and runs no sooner than this; 0: soon
+// queueTasks is what the Worker's Turns ask of asynq (lock.Tasks): the
+// fate of a head that waits for its task, and bringing parked tasks back.
+type queueTasks struct{ w *Worker }
+
+var _ lock.Tasks = queueTasks{}
+
+// Wake brings the parked tasks of order orderNo whose labels a release, a
+// skip or a settlement handed back to the front of their queues.
+func (q queueTasks) Wake(ctx context.Context, orderNo string, labels []string) error {
+	return requeue.Labels(ctx, q.w.rdb, orderNo, q.w.cfg.Shards, q.w.kinds, labels)
 }
 
-// resolveHead looks at the head of an order's sequence, which has waited
-// for its task longer than GapWait, and skips it when its task will never
-// come: asynq has no such task (the producer died before enqueueing it, or
-// someone deleted it), the task is archived (its work ended without it
-// taking its turn), completed (its turn was not passed on: the release that
-// would have done it failed), or holds another position (it was refused as
-// a duplicate and the void was lost). The task is looked for in each of its
-// placements (Config.Shards: its order's shard, and its shards under the
-// counts that drain). The skip is logged in the sequence with the reason.
-// When the task exists and will run, it reports when.
-func (w *Worker) resolveHead(ctx context.Context, orderNo string, te *lock.TurnError) (resolution, error) {
-	why, delay, err := w.headFate(ctx, orderNo, te)
-	if err != nil || why == "" {
-		return resolution{delay: delay}, err
-	}
-	st, err := w.seq.Skip(ctx, orderNo, te.Head, te.Record, why)
-	if err != nil {
-		return resolution{}, fmt.Errorf("skip position %d of %s: %w", te.Head, orderNo, err)
-	}
-	if st.Done {
-		w.log.Warn("position skipped", zap.String("order_no", orderNo), zap.Int64("seq", te.Head),
-			zap.String("label", te.Label), zap.String("reason", why))
-	}
-	w.wake(ctx, orderNo, st.Wake)
-	// Skipped by us or, meanwhile, by someone else, or its task came: try
-	// again either way.
-	return resolution{skipped: true}, nil
+// HeadFate is the gap check: it looks at the head of an order's sequence,
+// which has waited for its task longer than GapWait, and says why it
+// should be skipped when its task will never come: asynq has no such task
+// (the producer died before enqueueing it, or someone deleted it), the
+// task is archived (its work ended without it taking its turn), completed
+// (its turn was not passed on: the release that would have done it
+// failed), or holds another position (it was refused as a duplicate and
+// the void was lost). The task is looked for in each of its placements
+// (Config.Shards: its order's shard, and its shards under the counts that
+// drain). When the task exists and will run later, it says when.
+func (q queueTasks) HeadFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
+	return q.w.headFate(ctx, orderNo, te)
 }
 
 // taskInfo reads task id of queue with asynqwire.TaskInfo, which never

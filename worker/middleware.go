@@ -9,7 +9,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 	"go.uber.org/zap"
@@ -230,9 +229,9 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if q, _ := asynq.GetQueueName(ctx); !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
 		err := w.misplaced(k.Kind, h.OrderNo, q)
 		if turn.Pos > 0 {
-			w.settleAhead(ctx, h, turn, p, "archived: "+err.Error())
+			w.abandon(ctx, h, turn, p, "archived: "+err.Error())
 		} else {
-			w.noteArchived(ctx, h.OrderNo, 0, label, err)
+			w.turns.Note(ctx, h.OrderNo, 0, label, "archived: "+err.Error())
 		}
 		return err
 	}
@@ -241,7 +240,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 		// find a change by its event ID as its task ID.
 		err := fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
 			clip(r.TaskID), h.EventID, asynq.SkipRetry)
-		w.noteArchived(ctx, h.OrderNo, h.Seq, label, err)
+		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
 		return err
 	}
 
@@ -258,16 +257,24 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	meta := clip(k.Kind.Type + " " + r.TaskID)
 
-	lease, err := w.acquire(ctx, h.OrderNo, meta, turn, wait, r)
-	if err != nil {
-		if errors.Is(err, lock.ErrBadPosition) {
-			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-			w.noteArchived(ctx, h.OrderNo, h.Seq, label, err)
-		}
+	lease, taken, err := w.turns.Take(ctx, h.OrderNo, meta, turn, wait)
+	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
+	var park *lock.ParkError
+	switch {
+	case err == nil:
+	case errors.Is(err, lock.ErrBusy):
+		return &waitError{err: err, delay: w.busyDelay()}
+	case errors.As(err, &park):
+		return &waitError{err: park.Err, delay: park.Delay + w.busyDelay()}
+	case errors.Is(err, lock.ErrBadPosition):
+		err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
+		return err
+	default:
 		return err
 	}
 	st := lease.Stats()
-	st.Waited += r.Lock.Waited // waits of earlier rounds (a skipped head)
+	st.Waited += taken.Waited // waits of earlier rounds (a skipped head)
 	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), Mode(lease.Mode()), LockStats(st)
 	return w.apply(ctx, k, p, lease, r, tasks.FailureBudget(maxRetry))
 }
@@ -281,79 +288,6 @@ func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 	s := w.cfg.Shards
 	return fmt.Errorf("%s task of order %s on queue %q: its queue is %s (shards %s): %w",
 		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry)
-}
-
-// acquire takes the order's lock in the task's turn. A task more than two
-// positions behind the head, or that waited its deadline, is parked: it
-// goes back to its queue with a *waitError, to be brought to the front of
-// the queue when its turn nears (see wake), and to look again after
-// GapWait at the latest.
-// When the head of the order's sequence has been unfilled longer than
-// GapWait, it first checks whether the head's task exists and skips the
-// head when it does not, then tries again.
-func (w *Worker) acquire(ctx context.Context, orderNo, meta string, turn lock.Turn, wait lock.Wait, r *run) (*lock.Lease, error) {
-	checked := int64(0) // the head found to exist: no need to look again
-	for {
-		wt := wait
-		if turn.Pos > 0 && checked == 0 {
-			wt.StuckAfter = w.cfg.GapWait
-		}
-		lease, err := w.lockr.AcquireTurn(ctx, orderNo, meta, turn, wt)
-		var te *lock.TurnError
-		var busy *lock.BusyError
-		switch {
-		case err == nil:
-			return lease, nil
-		case errors.As(err, &busy):
-			r.Lock.Waited += busy.Waited
-			return nil, &waitError{err: err, delay: w.busyDelay()}
-		case !errors.As(err, &te):
-			return nil, err
-		}
-		r.Lock.Waited += te.Waited
-		if te.Retry > 0 {
-			// The head failed and runs again later: so do we, just after,
-			// unless its success calls us back first.
-			return nil, &waitError{err: err, delay: w.park(te.Retry)}
-		}
-		if te.Age < w.cfg.GapWait || te.Head == checked {
-			return nil, &waitError{err: err, delay: w.park(w.cfg.GapWait)}
-		}
-		res, err := w.resolveHead(ctx, orderNo, te)
-		switch {
-		case err != nil:
-			return nil, err
-		case res.skipped:
-			r.Skipped++
-			continue
-		case res.delay > 0:
-			return nil, &waitError{err: te, delay: w.park(res.delay)}
-		}
-		checked = te.Head
-	}
-}
-
-// wake brings back the parked tasks whose positions of order orderNo's
-// sequence a release, a skip or a settlement called (see lock.Lease.Wake):
-// to the front of their queues. A failure only costs them their park
-// delay, and is logged.
-func (w *Worker) wake(ctx context.Context, orderNo string, labels []string) {
-	if len(labels) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	if err := requeue.Labels(ctx, w.rdb, orderNo, w.cfg.Shards, w.kinds, labels); err != nil {
-		w.log.Warn("could not bring parked tasks back; they come back after their park delay",
-			zap.Strings("labels", labels), zap.Error(err))
-	}
-}
-
-// park returns the delay of a task that waits for a head that runs again
-// only after d: just after it, but no later than GapWait, so that a head
-// whose task is deleted meanwhile is found and skipped within about GapWait.
-func (w *Worker) park(d time.Duration) time.Duration {
-	return min(d, w.cfg.GapWait) + w.busyDelay()
 }
 
 // apply runs the kind's handler inside the lease, and releases it: passing
@@ -378,23 +312,17 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		// becomes of the task without reading this error: the turn stays,
 		// and the task, if it is archived, is skipped by the gap check.
 		final := ctx.Err() == nil && (err == nil || errors.Is(err, asynq.SkipRetry))
-		if final {
-			lease.Finish()
-		} else {
-			var f *failure
-			if errors.As(err, &f) {
-				lease.RetryAt(time.Now().Add(f.delay))
-			}
+		var retryAt time.Time
+		var f *failure
+		if !final && errors.As(err, &f) {
+			retryAt = time.Now().Add(f.delay)
 		}
-		w.release(ctx, lease, err == nil)
-		w.wake(ctx, h.OrderNo, lease.Wake())
+		w.turns.Pass(ctx, lease, final, retryAt, err == nil)
 		if final && err != nil {
-			w.noteArchived(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), err)
+			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
 		}
 		if final {
-			if c, ok := p.(tasks.Creator); ok {
-				w.settleCreation(ctx, c.Creates(), h, err)
-			}
+			w.created(ctx, p, err)
 		}
 	}()
 	wctx = orders.WithWrite(wctx, orders.Write{
@@ -413,24 +341,13 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	wctx = lock.WithHold(wctx, lease)
 	err = k.Apply(wctx, w.store, p)
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
-		err = w.whyNotFound(ctx, h.OrderNo, err)
-	}
-	return storeError(err)
-}
-
-// whyNotFound adds to a missing order's error the reason an exchange that
-// was to create it did not, when the order's sequence logged one.
-func (w *Worker) whyNotFound(ctx context.Context, orderNo string, err error) error {
-	st, serr := w.seq.Status(ctx, orderNo)
-	if serr != nil {
-		return err
-	}
-	for i := len(st.Log) - 1; i >= 0; i-- {
-		if e := st.Log[i]; e.Kind == "finish" && strings.HasPrefix(e.Reason, notCreated) {
-			return fmt.Errorf("%w; it was to be created, but %s", err, strings.TrimPrefix(e.Reason, "not created: "))
+		// A change of an order that an exchange was to create, and did not:
+		// say why.
+		if why, werr := w.turns.NotCreated(ctx, h.OrderNo); werr == nil && why != "" {
+			err = fmt.Errorf("%w; it was to be created, but %s", err, why)
 		}
 	}
-	return err
+	return storeError(err)
 }
 
 // decide turns a handler error into what asynq gets: a failure within the
@@ -446,82 +363,24 @@ func (w *Worker) decide(ctx context.Context, err error, retried, budget int) err
 	return &failure{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, nil)}
 }
 
-// release releases a lease, logging what goes wrong: the task's outcome
-// stands either way.
-func (w *Worker) release(ctx context.Context, lease *lock.Lease, ok bool) {
-	switch err := lease.Release(ctx); {
-	case err == nil:
-	case errors.Is(err, lock.ErrNotHeld) && ok:
-		w.log.Warn("lease ended before the work did", zap.String("key", lease.Key()), zap.Int64("fence", lease.Fence()))
-	case !errors.Is(err, lock.ErrNotHeld):
-		w.log.Warn("release failed; the lock expires with its lease",
-			zap.String("key", lease.Key()), zap.Int64("fence", lease.Fence()), zap.Error(err))
-	}
-}
-
-// settleTimeout bounds the sequence writes a task makes after its work.
-const settleTimeout = 5 * time.Second
-
-// settleCreation finishes the position that an exchange reserved in its
-// replacement's sequence, so the changes of the replacement accepted after
-// the exchange can go: the replacement exists now, or it never will (then
-// the reason is logged in the replacement's sequence, where a modify of it
-// finds it).
-func (w *Worker) settleCreation(ctx context.Context, created string, h tasks.Header, err error) {
-	outcome := "created by exchange " + h.EventID + " of " + h.OrderNo
-	if err != nil {
-		outcome = notCreated + h.EventID + " of " + h.OrderNo + " was rejected: " + clip(err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	st, serr := w.seq.Finish(ctx, created, 0, "", "c:"+h.EventID, outcome)
-	if serr != nil {
-		w.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
-			zap.String("order_no", created), zap.String("event_id", h.EventID), zap.Error(serr))
-	}
-	w.wake(ctx, created, st.Wake)
-}
-
-// noteArchived records in the order's sequence log that the task of
-// position pos (0 for none) and label (its type and event ID) was archived,
-// and why: a release passed its turn on like any finished work, and the
-// order's status view finds archived tasks through this note, and keeps
-// showing the event ID and the reason after asynq has dropped the task (it
-// keeps at most 10,000 archived tasks per queue, for 90 days). The note
-// lives with the sequence, for at least its retention (7 days by default);
-// an order without a live sequence (one never changed through the
-// producer, or idle) gets none. It costs a round trip on this rare path
-// only; a failure loses the note (the task stays archived in asynq) and is
-// logged.
-func (w *Worker) noteArchived(ctx context.Context, orderNo string, pos int64, label string, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	if nerr := w.seq.Note(ctx, orderNo, pos, label, clip("archived: "+err.Error())); nerr != nil {
-		w.log.Warn("could not note the archived task in its order's sequence",
-			zap.String("order_no", orderNo), zap.Int64("seq", pos), zap.Error(nerr))
-	}
-}
-
-// notCreated starts the outcome of a creation that failed.
-const notCreated = "not created: exchange "
-
-// settleAhead uses up the position of a task that is archived without
-// running in its turn (its work is done: it never will run).
-func (w *Worker) settleAhead(ctx context.Context, h tasks.Header, turn lock.Turn, p tasks.Payload, outcome string) {
-	if turn.Pos == 0 {
+// created settles the creation a change of p's kind was to make (an
+// exchange creating its replacement), once its work ended for good: the
+// replacement exists now, or, with err, never will.
+func (w *Worker) created(ctx context.Context, p tasks.Payload, err error) {
+	c, ok := p.(tasks.Creator)
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	st, err := w.seq.Finish(ctx, h.OrderNo, turn.Pos, turn.Label, "", clip(outcome))
-	if err != nil {
-		w.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
-			zap.String("order_no", h.OrderNo), zap.Int64("seq", turn.Pos), zap.Error(err))
-	}
-	w.wake(ctx, h.OrderNo, st.Wake)
-	if c, ok := p.(tasks.Creator); ok {
-		w.settleCreation(ctx, c.Creates(), h, errors.New(outcome))
-	}
+	h := p.Header()
+	w.turns.Created(ctx, c.Creates(), h.EventID, "exchange "+h.EventID+" of "+h.OrderNo, err)
+}
+
+// abandon uses up the position of a task that is archived without running
+// in its turn (its work is done: it never will run), and settles the
+// creation it was to make.
+func (w *Worker) abandon(ctx context.Context, h tasks.Header, turn lock.Turn, p tasks.Payload, outcome string) {
+	w.turns.Abandon(ctx, h.OrderNo, turn, outcome)
+	w.created(ctx, p, errors.New(outcome))
 }
 
 // clip cuts a string from a task (type, ID, queue) to a length fit for a

@@ -368,7 +368,7 @@ type Worker struct {
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
 	lockr    *lock.Locker // the Worker's own: Shutdown closes it
-	seq      *lock.Sequencer
+	turns    *lock.Turns  // the orders' turns, on lockr
 	insp     *asynq.Inspector
 	store    orders.Store
 	log      *zap.Logger
@@ -403,8 +403,13 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, seq: locker.Sequencer(), store: store, log: log,
+	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
+	w.turns, err = lock.NewTurns(locker, queueTasks{w}, lock.TurnsConfig{GapWait: cfg.GapWait, Logger: log})
+	if err != nil {
+		_ = locker.Close()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   maps.Clone(w.queues),

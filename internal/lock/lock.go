@@ -46,6 +46,13 @@
 // [Lease.Finish]ed turn is passed on by the release script (or by a store's
 // commit script, see [CommitLua]), so ordering costs no extra round trip. The
 // notice of a finished turn wakes only the waiter whose turn is next.
+//
+// [Turns] is the one owner of the turns on the holders' side, built on a
+// Locker and a small callback into the task queue ([Tasks]): it takes a
+// turn (waiting, parking a position too far back, and skipping a head
+// whose holder will never come), passes it on when the work ends, and
+// settles the positions of holders that end without their turn. The
+// worker's middleware reads as: [Turns.Take], run, commit, [Turns.Pass].
 package lock
 
 import (
@@ -589,39 +596,8 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// Do takes the lock of key (waiting by policy w), keeps its lease renewed
-// while fn runs, and releases it when fn returns, also when ctx was
-// cancelled and when fn panics (the panic then goes on). fn's context is
-// cancelled with cause ErrLost if the lease is lost; fn's error is then
-// wrapped so that errors.Is(err, ErrLost) holds.
-//
-// Do returns Acquire's error when the lock was not taken, and otherwise fn's
-// error. A failed release is logged, not returned: fn's work is done, and the
-// lock then expires with its lease.
-func (l *Locker) Do(ctx context.Context, key, meta string, w Wait, fn func(ctx context.Context, lease *Lease) error) error {
-	return l.DoTurn(ctx, key, meta, Turn{}, w, fn)
-}
-
-// DoTurn is Do in the turn of a position (see AcquireTurn). fn says with
-// [Lease.Finish] whether its work for the position is done; the release then
-// passes the turn on. A turn that is not finished stays: the position is
-// still next, and fn's caller runs it again later.
-func (l *Locker) DoTurn(ctx context.Context, key, meta string, turn Turn, w Wait, fn func(ctx context.Context, lease *Lease) error) (err error) {
-	lease, err := l.AcquireTurn(ctx, key, meta, turn, w)
-	if err != nil {
-		return err
-	}
-	wctx := lease.Keep(ctx)
-	defer func() {
-		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
-			err = fmt.Errorf("%w: %w", cause, err)
-		}
-		l.release(ctx, lease, err == nil)
-	}()
-	return fn(wctx, lease)
-}
-
-// release releases lease for Do, logging what goes wrong. ok says whether
+// release releases lease after its holder's work (Turns.Pass), logging
+// what goes wrong. ok says whether
 // the work ended without an error.
 func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
 	switch rerr := lease.Release(ctx); {

@@ -1,0 +1,42 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Do and DoTurn run fn under a lease: the lock's own tests use them; the
+// product takes turns with [Turns].
+
+// Do takes the lock of key (waiting by policy w), keeps its lease renewed
+// while fn runs, and releases it when fn returns, also when ctx was
+// cancelled and when fn panics (the panic then goes on). fn's context is
+// cancelled with cause ErrLost if the lease is lost; fn's error is then
+// wrapped so that errors.Is(err, ErrLost) holds.
+//
+// Do returns Acquire's error when the lock was not taken, and otherwise fn's
+// error. A failed release is logged, not returned: fn's work is done, and the
+// lock then expires with its lease.
+func (l *Locker) Do(ctx context.Context, key, meta string, w Wait, fn func(ctx context.Context, lease *Lease) error) error {
+	return l.DoTurn(ctx, key, meta, Turn{}, w, fn)
+}
+
+// DoTurn is Do in the turn of a position (see AcquireTurn). fn says with
+// [Lease.Finish] whether its work for the position is done; the release then
+// passes the turn on. A turn that is not finished stays: the position is
+// still next, and fn's caller runs it again later.
+func (l *Locker) DoTurn(ctx context.Context, key, meta string, turn Turn, w Wait, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	lease, err := l.AcquireTurn(ctx, key, meta, turn, w)
+	if err != nil {
+		return err
+	}
+	wctx := lease.Keep(ctx)
+	defer func() {
+		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		l.release(ctx, lease, err == nil)
+	}()
+	return fn(wctx, lease)
+}

@@ -1,0 +1,317 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Tasks is what a [Turns] asks of the queue whose tasks hold a key's
+// positions (asynq, in the worker). Its methods are called from many
+// goroutines at once.
+type Tasks interface {
+	// HeadFate says why the task holding the head of key's sequence
+	// (te.Head under te.Label) will never take its turn: a reason to skip
+	// the position, or "" when it will come. When it exists and runs only
+	// later (scheduled, backing off), delay says how long from now.
+	HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error)
+	// Wake brings the parked holders of the labels a settlement handed
+	// back ([Lease.Wake], [Settlement].Wake) to the front of their queues.
+	Wake(ctx context.Context, key string, labels []string) error
+}
+
+// TurnsConfig tunes a [Turns]. The zero value means all defaults.
+type TurnsConfig struct {
+	// GapWait is how long the head of a sequence may wait for its holder
+	// before [Turns.Take] asks [Tasks.HeadFate] whether it will come, and
+	// the longest a parked waiter stays away. Defaults to 30 seconds.
+	GapWait time.Duration
+	// SettleTimeout bounds the sequence writes made after a holder's work
+	// (passing the turn on, notes, settlements), which run on a context
+	// that survives the work's cancellation. Defaults to 5 seconds.
+	SettleTimeout time.Duration
+	// Logger receives what goes wrong in those writes (the work's outcome
+	// stands either way) and the skips. Defaults to discarding.
+	Logger *zap.Logger
+}
+
+// DefaultGapWait is the default of [TurnsConfig.GapWait].
+const DefaultGapWait = 30 * time.Second
+
+// DefaultSettleTimeout is the default of [TurnsConfig.SettleTimeout].
+const DefaultSettleTimeout = 5 * time.Second
+
+// ParkError is returned by [Turns.Take] for a holder that goes back to its
+// queue for Delay without its turn: its position is too far back, its
+// wait ran out, the head backs off after a failure, or the head's task
+// runs only later. It matches [ErrNotYourTurn], and Delay is at most the
+// GapWait, so that a head that will never come is found within about
+// GapWait.
+type ParkError struct {
+	Err   *TurnError
+	Delay time.Duration
+}
+
+func (e *ParkError) Error() string {
+	return fmt.Sprintf("%v; parked for %v", e.Err, e.Delay.Round(time.Millisecond))
+}
+func (e *ParkError) Unwrap() error { return e.Err }
+
+// Taken is what a [Turns.Take] did before it returned, also on an error.
+type Taken struct {
+	// Waited is how long it waited for the lock and the turn.
+	Waited time.Duration
+	// Skipped counts the head positions it skipped because their holders
+	// will never come.
+	Skipped int
+}
+
+// Turns is the one owner of the per-key sequence's turns on the holders'
+// side: it takes a key's lock in a position's turn (waiting, parking, and
+// skipping a head whose holder will never come, which it learns from
+// [Tasks]), passes the turn on when the work ends, and settles the
+// positions of holders that end without their turn. The worker's
+// middleware reads as: [Turns.Take], run, commit, [Turns.Pass].
+//
+// A Turns is safe for concurrent use. It starts no goroutine.
+type Turns struct {
+	l     *Locker
+	seq   *Sequencer
+	tasks Tasks
+	cfg   TurnsConfig
+	log   *zap.Logger
+}
+
+// NewTurns returns the Turns of l's keys, asking tasks about their
+// holders. It returns an error for a nil argument or a negative setting.
+func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
+	if l == nil || tasks == nil {
+		return nil, errors.New("lock: turns need a locker and tasks")
+	}
+	if cfg.GapWait < 0 || cfg.SettleTimeout < 0 {
+		return nil, errors.New("lock: turns: GapWait and SettleTimeout must not be negative")
+	}
+	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
+	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Take takes key's lock in turn's position (a zero turn: without order),
+// waiting by policy w. A position more than two behind the head, or one
+// that waited its deadline, is parked: Take returns a [*ParkError] with
+// the delay after which its holder should look again (the call back of
+// the release before it brings it back sooner, see [Tasks.Wake]). When
+// the head has waited for its holder longer than GapWait, Take asks
+// [Tasks.HeadFate] about it once, skips it when its holder will never
+// come (the skip is logged in the sequence with the reason), and tries
+// again.
+//
+// It returns a [*BusyError] when the lock stayed held past w's deadline,
+// errors matching [ErrBadPosition] for a position that is not the
+// caller's, and Redis and HeadFate errors, wrapped.
+func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, Taken, error) {
+	var done Taken
+	checked := int64(0) // the head found to exist: no need to look again
+	for {
+		wt := w
+		if turn.Pos > 0 && checked == 0 {
+			wt.StuckAfter = t.cfg.GapWait
+		}
+		lease, err := t.l.AcquireTurn(ctx, key, meta, turn, wt)
+		var te *TurnError
+		var busy *BusyError
+		switch {
+		case err == nil:
+			return lease, done, nil
+		case errors.As(err, &busy):
+			done.Waited += busy.Waited
+			return nil, done, err
+		case !errors.As(err, &te):
+			return nil, done, err
+		}
+		done.Waited += te.Waited
+		if te.Retry > 0 {
+			// The head failed and runs again later: so do we, just after,
+			// unless its success calls us back first.
+			return nil, done, t.park(te, te.Retry)
+		}
+		if te.Age < t.cfg.GapWait || te.Head == checked {
+			return nil, done, t.park(te, t.cfg.GapWait)
+		}
+		skipped, delay, err := t.resolveHead(ctx, key, te)
+		switch {
+		case err != nil:
+			return nil, done, err
+		case skipped:
+			done.Skipped++
+			continue
+		case delay > 0:
+			return nil, done, t.park(te, delay)
+		}
+		checked = te.Head
+	}
+}
+
+// park is the ParkError of a waiter for a head that runs again only after
+// d: no later than GapWait, so that a head whose task is deleted meanwhile
+// is found and skipped within about GapWait.
+func (t *Turns) park(te *TurnError, d time.Duration) *ParkError {
+	return &ParkError{Err: te, Delay: min(d, t.cfg.GapWait)}
+}
+
+// resolveHead skips the head of te, which has waited for its holder longer
+// than GapWait, when [Tasks.HeadFate] says it will never come. It reports
+// whether the head was skipped (by this call or, meanwhile, another), or
+// how long before its holder runs.
+func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (skipped bool, delay time.Duration, err error) {
+	why, delay, err := t.tasks.HeadFate(ctx, key, te)
+	if err != nil || why == "" {
+		return false, delay, err
+	}
+	st, err := t.seq.Skip(ctx, key, te.Head, te.Record, why)
+	if err != nil {
+		return false, 0, fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
+	}
+	if st.Done {
+		t.log.Warn("position skipped", zap.String("order_no", key), zap.Int64("seq", te.Head),
+			zap.String("label", te.Label), zap.String("reason", why))
+	}
+	t.wake(ctx, key, st.Wake)
+	// Skipped by us or, meanwhile, by someone else, or its holder came:
+	// try again either way.
+	return true, 0, nil
+}
+
+// Pass ends the holder's work under lease. When done (the position's work
+// ended: applied, or given up for good), the release passes the turn on;
+// otherwise the turn stays, and with retryAt set the positions behind wait
+// until then. It releases the lease (a failed release is logged: the
+// lock then expires with its lease; ok says the work succeeded, for the
+// log) and wakes the parked holders the release handed back. It runs on
+// a context that survives ctx's cancellation, bounded by SettleTimeout.
+func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) {
+	switch {
+	case done:
+		lease.Finish()
+	case !retryAt.IsZero():
+		lease.RetryAt(retryAt)
+	}
+	ctx, cancel := t.settleCtx(ctx)
+	defer cancel()
+	t.l.release(ctx, lease, ok)
+	t.wake(ctx, lease.key, lease.Wake())
+}
+
+// Abandon uses up position turn of key, whose holder ends without running
+// in its turn (its work is given up for good: it never will run), with the
+// outcome logged in the sequence, and wakes the holders that called
+// back. A failure is logged: the position is then skipped by the gap
+// check.
+func (t *Turns) Abandon(ctx context.Context, key string, turn Turn, outcome string) {
+	if turn.Pos == 0 {
+		return
+	}
+	ctx, cancel := t.settleCtx(ctx)
+	defer cancel()
+	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
+	if err != nil {
+		t.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
+			zap.String("order_no", key), zap.Int64("seq", turn.Pos), zap.Error(err))
+	}
+	t.wake(ctx, key, st.Wake)
+}
+
+// Note records in key's sequence log that the holder of position pos (0
+// for none) under label ended for good without its work, and why (see
+// [Sequencer.Note]): the note outlives the holder's own record. A failure
+// loses the note and is logged.
+func (t *Turns) Note(ctx context.Context, key string, pos int64, label, reason string) {
+	ctx, cancel := t.settleCtx(ctx)
+	defer cancel()
+	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
+		t.log.Warn("could not note the archived task in its order's sequence",
+			zap.String("order_no", key), zap.Int64("seq", pos), zap.Error(err))
+	}
+}
+
+// CreationRef is the reference of the position that creator, the event
+// ID of a change that creates a key (an exchange creating its
+// replacement), reserves in the created key's sequence: the changes of the
+// created key accepted after it wait for the creation.
+func CreationRef(creator string) string { return "c:" + creator }
+
+// notCreated starts the outcome of a creation that did not happen.
+const notCreated = "not created: "
+
+// Created finishes the position that creator (an event ID, described as
+// by in the log, e.g. "exchange E of SO1") reserved in created's sequence:
+// created exists now, or, when err is not nil, never will (the reason is
+// logged in created's sequence, where [Turns.NotCreated] finds it). The
+// changes of created accepted after the creator can then go. A failure is
+// logged: they then wait for the gap check.
+func (t *Turns) Created(ctx context.Context, created, creator, by string, err error) {
+	outcome := "created by " + by
+	if err != nil {
+		outcome = notCreated + by + " was rejected: " + clip(err.Error())
+	}
+	ctx, cancel := t.settleCtx(ctx)
+	defer cancel()
+	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
+	if serr != nil {
+		t.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
+			zap.String("order_no", created), zap.String("event_id", creator), zap.Error(serr))
+	}
+	t.wake(ctx, created, st.Wake)
+}
+
+// NotCreated returns why key was to be created and was not ("" when its
+// sequence logged no such outcome), for the error of a change of a key
+// that does not exist. A read error is returned, wrapped.
+func (t *Turns) NotCreated(ctx context.Context, key string) (string, error) {
+	st, err := t.seq.Status(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("why %s was not created: %w", key, err)
+	}
+	for i := len(st.Log) - 1; i >= 0; i-- {
+		if e := st.Log[i]; e.Kind == "finish" && strings.HasPrefix(e.Reason, notCreated) {
+			return strings.TrimPrefix(e.Reason, notCreated), nil
+		}
+	}
+	return "", nil
+}
+
+// wake hands labels to [Tasks.Wake]; a failure only costs those holders
+// their park delay, and is logged.
+func (t *Turns) wake(ctx context.Context, key string, labels []string) {
+	if len(labels) == 0 {
+		return
+	}
+	ctx, cancel := t.settleCtx(ctx)
+	defer cancel()
+	if err := t.tasks.Wake(ctx, key, labels); err != nil {
+		t.log.Warn("could not bring parked tasks back; they come back after their park delay",
+			zap.String("order_no", key), zap.Strings("labels", labels), zap.Error(err))
+	}
+}
+
+// settleCtx is a context for the writes after a holder's work: it
+// survives ctx's cancellation and ends after SettleTimeout.
+func (t *Turns) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), t.cfg.SettleTimeout)
+}
+
+// clip cuts an outcome to the length a sequence's log keeps.
+func clip(s string) string {
+	if len(s) > MaxMetaLen {
+		return s[:MaxMetaLen]
+	}
+	return s
+}
