@@ -195,8 +195,9 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 // otherwise the turn stays, and with retryAt set the positions behind wait
 // until then. It releases the lease (a failed release is logged: the
 // lock then expires with its lease; ok says the work succeeded, for the
-// log) and wakes the parked holders the release handed back. It runs on
-// a context that survives ctx's cancellation, bounded by SettleTimeout.
+// log) and wakes the parked holders the release handed back, on contexts
+// that survive ctx's cancellation (the release's bounded by
+// Config.ReleaseTimeout, the wake's by SettleTimeout).
 func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) {
 	switch {
 	case done:
@@ -204,9 +205,7 @@ func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 	case !retryAt.IsZero():
 		lease.RetryAt(retryAt)
 	}
-	ctx, cancel := t.settleCtx(ctx)
-	defer cancel()
-	t.l.release(ctx, lease, ok)
+	t.l.release(ctx, lease, ok) // on its own context: see Lease.Release
 	t.wake(ctx, lease.key, lease.Wake())
 }
 
