@@ -1,11 +1,16 @@
 package main
 
 import (
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -24,12 +29,12 @@ func TestMemStoreConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) orders.Store { return NewMemStore() })
 }
 
-// A worker around MemStore applies a change that the producer enqueued.
-// Redis is miniredis, in process: the test only proves that a program of
-// another module builds and runs a worker around its own store.
+// A worker around MemStore applies a change that the producer enqueued,
+// on a redis-server of the test's own (miniredis, in process, only on a
+// machine without redis-server, and never under CI).
 func TestWorkerAppliesAChange(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	store := NewMemStore()
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Street", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
@@ -64,4 +69,36 @@ func TestWorkerAppliesAChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "crm-1", h[len(h)-1].EventID)
 	require.Positive(t, h[len(h)-1].Fence, "written under the order's lock")
+}
+
+// redisAddr starts a redis-server on a free port for the test, stopped
+// when it ends. Without redis-server it fails under CI and falls back to
+// miniredis elsewhere.
+func redisAddr(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server is not installed, and CI must test on a real one: %v", err)
+		}
+		t.Logf("redis-server is not installed: falling back to miniredis")
+		return miniredis.RunT(t).Addr()
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	require.NoError(t, l.Close())
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := "127.0.0.1:" + port
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoError(ct, c.Ping(t.Context()).Err())
+	}, 10*time.Second, 20*time.Millisecond, "redis-server answers")
+	return addr
 }
