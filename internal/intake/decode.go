@@ -55,12 +55,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 // number in the path, the values of the Idempotency-Key header and the
 // body: it decodes body strictly, fills in the order number from the path
 // and the event ID from the header, and validates the result. The error is
-// always a 400. On success the payload is valid, its order_no is orderNo and
-// its event_id is the header's key or, without one, the body's.
+// always a 400; a malformed order number is reported as the path's
+// (invalid_parameter). On success the payload is valid, its order_no is
+// orderNo and its event_id is the header's key or, without one, the body's.
 func decodePayload(k *tasks.Kind, orderNo string, keys []string, body []byte) (tasks.Payload, *apiError) {
-	if !tasks.ValidOrderNo(orderNo) {
-		return nil, badOrderNo()
-	}
 	key, hasKey, aerr := idempotencyKey(keys)
 	if aerr != nil {
 		return nil, aerr
@@ -88,7 +86,12 @@ func decodePayload(k *tasks.Kind, orderNo string, keys []string, body []byte) (t
 	}
 	h.OrderNo = orderNo
 	p = p.WithHeader(h)
-	if err := p.Validate(); err != nil {
+	// One validation of the whole payload, the path's order number
+	// included: the body's order_no, when given, equals it.
+	var fe *tasks.FieldError
+	if err := p.Validate(); errors.As(err, &fe) && fe.Field == "order_no" {
+		return nil, badOrderNo()
+	} else if err != nil {
 		return nil, payloadError(err)
 	}
 	return p, nil
