@@ -32,25 +32,8 @@ func newOracle(t testing.TB) *redisstore.Store {
 	return s
 }
 
-// fenced returns the test's context carrying a Write with fence.
-func fenced(t *testing.T, fence int64) context.Context {
-	t.Helper()
-	return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Worker: "test-worker", StartedAt: time.Now()})
-}
-
 // baseFence is a realistic fence: microseconds from a clock.
 var baseFence = time.Now().UnixMicro()
-
-// seed puts an active order.
-func seed(t *testing.T, s orders.Store, no string) {
-	t.Helper()
-	require.NoError(t, s.Put(t.Context(), orders.Order{
-		No: no, Address: "1 Old Street", Remark: "ring twice",
-		Items: []orders.Item{{SKU: "shirt-m", Qty: 1}},
-	}))
-}
-
-func ptr(s string) *string { return &s }
 
 // refUpstream is the reference upstream of the HTTP store: the fake
 // upstream (upstreamtest) serving NewHandler over a Redis store, the

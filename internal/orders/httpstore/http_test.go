@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/orderworker/orderworker/worker/orders/storetest"
 )
 
 var _ TokenSource = (*token.Cache)(nil)
@@ -96,7 +97,7 @@ func TestHTTPRoundTrip(t *testing.T) {
 
 	started := time.Now().Add(-time.Second)
 	w := orders.Write{Fence: baseFence, Worker: "worker-1", StartedAt: started}
-	res, err := s.Modify(orders.WithWrite(ctx, w), "evt-m", "SO1", orders.Changes{Address: ptr("2 New Road"), Items: []orders.Item{{SKU: "shirt-l", Qty: 2}}})
+	res, err := s.Modify(orders.WithWrite(ctx, w), "evt-m", "SO1", orders.Changes{Address: new("2 New Road"), Items: []orders.Item{{SKU: "shirt-l", Qty: 2}}})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	want, err = u.oracle.Get(ctx, "SO1")
@@ -164,13 +165,13 @@ func TestHTTPReplay(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
 	s := u.store(t, Config{})
-	seed(t, u.oracle, "SO1")
+	storetest.Seed(t, u.oracle, "SO1")
 
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
+	first, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("gift")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Remark: ptr("later")})
+	_, err = s.Modify(storetest.Fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Remark: new("later")})
 	require.NoError(t, err)
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
+	again, err := s.Modify(storetest.Fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: new("gift")})
 	require.NoError(t, err)
 	now, err := u.oracle.Get(t.Context(), "SO1")
 	require.NoError(t, err)
@@ -178,9 +179,9 @@ func TestHTTPReplay(t *testing.T) {
 	assert.Equal(t, "gift", first.Order.Remark)
 
 	x := orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}}
-	created, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
+	created, err := s.Exchange(storetest.Fenced(t, baseFence+3), "evt-x", "SO1", x)
 	require.NoError(t, err)
-	replayed, err := s.Exchange(fenced(t, baseFence+4), "evt-x", "SO1", x)
+	replayed, err := s.Exchange(storetest.Fenced(t, baseFence+4), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	assert.Equal(t, orders.Result{Order: created.Order, Replayed: true}, replayed)
 
@@ -283,23 +284,23 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		{"put SO9", put(orders.Order{No: "SO9", Items: items})},
 		{"put SO3 cancelled", put(orders.Order{No: "SO3", Status: orders.StatusCancelled})},
 		{"put SO5", put(orders.Order{No: "SO5", Items: items})},
-		{"modify at 20", modifyAt(baseFence, 20, "evt-s20", "SO5", orders.Changes{Remark: ptr("20")})},
-		{"modify at 10, after 20", modifyAt(baseFence+1, 10, "evt-s10", "SO5", orders.Changes{Remark: ptr("10")})},
-		{"modify at 20 again", modifyAt(baseFence+1, 20, "evt-s20", "SO5", orders.Changes{Remark: ptr("20")})},
-		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", orders.Changes{Address: ptr("no seq")})},
+		{"modify at 20", modifyAt(baseFence, 20, "evt-s20", "SO5", orders.Changes{Remark: new("20")})},
+		{"modify at 10, after 20", modifyAt(baseFence+1, 10, "evt-s10", "SO5", orders.Changes{Remark: new("10")})},
+		{"modify at 20 again", modifyAt(baseFence+1, 20, "evt-s20", "SO5", orders.Changes{Remark: new("20")})},
+		{"modify without a position", modify(baseFence+1, "evt-s0", "SO5", orders.Changes{Address: new("no seq")})},
 		{"exchange at 15, after 20", exchangeAt(baseFence+1, 15, "evt-s15", "SO5", orders.Exchange{Items: items})},
-		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", orders.Changes{Remark: ptr("30")})},
-		{"out of turn at 25, after 30", outOfTurn(baseFence+1, 25, "evt-o25", "SO5", orders.Changes{Remark: ptr("25")})},
-		{"out of turn far ahead", outOfTurn(baseFence+1, 9000000000000000, "evt-o9", "SO5", orders.Changes{Remark: ptr("forged")})},
-		{"modify at 31, after the forged one", modifyAt(baseFence+1, 31, "evt-s31", "SO5", orders.Changes{Remark: ptr("31")})},
+		{"modify at 30", modifyAt(baseFence+1, 30, "evt-s30", "SO5", orders.Changes{Remark: new("30")})},
+		{"out of turn at 25, after 30", outOfTurn(baseFence+1, 25, "evt-o25", "SO5", orders.Changes{Remark: new("25")})},
+		{"out of turn far ahead", outOfTurn(baseFence+1, 9000000000000000, "evt-o9", "SO5", orders.Changes{Remark: new("forged")})},
+		{"modify at 31, after the forged one", modifyAt(baseFence+1, 31, "evt-s31", "SO5", orders.Changes{Remark: new("31")})},
 		{"get SO5", get("SO5")},
 		{"history SO5", history("SO5")},
 		{"put invalid", put(orders.Order{No: "SO 4"})},
-		{"modify", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: ptr("b")})},
-		{"modify replay", modify(baseFence+5, "evt-1", "SO1", orders.Changes{Address: ptr("b")})},
-		{"event reused", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: ptr("c")})},
-		{"stale fence", modify(baseFence-1, "evt-2", "SO1", orders.Changes{Remark: ptr("late")})},
-		{"equal fence", modify(baseFence, "evt-3", "SO1", orders.Changes{Remark: ptr("same lock")})},
+		{"modify", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: new("b")})},
+		{"modify replay", modify(baseFence+5, "evt-1", "SO1", orders.Changes{Address: new("b")})},
+		{"event reused", modify(baseFence, "evt-1", "SO1", orders.Changes{Address: new("c")})},
+		{"stale fence", modify(baseFence-1, "evt-2", "SO1", orders.Changes{Remark: new("late")})},
+		{"equal fence", modify(baseFence, "evt-3", "SO1", orders.Changes{Remark: new("same lock")})},
 		{"not found", modify(baseFence, "evt-4", "NOPE", orders.Changes{})},
 		{"empty items", modify(baseFence, "evt-5", "SO1", orders.Changes{Items: []orders.Item{}})},
 		{"no fence", modify(0, "evt-6", "SO1", orders.Changes{})},
@@ -311,7 +312,7 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		{"exchange event reused", exchange(baseFence+2, "evt-9", "SO1", orders.Exchange{Items: items, Reason: "other"})},
 		{"modify exchanged", modify(baseFence+3, "evt-10", "SO1", orders.Changes{})},
 		{"modify cancelled", modify(baseFence+3, "evt-11", "SO3", orders.Changes{})},
-		{"modify replacement", modify(1, "evt-12", tasks.ReplacementOrderNo("SO1", "evt-9"), orders.Changes{Remark: ptr("new")})},
+		{"modify replacement", modify(1, "evt-12", tasks.ReplacementOrderNo("SO1", "evt-9"), orders.Changes{Remark: new("new")})},
 		{"get SO1", get("SO1")},
 		{"get replacement", get(tasks.ReplacementOrderNo("SO1", "evt-9"))},
 		{"get unknown", get("NOPE")},
@@ -373,7 +374,7 @@ func TestHTTPStatusMapping(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
 
-			_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("x")})
+			_, err = s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("x")})
 			assert.ErrorIs(t, err, tt.want)
 			assert.Equal(t, tt.permanent, orders.Permanent(err), "permanent: %v", err)
 			assert.ErrorContains(t, err, tt.msg)
@@ -404,7 +405,7 @@ func TestHTTPClosedErrorNamesReplacement(t *testing.T) {
 			s, err := New(c.srv.URL, &staticTokens{tok: "tok"}, Config{})
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
-			_, err = s.Exchange(fenced(t, baseFence), "evt-1", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}})
+			_, err = s.Exchange(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}})
 			var ce *orders.ClosedError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tt.want, *ce)
@@ -431,7 +432,7 @@ func TestHTTPReplayedHeader(t *testing.T) {
 			s, err := New(c.srv.URL, &staticTokens{tok: "tok"}, Config{})
 			require.NoError(t, err)
 			t.Cleanup(s.CloseIdleConnections)
-			res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+			res, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, res.Replayed)
 		})
@@ -446,7 +447,7 @@ func TestHTTP401RefreshesOnce(t *testing.T) {
 	s := u.store(t, Config{})
 	const n = 8
 	for i := range n {
-		seed(t, u.oracle, "SO"+strconv.Itoa(i))
+		storetest.Seed(t, u.oracle, "SO"+strconv.Itoa(i))
 	}
 	_, err := s.Get(t.Context(), "SO0")
 	require.NoError(t, err)
@@ -454,7 +455,7 @@ func TestHTTP401RefreshesOnce(t *testing.T) {
 
 	// One request: refused, then sent once more with one new token.
 	u.Expire() // as if the upstream's clock ran ahead of expires_in
-	res, err := s.Modify(fenced(t, baseFence), "evt-one", "SO0", orders.Changes{Remark: ptr("after 401")})
+	res, err := s.Modify(storetest.Fenced(t, baseFence), "evt-one", "SO0", orders.Changes{Remark: new("after 401")})
 	require.NoError(t, err)
 	assert.Equal(t, "after 401", res.Order.Remark)
 	issued := u.Tokens()
@@ -470,7 +471,7 @@ func TestHTTP401RefreshesOnce(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = s.Modify(fenced(t, baseFence), "evt-"+strconv.Itoa(i), "SO"+strconv.Itoa(i), orders.Changes{Remark: ptr("burst")})
+			_, errs[i] = s.Modify(storetest.Fenced(t, baseFence), "evt-"+strconv.Itoa(i), "SO"+strconv.Itoa(i), orders.Changes{Remark: new("burst")})
 		})
 	}
 	wg.Wait()
@@ -502,10 +503,10 @@ func TestHTTPSecond401IsAnError(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
 	s := u.store(t, Config{})
-	seed(t, u.oracle, "SO1")
+	storetest.Seed(t, u.oracle, "SO1")
 	u.RejectAll.Store(true)
 
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("x")})
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("x")})
 	assert.ErrorIs(t, err, ErrUpstream)
 	assert.False(t, orders.Permanent(err), "an auth problem is retried, not archived: %v", err)
 	var ue *UpstreamError
@@ -521,7 +522,7 @@ func TestHTTPSecond401IsAnError(t *testing.T) {
 func TestHTTPUnknownTokenRetriedOnce(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	seed(t, u.oracle, "SO1")
+	storetest.Seed(t, u.oracle, "SO1")
 	tokens := &staticTokens{tok: "not-a-token"}
 	s, err := New(u.APIURL(), tokens, Config{})
 	require.NoError(t, err)
@@ -541,7 +542,7 @@ func TestHTTPTokenUnavailableIsRetryable(t *testing.T) {
 	u.FailTokens.Store(true)
 	s := u.store(t, Config{})
 
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, token.ErrUnavailable)
 	assert.False(t, orders.Permanent(err))
 	assert.Empty(t, u.seen(), "nothing sent without a token")
@@ -572,7 +573,7 @@ func TestHTTPTimeout(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(s.CloseIdleConnections)
 
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	_, err = s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, ErrUpstream)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, "no answer within 50ms")
@@ -588,7 +589,7 @@ func TestHTTPCallerCancelled(t *testing.T) {
 	t.Cleanup(s.CloseIdleConnections)
 
 	lost := errors.New("lock lost")
-	ctx, cancel := context.WithCancelCause(fenced(t, baseFence))
+	ctx, cancel := context.WithCancelCause(storetest.Fenced(t, baseFence))
 	defer cancel(nil)
 	go func() {
 		select {
@@ -612,7 +613,7 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	s, err := New("http://"+addr, &staticTokens{tok: "tok"}, Config{})
 	require.NoError(t, err)
 
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	_, err = s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, ErrUpstream)
 	assert.False(t, orders.Permanent(err))
 }
@@ -678,7 +679,7 @@ func TestHTTPWorkerHeaderIsSafe(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
 	s := u.store(t, Config{})
-	seed(t, u.oracle, "SO1")
+	storetest.Seed(t, u.oracle, "SO1")
 	ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "host\nX-Evil: 1 é"})
 	_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
@@ -690,7 +691,7 @@ func TestHTTPWorkerHeaderIsSafe(t *testing.T) {
 func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 	t.Parallel()
 	oracle := newOracle(t)
-	seed(t, oracle, "SO1")
+	storetest.Seed(t, oracle, "SO1")
 	h := NewHandler(oracle)
 	fence := strconv.FormatInt(baseFence, 10)
 	tests := []struct {

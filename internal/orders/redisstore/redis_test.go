@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/orderworker/orderworker/worker/orders/storetest"
 )
 
 // newStore returns a store on the test's own Redis prefix.
@@ -30,28 +31,8 @@ func newStore(t *testing.T) *Store {
 	return s
 }
 
-// fenced returns the test's context carrying a orders.Write with fence.
-func fenced(t *testing.T, fence int64) context.Context {
-	t.Helper()
-	return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Worker: "test-worker", StartedAt: time.Now()})
-}
-
 // baseFence is a realistic fence: microseconds from a clock.
 var baseFence = time.Now().UnixMicro()
-
-// seed puts an active order and returns it as stored.
-func seed(t *testing.T, s *Store, no string) orders.Order {
-	t.Helper()
-	require.NoError(t, s.Put(t.Context(), orders.Order{
-		No: no, Address: "1 Old Street", Remark: "ring twice",
-		Items: []orders.Item{{SKU: "shirt-m", Qty: 1}},
-	}))
-	o, err := s.Get(t.Context(), no)
-	require.NoError(t, err)
-	return o
-}
-
-func ptr(s string) *string { return &s }
 
 func TestNew(t *testing.T) {
 	t.Parallel()
@@ -98,7 +79,7 @@ func TestPutAndGet(t *testing.T) {
 	ctx := t.Context()
 	before := time.Now().Add(-time.Minute)
 
-	o := seed(t, s, "SO1")
+	o := storetest.Seed(t, s, "SO1")
 	assert.Equal(t, orders.Order{
 		No: "SO1", Status: orders.StatusActive, Address: "1 Old Street", Remark: "ring twice",
 		Items: []orders.Item{{SKU: "shirt-m", Qty: 1}}, Version: 1, UpdatedAt: o.UpdatedAt,
@@ -169,13 +150,13 @@ func TestModify(t *testing.T) {
 	}{
 		{
 			name:    "address",
-			changes: orders.Changes{Address: ptr("2 New Road")},
+			changes: orders.Changes{Address: new("2 New Road")},
 			want:    func(o orders.Order) orders.Order { o.Address = "2 New Road"; return o },
 			detail:  "changed address",
 		},
 		{
 			name:    "remark to empty",
-			changes: orders.Changes{Remark: ptr("")},
+			changes: orders.Changes{Remark: new("")},
 			want:    func(o orders.Order) orders.Order { o.Remark = ""; return o },
 			detail:  "changed remark",
 		},
@@ -191,8 +172,8 @@ func TestModify(t *testing.T) {
 		{
 			name: "everything, with JSON-hostile text",
 			changes: orders.Changes{
-				Address: ptr(`"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"),
-				Remark:  ptr(`{}[]\`),
+				Address: new(`"Flat 3/4", 5 {Quay} Street` + "\n\t\u00e9\u4e2d"),
+				Remark:  new(`{}[]\`),
 				Items:   []orders.Item{{SKU: "a/b", Qty: 1 << 40}},
 			},
 			want: func(o orders.Order) orders.Order {
@@ -214,7 +195,7 @@ func TestModify(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
-			before := seed(t, s, "SO1")
+			before := storetest.Seed(t, s, "SO1")
 			started := time.Now().Add(-time.Second)
 			ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "w1", StartedAt: started})
 
@@ -244,14 +225,14 @@ func TestModify(t *testing.T) {
 func TestModifyReplay(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
+	storetest.Seed(t, s, "SO1")
+	first, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("first")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Address: ptr("second")})
+	_, err = s.Modify(storetest.Fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Address: new("second")})
 	require.NoError(t, err)
 
 	// A retry under a newer lock, after the order has moved on.
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
+	again, err := s.Modify(storetest.Fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Address: new("first")})
 	require.NoError(t, err)
 	got, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
@@ -267,13 +248,13 @@ func TestModifyReplay(t *testing.T) {
 func TestModifyReplayAfterExchange(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	first, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
+	storetest.Seed(t, s, "SO1")
+	first, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("gift")})
 	require.NoError(t, err)
-	_, err = s.Exchange(fenced(t, baseFence+1), "evt-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	_, err = s.Exchange(storetest.Fenced(t, baseFence+1), "evt-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)
 
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("gift")})
+	again, err := s.Modify(storetest.Fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: new("gift")})
 	require.NoError(t, err, "a repeat of an applied change is a replay, even of a closed order")
 	assert.True(t, again.Replayed)
 	assert.Equal(t, orders.StatusExchanged, again.Order.Status)
@@ -283,8 +264,8 @@ func TestModifyReplayAfterExchange(t *testing.T) {
 func TestEventReusedForAnotherRequest(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("a")})
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("a")})
 	require.NoError(t, err)
 
 	tests := []struct {
@@ -292,7 +273,7 @@ func TestEventReusedForAnotherRequest(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"modify with other changes", func(ctx context.Context) error {
-			_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: ptr("b")})
+			_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: new("b")})
 			return err
 		}},
 		{"exchange", func(ctx context.Context) error {
@@ -302,7 +283,7 @@ func TestEventReusedForAnotherRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.call(fenced(t, baseFence+1))
+			err := tt.call(storetest.Fenced(t, baseFence+1))
 			assert.ErrorIs(t, err, orders.ErrConflict)
 			assert.ErrorContains(t, err, "evt-1")
 		})
@@ -319,13 +300,13 @@ func TestEventReusedForAnotherRequest(t *testing.T) {
 func TestModifyStaleFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("new holder")})
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("new holder")})
 	require.NoError(t, err)
 	before, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
 
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
+	_, err = s.Modify(storetest.Fenced(t, baseFence-1), "evt-late", "SO1", orders.Changes{Address: new("late holder")})
 	assert.ErrorIs(t, err, orders.ErrStaleFence)
 	assert.False(t, orders.Permanent(err))
 
@@ -337,7 +318,7 @@ func TestModifyStaleFence(t *testing.T) {
 	assert.Len(t, h, 2)
 
 	// The stale event was not recorded: under a fresh lock it applies.
-	res, err := s.Modify(fenced(t, baseFence+1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
+	res, err := s.Modify(storetest.Fenced(t, baseFence+1), "evt-late", "SO1", orders.Changes{Address: new("late holder")})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	assert.Equal(t, "late holder", res.Order.Address)
@@ -346,11 +327,11 @@ func TestModifyStaleFence(t *testing.T) {
 func TestModifyEqualFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	ctx := fenced(t, baseFence)
-	_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: ptr("a")})
+	storetest.Seed(t, s, "SO1")
+	ctx := storetest.Fenced(t, baseFence)
+	_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: new("a")})
 	require.NoError(t, err)
-	res, err := s.Modify(ctx, "evt-2", "SO1", orders.Changes{Remark: ptr("b")})
+	res, err := s.Modify(ctx, "evt-2", "SO1", orders.Changes{Remark: new("b")})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), res.Order.Version)
 }
@@ -376,10 +357,10 @@ func TestFencesComparedExactly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
-			seed(t, s, "SO1")
-			_, err := s.Modify(fenced(t, tt.first), "evt-1", "SO1", orders.Changes{})
+			storetest.Seed(t, s, "SO1")
+			_, err := s.Modify(storetest.Fenced(t, tt.first), "evt-1", "SO1", orders.Changes{})
 			require.NoError(t, err)
-			_, err = s.Modify(fenced(t, tt.second), "evt-2", "SO1", orders.Changes{})
+			_, err = s.Modify(storetest.Fenced(t, tt.second), "evt-2", "SO1", orders.Changes{})
 			assert.Equal(t, tt.wantStale, errors.Is(err, orders.ErrStaleFence), "err: %v", err)
 		})
 	}
@@ -388,7 +369,7 @@ func TestFencesComparedExactly(t *testing.T) {
 func TestWriteWithoutFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	tests := []struct {
 		name string
 		ctx  func(t *testing.T) context.Context
@@ -399,7 +380,7 @@ func TestWriteWithoutFence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Modify(tt.ctx(t), "evt-1", "SO1", orders.Changes{Address: ptr("x")})
+			_, err := s.Modify(tt.ctx(t), "evt-1", "SO1", orders.Changes{Address: new("x")})
 			assert.ErrorIs(t, err, orders.ErrNoFence)
 			assert.True(t, orders.Permanent(err))
 			_, err = s.Exchange(tt.ctx(t), "evt-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}})
@@ -414,7 +395,7 @@ func TestWriteWithoutFence(t *testing.T) {
 func TestModifyInvalid(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	tests := []struct {
 		name    string
 		eventID string
@@ -429,7 +410,7 @@ func TestModifyInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := s.Modify(fenced(t, baseFence), tt.eventID, tt.orderNo, tt.changes)
+			_, err := s.Modify(storetest.Fenced(t, baseFence), tt.eventID, tt.orderNo, tt.changes)
 			assert.ErrorIs(t, err, orders.ErrInvalid)
 			assert.True(t, orders.Permanent(err))
 		})
@@ -439,7 +420,7 @@ func TestModifyInvalid(t *testing.T) {
 func TestModifyNotFound(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "NOPE", orders.Changes{Address: ptr("x")})
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "NOPE", orders.Changes{Address: new("x")})
 	assert.ErrorIs(t, err, orders.ErrNotFound)
 	assert.True(t, orders.Permanent(err))
 	_, err = s.Get(t.Context(), "NOPE")
@@ -449,8 +430,8 @@ func TestModifyNotFound(t *testing.T) {
 func TestModifyClosed(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Exchange(storetest.Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO3", Status: orders.StatusCancelled}))
 
@@ -464,7 +445,7 @@ func TestModifyClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Modify(fenced(t, baseFence+1), "evt-m", tt.orderNo, orders.Changes{Address: ptr("x")})
+			_, err := s.Modify(storetest.Fenced(t, baseFence+1), "evt-m", tt.orderNo, orders.Changes{Address: new("x")})
 			assert.ErrorIs(t, err, orders.ErrClosed)
 			assert.True(t, orders.Permanent(err))
 			var ce *orders.ClosedError
@@ -489,7 +470,7 @@ func TestExchange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
-			seed(t, s, "SO1")
+			storetest.Seed(t, s, "SO1")
 			items := []orders.Item{{SKU: "shirt-l", Qty: 1}}
 			ctx := orders.WithWrite(t.Context(), orders.Write{Fence: baseFence, Worker: "w1"})
 
@@ -530,10 +511,10 @@ func TestExchange(t *testing.T) {
 
 			// The replacement has no fence yet: any fenced writer may
 			// modify it, even one whose fence is older than SO1's.
-			_, err = s.Modify(fenced(t, 1), "evt-m", tt.wantNo, orders.Changes{Remark: ptr("ok")})
+			_, err = s.Modify(storetest.Fenced(t, 1), "evt-m", tt.wantNo, orders.Changes{Remark: new("ok")})
 			assert.NoError(t, err)
 
-			again, err := s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
+			again, err := s.Exchange(storetest.Fenced(t, baseFence+1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: tt.newOrderNo, Reason: "wrong size"})
 			require.NoError(t, err)
 			now, err := s.Get(t.Context(), tt.wantNo)
 			require.NoError(t, err)
@@ -545,7 +526,7 @@ func TestExchange(t *testing.T) {
 func TestExchangeRetryAfterCrash(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	items := []orders.Item{{SKU: "shirt-l", Qty: 1}}
 	x := orders.Exchange{Items: items}
 	newNo := tasks.ReplacementOrderNo("SO1", "evt-x")
@@ -558,17 +539,17 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	require.False(t, closed.replayed)
 	_, err = s.Get(t.Context(), newNo)
 	require.ErrorIs(t, err, orders.ErrNotFound)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO1", orders.Changes{})
+	_, err = s.Modify(storetest.Fenced(t, baseFence+1), "evt-m", "SO1", orders.Changes{})
 	require.ErrorIs(t, err, orders.ErrClosed, "the half-done exchange already names its replacement")
 
 	// Another exchange may not take the number meanwhile.
-	seed(t, s, "SO9")
-	_, err = s.Exchange(fenced(t, baseFence), "evt-other", "SO9", orders.Exchange{Items: items, NewOrderNo: newNo})
+	storetest.Seed(t, s, "SO9")
+	_, err = s.Exchange(storetest.Fenced(t, baseFence), "evt-other", "SO9", orders.Exchange{Items: items, NewOrderNo: newNo})
 	require.ErrorIs(t, err, orders.ErrConflict)
 	assert.ErrorContains(t, err, "SO1")
 
 	// The retry, under a new lock, completes it.
-	res, err := s.Exchange(fenced(t, baseFence+2), "evt-x", "SO1", x)
+	res, err := s.Exchange(storetest.Fenced(t, baseFence+2), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	assert.False(t, res.Replayed, "this call created the replacement")
 	assert.Equal(t, newNo, res.Order.No)
@@ -581,7 +562,7 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), a.Version, "SO1 was closed once")
 
-	again, err := s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", x)
+	again, err := s.Exchange(storetest.Fenced(t, baseFence+3), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	assert.Equal(t, orders.Result{Order: res.Order, Replayed: true}, again)
 
@@ -600,10 +581,10 @@ func TestExchangeRetryAfterCrash(t *testing.T) {
 func TestExchangeConflict(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	a := seed(t, s, "SO1")
-	b := seed(t, s, "SO2")
+	a := storetest.Seed(t, s, "SO1")
+	b := storetest.Seed(t, s, "SO2")
 
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
+	_, err := s.Exchange(storetest.Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrConflict)
 	assert.True(t, orders.Permanent(err))
 	assert.ErrorContains(t, err, "SO2")
@@ -622,29 +603,29 @@ func TestExchangeConflict(t *testing.T) {
 func TestExchangeFailureReleasesClaim(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	items := []orders.Item{{SKU: "x", Qty: 1}}
 
-	_, err = s.Exchange(fenced(t, baseFence-1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: "SO2"})
+	_, err = s.Exchange(storetest.Fenced(t, baseFence-1), "evt-x", "SO1", orders.Exchange{Items: items, NewOrderNo: "SO2"})
 	require.ErrorIs(t, err, orders.ErrStaleFence)
 	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
 
-	_, err = s.Exchange(fenced(t, baseFence), "evt-y", "NOPE", orders.Exchange{Items: items, NewOrderNo: "SO2"})
+	_, err = s.Exchange(storetest.Fenced(t, baseFence), "evt-y", "NOPE", orders.Exchange{Items: items, NewOrderNo: "SO2"})
 	require.ErrorIs(t, err, orders.ErrNotFound)
 	assert.Zero(t, s.rdb.Exists(t.Context(), s.claimKey("SO2")).Val())
 
 	// SO2 is free for the next exchange.
-	seed(t, s, "SO3")
-	_, err = s.Exchange(fenced(t, baseFence), "evt-z", "SO3", orders.Exchange{Items: items, NewOrderNo: "SO2"})
+	storetest.Seed(t, s, "SO3")
+	_, err = s.Exchange(storetest.Fenced(t, baseFence), "evt-z", "SO3", orders.Exchange{Items: items, NewOrderNo: "SO2"})
 	assert.NoError(t, err)
 }
 
 func TestExchangeInvalid(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	tests := []struct {
 		name string
 		x    orders.Exchange
@@ -657,7 +638,7 @@ func TestExchangeInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", tt.x)
+			_, err := s.Exchange(storetest.Fenced(t, baseFence), "evt-x", "SO1", tt.x)
 			assert.ErrorIs(t, err, orders.ErrInvalid)
 		})
 	}
@@ -669,14 +650,14 @@ func TestExchangeInvalid(t *testing.T) {
 func TestPutKeepsFence(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
+	_, err = s.Modify(storetest.Fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, orders.ErrStaleFence, "a put does not reset the fence")
-	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	res, err := s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	assert.True(t, res.Replayed, "a put does not forget events")
 }
@@ -684,7 +665,7 @@ func TestPutKeepsFence(t *testing.T) {
 func TestConcurrentModifies(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	const writers = 64
 	var (
 		next    atomic.Int64
@@ -696,7 +677,7 @@ func TestConcurrentModifies(t *testing.T) {
 	for i := range writers {
 		wg.Go(func() {
 			fence := next.Add(1)
-			_, err := s.Modify(fenced(t, fence), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(fmt.Sprint(i))})
+			_, err := s.Modify(storetest.Fenced(t, fence), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: new(fmt.Sprint(i))})
 			if err == nil {
 				applied.Add(1)
 				return
@@ -803,9 +784,9 @@ func TestHistoryPagesAndCap(t *testing.T) {
 	db := redistest.New(t)
 	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 5})
 	require.NoError(t, err)
-	seed(t, s, "SO1") // version 1
+	storetest.Seed(t, s, "SO1") // version 1
 	for i := range 7 {
-		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(strconv.Itoa(i))})
+		_, err := s.Modify(storetest.Fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: new(strconv.Itoa(i))})
 		require.NoError(t, err)
 	}
 	n, err := db.Client.LLen(t.Context(), s.historyKey("SO1")).Result()
@@ -844,9 +825,9 @@ func TestHistoryMaxAge(t *testing.T) {
 	db := redistest.New(t)
 	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMaxAge: time.Microsecond})
 	require.NoError(t, err)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	for i := range 3 {
-		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(strconv.Itoa(i))})
+		_, err := s.Modify(storetest.Fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: new(strconv.Itoa(i))})
 		require.NoError(t, err)
 	}
 	h, err := orders.AllHistory(t.Context(), s, "SO1")
@@ -866,8 +847,8 @@ func TestDedupeRetention(t *testing.T) {
 	require.NoError(t, err)
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
-	seed(t, s, "SO1")
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
+	storetest.Seed(t, s, "SO1")
+	_, err = s.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("a")})
 	require.NoError(t, err)
 	ev, _ := s.eventKeys("SO1")
 	ttl, err := db.Client.PTTL(t.Context(), ev[0]).Result()
@@ -876,12 +857,12 @@ func TestDedupeRetention(t *testing.T) {
 	require.LessOrEqual(t, ttl, 2*time.Hour)
 
 	clock = clock.Add(59 * time.Minute)
-	again, err := s.Modify(fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
+	again, err := s.Modify(storetest.Fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: new("a")})
 	require.NoError(t, err)
 	require.True(t, again.Replayed, "within the retention")
 
 	clock = clock.Add(2 * time.Hour)
-	again, err = s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
+	again, err = s.Modify(storetest.Fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Remark: new("a")})
 	require.NoError(t, err)
 	require.False(t, again.Replayed, "past twice the retention the record is gone")
 }
@@ -898,10 +879,10 @@ func TestDedupeAcrossSkewedClocks(t *testing.T) {
 	base := time.UnixMilli((time.Now().UnixMilli()/time.Hour.Milliseconds() + 1) * time.Hour.Milliseconds())
 	ahead.now = func() time.Time { return base.Add(time.Second) }   // just into the next bucket
 	behind.now = func() time.Time { return base.Add(-time.Second) } // just before it
-	seed(t, ahead, "SO1")
-	_, err = ahead.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
+	storetest.Seed(t, ahead, "SO1")
+	_, err = ahead.Modify(storetest.Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("a")})
 	require.NoError(t, err)
-	again, err := behind.Modify(fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: ptr("a")})
+	again, err := behind.Modify(storetest.Fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Remark: new("a")})
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 }
@@ -916,16 +897,16 @@ func TestOutOfTurnPositionCheckedNotRecorded(t *testing.T) {
 	db := redistest.New(t)
 	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	at := func(fence, seq int64, outOfTurn bool) context.Context {
 		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: outOfTurn, Worker: "w"})
 	}
-	_, err = s.Modify(at(baseFence, 20, false), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	_, err = s.Modify(at(baseFence, 20, false), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
 	require.NoError(t, err)
 
-	_, err = s.Modify(at(baseFence+1, 10, true), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	_, err = s.Modify(at(baseFence+1, 10, true), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.ErrorIs(t, err, orders.ErrPassed, "out of turn, an older position is still refused")
-	_, err = s.Modify(at(baseFence+1, 9000000000000000, true), "evt-poison", "SO1", orders.Changes{Remark: ptr("poison")})
+	_, err = s.Modify(at(baseFence+1, 9000000000000000, true), "evt-poison", "SO1", orders.Changes{Remark: new("poison")})
 	require.NoError(t, err, "a position after the newest applies")
 	_, err = s.Exchange(at(baseFence+1, 9000000000000001, true), "evt-x", "SO9", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO10"})
 	require.ErrorIs(t, err, orders.ErrNotFound)
@@ -939,7 +920,7 @@ func TestOutOfTurnPositionCheckedNotRecorded(t *testing.T) {
 	require.Equal(t, "evt-poison", last.EventID)
 	require.Zero(t, last.Seq, "nor kept in the history")
 
-	_, err = s.Modify(at(baseFence+2, 21, false), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
+	_, err = s.Modify(at(baseFence+2, 21, false), "evt-21", "SO1", orders.Changes{Remark: new("21")})
 	require.NoError(t, err, "the next change in its turn applies")
 	o, err := s.Get(t.Context(), "SO1")
 	require.NoError(t, err)
@@ -956,28 +937,28 @@ func TestOlderPositionRefused(t *testing.T) {
 	require.NoError(t, err)
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
-	seed(t, s, "SO1")
+	storetest.Seed(t, s, "SO1")
 	at := func(fence, seq int64) context.Context {
 		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, Worker: "w"})
 	}
-	_, err = s.Modify(at(baseFence, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	_, err = s.Modify(at(baseFence, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.NoError(t, err)
-	_, err = s.Modify(at(baseFence+1, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	_, err = s.Modify(at(baseFence+1, 20), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
 	require.NoError(t, err)
 
-	again, err := s.Modify(at(baseFence+2, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	again, err := s.Modify(at(baseFence+2, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.NoError(t, err, "a replay within the retention is answered, not refused")
 	require.True(t, again.Replayed)
 
-	_, err = s.Modify(at(baseFence+2, 15), "evt-15", "SO1", orders.Changes{Remark: ptr("fifteen")})
+	_, err = s.Modify(at(baseFence+2, 15), "evt-15", "SO1", orders.Changes{Remark: new("fifteen")})
 	require.ErrorIs(t, err, orders.ErrPassed)
 	require.True(t, orders.Permanent(err))
 	require.ErrorContains(t, err, "position 15 is not after position 20")
 
 	clock = clock.Add(3 * time.Hour) // evt-10's record is gone
-	_, err = s.Modify(at(baseFence+3, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	_, err = s.Modify(at(baseFence+3, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.ErrorIs(t, err, orders.ErrPassed, "past its record, the sequence still refuses an old change")
-	_, err = s.Modify(at(baseFence+3, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	_, err = s.Modify(at(baseFence+3, 20), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
 	require.ErrorIs(t, err, orders.ErrPassed, "and the last one applied is not applied twice")
 	_, err = s.Exchange(at(baseFence+3, 12), "evt-12", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "x", Qty: 1}}, NewOrderNo: "SO2"})
 	require.ErrorIs(t, err, orders.ErrPassed)
@@ -992,8 +973,8 @@ func TestOlderPositionRefused(t *testing.T) {
 	require.Equal(t, "twenty", o.Remark)
 	require.EqualValues(t, 3, o.Version, "the refusals wrote nothing")
 
-	_, err = s.Modify(at(baseFence+4, 0), "evt-hand", "SO1", orders.Changes{Remark: ptr("by hand")})
+	_, err = s.Modify(at(baseFence+4, 0), "evt-hand", "SO1", orders.Changes{Remark: new("by hand")})
 	require.NoError(t, err, "a change without a position is not ordered")
-	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
+	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", orders.Changes{Remark: new("21")})
 	require.NoError(t, err)
 }

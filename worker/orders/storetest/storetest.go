@@ -78,24 +78,25 @@ func Run(t *testing.T, newStore func(t *testing.T) orders.Store) {
 // Redis clock.
 var baseFence = time.Now().UnixMicro()
 
-// at returns the test's context with a Write of fence and position seq.
-func at(t *testing.T, fence, seq int64) context.Context {
+// At returns t's context with the Write a worker's run gives its store:
+// fence, position seq (0 for none), the worker "storetest" and the time it
+// started. A store's own tests use it, as the suite does.
+func At(t *testing.T, fence, seq int64) context.Context {
 	return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, Worker: "storetest", StartedAt: time.Now()})
 }
 
-// fenced returns the test's context with a Write of fence, without a
-// position.
-func fenced(t *testing.T, fence int64) context.Context { return at(t, fence, 0) }
-
-func ptr(s string) *string { return &s }
+// Fenced is At without a position.
+func Fenced(t *testing.T, fence int64) context.Context { return At(t, fence, 0) }
 
 var (
 	oldItems = []orders.Item{{SKU: "shirt-m", Qty: 1}}
 	newItems = []orders.Item{{SKU: "shirt-l", Qty: 2}}
 )
 
-// seed puts an active order and returns it as the store holds it.
-func seed(t *testing.T, s orders.Store, no string) orders.Order {
+// Seed puts an active order no into s (address "1 Old Street", remark
+// "ring twice", one shirt-m) and returns it as s holds it; it fails t on
+// an error.
+func Seed(t *testing.T, s orders.Store, no string) orders.Order {
 	t.Helper()
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: no, Address: "1 Old Street", Remark: "ring twice", Items: oldItems}))
 	return get(t, s, no)
@@ -118,7 +119,7 @@ func history(t *testing.T, s orders.Store, no string) []orders.Entry {
 // Put creates an active order at version 1 with a put entry; a second put
 // replaces it, bumps the version and appends an entry.
 func testPutAndGet(t *testing.T, s orders.Store) {
-	o := seed(t, s, "SO1")
+	o := Seed(t, s, "SO1")
 	assert.Equal(t, orders.Order{No: "SO1", Status: orders.StatusActive, Address: "1 Old Street", Remark: "ring twice",
 		Items: oldItems, Version: 1, UpdatedAt: o.UpdatedAt}, o)
 	assert.False(t, o.UpdatedAt.IsZero(), "updated_at is set")
@@ -163,10 +164,10 @@ func testNotFound(t *testing.T, s orders.Store) {
 	assert.True(t, orders.Permanent(err))
 	_, err = s.History(t.Context(), "NOPE", orders.HistoryQuery{})
 	assert.ErrorIs(t, err, orders.ErrNotFound)
-	_, err = s.Modify(fenced(t, baseFence), "evt-1", "NOPE", orders.Changes{Address: ptr("x")})
+	_, err = s.Modify(Fenced(t, baseFence), "evt-1", "NOPE", orders.Changes{Address: new("x")})
 	assert.ErrorIs(t, err, orders.ErrNotFound)
 	assert.True(t, orders.Permanent(err))
-	_, err = s.Exchange(fenced(t, baseFence), "evt-2", "NOPE", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(Fenced(t, baseFence), "evt-2", "NOPE", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrNotFound)
 	for _, no := range []string{"NOPE", "SO2"} {
 		_, err = s.Get(t.Context(), no)
@@ -181,8 +182,8 @@ func testNotFound(t *testing.T, s orders.Store) {
 // A modify sets the fields it names, keeps the others, bumps the version
 // and appends an entry with the event, the fence and the writer.
 func testModify(t *testing.T, s orders.Store) {
-	before := seed(t, s, "SO1")
-	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr(`"Flat 3/4", 5 {Quay} Street` + "\n\u4e2d"), Items: newItems})
+	before := Seed(t, s, "SO1")
+	res, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new(`"Flat 3/4", 5 {Quay} Street` + "\n\u4e2d"), Items: newItems})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	want := before
@@ -193,10 +194,10 @@ func testModify(t *testing.T, s orders.Store) {
 	want.UpdatedAt = got.UpdatedAt
 	assert.Equal(t, want, got)
 
-	_, err = s.Modify(fenced(t, baseFence), "evt-2", "SO1", orders.Changes{Remark: ptr("")})
+	_, err = s.Modify(Fenced(t, baseFence), "evt-2", "SO1", orders.Changes{Remark: new("")})
 	require.NoError(t, err)
 	assert.Empty(t, get(t, s, "SO1").Remark, "a remark may be emptied")
-	res, err = s.Modify(fenced(t, baseFence), "evt-3", "SO1", orders.Changes{})
+	res, err = s.Modify(Fenced(t, baseFence), "evt-3", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), res.Order.Version, "a modify without changes is still a write")
 
@@ -208,7 +209,7 @@ func testModify(t *testing.T, s orders.Store) {
 }
 
 func testModifyInvalid(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	for _, tt := range []struct {
 		eventID, orderNo string
 		c                orders.Changes
@@ -219,7 +220,7 @@ func testModifyInvalid(t *testing.T, s orders.Store) {
 		{"evt", "SO1", orders.Changes{Items: []orders.Item{{SKU: "x"}}}},
 		{"evt", "SO1", orders.Changes{Items: []orders.Item{{Qty: 1}}}},
 	} {
-		_, err := s.Modify(fenced(t, baseFence), tt.eventID, tt.orderNo, tt.c)
+		_, err := s.Modify(Fenced(t, baseFence), tt.eventID, tt.orderNo, tt.c)
 		assert.ErrorIs(t, err, orders.ErrInvalid, "%+v", tt)
 		assert.True(t, orders.Permanent(err))
 	}
@@ -229,13 +230,13 @@ func testModifyInvalid(t *testing.T, s orders.Store) {
 // A store never writes unfenced: no Write, or a fence that is not
 // positive, is ErrNoFence.
 func testWriteWithoutFence(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	for _, ctx := range []context.Context{
 		t.Context(),
 		orders.WithWrite(t.Context(), orders.Write{Worker: "w"}),
 		orders.WithWrite(t.Context(), orders.Write{Fence: -1}),
 	} {
-		_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: ptr("x")})
+		_, err := s.Modify(ctx, "evt-1", "SO1", orders.Changes{Address: new("x")})
 		assert.ErrorIs(t, err, orders.ErrNoFence)
 		assert.True(t, orders.Permanent(err))
 		_, err = s.Exchange(ctx, "evt-2", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
@@ -248,39 +249,39 @@ func testWriteWithoutFence(t *testing.T, s orders.Store) {
 // with ErrStaleFence (not Permanent), writes nothing and records nothing:
 // under a fresh fence the same event applies.
 func testStaleFence(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("new holder")})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("new holder")})
 	require.NoError(t, err)
 	before := get(t, s, "SO1")
 
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
+	_, err = s.Modify(Fenced(t, baseFence-1), "evt-late", "SO1", orders.Changes{Address: new("late holder")})
 	assert.ErrorIs(t, err, orders.ErrStaleFence)
 	assert.False(t, orders.Permanent(err), "the work runs again under a fresh lock")
-	_, err = s.Exchange(fenced(t, baseFence-1), "evt-late-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(Fenced(t, baseFence-1), "evt-late-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrStaleFence)
 	assert.Equal(t, before, get(t, s, "SO1"))
 	assert.Len(t, history(t, s, "SO1"), 2)
 	_, err = s.Get(t.Context(), "SO2")
 	assert.ErrorIs(t, err, orders.ErrNotFound, "a refused exchange creates nothing")
 
-	res, err := s.Modify(fenced(t, baseFence+1), "evt-late", "SO1", orders.Changes{Address: ptr("late holder")})
+	res, err := s.Modify(Fenced(t, baseFence+1), "evt-late", "SO1", orders.Changes{Address: new("late holder")})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed, "the stale write was not recorded")
 	assert.Equal(t, "late holder", get(t, s, "SO1").Address)
 
 	// Fences are compared as integers, exactly, even above 2^53.
-	_, err = s.Modify(fenced(t, 1<<53+1), "evt-big", "SO1", orders.Changes{})
+	_, err = s.Modify(Fenced(t, 1<<53+1), "evt-big", "SO1", orders.Changes{})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, 1<<53), "evt-big-late", "SO1", orders.Changes{})
+	_, err = s.Modify(Fenced(t, 1<<53), "evt-big-late", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, orders.ErrStaleFence)
 }
 
 // One lock hold may write more than once: an equal fence is allowed.
 func testEqualFence(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("a")})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("a")})
 	require.NoError(t, err)
-	res, err := s.Modify(fenced(t, baseFence), "evt-2", "SO1", orders.Changes{Remark: ptr("b")})
+	res, err := s.Modify(Fenced(t, baseFence), "evt-2", "SO1", orders.Changes{Remark: new("b")})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), res.Order.Version)
 }
@@ -288,13 +289,13 @@ func testEqualFence(t *testing.T, s orders.Store) {
 // A repeat of an applied event writes nothing and answers Replayed, under
 // any fence, after the order moved on, and after it closed.
 func testDedupe(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("first")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Address: ptr("second")})
+	_, err = s.Modify(Fenced(t, baseFence+1), "evt-2", "SO1", orders.Changes{Address: new("second")})
 	require.NoError(t, err)
 
-	again, err := s.Modify(fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Address: ptr("first")})
+	again, err := s.Modify(Fenced(t, baseFence+2), "evt-1", "SO1", orders.Changes{Address: new("first")})
 	require.NoError(t, err)
 	assert.True(t, again.Replayed)
 	assert.Equal(t, "SO1", again.Order.No)
@@ -303,9 +304,9 @@ func testDedupe(t *testing.T, s orders.Store) {
 	assert.Equal(t, int64(3), got.Version)
 	assert.Len(t, history(t, s, "SO1"), 3)
 
-	_, err = s.Exchange(fenced(t, baseFence+3), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(Fenced(t, baseFence+3), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	require.NoError(t, err)
-	again, err = s.Modify(fenced(t, baseFence+4), "evt-2", "SO1", orders.Changes{Address: ptr("second")})
+	again, err = s.Modify(Fenced(t, baseFence+4), "evt-2", "SO1", orders.Changes{Address: new("second")})
 	require.NoError(t, err, "a repeat of an applied change is a replay, even of a closed order")
 	assert.True(t, again.Replayed)
 }
@@ -313,14 +314,14 @@ func testDedupe(t *testing.T, s orders.Store) {
 // An event ID applied once may not be used for another request: a modify
 // with other changes, or an exchange, is ErrConflict naming the event.
 func testEventReused(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: ptr("a")})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Address: new("a")})
 	require.NoError(t, err)
-	_, err = s.Modify(fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Address: ptr("b")})
+	_, err = s.Modify(Fenced(t, baseFence+1), "evt-1", "SO1", orders.Changes{Address: new("b")})
 	assert.ErrorIs(t, err, orders.ErrConflict)
 	assert.ErrorContains(t, err, "evt-1")
 	assert.True(t, orders.Permanent(err))
-	_, err = s.Exchange(fenced(t, baseFence+1), "evt-1", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(Fenced(t, baseFence+1), "evt-1", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrConflict)
 	got := get(t, s, "SO1")
 	assert.Equal(t, orders.StatusActive, got.Status)
@@ -328,22 +329,22 @@ func testEventReused(t *testing.T, s orders.Store) {
 	_, err = s.Get(t.Context(), "SO2")
 	assert.ErrorIs(t, err, orders.ErrNotFound, "the conflicting exchange left no replacement behind")
 
-	_, err = s.Exchange(fenced(t, baseFence+1), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(Fenced(t, baseFence+1), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	require.NoError(t, err)
-	_, err = s.Exchange(fenced(t, baseFence+2), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2", Reason: "other"})
+	_, err = s.Exchange(Fenced(t, baseFence+2), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2", Reason: "other"})
 	assert.ErrorIs(t, err, orders.ErrConflict, "an exchange's event reused with another reason")
 }
 
 // A put replaces the order but neither resets its fence nor forgets its
 // events.
 func testPutKeeps(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
-	seed(t, s, "SO1")
-	_, err = s.Modify(fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
+	Seed(t, s, "SO1")
+	_, err = s.Modify(Fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
 	assert.ErrorIs(t, err, orders.ErrStaleFence, "a put does not reset the fence")
-	res, err := s.Modify(fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	res, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
 	require.NoError(t, err)
 	assert.True(t, res.Replayed, "a put does not forget events")
 }
@@ -353,22 +354,22 @@ func testPutKeeps(t *testing.T, s orders.Store) {
 // nothing, while a replay is still a replay and a write without a position
 // is not ordered.
 func testPassed(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Modify(at(t, baseFence, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	Seed(t, s, "SO1")
+	_, err := s.Modify(At(t, baseFence, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.NoError(t, err)
-	_, err = s.Modify(at(t, baseFence+1, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	_, err = s.Modify(At(t, baseFence+1, 20), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
 	require.NoError(t, err)
 
-	again, err := s.Modify(at(t, baseFence+2, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	again, err := s.Modify(At(t, baseFence+2, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	require.NoError(t, err, "a replay is answered, not refused")
 	assert.True(t, again.Replayed)
 
 	for _, seq := range []int64{15, 20} {
-		_, err = s.Modify(at(t, baseFence+2, seq), fmt.Sprintf("evt-new-%d", seq), "SO1", orders.Changes{Remark: ptr("old")})
+		_, err = s.Modify(At(t, baseFence+2, seq), fmt.Sprintf("evt-new-%d", seq), "SO1", orders.Changes{Remark: new("old")})
 		assert.ErrorIs(t, err, orders.ErrPassed, "position %d after 20", seq)
 		assert.True(t, orders.Permanent(err))
 	}
-	_, err = s.Exchange(at(t, baseFence+2, 12), "evt-12", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	_, err = s.Exchange(At(t, baseFence+2, 12), "evt-12", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrPassed)
 	_, err = s.Get(t.Context(), "SO2")
 	assert.ErrorIs(t, err, orders.ErrNotFound, "a refused exchange creates nothing")
@@ -376,14 +377,14 @@ func testPassed(t *testing.T, s orders.Store) {
 	assert.Equal(t, "twenty", got.Remark)
 	assert.Equal(t, int64(3), got.Version, "the refusals wrote nothing")
 
-	_, err = s.Modify(at(t, baseFence+3, 0), "evt-hand", "SO1", orders.Changes{Remark: ptr("by hand")})
+	_, err = s.Modify(At(t, baseFence+3, 0), "evt-hand", "SO1", orders.Changes{Remark: new("by hand")})
 	require.NoError(t, err, "a write without a position is not ordered")
-	_, err = s.Modify(at(t, baseFence+4, 21), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
+	_, err = s.Modify(At(t, baseFence+4, 21), "evt-21", "SO1", orders.Changes{Remark: new("21")})
 	require.NoError(t, err)
 
 	// The replacement's number is free again after the refused exchange.
-	seed(t, s, "SO3")
-	_, err = s.Exchange(fenced(t, baseFence), "evt-x3", "SO3", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	Seed(t, s, "SO3")
+	_, err = s.Exchange(Fenced(t, baseFence), "evt-x3", "SO3", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.NoError(t, err)
 }
 
@@ -392,22 +393,22 @@ func testPassed(t *testing.T, s orders.Store) {
 // the newest nor in the history: a forged far position does not hold back
 // the order's next change in its turn.
 func testOutOfTurn(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	outOfTurn := func(fence, seq int64) context.Context {
 		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: true, Worker: "storetest"})
 	}
-	_, err := s.Modify(at(t, baseFence, 20), "evt-20", "SO1", orders.Changes{Remark: ptr("twenty")})
+	_, err := s.Modify(At(t, baseFence, 20), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
 	require.NoError(t, err)
-	_, err = s.Modify(outOfTurn(baseFence+1, 10), "evt-10", "SO1", orders.Changes{Remark: ptr("ten")})
+	_, err = s.Modify(outOfTurn(baseFence+1, 10), "evt-10", "SO1", orders.Changes{Remark: new("ten")})
 	assert.ErrorIs(t, err, orders.ErrPassed, "out of turn, an older position is still refused")
-	_, err = s.Modify(outOfTurn(baseFence+1, 9000000000000000), "evt-forged", "SO1", orders.Changes{Remark: ptr("forged")})
+	_, err = s.Modify(outOfTurn(baseFence+1, 9000000000000000), "evt-forged", "SO1", orders.Changes{Remark: new("forged")})
 	require.NoError(t, err, "a position after the newest applies")
 	h := history(t, s, "SO1")
 	last := h[len(h)-1]
 	assert.Equal(t, "evt-forged", last.EventID)
 	assert.Zero(t, last.Seq, "the out-of-turn position is not kept in the history")
 
-	_, err = s.Modify(at(t, baseFence+2, 21), "evt-21", "SO1", orders.Changes{Remark: ptr("21")})
+	_, err = s.Modify(At(t, baseFence+2, 21), "evt-21", "SO1", orders.Changes{Remark: new("21")})
 	require.NoError(t, err, "the next change in its turn applies: the forged position was not recorded")
 	assert.Equal(t, "21", get(t, s, "SO1").Remark)
 }
@@ -416,8 +417,8 @@ func testOutOfTurn(t *testing.T, s orders.Store) {
 // new items and A's address and remark; A keeps its items. Both histories
 // carry the event and the fence.
 func testExchange(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	res, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2", Reason: "wrong size"})
+	Seed(t, s, "SO1")
+	res, err := s.Exchange(Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2", Reason: "wrong size"})
 	require.NoError(t, err)
 	assert.False(t, res.Replayed)
 	b := res.Order
@@ -441,7 +442,7 @@ func testExchange(t *testing.T, s orders.Store) {
 	assert.Equal(t, []any{"evt-x", orders.TypeCreated, baseFence, int64(1)}, []any{hb[0].EventID, hb[0].Type, hb[0].Fence, hb[0].Version})
 
 	// The replacement is an order like any other.
-	res, err = s.Modify(fenced(t, baseFence+1), "evt-m", "SO2", orders.Changes{Remark: ptr("new")})
+	res, err = s.Modify(Fenced(t, baseFence+1), "evt-m", "SO2", orders.Changes{Remark: new("new")})
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), res.Order.Version)
 }
@@ -449,9 +450,9 @@ func testExchange(t *testing.T, s orders.Store) {
 // Without NewOrderNo the replacement is numbered by
 // tasks.ReplacementOrderNo, so that a retry creates the same one.
 func testExchangeDerived(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	want := tasks.ReplacementOrderNo("SO1", "evt-x")
-	res, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems})
+	res, err := s.Exchange(Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems})
 	require.NoError(t, err)
 	assert.Equal(t, want, res.Order.No)
 	assert.Equal(t, want, get(t, s, "SO1").ExchangedTo)
@@ -462,12 +463,12 @@ func testExchangeDerived(t *testing.T, s orders.Store) {
 // already here: a replay) and returns the replacement, creating nothing
 // twice.
 func testExchangeRetry(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	x := orders.Exchange{Items: newItems}
-	first, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", x)
+	first, err := s.Exchange(Fenced(t, baseFence), "evt-x", "SO1", x)
 	require.NoError(t, err)
 	for i := range 2 {
-		again, err := s.Exchange(fenced(t, baseFence+1+int64(i)), "evt-x", "SO1", x)
+		again, err := s.Exchange(Fenced(t, baseFence+1+int64(i)), "evt-x", "SO1", x)
 		require.NoError(t, err)
 		assert.True(t, again.Replayed)
 		assert.Equal(t, first.Order.No, again.Order.No, "a retry returns the same replacement")
@@ -480,9 +481,9 @@ func testExchangeRetry(t *testing.T, s orders.Store) {
 // An exchange whose replacement number is taken by an unrelated order is
 // ErrConflict and changes nothing; an invalid one is ErrInvalid.
 func testExchangeRefusals(t *testing.T, s orders.Store) {
-	a := seed(t, s, "SO1")
-	b := seed(t, s, "SO2")
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	a := Seed(t, s, "SO1")
+	b := Seed(t, s, "SO2")
+	_, err := s.Exchange(Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	assert.ErrorIs(t, err, orders.ErrConflict)
 	assert.True(t, orders.Permanent(err))
 	assert.ErrorContains(t, err, "SO2")
@@ -496,10 +497,10 @@ func testExchangeRefusals(t *testing.T, s orders.Store) {
 		{Items: newItems, NewOrderNo: "SO{3}"},
 		{Items: newItems, NewOrderNo: "SO1"},
 	} {
-		_, err := s.Exchange(fenced(t, baseFence), "evt-y", "SO1", x)
+		_, err := s.Exchange(Fenced(t, baseFence), "evt-y", "SO1", x)
 		assert.ErrorIs(t, err, orders.ErrInvalid, "%+v", x)
 	}
-	_, err = s.Exchange(fenced(t, baseFence), "", "SO1", orders.Exchange{Items: newItems})
+	_, err = s.Exchange(Fenced(t, baseFence), "", "SO1", orders.Exchange{Items: newItems})
 	assert.ErrorIs(t, err, orders.ErrInvalid, "empty event ID")
 	assert.Equal(t, orders.StatusActive, get(t, s, "SO1").Status)
 }
@@ -507,15 +508,15 @@ func testExchangeRefusals(t *testing.T, s orders.Store) {
 // A modify or exchange of an exchanged or cancelled order is ErrClosed, a
 // *ClosedError that names the replacement.
 func testClosed(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
-	_, err := s.Exchange(fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	Seed(t, s, "SO1")
+	_, err := s.Exchange(Fenced(t, baseFence), "evt-x", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
 	require.NoError(t, err)
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO3", Status: orders.StatusCancelled}))
 	for _, want := range []orders.ClosedError{
 		{OrderNo: "SO1", Status: orders.StatusExchanged, ExchangedTo: "SO2"},
 		{OrderNo: "SO3", Status: orders.StatusCancelled},
 	} {
-		_, err := s.Modify(fenced(t, baseFence+1), "evt-m", want.OrderNo, orders.Changes{Address: ptr("x")})
+		_, err := s.Modify(Fenced(t, baseFence+1), "evt-m", want.OrderNo, orders.Changes{Address: new("x")})
 		assert.ErrorIs(t, err, orders.ErrClosed)
 		assert.True(t, orders.Permanent(err))
 		var ce *orders.ClosedError
@@ -523,7 +524,7 @@ func testClosed(t *testing.T, s orders.Store) {
 			assert.Equal(t, want, *ce)
 		}
 		assert.ErrorContains(t, err, want.ExchangedTo)
-		_, err = s.Exchange(fenced(t, baseFence+1), "evt-x2", want.OrderNo, orders.Exchange{Items: newItems, NewOrderNo: "SO4"})
+		_, err = s.Exchange(Fenced(t, baseFence+1), "evt-x2", want.OrderNo, orders.Exchange{Items: newItems, NewOrderNo: "SO4"})
 		assert.ErrorIs(t, err, orders.ErrClosed)
 	}
 	_, err = s.Get(t.Context(), "SO4")
@@ -534,9 +535,9 @@ func testClosed(t *testing.T, s orders.Store) {
 // following the versions: every entry once; past the newest, an empty
 // page whose Next is 0.
 func testHistoryPages(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	for i := range 7 {
-		_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(fmt.Sprint(i))})
+		_, err := s.Modify(Fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: new(fmt.Sprint(i))})
 		require.NoError(t, err)
 	}
 	var versions []int64
@@ -570,7 +571,7 @@ func testHistoryPages(t *testing.T, s orders.Store) {
 // Concurrent writes with increasing fences are each applied or refused as
 // stale, never lost: the version counts the applied ones.
 func testConcurrent(t *testing.T, s orders.Store) {
-	seed(t, s, "SO1")
+	Seed(t, s, "SO1")
 	const writers = 16
 	var (
 		wg      sync.WaitGroup
@@ -580,7 +581,7 @@ func testConcurrent(t *testing.T, s orders.Store) {
 	)
 	for i := range writers {
 		wg.Go(func() {
-			_, err := s.Modify(fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: ptr(fmt.Sprint(i))})
+			_, err := s.Modify(Fenced(t, baseFence+int64(i)), fmt.Sprintf("evt-%d", i), "SO1", orders.Changes{Remark: new(fmt.Sprint(i))})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
