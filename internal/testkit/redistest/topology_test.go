@@ -45,6 +45,7 @@ func TestClusterOnEachMaster(t *testing.T) {
 }
 
 func TestClusterCleanupDeletesPrefix(t *testing.T) {
+	redistest.SkipShort(t, "a Redis Cluster")
 	var prefix string
 	var masters []string
 	t.Run("writes", func(t *testing.T) {
