@@ -20,7 +20,10 @@
 //     parked task to the front of its queue, [Recover] a dead worker's
 //     tasks back;
 //   - reads: [TaskInfo] (the Inspector, minus its unlisted-queue quirk),
-//     [Finished], [QueuesListed] and [ScanQueues].
+//     [Finished], [QueuesListed] and [ScanQueues]; bounded pages of the
+//     retry and scheduled sets and of the expired leases with their task
+//     messages ([SetTasks], [ExpiredLeases], [LeaseEnd]), which the
+//     blocked-orders list (internal/orderview) finds its candidates in.
 //
 // # What orderworker relies on
 //
