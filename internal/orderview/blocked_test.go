@@ -17,6 +17,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -333,4 +334,13 @@ func TestBlockedCycleHeldAndStaleLock(t *testing.T) {
 	assert.Equal(t, "active", d.Lock.TaskState)
 	assert.Equal(t, ended.UTC(), d.Lock.LeaseEndedAt)
 	assert.Contains(t, d.Explanation, "gone")
+}
+
+// The same list on a Redis Cluster with three queue shards per kind: the
+// sets are read in every shard queue, on the master of each.
+func TestBlockedOnAClusterWithShards(t *testing.T) {
+	db := redistest.NewCluster(t)
+	b := newBlockedEnv(t, db.Client, db.Prefix, tasks.Shards{Count: 3})
+	driveReasons(t, b)
+	checkReasons(t, b)
 }
