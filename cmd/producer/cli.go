@@ -57,14 +57,14 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis      *redisconn.Options
-	Prefix     string
-	Shards     tasks.Shards
-	GapWait    time.Duration
+	Redis   *redisconn.Options
+	Prefix  string
+	Shards  tasks.Shards
+	GapWait time.Duration
 	// BlockedAfter is how long an order's next change may wait before the
 	// blocked list shows the order.
 	BlockedAfter time.Duration
-	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
+	OrderStore   orderstore.Settings // the worker's: the orders are read where it writes them
 	// WaitReplicas and WaitTimeout are the producer's (Config.WaitReplicas).
 	WaitReplicas int
 	WaitTimeout  time.Duration
