@@ -134,3 +134,25 @@ func TestWritableDashboardNeedsTheWriteUser(t *testing.T) {
 	assert.False(t, info.Paused)
 	requireNoRefusal(t, rw.logs.String())
 }
+
+// TestBlockedGaugesAsItsACLUser scrapes the blocked-order gauges as the
+// read-only dashboard's user: an order whose next change keeps failing is
+// counted as failing, every other reason is 0, and no label names an
+// order.
+func TestBlockedGaugesAsItsACLUser(t *testing.T) {
+	db := redistest.New(t)
+	orderviewtest.Build(t, db.Client, db.Prefix, "SO77")
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
+	ro := asDashboard(t, db, acl.Dashboard)
+	d := startDashboard(t, testEnv(ro, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
+
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `orderworker_orders_blocked{reason="failing"} 1`)
+	for _, reason := range []string{"gap", "lock_stale", "creation", "scheduled", "held", "waiting"} {
+		assert.Contains(t, r.body, `orderworker_orders_blocked{reason="`+reason+`"} 0`)
+	}
+	assert.Regexp(t, `orderworker_oldest_blocked_order_age_seconds [0-9.e+-]+\n`, r.body)
+	assert.NotContains(t, r.body, "SO77", "no label names an order")
+	requireNoRefusal(t, d.logs.String())
+}

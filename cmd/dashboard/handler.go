@@ -77,9 +77,10 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	}
 	ui := protect(uiHeaders(withCSP(csp, http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon)))))
 
-	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards})
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards,
+		BlockedAfter: cfg.BlockedAfter})
 	if err != nil {
-		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS): %w", err)
+		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS, BLOCKED_AFTER): %w", err)
 	}
 	pages, err := newOrderPages(views, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {
@@ -92,6 +93,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
+		newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

@@ -40,6 +40,9 @@ const otherCommands = `  order get <order_no>          print an order as JSON
   order status <order_no> [-json]
         what is happening to an order: its lock, the changes waiting in its
         sequence, its tasks in every state, its latest history
+  order blocked [-limit N] [-reason R] [-json]
+        the orders that are stuck (their next change has waited longer than
+        BLOCKED_AFTER, or an operator holds them), oldest first, with why
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
   acl worker|intake|dashboard|dashboard-write
@@ -54,11 +57,14 @@ Settings (before the command; each also an environment variable):
 
 // common are the settings every command shares.
 type common struct {
-	Redis      *redisconn.Options
-	Prefix     string
-	Shards     tasks.Shards
-	GapWait    time.Duration
-	OrderStore orderstore.Settings // the worker's: the orders are read where it writes them
+	Redis   *redisconn.Options
+	Prefix  string
+	Shards  tasks.Shards
+	GapWait time.Duration
+	// BlockedAfter is how long an order's next change may wait before the
+	// blocked list shows the order.
+	BlockedAfter time.Duration
+	OrderStore   orderstore.Settings // the worker's: the orders are read where it writes them
 	// WaitReplicas and WaitTimeout are the producer's (Config.WaitReplicas).
 	WaitReplicas int
 	WaitTimeout  time.Duration
@@ -79,6 +85,8 @@ func declareCommon(s *config.Set, c *common) {
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues): "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])
+	s.Duration(&c.BlockedAfter, "blocked-after", "BLOCKED_AFTER", orderview.DefaultBlockedAfter,
+		"how long an order's next change may wait before the blocked-orders list (order blocked, GET /v1/blocked-orders) shows the order").Check(config.Positive[time.Duration])
 	s.Int(&c.WaitReplicas, "wait-replicas", "WAIT_REPLICAS", 0,
 		"replicas that must have an accepted change before it is reported accepted (Redis WAIT); 0 for none; 1 keeps a failover from losing an accepted change (see docs/scaling.md, What a failover can lose); at most the replicas of each master").Check(config.NonNegative[int])
 	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", producer.DefaultWaitTimeout,
@@ -157,7 +165,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		defer store.Close()
-		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards})
+		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards,
+			BlockedAfter: c.BlockedAfter})
 		if err != nil {
 			return err
 		}
@@ -348,7 +357,7 @@ func exchange(ctx context.Context, p *producer.Producer, args []string) (produce
 
 func order(ctx context.Context, store orders.Store, views *orderview.Reader, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("order: want get, history, status or put")
+		return errors.New("order: want get, history, status, blocked or put")
 	}
 	switch args[0] {
 	case "status":
@@ -366,6 +375,26 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 			return printJSON(stdout, st)
 		}
 		return printStatus(stdout, st)
+	case "blocked":
+		fs := flag.NewFlagSet("order blocked", flag.ContinueOnError)
+		limit := fs.Int("limit", orderview.DefaultBlockedLimit, fmt.Sprintf("the most orders to list, 1 to %d", orderview.MaxBlockedLimit))
+		reason := fs.String("reason", "", "only the orders blocked for this reason: "+strings.Join(orderview.Reasons(), ", "))
+		asJSON := fs.Bool("json", false, "print the page as JSON (the intake's GET /v1/blocked-orders)")
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(args[1:]); err != nil {
+			return fmt.Errorf("order blocked: %w", err)
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("order blocked: unexpected arguments %q", fs.Args())
+		}
+		page, err := views.Blocked(ctx, orderview.BlockedQuery{Limit: *limit, Reason: *reason})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, page)
+		}
+		return printBlocked(stdout, page)
 	case "get", "history":
 		if len(args) != 2 {
 			return fmt.Errorf("order %s: want one order number", args[0])
@@ -414,7 +443,7 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 		}
 		return printJSON(stdout, o)
 	}
-	return fmt.Errorf("order: unknown subcommand %q (want get, history, status or put)", args[0])
+	return fmt.Errorf("order: unknown subcommand %q (want get, history, status, blocked or put)", args[0])
 }
 
 func printJSON(w io.Writer, v any) error {

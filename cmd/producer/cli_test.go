@@ -228,3 +228,47 @@ func TestDocsShowTheACLRules(t *testing.T) {
 	}
 	require.Equal(t, want, old, "the ACL rules in %s are not what `producer acl` prints (UPDATE_DOCS=1 go test -run TestDocsShowTheACLRules ./cmd/producer/ rewrites them)", path)
 }
+
+// TestCLIOrderBlocked lists an order whose next change keeps failing, as
+// text and as the intake's JSON, and none before BLOCKED_AFTER.
+func TestCLIOrderBlocked(t *testing.T) {
+	db := redistest.New(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "BLOCKED_AFTER": "1ms"}
+	cli := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() {
+		_ = insp.DeleteQueue(tasks.QueueModify, true)
+		_ = insp.DeleteQueue(tasks.QueueExchange, true)
+	})
+	s := orderviewtest.Build(t, db.Client, db.Prefix, "SO1001")
+
+	out, err := cli("order", "blocked")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	for _, want := range []string{"Blocked orders at ", "longer than 1ms", ": 1", "SO1001  failing", "order:modify " + s.Retried + " (retry)",
+		"SO1001: Its next change, task " + s.Retried + ", failed 1 time(s)", orderviewtest.FailRetried} {
+		require.Contains(t, out, want)
+	}
+
+	out, err = cli("order", "blocked", "-json", "-limit", "5", "-reason", "failing")
+	require.NoError(t, err)
+	var page orderview.BlockedPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Len(t, page.Orders, 1)
+	require.Equal(t, orderview.ReasonFailing, page.Orders[0].Reason)
+	require.Equal(t, s.Retried, page.Orders[0].Failing.TaskID)
+
+	_, err = cli("order", "blocked", "-reason", "bored")
+	require.ErrorIs(t, err, orderview.ErrBadQuery)
+	_, err = cli("order", "blocked", "SO1")
+	require.Error(t, err)
+
+	env["BLOCKED_AFTER"] = "1h"
+	out, err = cli("order", "blocked")
+	require.NoError(t, err)
+	require.Contains(t, out, "none")
+}

@@ -214,6 +214,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Burst:          c.Burst,
 		KeyLimits:      keyLimits,
 		GapWait:        c.GapWait,
+		BlockedAfter:   c.BlockedAfter,
 		Logger:         log,
 	})
 	if errors.Is(err, httpauth.ErrConfig) {

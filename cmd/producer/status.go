@@ -194,3 +194,39 @@ func ago(now, t time.Time) string {
 // overrides among them) and the invalid UTF-8 of s: see [safetext.Escape],
 // which the dashboard's order page uses too.
 func clean(s string) string { return safetext.Escape(s) }
+
+// printBlocked writes a page of the blocked-orders list for a terminal:
+// one row per order, oldest first, then each order's explanation. Every
+// string from Redis or asynq is shown escaped, as in printStatus.
+func printBlocked(w io.Writer, page orderview.BlockedPage) error {
+	p := &printer{w: w}
+	p.line("Blocked orders at %s (next change waiting longer than %v, or held): %d", page.At.Format(time.RFC3339),
+		ms(page.BlockedAfterMS), page.Total)
+	if page.Truncated {
+		p.line("  (asynq's sets held more tasks than one read takes: there may be more)")
+	}
+	if len(page.Orders) == 0 {
+		p.line("  none")
+		return p.err
+	}
+	rows := [][]string{{"ORDER", "REASON", "SINCE", "AGE", "WAITING", "HEAD"}}
+	for _, b := range page.Orders {
+		head := ""
+		if b.Head != nil {
+			head = clean(b.Head.Label)
+			if b.Head.TaskState != "" {
+				head += " (" + b.Head.TaskState + ")"
+			}
+		}
+		rows = append(rows, []string{b.OrderNo, b.Reason, b.Since.Format(time.RFC3339), ms(b.AgeMS).Round(time.Second).String(),
+			strconv.FormatInt(b.Waiting, 10), head})
+	}
+	p.table(rows)
+	for _, b := range page.Orders {
+		p.line("  %s: %s", b.OrderNo, clean(b.Explanation))
+	}
+	if page.NextCursor != "" {
+		p.line("  (more: raise -limit, or page with GET /v1/blocked-orders?cursor=%s)", page.NextCursor)
+	}
+	return p.err
+}

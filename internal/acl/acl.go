@@ -9,6 +9,7 @@
 //	ow:lock:{<no>}            an order's lock (lock)
 //	ow:lock:{<no>}:fence      its newest fencing token (lock)
 //	ow:lock:{<no>}:seq        its sequence of positions (lock.Sequencer)
+//	ow:lock:held              the index of the orders operators hold (read by the blocked list)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
 //	ow:token:{upstream}…      the shared order API token and its refresh lock (token)
@@ -136,7 +137,7 @@ func Rules(p Process, o Options) ([]string, error) {
 		// position of an order tries for the task parked behind it; that
 		// task then comes back after its park delay (at most the workers'
 		// GAP_WAIT) instead of at once.
-		r.rw(k.events, k.seqs, k.waits).ro(k.asynq, k.locks)
+		r.rw(k.events, k.seqs, k.waits).ro(k.asynq, k.locks, k.held)
 		r.only(k.taskKeys, "hset").only(k.pending, "lpush").only(k.scheduled, "zadd").only(k.allQueues, "sadd")
 		r.orders(o.OrderAPI, k, false)
 	case Dashboard, DashboardWrite:
@@ -148,8 +149,9 @@ func Rules(p Process, o Options) ([]string, error) {
 			// worker and scheduler lists when it reads them.
 			r.ro(k.asynq).only(k.servers0, "zremrangebyscore").only(k.workers0, "zremrangebyscore").only(k.schedulers, "zremrangebyscore")
 		}
-		// The order page: the sequences and locks.
-		r.ro(k.locks)
+		// The order page and the blocked list: the sequences and locks,
+		// and the index of held orders.
+		r.ro(k.locks, k.held)
 		r.orders(o.OrderAPI, k, false)
 		// asynqmon's Redis page.
 		r.cmds = append(r.cmds, "+info", "+cluster|info", "+cluster|nodes")
@@ -182,6 +184,7 @@ var base = []string{
 // keys are the key and channel patterns of one key prefix, escaped.
 type keys struct {
 	orders, locks, seqs, events, waits, token      string
+	held                                           string
 	asynq, queueKeys, taskKeys, pending, scheduled string
 	allQueues, servers, workers                    string
 	servers0, workers0, schedulers                 string
@@ -194,6 +197,7 @@ func newKeys(prefix string) keys {
 		orders: p + "order:{*",
 		locks:  p + "lock:{*",
 		seqs:   p + "lock:{*}:seq",
+		held:   p + "lock:held",
 		events: p + "event:{*",
 		waits:  p + "wait:{*",
 		token:  p + `token:{upstream}*`,

@@ -78,6 +78,7 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 		"lock":    prefix + "lock:{SO1}",
 		"fence":   prefix + "lock:{SO1}:fence",
 		"seq":     prefix + "lock:{SO1}:seq",
+		"held":    prefix + "lock:held",
 		"event":   prefix + "event:{e1}",
 		"wait":    prefix + "wait:{SO1}",
 		"token":   prefix + "token:{upstream}",
@@ -87,6 +88,8 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 		"task":    "asynq:{q}:t:e1",
 		"pending": "asynq:{q}:pending",
 		"sched":   "asynq:{q}:scheduled",
+		"retry":   "asynq:{q}:retry",
+		"lease":   "asynq:{q}:lease",
 		"active":  "asynq:{q}:active",
 		"paused":  "asynq:{q}:paused",
 		"servers": "asynq:servers",
@@ -108,6 +111,9 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 		p.HSet(ctx, k["task"], "msg", "m", "state", "pending")
 		p.LPush(ctx, k["pending"], "e1")
 		p.ZAdd(ctx, k["sched"], redis.Z{Score: 1, Member: "e0"})
+		p.ZAdd(ctx, k["retry"], redis.Z{Score: 1, Member: "e1"})
+		p.ZAdd(ctx, k["lease"], redis.Z{Score: 1, Member: "e1"})
+		p.ZAdd(ctx, k["held"], redis.Z{Score: 1, Member: "SO1"})
 		p.ZAdd(ctx, k["servers"], redis.Z{Score: 1, Member: k["server"]})
 		p.Set(ctx, k["server"], "info", 0)
 		return nil
@@ -172,6 +178,16 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		return append(c, deny("HSET", k["order"], "status", "x"), deny("DEL", k["order"]), deny("RPUSH", k["history"], "forged"),
 			deny("EVAL", luaDel, "1", k["order"]))
 	}
+	// The blocked-orders list (orderview.Reader.Blocked): pages of the
+	// retry and scheduled sets and the expired leases with their tasks'
+	// messages, the index of held orders and a hold's record; read only.
+	blocked := []check{
+		allow("ZRANGE", k["retry"], "0", "10", "WITHSCORES"), allow("ZRANGE", k["sched"], "0", "10", "WITHSCORES"),
+		allow("ZRANGEBYSCORE", k["lease"], "-inf", "(5", "WITHSCORES", "LIMIT", "0", "10"), allow("ZSCORE", k["lease"], "e1"),
+		allow("HGET", k["task"], "msg"), allow("ZRANGE", k["held"], "0", "10", "WITHSCORES"), allow("HGET", k["seq"], "h"),
+		deny("ZADD", k["held"], "1", "SO2"), deny("ZREM", k["held"], "SO1"),
+		deny("ZREM", k["retry"], "e1"),
+	}
 	switch p {
 	case acl.Worker:
 		cs = append(cs, orders(true)...)
@@ -187,6 +203,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		)
 	case acl.Intake:
 		cs = append(cs, orders(false)...)
+		cs = append(cs, blocked...)
 		cs = append(cs,
 			// acceptance
 			allow("SET", "ow:event:{e2}", "order:modify SO1 cd", "NX", "GET", "PX", "1000"), allow("HINCRBY", k["seq"], "n", "1"),
@@ -209,6 +226,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		)
 	case acl.Dashboard:
 		cs = append(cs, orders(false)...)
+		cs = append(cs, blocked...)
 		cs = append(cs,
 			allow("INFO"), allow("SMEMBERS", k["queues"]), allow("HGETALL", k["task"]), allow("LRANGE", k["pending"], "0", "-1"),
 			allow("HGETALL", k["seq"]), allow("HMGET", k["lock"], "owner"), allow("EVAL", luaRead, "2", k["pending"], k["sched"]),
@@ -223,6 +241,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		)
 	case acl.DashboardWrite:
 		cs = append(cs, orders(false)...)
+		cs = append(cs, blocked[:7]...) // its writes of asynq's sets are asynqmon's
 		cs = append(cs,
 			allow("INFO"), allow("SET", k["paused"], "1"), allow("EVAL", luaPause, "1", k["paused"]), allow("PUBLISH", "asynq:cancel", "e1"),
 			allow("DEL", k["task"]), allow("SREM", k["queues"], "q"), // asynqmon's Delete and queue removal

@@ -20,7 +20,10 @@
 //     parked task to the front of its queue, [Recover] a dead worker's
 //     tasks back;
 //   - reads: [TaskInfo] (the Inspector, minus its unlisted-queue quirk),
-//     [Finished], [QueuesListed] and [ScanQueues].
+//     [Finished], [QueuesListed] and [ScanQueues]; bounded pages of the
+//     retry and scheduled sets and of the expired leases with their task
+//     messages ([SetTasks], [ExpiredLeases], [LeaseEnd]), which the
+//     blocked-orders list (internal/orderview) finds its candidates in.
 //
 // # What orderworker relies on
 //
@@ -51,7 +54,10 @@
 //     queue whose "paused" key exists (so RPUSH puts a task first in
 //     line); the forwarder moves due "retry" and "scheduled" entries to
 //     "pending"; a task that returns an error goes to "retry" (or
-//     "archived") with state "retry", which [Front] moves back.
+//     "archived") with state "retry", which [Front] moves back. An error
+//     that IsFailure calls no failure goes to "retry" too, scored with
+//     RetryDelayFunc's delay and with its message as the last error, but
+//     without counting a retry (processor.retry, rdb.Retry).
 //   - The lease. A server leases each active task in "lease" (its score the
 //     lease's end, renewed by the server's heartbeat); asynq's recoverer
 //     takes a task whose lease ended 30 s ago back as a failure, once a

@@ -169,6 +169,40 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
+// getBlocked answers a page of the blocked-orders list
+// (orderview.Reader.Blocked): ?limit= (1 to 1000, default 50), ?cursor=
+// (the next_cursor of the page before) and ?reason= (one of
+// orderview.Reasons). It is served at /v1/blocked-orders rather than
+// /v1/orders/blocked, where it would take the place of GET
+// /v1/orders/{order_no} for the order numbered "blocked", a valid one.
+func (s *Server) getBlocked(w http.ResponseWriter, r *http.Request) {
+	q := orderview.BlockedQuery{Cursor: r.URL.Query().Get("cursor"), Reason: r.URL.Query().Get("reason")}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > orderview.MaxBlockedLimit {
+			s.writeError(w, r, badParameter("limit", fmt.Sprintf("limit must be an integer from 1 to %d", orderview.MaxBlockedLimit)))
+			return
+		}
+		q.Limit = n
+	}
+	if q.Reason != "" && !slices.Contains(orderview.Reasons(), q.Reason) {
+		s.writeError(w, r, badParameter("reason", "reason must be one of "+strings.Join(orderview.Reasons(), ", ")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	page, err := s.views.Blocked(ctx, q)
+	switch {
+	case errors.Is(err, orderview.ErrBadCursor):
+		s.writeError(w, r, badParameter("cursor", "cursor must be the next_cursor of a page this API answered"))
+		return
+	case err != nil:
+		s.writeError(w, r, unavailable(msgUnavailableReadOnly, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
 // taskView is the answer of GET /v1/tasks/{task_id}.
 type taskView struct {
 	TaskID        string    `json:"task_id"`

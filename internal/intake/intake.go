@@ -22,6 +22,7 @@
 //	GET  /v1/orders/{order_no}            the order                    200
 //	GET  /v1/orders/{order_no}/history    the order's history          200
 //	GET  /v1/orders/{order_no}/status     what is happening to it      200
+//	GET  /v1/blocked-orders               the orders that are stuck    200
 //	GET  /v1/tasks/{task_id}              a task's state and retries   200
 //	GET  /healthz                         the process serves           200
 //	GET  /readyz                          Redis answers                200 or 503
@@ -202,6 +203,11 @@ type Config struct {
 	// workers' default.
 	GapWait time.Duration
 
+	// BlockedAfter is how long the change at the head of an order's
+	// sequence may wait before GET /v1/blocked-orders lists the order
+	// (BLOCKED_AFTER). Defaults to 1 minute (orderview.DefaultBlockedAfter).
+	BlockedAfter time.Duration
+
 	// Rate is how many enqueues a second each API key may make, sustained:
 	// every key has a token bucket of its own that refills at Rate and
 	// holds Burst, each enqueue request takes a token whatever its answer,
@@ -266,6 +272,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("intake: negative ProbeTimeout %v", c.ProbeTimeout)
 	case c.GapWait < 0:
 		return fmt.Errorf("intake: negative GapWait %v", c.GapWait)
+	case c.BlockedAfter < 0:
+		return fmt.Errorf("intake: negative BlockedAfter %v", c.BlockedAfter)
 	case c.InsecureNoAuth && len(c.KeyLimits) > 0:
 		return errors.New("intake: KeyLimits given with InsecureNoAuth: without keys every caller shares the one bucket of Rate and Burst")
 	}
@@ -312,6 +320,7 @@ var table = append(kindRoutes(),
 	route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false}, (*Server).getOrder},
 	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false}, (*Server).getHistory},
 	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false}, (*Server).getStatus},
+	route{Route{http.MethodGet, "/v1/blocked-orders", false, false}, (*Server).getBlocked},
 	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false}, (*Server).getTask},
 	route{Route{http.MethodGet, "/healthz", true, false}, (*Server).healthz},
 	route{Route{http.MethodGet, "/readyz", true, false}, (*Server).readyz},
@@ -380,7 +389,8 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	}
 	cfg = cfg.withDefaults()
 	shards := p.Config().Shards
-	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait, Shards: shards})
+	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait, Shards: shards,
+		BlockedAfter: cfg.BlockedAfter})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}

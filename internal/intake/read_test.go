@@ -147,6 +147,7 @@ func TestUnavailable(t *testing.T) {
 		{http.MethodGet, "/v1/orders/SO1", ""},
 		{http.MethodGet, "/v1/orders/SO1/history", ""},
 		{http.MethodGet, "/v1/orders/SO1/status", ""},
+		{http.MethodGet, "/v1/blocked-orders", ""},
 		{http.MethodGet, "/v1/tasks/evt-1", ""},
 		{http.MethodGet, "/readyz", ""},
 	}
@@ -295,4 +296,49 @@ func TestHistoryPages(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad.query, r.body)
 		require.Equal(t, bad.field, r.errorBody(t).Error.Field)
 	}
+}
+
+// GET /v1/blocked-orders, over a real socket, lists an order whose next
+// change fails, with its error and attempts; it pages and filters by
+// reason, and refuses a bad query with the API's errors. The order
+// numbered "blocked" stays readable at /v1/orders/blocked.
+func TestGetBlockedOrders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.BlockedAfter = time.Millisecond })
+	s := orderviewtest.Build(t, e.rdb, e.db.Prefix, "SO1001")
+
+	r := e.do(t, http.MethodGet, "/v1/blocked-orders", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var page orderview.BlockedPage
+	r.decode(t, &page)
+	require.Len(t, page.Orders, 1, "%s", r.body)
+	b := page.Orders[0]
+	assert.Equal(t, "SO1001", b.OrderNo)
+	assert.Equal(t, orderview.ReasonFailing, b.Reason)
+	require.NotNil(t, b.Failing)
+	assert.Equal(t, s.Retried, b.Failing.TaskID)
+	assert.Contains(t, b.Failing.LastError, orderviewtest.FailRetried)
+	assert.Equal(t, 1, b.Failing.Retried)
+	assert.Positive(t, b.AgeMS)
+	assert.EqualValues(t, 1, page.BlockedAfterMS)
+	assert.Equal(t, 1, page.Counts[orderview.ReasonFailing])
+
+	r = e.do(t, http.MethodGet, "/v1/blocked-orders?reason=gap&limit=5", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), `"orders":[]`, "an empty list, not null")
+
+	for _, q := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=1001", "limit"}, {"limit=x", "limit"}, {"reason=bored", "reason"}, {"cursor=nope", "cursor"},
+	} {
+		r = e.do(t, http.MethodGet, "/v1/blocked-orders?"+q.query, "", nil)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", q.query, r.body)
+		assert.Equal(t, q.field, r.errorBody(t).Error.Field)
+	}
+
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "blocked", Address: "1 Main St", Items: []tasks.Item{{SKU: "A", Qty: 1}}}))
+	r = e.do(t, http.MethodGet, "/v1/orders/blocked", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var o orders.Order
+	r.decode(t, &o)
+	assert.Equal(t, "blocked", o.No)
 }

@@ -1,13 +1,15 @@
 // Package orderview reads what an order looks like to people: its history
-// with the positions its sequence skipped, and its status, what is
-// happening to it now (see [Status]). The intake's read API, the command
-// line and the dashboard serve the same views from it, so they never
-// disagree.
+// with the positions its sequence skipped, its status, what is happening
+// to it now (see [Status]), and the list of the orders that are stuck (see
+// [Reader.Blocked]). The intake's read API, the command line and the
+// dashboard serve the same views from it, so they never disagree.
 //
 // It only reads: the order store (worker/orders), the order's sequence
-// and lock (internal/lock), and asynq's tasks by queue and ID (in their
-// placements under the shard setting, tasks.Shards). It never scans a
-// queue, and it is not on any hot path.
+// and lock (internal/lock), asynq's tasks by queue and ID (in their
+// placements under the shard setting, tasks.Shards), and, for the blocked
+// list, bounded pages of asynq's retry and scheduled sets and expired
+// leases (through internal/asynqwire). It never scans the keyspace, and it
+// is not on any hot path.
 package orderview
 
 import (
@@ -38,6 +40,10 @@ const (
 	DefaultHistoryLen = 10
 	// DefaultMaxPositions is the default of Config.MaxPositions.
 	DefaultMaxPositions = 50
+	// DefaultBlockedAfter is the default of Config.BlockedAfter.
+	DefaultBlockedAfter = time.Minute
+	// DefaultBlockedScan is the default of Config.BlockedScan.
+	DefaultBlockedScan = 2000
 )
 
 // Config tunes a [Reader]. The zero value is valid and means all defaults.
@@ -63,16 +69,28 @@ type Config struct {
 	Now func() time.Time
 	// Shards is the workers' queue sharding (tasks.Shards, the same
 	// setting as theirs): Status looks an order's tasks up in their
-	// placements under it. Defaults to one queue per task type.
+	// placements under it, and Blocked reads the sets of every queue of
+	// it. Defaults to one queue per task type.
 	Shards tasks.Shards
+	// BlockedAfter is how long the change at the head of an order's
+	// sequence may wait before [Reader.Blocked] lists the order
+	// (BLOCKED_AFTER). Defaults to 1 minute.
+	BlockedAfter time.Duration
+	// BlockedScan bounds what one [Reader.Blocked] reads: at most this
+	// many tasks of each queue's retry set, scheduled set and expired
+	// leases, and this many held orders; past it the page says Truncated.
+	// Defaults to 2000.
+	BlockedScan int
 }
 
 // Reader reads the views of orders. It is safe for concurrent use; it
 // holds no connection of its own and starts no goroutine.
 type Reader struct {
 	cfg   Config
+	rdb   redis.UniversalClient
 	store orders.Store
 	seq   *lock.Sequencer
+	head  *lock.Sequencer // the same sequences, read one position deep
 	insp  *asynq.Inspector
 }
 
@@ -87,7 +105,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if rdb == nil {
 		return nil, errors.New("orderview: nil redis client")
 	}
-	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 {
+	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 || cfg.BlockedAfter < 0 || cfg.BlockedScan < 0 {
 		return nil, fmt.Errorf("orderview: negative setting in %+v", cfg)
 	}
 	if cfg.MaxPositions > lock.MaxStatusPage {
@@ -100,6 +118,8 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.HistoryLen = cmp.Or(cfg.HistoryLen, DefaultHistoryLen)
 	cfg.MaxPositions = cmp.Or(cfg.MaxPositions, DefaultMaxPositions)
+	cfg.BlockedAfter = cmp.Or(cfg.BlockedAfter, DefaultBlockedAfter)
+	cfg.BlockedScan = cmp.Or(cfg.BlockedScan, DefaultBlockedScan)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -110,8 +130,12 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
+	head, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: 1})
+	if err != nil {
+		return nil, fmt.Errorf("orderview: %w", err)
+	}
 	// The inspector shares rdb and closes nothing of it.
-	return &Reader{cfg: cfg, store: store, seq: seq, insp: asynq.NewInspectorFromRedisClient(rdb)}, nil
+	return &Reader{cfg: cfg, rdb: rdb, store: store, seq: seq, head: head, insp: asynq.NewInspectorFromRedisClient(rdb)}, nil
 }
 
 // Skip is a position of an order's sequence that was given up without its

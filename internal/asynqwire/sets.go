@@ -1,0 +1,205 @@
+package asynqwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// SetTask is a task read from one of a queue's sorted sets by [SetTasks]
+// or [ExpiredLeases]: its ID, its score there, and the fields of its task
+// message that say whose it is and how it fared.
+type SetTask struct {
+	Queue string
+	ID    string
+	// Due is the set's score: when a retry or scheduled task runs next,
+	// or when an active task's lease ends.
+	Due time.Time
+	// Type and Payload are the task's; Payload is nil when asynq no
+	// longer has the task (it moved or ended between the two reads).
+	Type    string
+	Payload []byte
+	// Retry is asynq's MaxRetry, Retried the failures counted so far
+	// (a wait that is no failure does not count: see the package
+	// comment), ErrorMsg the last error (a failure's or a wait's),
+	// LastFailedAt when it was recorded.
+	Retry, Retried int
+	ErrorMsg       string
+	LastFailedAt   time.Time
+}
+
+// The sorted sets of a queue that [SetTasks] reads.
+const (
+	// SetRetry is [RetryKey]: the tasks whose run returned an error, a
+	// failure or a wait, by when they run again.
+	SetRetry = "retry"
+	// SetScheduled is [ScheduledKey]: the tasks enqueued to run later, by
+	// when.
+	SetScheduled = "scheduled"
+)
+
+// SetTasks reads the first limit tasks (earliest due first) of the sorted
+// set (SetRetry or SetScheduled) of each of queues, with their task
+// messages: a ZRANGE per queue, then an HGET of each task's message, each
+// step one pipeline (on a Cluster, one per master). more reports that some
+// queue's set holds more than limit tasks. It never scans: its cost is that
+// of the tasks in the sets, at most limit per queue. It returns a wrapped
+// Redis error. It is safe for concurrent use.
+func SetTasks(ctx context.Context, rdb redis.Cmdable, set string, queues []string, limit int64) (out []SetTask, more bool, err error) {
+	var key func(string) string
+	switch set {
+	case SetRetry:
+		key = RetryKey
+	case SetScheduled:
+		key = ScheduledKey
+	default:
+		return nil, false, fmt.Errorf("asynqwire: no sorted set %q to read", set)
+	}
+	if limit < 1 {
+		return nil, false, fmt.Errorf("asynqwire: limit %d, want at least 1", limit)
+	}
+	ranges := make([]*redis.ZSliceCmd, len(queues))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			ranges[i] = p.ZRangeWithScores(ctx, key(q), 0, limit) // one more than limit: is there more?
+		}
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("asynqwire: read %s sets: %w", set, err)
+	}
+	return readMessages(ctx, rdb, queues, ranges, limit)
+}
+
+// ExpiredLeases reads the first limit tasks of each of queues whose lease
+// ([LeaseKey]) ended before now: tasks active on a worker that stopped
+// renewing them (it died or lost Redis), which asynq's recoverer (or
+// [Recover]) takes back later. A ZRANGEBYSCORE per queue, then an HGET of
+// each task's message, each step one pipeline. more reports that some
+// queue has more than limit. It returns a wrapped Redis error. It is safe
+// for concurrent use.
+func ExpiredLeases(ctx context.Context, rdb redis.Cmdable, queues []string, now time.Time, limit int64) (out []SetTask, more bool, err error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("asynqwire: limit %d, want at least 1", limit)
+	}
+	ranges := make([]*redis.ZSliceCmd, len(queues))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			ranges[i] = p.ZRangeByScoreWithScores(ctx, LeaseKey(q), &redis.ZRangeBy{
+				Min: "-inf", Max: "(" + strconv.FormatInt(now.Unix(), 10), Count: limit + 1})
+		}
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("asynqwire: read lease sets: %w", err)
+	}
+	return readMessages(ctx, rdb, queues, ranges, limit)
+}
+
+// LeaseEnd returns when the lease of active task id of queue ends, and
+// false when the task holds no lease (it is not active).
+func LeaseEnd(ctx context.Context, rdb redis.Cmdable, queue, id string) (time.Time, bool, error) {
+	s, err := rdb.ZScore(ctx, LeaseKey(queue), id).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("asynqwire: lease of %s in %s: %w", id, queue, err)
+	}
+	return time.Unix(int64(s), 0).UTC(), true, nil
+}
+
+// readMessages reads the message of each task of ranges (one per queue,
+// each up to limit+1 long) in one pipeline.
+func readMessages(ctx context.Context, rdb redis.Cmdable, queues []string, ranges []*redis.ZSliceCmd, limit int64) ([]SetTask, bool, error) {
+	var out []SetTask
+	more := false
+	for i, r := range ranges {
+		zs := r.Val()
+		if int64(len(zs)) > limit {
+			more, zs = true, zs[:limit]
+		}
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			out = append(out, SetTask{Queue: queues[i], ID: id, Due: time.Unix(int64(z.Score), 0).UTC()})
+		}
+	}
+	if len(out) == 0 {
+		return nil, more, nil
+	}
+	msgs := make([]*redis.StringCmd, len(out))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range out {
+			msgs[i] = p.HGet(ctx, TaskKey(t.Queue, t.ID), "msg")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, fmt.Errorf("asynqwire: read task messages: %w", err)
+	}
+	for i, m := range msgs {
+		b, err := m.Bytes()
+		if err != nil {
+			continue // gone meanwhile: Payload stays nil
+		}
+		decodeMessage(b, &out[i])
+	}
+	return out, more, nil
+}
+
+// decodeMessage reads the fields of asynq's TaskMessage (internal/proto)
+// that SetTask carries: type 1, payload 2, retry 5, retried 6, error_msg
+// 7, last_failed_at 11 (Unix seconds). A malformed message leaves the
+// rest of t as it is.
+func decodeMessage(b []byte, t *SetTask) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		switch typ {
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return
+			}
+			switch num {
+			case 1:
+				t.Type = string(v)
+			case 2:
+				t.Payload = append([]byte{}, v...)
+			case 7:
+				t.ErrorMsg = string(v)
+			}
+			b = b[n:]
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return
+			}
+			switch num {
+			case 5:
+				t.Retry = int(int32(v))
+			case 6:
+				t.Retried = int(int32(v))
+			case 11:
+				if v != 0 {
+					t.LastFailedAt = time.Unix(int64(v), 0).UTC()
+				}
+			}
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return
+			}
+			b = b[n:]
+		}
+	}
+	if t.Payload == nil {
+		t.Payload = []byte{}
+	}
+}
