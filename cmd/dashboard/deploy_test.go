@@ -336,16 +336,20 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 var fqName = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
 
 // described adds the series of the recorded collectors' descriptions to
-// out, with the type their Go type says.
+// out, with the type their Go type says. A single metric (a Histogram, a
+// Counter) is left to Gather, which reports its type (a Histogram and a
+// Summary cannot be told apart by their interfaces).
 func (r *recorder) described(t *testing.T, out map[string]bool) {
 	t.Helper()
 	for _, c := range r.collectors {
 		typ := dto.MetricType_UNTYPED
 		switch c.(type) {
-		case prometheus.Histogram, *prometheus.HistogramVec:
+		case *prometheus.HistogramVec:
 			typ = dto.MetricType_HISTOGRAM
-		case prometheus.Summary, *prometheus.SummaryVec:
+		case *prometheus.SummaryVec:
 			typ = dto.MetricType_SUMMARY
+		case prometheus.Metric:
+			continue // one metric without labels: gathered, with its type
 		}
 		ch := make(chan *prometheus.Desc)
 		go func() { c.Describe(ch); close(ch) }()
