@@ -23,6 +23,7 @@ import (
 //	orderworker_lock_busy_total{task_type}                tasks that met their wait deadline and went back to the queue
 //	orderworker_lock_lost_total{task_type}                task runs cancelled because their lease was lost
 //	orderworker_stale_fence_total{task_type}              writes the store refused for a stale fence
+//	orderworker_changes_archived_total{task_type,reason}  changes asynq archived: not applied, and never will be by themselves
 //	orderworker_token_refreshes_total{result}             upstream token refreshes by this process (result="ok"|"error")
 //	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
@@ -35,7 +36,14 @@ import (
 // queue is the queue the task was taken from: one of the queues the Worker
 // serves (Worker.Queues, shard queues included), a set fixed by its Config,
 // so that a shard that is not served, or one whose tasks run slow or fail,
-// shows.
+// shows. reason is one of a fixed set, by the error the change was
+// archived with (matched with errors.Is, never by its text):
+// invalid_payload, unknown_type, misplaced, task_id_mismatch, bad_position,
+// out_of_budget, retries_exhausted, not_found, closed, passed, conflict,
+// store_refused, other (see docs/operations.md, "Alerts"). A Worker sets
+// every pair of its task types and reasons to 0 when it is created, so
+// that increase() sees the first archive. No label takes an order number
+// or an event ID.
 type Metrics struct {
 	taskDuration *prometheus.HistogramVec
 	lockWait     *prometheus.HistogramVec
@@ -43,6 +51,7 @@ type Metrics struct {
 	busy         *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	staleFence   *prometheus.CounterVec
+	archived     *prometheus.CounterVec
 	refreshes    *prometheus.CounterVec
 	refreshTime  prometheus.Histogram
 	tokenWait    prometheus.Histogram
@@ -71,6 +80,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		staleFence: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderworker_stale_fence_total", Help: "Writes the order store refused because their fencing token was stale.",
 		}, []string{"task_type"}),
+		archived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_changes_archived_total", Help: "Changes archived by asynq (not applied), by task type and reason.",
+		}, []string{"task_type", "reason"}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderworker_token_refreshes_total", Help: "Upstream access token refreshes made by this process, by result.",
 		}, []string{"result"}),
@@ -81,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "orderworker_token_wait_seconds", Help: "Time callers waited for an access token when none was cached.", Buckets: buckets,
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.refreshes, m.refreshTime, m.tokenWait} {
+	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
@@ -130,6 +142,28 @@ func (m *Metrics) observeTask(taskType, queue string, err error, took time.Durat
 	if errors.Is(err, orders.ErrStaleFence) {
 		m.staleFence.WithLabelValues(taskType).Inc()
 	}
+}
+
+// initArchived sets the archived count of every reason of each task type
+// (labels, as taskTypeLabel gives them) to 0.
+func (m *Metrics) initArchived(taskTypes []string) {
+	if m == nil {
+		return
+	}
+	for _, typ := range taskTypes {
+		for _, reason := range archiveReasons {
+			m.archived.WithLabelValues(typ, reason)
+		}
+	}
+}
+
+// observeArchived records one change archived; taskType is its task_type
+// label (Worker.taskTypeLabel) and reason one of archiveReasons.
+func (m *Metrics) observeArchived(taskType, reason string) {
+	if m == nil {
+		return
+	}
+	m.archived.WithLabelValues(taskType, reason).Inc()
 }
 
 // TokenRefreshed records one upstream token refresh; it has the shape of the

@@ -212,7 +212,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	r := runFrom(ctx)
 	k := w.cfg.kindOf(t.Type())
 	if k == nil {
-		return fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry)
+		return tag(fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry), errUnknownType)
 	}
 	p, err := k.Kind.Parse(t.Payload())
 	if err != nil {
@@ -238,8 +238,8 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if r.TaskID != h.EventID {
 		// The contract: the order's view, the gap check and the dashboard
 		// find a change by its event ID as its task ID.
-		err := fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
-			clip(r.TaskID), h.EventID, asynq.SkipRetry)
+		err := tag(fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
+			clip(r.TaskID), h.EventID, asynq.SkipRetry), errTaskIDMismatch)
 		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
 		return err
 	}
@@ -286,8 +286,8 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 // archived.
 func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 	s := w.cfg.Shards
-	return fmt.Errorf("%s task of order %s on queue %q: its queue is %s (shards %s): %w",
-		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry)
+	return tag(fmt.Errorf("%s task of order %s on queue %q: its queue is %s (shards %s): %w",
+		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry), errMisplaced)
 }
 
 // apply runs the kind's handler inside the lease, and releases it: passing
@@ -358,7 +358,7 @@ func (w *Worker) decide(ctx context.Context, err error, retried, budget int) err
 		return err
 	}
 	if retried >= budget {
-		return fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
+		return tag(fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry), errOutOfBudget)
 	}
 	return &failure{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, nil)}
 }

@@ -418,11 +418,17 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
 		IsFailure:                IsFailure,
+		ErrorHandler:             asynq.ErrorHandlerFunc(w.countArchived),
 		RetryDelayFunc:           w.retryDelay,
 		Logger:                   cfg.Logger.Named("asynq").Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	})
 	w.handler = w.observe(asynq.HandlerFunc(w.process))
+	types := []string{taskTypeUnknown}
+	for _, k := range w.kinds {
+		types = append(types, k.Type)
+	}
+	cfg.Metrics.initArchived(types)
 	return w, nil
 }
 

@@ -89,15 +89,8 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	orderUI := protect(uiHeaders(pages))
 
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
-		newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
+	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {
+		return nil, err
 	}
 	var metricsHandler http.Handler = promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: zap.NewStdLog(log.Named("metrics")),
@@ -122,6 +115,25 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 		mux.Handle("GET /{$}", http.RedirectHandler(cfg.Root+"/", http.StatusFound))
 	}
 	return httpserve.AccessLog(log.Named("http"), mux), nil
+}
+
+// registerMetrics registers the series of the dashboard's /metrics on reg:
+// the Go runtime's, the process's, asynq's queue gauges, read from rdb at
+// each scrape, and blocked, the blocked-orders gauges (newBlockedCollector). The alert rules and the Grafana dashboard in deploy/ name
+// these (and the worker's); a test of this package checks that every name
+// they use is registered here or by worker.NewMetrics.
+func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, blocked prometheus.Collector) error {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
+		blocked,
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // unchecked turns a collector into an unchecked one, whose Describe sends

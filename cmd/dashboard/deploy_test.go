@@ -1,0 +1,421 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"gopkg.in/yaml.v3"
+
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+)
+
+// The files of deploy/, from this package's directory.
+const (
+	alertsFile  = "../../deploy/prometheus/alerts.yml"
+	grafanaFile = "../../deploy/grafana/orderworker.json"
+	opsDoc      = "../../docs/operations.md"
+)
+
+// fromPrometheus are the series Prometheus makes itself for each target it
+// scrapes.
+var fromPrometheus = []string{"up"}
+
+// TestDeployNamesRegisteredMetrics loads the alert rules and the Grafana
+// dashboard of deploy/, reads the series each expression selects and
+// checks that each is one the binaries register: read from the registries that the dashboard (registerMetrics)
+// and the worker (worker.NewMetrics) build, not from a list.
+func TestDeployNamesRegisteredMetrics(t *testing.T) {
+	registered := registeredSeries(t)
+	for _, n := range fromPrometheus {
+		registered[n] = true
+	}
+	queries := append(alertQueries(t), grafanaQueries(t)...)
+	require.NotEmpty(t, queries)
+	used := map[string]bool{}
+	for _, q := range queries {
+		for _, name := range selectedSeries(t, q) {
+			used[name] = true
+			assert.True(t, registered[name], "%s: %s is registered by no binary", q.where, name)
+		}
+	}
+	for _, n := range []string{"orderworker_changes_archived_total", "orderworker_lock_lost_total",
+		"orderworker_stale_fence_total", "orderworker_token_refreshes_total", "asynq_queue_latency_seconds", "up"} {
+		assert.True(t, used[n], "deploy/ never uses %s, which an alert of issue 23 needs", n)
+	}
+}
+
+// query is one PromQL expression of deploy/ and where it is.
+type query struct{ where, expr string }
+
+// alertQueries returns the rules' expressions, and checks that each rule
+// has a summary, a description and a runbook that is a section of
+// docs/operations.md.
+func alertQueries(t *testing.T) []query {
+	t.Helper()
+	b, err := os.ReadFile(alertsFile)
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert, Expr string
+				For         string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(b, &file))
+	anchors := docAnchors(t, opsDoc)
+	var out []query
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			where := alertsFile + ": " + r.Alert
+			require.NotEmpty(t, r.Alert, "%s: a rule without a name", alertsFile)
+			assert.NotEmpty(t, r.Annotations["summary"], where)
+			assert.NotEmpty(t, r.Annotations["description"], where)
+			assert.Contains(t, []string{"warning", "critical"}, r.Labels["severity"], where)
+			anchor, ok := strings.CutPrefix(r.Annotations["runbook"], "docs/operations.md#")
+			assert.True(t, ok && anchors[anchor], "%s: runbook %q is not a section of docs/operations.md", where, r.Annotations["runbook"])
+			out = append(out, query{where, r.Expr})
+		}
+	}
+	return out
+}
+
+// labelValues is a Grafana variable's query of a metric's label values.
+var labelValues = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*\w+\s*\)$`)
+
+// grafanaQueries returns the dashboard's expressions (its panels' targets
+// and its variables' label_values queries, as the selector of the metric
+// they read), and checks that it reads its data source from the
+// DS_PROMETHEUS variable.
+func grafanaQueries(t *testing.T) []query {
+	t.Helper()
+	b, err := os.ReadFile(grafanaFile)
+	require.NoError(t, err)
+	type source struct{ Type, UID string }
+	type panel struct {
+		ID         int
+		Type       string
+		Title      string
+		Datasource *source
+		Targets    []struct {
+			RefID      string
+			Expr       string
+			Datasource *source
+		}
+		Panels []json.RawMessage
+	}
+	var dash struct {
+		Title      string
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      json.RawMessage
+			}
+		}
+		Panels []panel
+	}
+	require.NoError(t, json.Unmarshal(b, &dash))
+	require.NotEmpty(t, dash.Title)
+	var out []query
+	hasDS := false
+	for _, v := range dash.Templating.List {
+		if v.Name == "DS_PROMETHEUS" {
+			hasDS = v.Type == "datasource"
+			continue
+		}
+		var q struct{ Query string }
+		require.NoError(t, json.Unmarshal(v.Query, &q), "variable %s", v.Name)
+		m := labelValues.FindStringSubmatch(q.Query)
+		require.NotNil(t, m, "variable %s: %q is not label_values(metric, label)", v.Name, q.Query)
+		out = append(out, query{grafanaFile + ": variable " + v.Name, m[1]})
+	}
+	require.True(t, hasDS, "no datasource variable DS_PROMETHEUS")
+	ids := map[int]bool{}
+	ds := &source{Type: "prometheus", UID: "${DS_PROMETHEUS}"}
+	for _, p := range dash.Panels {
+		require.False(t, ids[p.ID], "panel id %d twice", p.ID)
+		ids[p.ID] = true
+		require.Empty(t, p.Panels, "panel %q: nested panels are not read here", p.Title)
+		if p.Type == "row" {
+			continue
+		}
+		where := fmt.Sprintf("%s: panel %q", grafanaFile, p.Title)
+		assert.Equal(t, ds, p.Datasource, where)
+		require.NotEmpty(t, p.Targets, where)
+		for _, tg := range p.Targets {
+			assert.Equal(t, ds, tg.Datasource, where)
+			require.NotEmpty(t, tg.Expr, where)
+			out = append(out, query{where + " " + tg.RefID, tg.Expr})
+		}
+	}
+	return out
+}
+
+// grafanaVars are Grafana's variables in an expression: its intervals, and
+// the dashboard's own (which stand in label matchers' strings).
+var (
+	grafanaIntervals = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
+	grafanaVars      = regexp.MustCompile(`\$\{?[A-Za-z_]\w*\}?`)
+)
+
+// selectedSeries returns the metric name of each selector of q's
+// expression, Grafana's variables replaced as Grafana would (an interval,
+// a regexp that matches all). Prometheus's PromQL parser is not used: its
+// module's dependency graph breaks `go mod tidy` here (ambiguous imports of
+// genproto and cloud.google.com/go), so this reads the names with a small
+// lexer of its own, checking that brackets and quotes pair up; Prometheus
+// (promtool check rules) and Grafana parse the expressions for real.
+func selectedSeries(t *testing.T, q query) []string {
+	t.Helper()
+	expr := grafanaIntervals.ReplaceAllString(q.expr, "5m")
+	expr = grafanaVars.ReplaceAllString(expr, ".*")
+	names, err := seriesNames(expr)
+	require.NoError(t, err, "%s: %s", q.where, q.expr)
+	require.NotEmpty(t, names, "%s: selects no series", q.where)
+	return names
+}
+
+// promqlWords are PromQL's keywords and aggregation operators (which may
+// stand before their "by (...)"): never a metric name here; promqlLabels
+// are those that take a list of labels in parentheses.
+var (
+	promqlWords = []string{"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "inf", "nan",
+		"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
+	promqlLabels = []string{"by", "without", "on", "ignoring", "group_left", "group_right"}
+)
+
+// seriesNames returns the metric names that expr selects: its identifiers
+// outside strings, label matchers ({...}), label lists (by (...)) and
+// ranges ([...]) that are neither a function (followed by "(") nor a
+// keyword. It returns an error for brackets or quotes that do not pair up.
+func seriesNames(expr string) ([]string, error) {
+	var names []string
+	var stack []byte // open brackets
+	labelList := false
+	isIdent := func(c byte, first bool) bool {
+		return c == '_' || c == ':' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || !first && '0' <= c && c <= '9'
+	}
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case c == '"' || c == '\'' || c == '`':
+			j := i + 1
+			for j < len(expr) && expr[j] != c {
+				if expr[j] == '\\' && c != '`' {
+					j++ // an escaped character
+				}
+				j++
+			}
+			if j >= len(expr) {
+				return nil, fmt.Errorf("unterminated string at %d", i)
+			}
+			i = j
+		case c == '(' || c == '{' || c == '[':
+			if c == '(' && labelList {
+				c = 'L' // a label list: no metric names inside
+			}
+			labelList = false
+			stack = append(stack, c)
+		case c == ')' || c == '}' || c == ']':
+			want := map[byte]string{')': "(L", '}': "{", ']': "["}[c]
+			if len(stack) == 0 || !strings.ContainsRune(want, rune(stack[len(stack)-1])) {
+				return nil, fmt.Errorf("unpaired %q at %d", c, i)
+			}
+			stack = stack[:len(stack)-1]
+		case isIdent(c, true):
+			j := i + 1
+			for j < len(expr) && isIdent(expr[j], false) {
+				j++
+			}
+			word := expr[i:j]
+			i = j - 1
+			inLabels := len(stack) > 0 && strings.ContainsRune("{[L", rune(stack[len(stack)-1]))
+			rest := strings.TrimLeft(expr[j:], " \t\n")
+			switch {
+			case inLabels:
+			case slices.Contains(promqlLabels, strings.ToLower(word)):
+				labelList = true
+			case slices.Contains(promqlWords, strings.ToLower(word)), strings.HasPrefix(rest, "("):
+			default:
+				names = append(names, word)
+			}
+		case '0' <= c && c <= '9' || c == '.':
+			for i+1 < len(expr) && (isIdent(expr[i+1], false) || expr[i+1] == '.') {
+				i++ // a number or a duration
+			}
+		}
+	}
+	if len(stack) > 0 {
+		return nil, fmt.Errorf("unclosed %q", stack[len(stack)-1])
+	}
+	return names, nil
+}
+
+// registeredSeries returns the names of every series the dashboard's and
+// the worker's registries can expose: a histogram's _bucket, _sum and
+// _count, a summary's name, _sum and _count, any other metric's name (a
+// counter's keeps the _total it is registered with). It reads the
+// collectors' descriptions (a vector with no child yet is described, not
+// gathered) and what the registries gather (asynq's queue collector, which
+// describes nothing, from a real Redis with one order queue).
+func registeredSeries(t *testing.T) map[string]bool {
+	t.Helper()
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = cli.Close() })
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	_, err := cli.Enqueue(asynq.NewTask(tasks.TypeModify, []byte(`{}`)), asynq.Queue(tasks.QueueModify))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
+
+	out := map[string]bool{}
+	dashboard := &recorder{Registerer: prometheus.NewRegistry()}
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	views, err := orderview.New(db.Client, store, orderview.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, registerMetrics(dashboard, db.Client, newBlockedCollector(views, time.Second, zap.NewNop())))
+	// The worker's registry, as cmd/worker builds it (its Go and process
+	// collectors are the dashboard's too).
+	workers := &recorder{Registerer: prometheus.NewRegistry()}
+	_, err = worker.NewMetrics(workers)
+	require.NoError(t, err)
+	for _, r := range []*recorder{dashboard, workers} {
+		r.described(t, out)
+		families, err := r.Registerer.(prometheus.Gatherer).Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			addSeries(out, f.GetName(), f.GetType())
+		}
+	}
+	require.True(t, out["asynq_queue_latency_seconds"], "asynq's queue gauges were not gathered")
+	return out
+}
+
+// recorder is a Registerer that keeps what is registered on it.
+type recorder struct {
+	prometheus.Registerer
+	collectors []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// fqName reads a description's fully-qualified name from its String().
+var fqName = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
+
+// described adds the series of the recorded collectors' descriptions to
+// out, with the type their Go type says. A single metric (a Histogram, a
+// Counter) is left to Gather, which reports its type (a Histogram and a
+// Summary cannot be told apart by their interfaces).
+func (r *recorder) described(t *testing.T, out map[string]bool) {
+	t.Helper()
+	for _, c := range r.collectors {
+		typ := dto.MetricType_UNTYPED
+		switch c.(type) {
+		case *prometheus.HistogramVec:
+			typ = dto.MetricType_HISTOGRAM
+		case *prometheus.SummaryVec:
+			typ = dto.MetricType_SUMMARY
+		case prometheus.Metric:
+			continue // one metric without labels: gathered, with its type
+		}
+		ch := make(chan *prometheus.Desc)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := fqName.FindStringSubmatch(d.String())
+			require.NotNil(t, m, "a description without a name: %s", d)
+			addSeries(out, m[1], typ)
+		}
+	}
+}
+
+// addSeries adds the series a metric family of name and typ exposes.
+func addSeries(out map[string]bool, name string, typ dto.MetricType) {
+	switch typ {
+	case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+		out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
+	case dto.MetricType_SUMMARY:
+		out[name], out[name+"_sum"], out[name+"_count"] = true, true, true
+	default:
+		out[name] = true
+	}
+}
+
+// docAnchors returns the anchors of a Markdown file's headings, as GitHub
+// makes them.
+func docAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for line := range strings.Lines(string(b)) {
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		anchor := strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9':
+				return r
+			}
+			return -1
+		}, strings.ToLower(strings.TrimSpace(title)))
+		out[anchor] = true
+	}
+	return out
+}
+
+func TestSeriesNames(t *testing.T) {
+	tests := []struct {
+		name, expr string
+		want       []string
+		bad        bool
+	}{
+		{"histogram", `histogram_quantile(0.99, sum by (le, queue) (rate(a_bucket{x="}", y=~"a.*"}[5m])))`, []string{"a_bucket"}, false},
+		{"binary", `sum(increase(a_total[15m])) > 0 unless sum without (pod) (b) > 0`, []string{"a_total", "b"}, false},
+		{"absent", `sum(up{job="w"}) == 0 or absent(up{job="w"})`, []string{"up", "up"}, false},
+		{"escaped quote", `a{x="\"}"} offset 5m`, []string{"a"}, false},
+		{"unclosed", `sum(a`, nil, true},
+		{"unpaired", `a{x="y"]`, nil, true},
+		{"unterminated", `a{x="y}`, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			names, err := seriesNames(tt.expr)
+			require.Equal(t, tt.want, names)
+			require.Equal(t, tt.bad, err != nil, "%v", err)
+		})
+	}
+}
