@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -31,7 +32,8 @@ func withReason(reason string) func(*http.Request) {
 func TestOrderActionsWritable(t *testing.T) {
 	db := redistest.New(t)
 	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
-	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
+	// As the writing dashboard's Redis user (acl.DashboardWrite).
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.DashboardWrite), "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
 	basic := basicAuth(testUser, testPassword)
 
 	r := d.get(t, "/orders/SO1001", basic)
@@ -79,7 +81,7 @@ func TestOrderActionsWritable(t *testing.T) {
 func TestOrderActionsReadOnly(t *testing.T) {
 	db := redistest.New(t)
 	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
-	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix))
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix))
 	basic := basicAuth(testUser, testPassword)
 
 	r := d.get(t, "/orders/SO1001", basic)

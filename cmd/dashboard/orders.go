@@ -96,14 +96,14 @@ func newOrderPages(views *orderview.Reader, ops *orderops.Ops, rdb redis.Univers
 		// clean escapes control and bidi characters, as the CLI does:
 		// html/template escapes HTML, not an override that makes the
 		// rest of a remark read backwards.
-		"clean":   safetext.Escape,
-		"actions": p.actions,
+		"clean":        safetext.Escape,
+		"actions":      p.actions,
 		"orderActions": p.orderActions,
-		"time":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"ago":     func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
-		"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
-		"count":   orderview.Count,
-		"waiting": func(s orderview.Sequence) int64 { return s.Last - s.Done },
+		"time":         func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":          func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
+		"ms":           func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+		"count":        orderview.Count,
+		"waiting":      func(s orderview.Sequence) int64 { return s.Last - s.Done },
 	}
 	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
 	if err != nil {

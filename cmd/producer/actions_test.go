@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -18,7 +19,10 @@ import (
 // USER or -by, and reads the actions back from the order's status.
 func TestCLIOrderActions(t *testing.T) {
 	db := redistest.New(t)
-	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "USER": "opsuser"}
+	// As the Redis user of the intake-admin rules.
+	rules, err := acl.Rules(acl.IntakeAdmin, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	env := map[string]string{"REDIS_URL": db.AsUser(t, rules...).URL(), "KEY_PREFIX": db.Prefix, "USER": "opsuser"}
 	cli := func(args ...string) (string, error) {
 		var out strings.Builder
 		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
@@ -27,7 +31,7 @@ func TestCLIOrderActions(t *testing.T) {
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 
-	_, err := cli("modify", "SO7", "-remark", "one", "-event-id", "act-1")
+	_, err = cli("modify", "SO7", "-remark", "one", "-event-id", "act-1")
 	require.NoError(t, err)
 	_, err = cli("modify", "SO7", "-remark", "two", "-event-id", "act-2")
 	require.NoError(t, err)

@@ -52,7 +52,7 @@ const otherCommands = `  order get <order_no>          print an order as JSON
         Operator actions)
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
-  acl worker|intake|dashboard|dashboard-write
+  acl worker|intake|intake-admin|dashboard|dashboard-write
         print that process's Redis ACL rules, for KEY_PREFIX and ORDER_STORE,
         to follow ACL SETUSER <user> reset on ><password> (see docs/operations.md, ACL rules)
   shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
