@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -82,11 +83,19 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS, BLOCKED_AFTER): %w", err)
 	}
-	pages, err := newOrderPages(views, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
+	// The operator actions (orderops) hold nothing to close: they never
+	// take a lock.
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("order actions (KEY_PREFIX, QUEUE_SHARDS): %w", err)
+	}
+	pages, err := newOrderPages(views, ops, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {
 		return nil, fmt.Errorf("order page: %w", err)
 	}
-	orderUI := protect(uiHeaders(pages))
+	// The actions are POSTs: cross-origin protection refuses them from
+	// another site, as it does asynqmon's.
+	orderUI := protect(uiHeaders(http.NewCrossOriginProtection().Handler(pages)))
 
 	reg := prometheus.NewRegistry()
 	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {

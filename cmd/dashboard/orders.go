@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,7 +18,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/cmd/internal/safetext"
+	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -53,6 +58,7 @@ type orderPages struct {
 	queues   *queueSet
 	root     string // asynqmon's root path: "" or "/asynq"
 	readOnly bool
+	ops      *orderops.Ops
 	log      *zap.Logger
 	tmpl     *template.Template
 }
@@ -81,8 +87,8 @@ type pageData struct {
 
 // newOrderPages returns the order page over views; rdb and queues find the
 // suspicious queues its search view lists.
-func newOrderPages(views *orderview.Reader, rdb redis.UniversalClient, queues *queueSet, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
-	p := &orderPages{views: views, rdb: rdb, queues: queues, root: root, readOnly: readOnly, log: log}
+func newOrderPages(views *orderview.Reader, ops *orderops.Ops, rdb redis.UniversalClient, queues *queueSet, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
+	p := &orderPages{views: views, ops: ops, rdb: rdb, queues: queues, root: root, readOnly: readOnly, log: log}
 	funcs := template.FuncMap{
 		"taskURL":  p.taskURL,
 		"queueURL": p.queueURL,
@@ -90,13 +96,14 @@ func newOrderPages(views *orderview.Reader, rdb redis.UniversalClient, queues *q
 		// clean escapes control and bidi characters, as the CLI does:
 		// html/template escapes HTML, not an override that makes the
 		// rest of a remark read backwards.
-		"clean":   safetext.Escape,
-		"actions": p.actions,
-		"time":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"ago":     func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
-		"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
-		"count":   orderview.Count,
-		"waiting": func(s orderview.Sequence) int64 { return s.Last - s.Done },
+		"clean":        safetext.Escape,
+		"actions":      p.actions,
+		"orderActions": p.orderActions,
+		"time":         func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":          func(now, t time.Time) string { return max(now.Sub(t), 0).Round(time.Second).String() + " ago" },
+		"ms":           func(n int64) string { return (time.Duration(n) * time.Millisecond).Round(time.Second).String() },
+		"count":        orderview.Count,
+		"waiting":      func(s orderview.Sequence) int64 { return s.Last - s.Done },
 	}
 	t, err := template.New("order.html").Funcs(funcs).ParseFS(orderFiles, "orderpage/order.html")
 	if err != nil {
@@ -108,6 +115,10 @@ func newOrderPages(views *orderview.Reader, rdb redis.UniversalClient, queues *q
 
 // ServeHTTP serves <root>/orders and what is under it.
 func (p *orderPages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if no, action, ok := actionPath(strings.TrimPrefix(r.URL.Path, p.root+"/orders/")); ok && r.URL.Path != p.root+"/orders" {
+		p.act(w, r, no, action)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -234,6 +245,92 @@ func (p *orderPages) queueURL(queue, state string) string {
 		return "#"
 	}
 	return p.root + "/queues/" + url.PathEscape(queue) + "?status=" + url.QueryEscape(state)
+}
+
+// actionPath reads "<order_no>/actions/<action>".
+func actionPath(rest string) (no, action string, ok bool) {
+	no, action, ok = strings.Cut(rest, "/actions/")
+	return no, action, ok && !strings.Contains(action, "/")
+}
+
+// act answers POST <root>/orders/{order_no}/actions/{action}: an operator
+// action on the order (orderops), as the dashboard user, with the reason
+// of the JSON body {"reason": "..."}. In read-only mode every action is
+// refused, 403. The answer is JSON: the action's result, or
+// {"error": "..."}.
+func (p *orderPages) act(w http.ResponseWriter, r *http.Request, no, name string) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		actionJSON(w, http.StatusMethodNotAllowed, actionError{"method not allowed"})
+		return
+	}
+	if p.readOnly {
+		httpserve.InfoFrom(r.Context()).Code = "read_only"
+		actionJSON(w, http.StatusForbidden, actionError{"the dashboard is read-only (DASHBOARD_READ_ONLY): no action is allowed"})
+		return
+	}
+	a, ok := orderops.ParseAction(name)
+	if !ok || !tasks.ValidOrderNo(no) {
+		actionJSON(w, http.StatusNotFound, actionError{"no such action"})
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
+	if err == nil && len(bytes.TrimSpace(b)) > 0 {
+		err = json.Unmarshal(b, &body)
+	}
+	if err != nil {
+		actionJSON(w, http.StatusBadRequest, actionError{`the body must be {"reason": "..."} of at most 4 KiB`})
+		return
+	}
+	by, _ := httpauth.Principal(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), orderTimeout)
+	defer cancel()
+	res, err := p.ops.Do(ctx, a, orderops.Request{OrderNo: no, By: cmp.Or(by, "dashboard"), Reason: body.Reason})
+	switch {
+	case err == nil:
+		actionJSON(w, http.StatusOK, res)
+	case errors.Is(err, orderops.ErrInvalid):
+		actionJSON(w, http.StatusBadRequest, actionError{err.Error()})
+	case errors.Is(err, orderops.ErrRefused):
+		actionJSON(w, http.StatusConflict, actionError{err.Error()})
+	default:
+		p.log.Warn("order action failed", zap.String("order_no", no), zap.String("action", name), zap.Error(err))
+		actionJSON(w, http.StatusServiceUnavailable, actionError{"Redis failed or is unreachable; try again"})
+	}
+}
+
+// actionError is the JSON of a refused action.
+type actionError struct {
+	Error string `json:"error"`
+}
+
+func actionJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// orderActions are the operator actions' buttons of the order page: one
+// request each to <root>/orders/{order_no}/actions/{action}, with the
+// reason typed beside them.
+func (p *orderPages) orderActions(no string) []action {
+	if p.readOnly {
+		return nil
+	}
+	var out []action
+	labels := map[orderops.Action]string{orderops.Retry: "Retry now", orderops.Skip: "Skip", orderops.Hold: "Hold", orderops.Resume: "Resume"}
+	for _, a := range orderops.Actions() {
+		act := action{Label: labels[a], Method: http.MethodPost, URL: p.root + "/orders/" + url.PathEscape(no) + "/actions/" + string(a), TaskID: no}
+		if a == orderops.Skip {
+			act.Confirm = "Skip the change whose turn it is in " + no + "? It is archived and will not be applied; the changes behind it go on."
+		}
+		out = append(out, act)
+	}
+	return out
 }
 
 // actions returns the write actions asynqmon's UI offers for a task in its

@@ -1,22 +1,26 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
@@ -43,9 +47,15 @@ const otherCommands = `  order get <order_no>          print an order as JSON
   order blocked [-limit N] [-reason R] [-json]
         the orders that are stuck (their next change has waited longer than
         BLOCKED_AFTER, or an operator holds them), oldest first, with why
+  order retry|skip|hold|resume <order_no> [-reason R] [-by WHO]
+        an operator action on the order's head (the change whose turn it
+        is): run it now, archive it and go on, stop applying the order's
+        changes (still accepted), apply them again; -reason is required for
+        skip and hold; -by defaults to the OS user (see docs/operations.md,
+        Operator actions)
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
-  acl worker|intake|dashboard|dashboard-write
+  acl worker|intake|intake-admin|dashboard|dashboard-write
         print that process's Redis ACL rules, for KEY_PREFIX and ORDER_STORE,
         to follow ACL SETUSER <user> reset on ><password> (see docs/operations.md, ACL rules)
   shards                        where the tasks of the QUEUE_SHARDS queues are placed: fails
@@ -160,6 +170,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return err
 	case "order":
+		if len(rest) > 1 {
+			if a, ok := orderops.ParseAction(rest[1]); ok {
+				return orderAction(ctx, rdb, &c, a, rest[2:], getenv, stdout)
+			}
+		}
 		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {
 			return err
@@ -444,6 +459,40 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 		return printJSON(stdout, o)
 	}
 	return fmt.Errorf("order: unknown subcommand %q (want get, history, status, blocked or put)", args[0])
+}
+
+// orderAction runs operator action a (orderops) with the command line's
+// order number, reason and principal, and prints its result as JSON.
+func orderAction(ctx context.Context, rdb redis.UniversalClient, c *common, a orderops.Action, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("order "+string(a), flag.ContinueOnError)
+	reason := fs.String("reason", "", "why; required for skip and hold")
+	by := fs.String("by", osUser(getenv), "who acts, recorded with the action; defaults to the OS user")
+	no, err := parseCommand(fs, args)
+	if err != nil {
+		return err
+	}
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
+	if err != nil {
+		return err
+	}
+	defer ops.Close()
+	res, err := ops.Do(ctx, a, orderops.Request{OrderNo: no, By: *by, Reason: *reason})
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, res)
+}
+
+// osUser is the user running the command, for an action's principal: USER,
+// else LOGNAME, else the account's name; "" when none is known.
+func osUser(getenv func(string) string) string {
+	if u := cmp.Or(getenv("USER"), getenv("LOGNAME")); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
 }
 
 func printJSON(w io.Writer, v any) error {

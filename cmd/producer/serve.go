@@ -37,6 +37,7 @@ type serveSettings struct {
 	common
 	Addr            string
 	APIKeys         []string
+	AdminKeys       []string
 	InsecureNoAuth  bool
 	MaxBody         int
 	ReadTimeout     time.Duration
@@ -55,6 +56,7 @@ type serveSettings struct {
 func declareServe(s *config.Set, c *serveSettings) {
 	s.String(&c.Addr, "addr", "INTAKE_ADDR", ":8080", "listen address, host:port").Check(config.NotEmpty)
 	s.StringList(&c.APIKeys, "api-keys", "INTAKE_API_KEYS", nil, "comma-separated bearer API keys, each at least 16 characters; several allow rotation").Secret()
+	s.StringList(&c.AdminKeys, "admin-keys", "INTAKE_ADMIN_KEYS", nil, "comma-separated bearer keys of the admin scope: the only keys the operator actions (POST /v1/orders/{order_no}/actions/...) accept, recorded as admin#N; none: no key may act. Run the intake with the intake-admin ACL rule when set").Secret()
 	s.Bool(&c.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
 	s.Int(&c.MaxBody, "max-body", "INTAKE_MAX_BODY", intake.DefaultMaxBody, "largest request body in bytes; larger ones get 413").Check(config.Positive[int], atMostPayload)
 	s.Duration(&c.ReadTimeout, "read-timeout", "INTAKE_READ_TIMEOUT", httpserve.DefaultReadTimeout, "longest time to read a request, headers and body").Check(config.Positive[time.Duration])
@@ -158,6 +160,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: unexpected arguments %q (serve takes flags only; see -h)", set.Args())
 	case c.RequestTimeout >= c.WriteTimeout:
 		return fmt.Errorf("serve: INTAKE_REQUEST_TIMEOUT (%v) must be below INTAKE_WRITE_TIMEOUT (%v), or a slow Redis would cut answers off", c.RequestTimeout, c.WriteTimeout)
+	case c.InsecureNoAuth && len(c.AdminKeys) > 0:
+		return errors.New("serve: -insecure-no-auth given together with INTAKE_ADMIN_KEYS (-admin-keys): drop one or the other")
 	case c.InsecureNoAuth && len(c.APIKeys) > 0:
 		return errors.New("serve: -insecure-no-auth given together with INTAKE_API_KEYS (-api-keys): drop one or the other")
 	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
@@ -207,6 +211,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer store.Close()
 	handler, err := intake.New(rdb, p, store.Store, intake.Config{
 		APIKeys:        c.APIKeys,
+		AdminKeys:      c.AdminKeys,
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),
 		RequestTimeout: c.RequestTimeout,

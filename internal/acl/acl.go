@@ -9,7 +9,7 @@
 //	ow:lock:{<no>}            an order's lock (lock)
 //	ow:lock:{<no>}:fence      its newest fencing token (lock)
 //	ow:lock:{<no>}:seq        its sequence of positions (lock.Sequencer)
-//	ow:lock:held              the index of the orders operators hold (read by the blocked list)
+//	ow:lock:held              the index of the orders operators hold (lock.Sequencer.Pause, orderops; read by the blocked list)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
 //	ow:token:{upstream}…      the shared order API token and its refresh lock (token)
@@ -59,16 +59,26 @@ const (
 	// the order store: run it with the worker's rule) and any Go producer:
 	// it accepts changes and reads orders, tasks and sequences.
 	Intake Process = "intake"
+	// IntakeAdmin is `producer serve` with INTAKE_ADMIN_KEYS set, and the
+	// CLI's operator actions (`producer order retry|skip|hold|resume`):
+	// the intake's rights, and those of the actions (package orderops):
+	// moving a task within its queue (asynq's Inspector RunTask and
+	// ArchiveTask, and requeue.Front to wake the change parked behind a
+	// settled head), writing the sequences (skip, hold, resume, the action
+	// log), the index of held orders, and the release notices.
+	IntakeAdmin Process = "intake-admin"
 	// Dashboard is cmd/dashboard with DASHBOARD_READ_ONLY=true (its
 	// default): it reads everything it shows, and writes nothing.
 	Dashboard Process = "dashboard"
 	// DashboardWrite is cmd/dashboard with DASHBOARD_READ_ONLY=false: it
-	// may also run, archive, delete and cancel tasks and pause queues.
+	// may also run, archive, delete and cancel tasks and pause queues, and
+	// act on orders (the operator actions: it writes the sequences, the
+	// index of held orders and the release notices).
 	DashboardWrite Process = "dashboard-write"
 )
 
 // Processes returns every process, in the order of docs/operations.md's ACL rules.
-func Processes() []Process { return []Process{Worker, Intake, Dashboard, DashboardWrite} }
+func Processes() []Process { return []Process{Worker, Intake, IntakeAdmin, Dashboard, DashboardWrite} }
 
 // DefaultKeyPrefix is the default of [Options.KeyPrefix], the processes'
 // KEY_PREFIX default.
@@ -126,7 +136,15 @@ func Rules(p Process, o Options) ([]string, error) {
 		// The locks, fences and sequences.
 		r.rw(k.locks)
 		r.orders(o.OrderAPI, k, true)
-	case Intake:
+	case Intake, IntakeAdmin:
+		if p == IntakeAdmin {
+			// The operator actions: asynq's RunTask and ArchiveTask and
+			// requeue.Front move a task within its queue (its hash, its
+			// pending list, its retry, scheduled and archived sets);
+			// skip, hold and resume write the sequence (below), the index
+			// of held orders, and the notice that wakes a waiter.
+			r.rw(k.queueKeys, k.held).channels(k.released)
+		}
 		// Acceptance: the event claims, the sequences, the WAIT markers,
 		// and a task's hash, its pending or scheduled entry and its queue's
 		// name, written by the commands asynq's Client (or the producer's
@@ -142,8 +160,9 @@ func Rules(p Process, o Options) ([]string, error) {
 		r.orders(o.OrderAPI, k, false)
 	case Dashboard, DashboardWrite:
 		if p == DashboardWrite {
-			// asynqmon's actions, and cancelling an active task.
-			r.rw(k.asynq).channels(k.cancel)
+			// asynqmon's actions, and cancelling an active task; the
+			// operator actions on the order page (see IntakeAdmin).
+			r.rw(k.asynq, k.seqs, k.held).channels(k.cancel, k.released)
 		} else {
 			// asynq's Inspector prunes the expired entries of the server,
 			// worker and scheduler lists when it reads them.
@@ -183,12 +202,11 @@ var base = []string{
 
 // keys are the key and channel patterns of one key prefix, escaped.
 type keys struct {
-	orders, locks, seqs, events, waits, token      string
-	held                                           string
-	asynq, queueKeys, taskKeys, pending, scheduled string
-	allQueues, servers, workers                    string
-	servers0, workers0, schedulers                 string
-	released, tokenChannel, cancel                 string
+	orders, locks, seqs, held, events, waits, token string
+	asynq, queueKeys, taskKeys, pending, scheduled  string
+	allQueues, servers, workers                     string
+	servers0, workers0, schedulers                  string
+	released, tokenChannel, cancel                  string
 }
 
 func newKeys(prefix string) keys {

@@ -40,7 +40,7 @@ func denied(err error) bool {
 func TestRulesRefuseBadInput(t *testing.T) {
 	_, err := acl.Rules("scheduler", acl.Options{})
 	require.ErrorIs(t, err, acl.ErrUnknownProcess)
-	require.ErrorContains(t, err, "worker, intake, dashboard, dashboard-write")
+	require.ErrorContains(t, err, "worker, intake, intake-admin, dashboard, dashboard-write")
 	for _, p := range []string{"ow :", "ow(:", "ow):", `ow":`, "ow{:", "ow:\n", "ö:"} {
 		_, err := acl.Rules(acl.Worker, acl.Options{KeyPrefix: p})
 		require.ErrorIs(t, err, acl.ErrBadPrefix, "%q", p)
@@ -245,8 +245,24 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		cs = append(cs,
 			allow("INFO"), allow("SET", k["paused"], "1"), allow("EVAL", luaPause, "1", k["paused"]), allow("PUBLISH", "asynq:cancel", "e1"),
 			allow("DEL", k["task"]), allow("SREM", k["queues"], "q"), // asynqmon's Delete and queue removal
-			deny("HSET", k["seq"], "d", "2"), deny("HSET", k["lock"], "owner", "me"), deny("SET", k["event"], "x"),
-			deny("PUBLISH", "ow:lock:released", "x"),
+			// the operator actions
+			allow("HSET", k["seq"], "h", "{}"), allow("ZADD", k["held"], "1", "SO1"), allow("PUBLISH", "ow:lock:released", "x"),
+			deny("HSET", k["lock"], "owner", "me"), deny("SET", k["fence"], "1"), deny("SET", k["event"], "x"),
+		)
+	case acl.IntakeAdmin:
+		cs = append(cs, orders(false)...)
+		cs = append(cs,
+			// the intake's
+			allow("HINCRBY", k["seq"], "n", "1"), allow("SET", k["wait"], "1", "PX", "60000"), allow("LPUSH", k["pending"], "e2"),
+			// the operator actions: RunTask, ArchiveTask, Front; the sequence, the index, the notice
+			allow("ZREM", k["sched"], "e0"), allow("LREM", k["pending"], "0", "e1"), allow("ZADD", "asynq:{q}:archived", "1", "e1"),
+			allow("RPUSH", k["pending"], "e1"), allow("HSET", k["task"], "state", "archived"),
+			allow("HSET", k["seq"], "h", "{}"), allow("PERSIST", k["seq"]), allow("ZADD", k["held"], "1", "SO1"), allow("ZREM", k["held"], "SO1"),
+			allow("PUBLISH", "ow:lock:released", "x"),
+			// but not the locks, the orders, asynq's servers or the queue list
+			deny("HSET", k["lock"], "owner", "me"), deny("DEL", k["lock"]), deny("SET", k["fence"], "1"),
+			deny("DEL", k["queues"]), deny("SREM", k["queues"], "q"), deny("ZADD", k["servers"], "1", "x"),
+			deny("PUBLISH", "asynq:cancel", "e1"),
 		)
 	}
 	return cs

@@ -24,13 +24,21 @@
 //	GET  /v1/orders/{order_no}/status     what is happening to it      200
 //	GET  /v1/blocked-orders               the orders that are stuck    200
 //	GET  /v1/tasks/{task_id}              a task's state and retries   200
+//	POST /v1/orders/{order_no}/actions/{retry|skip|hold|resume}
+//	                                      an operator action (admin)   200
 //	GET  /healthz                         the process serves           200
 //	GET  /readyz                          Redis answers                200 or 503
 //
 // Every /v1 route needs an `Authorization: Bearer <key>` header with one of
 // [Config.APIKeys], and only one Authorization header: a request with several
-// is refused, whichever is valid. /healthz and /readyz need none. [Routes]
-// lists them.
+// is refused, whichever is valid. /healthz and /readyz need none. The
+// actions (package orderops: retry the head now, skip it, hold the order,
+// resume it) need a key of [Config.AdminKeys] instead, the admin scope: an
+// enqueue key is answered 403 (forbidden) there. Their body is
+// {"reason": "..."} (required for skip and hold); the principal recorded
+// with the action is the admin key's name, "admin#N". A state that does
+// not allow the action (nothing waits, the head runs right now, the order
+// is already held) is answered 409 (action_refused). [Routes] lists them.
 //
 // # Enqueueing and idempotency
 //
@@ -95,9 +103,11 @@
 //	400 idempotency_key_required  neither the Idempotency-Key header nor the body's event_id is given
 //	400 idempotency_key_mismatch  the header and the body's event_id differ
 //	401 unauthorized              no valid API key, or several Authorization headers; WWW-Authenticate says how to give one
+//	403 forbidden                 an enqueue key on an admin route (the actions)
 //	404 not_found                 no such order, task or route
 //	405 method_not_allowed        the path exists with other methods (listed in Allow)
 //	409 duplicate                 the key was already enqueued with this payload
+//	409 action_refused            the order's state does not allow the action now; the message says why
 //	413 body_too_large            the body is over [Config.MaxBody]
 //	415 unsupported_media_type    the Content-Type is not JSON
 //	422 idempotency_key_reused    the key was already used for a different change
@@ -132,6 +142,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -173,9 +184,17 @@ type Config struct {
 	// logged. Required unless InsecureNoAuth is set; there is no default.
 	APIKeys []string
 
+	// AdminKeys are the bearer keys of the admin scope: the only keys the
+	// operator actions (POST /v1/orders/{order_no}/actions/{action}) accept,
+	// as principal "admin#N" (N its position here). An enqueue key gets 403
+	// there, and an admin key is not an enqueue key (list it in both to
+	// make it both). Same rules as APIKeys. Defaults to none: every action
+	// is refused (403) to every key.
+	AdminKeys []string
+
 	// InsecureNoAuth serves the /v1 routes without authentication, for
-	// local development. It may not be combined with APIKeys. Defaults to
-	// false.
+	// local development, the actions included (as "anonymous"). It may not
+	// be combined with APIKeys or AdminKeys. Defaults to false.
 	InsecureNoAuth bool
 
 	// MaxBody is the largest request body accepted, in bytes; a larger one
@@ -258,6 +277,8 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
+	case c.InsecureNoAuth && len(c.AdminKeys) > 0:
+		return errors.New("intake: InsecureNoAuth given together with AdminKeys: drop one or the other")
 	case c.InsecureNoAuth && len(c.APIKeys) > 0:
 		return errors.New("intake: InsecureNoAuth given together with APIKeys: drop one or the other")
 	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
@@ -305,6 +326,9 @@ type Route struct {
 	// they write nothing that outlives the request, and a client held
 	// back on enqueues must still be able to follow its tasks.
 	Limited bool
+	// Admin reports whether the route needs a key of [Config.AdminKeys]
+	// (the operator actions); an enqueue key gets 403 there.
+	Admin bool
 }
 
 // route is a route and the method that serves it.
@@ -317,13 +341,14 @@ type route struct {
 // registers. Every task kind of the contract has its POST route,
 // /v1/orders/{order_no}/<kind name>.
 var table = append(kindRoutes(),
-	route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false}, (*Server).getOrder},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false}, (*Server).getHistory},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false}, (*Server).getStatus},
-	route{Route{http.MethodGet, "/v1/blocked-orders", false, false}, (*Server).getBlocked},
-	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false}, (*Server).getTask},
-	route{Route{http.MethodGet, "/healthz", true, false}, (*Server).healthz},
-	route{Route{http.MethodGet, "/readyz", true, false}, (*Server).readyz},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false, false}, (*Server).getOrder},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false, false}, (*Server).getHistory},
+	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false, false}, (*Server).getStatus},
+	route{Route{http.MethodGet, "/v1/blocked-orders", false, false, false}, (*Server).getBlocked},
+	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false, false}, (*Server).getTask},
+	route{Route{http.MethodPost, "/v1/orders/{order_no}/actions/{action}", false, false, true}, (*Server).postAction},
+	route{Route{http.MethodGet, "/healthz", true, false, false}, (*Server).healthz},
+	route{Route{http.MethodGet, "/readyz", true, false, false}, (*Server).readyz},
 )
 
 // kindRoutes returns the POST route of each task kind, in the contract's
@@ -331,7 +356,7 @@ var table = append(kindRoutes(),
 func kindRoutes() []route {
 	var out []route
 	for _, k := range tasks.Kinds() {
-		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false, true},
+		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false, true, false},
 			func(s *Server, w http.ResponseWriter, r *http.Request) { s.post(k, w, r) }})
 	}
 	return out
@@ -358,6 +383,8 @@ type Server struct {
 	inspector  *asynq.Inspector
 	queues     []string // where tasks are looked for: exchanges first
 	auth       httpauth.Scheme
+	admin      httpauth.Scheme // nil without AdminKeys
+	ops        *orderops.Ops
 	challenges []string
 	limits     limiters
 	log        *zap.Logger
@@ -411,6 +438,16 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 			return nil, fmt.Errorf("intake: APIKeys: %w", err)
 		}
 		s.auth, s.challenges = auth, auth.Challenges()
+		if len(cfg.AdminKeys) > 0 {
+			if s.admin, err = httpauth.Bearer(Realm, cfg.AdminKeys); err != nil {
+				return nil, fmt.Errorf("intake: AdminKeys: %w", err)
+			}
+		}
+	}
+	// Ops never takes a lock, so it holds nothing to close.
+	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("intake: %w", err)
 	}
 
 	mux := http.NewServeMux()
@@ -421,7 +458,10 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		if rt.Limited {
 			h = s.rateLimit(h)
 		}
-		if !rt.Public {
+		switch {
+		case rt.Admin:
+			h = s.authorizeAdmin(h)
+		case !rt.Public:
 			h = s.authenticate(h)
 		}
 		mux.Handle(rt.Method+" "+rt.Path, h)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -143,6 +144,8 @@ func TestSpecSchemas(t *testing.T) {
 		{"OrderTask", orderview.Task{}, nil, true},
 		{"Task", taskView{}, nil, true},
 		{"Status", status{}, nil, true},
+		{"ActionRequest", actionRequest{}, nil, false},
+		{"ActionResult", orderops.Result{}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.schema, func(t *testing.T) {

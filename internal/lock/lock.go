@@ -370,6 +370,16 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool
 		return a, nil
 	case code == 2 && len(res) == 6:
 		return attempt{notTurn: turnError(key, turn.Pos, res)}, nil
+	case code == 4 && len(res) == 3:
+		h, _ := res[1].(string)
+		pause, err := parsePause(h)
+		if err != nil {
+			return attempt{}, fmt.Errorf("acquire %s: %w", key, err)
+		}
+		rec, _ := res[2].(string)
+		label, _ := splitRecord(rec)
+		return attempt{notTurn: &TurnError{Key: key, Pos: turn.Pos, Head: turn.Pos, Label: label, Record: rec,
+			Paused: &pause, Parked: true}}, nil
 	case code == 3 && len(res) == 2:
 		why, _ := res[1].(string)
 		return attempt{badPos: why}, nil
@@ -454,8 +464,10 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 // its holder back. A waiter in place parks too, with a last attempt,
 // when the deadline passes, when the head's holder runs again only after
 // the deadline, and when the head was reserved more than w.StuckAfter ago.
-// It also returns an error matching [ErrBadPosition] when the position is
-// not the caller's. An uncontended AcquireTurn in turn costs one round trip.
+// When it is the position's turn but the sequence is paused
+// ([Sequencer.Pause]), it returns at once a parked [*TurnError] with
+// Paused set. It also returns an error matching [ErrBadPosition] when the
+// position is not the caller's. An uncontended AcquireTurn in turn costs one round trip.
 func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, error) {
 	if err := checkKey(key, meta); err != nil {
 		return nil, err

@@ -25,6 +25,10 @@ import "github.com/redis/go-redis/v9"
 //	k:<pos>  the holder of pos is parked: hand its label back when pos is
 //	         next, so that the caller brings it back
 //	ref:<x>  the position reserved under reference x (Reserve's ref)
+//	h        the key is paused (an operator's hold, see [Sequencer.Pause]):
+//	         {"by", "reason", "at"} as JSON; the head's holder parks
+//	         instead of taking its turn, and the sequence does not expire
+//	         (it is persisted) while the field is there
 //	log      the latest positions settled without a turn, and the outcomes
 //	         noted by holders after theirs, as JSON (seq_log)
 //
@@ -257,11 +261,19 @@ end
 //	                   ARGV[8] is "1"), 0 when it is marked waiting in place
 //	{3, reason}        the position is not this caller's: never handed
 //	                   out, or reserved under another label
+//	{4, pause, record} it is the position's turn, but the sequence is
+//	                   paused (field h, its JSON): the caller is marked
+//	                   parked (k:), so that Resume hands its label back;
+//	                   record is the position's p: field
+//
+// The pause is read by the HMGET that reads the position anyway: it costs
+// no call on the hot path. A position already passed and a caller without
+// a position are not paused (they are not ordered).
 var acquireScript = redis.NewScript(commonLua + `
 local mode = 'free'
 if KEYS[3] then
   local pos = tonumber(ARGV[5])
-  local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5])
+  local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5], 'h')
   local n, d, rec = tonumber(st[1]), tonumber(st[2]), st[3]
   if not d or pos <= d then
     mode = 'passed'
@@ -284,6 +296,11 @@ if KEYS[3] then
       local h = num(d + 1)
       local head = redis.call('HMGET', KEYS[3], 'p:' .. h, 'r:' .. h)
       return {2, h, head[1] or '', head[2] or '', num(nowms()), parked}
+    end
+    if st[4] then
+      redis.call('HSET', KEYS[3], 'k:' .. num(pos), '1')
+      redis.call('HDEL', KEYS[3], 'w:' .. num(pos))
+      return {4, st[4], rec}
     end
     mode = 'turn'
   end
@@ -395,7 +412,12 @@ local function seq_reserve(s, label, ttl, ref, max)
     set[#set + 1] = pos
   end
   redis.call(unpack(set))
-  redis.call('PEXPIRE', s, ttl)
+  if n ~= 1 then
+    -- XX: a paused sequence has no TTL, and keeps none (see pauseScript)
+    redis.call('PEXPIRE', s, ttl, 'XX')
+  elseif redis.call('HEXISTS', s, 'h') == 0 then
+    redis.call('PEXPIRE', s, ttl)
+  end
   return pos
 end
 `
@@ -467,7 +489,7 @@ local wake = ''
 if next then
   wake = notify(ARGV[6], KEYS[2], s, next, false)
 end
-redis.call('PEXPIRE', s, ARGV[7])
+redis.call('PEXPIRE', s, ARGV[7], 'XX') -- a paused sequence keeps no TTL
 return {1, wake}
 `)
 
@@ -481,16 +503,16 @@ return {1, wake}
 //
 // Returns {-2} when the sequence does not exist, and otherwise
 //
-//	{pttl, n, d, log, p:<d+1>, r:<d+1>, w:<d+1>, p:<d+2>, …}
+//	{pttl, n, d, log, h, p:<d+1>, r:<d+1>, w:<d+1>, p:<d+2>, …}
 //
 // with the p:, r: and w: fields of the first min(ARGV[1], n - d) positions
-// after d, each false when missing (as are n, d and log). It reads no
+// after d, each false when missing (as are n, d, log and h, the pause). It reads no
 // position when n or d is not a number.
 var statusScript = redis.NewScript(numLua + `
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -2 then return {-2} end
-local h = redis.call('HMGET', KEYS[1], 'n', 'd', 'log')
-local out = {ttl, h[1], h[2], h[3]}
+local h = redis.call('HMGET', KEYS[1], 'n', 'd', 'log', 'h')
+local out = {ttl, h[1], h[2], h[3], h[4]}
 local n, d = tonumber(h[1]), tonumber(h[2])
 local count = 0
 if n and d and n > d then count = math.min(n - d, tonumber(ARGV[1])) end
@@ -508,19 +530,65 @@ return out
 `)
 
 // noteScript records in a sequence's log an outcome that the holder of a
-// position noted after its turn (see [Sequencer.Note]). It moves nothing.
+// position noted after its turn (see [Sequencer.Note]), or an operator's
+// action (see [Sequencer.Record]). It moves nothing.
 //
 // KEYS[1] sequence
 // ARGV[1] position (0 for none), ARGV[2] the position's label, ARGV[3] the
 // outcome, ARGV[4] sequence retention in ms: the sequence lives at least
-// that long after the note
+// that long after the note, ARGV[5] the log kind ("note" or "action")
 //
 // Returns 1 when it logged the note, 0 when the sequence does not exist
-// (it expired): nothing is written then.
+// (it expired): nothing is written then. A paused sequence (no TTL) keeps
+// none.
 var noteScript = redis.NewScript(commonLua + `
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -2 then return 0 end
-seq_log(KEYS[1], tonumber(ARGV[1]), 'note', ARGV[2], ARGV[3])
+seq_log(KEYS[1], tonumber(ARGV[1]), ARGV[5], ARGV[2], ARGV[3])
 if ttl >= 0 and ttl < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 return 1
+`)
+
+// pauseScript pauses a sequence: it sets its field h, so that the holder of
+// the head parks instead of taking its turn (see acquireScript), and
+// persists it, so that it does not expire while paused. A sequence that
+// does not exist is made, with the field alone: the changes accepted later
+// find it paused.
+//
+// KEYS[1] sequence
+// ARGV[1] who pauses it, ARGV[2] why (JSON strings are built here, with the
+// Redis clock)
+//
+// Returns {1, pause} when it paused the sequence, {0, pause} when it was
+// paused already (nothing is written), pause being the field h.
+var pauseScript = redis.NewScript(commonLua + `
+local old = redis.call('HGET', KEYS[1], 'h')
+if old then return {0, old} end
+local h = cjson.encode({by = ARGV[1], reason = ARGV[2], at = num(nowms())})
+redis.call('HSET', KEYS[1], 'h', h)
+redis.call('PERSIST', KEYS[1])
+return {1, h}
+`)
+
+// resumeScript ends a sequence's pause: it deletes the field h, lets the
+// sequence expire again after the retention, and calls the holder of the
+// head, parked while it was paused (and those of the IN_PLACE positions
+// after it), as a release does (notify).
+//
+// KEYS[1] sequence, KEYS[2] the key's lock hash (named in the notice)
+// ARGV[1] notice channel, ARGV[2] sequence retention in ms
+//
+// Returns {1, pause, wake} when it resumed the sequence, pause being the
+// field h it deleted and wake the labels of the parked holders called
+// (newline separated, "" when none); {0, "", ""} when it was not paused.
+var resumeScript = redis.NewScript(commonLua + `
+local old = redis.call('HGET', KEYS[1], 'h')
+if not old then return {0, '', ''} end
+redis.call('HDEL', KEYS[1], 'h')
+if redis.call('EXISTS', KEYS[1]) == 0 then return {1, old, ''} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local d = tonumber(redis.call('HGET', KEYS[1], 'd'))
+local wake = ''
+if d then wake = notify(ARGV[1], KEYS[2], KEYS[1], d + 1, false) end
+return {1, old, wake}
 `)

@@ -84,6 +84,11 @@ type TurnError struct {
 	Waited time.Duration // how long AcquireTurn waited
 	// Record is the head's p: field as read, for [Sequencer.Skip].
 	Record string
+	// Paused, when not nil, says it is the position's turn (Head is Pos)
+	// but the sequence is paused by an operator ([Sequencer.Pause]): the
+	// position is marked parked, and [Sequencer.Resume] hands its label
+	// back.
+	Paused *Pause
 	// Parked says the position is marked parked: whoever passes the turn
 	// to it gets its label back ([Lease.Wake], Settlement.Wake) and must
 	// bring its holder back. When Parked is false the position is marked
@@ -93,6 +98,10 @@ type TurnError struct {
 }
 
 func (e *TurnError) Error() string {
+	if p := e.Paused; p != nil {
+		return fmt.Sprintf("lock: %s position %d is next, but the sequence is on hold since %s by %s: %s",
+			e.Key, e.Pos, p.At.Format(time.RFC3339), p.By, p.Reason)
+	}
 	s := fmt.Sprintf("lock: %s position %d waits for position %d (%q, reserved %v ago)",
 		e.Key, e.Pos, e.Head, e.Label, e.Age.Round(time.Millisecond))
 	if e.Retry > 0 {
@@ -360,10 +369,32 @@ func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outc
 	if pos < 0 {
 		return fmt.Errorf("%w: position %d", ErrBadPosition, pos)
 	}
-	if err := noteScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, outcome, q.retention.Milliseconds()).Err(); err != nil {
+	return q.note(ctx, key, pos, label, outcome, "note")
+}
+
+// note runs noteScript with kind.
+func (q *Sequencer) note(ctx context.Context, key string, pos int64, label, outcome, kind string) error {
+	if err := noteScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, outcome, q.retention.Milliseconds(), kind).Err(); err != nil {
 		return fmt.Errorf("note %s position %d: %w", key, pos, err)
 	}
 	return nil
+}
+
+// Record logs an operator's action on key (see [Settled], kind "action")
+// in its sequence's log: what was done, by whom and why, in text. pos and
+// label name the position acted on (the head), or 0 and a description of
+// the action for one that acts on the whole sequence (a pause). Like Note
+// it moves nothing, keeps the sequence for at least the retention, never
+// creates one, and returns an error for a bad key, label or position and
+// Redis errors, wrapped.
+func (q *Sequencer) Record(ctx context.Context, key string, pos int64, label, text string) error {
+	if err := checkLabel(key, label, ""); err != nil {
+		return err
+	}
+	if pos < 0 {
+		return fmt.Errorf("%w: position %d", ErrBadPosition, pos)
+	}
+	return q.note(ctx, key, pos, label, text, "action")
 }
 
 // Settled is an entry of a sequence's log: a position that was settled
@@ -374,7 +405,8 @@ type Settled struct {
 	// At is when (Redis clock).
 	At time.Time `json:"at"`
 	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]),
-	// "finish" ([Sequencer.Finish]) or "note" ([Sequencer.Note]).
+	// "finish" ([Sequencer.Finish]), "note" ([Sequencer.Note]) or "action"
+	// ([Sequencer.Record]).
 	Kind string `json:"kind"`
 	// Label is the label the position was reserved under.
 	Label string `json:"label"`
@@ -423,8 +455,12 @@ type Status struct {
 	// skipped or finished ahead) and the latest notes, oldest first; at
 	// most 20 entries.
 	Log []Settled
-	// TTL is how long the sequence lives without further use.
+	// TTL is how long the sequence lives without further use; negative
+	// while it is paused (it does not expire then).
 	TTL time.Duration
+	// Paused is the sequence's pause, nil when it is not paused (see
+	// [Sequencer.Pause]).
+	Paused *Pause
 }
 
 // Status reads key's sequence, for operators, tests and checks: its
@@ -458,8 +494,8 @@ func parseStatus(res []any, page int) (Status, error) {
 	if len(res) == 1 && ttl == -2 {
 		return Status{}, nil
 	}
-	if len(res) < 4 || (len(res)-4)%3 != 0 || (len(res)-4)/3 > page {
-		return Status{}, fmt.Errorf("sequence: status reply of %d values, want 4 and 3 per position, at most %d positions", len(res), page)
+	if len(res) < 5 || (len(res)-5)%3 != 0 || (len(res)-5)/3 > page {
+		return Status{}, fmt.Errorf("sequence: status reply of %d values, want 5 and 3 per position, at most %d positions", len(res), page)
 	}
 	st := Status{Exists: true, TTL: time.Duration(ttl)}
 	if ttl >= 0 {
@@ -468,6 +504,16 @@ func parseStatus(res []any, page int) (Status, error) {
 	n, _ := res[1].(string)
 	d, _ := res[2].(string)
 	var err error
+	if h, _ := res[4].(string); h != "" {
+		p, err := parsePause(h)
+		if err != nil {
+			return Status{}, err
+		}
+		st.Paused = &p
+	}
+	if n == "" && d == "" {
+		return st, nil // paused before any change was accepted
+	}
 	if st.Last, err = strconv.ParseInt(n, 10, 64); err != nil {
 		return Status{}, fmt.Errorf("sequence: bad n %q", n)
 	}
@@ -475,7 +521,7 @@ func parseStatus(res []any, page int) (Status, error) {
 		return Status{}, fmt.Errorf("sequence: bad d %q", d)
 	}
 	st.Waiting = max(st.Last-st.Done, 0)
-	for i, f := 0, res[4:]; i < len(f); i += 3 {
+	for i, f := 0, res[5:]; i < len(f); i += 3 {
 		rec, ok := f[i].(string)
 		if !ok {
 			continue

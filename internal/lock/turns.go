@@ -112,7 +112,8 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // the head has waited for its holder longer than GapWait, Take asks
 // [Tasks.HeadFate] about it once, skips it when its holder will never
 // come (the skip is logged in the sequence with the reason), and tries
-// again.
+// again. When the key's sequence is paused and it is the position's turn,
+// the holder parks for GapWait (Resume calls it back sooner).
 //
 // It returns a [*BusyError] when the lock stayed held past w's deadline,
 // errors matching [ErrBadPosition] for a position that is not the
@@ -138,6 +139,11 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 			return nil, done, err
 		}
 		done.Waited += te.Waited
+		if te.Paused != nil {
+			// On hold: Resume calls it back; until then it looks again
+			// every GapWait, at the cost of one acquire.
+			return nil, done, t.park(te, t.cfg.GapWait)
+		}
 		if te.Retry > 0 {
 			// The head failed and runs again later: so do we, just after,
 			// unless its success calls us back first.

@@ -185,6 +185,9 @@ const (
 	// turn, or without one (its Seq is then 0 or a position that was not
 	// its own). It outlives asynq's copy of the task.
 	LogNote = "note"
+	// LogAction is an operator's action on the order (internal/orderops:
+	// retry now, hold, resume; a skip is a LogSkip), with who and why.
+	LogAction = "action"
 )
 
 // LogEntry is an entry of an order's sequence log.
@@ -193,7 +196,7 @@ type LogEntry struct {
 	// logged (Redis clock).
 	Seq int64     `json:"seq"`
 	At  time.Time `json:"at"`
-	// Kind is LogVoid, LogSkip, LogFinish or LogNote.
+	// Kind is LogVoid, LogSkip, LogFinish, LogNote or LogAction.
 	Kind string `json:"kind"`
 	// Label is what the position was reserved for; TaskID names its task,
 	// when the label names one.

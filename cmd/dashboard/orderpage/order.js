@@ -1,7 +1,8 @@
 // The order page's write actions. Each button carries the asynqmon API
 // request it stands for (data-method, data-url); the request goes through
 // the dashboard's own guards (authentication, cross-origin protection, the
-// task ID guard, read-only mode), exactly as asynqmon's UI sends it.
+// task ID guard, read-only mode), exactly as asynqmon's UI sends it. The
+// operator actions' buttons (data-reason) send the reason as JSON.
 "use strict";
 document.addEventListener("click", async (ev) => {
   const b = ev.target.closest("button[data-url]");
@@ -15,7 +16,14 @@ document.addEventListener("click", async (ev) => {
   b.disabled = true;
   out.textContent = b.textContent + " " + b.dataset.task + "…";
   try {
-    const r = await fetch(b.dataset.url, { method: b.dataset.method, credentials: "same-origin" });
+    const init = { method: b.dataset.method, credentials: "same-origin" };
+    if (b.dataset.reason) {
+      // An operator action (orderops): the reason typed beside the buttons.
+      const reason = document.getElementById("action-reason");
+      init.headers = { "Content-Type": "application/json" };
+      init.body = JSON.stringify({ reason: reason ? reason.value : "" });
+    }
+    const r = await fetch(b.dataset.url, init);
     if (r.ok) {
       window.location.reload();
       return;

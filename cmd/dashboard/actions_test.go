@@ -1,0 +1,99 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// withReason sends {"reason": reason} as the request's JSON body.
+func withReason(reason string) func(*http.Request) {
+	return func(r *http.Request) {
+		body := `{"reason":"` + reason + `"}`
+		r.Body = io.NopCloser(strings.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Type", "application/json")
+	}
+}
+
+// TestOrderActionsWritable holds, resumes and skips an order from its page
+// on a writable dashboard, over a real socket: the buttons are there, each
+// action acts as the dashboard user, a cross-site request is refused, and
+// the sequence log shows who did it and why.
+func TestOrderActionsWritable(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	// As the writing dashboard's Redis user (acl.DashboardWrite).
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.DashboardWrite), "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	for _, a := range []string{"retry", "skip", "hold", "resume"} {
+		assert.Contains(t, r.body, `data-method="POST" data-url="/orders/SO1001/actions/`+a+`"`)
+	}
+	assert.Contains(t, r.body, `id="action-reason"`)
+
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", noAuth, withReason("x"))
+	assert.Equal(t, http.StatusUnauthorized, r.status)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("x"), func(r *http.Request) {
+		r.Header.Set("Origin", "https://evil.example")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+	})
+	assert.Equal(t, http.StatusForbidden, r.status, "a cross-site action is refused")
+
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic)
+	assert.Equal(t, http.StatusBadRequest, r.status, "hold needs a reason: %s", r.body)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("customer called"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `"by":"`+testUser+`"`)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("again"))
+	assert.Equal(t, http.StatusConflict, r.status, r.body)
+	assert.Contains(t, r.body, `"error":`)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/resume", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/skip", basic, withReason("sent twice"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "crm-7f3a9c")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateArchived, info.State)
+	r = d.do(t, http.MethodGet, "/orders/SO1001/actions/skip", basic)
+	assert.Equal(t, http.StatusMethodNotAllowed, r.status)
+
+	r = d.get(t, "/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	for _, want := range []string{"hold by " + testUser + ": customer called", "resume by " + testUser, "skipped by " + testUser + ": sent twice"} {
+		assert.Contains(t, r.body, want)
+	}
+}
+
+// TestOrderActionsReadOnly refuses every action, 403 with a JSON error,
+// on a read-only dashboard, and shows no action button.
+func TestOrderActionsReadOnly(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.get(t, "/orders/SO1001", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.NotContains(t, r.body, "/actions/")
+	for _, a := range []string{"retry", "skip", "hold", "resume"} {
+		r = d.do(t, http.MethodPost, "/orders/SO1001/actions/"+a, basic, withReason("x"))
+		assert.Equal(t, http.StatusForbidden, r.status, a)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+		assert.Contains(t, r.body, `"error":"the dashboard is read-only`)
+	}
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "crm-7f3a9c")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State, "nothing was done")
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/orderops"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// TestCLIOrderActions holds, resumes and skips an order's head from the
+// command line (no worker runs: the changes wait), with the principal from
+// USER or -by, and reads the actions back from the order's status.
+func TestCLIOrderActions(t *testing.T) {
+	db := redistest.New(t)
+	// As the Redis user of the intake-admin rules.
+	rules, err := acl.Rules(acl.IntakeAdmin, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	env := map[string]string{"REDIS_URL": db.AsUser(t, rules...).URL(), "KEY_PREFIX": db.Prefix, "USER": "opsuser"}
+	cli := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
+
+	_, err = cli("modify", "SO7", "-remark", "one", "-event-id", "act-1")
+	require.NoError(t, err)
+	_, err = cli("modify", "SO7", "-remark", "two", "-event-id", "act-2")
+	require.NoError(t, err)
+
+	_, err = cli("order", "hold", "SO7")
+	require.ErrorIs(t, err, orderops.ErrInvalid, "hold needs -reason")
+	out, err := cli("order", "hold", "SO7", "-reason", "fraud check")
+	require.NoError(t, err)
+	var res orderops.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, orderops.Result{OrderNo: "SO7", Action: orderops.Hold, By: "opsuser", Reason: "fraud check", Detail: res.Detail}, res)
+	_, err = cli("order", "hold", "SO7", "-reason", "again")
+	require.ErrorIs(t, err, orderops.ErrRefused)
+	out, err = cli("order", "resume", "-by", "lead", "SO7")
+	require.NoError(t, err)
+	require.Contains(t, out, `"by": "lead"`)
+
+	_, err = cli("order", "retry", "SO7")
+	require.ErrorIs(t, err, orderops.ErrRefused, "the head is pending: already due")
+	out, err = cli("order", "skip", "SO7", "-reason", "duplicate of a phone order")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, "act-1", res.TaskID)
+	info, err := insp.GetTaskInfo(tasks.QueueModify, "act-1")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateArchived, info.State)
+
+	out, err = cli("order", "status", "SO7")
+	require.NoError(t, err)
+	for _, want := range []string{"hold by opsuser: fraud check", "resume by lead", "skipped by opsuser: duplicate of a phone order"} {
+		require.Contains(t, out, want)
+	}
+	_, err = cli("order", "skip", "SO7", "SO8", "-reason", "x")
+	require.Error(t, err, "one order number")
+}

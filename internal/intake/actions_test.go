@@ -1,0 +1,109 @@
+package intake
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/orderops"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+const adminKey = "admin-key-0123456789abcdef"
+
+func adminHeader(key string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + key}
+}
+
+// TestActionsNeedTheAdminScope drives the operator actions through the
+// intake: only an admin key may act (an enqueue key gets 403, none 401),
+// an admin key may not enqueue, and each action is recorded with the
+// key's name and the reason.
+func TestActionsNeedTheAdminScope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.AdminKeys = []string{adminKey} })
+	t.Cleanup(func() { _ = e.insp.DeleteQueue(tasks.QueueModify, true) })
+	r := e.post(t, "/v1/orders/SO1/modify", "act-1", modifyBody)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	const hold = "/v1/orders/SO1/actions/hold"
+
+	r = e.do(t, http.MethodPost, hold, `{"reason":"fraud check"}`, map[string]string{"Authorization": ""})
+	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r.body)
+	require.Equal(t, codeUnauthorized, r.errorBody(t).Error.Code)
+	r = e.do(t, http.MethodPost, hold, `{"reason":"fraud check"}`, nil) // key1: an enqueue key
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
+	require.Equal(t, codeForbidden, r.errorBody(t).Error.Code)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/modify", modifyBody, map[string]string{"Authorization": "Bearer " + adminKey, HeaderIdempotencyKey: "act-x"})
+	require.Equal(t, http.StatusUnauthorized, r.status, "an admin key need not enqueue: %s", r.body)
+
+	r = e.do(t, http.MethodPost, hold, "", adminHeader(adminKey))
+	require.Equal(t, http.StatusBadRequest, r.status, "hold needs a reason: %s", r.body)
+	require.Equal(t, codeInvalidField, r.errorBody(t).Error.Code)
+	r = e.do(t, http.MethodPost, hold, `{"reason":1}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/frobnicate", "", adminHeader(adminKey))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Equal(t, "action", r.errorBody(t).Error.Field)
+
+	r = e.do(t, http.MethodPost, hold, `{"reason":"fraud check"}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var res orderops.Result
+	r.decode(t, &res)
+	require.Equal(t, "admin#1", res.By)
+	require.Equal(t, "fraud check", res.Reason)
+	r = e.do(t, http.MethodPost, hold, `{"reason":"again"}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Equal(t, codeActionRefused, r.errorBody(t).Error.Code)
+
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/resume", "", adminHeader(adminKey))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/skip", `{"reason":"sent twice"}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.decode(t, &res)
+	require.Equal(t, "act-1", res.TaskID)
+	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "act-1")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateArchived, info.State)
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO1/status", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	for _, want := range []string{"hold by admin#1: fraud check", "resume by admin#1", "skipped by admin#1: sent twice"} {
+		require.Contains(t, string(r.body), want)
+	}
+}
+
+// Without AdminKeys no key may act.
+func TestActionsWithoutAdminKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.do(t, http.MethodPost, "/v1/orders/SO1/actions/resume", "", nil)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
+}
+
+// An action while Redis is unreachable is answered 503.
+func TestActionUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, closedRedis(t), "ow:", func(c *Config) { c.AdminKeys = []string{adminKey} })
+	r := e.do(t, http.MethodPost, "/v1/orders/SO1/actions/resume", "", adminHeader(adminKey))
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	require.Equal(t, codeUnavailable, r.errorBody(t).Error.Code)
+}
+
+// Admin keys follow the rules of API keys, and go with keys only.
+func TestAdminKeysConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	p, err := producer.New(e.rdb, producer.Config{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	for _, cfg := range []Config{
+		{APIKeys: []string{key1}, AdminKeys: []string{"short"}},
+		{InsecureNoAuth: true, AdminKeys: []string{adminKey}},
+	} {
+		_, err := New(e.rdb, p, e.store, cfg)
+		require.Error(t, err, "%+v", cfg)
+	}
+}

@@ -1,0 +1,471 @@
+// Package orderops is the one home of the operator actions on an order:
+// retry now, skip, hold and resume. The command line (`producer order
+// retry|skip|hold|resume`), the intake's admin routes and the dashboard's
+// order page all call [Ops.Do], so the three never differ in what an
+// action does, what it refuses, or how it is recorded.
+//
+// Each action goes through the same rules as the workers: the order's
+// sequence decides whose turn it is, asynq's own scripts decide whether a
+// task may move (a task that runs now is never archived or run again), and
+// a change that runs in its turn writes under its fence. No action writes
+// the order itself.
+//
+//   - Retry runs the head's task (the change whose turn it is) at once, when
+//     it waits in asynq's retry or scheduled set: asynq's Inspector RunTask,
+//     which refuses an active or pending task atomically. The task then
+//     takes its turn as any other run does.
+//   - Skip archives the head's task with the operator's reason (Inspector
+//     ArchiveTask, which refuses an active task atomically: a head that
+//     runs now is refused, and is never both applied and skipped), then
+//     uses up its position (lock.Sequencer.Skip of the exact record read
+//     first: nothing is skipped if the head moved on meanwhile), wakes the
+//     change parked behind it, and, for an exchange, settles its
+//     replacement's creation (lock.Turns.Created) so that the
+//     replacement's changes go on.
+//   - Hold pauses the order's sequence (lock.Sequencer.Pause): changes are
+//     still accepted, and the head parks instead of taking its turn. A
+//     change that runs when the hold is set finishes. Changes without a
+//     position (enqueued by hand, not ordered) are not held.
+//   - Resume ends the hold (lock.Sequencer.Resume) and brings the parked
+//     head back at once.
+//
+// Every action is recorded, with its principal and reason, in the order's
+// sequence log (skip as the skip's own entry, the others as entries of
+// kind "action") and in the process's log ("operator action"). The order
+// store's history is not written: it is the record of the order's writes,
+// one entry per version, and the public store contract has no place for
+// a note; the sequence log is what the order's status and history views
+// read beside it. It keeps the last 20 entries while the sequence lives
+// (a held sequence does not expire).
+//
+// It is not on any hot path: each action costs a few round trips.
+package orderops
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// Action is an operator action.
+type Action string
+
+// The actions.
+const (
+	// Retry runs the head's task at once.
+	Retry Action = "retry"
+	// Skip archives the head's task and uses up its position.
+	Skip Action = "skip"
+	// Hold stops applying the order's changes; they are still accepted.
+	Hold Action = "hold"
+	// Resume ends a hold: the changes are applied again, in order.
+	Resume Action = "resume"
+)
+
+// Actions returns every action, in the order the docs list them.
+func Actions() []Action { return []Action{Retry, Skip, Hold, Resume} }
+
+// ParseAction returns the action named s.
+func ParseAction(s string) (Action, bool) {
+	for _, a := range Actions() {
+		if string(a) == s {
+			return a, true
+		}
+	}
+	return "", false
+}
+
+// NeedsReason reports whether the action requires a reason: skip and hold
+// do (they stop or drop a customer's change); retry and resume take one
+// optionally.
+func (a Action) NeedsReason() bool { return a == Skip || a == Hold }
+
+// MaxReasonLen bounds a reason, in bytes; MaxPrincipalLen a principal.
+const (
+	MaxReasonLen    = 200
+	MaxPrincipalLen = 64
+)
+
+// Errors of [Ops.Do]. Match them with errors.Is.
+var (
+	// ErrInvalid is returned for a request that no state of the order
+	// could satisfy: an unknown action, a malformed order number, a
+	// missing or too long reason, a missing principal.
+	ErrInvalid = errors.New("orderops: invalid request")
+	// ErrRefused is returned when the order's state does not allow the
+	// action now: nothing waits, the head runs right now, the order is
+	// (not) on hold, the head's task is not in a state the action
+	// applies to. The message says which, and what to do.
+	ErrRefused = errors.New("orderops: action refused")
+)
+
+// Request is an action's input.
+type Request struct {
+	OrderNo string
+	// By is the principal: the OS user, the API key's name, the dashboard
+	// user. Required.
+	By string
+	// Reason is why; required for skip and hold.
+	Reason string
+}
+
+// Result says what an action did.
+type Result struct {
+	OrderNo string `json:"order_no"`
+	Action  Action `json:"action"`
+	By      string `json:"by"`
+	Reason  string `json:"reason,omitempty"`
+	// Seq is the head acted on (retry, skip); 0 for hold and resume.
+	Seq int64 `json:"seq,omitempty"`
+	// TaskID and Queue name the head's task, when it has one.
+	TaskID string `json:"task_id,omitempty"`
+	Queue  string `json:"queue,omitempty"`
+	// Detail says what was done, for people.
+	Detail string `json:"detail"`
+}
+
+// Config tunes an [Ops]. The zero value means all defaults.
+type Config struct {
+	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
+	// the workers'. Defaults to "ow:".
+	KeyPrefix string
+	// Shards is the workers' queue sharding: where the head's task is
+	// looked for. Defaults to one queue per task type.
+	Shards tasks.Shards
+	// Logger receives the audit line of each action ("operator action")
+	// and what goes wrong after an action took effect. Defaults to
+	// discarding.
+	Logger *zap.Logger
+}
+
+// Ops performs operator actions. It is safe for concurrent use; it holds
+// no connection of its own and starts no goroutine. Close it when done.
+type Ops struct {
+	rdb   redis.UniversalClient
+	cfg   Config
+	l     *lock.Locker
+	seq   *lock.Sequencer
+	turns *lock.Turns
+	insp  *asynq.Inspector
+	log   *zap.Logger
+}
+
+// New returns an Ops on rdb, the workers' Redis. It returns an error for a
+// nil client or an invalid cfg.
+func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
+	if rdb == nil {
+		return nil, errors.New("orderops: nil redis client")
+	}
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, "ow:")
+	if err := cfg.Shards.Validate(); err != nil {
+		return nil, fmt.Errorf("orderops: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	log := cfg.Logger.Named("orderops")
+	// The Locker is only the home of Turns' settlements: Ops never
+	// acquires, so it never subscribes to the notices.
+	l, err := lock.New(rdb, lock.Config{Prefix: cfg.KeyPrefix + "lock:", Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("orderops: %w", err)
+	}
+	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log}
+	o.turns, err = lock.NewTurns(l, wakeTasks{o}, lock.TurnsConfig{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("orderops: %w", err)
+	}
+	return o, nil
+}
+
+// Close releases what Ops holds; the Redis client stays the caller's.
+func (o *Ops) Close() error { return o.l.Close() }
+
+// wakeTasks is the lock.Tasks of Ops' Turns: it only wakes.
+type wakeTasks struct{ o *Ops }
+
+func (w wakeTasks) HeadFate(context.Context, string, *lock.TurnError) (string, time.Duration, error) {
+	return "", 0, nil
+}
+
+func (w wakeTasks) Wake(ctx context.Context, orderNo string, labels []string) error {
+	return requeue.Labels(ctx, w.o.rdb, orderNo, w.o.cfg.Shards, tasks.Kinds(), labels)
+}
+
+// check validates req for a.
+func check(a Action, req Request) error {
+	switch {
+	case a != Retry && a != Skip && a != Hold && a != Resume:
+		return fmt.Errorf("%w: unknown action %q (want retry, skip, hold or resume)", ErrInvalid, a)
+	case !tasks.ValidOrderNo(req.OrderNo):
+		return fmt.Errorf("%w: order number %q: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'", ErrInvalid, req.OrderNo)
+	case strings.TrimSpace(req.By) == "" || len(req.By) > MaxPrincipalLen || !utf8.ValidString(req.By):
+		return fmt.Errorf("%w: a principal (who acts) of 1 to %d bytes is required", ErrInvalid, MaxPrincipalLen)
+	case a.NeedsReason() && strings.TrimSpace(req.Reason) == "":
+		return fmt.Errorf("%w: %s needs a reason", ErrInvalid, a)
+	case len(req.Reason) > MaxReasonLen || !utf8.ValidString(req.Reason):
+		return fmt.Errorf("%w: the reason must be UTF-8 of at most %d bytes", ErrInvalid, MaxReasonLen)
+	}
+	return nil
+}
+
+// Do performs action a on order req.OrderNo (see the package comment) and
+// records it. It returns errors matching [ErrInvalid] and [ErrRefused],
+// and Redis' and asynq's errors, wrapped.
+func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
+	if err := check(a, req); err != nil {
+		return Result{}, err
+	}
+	req.Reason = strings.TrimSpace(req.Reason)
+	res := Result{OrderNo: req.OrderNo, Action: a, By: req.By, Reason: req.Reason}
+	var err error
+	switch a {
+	case Retry:
+		err = o.retry(ctx, req, &res)
+	case Skip:
+		err = o.skip(ctx, req, &res)
+	case Hold:
+		err = o.hold(ctx, req, &res)
+	case Resume:
+		err = o.resume(ctx, req, &res)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	o.log.Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
+		zap.String("principal", req.By), zap.String("reason", req.Reason), zap.Int64("seq", res.Seq),
+		zap.String("task_id", res.TaskID), zap.String("detail", res.Detail))
+	return res, nil
+}
+
+// audit is the text an action leaves in the sequence log.
+func audit(verb string, req Request) string {
+	s := verb + " by " + req.By
+	if req.Reason != "" {
+		s += ": " + req.Reason
+	}
+	return clip(s)
+}
+
+func clip(s string) string {
+	if len(s) > lock.MaxMetaLen {
+		return s[:lock.MaxMetaLen]
+	}
+	return s
+}
+
+// headTask is the head of an order's sequence and its task.
+type headTask struct {
+	st     lock.Status
+	pos    lock.Pending
+	typ    string
+	id     string
+	from   string // a creation's exchanged order
+	queues []string
+	queue  string          // where the task was found
+	info   *asynq.TaskInfo // nil when asynq has no such task
+}
+
+// head reads the head of orderNo's sequence and looks its task up. It
+// returns ErrRefused when nothing waits.
+func (o *Ops) head(ctx context.Context, orderNo string) (headTask, error) {
+	st, err := o.seq.Status(ctx, orderNo)
+	if err != nil {
+		return headTask{}, fmt.Errorf("orderops: %w", err)
+	}
+	h := headTask{st: st}
+	if !st.Exists || st.Waiting == 0 || len(st.Pending) == 0 || st.Pending[0].Pos != st.Done+1 || st.Pending[0].Label == "" {
+		return h, fmt.Errorf("%w: no change of order %s waits: nothing to act on", ErrRefused, orderNo)
+	}
+	h.pos = st.Pending[0]
+	typ, id, from, ok := tasks.ParseLabel(h.pos.Label)
+	if !ok {
+		return h, nil // a label that names no task: only a skip applies
+	}
+	h.typ, h.id, h.from = typ, id, from
+	h.queues = o.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+	h.queue = h.queues[0]
+	for _, q := range h.queues {
+		info, _, err := asynqwire.TaskInfo(ctx, o.insp, o.rdb, q, id)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return h, fmt.Errorf("orderops: task %s in %s: %w", id, q, err)
+		}
+		h.info, h.queue = info, q
+		break
+	}
+	return h, nil
+}
+
+func (h headTask) result(res *Result) {
+	res.Seq, res.TaskID = h.pos.Pos, h.id
+	if h.id != "" {
+		res.Queue = h.queue
+	}
+}
+
+// retry runs the head's task now.
+func (o *Ops) retry(ctx context.Context, req Request, res *Result) error {
+	h, err := o.head(ctx, req.OrderNo)
+	if err != nil {
+		return err
+	}
+	h.result(res)
+	if p := h.st.Paused; p != nil {
+		return fmt.Errorf("%w: order %s is on hold (by %s: %s): resume it, and its head runs at once", ErrRefused, req.OrderNo, p.By, p.Reason)
+	}
+	if h.info == nil {
+		return fmt.Errorf("%w: the head (position %d, %s) has no task: it will not come; skip it", ErrRefused, h.pos.Pos, h.pos.Label)
+	}
+	switch h.info.State {
+	case asynq.TaskStateRetry, asynq.TaskStateScheduled:
+	case asynq.TaskStateActive:
+		return fmt.Errorf("%w: the head's task %s runs right now", ErrRefused, h.id)
+	case asynq.TaskStatePending:
+		return fmt.Errorf("%w: the head's task %s is already due: it runs as soon as a worker is free", ErrRefused, h.id)
+	default:
+		return fmt.Errorf("%w: the head's task %s is %s: it will not run again; skip it so the order goes on", ErrRefused, h.id, h.info.State)
+	}
+	if err := o.insp.RunTask(h.queue, h.id); err != nil {
+		if errors.Is(err, asynq.ErrTaskNotFound) {
+			return fmt.Errorf("%w: the head's task %s is gone", ErrRefused, h.id)
+		}
+		// asynq refuses an active or pending task atomically: it started
+		// meanwhile.
+		return fmt.Errorf("%w: the head's task %s could not be run now (it may have started meanwhile): %w", ErrRefused, h.id, err)
+	}
+	res.Detail = fmt.Sprintf("task %s (position %d) moved from %s to pending: it runs next", h.id, h.pos.Pos, h.info.State)
+	o.record(ctx, req.OrderNo, h.pos.Pos, h.pos.Label, audit("retry now", req))
+	return nil
+}
+
+// skip archives the head's task and uses up its position.
+func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
+	h, err := o.head(ctx, req.OrderNo)
+	if err != nil {
+		return err
+	}
+	h.result(res)
+	why := audit("skipped", req)
+	archived := false
+	switch {
+	case h.from != "":
+		// A replacement's creation: its task is the exchange of another
+		// order, which is not skipped; only this order stops waiting.
+	case h.info == nil:
+		// No task: a gap, skipped now rather than after the gap wait.
+	case h.info.State == asynq.TaskStateActive:
+		return fmt.Errorf("%w: the head's task %s runs right now; wait for it to end (or cancel it in asynqmon) and skip again if it fails", ErrRefused, h.id)
+	case h.info.State == asynq.TaskStateArchived || h.info.State == asynq.TaskStateCompleted:
+	default:
+		// asynq's archive refuses an active task in the same script that
+		// moves it: once archived, the task never runs, so the position is
+		// never both applied and skipped.
+		err := o.insp.ArchiveTask(h.queue, h.id)
+		switch {
+		case err == nil:
+			archived = true
+		case errors.Is(err, asynq.ErrTaskNotFound):
+		default:
+			return fmt.Errorf("%w: the head's task %s could not be archived (it may have started meanwhile): %w", ErrRefused, h.id, err)
+		}
+	}
+	st, err := o.seq.Skip(ctx, req.OrderNo, h.pos.Pos, h.pos.Record, why)
+	if err != nil {
+		return fmt.Errorf("orderops: %w", err)
+	}
+	if !st.Done {
+		// The head moved on between the read and the skip: settled by
+		// someone else (the gap check, which skips an archived head, or
+		// another operator). Its task, if archived above, stays archived.
+		res.Detail = fmt.Sprintf("position %d was settled meanwhile; nothing more to skip", h.pos.Pos)
+		return nil
+	}
+	o.wake(ctx, req.OrderNo, st.Wake)
+	res.Detail = fmt.Sprintf("position %d skipped", h.pos.Pos)
+	if archived {
+		res.Detail = fmt.Sprintf("task %s archived and position %d skipped", h.id, h.pos.Pos)
+	}
+	if h.info != nil && h.from == "" {
+		if k := tasks.KindOf(h.info.Type); k != nil {
+			if p, err := k.Parse(h.info.Payload); err == nil {
+				if c, ok := p.(tasks.Creator); ok {
+					o.turns.Created(ctx, c.Creates(), h.id, "exchange "+h.id+" of "+req.OrderNo, errors.New(why))
+					res.Detail += "; the creation of " + c.Creates() + " it was to make is settled as not made"
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// holdLabel labels the log entries of the actions on a whole sequence.
+const holdLabel = "operator"
+
+// hold pauses the order's sequence.
+func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
+	p, err := o.seq.Pause(ctx, req.OrderNo, req.By, req.Reason)
+	switch {
+	case errors.Is(err, lock.ErrPaused):
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	case errors.Is(err, lock.ErrPauseIndex):
+		o.log.Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+	case err != nil:
+		return fmt.Errorf("orderops: %w", err)
+	}
+	res.Detail = "on hold since " + p.At.Format(time.RFC3339) + ": changes are accepted, none is applied until resumed"
+	o.record(ctx, req.OrderNo, 0, holdLabel, audit("hold", req))
+	return nil
+}
+
+// resume ends the hold and brings the parked head back.
+func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
+	p, st, err := o.seq.Resume(ctx, req.OrderNo)
+	switch {
+	case errors.Is(err, lock.ErrNotPaused):
+		return fmt.Errorf("%w: order %s is not on hold", ErrRefused, req.OrderNo)
+	case errors.Is(err, lock.ErrPauseIndex):
+		o.log.Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+	case err != nil:
+		return fmt.Errorf("orderops: %w", err)
+	}
+	o.wake(ctx, req.OrderNo, st.Wake)
+	res.Detail = fmt.Sprintf("hold by %s (%s) ended; changes are applied again, in order", p.By, p.Reason)
+	o.record(ctx, req.OrderNo, 0, holdLabel, audit("resume", req))
+	return nil
+}
+
+// wake brings the parked changes a settlement called back to the front of
+// their queues; a failure only costs them their park delay, and is logged.
+func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
+	if len(labels) == 0 {
+		return
+	}
+	if err := (wakeTasks{o}).Wake(ctx, orderNo, labels); err != nil {
+		o.log.Warn("could not bring the parked changes back; they come back after their park delay",
+			zap.String("order_no", orderNo), zap.Error(err))
+	}
+}
+
+// record writes the action's entry in the sequence log. The action took
+// effect already: a failure is logged (the audit line keeps it).
+func (o *Ops) record(ctx context.Context, orderNo string, pos int64, label, text string) {
+	if err := o.seq.Record(ctx, orderNo, pos, label, text); err != nil {
+		o.log.Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
+	}
+}

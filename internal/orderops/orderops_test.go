@@ -1,0 +1,349 @@
+package orderops_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orderops"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+// env is a test's Redis, order store, producer, a real worker and the Ops.
+type env struct {
+	t     *testing.T
+	db    *redistest.DB
+	store *redisstore.Store
+	p     *producer.Producer
+	ops   *orderops.Ops
+	seq   *lock.Sequencer
+	insp  *asynq.Inspector
+
+	mu   sync.Mutex
+	done []worker.Done
+	ran  chan struct{} // closed and replaced on every run
+}
+
+// newEnv starts a worker whose store goes through hook (nil for none).
+func newEnv(t *testing.T, hook storehook.Hook) *env {
+	t.Helper()
+	db := redistest.New(t)
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	e := &env{t: t, db: db, store: store, insp: asynq.NewInspectorFromRedisClient(db.Client), ran: make(chan struct{})}
+	t.Cleanup(func() {
+		for _, q := range tasks.Kinds() {
+			_ = e.insp.DeleteQueue(q.Queue, true)
+		}
+	})
+	e.p, err = producer.New(db.NewClient(t), producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.p.Close() })
+	e.ops, err = orderops.New(db.NewClient(t), orderops.Config{KeyPrefix: db.Prefix, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.ops.Close()) })
+	e.seq, err = lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+
+	var ws orders.Store = store
+	if hook != nil {
+		ws = storehook.BeforeWrite(store, hook)
+	}
+	w, err := worker.New(db.NewClient(t), ws, worker.Config{
+		KeyPrefix: db.Prefix, LockTTL: 5 * time.Second, Logger: zaptest.NewLogger(t),
+		DelayedTaskCheckInterval: 100 * time.Millisecond, TaskCheckInterval: 100 * time.Millisecond,
+		OnDone: e.add,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Shutdown)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	return e
+}
+
+func (e *env) add(d worker.Done) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.done = append(e.done, d)
+	close(e.ran)
+	e.ran = make(chan struct{})
+}
+
+// waitRun waits for a run of event id with outcome.
+func (e *env) waitRun(id, outcome string) worker.Done {
+	e.t.Helper()
+	timer := time.NewTimer(15 * time.Second)
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		for _, d := range e.done {
+			if d.EventID == id && d.Outcome == outcome {
+				e.mu.Unlock()
+				return d
+			}
+		}
+		ran := e.ran
+		e.mu.Unlock()
+		select {
+		case <-ran:
+		case <-timer.C:
+			e.t.Fatalf("no run of %s with outcome %s", id, outcome)
+		}
+	}
+}
+
+func (e *env) modify(id, remark string) int64 {
+	e.t.Helper()
+	r, err := e.p.EnqueueModify(e.t.Context(), "SO1", tasks.Changes{Remark: &remark}, producer.WithEventID(id))
+	require.NoError(e.t, err)
+	return r.Seq
+}
+
+// applied returns the event IDs the order's history applied, in order.
+func (e *env) applied(no string) []string {
+	e.t.Helper()
+	h, err := orders.AllHistory(e.t.Context(), e.store, no)
+	require.NoError(e.t, err)
+	var ids []string
+	var last int64
+	for _, x := range h {
+		if x.EventID == "" {
+			continue
+		}
+		require.Greater(e.t, x.Seq, last, "applied out of order")
+		last = x.Seq
+		ids = append(ids, x.EventID)
+	}
+	return ids
+}
+
+func (e *env) waitApplied(no string, want ...string) {
+	e.t.Helper()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		assert.Equal(c, want, e.applied(no))
+	}, 15*time.Second, 20*time.Millisecond)
+}
+
+// logEntry returns the sequence log's last entry of kind whose reason has
+// text.
+func (e *env) logEntry(kind, text string) lock.Settled {
+	e.t.Helper()
+	st, err := e.seq.Status(e.t.Context(), "SO1")
+	require.NoError(e.t, err)
+	for i := len(st.Log) - 1; i >= 0; i-- {
+		if st.Log[i].Kind == kind && strings.Contains(st.Log[i].Reason, text) {
+			return st.Log[i]
+		}
+	}
+	e.t.Fatalf("no %s entry with %q in %+v", kind, text, st.Log)
+	return lock.Settled{}
+}
+
+// failOn fails every write of event id.
+func failOn(id string) storehook.Hook {
+	return func(_ context.Context, _, ev, _ string) error {
+		if ev == id {
+			return errors.New("upstream said 500")
+		}
+		return nil
+	}
+}
+
+// A held order accepts changes but applies none; resumed, it applies them
+// in order at once (the parked head is brought back, not left to its park
+// delay).
+func TestHoldAndResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	_, err := e.ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice"})
+	require.ErrorIs(t, err, orderops.ErrInvalid, "hold needs a reason")
+	res, err := e.ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "customer on the phone"})
+	require.NoError(t, err)
+	require.Contains(t, res.Detail, "on hold")
+	_, err = e.ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "bob", Reason: "again"})
+	require.ErrorIs(t, err, orderops.ErrRefused)
+
+	e.modify("h-1", "one")
+	e.modify("h-2", "two")
+	e.modify("h-3", "three")
+	d := e.waitRun("h-1", worker.OutcomeWaiting)
+	require.ErrorContains(t, d.Err, "on hold")
+	require.Empty(t, e.applied("SO1"), "nothing is applied while held")
+	st, err := e.seq.Status(ctx, "SO1")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Waiting, "the changes are accepted")
+	require.Equal(t, "alice", st.Paused.By)
+
+	_, err = e.ops.Do(ctx, orderops.Retry, orderops.Request{OrderNo: "SO1", By: "bob"})
+	require.ErrorIs(t, err, orderops.ErrRefused, "no retry of a held head")
+
+	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "bob", Reason: "done"})
+	require.NoError(t, err)
+	e.waitApplied("SO1", "h-1", "h-2", "h-3") // well within the park delay (GAP_WAIT, 30 s)
+	require.Equal(t, "hold by alice: customer on the phone", e.logEntry("action", "hold by").Reason)
+	require.Equal(t, "resume by bob: done", e.logEntry("action", "resume by").Reason)
+	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "bob"})
+	require.ErrorIs(t, err, orderops.ErrRefused)
+}
+
+// Retry now runs a failing head at once instead of after its backoff
+// (15 s at least), and the change behind it follows.
+func TestRetryNow(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	failed := false
+	e := newEnv(t, func(_ context.Context, _, ev, _ string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev == "r-1" && !failed {
+			failed = true
+			return errors.New("upstream said 500")
+		}
+		return nil
+	})
+	ctx := t.Context()
+	seq := e.modify("r-1", "one")
+	e.modify("r-2", "two")
+	e.waitRun("r-1", worker.OutcomeError)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		info, err := e.insp.GetTaskInfo(tasks.QueueModify, "r-1")
+		if assert.NoError(c, err) {
+			assert.Equal(c, asynq.TaskStateRetry, info.State)
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+
+	res, err := e.ops.Do(ctx, orderops.Retry, orderops.Request{OrderNo: "SO1", By: "carol", Reason: "upstream fixed"})
+	require.NoError(t, err)
+	require.Equal(t, seq, res.Seq)
+	require.Equal(t, "r-1", res.TaskID)
+	e.waitApplied("SO1", "r-1", "r-2")
+	entry := e.logEntry("action", "retry now")
+	require.Equal(t, "retry now by carol: upstream fixed", entry.Reason)
+	require.Equal(t, seq, entry.Pos)
+}
+
+// Skip archives a failing head with the reason and uses up its position:
+// the order goes on with the changes behind it, in order.
+func TestSkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, failOn("s-1"))
+	ctx := t.Context()
+	seq := e.modify("s-1", "bad")
+	e.modify("s-2", "two")
+	e.modify("s-3", "three")
+	e.waitRun("s-1", worker.OutcomeError)
+
+	_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave"})
+	require.ErrorIs(t, err, orderops.ErrInvalid, "skip needs a reason")
+	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave", Reason: "bad address, customer informed"})
+	require.NoError(t, err)
+	require.Equal(t, seq, res.Seq)
+	e.waitApplied("SO1", "s-2", "s-3")
+	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "s-1")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateArchived, info.State)
+	entry := e.logEntry("skip", "skipped by dave")
+	require.Equal(t, seq, entry.Pos)
+	require.Equal(t, "skipped by dave: bad address, customer informed", entry.Reason)
+
+	_, err = e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave", Reason: "again"})
+	require.ErrorIs(t, err, orderops.ErrRefused, "nothing waits")
+}
+
+// Skipping an exchange head settles its replacement's creation: the
+// replacement's change accepted after it stops waiting, and says why.
+func TestSkipAnExchangeSettlesItsCreation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, failOn("x-1"))
+	ctx := t.Context()
+	_, err := e.p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "B", Qty: 2}}, producer.WithEventID("x-1"), producer.WithNewOrderNo("SO2"))
+	require.NoError(t, err)
+	remark := "for the replacement"
+	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("x-2"))
+	require.NoError(t, err)
+	e.waitRun("x-1", worker.OutcomeError)
+
+	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "erin", Reason: "wrong items"})
+	require.NoError(t, err)
+	require.Contains(t, res.Detail, "SO2")
+	d := e.waitRun("x-2", worker.OutcomeRejected)
+	require.ErrorContains(t, d.Err, "skipped by erin: wrong items")
+}
+
+// A skip that races the head's own run never lets the change be both
+// applied and skipped: the head's write is held inside its turn (the task
+// is active) while the skip runs; the skip is refused, the head is applied
+// once, and the change behind it after.
+func TestSkipRacesTheHeadsRun(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	writes := 0
+	e := newEnv(t, func(ctx context.Context, _, ev, _ string) error {
+		if ev != "race-1" {
+			return nil
+		}
+		mu.Lock()
+		writes++
+		mu.Unlock()
+		once.Do(func() { close(entered) })
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	ctx := t.Context()
+	e.modify("race-1", "one")
+	e.modify("race-2", "two")
+	select {
+	case <-entered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the head never wrote")
+	}
+	skipped := make(chan error, 1)
+	go func() {
+		_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "frank", Reason: "race"})
+		skipped <- err
+	}()
+	var err error
+	select {
+	case err = <-skipped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the skip never returned")
+	}
+	close(release)
+	e.waitApplied("SO1", "race-1", "race-2")
+	mu.Lock()
+	require.Equal(t, 1, writes, "applied once")
+	mu.Unlock()
+	require.ErrorIs(t, err, orderops.ErrRefused)
+	require.ErrorContains(t, err, "runs right now")
+	st, serr := e.seq.Status(ctx, "SO1")
+	require.NoError(t, serr)
+	for _, l := range st.Log {
+		require.NotEqual(t, "skip", l.Kind, "never both applied and skipped: %+v", l)
+	}
+}
