@@ -3,7 +3,6 @@ package orderview
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
@@ -38,7 +36,7 @@ import (
 //   - the scheduled set of every queue: a head that runs only later;
 //   - the expired leases of every queue: a task active on a worker that is
 //     gone;
-//   - the orders an operator holds (the index of holds, see heldKey).
+//   - the orders an operator holds (the index of holds, lock.Sequencer.PausedKeys).
 //
 // Each task is mapped to its order by its payload's order_no (and an
 // exchange also to the order it creates); the orders are deduplicated, and
@@ -245,16 +243,6 @@ type Hold struct {
 	At     time.Time `json:"at,omitzero"`
 }
 
-// heldKey is the index of the orders operators hold: a sorted set of order
-// numbers by the Unix milliseconds of their hold, beside each order's hold
-// record (field "h" of its sequence's hash, JSON {"by", "reason", "at"}).
-// The operator actions write both (issue 23, item 2); the list reads them
-// when they exist and finds none otherwise.
-func heldKey(prefix string) string { return prefix + "lock:held" }
-
-// holdField is the field of an order's sequence hash that holds its hold
-// record.
-const holdField = "h"
 
 // Blocked reads a page of the blocked-orders list: the orders whose head
 // has waited longer than Config.BlockedAfter, or that an operator holds,
@@ -382,7 +370,7 @@ func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, h
 			}
 		}
 	}
-	zs, err := r.rdb.ZRangeWithScores(ctx, heldKey(r.cfg.KeyPrefix), 0, limit).Result()
+	zs, err := r.seq.PausedKeys(ctx, 0, limit+1)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("orderview: held orders: %w", err)
 	}
@@ -391,9 +379,8 @@ func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, h
 	}
 	held = make(map[string]int64, len(zs))
 	for _, z := range zs {
-		no, _ := z.Member.(string)
-		held[no] = int64(z.Score)
-		add(no)
+		held[z.Key] = z.Since.UnixMilli()
+		add(z.Key)
 	}
 	return out, held, truncated, nil
 }
@@ -454,8 +441,8 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 		pos := position(*head, st.Done)
 		b.Head, b.Since = &pos, head.Reserved
 	}
-	if isHeld {
-		return r.held(ctx, now, b, heldMS)
+	if isHeld || st.Paused != nil {
+		return r.held(now, b, st, heldMS)
 	}
 	if head == nil || now.Sub(head.Reserved) < r.cfg.BlockedAfter {
 		// Nothing waits, the cursor is about to pass a settled head, or the
@@ -660,31 +647,13 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 	return nil
 }
 
-// held fills b as held, from the hold's record in its sequence, and the
-// index's score (heldMS, Unix ms) when the record says no time.
-func (r *Reader) held(ctx context.Context, now time.Time, b *BlockedOrder, heldMS int64) (*BlockedOrder, error) {
+// held fills b as held, from the pause of its sequence (st.Paused, see
+// lock.Pause), or, when the index lists it but the sequence has no pause
+// (the index is best effort), from the index's time (heldMS, Unix ms).
+func (r *Reader) held(now time.Time, b *BlockedOrder, st lock.Status, heldMS int64) (*BlockedOrder, error) {
 	h := &Hold{At: time.UnixMilli(heldMS).UTC()}
-	raw, err := r.rdb.HGet(ctx, r.seq.SeqKey(b.OrderNo), holdField).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("orderview: hold of %s: %w", b.OrderNo, err)
-	}
-	if raw != "" {
-		var rec struct {
-			By     string          `json:"by"`
-			Reason string          `json:"reason"`
-			At     json.RawMessage `json:"at"`
-		}
-		if json.Unmarshal([]byte(raw), &rec) == nil {
-			h.By, h.Reason = rec.By, rec.Reason
-			var at time.Time
-			var ms int64
-			switch {
-			case json.Unmarshal(rec.At, &at) == nil && !at.IsZero():
-				h.At = at.UTC()
-			case json.Unmarshal(rec.At, &ms) == nil && ms > 0:
-				h.At = time.UnixMilli(ms).UTC()
-			}
-		}
+	if p := st.Paused; p != nil {
+		h.By, h.Reason, h.At = p.By, p.Reason, p.At
 	}
 	b.Reason, b.Hold, b.Since = ReasonHeld, h, h.At
 	b.AgeMS = max(now.Sub(b.Since), 0).Milliseconds()

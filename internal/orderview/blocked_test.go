@@ -296,9 +296,9 @@ func TestBlockedCycleHeldAndStaleLock(t *testing.T) {
 	// SOH is held.
 	b.put(t, "SOH", "SOD")
 	b.modify(t, "SOH", "H1", producer.WithProcessIn(time.Hour))
-	at := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond).UTC()
-	require.NoError(t, b.rdb.ZAdd(ctx, b.prefix+"lock:held", redis.Z{Score: float64(at.UnixMilli()), Member: "SOH"}).Err())
-	require.NoError(t, b.rdb.HSet(ctx, seq.SeqKey("SOH"), "h", `{"by":"ops@example.com","reason":"customer asked","at":"`+at.Format(time.RFC3339Nano)+`"}`).Err())
+	pause, err := seq.Pause(ctx, "SOH", "ops@example.com", "customer asked")
+	require.NoError(t, err)
+	at := pause.At
 
 	// SOD's head D1 was taken by a worker that died: active, its lease
 	// ended a minute ago (asynq's dequeue moves it so).
@@ -326,7 +326,7 @@ func TestBlockedCycleHeldAndStaleLock(t *testing.T) {
 	require.Equal(t, orderview.ReasonHeld, h.Reason, "%+v", h)
 	assert.Equal(t, &orderview.Hold{By: "ops@example.com", Reason: "customer asked", At: at}, h.Hold)
 	assert.Equal(t, at, h.Since)
-	assert.InDelta(t, (10*time.Minute + later).Milliseconds(), h.AgeMS, 1000)
+	assert.InDelta(t, now.Sub(at).Milliseconds(), h.AgeMS, 1000)
 
 	d := got["SOD"]
 	require.Equal(t, orderview.ReasonLockStale, d.Reason, "%+v", d)
