@@ -243,7 +243,6 @@ type Hold struct {
 	At     time.Time `json:"at,omitzero"`
 }
 
-
 // Blocked reads a page of the blocked-orders list: the orders whose head
 // has waited longer than Config.BlockedAfter, or that an operator holds,
 // oldest first, each with its reason and what it waits for. See the
