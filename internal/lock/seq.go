@@ -468,8 +468,10 @@ type Status struct {
 // cursor (see [Status]). It costs one round trip (two while Redis lacks
 // the script) running a read-only script (EVALSHA_RO, which a user that
 // may only read the sequence may run) of three commands, and its reply is
-// bounded by the page: a view costs the same whatever the backlog. It is not for the hot path. It returns ctx's error when ctx is
-// done, an error for a malformed sequence and Redis errors, wrapped.
+// bounded by the page: a view costs the same whatever the backlog. It is
+// not for the hot path. It returns ctx's error when ctx is done, an error
+// matching [ErrMalformed] for a malformed sequence, and Redis errors,
+// wrapped.
 func (q *Sequencer) Status(ctx context.Context, key string) (Status, error) {
 	if err := ctx.Err(); err != nil {
 		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
@@ -480,10 +482,15 @@ func (q *Sequencer) Status(ctx context.Context, key string) (Status, error) {
 	}
 	st, err := parseStatus(res, q.statusPage)
 	if err != nil {
-		return Status{}, fmt.Errorf("sequence %s: %w", key, err)
+		return Status{}, fmt.Errorf("sequence %s: %w: %w", key, ErrMalformed, err)
 	}
 	return st, nil
 }
+
+// ErrMalformed is matched by the error of [Sequencer.Status] for a
+// sequence whose hash it cannot read (written by hand, or by a version
+// that wrote it otherwise).
+var ErrMalformed = errors.New("lock: malformed sequence")
 
 // parseStatus reads the reply of statusScript, run with page.
 func parseStatus(res []any, page int) (Status, error) {

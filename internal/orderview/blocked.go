@@ -73,6 +73,10 @@ const (
 	// ReasonHeld is an order an operator holds: its changes are accepted
 	// but not applied until it is resumed. See BlockedOrder.Hold.
 	ReasonHeld = "held"
+	// ReasonUnreadable is an order among the candidates whose sequence
+	// cannot be read (lock.ErrMalformed: written by hand, say); it is
+	// listed rather than failing the whole list. Its age is 0.
+	ReasonUnreadable = "unreadable"
 	// ReasonWaiting is a head whose task exists and will run, but has not
 	// for longer than BlockedAfter: pending in a queue the workers do not
 	// keep up with (or a paused one), parked, or running for that long.
@@ -83,7 +87,7 @@ const (
 // Reasons returns every reason of a [BlockedOrder], in the order the list
 // documents them.
 func Reasons() []string {
-	return []string{ReasonFailing, ReasonGap, ReasonLockStale, ReasonCreation, ReasonScheduled, ReasonHeld, ReasonWaiting}
+	return []string{ReasonFailing, ReasonGap, ReasonLockStale, ReasonCreation, ReasonScheduled, ReasonHeld, ReasonWaiting, ReasonUnreadable}
 }
 
 // The bounds of a [BlockedQuery].
@@ -405,6 +409,13 @@ func (r *Reader) classifyAll(ctx context.Context, now time.Time, cands []string,
 			defer func() { <-sem }()
 			heldMS, isHeld := held[no]
 			results[i], errs[i] = r.classify(ctx, now, no, isHeld, heldMS)
+			if errors.Is(errs[i], lock.ErrMalformed) {
+				// One order's sequence that cannot be read (written by
+				// hand) must not hide every other blocked order: it is
+				// listed as unreadable.
+				results[i], errs[i] = &BlockedOrder{OrderNo: no, Reason: ReasonUnreadable, Since: now,
+					Explanation: "Its sequence cannot be read: " + errs[i].Error() + ". Look at it with producer order status."}, nil
+			}
 			if errs[i] != nil {
 				cancel()
 			}

@@ -344,3 +344,26 @@ func TestBlockedOnAClusterWithShards(t *testing.T) {
 	driveReasons(t, b)
 	checkReasons(t, b)
 }
+
+// One order whose sequence cannot be read (a hash forged by hand) is
+// listed as unreadable; it does not fail the list and hide the others.
+func TestBlockedListsAnUnreadableSequence(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	ctx := t.Context()
+	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
+	require.NoError(t, err)
+	b.put(t, "SOBAD", "SOOK")
+	b.modify(t, "SOBAD", "B1", producer.WithProcessIn(time.Hour))
+	b.modify(t, "SOOK", "K1", producer.WithProcessIn(time.Hour))
+	require.NoError(t, b.rdb.HSet(ctx, seq.SeqKey("SOBAD"), "n", "not a number").Err())
+
+	now := time.Now().Add(time.Hour)
+	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
+	require.NoError(t, err)
+	got := byOrder(page)
+	require.Equal(t, orderview.ReasonUnreadable, got["SOBAD"].Reason, "%+v", got["SOBAD"])
+	require.Contains(t, got["SOBAD"].Explanation, "bad n")
+	require.Equal(t, orderview.ReasonScheduled, got["SOOK"].Reason, "%+v", got["SOOK"])
+	require.Equal(t, 1, page.Counts[orderview.ReasonUnreadable])
+}
