@@ -51,8 +51,12 @@
     return a;
   };
 
-  // age says how long ms is, to the second: "45s", "3m12s", "2h05m", "3d04h".
+  // age says how long ms is, to the second: "45s", "3m12s", "2h05m",
+  // "3d04h"; under a second, "250ms".
   const age = (ms) => {
+    if (ms > 0 && ms < 1000) {
+      return ms + "ms";
+    }
     const s = Math.max(0, Math.round(ms / 1000));
     const pad = (n) => String(n).padStart(2, "0");
     if (s < 60) {
@@ -110,7 +114,9 @@
     return td;
   };
 
-  // whyCell shows the explanation and the links of the reason's detail.
+  // whyCell shows the explanation (which says who holds a held order, and
+  // why) and the links of the reason's detail: the task that holds a stale
+  // lock, the order whose exchange creates this one.
   const whyCell = (b) => {
     const td = el("td", null, "why");
     td.append(el("div", b.explanation));
@@ -123,9 +129,6 @@
       if (b.creation.cycle) {
         more.append(", a cycle");
       }
-    }
-    if (b.hold) {
-      more.append("held by " + (b.hold.by || "an operator") + (b.hold.reason ? ": " + b.hold.reason : ""));
     }
     if (more.childNodes.length) {
       td.append(more);
@@ -205,8 +208,9 @@
       // not JSON: said below
     }
     if (!r.ok || body === null) {
-      const msg = body && body.error && body.error.message ? body.error.message : r.status + " " + r.statusText;
-      showError("Could not read the blocked orders: " + msg);
+      // The dashboard's own errors say what failed; others get their status.
+      showError(body && body.error && body.error.message ? body.error.message
+        : "Could not read the blocked orders: " + r.status + " " + r.statusText);
       return;
     }
     try {
