@@ -192,10 +192,25 @@ func TestBlockedPage(t *testing.T) {
 }
 
 // TestBlockedPageUnderRoot serves the page, its data and its links under
-// the root path, and nothing outside it.
+// the root path, and nothing outside it; an order that waits for its
+// creation links the order whose exchange creates it.
 func TestBlockedPageUnderRoot(t *testing.T) {
 	db := redistest.New(t)
+	// SOX waits for its creation by exchange X2 of SOY, which waits for
+	// its creation by exchange X1 of SOX; X1m, scheduled, puts SOX among
+	// the list's candidates.
+	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	_, err = seq.Reserve(t.Context(), "SOX", tasks.CreationLabel("X2", "SOY"), lock.CreationRef("X2"))
+	require.NoError(t, err)
+	_, err = seq.Reserve(t.Context(), "SOY", tasks.CreationLabel("X1", "SOX"), lock.CreationRef("X1"))
+	require.NoError(t, err)
 	seedScheduled(t, db, "SO1")
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	_, err = p.EnqueueModify(t.Context(), "SOX", tasks.Changes{Remark: new("x")}, producer.WithEventID("X1m"), producer.WithProcessIn(time.Hour))
+	require.NoError(t, err)
 	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms", "DASHBOARD_ROOT", "/ops", "DASHBOARD_READ_ONLY", "false"))
 	basic := basicAuth(testUser, testPassword)
 
@@ -206,9 +221,16 @@ func TestBlockedPageUnderRoot(t *testing.T) {
 	assert.Contains(t, r.body, `<th>actions</th>`, "the place of the operator actions, with writes on")
 	assert.Contains(t, d.get(t, "/ops/orders", basic).body, `<a href="/ops/blocked-orders">Blocked orders</a>`)
 	v := getBlocked(t, d, "/ops/blocked-orders.json")
-	require.Len(t, v.Orders, 1)
-	assert.Equal(t, "/ops/orders/SO1", v.Orders[0].OrderURL)
-	assert.Equal(t, "/ops/queues/order_modify/tasks/SO1-later", v.Orders[0].TaskURL)
+	require.Equal(t, []string{"SOX", "SO1"}, orderNos(v))
+	x := v.Orders[0]
+	assert.Equal(t, orderview.ReasonCreation, x.Reason)
+	assert.Equal(t, "/ops/orders/SOX", x.OrderURL)
+	assert.Equal(t, "/ops/orders/SOY", x.FromURL)
+	assert.Empty(t, x.TaskURL, "the exchange X2 is not in asynq")
+	require.NotNil(t, x.Creation)
+	assert.True(t, x.Creation.Cycle)
+	assert.Equal(t, "/ops/orders/SO1", v.Orders[1].OrderURL)
+	assert.Equal(t, "/ops/queues/order_modify/tasks/SO1-later", v.Orders[1].TaskURL)
 	assert.Equal(t, http.StatusNotFound, d.get(t, "/blocked-orders.json", basic).status, "only under the root")
 }
 
