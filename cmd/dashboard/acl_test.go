@@ -135,13 +135,14 @@ func TestWritableDashboardNeedsTheWriteUser(t *testing.T) {
 	requireNoRefusal(t, rw.logs.String())
 }
 
-// TestBlockedGaugesAsItsACLUser scrapes the blocked-order gauges as the
-// read-only dashboard's user: an order whose next change keeps failing is
-// counted as failing, every other reason is 0, and no label names an
-// order.
+// TestBlockedGaugesAsItsACLUser scrapes the blocked-order gauges and reads
+// the blocked-orders page's data as the read-only dashboard's user: an
+// order whose next change keeps failing is counted as failing, every other
+// reason is 0, and no label names an order; the page lists the order with
+// its last error and links.
 func TestBlockedGaugesAsItsACLUser(t *testing.T) {
 	db := redistest.New(t)
-	orderviewtest.Build(t, db.Client, db.Prefix, "SO77")
+	sc := orderviewtest.Build(t, db.Client, db.Prefix, "SO77")
 	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
 	ro := asDashboard(t, db, acl.Dashboard)
 	d := startDashboard(t, testEnv(ro, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
@@ -154,5 +155,21 @@ func TestBlockedGaugesAsItsACLUser(t *testing.T) {
 	}
 	assert.Regexp(t, `orderworker_oldest_blocked_order_age_seconds [0-9.e+-]+\n`, r.body)
 	assert.NotContains(t, r.body, "SO77", "no label names an order")
+
+	r = d.get(t, "/blocked-orders", basicAuth(testUser, testPassword))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	v := getBlocked(t, d, "/blocked-orders.json")
+	require.Len(t, v.Orders, 1, "%+v", v)
+	b := v.Orders[0]
+	assert.Equal(t, "SO77", b.OrderNo)
+	assert.Equal(t, "failing", b.Reason)
+	assert.Equal(t, "/orders/SO77", b.OrderURL)
+	assert.Equal(t, "/queues/order_modify/tasks/"+sc.Retried, b.TaskURL)
+	assert.Equal(t, "/queues/order_modify?status=retry", b.StateURL)
+	require.NotNil(t, b.Failing)
+	assert.Equal(t, orderviewtest.FailRetried, b.Failing.LastError)
+	assert.Equal(t, 1, b.Failing.Retried)
+	assert.Contains(t, b.Explanation, "Its next change, task "+sc.Retried+", failed 1 time(s)")
+	assert.EqualValues(t, 2, b.Waiting, "the failing change and the one parked behind it")
 	requireNoRefusal(t, d.logs.String())
 }

@@ -525,3 +525,125 @@ func noteWrites(ctx context.Context, t *testing.T) <-chan write {
 	}))
 	return answered
 }
+
+// TestBrowserBlockedPage opens the blocked-orders page of a read-only
+// dashboard under a root path, from the order page's link, as an operator
+// looking for stuck orders would: it reads the counts and the rows (a held
+// order, whose reason has a bidi override, and three scheduled ones),
+// filters by reason, pages, and follows an order's link to its order page
+// and a task's link to asynqmon's page of it. Then a dashboard whose Redis
+// is down shows its error on the page. Both fail on any CSP violation.
+func TestBrowserBlockedPage(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	seedScheduled(t, db, "SO1", "SO2", "SO3", "SOH")
+	seedHeld(t, db, "SOH", "ops@example.com", "check the \u202eaddress", time.Now().Add(-time.Hour))
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms", "DASHBOARD_ROOT", "/ops"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
+
+	loaded := func(what string) {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("blocked").dataset.state !== "loading"`,
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, "%s: the list never loaded", what)
+		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("blocked").dataset.state`))
+		require.NoError(t, err)
+		require.Equal(t, "loaded", state, what)
+	}
+	rows := func() []string {
+		t.Helper()
+		nos, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#orders tbody tr")).map(r => r.dataset.order)`))
+		require.NoError(t, err)
+		return nos
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, sel)
+		return s
+	}
+	row := func(no string) string { return `#orders tr[data-order="` + no + `"]` }
+
+	// The order page links to the list.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/orders")))
+	_, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`header a[href="/ops/blocked-orders"]`)))
+	require.NoError(t, err)
+	loaded("from the order page")
+	loc, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname`))
+	require.NoError(t, err)
+	assert.Equal(t, "/ops/blocked-orders", loc)
+
+	assert.Equal(t, []string{"SOH", "SO1", "SO2", "SO3"}, rows(), "oldest first")
+	reasons := text(`#reason-list`)
+	for _, c := range []string{"all 4", "held 1", "scheduled 3", "failing 0", "gap 0"} {
+		assert.Contains(t, reasons, c)
+	}
+	assert.Contains(t, text(`#list-title`), "Orders: 4")
+	held := text(row("SOH"))
+	assert.Contains(t, held, "held")
+	assert.Contains(t, held, "1h00m")
+	assert.Contains(t, held, `Held by ops@example.com since `)
+	assert.Contains(t, held, `check the \u202eaddress`, "the override is shown escaped")
+	assert.NotContains(t, held, "\u202e")
+	so1 := text(row("SO1"))
+	assert.Contains(t, so1, "scheduled")
+	assert.Contains(t, so1, "Its next change, task SO1-later, is scheduled to run at ")
+	hrefs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('`+row("SO1")+` a')).map(a => a.getAttribute("href"))`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/ops/orders/SO1", "/ops/queues/order_modify/tasks/SO1-later", "/ops/queues/order_modify?status=scheduled"}, hrefs,
+		"the order page, asynqmon's task page and its state list, under the root")
+	actions, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#orders td.actions").length`))
+	require.NoError(t, err)
+	assert.Zero(t, actions, "no actions column when read-only")
+	screenshot(ctx, t, "dashboard-blocked-orders.png")
+
+	// A reason's count filters the list.
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`#reason-list li[data-reason="held"] a`)))
+	require.NoError(t, err)
+	loaded("filtered")
+	assert.Equal(t, []string{"SOH"}, rows())
+	assert.Contains(t, text(`#list-title`), "Orders blocked for held: 1")
+
+	// Pages of 3: the next page has the last one, and leads back.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/blocked-orders?limit=3")))
+	loaded("first page")
+	assert.Equal(t, []string{"SOH", "SO1", "SO2"}, rows())
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`#next`)))
+	require.NoError(t, err)
+	loaded("next page")
+	assert.Equal(t, []string{"SO3"}, rows())
+	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[[]bool](`[document.getElementById("next").hidden, document.getElementById("first").hidden]`))
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false}, hidden, "no next page; a link to the first")
+
+	// An order's link opens its order page.
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row("SO3")+` a.order`)))
+	require.NoError(t, err)
+	assert.Equal(t, "SO3", text(`#order-no`))
+
+	// A task's link opens asynqmon's page of it.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/blocked-orders")))
+	loaded("again")
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row("SO1")+` a.task`)))
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		`location.pathname === "/ops/queues/order_modify/tasks/SO1-later" && document.body.innerText.includes("order_no=SO1")`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "asynqmon's task page did not show the task")
+	assert.Empty(t, csp.violations(t), "the blocked-orders page, the order page and asynqmon's under /ops")
+	requireNoSecrets(t, d.logs.String())
+
+	// With Redis down the page says so, and nothing is thrown.
+	down := startDashboard(t, redisDownEnv(t))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(down.base+"/blocked-orders")))
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("blocked").dataset.state === "error"`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err, "the page did not show the error")
+	assert.Contains(t, text(`#error`), "Could not read the blocked orders: Redis failed or is unreachable. Try again.")
+	assert.Empty(t, csp.violations(t), "the error")
+}

@@ -35,6 +35,9 @@ const readyTimeout = 2 * time.Second
 //	             Content-Security-Policy
 //	<root>/orders, <root>/orders/{order_no}
 //	             the order page (see orderPages), behind authentication
+//	<root>/blocked-orders, <root>/blocked-orders.json (.js, .css)
+//	             the blocked-orders page and its data (see blockedPages),
+//	             behind authentication
 //	/metrics     Prometheus metrics, behind authentication if MetricsAuth
 //	/healthz     200 while the process serves
 //	/readyz      200 while Redis answers PING, else 503
@@ -96,6 +99,11 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// The actions are POSTs: cross-origin protection refuses them from
 	// another site, as it does asynqmon's.
 	orderUI := protect(uiHeaders(http.NewCrossOriginProtection().Handler(pages)))
+	blocked, err := newBlockedPages(views, pages, monRoot, cfg.ReadOnly, log.Named("blocked"))
+	if err != nil {
+		return nil, fmt.Errorf("blocked-orders page: %w", err)
+	}
+	blockedUI := protect(uiHeaders(blocked))
 
 	reg := prometheus.NewRegistry()
 	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {
@@ -116,6 +124,9 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.Handle(monRoot+"/orders", orderUI)
 	mux.Handle(monRoot+"/orders/", orderUI)
+	for _, ext := range []string{"", ".json", ".js", ".css"} {
+		mux.Handle(monRoot+blockedPath+ext, blockedUI)
+	}
 	if cfg.Root == "/" {
 		mux.Handle("/", ui)
 	} else {

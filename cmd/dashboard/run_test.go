@@ -27,7 +27,7 @@ func TestDashboard(t *testing.T) {
 	d := startDashboard(t, testEnv(db))
 
 	t.Run("refused without credentials", func(t *testing.T) {
-		for _, path := range []string{"/", "/api/queues", "/queues/" + queue, "/metrics"} {
+		for _, path := range []string{"/", "/api/queues", "/queues/" + queue, "/metrics", "/orders", "/blocked-orders", "/blocked-orders.json"} {
 			r := d.get(t, path, noAuth)
 			assert.Equal(t, http.StatusUnauthorized, r.status, path)
 			assert.Equal(t, []string{`Basic realm="orderworker dashboard", charset="UTF-8"`, `Bearer realm="orderworker dashboard"`},

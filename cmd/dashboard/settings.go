@@ -88,7 +88,7 @@ func declare(s *config.Set, cfg *settings) {
 	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
 	s.Shards(&cfg.Shards, "queue-shards", "QUEUE_SHARDS", "the workers' queue shards, where the order page looks for an order's tasks: "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&cfg.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait, "the workers' gap wait, whose time left the order page shows for a position without its task; the same as the worker's").Check(config.Positive)
-	s.Duration(&cfg.BlockedAfter, "blocked-after", "BLOCKED_AFTER", orderview.DefaultBlockedAfter, "how long an order's next change may wait before the metrics count the order as blocked (orderworker_orders_blocked)").Check(config.Positive)
+	s.Duration(&cfg.BlockedAfter, "blocked-after", "BLOCKED_AFTER", orderview.DefaultBlockedAfter, "how long an order's next change may wait before the blocked-orders page and the metrics (orderworker_orders_blocked) count the order as blocked").Check(config.Positive)
 	orderstore.Declare(s, &cfg.OrderStore)
 	s.Duration(&cfg.ReadTimeout, "read-timeout", "DASHBOARD_READ_TIMEOUT", 10*time.Second, "longest time to read a request, headers included").Check(config.Positive)
 	s.Duration(&cfg.WriteTimeout, "write-timeout", "DASHBOARD_WRITE_TIMEOUT", 30*time.Second, "longest time to answer a request").Check(config.Positive)

@@ -240,7 +240,7 @@ func TestDashboardThrottlesFailedLogins(t *testing.T) {
 		}
 		assert.Equal(t, http.StatusUnauthorized, send(t, attacker, d.base+"/api/queues", a).StatusCode, "failure %d", i+1)
 	}
-	for _, p := range []string{"/", "/api/queues", "/metrics", "/orders"} {
+	for _, p := range []string{"/", "/api/queues", "/metrics", "/orders", "/blocked-orders", "/blocked-orders.json"} {
 		resp := send(t, attacker, d.base+p, basicAuth(testUser, testPassword))
 		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, p)
 		secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
