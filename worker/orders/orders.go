@@ -8,7 +8,8 @@
 // docs/upstream-order-api.md); a program of another module can implement
 // Store itself, check it with the conformance suite of package
 // worker/orders/storetest, and hand it to worker.New (see
-// examples/ownstore).
+// examples/ownstore). A store may also implement the optional
+// [Annotator], which notes the operator actions in an order's history.
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the
