@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // withReason sends {"reason": reason} as the request's JSON body.
@@ -28,7 +30,8 @@ func withReason(reason string) func(*http.Request) {
 // TestOrderActionsWritable holds, resumes and skips an order from its page
 // on a writable dashboard, over a real socket: the buttons are there, each
 // action acts as the dashboard user, a cross-site request is refused, and
-// the sequence log shows who did it and why.
+// the sequence log and the order's history (noted by the dashboard-write
+// Redis user) show who did it and why.
 func TestOrderActionsWritable(t *testing.T) {
 	db := redistest.New(t)
 	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
@@ -74,6 +77,22 @@ func TestOrderActionsWritable(t *testing.T) {
 	for _, want := range []string{"hold by " + testUser + ": customer called", "resume by " + testUser, "skipped by " + testUser + ": sent twice"} {
 		assert.Contains(t, r.body, want)
 	}
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	h, err := orders.AllHistory(t.Context(), store, "SO1001")
+	require.NoError(t, err)
+	var notes []string
+	for _, e := range h {
+		if e.Type == orders.TypeNote && e.Worker == testUser {
+			notes = append(notes, e.Detail)
+		}
+	}
+	require.Len(t, notes, 3, "each action is noted in the order's history: %+v", h)
+	assert.Equal(t, "hold by "+testUser+": customer called", notes[0])
+	assert.Equal(t, "resume by "+testUser, notes[1])
+	assert.True(t, strings.HasPrefix(notes[2], "skipped position "), notes[2])
+	assert.True(t, strings.HasSuffix(notes[2], " by "+testUser+": sent twice"), notes[2])
+	assert.Contains(t, r.body, "order:note", "the order page lists the notes")
 }
 
 // TestOrderActionsReadOnly refuses every action, 403 with a JSON error,

@@ -87,8 +87,9 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS, BLOCKED_AFTER): %w", err)
 	}
 	// The operator actions (orderops) hold nothing to close: they never
-	// take a lock.
-	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log})
+	// take a lock. With the Redis store they note each action in the
+	// order's history (the writing dashboard's user may write it).
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log, Store: store})
 	if err != nil {
 		return nil, fmt.Errorf("order actions (KEY_PREFIX, QUEUE_SHARDS): %w", err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,13 +11,17 @@ import (
 
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orderops"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // TestCLIOrderActions holds, resumes and skips an order's head from the
 // command line (no worker runs: the changes wait), with the principal from
-// USER or -by, and reads the actions back from the order's status.
+// USER or -by, and reads the actions back from the order's status and,
+// noted by the intake-admin user, from its history.
 func TestCLIOrderActions(t *testing.T) {
 	db := redistest.New(t)
 	// As the Redis user of the intake-admin rules.
@@ -30,6 +35,9 @@ func TestCLIOrderActions(t *testing.T) {
 	}
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
+	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO7", Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 
 	_, err = cli("modify", "SO7", "-remark", "one", "-event-id", "act-1")
 	require.NoError(t, err)
@@ -64,6 +72,21 @@ func TestCLIOrderActions(t *testing.T) {
 	for _, want := range []string{"hold by opsuser: fraud check", "resume by lead", "skipped by opsuser: duplicate of a phone order"} {
 		require.Contains(t, out, want)
 	}
+	out, err = cli("order", "history", "SO7")
+	require.NoError(t, err)
+	var h orderview.History
+	require.NoError(t, json.Unmarshal([]byte(out), &h))
+	var notes []string
+	for _, e := range h.Entries {
+		if e.Type == orders.TypeNote {
+			notes = append(notes, e.Worker+" | "+e.Detail)
+		}
+	}
+	require.Equal(t, []string{
+		"opsuser | hold by opsuser: fraud check",
+		"lead | resume by lead",
+		fmt.Sprintf("opsuser | skipped position %d by opsuser: duplicate of a phone order", res.Seq),
+	}, notes, "each action is noted in the order's history: %s", out)
 	_, err = cli("order", "skip", "SO7", "SO8", "-reason", "x")
 	require.Error(t, err, "one order number")
 }

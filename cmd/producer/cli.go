@@ -170,16 +170,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return err
 	case "order":
-		if len(rest) > 1 {
-			if a, ok := orderops.ParseAction(rest[1]); ok {
-				return orderAction(ctx, rdb, &c, a, rest[2:], getenv, stdout)
-			}
-		}
 		store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, nil)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
+		if len(rest) > 1 {
+			if a, ok := orderops.ParseAction(rest[1]); ok {
+				return orderAction(ctx, rdb, store.Store, &c, a, rest[2:], getenv, stdout)
+			}
+		}
 		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards,
 			BlockedAfter: c.BlockedAfter})
 		if err != nil {
@@ -462,8 +462,9 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 }
 
 // orderAction runs operator action a (orderops) with the command line's
-// order number, reason and principal, and prints its result as JSON.
-func orderAction(ctx context.Context, rdb redis.UniversalClient, c *common, a orderops.Action, args []string, getenv func(string) string, stdout io.Writer) error {
+// order number, reason and principal, and prints its result as JSON. With
+// the Redis store, the action is also noted in the order's history.
+func orderAction(ctx context.Context, rdb redis.UniversalClient, store orders.Store, c *common, a orderops.Action, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("order "+string(a), flag.ContinueOnError)
 	reason := fs.String("reason", "", "why; required for skip and hold")
 	by := fs.String("by", osUser(getenv), "who acts, recorded with the action; defaults to the OS user")
@@ -471,7 +472,7 @@ func orderAction(ctx context.Context, rdb redis.UniversalClient, c *common, a or
 	if err != nil {
 		return err
 	}
-	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: c.Prefix, Shards: c.Shards})
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: c.Prefix, Shards: c.Shards, Store: store})
 	if err != nil {
 		return err
 	}

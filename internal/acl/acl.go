@@ -65,7 +65,10 @@ const (
 	// moving a task within its queue (asynq's Inspector RunTask and
 	// ArchiveTask, and requeue.Front to wake the change parked behind a
 	// settled head), writing the sequences (skip, hold, resume, the action
-	// log), the index of held orders, and the release notices.
+	// log), the index of held orders, and the release notices; with the
+	// Redis store also the few writes of an order's hash and history list
+	// that note each action in its history (redisstore's Annotate; see
+	// rule.notes), and none of its events or claims.
 	IntakeAdmin Process = "intake-admin"
 	// Dashboard is cmd/dashboard with DASHBOARD_READ_ONLY=true (its
 	// default): it reads everything it shows, and writes nothing.
@@ -73,7 +76,8 @@ const (
 	// DashboardWrite is cmd/dashboard with DASHBOARD_READ_ONLY=false: it
 	// may also run, archive, delete and cancel tasks and pause queues, and
 	// act on orders (the operator actions: it writes the sequences, the
-	// index of held orders and the release notices).
+	// index of held orders and the release notices, and with the Redis
+	// store the notes in an order's hash and history list).
 	DashboardWrite Process = "dashboard-write"
 )
 
@@ -144,6 +148,7 @@ func Rules(p Process, o Options) ([]string, error) {
 			// skip, hold and resume write the sequence (below), the index
 			// of held orders, and the notice that wakes a waiter.
 			r.rw(k.queueKeys, k.held).channels(k.released)
+			r.notes(o.OrderAPI, k)
 		}
 		// Acceptance: the event claims, the sequences, the WAIT markers,
 		// and a task's hash, its pending or scheduled entry and its queue's
@@ -163,6 +168,7 @@ func Rules(p Process, o Options) ([]string, error) {
 			// asynqmon's actions, and cancelling an active task; the
 			// operator actions on the order page (see IntakeAdmin).
 			r.rw(k.asynq, k.seqs, k.held).channels(k.cancel, k.released)
+			r.notes(o.OrderAPI, k)
 		} else {
 			// asynq's Inspector prunes the expired entries of the server,
 			// worker and scheduler lists when it reads them.
@@ -202,23 +208,26 @@ var base = []string{
 
 // keys are the key and channel patterns of one key prefix, escaped.
 type keys struct {
-	orders, locks, seqs, held, events, waits, token string
-	asynq, queueKeys, taskKeys, pending, scheduled  string
-	allQueues, servers, workers                     string
-	servers0, workers0, schedulers                  string
-	released, tokenChannel, cancel                  string
+	orders, orderHash, history                     string
+	locks, seqs, held, events, waits, token        string
+	asynq, queueKeys, taskKeys, pending, scheduled string
+	allQueues, servers, workers                    string
+	servers0, workers0, schedulers                 string
+	released, tokenChannel, cancel                 string
 }
 
 func newKeys(prefix string) keys {
 	p := escape(prefix)
 	return keys{
-		orders: p + "order:{*",
-		locks:  p + "lock:{*",
-		seqs:   p + "lock:{*}:seq",
-		held:   p + "lock:held",
-		events: p + "event:{*",
-		waits:  p + "wait:{*",
-		token:  p + `token:{upstream}*`,
+		orders:    p + "order:{*",
+		orderHash: p + "order:{*}",
+		history:   p + "order:{*}:history",
+		locks:     p + "lock:{*",
+		seqs:      p + "lock:{*}:seq",
+		held:      p + "lock:held",
+		events:    p + "event:{*",
+		waits:     p + "wait:{*",
+		token:     p + `token:{upstream}*`,
 
 		asynq:      asynqwire.Patterns.All,
 		queueKeys:  asynqwire.Patterns.Queues,
@@ -287,22 +296,29 @@ func (r *rule) ro(patterns ...string) *rule {
 // writeOnly is a selector: one write command on some keys.
 type writeOnly struct {
 	cmd      string
-	patterns []string
+	patterns []string // with their access: "%W~pattern" or "~pattern"
 }
 
 // only lets the one write command cmd change the keys of pattern, in a
 // selector of its own: no other command may change them, and cmd no other
 // key (a ZADD that made a queue's pending list a sorted set would stop the
 // queue). The rule must let the process read the keys on its own.
-func (r *rule) only(pattern, cmd string) *rule {
+func (r *rule) only(pattern, cmd string) *rule { return r.selector("%W~", pattern, cmd) }
+
+// onlyRW is only for a command that also reads the key it changes and
+// returns what it read (HINCRBY, LPOP): Redis checks such a command's read
+// permission in the same selector.
+func (r *rule) onlyRW(pattern, cmd string) *rule { return r.selector("~", pattern, cmd) }
+
+func (r *rule) selector(access, pattern, cmd string) *rule {
 	r.scriptKeys = append(r.scriptKeys, pattern)
 	for i := range r.writeOnly {
 		if r.writeOnly[i].cmd == cmd {
-			r.writeOnly[i].patterns = append(r.writeOnly[i].patterns, pattern)
+			r.writeOnly[i].patterns = append(r.writeOnly[i].patterns, access+pattern)
 			return r
 		}
 	}
-	r.writeOnly = append(r.writeOnly, writeOnly{cmd, []string{pattern}})
+	r.writeOnly = append(r.writeOnly, writeOnly{cmd, []string{access + pattern}})
 	return r
 }
 
@@ -328,15 +344,28 @@ func (r *rule) orders(api bool, k keys, write bool) {
 	}
 }
 
+// notes grants what an operator action's note in an order's history
+// writes (redisstore's Annotate, through orderops), command by command:
+// HINCRBY and HSET of the order's hash (its version and updated_at), and
+// RPUSH, LTRIM and LPOP of its history list (the entry and the history's
+// caps). Nothing else: no DEL, no order's events or claims. The rule
+// reads the orders already. With the order API there is no note, and
+// nothing to grant.
+func (r *rule) notes(api bool, k keys) {
+	if api {
+		return
+	}
+	r.onlyRW(k.orderHash, "hincrby").only(k.orderHash, "hset")
+	r.only(k.history, "rpush").only(k.history, "ltrim").onlyRW(k.history, "lpop")
+}
+
 func (r *rule) rules() []string {
 	out := append(append([]string(nil), base...), r.cmds...)
 	out = append(out, r.keys...)
 	out = append(out, r.chans...)
 	for _, w := range r.writeOnly {
 		sel := []string{"+" + w.cmd}
-		for _, p := range w.patterns {
-			sel = append(sel, "%W~"+p)
-		}
+		sel = append(sel, w.patterns...)
 		out = append(out, "("+strings.Join(sel, " ")+")")
 	}
 	script := []string{"+eval", "+evalsha"}

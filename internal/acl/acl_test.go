@@ -75,6 +75,8 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 	k := map[string]string{
 		"order":   prefix + "order:{SO1}",
 		"history": prefix + "order:{SO1}:history",
+		"evbkt":   prefix + "order:{SO1}:ev:1",
+		"claim":   prefix + "order:{SO1}:claim",
 		"lock":    prefix + "lock:{SO1}",
 		"fence":   prefix + "lock:{SO1}:fence",
 		"seq":     prefix + "lock:{SO1}:seq",
@@ -135,6 +137,10 @@ const (
 	luaRead  = "return redis.call('TYPE', KEYS[1])['ok']"
 	luaDel   = "return redis.call('DEL', KEYS[1])"
 	luaPause = "return redis.call('SET', KEYS[1], '1')"
+	// luaNote writes as redisstore's annotate script does.
+	luaNote = "local v = redis.call('HINCRBY', KEYS[1], 'version', 1); redis.call('HSET', KEYS[1], 'updated_at', '1');" +
+		" redis.call('RPUSH', KEYS[2], 'n'); redis.call('LTRIM', KEYS[2], -1000, -1); redis.call('LINDEX', KEYS[2], 0);" +
+		" redis.call('LLEN', KEYS[2]); redis.call('LPOP', KEYS[2]); return v"
 )
 
 // checks are the commands each process's user must be allowed or refused,
@@ -176,7 +182,24 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			return append(c, allow("HSET", k["order"], "status", "x"), allow("DEL", k["history"]), allow("EVAL", luaDel, "1", k["history"]))
 		}
 		return append(c, deny("HSET", k["order"], "status", "x"), deny("DEL", k["order"]), deny("RPUSH", k["history"], "forged"),
-			deny("EVAL", luaDel, "1", k["order"]))
+			deny("EVAL", luaDel, "1", k["order"]), deny("EVAL", luaNote, "2", k["order"], k["history"]))
+	}
+	// The operator actions' notes in an order's history (orderops,
+	// redisstore's Annotate): a few writes of the order's hash and history,
+	// nothing else of the order's keys.
+	notes := func() []check {
+		if api {
+			return orders(false)
+		}
+		return []check{
+			allow("HGETALL", k["order"]), allow("LRANGE", k["history"], "0", "-1"), allow("EVAL_RO", luaRead, "1", k["order"]),
+			allow("HINCRBY", k["order"], "version", "1"), allow("HSET", k["order"], "updated_at", "1"),
+			allow("RPUSH", k["history"], "n"), allow("LTRIM", k["history"], "-1000", "-1"), allow("LPOP", k["history"]),
+			allow("EVAL", luaNote, "2", k["order"], k["history"]),
+			deny("DEL", k["order"]), deny("DEL", k["history"]), deny("HDEL", k["order"], "fence"), deny("RENAME", k["history"], k["order"]),
+			deny("EVAL", luaDel, "1", k["order"]), deny("HSET", k["evbkt"], "h", "m fp"), deny("SET", k["claim"], "x"),
+			deny("HINCRBY", k["evbkt"], "h", "1"), deny("RPUSH", k["claim"], "x"),
+		}
 	}
 	// The blocked-orders list (orderview.Reader.Blocked): pages of the
 	// retry and scheduled sets and the expired leases with their tasks'
@@ -240,7 +263,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			deny("GET", k["event"]),
 		)
 	case acl.DashboardWrite:
-		cs = append(cs, orders(false)...)
+		cs = append(cs, notes()...)
 		cs = append(cs, blocked[:7]...) // its writes of asynq's sets are asynqmon's
 		cs = append(cs,
 			allow("INFO"), allow("SET", k["paused"], "1"), allow("EVAL", luaPause, "1", k["paused"]), allow("PUBLISH", "asynq:cancel", "e1"),
@@ -250,7 +273,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			deny("HSET", k["lock"], "owner", "me"), deny("SET", k["fence"], "1"), deny("SET", k["event"], "x"),
 		)
 	case acl.IntakeAdmin:
-		cs = append(cs, orders(false)...)
+		cs = append(cs, notes()...)
 		cs = append(cs,
 			// the intake's
 			allow("HINCRBY", k["seq"], "n", "1"), allow("SET", k["wait"], "1", "PX", "60000"), allow("LPUSH", k["pending"], "e2"),
@@ -259,7 +282,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			allow("RPUSH", k["pending"], "e1"), allow("HSET", k["task"], "state", "archived"),
 			allow("HSET", k["seq"], "h", "{}"), allow("PERSIST", k["seq"]), allow("ZADD", k["held"], "1", "SO1"), allow("ZREM", k["held"], "SO1"),
 			allow("PUBLISH", "ow:lock:released", "x"),
-			// but not the locks, the orders, asynq's servers or the queue list
+			// but not the locks, the orders' data, asynq's servers or the queue list
 			deny("HSET", k["lock"], "owner", "me"), deny("DEL", k["lock"]), deny("SET", k["fence"], "1"),
 			deny("DEL", k["queues"]), deny("SREM", k["queues"], "q"), deny("ZADD", k["servers"], "1", "x"),
 			deny("PUBLISH", "asynq:cancel", "e1"),

@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 const adminKey = "admin-key-0123456789abcdef"
@@ -21,11 +23,12 @@ func adminHeader(key string) map[string]string {
 // TestActionsNeedTheAdminScope drives the operator actions through the
 // intake: only an admin key may act (an enqueue key gets 403, none 401),
 // an admin key may not enqueue, and each action is recorded with the
-// key's name and the reason.
+// key's name and the reason, in the sequence log and the order's history.
 func TestActionsNeedTheAdminScope(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.AdminKeys = []string{adminKey} })
 	t.Cleanup(func() { _ = e.insp.DeleteQueue(tasks.QueueModify, true) })
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	r := e.post(t, "/v1/orders/SO1/modify", "act-1", modifyBody)
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	const hold = "/v1/orders/SO1/actions/hold"
@@ -73,6 +76,19 @@ func TestActionsNeedTheAdminScope(t *testing.T) {
 	for _, want := range []string{"hold by admin#1: fraud check", "resume by admin#1", "skipped by admin#1: sent twice"} {
 		require.Contains(t, string(r.body), want)
 	}
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO1/history", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var h struct{ Entries []orders.Entry }
+	r.decode(t, &h)
+	var notes []string
+	for _, x := range h.Entries {
+		if x.Type == orders.TypeNote {
+			notes = append(notes, x.Worker+" | "+x.Detail)
+		}
+	}
+	require.Equal(t, []string{"admin#1 | hold by admin#1: fraud check", "admin#1 | resume by admin#1",
+		fmt.Sprintf("admin#1 | skipped position %d by admin#1: sent twice", res.Seq)}, notes, "%s", r.body)
 }
 
 // Without AdminKeys no key may act.

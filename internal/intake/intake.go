@@ -444,8 +444,9 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 			}
 		}
 	}
-	// Ops never takes a lock, so it holds nothing to close.
-	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger})
+	// Ops never takes a lock, so it holds nothing to close. With the Redis
+	// store it notes each action in the order's history.
+	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}

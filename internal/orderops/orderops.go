@@ -31,12 +31,17 @@
 //
 // Every action is recorded, with its principal and reason, in the order's
 // sequence log (skip as the skip's own entry, the others as entries of
-// kind "action") and in the process's log ("operator action"). The order
-// store's history is not written: it is the record of the order's writes,
-// one entry per version, and the public store contract has no place for
-// a note; the sequence log is what the order's status and history views
-// read beside it. It keeps the last 20 entries while the sequence lives
-// (a held sequence does not expire).
+// kind "action"), in the process's log ("operator action"), and, when the
+// Ops has an order store that implements orders.Annotator (the Redis
+// store), in the order's history as a note (orders.TypeNote: the
+// principal as the entry's worker, "<action> by <who>: <reason>" as its
+// detail). The sequence log keeps the last 20 entries while the sequence
+// lives (a held sequence does not expire); the history is the durable
+// record. The note is written after the action took effect, at best
+// effort: a failure is logged, not returned. An order the store does not
+// hold (held before it exists, say) gets no note, and neither does any
+// order of a store without notes (the HTTP store, whose upstream API has
+// no place for one): the sequence log is then the only record.
 //
 // It is not on any hot path: each action costs a few round trips.
 package orderops
@@ -48,6 +53,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
@@ -58,6 +64,7 @@ import (
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Action is an operator action.
@@ -94,16 +101,18 @@ func ParseAction(s string) (Action, bool) {
 func (a Action) NeedsReason() bool { return a == Skip || a == Hold }
 
 // MaxReasonLen bounds a reason, in bytes; MaxPrincipalLen a principal.
+// They are the limits of a history note's.
 const (
-	MaxReasonLen    = 200
-	MaxPrincipalLen = 64
+	MaxReasonLen    = orders.MaxNoteReason
+	MaxPrincipalLen = orders.MaxNoteBy
 )
 
 // Errors of [Ops.Do]. Match them with errors.Is.
 var (
 	// ErrInvalid is returned for a request that no state of the order
 	// could satisfy: an unknown action, a malformed order number, a
-	// missing or too long reason, a missing principal.
+	// missing or too long reason, a missing principal, a principal or
+	// reason with a control character.
 	ErrInvalid = errors.New("orderops: invalid request")
 	// ErrRefused is returned when the order's state does not allow the
 	// action now: nothing waits, the head runs right now, the order is
@@ -149,6 +158,10 @@ type Config struct {
 	// and what goes wrong after an action took effect. Defaults to
 	// discarding.
 	Logger *zap.Logger
+	// Store is the order store. When it implements orders.Annotator, each
+	// action is also noted in the order's history. Defaults to none: the
+	// actions are recorded in the sequence log only.
+	Store orders.Store
 }
 
 // Ops performs operator actions. It is safe for concurrent use; it holds
@@ -160,6 +173,7 @@ type Ops struct {
 	seq   *lock.Sequencer
 	turns *lock.Turns
 	insp  *asynq.Inspector
+	notes orders.Annotator // nil without a store that keeps notes
 	log   *zap.Logger
 }
 
@@ -184,6 +198,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
 	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log}
+	o.notes, _ = cfg.Store.(orders.Annotator)
 	o.turns, err = lock.NewTurns(l, wakeTasks{o}, lock.TurnsConfig{Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
@@ -212,15 +227,19 @@ func check(a Action, req Request) error {
 		return fmt.Errorf("%w: unknown action %q (want retry, skip, hold or resume)", ErrInvalid, a)
 	case !tasks.ValidOrderNo(req.OrderNo):
 		return fmt.Errorf("%w: order number %q: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'", ErrInvalid, req.OrderNo)
-	case strings.TrimSpace(req.By) == "" || len(req.By) > MaxPrincipalLen || !utf8.ValidString(req.By):
-		return fmt.Errorf("%w: a principal (who acts) of 1 to %d bytes is required", ErrInvalid, MaxPrincipalLen)
+	case strings.TrimSpace(req.By) == "" || len(req.By) > MaxPrincipalLen || !text(req.By):
+		return fmt.Errorf("%w: a principal (who acts) of 1 to %d bytes is required, without control characters", ErrInvalid, MaxPrincipalLen)
 	case a.NeedsReason() && strings.TrimSpace(req.Reason) == "":
 		return fmt.Errorf("%w: %s needs a reason", ErrInvalid, a)
-	case len(req.Reason) > MaxReasonLen || !utf8.ValidString(req.Reason):
-		return fmt.Errorf("%w: the reason must be UTF-8 of at most %d bytes", ErrInvalid, MaxReasonLen)
+	case len(req.Reason) > MaxReasonLen || !text(req.Reason):
+		return fmt.Errorf("%w: the reason must be UTF-8 of at most %d bytes, without control characters", ErrInvalid, MaxReasonLen)
 	}
 	return nil
 }
+
+// text reports whether s is UTF-8 without control characters, as a
+// history note needs (orders.CheckNote).
+func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) }
 
 // Do performs action a on order req.OrderNo (see the package comment) and
 // records it. It returns errors matching [ErrInvalid] and [ErrRefused],
@@ -248,16 +267,49 @@ func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 	o.log.Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
 		zap.String("principal", req.By), zap.String("reason", req.Reason), zap.Int64("seq", res.Seq),
 		zap.String("task_id", res.TaskID), zap.String("detail", res.Detail))
+	o.annotate(ctx, a, req, res)
 	return res, nil
 }
 
+// verbs are the actions as their records name them: "retry now by carol:
+// upstream fixed".
+var verbs = map[Action]string{Retry: "retry now", Skip: "skipped", Hold: "hold", Resume: "resume"}
+
 // audit is the text an action leaves in the sequence log.
-func audit(verb string, req Request) string {
-	s := verb + " by " + req.By
-	if req.Reason != "" {
-		s += ": " + req.Reason
+func audit(a Action, req Request) string {
+	return clip(note(verbs[a], req).Detail())
+}
+
+func note(action string, req Request) orders.Note {
+	return orders.Note{By: req.By, Action: action, Reason: req.Reason}
+}
+
+// noteTimeout bounds the writing of a note, which outlives a cancelled
+// request: the action it records took effect already.
+const noteTimeout = 5 * time.Second
+
+// annotate notes the action in the order's history, when the store keeps
+// notes: "skipped position 3 by dave: bad address". The action took effect
+// already: a failure is logged (the sequence log and the audit line keep
+// it), and an order the store does not hold gets no note.
+func (o *Ops) annotate(ctx context.Context, a Action, req Request, res Result) {
+	if o.notes == nil {
+		return
 	}
-	return clip(s)
+	action := verbs[a]
+	if res.Seq > 0 {
+		action += fmt.Sprintf(" position %d", res.Seq)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noteTimeout)
+	defer cancel()
+	err := o.notes.Annotate(ctx, req.OrderNo, note(action, req))
+	switch {
+	case errors.Is(err, orders.ErrNotFound):
+		o.log.Debug("no note of the action in the order's history: the store has no such order", zap.String("order_no", req.OrderNo))
+	case err != nil:
+		o.log.Warn("could not note the action in the order's history; the sequence log keeps it",
+			zap.String("order_no", req.OrderNo), zap.String("action", string(a)), zap.Error(err))
+	}
 }
 
 func clip(s string) string {
@@ -350,7 +402,7 @@ func (o *Ops) retry(ctx context.Context, req Request, res *Result) error {
 		return fmt.Errorf("%w: the head's task %s could not be run now (it may have started meanwhile): %w", ErrRefused, h.id, err)
 	}
 	res.Detail = fmt.Sprintf("task %s (position %d) moved from %s to pending: it runs next", h.id, h.pos.Pos, h.info.State)
-	o.record(ctx, req.OrderNo, h.pos.Pos, h.pos.Label, audit("retry now", req))
+	o.record(ctx, req.OrderNo, h.pos.Pos, h.pos.Label, audit(Retry, req))
 	return nil
 }
 
@@ -361,7 +413,7 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	h.result(res)
-	why := audit("skipped", req)
+	why := audit(Skip, req)
 	archived := false
 	switch {
 	case h.from != "":
@@ -429,7 +481,7 @@ func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
 		return fmt.Errorf("orderops: %w", err)
 	}
 	res.Detail = "on hold since " + p.At.Format(time.RFC3339) + ": changes are accepted, none is applied until resumed"
-	o.record(ctx, req.OrderNo, 0, holdLabel, audit("hold", req))
+	o.record(ctx, req.OrderNo, 0, holdLabel, audit(Hold, req))
 	return nil
 }
 
@@ -446,7 +498,7 @@ func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 	}
 	o.wake(ctx, req.OrderNo, st.Wake)
 	res.Detail = fmt.Sprintf("hold by %s (%s) ended; changes are applied again, in order", p.By, p.Reason)
-	o.record(ctx, req.OrderNo, 0, holdLabel, audit("resume", req))
+	o.record(ctx, req.OrderNo, 0, holdLabel, audit(Resume, req))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package orderops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func newEnv(t *testing.T, hook storehook.Hook) *env {
 	e.p, err = producer.New(db.NewClient(t), producer.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.p.Close() })
-	e.ops, err = orderops.New(db.NewClient(t), orderops.Config{KeyPrefix: db.Prefix, Logger: zaptest.NewLogger(t)})
+	e.ops, err = orderops.New(db.NewClient(t), orderops.Config{KeyPrefix: db.Prefix, Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.ops.Close()) })
 	e.seq, err = lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
@@ -157,6 +158,21 @@ func (e *env) logEntry(kind, text string) lock.Settled {
 	return lock.Settled{}
 }
 
+// note returns the order's last history note whose detail starts with
+// prefix.
+func (e *env) note(no, prefix string) orders.Entry {
+	e.t.Helper()
+	h, err := orders.AllHistory(e.t.Context(), e.store, no)
+	require.NoError(e.t, err)
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Type == orders.TypeNote && strings.HasPrefix(h[i].Detail, prefix) {
+			return h[i]
+		}
+	}
+	e.t.Fatalf("no note %q in the history of %s: %+v", prefix, no, h)
+	return orders.Entry{}
+}
+
 // failOn fails every write of event id.
 func failOn(id string) storehook.Hook {
 	return func(_ context.Context, _, ev, _ string) error {
@@ -201,6 +217,13 @@ func TestHoldAndResume(t *testing.T) {
 	e.waitApplied("SO1", "h-1", "h-2", "h-3") // well within the park delay (GAP_WAIT, 30 s)
 	require.Equal(t, "hold by alice: customer on the phone", e.logEntry("action", "hold by").Reason)
 	require.Equal(t, "resume by bob: done", e.logEntry("action", "resume by").Reason)
+	// and in the order's history, with the principal as the writer
+	held, resumed := e.note("SO1", "hold by"), e.note("SO1", "resume by")
+	require.Equal(t, "hold by alice: customer on the phone", held.Detail)
+	require.Equal(t, "alice", held.Worker)
+	require.Equal(t, "resume by bob: done", resumed.Detail)
+	require.Equal(t, "bob", resumed.Worker)
+	require.Less(t, held.Version, resumed.Version)
 	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "bob"})
 	require.ErrorIs(t, err, orderops.ErrRefused)
 }
@@ -239,6 +262,9 @@ func TestRetryNow(t *testing.T) {
 	entry := e.logEntry("action", "retry now")
 	require.Equal(t, "retry now by carol: upstream fixed", entry.Reason)
 	require.Equal(t, seq, entry.Pos)
+	n := e.note("SO1", "retry now")
+	require.Equal(t, fmt.Sprintf("retry now position %d by carol: upstream fixed", seq), n.Detail)
+	require.Equal(t, "carol", n.Worker)
 }
 
 // Skip archives a failing head with the reason and uses up its position:
@@ -264,6 +290,9 @@ func TestSkip(t *testing.T) {
 	entry := e.logEntry("skip", "skipped by dave")
 	require.Equal(t, seq, entry.Pos)
 	require.Equal(t, "skipped by dave: bad address, customer informed", entry.Reason)
+	n := e.note("SO1", "skipped")
+	require.Equal(t, fmt.Sprintf("skipped position %d by dave: bad address, customer informed", seq), n.Detail)
+	require.Equal(t, "dave", n.Worker)
 
 	_, err = e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave", Reason: "again"})
 	require.ErrorIs(t, err, orderops.ErrRefused, "nothing waits")
@@ -345,5 +374,45 @@ func TestSkipRacesTheHeadsRun(t *testing.T) {
 	require.NoError(t, serr)
 	for _, l := range st.Log {
 		require.NotEqual(t, "skip", l.Kind, "never both applied and skipped: %+v", l)
+	}
+}
+
+// An action on an order the store does not hold (yet) takes effect and
+// leaves no note; an Ops without a store that keeps notes writes none.
+func TestNoNoteWithoutTheOrderOrAnAnnotator(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	_, err := e.ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO9", By: "alice", Reason: "before it exists"})
+	require.NoError(t, err)
+	_, err = e.store.History(ctx, "SO9", orders.HistoryQuery{})
+	require.ErrorIs(t, err, orders.ErrNotFound, "a note never creates an order")
+	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO9", By: "alice"})
+	require.NoError(t, err)
+
+	plain, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: storehook.BeforeWrite(e.store, nil)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, plain.Close()) })
+	_, err = plain.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "no notes"})
+	require.NoError(t, err)
+	h, err := orders.AllHistory(ctx, e.store, "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, 1, "only the put: the wrapped store keeps no notes")
+	st, err := e.seq.Status(ctx, "SO1")
+	require.NoError(t, err)
+	require.NotNil(t, st.Paused, "the hold took effect")
+}
+
+// A principal or reason that a note could not hold is refused before
+// anything is done.
+func TestControlCharactersRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, req := range []orderops.Request{
+		{OrderNo: "SO1", By: "alice\n", Reason: "x"},
+		{OrderNo: "SO1", By: "alice", Reason: "line\nbreak"},
+	} {
+		_, err := e.ops.Do(t.Context(), orderops.Hold, req)
+		require.ErrorIs(t, err, orderops.ErrInvalid)
 	}
 }

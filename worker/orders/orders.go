@@ -8,7 +8,8 @@
 // docs/upstream-order-api.md); a program of another module can implement
 // Store itself, check it with the conformance suite of package
 // worker/orders/storetest, and hand it to worker.New (see
-// examples/ownstore).
+// examples/ownstore). A store may also implement the optional
+// [Annotator], which notes the operator actions in an order's history.
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the
@@ -28,7 +29,10 @@ package orders
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -72,14 +76,18 @@ type Order struct {
 	Remark string `json:"remark"`
 	// Items are the order's lines; never nil when read from the store.
 	Items []Item `json:"items"`
-	// Version starts at 1 and goes up by one with every write to the order.
+	// Version starts at 1 and goes up by one with every entry of the
+	// order's history: every write to the order, and every note of an
+	// [Annotator], which changes no other field. A version is thus the
+	// position of its entry in the history (the history's cursor).
 	Version int64 `json:"version"`
 	// ExchangedTo is the replacement order, set when Status is exchanged.
 	ExchangedTo string `json:"exchanged_to,omitempty"`
 	// ExchangedFrom is the order this one replaced, if any.
 	ExchangedFrom string `json:"exchanged_from,omitempty"`
 	// UpdatedAt is the store's clock (Redis TIME for the Redis store) at the
-	// last write, in UTC with microsecond precision.
+	// last write or note (when Version last went up), in UTC with
+	// microsecond precision.
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -118,19 +126,26 @@ const (
 	TypeCreated = "order:created"
 	// TypePut is the entry of a [Store.Put].
 	TypePut = "order:put"
+	// TypeNote is the entry of an [Annotator.Annotate]: a note, such as an
+	// operator's action on the order, that changes none of its fields.
+	TypeNote = "order:note"
 )
 
-// Entry is one entry of an order's history: one applied write.
+// Entry is one entry of an order's history: one applied write, or a note
+// ([Annotator]).
 type Entry struct {
-	// EventID is the event that made the write; empty for a put.
+	// EventID is the event that made the write; empty for a put and a
+	// note.
 	EventID string `json:"event_id"`
-	// Type is one of TypeModify, TypeExchange, TypeCreated and TypePut.
+	// Type is one of TypeModify, TypeExchange, TypeCreated, TypePut and
+	// TypeNote.
 	Type string `json:"type"`
-	// Fence is the fencing token the write was made under; 0 for a put,
-	// which is not fenced. The entry that creates a replacement order
-	// carries the fence of the exchanged order's lock.
+	// Fence is the fencing token the write was made under; 0 for a put
+	// and a note, which are not fenced. The entry that creates a
+	// replacement order carries the fence of the exchanged order's lock.
 	Fence int64 `json:"fence"`
-	// Worker is who wrote, from [Write.Worker].
+	// Worker is who wrote, from [Write.Worker]; for a note, the principal
+	// ([Note.By]).
 	Worker string `json:"worker"`
 	// StartedAt is when the writer started its work, from [Write.StartedAt]
 	// (the store's clock when not given).
@@ -140,7 +155,8 @@ type Entry struct {
 	// Version is the order's version after the write.
 	Version int64 `json:"version"`
 	// Detail says what changed, for people: "changed address, items",
-	// "exchanged to SO2", "created from SO1 by event E".
+	// "exchanged to SO2", "created from SO1 by event E"; for a note,
+	// [Note.Detail]: "hold by alice: customer called".
 	Detail string `json:"detail"`
 	// Seq is the change's position in the order's sequence (the order of
 	// acceptance), from [Write.Seq]; 0 for none (a put, a creation, a task
@@ -189,6 +205,10 @@ type Result struct {
 // order's newest, bumps the version, appends a history entry and records
 // the event ID with its outcome, all at once: a write refused as stale
 // records nothing, so that it applies under a fresh fence.
+//
+// The versions number the history's entries, one each, with no gap: the
+// history's cursor (HistoryQuery.After) is a version. A store that also
+// records notes ([Annotator]) gives each note a version of its own.
 type Store interface {
 	// Get returns the order. It returns ErrNotFound when there is none.
 	Get(ctx context.Context, orderNo string) (Order, error)
@@ -226,6 +246,83 @@ type Store interface {
 	// It returns the errors of Modify, and ErrConflict, changing nothing,
 	// when B's number is taken by an unrelated order.
 	Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error)
+}
+
+// Annotator is implemented by a [Store] that can record a note in an
+// order's history: who did what to the order outside its writes, and why
+// (the operator actions of internal/orderops: retry now, skip, hold,
+// resume). It is optional: a store without it (the HTTP store, whose
+// upstream API has no place for a note) simply keeps no notes, and
+// callers check for it with a type assertion. The module's
+// redisstore.Store implements it; storetest.Run checks it when a store
+// does.
+type Annotator interface {
+	// Annotate appends an entry of type TypeNote to order orderNo's
+	// history: Worker is n.By, Detail is n.Detail(), EventID is empty and
+	// Fence and Seq are 0; StartedAt and EndedAt are the store's clock.
+	// Like every entry it bumps the order's version (Entry.Version is the
+	// new one) and sets UpdatedAt, and it changes no other field: not the
+	// order's data, nor its newest fence or position, nor its applied
+	// events, so that the refusals of Modify and Exchange (dedupe,
+	// ErrPassed, ErrStaleFence) are as they were. It is neither fenced nor
+	// idempotent: each call appends an entry. It returns ErrNotFound when
+	// there is no such order (a note never creates one), and ErrInvalid
+	// for a note that [CheckNote] refuses.
+	Annotate(ctx context.Context, orderNo string, n Note) error
+}
+
+// Note is what an [Annotator] records.
+type Note struct {
+	// By is the principal: the OS user, the API key's name, the dashboard
+	// user. Required; at most MaxNoteBy bytes.
+	By string
+	// Action is what was done, as a verb phrase: "hold", "skipped
+	// position 3". Required; at most MaxNoteAction bytes.
+	Action string
+	// Reason is why; optional, at most MaxNoteReason bytes.
+	Reason string
+}
+
+// The limits of a [Note]'s fields, in bytes.
+const (
+	MaxNoteBy     = 64
+	MaxNoteAction = 64
+	MaxNoteReason = 200
+)
+
+// Detail is the note's text in the history (Entry.Detail): "<action> by
+// <by>", followed by ": <reason>" when there is a reason.
+func (n Note) Detail() string {
+	s := n.Action + " by " + n.By
+	if n.Reason != "" {
+		s += ": " + n.Reason
+	}
+	return s
+}
+
+// CheckNote returns an error matching [ErrInvalid] for a note that
+// [Annotator.Annotate] refuses: a malformed order number, an empty By or
+// Action, a field longer than its limit (MaxNoteBy, MaxNoteAction,
+// MaxNoteReason), or one that is not UTF-8 or holds a control character.
+func CheckNote(orderNo string, n Note) error {
+	if err := CheckOrderNo(orderNo); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name, v  string
+		max      int
+		required bool
+	}{{"by", n.By, MaxNoteBy, true}, {"action", n.Action, MaxNoteAction, true}, {"reason", n.Reason, MaxNoteReason, false}} {
+		switch {
+		case f.required && strings.TrimSpace(f.v) == "":
+			return fmt.Errorf("note: empty %s: %w", f.name, ErrInvalid)
+		case len(f.v) > f.max:
+			return fmt.Errorf("note: %s longer than %d bytes: %w", f.name, f.max, ErrInvalid)
+		case !utf8.ValidString(f.v) || strings.ContainsFunc(f.v, unicode.IsControl):
+			return fmt.Errorf("note: %s is not UTF-8 text without control characters: %w", f.name, ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // The limits of a history page.

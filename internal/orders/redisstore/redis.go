@@ -1,6 +1,7 @@
 // Package redisstore is the order store on Redis: the embedded default
 // backend of orderworker and the verification oracle that the other
-// backends are tested against. It implements orders.Store; the model, the
+// backends are tested against. It implements orders.Store and
+// orders.Annotator (the notes of the operator actions); the model, the
 // errors and the checks are package orders'.
 //
 // On the Redis that also holds the per-order lock (internal/lock), it can
@@ -117,7 +118,10 @@ type Store struct {
 	now       func() time.Time
 }
 
-var _ orders.Store = (*Store)(nil)
+var (
+	_ orders.Store     = (*Store)(nil)
+	_ orders.Annotator = (*Store)(nil)
+)
 
 // New returns a store that keeps orders in rdb. It returns an error
 // when rdb is nil or cfg is invalid.
@@ -462,6 +466,25 @@ append(KEYS[2], 'p', '', '0', ARGV[1], ARGV[2], t, v, '', ARGV[3], ARGV[4], ARGV
 return v
 `)
 
+// annotateScript appends a note to an existing order's history: it bumps
+// the version and updated_at and changes nothing else (no field, no fence,
+// no position, no event).
+//
+// KEYS[1] order hash, KEYS[2] history list
+// ARGV[1] the principal (the entry's worker), ARGV[2] the note's text (the
+// entry's detail), ARGV[3] history max, ARGV[4] history max age (µs, "0"
+// for none)
+//
+// Returns the new version, or 0 when there is no such order.
+var annotateScript = redis.NewScript(luaLib + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local t = now()
+redis.call('HSET', KEYS[1], 'updated_at', t)
+append(KEYS[2], 'n', '', '0', ARGV[1], '', t, v, '', ARGV[2], ARGV[3], ARGV[4])
+return v
+`)
+
 // historyScript reads a page of an order's history.
 //
 // KEYS[1] order hash, KEYS[2] history list
@@ -568,6 +591,28 @@ func (s *Store) Put(ctx context.Context, o orders.Order) error {
 	keys := []string{s.orderKey(o.No), s.historyKey(o.No)}
 	if err := putScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("put %s: %w", o.No, err)
+	}
+	return nil
+}
+
+// Annotate appends a note to order orderNo's history, in one round trip: an
+// entry of type orders.TypeNote with n.By as its worker and n.Detail() as
+// its detail, at a bumped version (see [orders.Annotator]). It changes no
+// field of the order but its version and updated_at, and neither its fence,
+// position nor recorded events. It returns orders.ErrNotFound when there is
+// no such order, and orders.ErrInvalid for a note that orders.CheckNote
+// refuses.
+func (s *Store) Annotate(ctx context.Context, orderNo string, n orders.Note) error {
+	if err := orders.CheckNote(orderNo, n); err != nil {
+		return fmt.Errorf("annotate: %w", err)
+	}
+	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo)}
+	v, err := annotateScript.Run(ctx, s.rdb, keys, n.By, n.Detail(), s.histMax, s.histAge.Microseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("annotate %s: %w", orderNo, err)
+	}
+	if v == 0 {
+		return fmt.Errorf("annotate %s: %w", orderNo, orders.ErrNotFound)
 	}
 	return nil
 }
@@ -902,6 +947,7 @@ const (
 	recExchange = 'x' // the close of an exchanged order
 	recCreate   = 'c' // the creation of a replacement
 	recPut      = 'p' // a put (history only)
+	recNote     = 'n' // a note (history only)
 )
 
 // record is what the store remembers of an applied event, to answer a
@@ -998,13 +1044,14 @@ func decodeOrder(f map[string]string) (orders.Order, error) {
 //
 //	3 kind event_id age worker took ended version seq detail
 //
-// kind is m, x, c or p (see the record kinds); ended is the store's clock
+// kind is m, x, c, p or n (see the record kinds); ended is the store's clock
 // when the write was applied, in µs; age is ended minus the fence and took
 // ended minus the start, in µs (a '-' marks a negative one); seq is the
 // change's position or empty; detail is the changed fields' letters (a, r,
 // i) for a modify, the replacement's number and, after byte 30, the reason
-// for an exchange, the order it was created from for a creation, and the
-// status for a put. The older form, a JSON object of strings with the
+// for an exchange, the order it was created from for a creation, the
+// status for a put, and the note's text for a note (whose worker is its
+// principal). The older form, a JSON object of strings with the
 // orders.Entry's field names, is still read.
 func decodeEntry(s string) (orders.Entry, error) {
 	if strings.HasPrefix(s, "{") {
@@ -1061,6 +1108,9 @@ func decodeEntry(s string) (orders.Entry, error) {
 	case recPut:
 		e.Type = orders.TypePut
 		e.Detail = "put: " + detail
+	case recNote:
+		e.Type = orders.TypeNote
+		e.Detail = detail
 	default:
 		return orders.Entry{}, fmt.Errorf("bad entry kind %q", f[1])
 	}

@@ -978,3 +978,105 @@ func TestOlderPositionRefused(t *testing.T) {
 	_, err = s.Modify(at(baseFence+5, 21), "evt-21", "SO1", orders.Changes{Remark: new("21")})
 	require.NoError(t, err)
 }
+
+// A note is an entry of its own, at a bumped version, in one script: the
+// order's fields, fence, position and events stay as they were.
+func TestAnnotate(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	storetest.Seed(t, s, "SO1")
+	_, err := s.Modify(storetest.At(t, baseFence, 3), "evt-1", "SO1", orders.Changes{Remark: new("leave at door")})
+	require.NoError(t, err)
+	before, err := s.rdb.HGetAll(ctx, s.orderKey("SO1")).Result()
+	require.NoError(t, err)
+
+	require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: "alice", Action: "hold", Reason: "customer called"}))
+	after, err := s.rdb.HGetAll(ctx, s.orderKey("SO1")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "3", after["version"])
+	assert.NotEqual(t, before["updated_at"], after["updated_at"])
+	for _, f := range []string{"version", "updated_at"} {
+		delete(before, f)
+		delete(after, f)
+	}
+	assert.Equal(t, before, after, "a note changes no field but the version and updated_at")
+
+	h, err := orders.AllHistory(ctx, s, "SO1")
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	assert.Equal(t, orders.Entry{
+		Type: orders.TypeNote, Worker: "alice", Version: 3, Detail: "hold by alice: customer called",
+		StartedAt: h[2].EndedAt, EndedAt: h[2].EndedAt,
+	}, h[2])
+	o, err := s.Get(ctx, "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, h[2].EndedAt, o.UpdatedAt)
+
+	// The write's position and event are still the newest: a repeat is a
+	// replay, an older position is passed.
+	r, err := s.Modify(storetest.At(t, baseFence, 3), "evt-1", "SO1", orders.Changes{Remark: new("leave at door")})
+	require.NoError(t, err)
+	assert.True(t, r.Replayed)
+	_, err = s.Modify(storetest.At(t, baseFence, 2), "evt-2", "SO1", orders.Changes{Remark: new("x")})
+	assert.ErrorIs(t, err, orders.ErrPassed)
+
+	err = s.Annotate(ctx, "SO404", orders.Note{By: "alice", Action: "hold"})
+	assert.ErrorIs(t, err, orders.ErrNotFound)
+	n, err := s.rdb.Exists(ctx, s.orderKey("SO404"), s.historyKey("SO404")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a note never creates an order")
+}
+
+func TestAnnotateInvalid(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	storetest.Seed(t, s, "SO1")
+	tests := []struct {
+		name    string
+		orderNo string
+		note    orders.Note
+	}{
+		{"bad number", "SO 1", orders.Note{By: "a", Action: "hold"}},
+		{"no principal", "SO1", orders.Note{By: " ", Action: "hold"}},
+		{"no action", "SO1", orders.Note{By: "a"}},
+		{"principal too long", "SO1", orders.Note{By: strings.Repeat("a", orders.MaxNoteBy+1), Action: "hold"}},
+		{"reason too long", "SO1", orders.Note{By: "a", Action: "hold", Reason: strings.Repeat("r", orders.MaxNoteReason+1)}},
+		{"separator in reason", "SO1", orders.Note{By: "a", Action: "hold", Reason: "x\x1fy"}},
+		{"newline in principal", "SO1", orders.Note{By: "a\nb", Action: "hold"}},
+		{"not UTF-8", "SO1", orders.Note{By: "a", Action: "hold", Reason: "\xff"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			assert.ErrorIs(t, s.Annotate(t.Context(), tt.orderNo, tt.note), orders.ErrInvalid)
+		})
+	}
+	o, err := s.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), o.Version, "nothing was written")
+}
+
+// Notes count toward HistoryMax like any entry, and paging still follows
+// the versions once the oldest entries are dropped.
+func TestAnnotateHistoryMax(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 3})
+	require.NoError(t, err)
+	ctx := t.Context()
+	storetest.Seed(t, s, "SO1")
+	for i := range 4 {
+		require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: "bob", Action: fmt.Sprint("note ", i)}))
+	}
+	p, err := s.History(ctx, "SO1", orders.HistoryQuery{Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 2)
+	assert.Equal(t, []int64{3, 4}, []int64{p.Entries[0].Version, p.Entries[1].Version})
+	assert.Equal(t, int64(4), p.Next)
+	p, err = s.History(ctx, "SO1", orders.HistoryQuery{After: p.Next})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 1)
+	assert.Equal(t, "note 3 by bob", p.Entries[0].Detail)
+	assert.Zero(t, p.Next)
+}

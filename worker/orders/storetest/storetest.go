@@ -17,6 +17,9 @@
 // store that is not atomic there must test that a retry completes a
 // half-done exchange itself (redisstore does).
 //
+// The checks of the optional [orders.Annotator] run only for a store that
+// implements it, and are skipped for the others.
+//
 // storetest is for tests only; it imports testing.
 package storetest
 
@@ -66,6 +69,8 @@ func Run(t *testing.T, newStore func(t *testing.T) orders.Store) {
 		{"ClosedOrderRefused", testClosed},
 		{"HistoryPages", testHistoryPages},
 		{"ConcurrentWrites", testConcurrent},
+		{"AnnotatorNotes", testAnnotate},
+		{"AnnotatorKeepsWriteRules", testAnnotateKeepsRules},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -597,4 +602,101 @@ func testConcurrent(t *testing.T, s orders.Store) {
 	assert.Positive(t, applied)
 	assert.Equal(t, 1+applied, get(t, s, "SO1").Version)
 	assert.Len(t, history(t, s, "SO1"), int(1+applied))
+}
+
+// annotator returns s as an orders.Annotator, or skips t.
+func annotator(t *testing.T, s orders.Store) orders.Annotator {
+	t.Helper()
+	a, ok := s.(orders.Annotator)
+	if !ok {
+		t.Skip("the store does not implement orders.Annotator")
+	}
+	return a
+}
+
+// A note is an entry of type TypeNote with the principal as Worker and
+// the note's text as Detail, at a version of its own; it changes no field
+// of the order, pages like any entry, and never creates an order.
+func testAnnotate(t *testing.T, s orders.Store) {
+	a := annotator(t, s)
+	seeded := Seed(t, s, "SO1")
+	n := orders.Note{By: "alice", Action: "hold", Reason: "customer called"}
+	require.NoError(t, a.Annotate(t.Context(), "SO1", n))
+	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("after the note")})
+	require.NoError(t, err)
+	require.NoError(t, a.Annotate(t.Context(), "SO1", orders.Note{By: "bob", Action: "resume"}))
+
+	o := get(t, s, "SO1")
+	assert.Equal(t, int64(4), o.Version, "each note bumps the version")
+	assert.Equal(t, seeded.Address, o.Address)
+	assert.Equal(t, "after the note", o.Remark)
+	h := history(t, s, "SO1")
+	require.Len(t, h, 4)
+	var versions []int64
+	for _, e := range h {
+		versions = append(versions, e.Version)
+	}
+	assert.Equal(t, []int64{1, 2, 3, 4}, versions)
+	for _, c := range []struct {
+		e          orders.Entry
+		by, detail string
+	}{{h[1], "alice", "hold by alice: customer called"}, {h[3], "bob", "resume by bob"}} {
+		assert.Equal(t, orders.TypeNote, c.e.Type)
+		assert.Equal(t, c.by, c.e.Worker)
+		assert.Equal(t, c.detail, c.e.Detail)
+		assert.Empty(t, c.e.EventID)
+		assert.Zero(t, c.e.Fence)
+		assert.Zero(t, c.e.Seq)
+	}
+	assert.Equal(t, orders.TypeModify, h[2].Type)
+
+	// Pages follow the versions across the notes.
+	p, err := s.History(t.Context(), "SO1", orders.HistoryQuery{Limit: 1, After: 1})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 1)
+	assert.Equal(t, orders.TypeNote, p.Entries[0].Type)
+	assert.Equal(t, int64(2), p.Next)
+	p, err = s.History(t.Context(), "SO1", orders.HistoryQuery{After: p.Next})
+	require.NoError(t, err)
+	require.Len(t, p.Entries, 2)
+	assert.Equal(t, []int64{3, 4}, []int64{p.Entries[0].Version, p.Entries[1].Version})
+	assert.Zero(t, p.Next)
+
+	err = a.Annotate(t.Context(), "SO404", n)
+	assert.ErrorIs(t, err, orders.ErrNotFound)
+	_, err = s.Get(t.Context(), "SO404")
+	assert.ErrorIs(t, err, orders.ErrNotFound, "a note never creates an order")
+	assert.ErrorIs(t, a.Annotate(t.Context(), "SO1", orders.Note{Action: "hold"}), orders.ErrInvalid, "a note needs a principal")
+	assert.ErrorIs(t, a.Annotate(t.Context(), "SO 1", n), orders.ErrInvalid)
+}
+
+// A note writes no fence, position or event: dedupe, ErrPassed and
+// ErrStaleFence answer as they did before it, and an exchange still
+// closes the order and creates its replacement.
+func testAnnotateKeepsRules(t *testing.T, s orders.Store) {
+	a := annotator(t, s)
+	Seed(t, s, "SO1")
+	_, err := s.Modify(At(t, baseFence+10, 5), "evt-1", "SO1", orders.Changes{Remark: new("one")})
+	require.NoError(t, err)
+	require.NoError(t, a.Annotate(t.Context(), "SO1", orders.Note{By: "alice", Action: "skipped position 6", Reason: "bad data"}))
+
+	r, err := s.Modify(At(t, baseFence+10, 5), "evt-1", "SO1", orders.Changes{Remark: new("one")})
+	require.NoError(t, err)
+	assert.True(t, r.Replayed, "the event is still applied")
+	_, err = s.Modify(At(t, baseFence+10, 5), "evt-2", "SO1", orders.Changes{Remark: new("two")})
+	assert.ErrorIs(t, err, orders.ErrPassed, "the newest position is still 5")
+	_, err = s.Modify(At(t, baseFence+9, 7), "evt-3", "SO1", orders.Changes{Remark: new("three")})
+	assert.ErrorIs(t, err, orders.ErrStaleFence, "the newest fence is still the modify's")
+	_, err = s.Modify(At(t, baseFence+10, 7), "evt-4", "SO1", orders.Changes{Remark: new("four")})
+	require.NoError(t, err, "an equal fence at a later position applies")
+
+	x, err := s.Exchange(At(t, baseFence+11, 8), "evt-5", "SO1", orders.Exchange{Items: newItems, NewOrderNo: "SO2"})
+	require.NoError(t, err)
+	assert.Equal(t, "SO2", x.Order.No)
+	assert.Equal(t, "four", x.Order.Remark)
+	assert.Equal(t, orders.StatusExchanged, get(t, s, "SO1").Status)
+	require.NoError(t, a.Annotate(t.Context(), "SO1", orders.Note{By: "alice", Action: "resume"}), "a closed order takes notes")
+	assert.Equal(t, orders.StatusExchanged, get(t, s, "SO1").Status, "and stays closed")
+	_, err = s.Modify(At(t, baseFence+12, 9), "evt-6", "SO1", orders.Changes{Remark: new("six")})
+	assert.ErrorIs(t, err, orders.ErrClosed)
 }
