@@ -322,15 +322,21 @@ func (p *orderPages) orderActions(no string) []action {
 		return nil
 	}
 	var out []action
-	labels := map[orderops.Action]string{orderops.Retry: "Retry now", orderops.Skip: "Skip", orderops.Hold: "Hold", orderops.Resume: "Resume"}
 	for _, a := range orderops.Actions() {
-		act := action{Label: labels[a], Method: http.MethodPost, URL: p.root + "/orders/" + url.PathEscape(no) + "/actions/" + string(a), TaskID: no}
-		if a == orderops.Skip {
-			act.Confirm = "Skip the change whose turn it is in " + no + "? It is archived and will not be applied; the changes behind it go on."
-		}
-		out = append(out, act)
+		out = append(out, p.orderAction(no, a))
 	}
 	return out
+}
+
+// orderAction is the button of operator action a on order no, on the
+// order page and the blocked-orders page alike.
+func (p *orderPages) orderAction(no string, a orderops.Action) action {
+	labels := map[orderops.Action]string{orderops.Retry: "Retry now", orderops.Skip: "Skip", orderops.Hold: "Hold", orderops.Resume: "Resume"}
+	act := action{Label: labels[a], Method: http.MethodPost, URL: p.root + "/orders/" + url.PathEscape(no) + "/actions/" + string(a), TaskID: no}
+	if a == orderops.Skip {
+		act.Confirm = "Skip the change whose turn it is in " + no + "? It is archived and will not be applied; the changes behind it go on."
+	}
+	return act
 }
 
 // actions returns the write actions asynqmon's UI offers for a task in its
