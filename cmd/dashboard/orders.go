@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -289,13 +290,17 @@ func (p *orderPages) act(w http.ResponseWriter, r *http.Request, no, name string
 	ctx, cancel := context.WithTimeout(r.Context(), orderTimeout)
 	defer cancel()
 	res, err := p.ops.Do(ctx, a, orderops.Request{OrderNo: no, By: cmp.Or(by, "dashboard"), Reason: body.Reason})
+	// The answer's text quotes what Redis holds (a hold's principal and
+	// reason): it is escaped as the pages escape it, since the pages show
+	// it.
 	switch {
 	case err == nil:
+		escapeText(reflect.ValueOf(&res))
 		actionJSON(w, http.StatusOK, res)
 	case errors.Is(err, orderops.ErrInvalid):
-		actionJSON(w, http.StatusBadRequest, actionError{err.Error()})
+		actionJSON(w, http.StatusBadRequest, actionError{safetext.Escape(err.Error())})
 	case errors.Is(err, orderops.ErrRefused):
-		actionJSON(w, http.StatusConflict, actionError{err.Error()})
+		actionJSON(w, http.StatusConflict, actionError{safetext.Escape(err.Error())})
 	default:
 		p.log.Warn("order action failed", zap.String("order_no", no), zap.String("action", name), zap.Error(err))
 		actionJSON(w, http.StatusServiceUnavailable, actionError{"Redis failed or is unreachable; try again"})
