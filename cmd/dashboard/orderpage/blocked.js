@@ -83,7 +83,7 @@
   // dashboard: the order page's endpoint) with the reason typed at the top
   // of the page, says the outcome in #action-result, and reads the list
   // again after a success. #action-result's data-state is "sending", then
-  // "done" or "refused".
+  // "refused", or "done" once the list is read again.
   const act = async (a, button) => {
     if (a.confirm && !window.confirm(a.confirm)) {
       return;
@@ -121,8 +121,8 @@
       return;
     }
     out.textContent = what + ": " + (body && body.detail ? body.detail : "done");
-    out.dataset.state = "done";
     await load();
+    out.dataset.state = "done";
   };
 
   // actions returns the buttons of blocked order b's actions cell, which is
