@@ -547,21 +547,8 @@ func TestBrowserBlockedPage(t *testing.T) {
 	logIn(ctx, t)
 	csp := watchCSP(ctx, t)
 
-	loaded := func(what string) {
-		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("blocked").dataset.state !== "loading"`,
-			chromedp.WithPollingTimeout(30*time.Second)))
-		require.NoError(t, err, "%s: the list never loaded", what)
-		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("blocked").dataset.state`))
-		require.NoError(t, err)
-		require.Equal(t, "loaded", state, what)
-	}
-	rows := func() []string {
-		t.Helper()
-		nos, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#orders tbody tr")).map(r => r.dataset.order)`))
-		require.NoError(t, err)
-		return nos
-	}
+	b := blockedTab{t, ctx}
+	loaded, rows := b.loaded, b.rows
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -667,7 +654,7 @@ func (b blockedTab) loaded(what string) {
 	require.Equal(b.t, "loaded", state, what)
 }
 
-// eval evaluates expr on the page.
+// evalOn evaluates expr on b's page and returns its value.
 func evalOn[T any](b blockedTab, expr string) T {
 	b.t.Helper()
 	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
