@@ -116,3 +116,26 @@ func TestOrderActionsReadOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStatePending, info.State, "nothing was done")
 }
+
+// TestOrderActionsEscape escapes, in the action endpoint's answers, the
+// text they quote from Redis or the request (a hold's reason), as the
+// pages escape it: the blocked-orders page shows these answers.
+func TestOrderActionsEscape(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
+	basic := basicAuth(testUser, testPassword)
+
+	r := d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("check the \u202eaddress"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `"reason":"check the \\u202eaddress"`)
+	assert.NotContains(t, r.body, "\u202e")
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/retry", basic)
+	assert.Equal(t, http.StatusConflict, r.status, r.body)
+	assert.Contains(t, r.body, `on hold (by `+testUser+`: check the \\u202eaddress)`)
+	assert.NotContains(t, r.body, "\u202e")
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/resume", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `(check the \\u202eaddress) ended`)
+	assert.NotContains(t, r.body, "\u202e")
+}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/cmd/internal/safetext"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -191,6 +192,47 @@ type blockedRow struct {
 	// FromURL is the order page of the order whose exchange creates this
 	// one (ReasonCreation).
 	FromURL string `json:"from_url,omitempty"`
+	// Actions are the operator actions the row offers (blockedActions);
+	// none when the dashboard is read-only.
+	Actions []rowAction `json:"actions,omitempty"`
+}
+
+// rowAction is an operator action of a row: a POST of {"reason": "..."}
+// to URL, the order page's endpoint <root>/orders/{order_no}/actions/{action}
+// (see orderPages.act), which answers the result or {"error": "..."}.
+type rowAction struct {
+	Action string `json:"action"`
+	Label  string `json:"label"`
+	URL    string `json:"url"`
+	// NeedsReason says the action is refused without a reason (skip, hold).
+	NeedsReason bool `json:"needs_reason,omitempty"`
+	// Confirm, when set, is asked before the request is sent.
+	Confirm string `json:"confirm,omitempty"`
+}
+
+// blockedActions returns the operator actions that may unblock, or stop,
+// an order blocked for reason, in the order the row shows them:
+//
+//   - failing, scheduled: retry now (its task waits in asynq's retry or
+//     scheduled set), skip, hold;
+//   - gap, lock_stale, creation, waiting: skip, hold (retry now applies
+//     only to a task in the retry or scheduled set);
+//   - held: resume;
+//   - unreadable: none (no action can read its sequence).
+//
+// They are offers: orderops.Ops.Do decides, and refuses with a message
+// what the order's state does not allow when the button is pressed.
+func blockedActions(reason string) []orderops.Action {
+	switch reason {
+	case orderview.ReasonFailing, orderview.ReasonScheduled:
+		return []orderops.Action{orderops.Retry, orderops.Skip, orderops.Hold}
+	case orderview.ReasonGap, orderview.ReasonLockStale, orderview.ReasonCreation, orderview.ReasonWaiting:
+		return []orderops.Action{orderops.Skip, orderops.Hold}
+	case orderview.ReasonHeld:
+		return []orderops.Action{orderops.Resume}
+	default:
+		return nil
+	}
 }
 
 // view builds the answer of page, read for reason: the links first, from
@@ -212,6 +254,13 @@ func (p *blockedPages) view(page orderview.BlockedPage, reason string) blockedVi
 		}
 		if c := b.Creation; c != nil {
 			row.FromURL = p.orderURL(c.From)
+		}
+		if !p.readOnly && row.OrderURL != "" {
+			for _, a := range blockedActions(b.Reason) {
+				act := p.links.orderAction(b.OrderNo, a)
+				row.Actions = append(row.Actions, rowAction{Action: string(a), Label: act.Label, URL: act.URL,
+					NeedsReason: a.NeedsReason(), Confirm: act.Confirm})
+			}
 		}
 		escapeText(reflect.ValueOf(&row.BlockedOrder))
 		v.Orders = append(v.Orders, row)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
@@ -116,6 +117,7 @@ func TestBlockedPage(t *testing.T) {
 	assert.Contains(t, r.body, `data-api="/blocked-orders.json"`)
 	assert.Contains(t, r.body, `data-read-only="true"`)
 	assert.NotContains(t, r.body, "<th>actions</th>", "no actions column when read-only")
+	assert.NotContains(t, r.body, `id="action-reason"`, "no reason field when read-only")
 	assert.NotContains(t, r.body, "<script>", "no inline script")
 
 	r = d.get(t, "/blocked-orders.js", basic)
@@ -152,6 +154,7 @@ func TestBlockedPage(t *testing.T) {
 	require.NotNil(t, h.Hold)
 	assert.Equal(t, `check the \u202eaddress`, h.Hold.Reason, "escaped as the order page escapes it")
 	assert.Contains(t, h.Explanation, `Held by ops@example.com since `+heldAt.Format(time.RFC3339)+` (check the \u202eaddress)`)
+	assert.Empty(t, h.Actions, "no actions when read-only")
 
 	s := v.Orders[1]
 	assert.Equal(t, orderview.ReasonScheduled, s.Reason)
@@ -223,6 +226,7 @@ func TestBlockedPageUnderRoot(t *testing.T) {
 	assert.Contains(t, r.body, `<script src="/ops/blocked-orders.js" defer></script>`)
 	assert.Contains(t, r.body, `data-api="/ops/blocked-orders.json"`)
 	assert.Contains(t, r.body, `<th>actions</th>`, "the place of the operator actions, with writes on")
+	assert.Contains(t, r.body, `id="action-reason"`, "the reason of the rows' actions")
 	assert.Contains(t, d.get(t, "/ops/orders", basic).body, `<a href="/ops/blocked-orders">Blocked orders</a>`)
 	v := getBlocked(t, d, "/ops/blocked-orders.json")
 	// Both were reserved within a few milliseconds: oldest first may tie.
@@ -234,6 +238,17 @@ func TestBlockedPageUnderRoot(t *testing.T) {
 	assert.Empty(t, x.TaskURL, "the exchange X2 is not in asynq")
 	require.NotNil(t, x.Creation)
 	assert.True(t, x.Creation.Cycle)
+	assert.Equal(t, []rowAction{
+		{Action: "skip", Label: "Skip", URL: "/ops/orders/SOX/actions/skip", NeedsReason: true,
+			Confirm: "Skip the change whose turn it is in SOX? It is archived and will not be applied; the changes behind it go on."},
+		{Action: "hold", Label: "Hold", URL: "/ops/orders/SOX/actions/hold", NeedsReason: true},
+	}, x.Actions, "the order page's actions, under the root")
+	so1 := v.Orders[slices.Index(orderNos(v), "SO1")]
+	var urls []string
+	for _, a := range so1.Actions {
+		urls = append(urls, a.URL)
+	}
+	assert.Equal(t, []string{"/ops/orders/SO1/actions/retry", "/ops/orders/SO1/actions/skip", "/ops/orders/SO1/actions/hold"}, urls)
 	assert.Equal(t, "/ops/orders/SO1", v.Orders[1].OrderURL)
 	assert.Equal(t, "/ops/queues/order_modify/tasks/SO1-later", v.Orders[1].TaskURL)
 	assert.Equal(t, http.StatusNotFound, d.get(t, "/blocked-orders.json", basic).status, "only under the root")
@@ -318,5 +333,27 @@ func fill(v reflect.Value, s string) {
 	case reflect.String:
 		v.SetString(s)
 	default:
+	}
+}
+
+// TestBlockedActions goes over every reason: a held order is offered
+// resume and nothing else, every other readable one hold, and retry now
+// only where the head's task waits in asynq's retry or scheduled set.
+func TestBlockedActions(t *testing.T) {
+	t.Parallel()
+	want := map[string][]orderops.Action{
+		orderview.ReasonFailing:    {orderops.Retry, orderops.Skip, orderops.Hold},
+		orderview.ReasonScheduled:  {orderops.Retry, orderops.Skip, orderops.Hold},
+		orderview.ReasonGap:        {orderops.Skip, orderops.Hold},
+		orderview.ReasonLockStale:  {orderops.Skip, orderops.Hold},
+		orderview.ReasonCreation:   {orderops.Skip, orderops.Hold},
+		orderview.ReasonWaiting:    {orderops.Skip, orderops.Hold},
+		orderview.ReasonHeld:       {orderops.Resume},
+		orderview.ReasonUnreadable: nil,
+	}
+	for _, reason := range orderview.Reasons() {
+		got, ok := want[reason]
+		assert.True(t, ok, "reason %q has no row in this test", reason)
+		assert.Equal(t, got, blockedActions(reason), reason)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
@@ -546,21 +547,8 @@ func TestBrowserBlockedPage(t *testing.T) {
 	logIn(ctx, t)
 	csp := watchCSP(ctx, t)
 
-	loaded := func(what string) {
-		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("blocked").dataset.state !== "loading"`,
-			chromedp.WithPollingTimeout(30*time.Second)))
-		require.NoError(t, err, "%s: the list never loaded", what)
-		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("blocked").dataset.state`))
-		require.NoError(t, err)
-		require.Equal(t, "loaded", state, what)
-	}
-	rows := func() []string {
-		t.Helper()
-		nos, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#orders tbody tr")).map(r => r.dataset.order)`))
-		require.NoError(t, err)
-		return nos
-	}
+	b := blockedTab{t, ctx}
+	loaded, rows := b.loaded, b.rows
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -646,4 +634,242 @@ func TestBrowserBlockedPage(t *testing.T) {
 	require.NoError(t, err, "the page did not show the error")
 	assert.Contains(t, text(`#error`), "Could not read the blocked orders: Redis failed or is unreachable. Try again.")
 	assert.Empty(t, csp.violations(t), "the error")
+}
+
+// blockedTab drives the blocked-orders page in a browser tab for a test.
+type blockedTab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// loaded waits for the list to be read, and requires it read without
+// error.
+func (b blockedTab) loaded(what string) {
+	b.t.Helper()
+	_, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.getElementById("blocked").dataset.state !== "loading"`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(b.t, err, "%s: the list never loaded", what)
+	state, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById("blocked").dataset.state`))
+	require.NoError(b.t, err)
+	require.Equal(b.t, "loaded", state, what)
+}
+
+// evalOn evaluates expr on b's page and returns its value.
+func evalOn[T any](b blockedTab, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	require.NoError(b.t, err, expr)
+	return v
+}
+
+// rows returns the order numbers of the list's rows, in order.
+func (b blockedTab) rows() []string {
+	b.t.Helper()
+	return evalOn[[]string](b, `Array.from(document.querySelectorAll("#orders tbody tr")).map(r => r.dataset.order)`)
+}
+
+// buttons returns the labels of order no's action buttons.
+func (b blockedTab) buttons(no string) []string {
+	b.t.Helper()
+	return evalOn[[]string](b, `Array.from(document.querySelectorAll('#orders tr[data-order="`+no+`"] td.actions button')).map(b => b.textContent)`)
+}
+
+// act clicks order no's button of action, and waits for its outcome in
+// #action-result: "done" (the list read again) or "refused". It returns
+// the outcome and its text.
+func (b blockedTab) act(no, action string) (state, text string) {
+	b.t.Helper()
+	evalOn[string](b, `document.getElementById("action-result").dataset.state = ""`)
+	require.NoError(b.t, chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(`#orders tr[data-order="`+no+`"] button[data-action="`+action+`"]`))))
+	_, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`["done", "refused"].includes(document.getElementById("action-result").dataset.state)`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(b.t, err, "%s of %s never ended", action, no)
+	return evalOn[string](b, `document.getElementById("action-result").dataset.state`),
+		evalOn[string](b, `document.getElementById("action-result").textContent`)
+}
+
+// pausedOf returns order no's hold as its sequence records it, nil when it
+// is not held.
+func pausedOf(t *testing.T, db *redistest.DB, no string) *lock.Pause {
+	t.Helper()
+	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	st, err := seq.Status(t.Context(), no)
+	require.NoError(t, err)
+	return st.Paused
+}
+
+// TestBrowserBlockedActions uses the operator actions of the blocked-orders
+// page of a writable dashboard under a root path, as an operator would:
+// two orders are blocked, scheduled. A hold without a reason is refused
+// with the dashboard's message and changes nothing; with a reason, it
+// holds the order (the list then shows it held by the dashboard user, for
+// that reason, with only Resume); Resume ends the hold; Retry now runs the
+// other order's change at once, which takes it off the list. The sequence
+// and asynq are checked after each. It fails on any CSP violation.
+func TestBrowserBlockedActions(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	seedScheduled(t, db, "SO1", "SO2")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms", "DASHBOARD_ROOT", "/ops",
+		"DASHBOARD_READ_ONLY", "false"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
+	b := blockedTab{t, ctx}
+	row := func(no string) string {
+		t.Helper()
+		return evalOn[string](b, `document.querySelector('#orders tr[data-order="`+no+`"]').innerText`)
+	}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/ops/blocked-orders")))
+	b.loaded("first")
+	require.ElementsMatch(t, []string{"SO1", "SO2"}, b.rows())
+	for _, no := range []string{"SO1", "SO2"} {
+		assert.Equal(t, []string{"Retry now", "Skip", "Hold"}, b.buttons(no), "a scheduled order's actions")
+	}
+
+	// Hold needs a reason: refused, and nothing changes.
+	state, text := b.act("SO1", "hold")
+	assert.Equal(t, "refused", state)
+	assert.Contains(t, text, "Hold SO1 refused: orderops: invalid request: hold needs a reason")
+	assert.Nil(t, pausedOf(t, db, "SO1"))
+
+	// With a reason, the order is held by the dashboard user.
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#action-reason`), "customer called")))
+	state, text = b.act("SO1", "hold")
+	require.Equal(t, "done", state, text)
+	assert.Contains(t, text, "Hold SO1: on hold since ")
+	b.loaded("after the hold")
+	assert.Equal(t, "held", evalOn[string](b, `document.querySelector('#orders tr[data-order="SO1"]').dataset.reason`))
+	assert.Contains(t, row("SO1"), "Held by "+testUser+" since ")
+	assert.Contains(t, row("SO1"), "customer called")
+	assert.Equal(t, []string{"Resume"}, b.buttons("SO1"), "a held order's action")
+	p := pausedOf(t, db, "SO1")
+	require.NotNil(t, p, "the sequence is paused")
+	assert.Equal(t, testUser, p.By)
+	assert.Equal(t, "customer called", p.Reason)
+	screenshot(ctx, t, "dashboard-blocked-actions.png")
+
+	// Resume ends the hold: the order is blocked as scheduled again.
+	state, text = b.act("SO1", "resume")
+	require.Equal(t, "done", state, text)
+	assert.Contains(t, text, "Resume SO1: hold by "+testUser+" (customer called) ended")
+	assert.Equal(t, "scheduled", evalOn[string](b, `document.querySelector('#orders tr[data-order="SO1"]').dataset.reason`))
+	assert.NotContains(t, row("SO1"), "Held by")
+	assert.Equal(t, []string{"Retry now", "Skip", "Hold"}, b.buttons("SO1"))
+	assert.Nil(t, pausedOf(t, db, "SO1"), "the hold is gone from the sequence")
+
+	// Retry now runs SO2's scheduled change at once: it is pending, and the
+	// order is no longer listed.
+	state, text = b.act("SO2", "retry")
+	require.Equal(t, "done", state, text)
+	assert.Contains(t, text, "Retry now SO2: task SO2-later (position ")
+	assert.Contains(t, text, ") moved from scheduled to pending: it runs next")
+	assert.Equal(t, []string{"SO1"}, b.rows())
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "SO2-later")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State)
+
+	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/orders/SO1/actions/hold"`)
+	assert.Empty(t, csp.violations(t), "the blocked-orders page's actions")
+	requireNoSecrets(t, d.logs.String())
+}
+
+// TestBrowserBlockedActionsReadOnly opens the blocked-orders page of a
+// read-only dashboard (the default): no actions column, no button, no
+// reason field; and an action POSTed from the page itself, with its
+// origin and credentials, is answered 403 with a JSON error, and the order
+// is not held.
+func TestBrowserBlockedActionsReadOnly(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	seedScheduled(t, db, "SO1")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
+	b := blockedTab{t, ctx}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/blocked-orders")))
+	b.loaded("read-only")
+	assert.Equal(t, []string{"SO1"}, b.rows())
+	assert.Equal(t, []string{"order", "reason", "waiting since", "changes held back", "next change", "why"},
+		evalOn[[]string](b, `Array.from(document.querySelectorAll("#orders th")).map(h => h.textContent)`), "no actions column")
+	assert.Zero(t, evalOn[int](b, `document.querySelectorAll("#orders button, #orders td.actions").length`), "no action button")
+	assert.False(t, evalOn[bool](b, `document.getElementById("action-reason") !== null`), "no reason field")
+
+	// The page's own request, as a button would send it, is refused.
+	type answer struct {
+		Status      int    `json:"status"`
+		ContentType string `json:"contentType"`
+		Error       string `json:"error"`
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[answer](`(async () => {
+		const r = await fetch("/orders/SO1/actions/hold", { method: "POST", credentials: "same-origin",
+			headers: { "Content-Type": "application/json" }, body: JSON.stringify({ reason: "customer called" }) });
+		return { status: r.status, contentType: r.headers.get("Content-Type"), error: (await r.json()).error };
+	})()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	assert.Equal(t, answer{Status: http.StatusForbidden, ContentType: "application/json",
+		Error: "the dashboard is read-only (DASHBOARD_READ_ONLY): no action is allowed"}, got)
+	assert.Nil(t, pausedOf(t, db, "SO1"), "nothing was held")
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "SO1-later")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateScheduled, info.State, "nothing was run")
+	assert.Contains(t, d.logs.String(), `"error_code":"read_only"`)
+	assert.Empty(t, csp.violations(t), "the read-only blocked-orders page")
+}
+
+// TestBrowserOrderActions holds and resumes an order from its order page
+// on a writable dashboard, as an operator would: a reason typed beside the
+// buttons, Hold, then Resume. After each the page reloads and its
+// sequence log says who did it and why; the sequence is checked too.
+func TestBrowserOrderActions(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	logIn(ctx, t)
+	csp := watchCSP(ctx, t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(d.base+"/orders/SO1001")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#order-actions`))))
+	labels, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#order-actions button")).map(b => b.textContent)`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Retry now", "Skip", "Hold", "Resume"}, labels)
+
+	// press clicks the button labelled label, whose success reloads the
+	// page, and waits for want in the sequence log.
+	press := func(label, want string) {
+		t.Helper()
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(`//section[@id="order-actions"]//button[.="`+label+`"]`))
+		require.NoError(t, err, label)
+		require.Equal(t, int64(http.StatusOK), resp.Status, label)
+		_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("log") !== null && document.getElementById("log").innerText.includes(`+strconv.Quote(want)+`)`,
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, "%s: the page never showed %q", label, want)
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#action-reason`), "customer called")))
+	press("Hold", "hold by "+testUser+": customer called")
+	p := pausedOf(t, db, "SO1001")
+	require.NotNil(t, p)
+	assert.Equal(t, testUser, p.By)
+	assert.Equal(t, "customer called", p.Reason)
+	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/orders/SO1001/actions/hold"`)
+
+	press("Resume", "resume by "+testUser)
+	assert.Nil(t, pausedOf(t, db, "SO1001"), "the hold is gone")
+	assert.Empty(t, csp.violations(t), "the order page's actions")
+	requireNoSecrets(t, d.logs.String())
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -289,13 +290,17 @@ func (p *orderPages) act(w http.ResponseWriter, r *http.Request, no, name string
 	ctx, cancel := context.WithTimeout(r.Context(), orderTimeout)
 	defer cancel()
 	res, err := p.ops.Do(ctx, a, orderops.Request{OrderNo: no, By: cmp.Or(by, "dashboard"), Reason: body.Reason})
+	// The answer's text quotes what Redis holds (a hold's principal and
+	// reason): it is escaped as the pages escape it, since the pages show
+	// it.
 	switch {
 	case err == nil:
+		escapeText(reflect.ValueOf(&res))
 		actionJSON(w, http.StatusOK, res)
 	case errors.Is(err, orderops.ErrInvalid):
-		actionJSON(w, http.StatusBadRequest, actionError{err.Error()})
+		actionJSON(w, http.StatusBadRequest, actionError{safetext.Escape(err.Error())})
 	case errors.Is(err, orderops.ErrRefused):
-		actionJSON(w, http.StatusConflict, actionError{err.Error()})
+		actionJSON(w, http.StatusConflict, actionError{safetext.Escape(err.Error())})
 	default:
 		p.log.Warn("order action failed", zap.String("order_no", no), zap.String("action", name), zap.Error(err))
 		actionJSON(w, http.StatusServiceUnavailable, actionError{"Redis failed or is unreachable; try again"})
@@ -322,15 +327,21 @@ func (p *orderPages) orderActions(no string) []action {
 		return nil
 	}
 	var out []action
-	labels := map[orderops.Action]string{orderops.Retry: "Retry now", orderops.Skip: "Skip", orderops.Hold: "Hold", orderops.Resume: "Resume"}
 	for _, a := range orderops.Actions() {
-		act := action{Label: labels[a], Method: http.MethodPost, URL: p.root + "/orders/" + url.PathEscape(no) + "/actions/" + string(a), TaskID: no}
-		if a == orderops.Skip {
-			act.Confirm = "Skip the change whose turn it is in " + no + "? It is archived and will not be applied; the changes behind it go on."
-		}
-		out = append(out, act)
+		out = append(out, p.orderAction(no, a))
 	}
 	return out
+}
+
+// orderAction is the button of operator action a on order no, on the
+// order page and the blocked-orders page alike.
+func (p *orderPages) orderAction(no string, a orderops.Action) action {
+	labels := map[orderops.Action]string{orderops.Retry: "Retry now", orderops.Skip: "Skip", orderops.Hold: "Hold", orderops.Resume: "Resume"}
+	act := action{Label: labels[a], Method: http.MethodPost, URL: p.root + "/orders/" + url.PathEscape(no) + "/actions/" + string(a), TaskID: no}
+	if a == orderops.Skip {
+		act.Confirm = "Skip the change whose turn it is in " + no + "? It is archived and will not be applied; the changes behind it go on."
+	}
+	return act
 }
 
 // actions returns the write actions asynqmon's UI offers for a task in its

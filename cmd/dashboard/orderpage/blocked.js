@@ -4,7 +4,8 @@
 // every string that came from Redis (control and bidi characters, as the
 // order page shows them) and built every link to an order page or to
 // asynqmon. Errors are shown on the page, never thrown. When it is done,
-// <main> has data-state="loaded" or "error".
+// <main> has data-state="loaded" or "error". With writes on, each row has
+// the operator actions the dashboard offers for its reason (see act).
 "use strict";
 (() => {
   const main = document.getElementById("blocked");
@@ -78,13 +79,67 @@
     main.dataset.state = "error";
   };
 
-  // actions returns the operator actions of blocked order b for its row's
-  // actions cell, which is there only when the dashboard has writes on.
-  // None yet: the operator actions of issue 23 (retry now, skip, hold,
-  // resume) add their buttons here, for the order's reason (retry now for a
-  // failing head, resume for a held order, ...), and write their outcome to
-  // #action-result as the order page does.
-  const actions = (_b) => [];
+  // act sends operator action a (one of a row's b.actions, built by the
+  // dashboard: the order page's endpoint) with the reason typed at the top
+  // of the page, says the outcome in #action-result, and reads the list
+  // again after a success. #action-result's data-state is "sending", then
+  // "refused", or "done" once the list is read again.
+  const act = async (a, button) => {
+    if (a.confirm && !window.confirm(a.confirm)) {
+      return;
+    }
+    const out = document.getElementById("action-result");
+    const reasonField = document.getElementById("action-reason");
+    const what = a.label + " " + button.dataset.order;
+    button.disabled = true;
+    out.dataset.state = "sending";
+    out.textContent = what + "…";
+    let r;
+    let body = null;
+    try {
+      r = await fetch(a.url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ reason: reasonField ? reasonField.value : "" }),
+      });
+      try {
+        body = await r.json();
+      } catch (_e) {
+        // not JSON (a refusal before the dashboard's handler): said below
+      }
+    } catch (e) {
+      out.textContent = what + " failed: could not reach the dashboard: " + e;
+      out.dataset.state = "refused";
+      button.disabled = false;
+      return;
+    }
+    if (!r.ok) {
+      out.textContent = what + " refused: " + (body && typeof body.error === "string" ? body.error : r.status + " " + r.statusText);
+      out.dataset.state = "refused";
+      button.disabled = false;
+      return;
+    }
+    out.textContent = what + ": " + (body && body.detail ? body.detail : "done");
+    await load();
+    out.dataset.state = "done";
+  };
+
+  // actions returns the buttons of blocked order b's actions cell, which is
+  // there only when the dashboard has writes on: one per action the
+  // dashboard offers for its reason (b.actions: retry now, skip, hold or
+  // resume).
+  const actions = (b) => (b.actions || []).map((a) => {
+    const button = el("button", a.label, "order-action");
+    button.type = "button";
+    button.dataset.action = a.action;
+    button.dataset.order = b.order_no;
+    if (a.needs_reason) {
+      button.title = "requires a reason";
+    }
+    button.addEventListener("click", () => act(a, button));
+    return button;
+  });
 
   const reasonCell = (b) => {
     const td = el("td");
@@ -155,6 +210,7 @@
   };
 
   const render = (v) => {
+    document.getElementById("error").hidden = true;
     document.getElementById("read-at").textContent = "Read at " + v.at + "; blocked after " + age(v.blocked_after_ms) +
       " of waiting. " + v.candidates + " order(s) looked at.";
 
