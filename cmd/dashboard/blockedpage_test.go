@@ -249,8 +249,8 @@ func TestBlockedPageUnderRoot(t *testing.T) {
 		urls = append(urls, a.URL)
 	}
 	assert.Equal(t, []string{"/ops/orders/SO1/actions/retry", "/ops/orders/SO1/actions/skip", "/ops/orders/SO1/actions/hold"}, urls)
-	assert.Equal(t, "/ops/orders/SO1", v.Orders[1].OrderURL)
-	assert.Equal(t, "/ops/queues/order_modify/tasks/SO1-later", v.Orders[1].TaskURL)
+	assert.Equal(t, "/ops/orders/SO1", so1.OrderURL)
+	assert.Equal(t, "/ops/queues/order_modify/tasks/SO1-later", so1.TaskURL)
 	assert.Equal(t, http.StatusNotFound, d.get(t, "/blocked-orders.json", basic).status, "only under the root")
 }
 
