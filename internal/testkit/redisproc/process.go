@@ -61,7 +61,26 @@ func Start(extra ...string) (*Process, error) {
 // startProcess starts a redis-server on a free loopback port in a new
 // temporary directory, with the arguments args returns for them; the
 // server must log to redis.log in that directory.
+//
+// A free port is only free until someone else binds it: a port taken
+// between the check and the server's bind (by another test's server or a
+// client's ephemeral port) makes the server exit with "Address already in
+// use", and startProcess tries again on other ports, up to bindTries times.
 func startProcess(args func(port int, dir string) []string) (*Process, error) {
+	var err error
+	for range bindTries {
+		var p *Process
+		if p, err = tryProcess(args); err == nil || !strings.Contains(err.Error(), "Address already in use") {
+			return p, err
+		}
+	}
+	return nil, err
+}
+
+// bindTries is how many ports startProcess tries.
+const bindTries = 5
+
+func tryProcess(args func(port int, dir string) []string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err

@@ -87,8 +87,15 @@ func StartCluster() (*Cluster, error) {
 	}()
 	for range 2 * ClusterMasters {
 		p, err := startProcess(func(port int, dir string) []string {
+			// The cluster bus on a free port of its own, not port+10000
+			// (which may be taken, or past 65535).
+			bus, err := freePort()
+			if err != nil {
+				bus = 0 // Redis's default, port+10000
+			}
 			return []string{
 				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+				"--cluster-port", strconv.Itoa(bus),
 				"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", "redis.log",
 				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", "2000",
@@ -135,7 +142,7 @@ func StartCluster() (*Cluster, error) {
 		}
 	}
 	for _, p := range c.nodes[1:] {
-		if err := admin[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(p.port)).Err(); err != nil {
+		if err := admin[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", p.port, p.busPort()).Err(); err != nil {
 			return nil, fmt.Errorf("redisproc: cluster meet: %w", err)
 		}
 	}
@@ -647,4 +654,17 @@ func (g *SentinelGroup) Failover(ctx context.Context) (old, cur string, err erro
 		return "", "", err
 	}
 	return old, cur, nil
+}
+
+// busPort is the cluster bus port of a cluster node: its --cluster-port,
+// or Redis's default, port+10000.
+func (p *Process) busPort() int {
+	for i, a := range p.args {
+		if a == "--cluster-port" && i+1 < len(p.args) {
+			if n, err := strconv.Atoi(p.args[i+1]); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return p.port + 10000
 }
