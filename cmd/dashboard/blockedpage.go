@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,22 +90,10 @@ func (p *blockedPages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // page writes the page's shell; its script fills it in.
 func (p *blockedPages) page(w http.ResponseWriter, r *http.Request) {
-	var b bytes.Buffer
-	if err := p.tmpl.Execute(&b, struct {
+	writePage(w, r, http.StatusOK, p.tmpl, struct {
 		Root     string
 		ReadOnly bool
-	}{p.root, p.readOnly}); err != nil {
-		p.log.Error("blocked page: template failed", zap.Error(err))
-		http.Error(w, "could not render the page", http.StatusInternalServerError)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", orderCSP)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(b.Bytes())
-	}
+	}{p.root, p.readOnly}, p.log.With(zap.String("page", "blocked")))
 }
 
 // The error codes of <root>/blocked-orders.json.

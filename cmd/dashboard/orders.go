@@ -197,9 +197,16 @@ func badOrderNo(no string) string {
 // render writes the page with status.
 func (p *orderPages) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
 	d.Root, d.ReadOnly = p.root, p.readOnly
+	writePage(w, r, status, p.tmpl, d, p.log.With(zap.String("page", "order")))
+}
+
+// writePage renders tmpl with data and writes it with status and the
+// headers of the dashboard's own pages (no caching, orderCSP); HEAD gets
+// the headers alone. A template that fails is logged and answered 500.
+func writePage(w http.ResponseWriter, r *http.Request, status int, tmpl *template.Template, data any, log *zap.Logger) {
 	var b bytes.Buffer
-	if err := p.tmpl.Execute(&b, d); err != nil {
-		p.log.Error("order page: template failed", zap.Error(err))
+	if err := tmpl.Execute(&b, data); err != nil {
+		log.Error("page template failed", zap.Error(err))
 		http.Error(w, "could not render the page", http.StatusInternalServerError)
 		return
 	}
