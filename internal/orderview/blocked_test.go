@@ -367,3 +367,11 @@ func TestBlockedListsAnUnreadableSequence(t *testing.T) {
 	require.Equal(t, orderview.ReasonScheduled, got["SOOK"].Reason, "%+v", got["SOOK"])
 	require.Equal(t, 1, page.Counts[orderview.ReasonUnreadable])
 }
+
+// The same list on a Sentinel group, through its failover client.
+func TestBlockedOnSentinel(t *testing.T) {
+	db := redistest.NewSentinel(t)
+	b := newBlockedEnv(t, db.Client, db.Prefix, tasks.Shards{})
+	driveReasons(t, b)
+	checkReasons(t, b)
+}
