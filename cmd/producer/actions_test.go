@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -28,11 +27,7 @@ func TestCLIOrderActions(t *testing.T) {
 	rules, err := acl.Rules(acl.IntakeAdmin, acl.Options{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
 	env := map[string]string{"REDIS_URL": db.AsUser(t, rules...).URL(), "KEY_PREFIX": db.Prefix, "USER": "opsuser"}
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})

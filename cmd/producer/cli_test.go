@@ -18,15 +18,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCLI drives the commands as a user would and reads back what they did.
-func TestCLI(t *testing.T) {
-	db := redistest.New(t)
-	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix}
-	cli := func(args ...string) (string, error) {
+// cliWith returns a runner of the command line with the settings of env,
+// read at each run (a test may change them between runs): it returns what
+// the command printed and its error.
+func cliWith(t *testing.T, env map[string]string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
 		var out strings.Builder
 		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
 		return out.String(), err
 	}
+}
+
+// TestCLI drives the commands as a user would and reads back what they did.
+func TestCLI(t *testing.T) {
+	db := redistest.New(t)
+	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix}
+	cli := cliWith(t, env)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() {
 		_ = insp.DeleteQueue(tasks.QueueModify, true)
@@ -81,11 +88,7 @@ func TestCLI(t *testing.T) {
 func TestCLIOrderStatus(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "GAP_WAIT": "45s"}
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() {
 		_ = insp.DeleteQueue(tasks.QueueModify, true)
@@ -165,11 +168,7 @@ func TestClean(t *testing.T) {
 // without a Redis.
 func TestACL(t *testing.T) {
 	env := map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"} // never dialled
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 	for _, p := range acl.Processes() {
 		out, err := cli("acl", string(p))
 		require.NoError(t, err)
@@ -234,11 +233,7 @@ func TestDocsShowTheACLRules(t *testing.T) {
 func TestCLIOrderBlocked(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "BLOCKED_AFTER": "1ms"}
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() {
 		_ = insp.DeleteQueue(tasks.QueueModify, true)

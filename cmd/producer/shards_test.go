@@ -116,11 +116,7 @@ func TestShardsAgreeWithTheWorker(t *testing.T) {
 func TestShardsCommand(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{"REDIS_URL": db.URL(), "KEY_PREFIX": db.Prefix, "QUEUE_SHARDS": "1"}
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 	mid, err := tasks.ParseShards("3,1")
 	require.NoError(t, err)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)

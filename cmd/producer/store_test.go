@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -90,11 +89,7 @@ func TestCLIUsesTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	env := map[string]string{"REDIS_URL": intakeUser(t, db).URL(), "KEY_PREFIX": db.Prefix}
 	_, oracle := withHTTPStore(t, db, env)
-	cli := func(args ...string) (string, error) {
-		var out strings.Builder
-		err := run(t.Context(), args, func(k string) string { return env[k] }, &out)
-		return out.String(), err
-	}
+	cli := cliWith(t, env)
 
 	_, err := cli("order", "put", "SO8", "-address", "8 Upstream Rd", "-item", "TEA=2")
 	require.NoError(t, err)
