@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/httpauth"
+	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
@@ -50,24 +51,6 @@ type answer struct {
 	Header     http.Header
 }
 
-// fakeClock is a clock the test moves.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // TestLoginThrottle checks the throttle over a real socket with a clock the
 // test moves: a client may fail 3 times, then gets 429 with Retry-After,
 // even with the right password; it may fail once more each period; other
@@ -75,7 +58,7 @@ func (c *fakeClock) Add(d time.Duration) {
 // success counts for nothing.
 func TestLoginThrottle(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	core, logs := observer.New(zap.WarnLevel)
 	throttle := newLoginThrottle(3, 10*time.Second, 100, clock.Now, zap.New(core))
 	scheme, err := httpauth.Basic(realm, testUser, testPassword)
@@ -126,7 +109,7 @@ func TestLoginThrottle(t *testing.T) {
 // of them are checked than the client has tries, the rest get 429.
 func TestLoginThrottleConcurrent(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	throttle := newLoginThrottle(3, time.Minute, 100, clock.Now, zap.NewNop())
 	scheme, err := httpauth.Basic(realm, testUser, testPassword)
 	require.NoError(t, err)
@@ -189,7 +172,7 @@ func (s *blockingScheme) Authenticate(r *http.Request) (string, bool) {
 // maximum of clients, forgetting the one that failed longest ago.
 func TestLoginThrottleIsBounded(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	throttle := newLoginThrottle(1, time.Minute, 3, clock.Now, zap.NewNop())
 	fail := func(c string) { throttle.take(c) }
 	for _, c := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,29 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/tasks"
 )
-
-// clock is a settable clock for the rate limit: it stands still unless a
-// test moves it, so no test sleeps for a bucket to refill.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // postAs enqueues body at path with the given key and Idempotency-Key.
 func (e *env) postAs(t *testing.T, apiKey, path, eventID, body string) response {
@@ -70,7 +49,7 @@ func requireNoTask(t *testing.T, e *env, eventID string) {
 // the same request passes once Retry-After has gone by.
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e := newEnv(t, func(c *Config) { c.Rate, c.Burst, c.now = 0.4, 2, clk.Now })
 
 	r := e.postAs(t, key1, "/v1/orders/SO1/modify", "evt-1", modifyBody)
@@ -118,7 +97,7 @@ func TestRateLimit(t *testing.T) {
 // burst and the Config's rate.
 func TestRateLimitPerKey(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e := newEnv(t, func(c *Config) {
 		c.Rate, c.Burst, c.now = 1, 1, clk.Now
 		c.KeyLimits = map[int]Limit{1: {Rate: Unlimited}, 2: {Burst: 3}}
@@ -141,7 +120,7 @@ func TestRateLimitPerKey(t *testing.T) {
 // bucket.
 func TestRateLimitNoAuth(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e := newEnv(t, func(c *Config) { c.APIKeys, c.InsecureNoAuth, c.Rate, c.Burst, c.now = nil, true, 1, 1, clk.Now })
 	r := e.do(t, http.MethodPost, "/v1/orders/SO1/modify", modifyBody, map[string]string{"Authorization": "", HeaderIdempotencyKey: "evt-1"})
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)

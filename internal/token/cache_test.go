@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/redis/go-redis/v9"
@@ -405,7 +406,7 @@ func TestLocalCopyRespectsExpiry(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	key := testKey(db)
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rdb := db.NewClient(t)
 	hook := &countHook{}
 	rdb.AddHook(hook)
@@ -421,13 +422,13 @@ func TestLocalCopyRespectsExpiry(t *testing.T) {
 	require.NoError(t, db.Client.Set(t.Context(), key, "second", time.Minute).Err())
 	trips := hook.n.Load()
 
-	clk.Advance(49 * time.Second) // 11s left: more than RefreshBefore
+	clk.Add(49 * time.Second) // 11s left: more than RefreshBefore
 	tok, err = c.Get(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "first", tok, "served from the local copy")
 	require.Equal(t, trips, hook.n.Load(), "no round trip for a fresh local copy")
 
-	clk.Advance(2 * time.Second) // 9s left: due, so Redis is asked
+	clk.Add(2 * time.Second) // 9s left: due, so Redis is asked
 	tok, err = c.Get(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "second", tok)
@@ -437,7 +438,7 @@ func TestLocalCopyMaxAge(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	key := testKey(db)
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := newReplica(t, db, noFetch(t), Config{LocalMaxAge: time.Second, Now: clk.Now}, nil)
 	require.NoError(t, db.Client.Set(t.Context(), key, "first", time.Minute).Err())
 
@@ -450,7 +451,7 @@ func TestLocalCopyMaxAge(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "first", tok)
 
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	tok, err = c.Get(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "second", tok)
@@ -683,7 +684,7 @@ func TestServesValidLocalCopyWhileRedisIsDown(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	key := "token:{upstream}"
 	require.NoError(t, rdb.Set(t.Context(), key, "cached", time.Minute).Err())
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c, err := New(rdb, noFetch(t), Config{Key: key, Now: clk.Now}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
@@ -693,12 +694,12 @@ func TestServesValidLocalCopyWhileRedisIsDown(t *testing.T) {
 	require.Equal(t, "cached", tok)
 	p.Kill()
 
-	clk.Advance(2 * time.Second) // past LocalMaxAge: Get asks Redis, which is down
+	clk.Add(2 * time.Second) // past LocalMaxAge: Get asks Redis, which is down
 	tok, err = c.Get(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "cached", tok)
 
-	clk.Advance(time.Minute) // expired: nothing left to serve
+	clk.Add(time.Minute) // expired: nothing left to serve
 	_, err = c.Get(t.Context())
 	require.ErrorIs(t, err, ErrUnavailable)
 }
