@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -31,7 +32,7 @@ func runPlainWorker(ctx context.Context, getenv func(string) string) error {
 	}
 	rdb := opts.NewClient()
 	defer rdb.Close()
-	noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
+	noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return storehook.Sleep(ctx, work) })
 	mux := asynq.NewServeMux()
 	for _, k := range tasks.Kinds() {
 		mux.Handle(k.Type, noop)

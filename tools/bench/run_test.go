@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -124,8 +125,8 @@ func TestParseReplicas(t *testing.T) {
 }
 
 func TestSleepHonoursContext(t *testing.T) {
-	require.NoError(t, sleep(t.Context(), time.Millisecond))
+	require.NoError(t, storehook.Sleep(t.Context(), time.Millisecond))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	require.ErrorIs(t, sleep(ctx, time.Hour), context.Canceled)
+	require.ErrorIs(t, storehook.Sleep(ctx, time.Hour), context.Canceled)
 }

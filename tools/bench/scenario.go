@@ -569,7 +569,7 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 		mux := asynq.NewServeMux()
 		var sl *seedLock
 		if sc.System == sysPlain {
-			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return sleep(ctx, work) })
+			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return storehook.Sleep(ctx, work) })
 			for _, k := range tasks.Kinds() {
 				mux.Handle(k.Type, noop)
 			}
@@ -602,20 +602,5 @@ func plainConfig(concurrency int) asynq.Config {
 		DelayedTaskCheckInterval: time.Second,
 		Logger:                   zap.NewNop().Sugar(),
 		LogLevel:                 asynq.WarnLevel,
-	}
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
@@ -55,7 +56,7 @@ func (s *seedLock) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	defer s.release(ctx, key)
 	wctx := orders.WithWrite(ctx, orders.Write{Fence: 1, Worker: "bench-c", StartedAt: time.Now()})
-	if err := sleep(ctx, s.work); err != nil {
+	if err := storehook.Sleep(ctx, s.work); err != nil {
 		return err
 	}
 	_, err = s.store.Modify(wctx, p.EventID, p.OrderNo, orders.Changes{
@@ -78,7 +79,7 @@ func (s *seedLock) acquire(ctx context.Context, key string) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		if sleep(ctx, rand.N(seedMaxSleep)) != nil {
+		if storehook.Sleep(ctx, rand.N(seedMaxSleep)) != nil {
 			return false
 		}
 	}

@@ -46,17 +46,21 @@ func (h hooked) Exchange(ctx context.Context, eventID, orderNo string, x orders.
 // Delay returns a Hook that waits d, or until ctx ends (returning its cause),
 // as a write that takes d would. A d of 0 or less returns nil at once.
 func Delay(d time.Duration) Hook {
-	return func(ctx context.Context, _, _, _ string) error {
-		if d <= 0 {
-			return nil
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	return func(ctx context.Context, _, _, _ string) error { return Sleep(ctx, d) }
+}
+
+// Sleep waits d, or until ctx ends (returning its cause): simulated work. A
+// d of 0 or less returns nil at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
