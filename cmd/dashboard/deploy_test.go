@@ -349,9 +349,15 @@ func (r *recorder) described(t *testing.T, out map[string]bool) {
 		case prometheus.Metric:
 			continue // one metric without labels: gathered, with its type
 		}
+		// Drained before any check, so that a failed check never leaves
+		// Describe blocked on its send.
 		ch := make(chan *prometheus.Desc)
 		go func() { c.Describe(ch); close(ch) }()
+		var descs []*prometheus.Desc
 		for d := range ch {
+			descs = append(descs, d)
+		}
+		for _, d := range descs {
 			m := fqName.FindStringSubmatch(d.String())
 			require.NotNil(t, m, "a description without a name: %s", d)
 			addSeries(out, m[1], typ)
