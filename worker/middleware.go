@@ -221,11 +221,11 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	h := p.Header()
 	r.OrderNo, r.EventID, r.Seq = h.OrderNo, h.EventID, h.Seq
+	label := tasks.PositionLabel(k.Kind.Type, h.EventID)
 	var turn lock.Turn
 	if h.Seq > 0 {
-		turn = lock.Turn{Pos: h.Seq, Label: tasks.PositionLabel(k.Kind.Type, h.EventID)}
+		turn = lock.Turn{Pos: h.Seq, Label: label}
 	}
-	label := tasks.PositionLabel(k.Kind.Type, h.EventID)
 	if q, _ := asynq.GetQueueName(ctx); !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
 		err := w.misplaced(k.Kind, h.OrderNo, q)
 		if turn.Pos > 0 {
@@ -319,7 +319,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		w.turns.Pass(ctx, lease, final, retryAt, err == nil)
 		if final && err != nil {
-			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
+			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error()) // rare: archived
 		}
 		if final {
 			w.created(ctx, p, err)
