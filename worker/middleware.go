@@ -319,7 +319,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		w.turns.Pass(ctx, lease, final, retryAt, err == nil)
 		if final && err != nil {
-			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error()) // rare: archived
+			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
 		}
 		if final {
 			w.created(ctx, p, err)
