@@ -16,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -721,4 +722,39 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "last word", o.Remark)
 	requireInSequence(t, e.history("SO-LATE"))
+}
+
+// An operator's hold parks a held order's head again and again without
+// spending a retry, even with a failure budget of 0 (MaxRetry(0)) and a
+// short gap wait: nothing is archived, and after the resume the changes
+// apply in order.
+func TestHoldParksWithoutArchivingAtMaxRetryZero(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-HOLD")
+	r := newRuns()
+	e.startWorker(quickGapConfig(100*time.Millisecond, r), nil)
+	q := e.sequencer()
+	_, err := q.Pause(t.Context(), "SO-HOLD", "test", "hold across parks")
+	require.NoError(t, err)
+	p := e.producer(producer.Config{})
+	for _, id := range []string{"hold-1", "hold-2"} {
+		_, err := p.EnqueueModify(t.Context(), "SO-HOLD", tasks.Changes{Remark: new(id)}, producer.WithEventID(id), producer.WithMaxRetry(0))
+		require.NoError(t, err)
+	}
+	for range 3 { // parked, back, parked again: well past any retry
+		r.waitFor(t, "hold-1", 30*time.Second, worker.OutcomeWaiting)
+	}
+	info := e.taskInfo(tasks.QueueModify, "hold-1")
+	require.Zero(t, info.Retried, "a hold spends no retry")
+	require.Empty(t, e.history("SO-HOLD")[1:], "nothing applied while held")
+
+	_, st, err := q.Resume(t.Context(), "SO-HOLD")
+	require.NoError(t, err)
+	require.NoError(t, requeue.Labels(t.Context(), e.db.Client, "SO-HOLD", tasks.Shards{}, tasks.Kinds(), st.Wake))
+	r.waitFor(t, "hold-1", 30*time.Second, worker.OutcomeOK)
+	r.waitFor(t, "hold-2", 30*time.Second, worker.OutcomeOK)
+	archived, err := e.insp.ListArchivedTasks(tasks.QueueModify)
+	require.NoError(t, err)
+	require.Empty(t, archived)
+	requireInSequence(t, e.history("SO-HOLD"))
 }
