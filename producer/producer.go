@@ -76,7 +76,11 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The defaults of [Config].
@@ -202,6 +206,16 @@ type Config struct {
 	// Defaults to 24 hours; it must be below the sequences' 7-day
 	// retention.
 	MaxScheduleAhead time.Duration
+
+	// TracerProvider, when set, traces each enqueue as a span of kind
+	// producer ("send <queue>", per the OpenTelemetry messaging
+	// conventions) under the span of the context given, and carries that
+	// span's W3C trace context in the task's payload (tasks.TraceContext),
+	// so that the worker's spans of the change join the same trace. Pass
+	// otel.GetTracerProvider() to use the global one. Defaults to nil:
+	// no spans, and a payload's own trace context (when the caller set
+	// one) is enqueued as given.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -257,6 +271,7 @@ type Producer struct {
 	inspector *asynq.Inspector
 	seq       *lock.Sequencer
 	closed    atomic.Bool
+	tracer    trace.Tracer // nil: tracing off
 	// crossSlot is set once Redis refused acceptScript for its keys'
 	// slots (a proxy that spreads one address over shards): the producer
 	// then takes the two-step way.
@@ -299,6 +314,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 		client:    asynq.NewClientFromRedisClient(rdb),
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		seq:       seq,
+		tracer:    tracing.Tracer(cfg.TracerProvider),
 	}, nil
 }
 
@@ -403,7 +419,47 @@ func (p *Producer) enqueuePayload(ctx context.Context, payload tasks.Payload, o 
 	if err := payload.Validate(); err != nil {
 		return Result{}, err
 	}
-	return p.enqueue(ctx, payload, o)
+	if p.tracer == nil {
+		return p.enqueue(ctx, payload, o)
+	}
+	return p.enqueueTraced(ctx, payload, o)
+}
+
+// enqueueTraced is enqueue inside a producer span, whose trace context the
+// task carries (tasks.TraceContext) in place of any the payload had.
+func (p *Producer) enqueueTraced(ctx context.Context, payload tasks.Payload, o options) (r Result, err error) {
+	kind, h := payload.Kind(), payload.Header()
+	queue := kind.QueueFor(h.OrderNo, p.cfg.Shards.Count)
+	ctx, span := p.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String(tracing.MessagingSystem),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingDestinationName(queue),
+			semconv.MessagingMessageID(h.EventID),
+			tracing.AttrOrderNo.String(h.OrderNo),
+			tracing.AttrEventID.String(h.EventID),
+			attribute.String("orderworker.task_type", kind.Type),
+		))
+	defer func() {
+		var dup *DuplicateError
+		switch {
+		case errors.As(err, &dup):
+			// A retry of an accepted change is no error; another change
+			// under a taken event ID is.
+			span.SetAttributes(attribute.Bool("orderworker.duplicate", true), tracing.AttrSeq.Int64(dup.Seq))
+			if !dup.SamePayload {
+				tracing.RecordError(span, err)
+			}
+		case err != nil:
+			tracing.RecordError(span, err)
+		default:
+			span.SetAttributes(tracing.AttrSeq.Int64(r.Seq))
+		}
+		span.End()
+	}()
+	h.Trace = tracing.Inject(ctx)
+	return p.enqueue(ctx, payload.WithHeader(h), o)
 }
 
 // collect applies opts after checking that the producer is open.
@@ -479,17 +535,31 @@ func parseClaim(s string) claim {
 // tasks.Marshal stopped escaping them: a change's fingerprint stays what its
 // event's claim recorded, so a retry across that upgrade is still the
 // duplicate it is.
+//
+// A payload's trace context is not part of it: the same change sent again
+// under another trace is the same change.
 func fingerprint(payload tasks.Payload) string {
-	return fingerprintOf(withoutSeq(payload))
+	_, fp := encode(payload)
+	return fp
 }
 
-// withoutSeq returns the JSON of payload with no position: the task's
-// payload as tasks.NewTask encodes it, but without its "seq" field, which
-// is left out when zero.
-func withoutSeq(payload tasks.Payload) []byte {
+// encode returns the JSON of payload with no position, the task's payload
+// as tasks.NewTask encodes it but without its "seq" field (left out when
+// zero), and the change's fingerprint, of that JSON without its trace
+// context too.
+func encode(payload tasks.Payload) (body []byte, fp string) {
 	h := payload.Header()
 	h.Seq = 0
-	b, err := tasks.Marshal(payload.WithHeader(h))
+	body = marshal(payload.WithHeader(h))
+	if h.Trace == nil {
+		return body, fingerprintOf(body)
+	}
+	h.Trace = nil
+	return body, fingerprintOf(marshal(payload.WithHeader(h)))
+}
+
+func marshal(payload tasks.Payload) []byte {
+	b, err := tasks.Marshal(payload)
 	if err != nil {
 		// Unreachable: the payloads have only strings, ints and slices of them.
 		panic(err)
@@ -529,8 +599,8 @@ type positions struct {
 // enqueues the task.
 func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options) (Result, error) {
 	kind, h := payload.Kind(), payload.Header()
-	body := withoutSeq(payload)
-	me := claim{kind.Type, h.OrderNo, fingerprintOf(body)}
+	body, fp := encode(payload)
+	me := claim{kind.Type, h.OrderNo, fp}
 	at := positions{orderNo: h.OrderNo, label: tasks.PositionLabel(kind.Type, h.EventID)}
 	if c, ok := payload.(tasks.Creator); ok {
 		at.created = c.Creates()

@@ -227,6 +227,8 @@ type Header struct {
 	OrderNo string
 	// Seq is the task's position in its order's sequence, 0 for none.
 	Seq int64
+	// Trace is the trace context of the change's acceptance, or nil.
+	Trace *TraceContext
 }
 
 // Payload is the payload of a task of any kind: [ModifyPayload] or
@@ -237,7 +239,7 @@ type Payload interface {
 	// Header returns the fields every payload has.
 	Header() Header
 	// WithHeader returns a copy of the payload carrying h's event ID, order
-	// number and position.
+	// number, position and trace context.
 	WithHeader(h Header) Payload
 	// Validate checks the payload against the contract; see
 	// [ModifyPayload.Validate].
@@ -261,28 +263,32 @@ var (
 // Kind returns [Modify].
 func (p ModifyPayload) Kind() *Kind { return Modify }
 
-// Header returns the payload's event ID, order number and position.
+// Header returns the payload's event ID, order number, position and trace
+// context.
 func (p ModifyPayload) Header() Header {
-	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq}
+	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
 }
 
-// WithHeader returns p with h's event ID, order number and position.
+// WithHeader returns p with h's event ID, order number, position and trace
+// context.
 func (p ModifyPayload) WithHeader(h Header) Payload {
-	p.EventID, p.OrderNo, p.Seq = h.EventID, h.OrderNo, h.Seq
+	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
 	return p
 }
 
 // Kind returns [Exchange].
 func (p ExchangePayload) Kind() *Kind { return Exchange }
 
-// Header returns the payload's event ID, order number and position.
+// Header returns the payload's event ID, order number, position and trace
+// context.
 func (p ExchangePayload) Header() Header {
-	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq}
+	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
 }
 
-// WithHeader returns p with h's event ID, order number and position.
+// WithHeader returns p with h's event ID, order number, position and trace
+// context.
 func (p ExchangePayload) WithHeader(h Header) Payload {
-	p.EventID, p.OrderNo, p.Seq = h.EventID, h.OrderNo, h.Seq
+	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
 	return p
 }
 

@@ -92,6 +92,10 @@ type ModifyPayload struct {
 	OrderNo string `json:"order_no"`
 	// Changes is what to change; at least one of its fields is set.
 	Changes Changes `json:"changes"`
+	// Trace, when set, is the W3C trace context of the change's
+	// acceptance (see [TraceContext]). It is optional and never part of
+	// what makes two changes the same.
+	Trace *TraceContext `json:"trace,omitempty"`
 	// Seq is the change's position in its order's sequence (the order of
 	// acceptance), handed out by Redis when the change was accepted; see
 	// the package documentation. 0 (left out) means none: the task is
@@ -121,10 +125,41 @@ type ExchangePayload struct {
 	// Reason says why, for people: at most [MaxReasonLen] bytes of valid
 	// UTF-8, under the rules of [Changes.Remark]. It may be empty.
 	Reason string `json:"reason,omitempty"`
+	// Trace is the trace context of the exchange's acceptance, as in
+	// [ModifyPayload.Trace].
+	Trace *TraceContext `json:"trace,omitempty"`
 	// Seq is the exchange's position in OrderNo's sequence, as in
 	// [ModifyPayload.Seq].
 	Seq int64 `json:"seq,omitempty"`
 }
+
+// TraceContext is the W3C Trace Context (https://www.w3.org/TR/trace-context/)
+// of a change's acceptance, carried in its payload's optional "trace"
+// field because asynq tasks have no headers:
+//
+//	"trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=x"}
+//
+// The producer and the intake set it when tracing is on, from the context
+// of the request that enqueued the change; a worker with tracing on runs
+// the change as part of that trace, and one with tracing off ignores it. A
+// task without it (enqueued by hand) starts a new trace. A value that is
+// not a valid W3C header starts a new trace too: the change is never
+// refused for its trace context, only for breaking the field's bounds
+// ([MaxTraceparentLen], [MaxTracestateLen], printable ASCII).
+type TraceContext struct {
+	// Traceparent is the W3C traceparent header's value.
+	Traceparent string `json:"traceparent"`
+	// Tracestate is the W3C tracestate header's value; it may be empty.
+	Tracestate string `json:"tracestate,omitempty"`
+}
+
+// The bounds of a [TraceContext]'s fields, in bytes. A traceparent of
+// version 00 is 55 bytes; the W3C asks that at least 512 bytes of
+// tracestate be propagated, and the producer drops a longer one.
+const (
+	MaxTraceparentLen = 256
+	MaxTracestateLen  = 512
+)
 
 // Replacement returns the replacement order's number: NewOrderNo, or the
 // one [ReplacementOrderNo] derives when it is empty.

@@ -125,7 +125,43 @@ func (p ModifyPayload) Validate() error {
 	if err := p.Changes.validate("changes"); err != nil {
 		return err
 	}
+	if err := p.Trace.validate(); err != nil {
+		return err
+	}
 	return validateSeq(p.Seq)
+}
+
+// validate checks the bounds of a trace context (nil is valid): a
+// traceparent of 1 to MaxTraceparentLen bytes and a tracestate of at most
+// MaxTracestateLen, both printable ASCII, as HTTP header values are. Their
+// syntax is not checked: a worker starts a new trace for a value it cannot
+// read, and never refuses a change for it.
+func (t *TraceContext) validate() error {
+	if t == nil {
+		return nil
+	}
+	if t.Traceparent == "" {
+		return fieldErr("trace.traceparent", "required")
+	}
+	if msg := headerValueProblem(t.Traceparent, MaxTraceparentLen); msg != "" {
+		return fieldErr("trace.traceparent", "%s", msg)
+	}
+	if msg := headerValueProblem(t.Tracestate, MaxTracestateLen); msg != "" {
+		return fieldErr("trace.tracestate", "%s", msg)
+	}
+	return nil
+}
+
+func headerValueProblem(s string, limit int) string {
+	if len(s) > limit {
+		return fmt.Sprintf("must be at most %d bytes, got %d", limit, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return fmt.Sprintf("must be printable ASCII, got byte 0x%02x at %d", c, i)
+		}
+	}
+	return ""
 }
 
 // MaxSeq is the largest seq a task may carry: 2^53-1, the largest integer
@@ -191,6 +227,9 @@ func (p ExchangePayload) Validate() error {
 		}
 	}
 	if err := text("reason", p.Reason, MaxReasonLen, true); err != nil {
+		return err
+	}
+	if err := p.Trace.validate(); err != nil {
 		return err
 	}
 	return validateSeq(p.Seq)

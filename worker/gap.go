@@ -12,6 +12,7 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"go.uber.org/zap"
 )
 
@@ -47,7 +48,7 @@ func (q queueTasks) HeadFate(ctx context.Context, orderNo string, te *lock.TurnE
 func (w *Worker) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInfo, error) {
 	info, relisted, err := asynqwire.TaskInfo(ctx, w.insp, w.rdb, queue, id)
 	if relisted {
-		w.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
+		tracing.Log(ctx, w.log).Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
 			zap.String("queue", queue), zap.String("task_id", id))
 	}
 	return info, err

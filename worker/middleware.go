@@ -9,8 +9,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -149,11 +152,18 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 		r.TaskID, _ = asynq.GetTaskID(ctx)
 		r.Queue, _ = asynq.GetQueueName(ctx) // one of w.queues: a bounded label
 		r.Retried, _ = asynq.GetRetryCount(ctx)
+		var span trace.Span
+		if w.tracer != nil {
+			ctx, span = w.startRun(ctx, t, r)
+		}
 		ctx = context.WithValue(ctx, runKey{}, r)
 		err := next.ProcessTask(ctx, t)
 		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
 		w.cfg.Metrics.observeTask(w.taskTypeLabel(t.Type()), r.Queue, err, r.Took, &r.Done)
-		w.logRun(&r.Done)
+		w.logRun(ctx, &r.Done)
+		if span != nil {
+			endRun(span, &r.Done)
+		}
 		if w.cfg.OnDone != nil {
 			w.cfg.OnDone(r.Done)
 		}
@@ -161,7 +171,7 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 	})
 }
 
-func (w *Worker) logRun(d *Done) {
+func (w *Worker) logRun(ctx context.Context, d *Done) {
 	level, msg := zap.InfoLevel, "task done"
 	switch d.Outcome {
 	case OutcomeOK:
@@ -203,6 +213,7 @@ func (w *Worker) logRun(d *Done) {
 	if d.Err != nil {
 		fields = append(fields, zap.Error(d.Err))
 	}
+	fields = append(fields, tracing.LogFields(ctx)...)
 	ce.Write(fields...)
 }
 
@@ -257,7 +268,14 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	meta := clip(k.Kind.Type + " " + r.TaskID)
 
-	lease, taken, err := w.turns.Take(ctx, h.OrderNo, meta, turn, wait)
+	lctx, lspan := w.startSpan(ctx, spanLock)
+	if lspan.IsRecording() {
+		span := trace.SpanFromContext(ctx) // the run's
+		span.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrEventID.String(h.EventID))
+		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
+	}
+	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait)
+	endLock(lspan, lease, taken, err)
 	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
 	var park *lock.ParkError
 	switch {
@@ -300,7 +318,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		if v := recover(); v != nil {
 			// A handler bug: a failure like any other, and the order's
 			// lock is released now rather than at the end of its lease.
-			w.log.Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
+			tracing.Log(ctx, w.log).Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
 			err = fmt.Errorf("panic in the %s handler: %v", k.Kind.Type, v)
 		}
 		if cause := context.Cause(wctx); errors.Is(cause, lock.ErrLost) && err != nil && !errors.Is(err, lock.ErrLost) {
@@ -317,13 +335,18 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		if !final && errors.As(err, &f) {
 			retryAt = time.Now().Add(f.delay)
 		}
-		w.turns.Pass(ctx, lease, final, retryAt, err == nil)
+		hctx, hspan := w.startSpan(ctx, spanHandoff)
+		if hspan.IsRecording() {
+			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == lock.ModeTurn))
+		}
+		w.turns.Pass(hctx, lease, final, retryAt, err == nil)
 		if final && err != nil {
-			w.turns.Note(ctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
+			w.turns.Note(hctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
 		}
 		if final {
-			w.created(ctx, p, err)
+			w.created(hctx, p, err)
 		}
+		hspan.End()
 	}()
 	wctx = orders.WithWrite(wctx, orders.Write{
 		Fence:     lease.Fence(),
@@ -339,7 +362,13 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.
 	wctx = lock.WithHold(wctx, lease)
+	wctx, wspan := w.startSpan(wctx, spanWrite)
+	if wspan.IsRecording() {
+		wspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrFence.Int64(lease.Fence()))
+	}
 	err = k.Apply(wctx, w.store, p)
+	tracing.RecordError(wspan, err)
+	wspan.End()
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
 		// A change of an order that an exchange was to create, and did not:
 		// say why.

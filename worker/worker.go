@@ -80,9 +80,11 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -241,6 +243,16 @@ type Config struct {
 	// (see [Done]), on the task's goroutine, before asynq records the
 	// outcome. It must not block. Defaults to nil.
 	OnDone func(Done)
+	// TracerProvider, when set, traces every task run: a consumer span
+	// ("process <queue>") that continues the trace the change's payload
+	// carries (tasks.TraceContext; a task without one starts a new trace),
+	// with child spans for the order's lock, the store's write and the
+	// hand-off to the next in line, and span events for each wait (behind
+	// which position), park and skipped gap. The task's log line and every
+	// line logged during the run carry the trace_id and span_id. Pass
+	// otel.GetTracerProvider() to use the global one. Defaults to nil: no
+	// spans, and the payload's trace context is ignored.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -372,6 +384,7 @@ type Worker struct {
 	insp     *asynq.Inspector
 	store    orders.Store
 	log      *zap.Logger
+	tracer   trace.Tracer   // nil: tracing off
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
 
 	stopRecover context.CancelFunc // ends the recoverer
@@ -404,7 +417,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
-		insp: asynq.NewInspectorFromRedisClient(rdb)}
+		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.turns, err = lock.NewTurns(locker, queueTasks{w}, lock.TurnsConfig{GapWait: cfg.GapWait, Logger: log})
 	if err != nil {
 		_ = locker.Close()

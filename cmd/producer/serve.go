@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -193,13 +194,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
 	}
 
+	// Tracing, by the standard OTEL_* variables only: off unless set.
+	tr, err := tracing.FromEnv(ctx, "orderworker-intake", getenv)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if tr.On() {
+		tracing.SetErrorLog(root.Named("tracing"))
+		log.Info("tracing on")
+	}
+	defer func() {
+		// Last, after the server answered its last request.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(fctx); err != nil {
+			log.Warn("tracing: spans not flushed", zap.Error(err))
+		}
+	}()
+
 	rdb := c.Redis.NewClient()
 	defer func() {
 		if err := rdb.Close(); err != nil {
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
-	p, err := producer.New(rdb, c.producerConfig())
+	pcfg := c.producerConfig()
+	pcfg.TracerProvider = tr.Provider()
+	p, err := producer.New(rdb, pcfg)
 	if err != nil {
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix), WAIT_REPLICAS or WAIT_TIMEOUT: %w", err)
 	}
@@ -221,6 +242,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		GapWait:        c.GapWait,
 		BlockedAfter:   c.BlockedAfter,
 		Logger:         log,
+		TracerProvider: tr.Provider(),
 	})
 	if errors.Is(err, httpauth.ErrConfig) {
 		return fmt.Errorf("serve: INTAKE_API_KEYS (-api-keys): %w", err)

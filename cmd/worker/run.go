@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -173,6 +174,24 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
 	}
 
+	// Tracing, by the standard OTEL_* variables only: off unless set.
+	tr, err := tracing.FromEnv(ctx, "orderworker-worker", getenv)
+	if err != nil {
+		return err
+	}
+	if tr.On() {
+		tracing.SetErrorLog(log.Named("tracing"))
+		log.Info("tracing on")
+	}
+	defer func() {
+		// Last, after the worker's runs ended: their spans are flushed.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(fctx); err != nil {
+			log.Warn("tracing: spans not flushed", zap.Error(err))
+		}
+	}()
+
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
@@ -183,8 +202,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		return err
 	}
 	opened, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{
-		OnRefresh: metrics.TokenRefreshed,
-		OnWait:    metrics.TokenWaited,
+		OnRefresh:      metrics.TokenRefreshed,
+		OnWait:         metrics.TokenWaited,
+		TracerProvider: tr.Provider(),
 	}, log)
 	if err != nil {
 		return err
@@ -213,6 +233,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		BusyRetryMax:    c.BusyRetryMax,
 		ShutdownTimeout: c.Shutdown,
 		Logger:          log,
+		TracerProvider:  tr.Provider(),
 	})
 	if err != nil {
 		return err

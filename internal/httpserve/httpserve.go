@@ -19,6 +19,8 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // The defaults of [Config].
@@ -141,8 +143,12 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		info := &Info{ID: RequestID(r)}
 		w.Header().Set(HeaderRequestID, info.ID)
 		sw := &statusWriter{ResponseWriter: w}
+		orig := r
 		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
 		next.ServeHTTP(sw, r) // a mux below sets r.Pattern
+		// A middleware around this one (otelhttp, naming its span) reads
+		// the route from its own request.
+		orig.Pattern = r.Pattern
 
 		status := cmp.Or(sw.status, http.StatusOK)
 		level := zapcore.InfoLevel
@@ -178,6 +184,7 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		if info.Cause != nil {
 			fields = append(fields, zap.Error(info.Cause))
 		}
+		fields = append(fields, tracing.LogFields(r.Context())...)
 		ce.Write(fields...)
 	})
 }

@@ -75,6 +75,9 @@ func decodePayload(k *tasks.Kind, orderNo string, keys []string, body []byte) (t
 	case h.Seq != 0:
 		return nil, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "seq",
 			message: "seq: the position is handed out when the change is accepted; leave it out"}
+	case h.Trace != nil:
+		return nil, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "trace",
+			message: "trace: the trace context comes from the traceparent and tracestate headers; leave it out"}
 	case hasKey && h.EventID != "" && h.EventID != key:
 		return nil, &apiError{status: http.StatusBadRequest, code: codeKeyMismatch, field: "event_id",
 			message: "event_id: the body's event_id, when given, must equal the Idempotency-Key header"}

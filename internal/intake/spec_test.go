@@ -117,8 +117,8 @@ func TestSpecSchemas(t *testing.T) {
 	}{
 		{"Item", tasks.Item{}, nil, false},
 		{"Changes", tasks.Changes{}, nil, false},
-		{"ModifyRequest", tasks.ModifyPayload{}, []string{"seq"}, false},
-		{"ExchangeRequest", tasks.ExchangePayload{}, []string{"seq"}, false},
+		{"ModifyRequest", tasks.ModifyPayload{}, []string{"seq", "trace"}, false},
+		{"ExchangeRequest", tasks.ExchangePayload{}, []string{"seq", "trace"}, false},
 		{"EnqueueResult", producer.Result{}, nil, true},
 		{"ErrorDetail", errorDetail{}, nil, true},
 		{"Error", errorBody{}, []string{"task_id", "queue", "event_id", "state"}, true},

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // errReleased cancels a kept lease's context once the lease is released.
@@ -141,7 +143,7 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	// The lease surely lasts until ttl after the start of the last renewal
 	// that succeeded (Redis extended it after that start).
 	expires := time.Now().Add(ttl)
-	log := s.l.log.With(zap.String("key", s.key), zap.Int64("fence", s.fence))
+	log := tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence))
 	for {
 		select {
 		case <-s.stop:

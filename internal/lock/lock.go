@@ -68,9 +68,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/notice"
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // Errors returned by the package. Match them with errors.Is.
@@ -494,7 +496,8 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 			timer.Stop()
 		}
 	}()
-	park := false // the next attempt parks the position if not its turn
+	park := false  // the next attempt parks the position if not its turn
+	lastWait := "" // what the caller's span was last told it waits for
 	for {
 		st.Attempts++
 		a, err := l.try(ctx, key, meta, turn, park)
@@ -518,6 +521,9 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 				holder = a.notTurn.Label
 			}
 			l.cfg.OnWait(key, meta, holder)
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			lastWait = traceWait(span, a, lastWait)
 		}
 		left := time.Until(deadline)
 		if t := a.notTurn; t != nil {
@@ -552,6 +558,31 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 			return nil, fmt.Errorf("acquire %s: %w", key, context.Cause(ctx))
 		}
 	}
+}
+
+// traceWait adds an event to span when an attempt finds the key held by
+// another holder than last (a label of the position it waits behind, or
+// the holder of the lock), and returns what it waits for now: a waiter
+// whose head moves on (its predecessor done, the next one not) shows each
+// change it waited behind.
+func traceWait(span trace.Span, a attempt, last string) string {
+	if t := a.notTurn; t != nil {
+		if t.Label == last || t.Paused != nil {
+			return t.Label
+		}
+		span.AddEvent("waiting for its turn", trace.WithAttributes(
+			tracing.AttrHeadSeq.Int64(t.Head),
+			tracing.AttrHead.String(t.Label),
+			tracing.AttrSeq.Int64(t.Pos)))
+		return t.Label
+	}
+	if a.holder == last {
+		return last
+	}
+	span.AddEvent("order busy", trace.WithAttributes(
+		tracing.AttrHolder.String(a.holder),
+		tracing.AttrLeaseLeft.Int64(a.heldTTL.Milliseconds())))
+	return a.holder
 }
 
 // register adds a local waiter for the notices of key (and position pos,
@@ -617,9 +648,9 @@ func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
 	case errors.Is(rerr, ErrNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
-		l.log.Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.fence))
+		tracing.Log(ctx, l.log).Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.fence))
 	case !errors.Is(rerr, ErrNotHeld):
-		l.log.Warn("release failed; the lock expires with its lease",
+		tracing.Log(ctx, l.log).Warn("release failed; the lock expires with its lease",
 			zap.String("key", lease.key), zap.Int64("fence", lease.fence), zap.Error(rerr))
 	}
 }

@@ -8,7 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // Tasks is what a [Turns] asks of the queue whose tasks hold a key's
@@ -187,8 +191,12 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 		return false, 0, fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
 	}
 	if st.Done {
-		t.log.Warn("position skipped", zap.String("order_no", key), zap.Int64("seq", te.Head),
+		tracing.Log(ctx, t.log).Warn("position skipped", zap.String("order_no", key), zap.Int64("seq", te.Head),
 			zap.String("label", te.Label), zap.String("reason", why))
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("gap skipped", trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head),
+			tracing.AttrHead.String(te.Label), tracing.AttrReason.String(why), attribute.Bool("orderworker.by_this_run", st.Done)))
 	}
 	t.wake(ctx, key, st.Wake)
 	// Skipped by us or, meanwhile, by someone else, or its holder came:
@@ -228,7 +236,7 @@ func (t *Turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 	defer cancel()
 	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
 	if err != nil {
-		t.log.Warn("could not use up the position of an archived task; it is skipped after the gap check",
+		tracing.Log(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
 			zap.String("order_no", key), zap.Int64("seq", turn.Pos), zap.Error(err))
 	}
 	t.wake(ctx, key, st.Wake)
@@ -242,7 +250,7 @@ func (t *Turns) Note(ctx context.Context, key string, pos int64, label, reason s
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
 	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
-		t.log.Warn("could not note the archived task in its order's sequence",
+		tracing.Log(ctx, t.log).Warn("could not note the archived task in its order's sequence",
 			zap.String("order_no", key), zap.Int64("seq", pos), zap.Error(err))
 	}
 }
@@ -271,7 +279,7 @@ func (t *Turns) Created(ctx context.Context, created, creator, by string, err er
 	defer cancel()
 	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
 	if serr != nil {
-		t.log.Warn("could not mark the replacement's creation; its next changes wait for the gap check",
+		tracing.Log(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
 			zap.String("order_no", created), zap.String("event_id", creator), zap.Error(serr))
 	}
 	t.wake(ctx, created, st.Wake)
@@ -299,10 +307,13 @@ func (t *Turns) wake(ctx context.Context, key string, labels []string) {
 	if len(labels) == 0 {
 		return
 	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("called back the next in line", trace.WithAttributes(tracing.AttrWoken.StringSlice(labels)))
+	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
 	if err := t.tasks.Wake(ctx, key, labels); err != nil {
-		t.log.Warn("could not bring parked tasks back; they come back after their park delay",
+		tracing.Log(ctx, t.log).Warn("could not bring parked tasks back; they come back after their park delay",
 			zap.String("order_no", key), zap.Strings("labels", labels), zap.Error(err))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
@@ -101,6 +102,8 @@ type Hooks struct {
 	OnRefresh func(d time.Duration, err error)
 	// OnWait is token.Config.OnWait.
 	OnWait func(d time.Duration)
+	// TracerProvider is httpstore.Config.TracerProvider: nil, tracing off.
+	TracerProvider trace.TracerProvider
 }
 
 // Store is an order store that Open built. Close releases what it holds.
@@ -154,7 +157,7 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	if err != nil {
 		return nil, err
 	}
-	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout})
+	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout, TracerProvider: hooks.TracerProvider})
 	if err != nil {
 		return nil, errors.Join(err, tokens.Close()) // the cache has started nothing yet
 	}

@@ -15,8 +15,11 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The headers of the upstream order API (docs/upstream-order-api.md).
@@ -157,6 +160,12 @@ type Config struct {
 	// http.DefaultTransport that keeps up to 64 idle connections to the
 	// upstream, enough for a worker's concurrency.
 	Client *http.Client
+	// TracerProvider, when set, makes each request a client span (under
+	// the caller's span: the worker's "order write") and sends the W3C
+	// traceparent and tracestate headers, so that the order API's own
+	// spans join the change's trace (otelhttp). Defaults to nil: no spans
+	// and no trace headers.
+	TracerProvider trace.TracerProvider
 }
 
 // maxResponse is the largest answer the store reads; a longer one fails
@@ -241,6 +250,14 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 		hc.Transport = tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if cfg.TracerProvider != nil {
+		hc.Transport = otelhttp.NewTransport(hc.Transport,
+			otelhttp.WithTracerProvider(cfg.TracerProvider),
+			otelhttp.WithPropagators(tracing.Propagator),
+			// The order number is in the URL, an attribute; the span's
+			// name stays of few values.
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "order API " + r.Method }))
+	}
 	return &Store{
 		base:    strings.TrimRight(u.String(), "/"),
 		tokens:  tokens,

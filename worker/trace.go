@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// The spans of a task run, when Config.TracerProvider is set:
+//
+//	process <queue>          consumer; child of the enqueue's span (the payload's trace), linked to it
+//	├── order lock           taking the order's lock in the change's turn; events: waiting for its
+//	│                        turn (behind which position), order busy (held by whom), gap skipped,
+//	│                        parked, on hold; attributes: the fence and how the lock was granted
+//	├── order write          the order store's write (an HTTP store's request is its child)
+//	└── order hand-off       the release that passes the turn on; events: the next in line called back
+//
+// The span names are fixed; order numbers, event IDs and positions are
+// attributes, and payload contents never are.
+const (
+	spanLock    = "order lock"
+	spanWrite   = "order write"
+	spanHandoff = "order hand-off"
+)
+
+// startRun starts the consumer span of one run of t, as the child of the
+// span that enqueued it when its payload carries a trace context (and
+// linked to it, per the messaging conventions), or as a new trace. The
+// payload is read leniently here, for its trace context only: a malformed
+// payload still gets its span, which records why it was archived.
+func (w *Worker) startRun(ctx context.Context, t *asynq.Task, r *run) (context.Context, trace.Span) {
+	var carried struct {
+		Trace *tasks.TraceContext `json:"trace"`
+	}
+	_ = json.Unmarshal(t.Payload(), &carried) // best effort: no trace, a new one
+	ctx, parent := tracing.Extract(ctx, carried.Trace)
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String(tracing.MessagingSystem),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(r.Queue),
+			semconv.MessagingMessageID(r.TaskID),
+			attribute.String("orderworker.task_type", clip(t.Type())),
+			attribute.Int("orderworker.retried", r.Retried),
+			attribute.String("orderworker.worker", w.cfg.ID),
+		),
+	}
+	if parent.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent}))
+	}
+	return w.tracer.Start(ctx, "process "+r.Queue, opts...)
+}
+
+// endRun ends a run's span with its outcome. A wait (busy, not its turn) is
+// not an error: the change goes back to its queue as designed.
+func endRun(span trace.Span, d *Done) {
+	span.SetAttributes(tracing.AttrOutcome.String(d.Outcome))
+	if d.OrderNo != "" {
+		span.SetAttributes(tracing.AttrOrderNo.String(d.OrderNo), tracing.AttrEventID.String(d.EventID))
+	}
+	if d.Seq > 0 {
+		span.SetAttributes(tracing.AttrSeq.Int64(d.Seq))
+	}
+	switch d.Outcome {
+	case OutcomeOK, OutcomeBusy, OutcomeWaiting:
+	default:
+		tracing.RecordError(span, d.Err)
+	}
+	span.End()
+}
+
+// startSpan starts an internal span of a run; a nil tracer (tracing off)
+// starts nothing and returns ctx with a non-recording span.
+func (w *Worker) startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if w.tracer == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return w.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// endLock ends the lock's span with how the lock was taken, or why not.
+func endLock(span trace.Span, lease *lock.Lease, taken lock.Taken, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.Int64("orderworker.lock.waited_ms", taken.Waited.Milliseconds()))
+	if taken.Skipped > 0 {
+		span.SetAttributes(attribute.Int("orderworker.skipped", taken.Skipped))
+	}
+	var park *lock.ParkError
+	var busy *lock.BusyError
+	switch {
+	case err == nil:
+		st := lease.Stats()
+		span.SetAttributes(tracing.AttrFence.Int64(lease.Fence()), tracing.AttrLockMode.String(string(lease.Mode())),
+			attribute.Int("orderworker.lock.attempts", st.Attempts))
+	case errors.As(err, &park):
+		te := park.Err
+		name := "parked"
+		if te.Paused != nil {
+			name = "on hold"
+		}
+		span.AddEvent(name, trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head), tracing.AttrHead.String(te.Label),
+			tracing.AttrDelay.Int64(park.Delay.Milliseconds())))
+	case errors.As(err, &busy):
+		span.AddEvent("busy past the wait deadline", trace.WithAttributes(tracing.AttrHolder.String(busy.Holder)))
+	default:
+		tracing.RecordError(span, err)
+	}
+	span.End()
+}
