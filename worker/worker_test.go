@@ -67,7 +67,7 @@ func (e *env) queues() []string {
 
 // startWorker starts one worker "replica" with its own Redis client (and
 // so its own lock), shut down at cleanup. store wraps the shared store if
-// not nil.
+// not nil. It logs to the test unless cfg has a Logger.
 func (e *env) startWorker(cfg worker.Config, wrap func(orders.Store) orders.Store) *worker.Worker {
 	t := e.t
 	t.Helper()
@@ -78,7 +78,9 @@ func (e *env) startWorker(cfg worker.Config, wrap func(orders.Store) orders.Stor
 	if wrap != nil {
 		store = wrap(store)
 	}
-	cfg.Logger = zaptest.NewLogger(t)
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
 	if cfg.DelayedTaskCheckInterval == 0 {
 		cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
 	}
