@@ -89,6 +89,22 @@
 //	  "reason": "wrong size"
 //	}
 //
+// # Trace context
+//
+// Every payload may carry an optional "trace" field, the W3C Trace Context
+// (https://www.w3.org/TR/trace-context/) of the change's acceptance, since
+// asynq tasks have no headers ([TraceContext]):
+//
+//	"trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=x"}
+//
+// traceparent is required in it, tracestate optional; both are printable
+// ASCII, at most [MaxTraceparentLen] and [MaxTracestateLen] bytes. Their
+// syntax is not checked: a worker that traces starts a new trace for a
+// value it cannot read, and a worker that does not trace ignores the field.
+// The field is not part of the change: the same change sent again under
+// another trace is the same change. A worker older than this field
+// refuses a payload that has it, so workers are upgraded first.
+//
 // # Errors
 //
 // Every error this package returns for a bad payload matches [ErrInvalid] and
