@@ -218,6 +218,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
+	if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	pcfg := c.producerConfig()
 	pcfg.TracerProvider = tr.Provider()
 	p, err := producer.New(rdb, pcfg)

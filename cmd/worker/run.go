@@ -194,6 +194,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
+	if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

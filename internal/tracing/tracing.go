@@ -22,6 +22,8 @@ import (
 	"strings"
 
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -32,6 +34,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 	"go.uber.org/zap"
 )
 
@@ -283,4 +286,49 @@ func LogFields(ctx context.Context) []zap.Field {
 		return nil
 	}
 	return []zap.Field{zap.Stringer("trace_id", sc.TraceID()), zap.Stringer("span_id", sc.SpanID())}
+}
+
+// InstrumentRedis adds go-redis's OpenTelemetry hook (redisotel) to rdb:
+// each Redis command or pipeline run under a span (a task's lock, its
+// write, an enqueue) becomes its child span. Commands run outside any
+// span (asynq's polling, heartbeats and recovery, the lock's notices)
+// make no spans, so that they do not start a trace each. The commands'
+// arguments are never recorded: they hold the payloads. It returns
+// redisotel's error for a client type it does not know.
+func InstrumentRedis(rdb redis.UniversalClient, tp trace.TracerProvider) error {
+	if tp == nil {
+		return nil
+	}
+	err := redisotel.InstrumentTracing(rdb,
+		redisotel.WithTracerProvider(childrenOnly{tp: tp}),
+		redisotel.WithDBStatement(false),
+		redisotel.WithCallerEnabled(false))
+	if err != nil {
+		return fmt.Errorf("tracing: instrument Redis: %w", err)
+	}
+	return nil
+}
+
+// childrenOnly is a tracer provider whose tracers start a span only under
+// a valid parent span context; elsewhere they return the context's
+// (non-recording) span.
+type childrenOnly struct {
+	embedded.TracerProvider
+	tp trace.TracerProvider
+}
+
+func (c childrenOnly) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return childTracer{t: c.tp.Tracer(name, opts...)}
+}
+
+type childTracer struct {
+	embedded.Tracer
+	t trace.Tracer
+}
+
+func (c childTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return c.t.Start(ctx, name, opts...)
 }
