@@ -63,6 +63,7 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 )
@@ -264,7 +265,7 @@ func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	o.log.Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
+	tracing.Log(ctx, o.log).Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
 		zap.String("principal", req.By), zap.String("reason", req.Reason), zap.Int64("seq", res.Seq),
 		zap.String("task_id", res.TaskID), zap.String("detail", res.Detail))
 	o.annotate(ctx, a, req, res)
@@ -305,9 +306,9 @@ func (o *Ops) annotate(ctx context.Context, a Action, req Request, res Result) {
 	err := o.notes.Annotate(ctx, req.OrderNo, note(action, req))
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		o.log.Debug("no note of the action in the order's history: the store has no such order", zap.String("order_no", req.OrderNo))
+		tracing.Log(ctx, o.log).Debug("no note of the action in the order's history: the store has no such order", zap.String("order_no", req.OrderNo))
 	case err != nil:
-		o.log.Warn("could not note the action in the order's history; the sequence log keeps it",
+		tracing.Log(ctx, o.log).Warn("could not note the action in the order's history; the sequence log keeps it",
 			zap.String("order_no", req.OrderNo), zap.String("action", string(a)), zap.Error(err))
 	}
 }
@@ -476,7 +477,7 @@ func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
 	case errors.Is(err, lock.ErrPaused):
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	case errors.Is(err, lock.ErrPauseIndex):
-		o.log.Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+		tracing.Log(ctx, o.log).Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
@@ -492,7 +493,7 @@ func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 	case errors.Is(err, lock.ErrNotPaused):
 		return fmt.Errorf("%w: order %s is not on hold", ErrRefused, req.OrderNo)
 	case errors.Is(err, lock.ErrPauseIndex):
-		o.log.Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+		tracing.Log(ctx, o.log).Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
@@ -509,7 +510,7 @@ func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
 		return
 	}
 	if err := (wakeTasks{o}).Wake(ctx, orderNo, labels); err != nil {
-		o.log.Warn("could not bring the parked changes back; they come back after their park delay",
+		tracing.Log(ctx, o.log).Warn("could not bring the parked changes back; they come back after their park delay",
 			zap.String("order_no", orderNo), zap.Error(err))
 	}
 }
@@ -518,6 +519,6 @@ func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
 // effect already: a failure is logged (the audit line keeps it).
 func (o *Ops) record(ctx context.Context, orderNo string, pos int64, label, text string) {
 	if err := o.seq.Record(ctx, orderNo, pos, label, text); err != nil {
-		o.log.Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
+		tracing.Log(ctx, o.log).Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
 	}
 }

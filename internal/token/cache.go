@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/notice"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -348,7 +349,7 @@ func (c *Cache) Invalidate(ctx context.Context, tok string) error {
 	if err != nil {
 		return fmt.Errorf("invalidate token: %w", err)
 	}
-	c.log.Debug("token invalidated", zap.String("token_fp", fingerprint(tok)), zap.Bool("deleted", n == 1))
+	tracing.Log(ctx, c.log).Debug("token invalidated", zap.String("token_fp", fingerprint(tok)), zap.Bool("deleted", n == 1))
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 const (
@@ -220,14 +222,14 @@ func (c *Cache) fetch(ctx context.Context, owner string) (entry, error) {
 	case err != nil:
 		c.release(ctx, owner, 0)
 		err = fmt.Errorf("store token: %w", err)
-		c.log.Warn("token fetched but not stored", zap.String("token_fp", fp), zap.Error(err))
+		tracing.Log(ctx, c.log).Warn("token fetched but not stored", zap.String("token_fp", fp), zap.Error(err))
 	case stored == 0:
 		// Our lease ran out during the fetch, another replica took over and
 		// stored a token already: keep it, ours still serves this process.
-		c.log.Info("token fetched after lock lease ran out; not stored",
+		tracing.Log(ctx, c.log).Info("token fetched after lock lease ran out; not stored",
 			zap.String("token_fp", fp), zap.Duration("took", d))
 	default:
-		c.log.Info("token refreshed",
+		tracing.Log(ctx, c.log).Info("token refreshed",
 			zap.String("token_fp", fp), zap.Duration("ttl", lifetime), zap.Duration("took", d))
 	}
 	c.hook(d, err)
@@ -258,7 +260,7 @@ func (c *Cache) release(ctx context.Context, owner string, backoff time.Duration
 	defer cancel()
 	if err := releaseScript.Run(rctx, c.rdb, c.keys[1:], owner, backoff.Milliseconds()).Err(); err != nil {
 		// The lease ends by itself; nothing else to do.
-		c.log.Warn("token refresh lock not released", zap.Error(err))
+		tracing.Log(ctx, c.log).Warn("token refresh lock not released", zap.Error(err))
 	}
 }
 
