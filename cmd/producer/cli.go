@@ -23,6 +23,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -148,12 +149,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer rdb.Close()
 
 	if cmd, ok := kindCommand(rest[0]); ok {
-		p, err := producer.New(rdb, c.producerConfig())
+		// Traced by the OTEL_* variables (off unless set), under the
+		// trace of TRACEPARENT when a calling script passes one.
+		tr, err := tracing.FromEnv(ctx, "orderworker-cli", getenv)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tr.Shutdown(fctx) // a span not exported loses nothing of the change
+		}()
+		if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+			return err
+		}
+		cfg := c.producerConfig()
+		cfg.TracerProvider = tr.Provider()
+		p, err := producer.New(rdb, cfg)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		r, err := cmd.run(ctx, p, rest[1:])
+		r, err := cmd.run(tracing.ExtractEnv(ctx, getenv), p, rest[1:])
 		if err != nil {
 			return err
 		}

@@ -332,3 +332,16 @@ func (c childTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 	}
 	return c.t.Start(ctx, name, opts...)
 }
+
+// ExtractEnv returns ctx carrying the remote span context of the
+// TRACEPARENT and TRACESTATE variables read through getenv (the
+// OpenTelemetry convention for passing a trace to a command-line
+// process), or ctx itself when TRACEPARENT is unset or malformed.
+func ExtractEnv(ctx context.Context, getenv func(string) string) context.Context {
+	tp := getenv("TRACEPARENT")
+	if tp == "" {
+		return ctx
+	}
+	ctx, _ = Extract(ctx, &tasks.TraceContext{Traceparent: tp, Tracestate: getenv("TRACESTATE")})
+	return ctx
+}
