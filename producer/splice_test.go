@@ -25,8 +25,10 @@ func TestSeqSpliceMatchesTheEncoding(t *testing.T) {
 		p, err := k.Decode([]byte(`{"event_id":"ev-1","order_no":"SO1"}`))
 		require.NoError(t, err, k.Type)
 		p = filled(t, p)
+		require.NotNil(t, p.Header().Trace, "%s: the trace context is filled too", k.Type)
 		without, err := tasks.Marshal(p)
 		require.NoError(t, err)
+		require.Contains(t, string(without), `,"trace":{"traceparent":"x","tracestate":"x"}}`, k.Type)
 		const pos = 1796334105052270
 		h := p.Header()
 		h.Seq = pos

@@ -61,6 +61,15 @@ var seeds = []string{
 	// Event IDs a URL would read as something else.
 	`{"event_id":"../pending_tasks:delete_all","order_no":"SO1","changes":{"remark":"r"}}`,
 	`{"event_id":"crm:order-7:v3.1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`,
+	// Trace contexts: valid, at the field's place before seq or anywhere,
+	// and not (an unknown member, a control character, a wrong type).
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"},"trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"vendor=x"},"seq":1733212345678901}`,
+	`{"trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}]}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"},"trace":{"traceparent":"garbage","tracestate":null}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"},"trace":{"traceparent":"00-x","baggage":"k=v"}}`,
+	`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"trace":{"traceparent":"00\r\nx"}}`,
+	`{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],"trace":{}}`,
+	`{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"},"trace":"00-x"}`,
 }
 
 // requireNoReplacement fails if an accepted payload's texts hold U+FFFD that

@@ -31,7 +31,8 @@ func TestEveryKindConforms(t *testing.T) {
 			require.NoError(t, err)
 			require.Same(t, k, p.Kind())
 			require.Equal(t, tasks.Header{EventID: "ev-1", OrderNo: "SO1"}, p.Header())
-			h := tasks.Header{EventID: "ev-2", OrderNo: "SO2", Seq: 7}
+			h := tasks.Header{EventID: "ev-2", OrderNo: "SO2", Seq: 7,
+				Trace: &tasks.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "v=x"}}
 			require.Equal(t, h, p.WithHeader(h).Header())
 
 			typ, ev, from, ok := tasks.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))

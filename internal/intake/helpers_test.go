@@ -79,7 +79,8 @@ func newEnvOnServer(t *testing.T, rdb redis.UniversalClient, prefix string, conf
 	if configure != nil {
 		configure(&cfg)
 	}
-	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix})
+	// The producer traces with the intake's provider, as serve sets them up.
+	p, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, TracerProvider: cfg.TracerProvider})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})

@@ -235,7 +235,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	)
-	if name := getenv("OTEL_SERVICE_NAME"); name != "" {
+	if name := getenv("OTEL_SERVICE_NAME"); name != "" && err == nil {
 		res, err = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
 	}
 	if err != nil {

@@ -216,6 +216,10 @@ type Store struct {
 	tokens  TokenSource
 	hc      *http.Client
 	timeout time.Duration
+	// idle closes the idle connections: hc's own CloseIdleConnections,
+	// unless otelhttp's transport wraps hc's, which does not pass the call
+	// on.
+	idle func()
 }
 
 var _ orders.Store = (*Store)(nil)
@@ -250,6 +254,7 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 		hc.Transport = tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	base := hc // its transport is the one that holds the connections
 	if cfg.TracerProvider != nil {
 		hc.Transport = otelhttp.NewTransport(hc.Transport,
 			otelhttp.WithTracerProvider(cfg.TracerProvider),
@@ -262,13 +267,14 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 		base:    strings.TrimRight(u.String(), "/"),
 		tokens:  tokens,
 		hc:      &hc,
+		idle:    base.CloseIdleConnections,
 		timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
 	}, nil
 }
 
 // CloseIdleConnections closes the connections to the upstream that are not
 // in use. The store stays usable. Call it when the store is done with.
-func (s *Store) CloseIdleConnections() { s.hc.CloseIdleConnections() }
+func (s *Store) CloseIdleConnections() { s.idle() }
 
 // orderPath is the path of order no, with suffix ("", "/history",
 // "/modify" or "/exchange").
