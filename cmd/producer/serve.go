@@ -228,7 +228,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix), WAIT_REPLICAS or WAIT_TIMEOUT: %w", err)
 	}
 	defer p.Close()
-	store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{}, root)
+	// The reads of the order API (ORDER_STORE=http) join the request's trace.
+	store, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{TracerProvider: tr.Provider()}, root)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
