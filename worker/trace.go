@@ -94,7 +94,11 @@ func endLock(span trace.Span, lease *lock.Lease, taken lock.Taken, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.Int64("orderworker.lock.waited_ms", taken.Waited.Milliseconds()))
+	waited := taken.Waited // the earlier rounds' waits (a skipped head)
+	if err == nil {
+		waited += lease.Stats().Waited // and the round that took the lock
+	}
+	span.SetAttributes(attribute.Int64("orderworker.lock.waited_ms", waited.Milliseconds()))
 	if taken.Skipped > 0 {
 		span.SetAttributes(attribute.Int("orderworker.skipped", taken.Skipped))
 	}

@@ -2,9 +2,13 @@
 // embedded in-process Redis: an exchange holds an order while modifies of
 // the same order wait for it and are woken the moment it is released. It
 // prints a timeline and the final orders, then exits; -serve keeps the
-// worker and the embedded Redis running.
+// worker and the embedded Redis running. -trace traces the changes with
+// OpenTelemetry, keeping the spans in memory, and prints the trace of one
+// change that waited for its turn as a tree: accepted, waited behind its
+// predecessor, locked, written, turn passed on.
 //
 //	go run ./cmd/demo
+//	go run ./cmd/demo -trace
 package main
 
 import (

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,12 +21,16 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type settings struct {
 	Hold       time.Duration
 	Work       time.Duration
 	Serve      bool
+	Trace      bool
+	TraceEvent string
 	LogLevel   string
 	Timeout    time.Duration
 	OrderStore orderstore.Settings
@@ -37,6 +42,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s.Duration(&c.Hold, "hold", "DEMO_HOLD", 1500*time.Millisecond, "how long the exchange works while holding its order").Check(config.Positive[time.Duration])
 	s.Duration(&c.Work, "work", "DEMO_WORK", 200*time.Millisecond, "how long each modify works while holding its order").Check(config.Positive[time.Duration])
 	s.Bool(&c.Serve, "serve", "DEMO_SERVE", false, "keep the worker and the embedded Redis running after the scenario, until interrupted")
+	s.Bool(&c.Trace, "trace", "DEMO_TRACE", false, "trace the scenario's changes with OpenTelemetry, keeping the spans in memory, and print one change's trace as a tree after it")
+	s.String(&c.TraceEvent, "trace-event", "DEMO_TRACE_EVENT", "", "the event ID of the change whose trace -trace prints; implies -trace; empty: the first modify that waited for its turn behind another change and was applied")
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "error", "level of the raw logs written to stderr besides the timeline: "+logging.Levels).Check(logging.CheckLevel)
 	s.Duration(&c.Timeout, "timeout", "DEMO_TIMEOUT", time.Minute, "give up when the scenario has not finished by then").Check(config.Positive[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
@@ -46,6 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return err
 	}
+	c.Trace = c.Trace || c.TraceEvent != ""
 
 	srv, err := embedded.Start()
 	if err != nil {
@@ -63,7 +71,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer func() { _ = log.Sync() }()
 	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
 
-	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{}, log)
+	// With -trace, the producer, the worker and an HTTP order store trace
+	// into spans kept in memory. The provider is shut down after the
+	// printout, or else after the worker's runs have ended (deferred
+	// before the worker's shutdown).
+	var tp trace.TracerProvider // nil: tracing off
+	var spans spanLog
+	stopTracing := func() {}
+	if c.Trace {
+		sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&spans))
+		stopTracing = func() { _ = sdk.Shutdown(context.WithoutCancel(ctx)) } // no error to report: spans has nothing to flush
+		tp = sdk
+	}
+	defer stopTracing() // a no-op once shut down
+
+	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{TracerProvider: tp}, log)
 	if err != nil {
 		return err
 	}
@@ -74,6 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	w, err := worker.New(rdb, store, worker.Config{
 		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished, OnLockWait: tl.waiting,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
+		TracerProvider: tp,
 	})
 	if err != nil {
 		return err
@@ -82,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer w.Shutdown()
-	prod, err := producer.New(rdb, producer.Config{})
+	prod, err := producer.New(rdb, producer.Config{TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -101,6 +124,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err := printOrder(sctx, stdout, base, no); err != nil {
 			return err
 		}
+	}
+	if c.Trace {
+		ev := cmp.Or(c.TraceEvent, spans.waiter())
+		if ev == "" {
+			return errors.New("no change waited for its turn behind another: no trace to print")
+		}
+		if err := printTrace(stdout, &spans, ev); err != nil {
+			return err
+		}
+		stopTracing() // done with the spans: -serve keeps none in memory
+
 	}
 	if c.Serve {
 		fmt.Fprintf(stdout, "\nServing on the embedded Redis at %s until interrupted. Try:\n", srv.Addr())
