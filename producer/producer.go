@@ -458,7 +458,9 @@ func (p *Producer) enqueueTraced(ctx context.Context, payload tasks.Payload, o o
 		}
 		span.End()
 	}()
-	h.Trace = tracing.Inject(ctx)
+	if tc := tracing.Inject(ctx); tc != nil { // a provider that records nothing gives none: keep the caller's
+		h.Trace = tc
+	}
 	return p.enqueue(ctx, payload.WithHeader(h), o)
 }
 

@@ -121,8 +121,13 @@ func Extract(ctx context.Context, tc *tasks.TraceContext) (context.Context, trac
 	if tc.Tracestate != "" {
 		c["tracestate"] = tc.Tracestate
 	}
-	ctx = Propagator.Extract(ctx, c)
-	return ctx, trace.SpanContextFromContext(ctx)
+	// Extracted on its own, so that a value that does not read leaves ctx
+	// as it was rather than taking ctx's own span for the remote one.
+	sc := trace.SpanContextFromContext(Propagator.Extract(context.Background(), c))
+	if !sc.IsValid() {
+		return ctx, sc
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc), sc
 }
 
 // RecordError records err on span and sets its status to Error, when span
@@ -239,7 +244,8 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		res, err = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tracing: resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)
+		return nil, errors.Join(fmt.Errorf("tracing: resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err),
+			exp.Shutdown(ctx))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return &Tracing{provider: tp}, nil
