@@ -143,7 +143,12 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	// The lease surely lasts until ttl after the start of the last renewal
 	// that succeeded (Redis extended it after that start).
 	expires := time.Now().Add(ttl)
-	log := tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence))
+	// The logger of the rare lines below, built when one is written: not
+	// for every run (with tracing on it also formats the trace and span
+	// IDs).
+	log := func() *zap.Logger {
+		return tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence))
+	}
 	for {
 		select {
 		case <-s.stop:
@@ -155,7 +160,7 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 		start := time.Now()
 		left := expires.Sub(start)
 		if left <= 0 {
-			log.Warn("lease lost: renewals failed until it expired")
+			log().Warn("lease lost: renewals failed until it expired")
 			cancel(fmt.Errorf("%w: renewals failed until the lease expired", ErrLost))
 			return
 		}
@@ -169,16 +174,16 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 		case err == nil && s.handingOff.Load():
 			return // a store script may have released it with the work's commit
 		case err == nil:
-			log.Warn("lease lost: lock gone or taken")
+			log().Warn("lease lost: lock gone or taken")
 			cancel(ErrLost)
 			return
 		case time.Now().After(expires):
-			log.Warn("lease lost: renewals failing", zap.Error(err))
+			log().Warn("lease lost: renewals failing", zap.Error(err))
 			cancel(fmt.Errorf("%w: renewals failing: %w", ErrLost, err))
 			return
 		default:
 			// Try again soon: the lease is still running.
-			log.Info("lease renewal failed; retrying", zap.Error(err))
+			log().Info("lease renewal failed; retrying", zap.Error(err))
 			t.Reset(min(every, time.Until(expires)) / 4)
 		}
 	}

@@ -31,7 +31,9 @@ type report struct {
 	Tokens   []tokenResult   `json:"tokens,omitempty"`
 	Replicas []replicaResult `json:"replicas,omitempty"`
 	Cluster  []clusterResult `json:"cluster,omitempty"`
-	Targets  []target        `json:"targets,omitempty"`
+	// Tracing is what tracing costs per task, (bt) against (b).
+	Tracing []tracingCost `json:"tracing,omitempty"`
+	Targets []target      `json:"targets,omitempty"`
 }
 
 // target is one of the goals the bench checks, met or not, or not judged
@@ -88,6 +90,9 @@ func (rep *report) ratios() {
 		}
 		if b0 := rep.findName(sysUnordered + rest); b0 != nil && prefix == sysOW && b0.TasksPerS > 0 {
 			r.RatioToB0 = r.TasksPerS / b0.TasksPerS
+		}
+		if b := rep.findName(sysOW + rest); b != nil && prefix == sysTraced && b.TasksPerS > 0 {
+			r.RatioToB = r.TasksPerS / b.TasksPerS
 		}
 	}
 	add := func(name string, got float64, want string, met bool) {
@@ -165,6 +170,7 @@ func (rep *report) ratios() {
 		add("producer round trips/change "+kind, prod.RoundTripsPerChange,
 			fmt.Sprintf("<= %.2f (raw+1)", raw.RoundTripsPerChange+1), prod.RoundTripsPerChange <= raw.RoundTripsPerChange+1)
 	}
+	rep.Tracing = rep.tracingCosts()
 }
 
 func (rep *report) print(out io.Writer, c settings) {
@@ -184,6 +190,7 @@ func (rep *report) print(out io.Writer, c settings) {
 	}
 	fmt.Fprint(out, legend)
 	rep.printOrderingTrips(out)
+	rep.printTracingCost(out)
 	if len(rep.Accept) > 0 {
 		printAccept(out, rep.Accept)
 	}
@@ -264,9 +271,12 @@ const legend = `
          by the producer (with their position: applied in the order of acceptance); (b0) the same worker
          with ordering off: the same tasks enqueued with asynq's Client by hand, without a position
          (payload minus seq, task ID = event ID, the kind's queue), so it applies them in any order;
-         (c) the seed's lock (EXISTS then SET, 0-1000 ms random sleeps, 5 s deadline then no lock)
-         around the same work and write. All modifies of the address, enqueued before the measured phase,
-         each order's tasks one after the other.
+         (bt) is (b) with tracing on, producer and worker: an SDK tracer provider at full sampling
+         (AlwaysSample, a BatchSpanProcessor with the SDK's defaults) exporting over OTLP HTTP to a
+         receiver in the bench process that discards what it gets (its CPU counts as the worker's);
+         on -bt-workloads only (work0 by default). (c) the seed's lock (EXISTS then SET, 0-1000 ms
+         random sleeps, 5 s deadline then no lock) around the same work and write. All modifies of the
+         address, enqueued before the measured phase, each order's tasks one after the other.
   workloads: work<d> is d of simulated work per task at the concurrency shown (-workloads).
   tasks/s: tasks over the time from starting the worker to the last task completed; vs (a), vs (b0): the
          same ratio to (a), and for (b) to (b0), on the same orders and workload.
@@ -292,6 +302,82 @@ const legend = `
   out of order: inversions / consecutive changes of one order in the histories: for (b) a change applied
          after one with a later position (must be 0); for (b0) and (c) after one enqueued later.
 `
+
+// tracingCost is what tracing at full sampling costs per task: (bt) against
+// (b) on one workload and contention, side by side in one run.
+type tracingCost struct {
+	Workload   string `json:"workload"`
+	Contention string `json:"contention"`
+	// Throughput is (bt)'s tasks/s over (b)'s.
+	Throughput float64 `json:"throughput_ratio"`
+	// WorkerCPU and RedisCPU are (bt)'s CPU per task over (b)'s; the
+	// worker's includes the span export and the in-process receiver.
+	WorkerCPU float64 `json:"worker_cpu_ratio"`
+	RedisCPU  float64 `json:"redis_cpu_ratio"`
+	// Cmds and RoundTrips are (bt)'s Redis commands and worker round
+	// trips per task over (b)'s: tracing adds none.
+	Cmds       float64 `json:"redis_cmds_ratio"`
+	RoundTrips float64 `json:"round_trips_ratio"`
+	// WorkerCPUUs is (bt)'s worker CPU per task minus (b)'s, in µs.
+	WorkerCPUUs  float64 `json:"worker_cpu_us_added"`
+	SpansPerTask float64 `json:"spans_per_task"`
+	SpansDropped int64   `json:"spans_dropped"`
+	ExportBytes  float64 `json:"export_bytes_per_task"`
+}
+
+// tracingCosts returns the cost of tracing for each workload and contention
+// measured with both (b) and (bt).
+func (rep *report) tracingCosts() []tracingCost {
+	var out []tracingCost
+	ratio := func(x, y float64) float64 {
+		if y == 0 {
+			return 0
+		}
+		return x / y
+	}
+	for _, w := range rep.Workloads {
+		for _, kind := range []string{uncontended, contended} {
+			b, bt := rep.find(sysOW, kind, w), rep.find(sysTraced, kind, w)
+			if b == nil || bt == nil {
+				continue
+			}
+			out = append(out, tracingCost{
+				Workload: w.Name(), Contention: kind,
+				Throughput:   ratio(bt.TasksPerS, b.TasksPerS),
+				WorkerCPU:    ratio(bt.WorkerCPUPerTask, b.WorkerCPUPerTask),
+				RedisCPU:     ratio(bt.RedisCPUPerTask, b.RedisCPUPerTask),
+				Cmds:         ratio(bt.CmdsPerTask, b.CmdsPerTask),
+				RoundTrips:   ratio(bt.RoundTripsPerTask, b.RoundTripsPerTask),
+				WorkerCPUUs:  bt.WorkerCPUPerTask - b.WorkerCPUPerTask,
+				SpansPerTask: bt.SpansPerTask, SpansDropped: bt.SpansDropped, ExportBytes: bt.ExportBytesPerTask,
+			})
+		}
+	}
+	return out
+}
+
+// printTracingCost prints rep.Tracing: (bt) against (b).
+func (rep *report) printTracingCost(out io.Writer) {
+	if len(rep.Tracing) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\ntracing's cost per task: (bt), traced at full sampling, over (b), side by side in this run:")
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tcontention\ttasks/s\tworker CPU/task\t(µs added)\tredis CPU/task\tredis cmds/task\tround trips/task\tspans/task\tdropped\tOTLP bytes/task\t")
+	for _, t := range rep.Tracing {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.0f\t%s\t%s\t%s\t%.2f\t%d\t%.0f\t\n", t.Workload, t.Contention,
+			f2(t.Throughput), f2(t.WorkerCPU), t.WorkerCPUUs, f2(t.RedisCPU), f2(t.Cmds), f2(t.RoundTrips),
+			t.SpansPerTask, t.SpansDropped, t.ExportBytes)
+	}
+	_ = tw.Flush()
+	fmt.Fprint(out, `
+  ratios are (bt)/(b): tasks/s (below 1: slower), CPU, commands and round trips per task (above 1: more).
+         One run each: the throughput and CPU ratios move by about as much as (b)/(b0)'s between runs.
+  spans/task: spans ended (producer's not counted: they are exported before the measured phase);
+         dropped: ended but not exported (the batch processor's queue full); OTLP bytes: request bodies.
+`)
+}
 
 // scriptNames names the round trips the worker path makes, by CallName.
 // asynq's scripts are named by the shapes of their first two keys

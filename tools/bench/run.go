@@ -21,31 +21,33 @@ import (
 // settings are the bench's flags. They are flags only: a measuring tool
 // reads no environment, except in -as-worker mode (see asworker.go).
 type settings struct {
-	RedisURL      string
-	Tasks         int
-	Hot           int
-	HotTasks      int
-	SeedHotTasks  int
-	Concurrency   int
-	Work          time.Duration
-	Workloads     []string
-	Systems       []string
-	Contention    []string
-	Only          []string
-	Accept        bool
-	AcceptTasks   int
-	AcceptRounds  int
-	AcceptCallers int
-	JSON          string
-	CPUProfile    string
-	Replicas      []string
-	ReplicaTasks  int
-	ReplicaWork   time.Duration
-	ReplicaPlain  bool
-	Timeout       time.Duration
-	Verbose       bool
-	AsWorker      string
-	ReplicasAlone bool
+	RedisURL     string
+	Tasks        int
+	Hot          int
+	HotTasks     int
+	SeedHotTasks int
+	Concurrency  int
+	Work         time.Duration
+	Workloads    []string
+	Systems      []string
+	// TracedWorkloads are the workloads (by name) of (bt), or "all".
+	TracedWorkloads []string
+	Contention      []string
+	Only            []string
+	Accept          bool
+	AcceptTasks     int
+	AcceptRounds    int
+	AcceptCallers   int
+	JSON            string
+	CPUProfile      string
+	Replicas        []string
+	ReplicaTasks    int
+	ReplicaWork     time.Duration
+	ReplicaPlain    bool
+	Timeout         time.Duration
+	Verbose         bool
+	AsWorker        string
+	ReplicasAlone   bool
 
 	Cluster            bool
 	ClusterShards      []string
@@ -65,7 +67,8 @@ func declare(s *config.Set, c *settings) (workGiven func() bool) {
 	s.StringList(&c.Workloads, "workloads", "", defaultWorkloads, "the workloads of the rows, each <work>:<concurrency>: simulated handler work per task (inside the lock for (b0), (b) and (c); (a) sleeps it too) and tasks one worker runs at once")
 	conc := s.Int(&c.Concurrency, "concurrency", "", 20, "tasks one worker runs at once in the workload -work:-concurrency, which replaces -workloads when either flag is given; also the concurrency of each -replicas process").Check(config.Positive[int])
 	work := s.Duration(&c.Work, "work", "", 10*time.Millisecond, "simulated handler work per task in the workload -work:-concurrency, which replaces -workloads when either flag is given").Check(config.NonNegative[time.Duration])
-	s.StringList(&c.Systems, "systems", "", allSystems, "the systems to measure: a (plain asynq), b0 (orderworker, ordering off), b (orderworker), c (seed-style lock)").Check(subsetOf(allSystems...))
+	s.StringList(&c.Systems, "systems", "", allSystems, "the systems to measure: a (plain asynq), b0 (orderworker, ordering off), b (orderworker), bt (orderworker traced at full sampling, exported over OTLP HTTP to a receiver in the bench), c (seed-style lock)").Check(subsetOf(allSystems...))
+	s.StringList(&c.TracedWorkloads, "bt-workloads", "", []string{"work0"}, "the workloads on which (bt) runs, by name (work0, work10ms, ...; all for every one): by default the zero-work rows, where the worker's own CPU is the limit and tracing's cost shows")
 	s.StringList(&c.Contention, "contention", "", []string{uncontended, contended}, "the contentions to measure: uncontended (an order per task), contended (-hot orders); the acceptance runs follow it too").Check(subsetOf(uncontended, contended))
 	s.StringList(&c.Only, "only", "", nil, "run only these scenarios, e.g. b-contended-work0,b0-contended-work0 (names as in the table; within -systems, -contention and -workloads)")
 	s.Bool(&c.Accept, "accept", "", true, "measure the acceptance cost: the producer's enqueue rate against raw asynq's")
@@ -106,7 +109,7 @@ func subsetOf(allowed ...string) func([]string) error {
 // would otherwise measure nothing without a word.
 func checkOnly(c settings, workloads []workload) error {
 	all := c
-	all.Only = nil
+	all.Only, all.TracedWorkloads = nil, []string{allWorkloads}
 	var names []string
 	for _, sc := range scenarios(all, workloads) {
 		names = append(names, sc.Name)

@@ -13,7 +13,8 @@ import (
 // bookkeeping and stay well under a second.
 
 func TestScenarios(t *testing.T) {
-	c := settings{Tasks: 100, Hot: 10, HotTasks: 50, SeedHotTasks: 20, Systems: allSystems, Contention: []string{uncontended, contended}}
+	c := settings{Tasks: 100, Hot: 10, HotTasks: 50, SeedHotTasks: 20, Systems: allSystems, Contention: []string{uncontended, contended},
+		TracedWorkloads: []string{"work0"}}
 	ws, err := parseWorkloads(defaultWorkloads)
 	require.NoError(t, err)
 	require.Equal(t, []workload{standard, {Work: 0, Concurrency: 100}}, ws)
@@ -29,9 +30,14 @@ func TestScenarios(t *testing.T) {
 	require.Equal(t, []string{
 		"a-uncontended-work10ms", "b0-uncontended-work10ms", "b-uncontended-work10ms", "c-uncontended-work10ms",
 		"a-contended-work10ms", "b0-contended-work10ms", "b-contended-work10ms", "c-contended-work10ms",
-		"a-uncontended-work0", "b0-uncontended-work0", "b-uncontended-work0", "c-uncontended-work0",
-		"a-contended-work0", "b0-contended-work0", "b-contended-work0", "c-contended-work0",
-	}, names)
+		"a-uncontended-work0", "b0-uncontended-work0", "b-uncontended-work0", "bt-uncontended-work0", "c-uncontended-work0",
+		"a-contended-work0", "b0-contended-work0", "b-contended-work0", "bt-contended-work0", "c-contended-work0",
+	}, names, "(bt) on -bt-workloads only")
+	c.Only = []string{"bt-uncontended-work10ms"}
+	require.NoError(t, checkOnly(c, ws), "-only may name (bt) on any workload")
+	require.Len(t, scenarios(c, ws), 1)
+	c.Only, c.TracedWorkloads = nil, []string{allWorkloads}
+	require.Len(t, scenarios(c, ws), 20)
 
 	c.Systems, c.Contention, c.Only = []string{sysUnordered, sysOW}, []string{contended}, []string{"b-contended-work0", "b-uncontended-work0"}
 	names = nil
@@ -82,6 +88,7 @@ func TestRatiosAndTargets(t *testing.T) {
 		{Scenario: "a-contended-work0", Contended: true, TasksPerS: 1000},
 		{Scenario: "b0-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 1000, RoundTripsPerTask: 6},
 		{Scenario: "b-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 900, Handoffs: 10, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 6.1, OrderPairs: 90, Inversions: 1},
+		{Scenario: "bt-uncontended-work0", Tasks: 10000, TasksPerS: 600, WorkerCPUPerTask: 169, RedisCPUPerTask: 160, SpansPerTask: 4},
 	}, Accept: []acceptResult{
 		{System: acceptRaw, Contention: contended, PerS: 1000, RoundTripsPerChange: 1},
 		{System: acceptProducer, Contention: contended, PerS: 700, RatioToRaw: 0.7, RoundTripsPerChange: 2, Goroutines: 8},
@@ -90,6 +97,16 @@ func TestRatiosAndTargets(t *testing.T) {
 	require.InDelta(t, 0.9, rep.findName("b-uncontended-work10ms").RatioToA, 1e-9)
 	require.InDelta(t, 1.25, rep.findName("b-contended-work10ms").RatioToB0, 1e-9)
 	require.Zero(t, rep.findName("b0-contended-work10ms").RatioToB0)
+	require.InDelta(t, 0.8, rep.findName("bt-uncontended-work0").RatioToB, 1e-9)
+	require.Zero(t, rep.findName("bt-uncontended-work0").RatioToB0)
+	require.Len(t, rep.Tracing, 1, "(bt) against (b) where both ran")
+	tc := rep.Tracing[0]
+	require.Equal(t, "work0", tc.Workload)
+	require.Equal(t, uncontended, tc.Contention)
+	require.InDelta(t, 0.8, tc.Throughput, 1e-9)
+	require.InDelta(t, 1.3, tc.WorkerCPU, 1e-9)
+	require.InDelta(t, 39, tc.WorkerCPUUs, 1e-9)
+	require.InDelta(t, 1, tc.RedisCPU, 1e-9)
 	met := map[string]bool{}
 	for _, tg := range rep.Targets {
 		met[tg.Name] = tg.Met

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -33,16 +34,19 @@ const (
 	sysPlain     = "a"  // plain asynq, a handler that only sleeps the work time
 	sysUnordered = "b0" // orderworker with ordering off: the same worker, tasks enqueued without a position
 	sysOW        = "b"  // orderworker: worker.New with the order lock and the Redis store, tasks from the producer
+	sysTraced    = "bt" // (b) with tracing on at full sampling, producer and worker, exported over OTLP HTTP
 	sysSeed      = "c"  // the seed-style lock (EXISTS then SET) around the same store write
 )
 
-// allSystems are the systems in the order of the table.
-var allSystems = []string{sysPlain, sysUnordered, sysOW, sysSeed}
+// allSystems are the systems in the order of the table: (bt) right after
+// (b), so that the two run side by side.
+var allSystems = []string{sysPlain, sysUnordered, sysOW, sysTraced, sysSeed}
 
 var systemNames = map[string]string{
 	sysPlain:     "(a) asynq, no-op handler",
 	sysUnordered: "(b0) orderworker, ordering off",
 	sysOW:        "(b) orderworker",
+	sysTraced:    "(bt) orderworker, traced",
 	sysSeed:      "(c) seed-style lock",
 }
 
@@ -132,7 +136,8 @@ type scenario struct {
 }
 
 // scenarios is the matrix the run measures: every workload × contention ×
-// system, narrowed by -systems, -contention and -only, in table order.
+// system, narrowed by -systems, -contention and -only, in table order;
+// (bt) only on the workloads of -bt-workloads, unless -only names it.
 func scenarios(c settings, workloads []workload) []scenario {
 	var out []scenario
 	for _, w := range workloads {
@@ -142,6 +147,9 @@ func scenarios(c settings, workloads []workload) []scenario {
 			}
 			for _, sys := range allSystems {
 				if !slices.Contains(c.Systems, sys) {
+					continue
+				}
+				if sys == sysTraced && len(c.Only) == 0 && !tracedOn(c.TracedWorkloads, w) {
 					continue
 				}
 				sc := scenario{System: sys, Contended: kind == contended, Workload: w, Tasks: c.Tasks, Orders: c.Tasks}
@@ -161,6 +169,15 @@ func scenarios(c settings, workloads []workload) []scenario {
 		}
 	}
 	return out
+}
+
+// allWorkloads is -bt-workloads' value for every workload.
+const allWorkloads = "all"
+
+// tracedOn reports whether (bt) runs on workload w: list (-bt-workloads)
+// names it, or is "all".
+func tracedOn(list []string, w workload) bool {
+	return slices.Contains(list, allWorkloads) || slices.Contains(list, w.Name())
 }
 
 // orderNo names order i of a scenario.
@@ -195,8 +212,11 @@ type result struct {
 	TasksPerS   float64 `json:"tasks_per_s"`
 	RatioToA    float64 `json:"ratio_to_a,omitempty"`
 	RatioToB0   float64 `json:"ratio_to_b0,omitempty"`
-	Completed   int64   `json:"completed"`
-	Archived    int64   `json:"archived"`
+	// RatioToB is (bt)'s tasks/s over (b)'s on the same orders and
+	// workload: what tracing costs in throughput.
+	RatioToB  float64 `json:"ratio_to_b,omitempty"`
+	Completed int64   `json:"completed"`
+	Archived  int64   `json:"archived"`
 	// Runs counts the handler runs of (b0), (b) and (c), per task:
 	// above 1 when tasks went back to their queue to wait (Parked: not
 	// their turn yet, parked until it comes; Busy: the lock stayed held
@@ -257,6 +277,13 @@ type result struct {
 	// other), which shows what ordering prevents.
 	OrderPairs int `json:"order_pairs"`
 	Inversions int `json:"inversions"`
+	// The tracing of (bt), counted over the measured phase and the flush
+	// that ends it: spans ended, spans exported (the difference the batch
+	// processor dropped), and the OTLP request bodies' bytes and count.
+	SpansPerTask       float64 `json:"spans_per_task,omitempty"`
+	SpansDropped       int64   `json:"spans_dropped,omitempty"`
+	ExportBytesPerTask float64 `json:"export_bytes_per_task,omitempty"`
+	ExportRequests     int64   `json:"export_requests,omitempty"`
 }
 
 // system is a running worker of one kind.
@@ -266,6 +293,9 @@ type system struct {
 	bypass  func() int64
 	hook    *benchkit.CountHook
 	history bool // whether the store holds a history to analyse
+	// traced is (bt)'s tracing, nil for the other systems; stop closes
+	// it.
+	traced *tracedExport
 }
 
 // runScenario measures one scenario on a flushed database: it seeds the
@@ -318,7 +348,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	defer stopProfile()
 	rdb := opts.NewClient()
 	defer rdb.Close()
-	sys, err := startSystem(rdb, sc)
+	sys, err := startSystem(ctx, rdb, sc)
 	if err != nil {
 		return r, err
 	}
@@ -331,6 +361,16 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 		return r, err
 	}
 	end := samples[len(samples)-1].At
+	var spans traceCounts
+	if sys.traced != nil {
+		// The spans still queued are exported now, inside the measured
+		// CPU (not its time): every run's tracing is paid for.
+		if err := sys.traced.Flush(ctx); err != nil {
+			sys.stop()
+			return r, fmt.Errorf("flush the spans: %w", err)
+		}
+		spans = sys.traced.counts()
+	}
 	rt := sys.hook.RoundTrips()
 	rtBy := sys.hook.ByName()
 	after, err := benchkit.CommandStats(ctx, monitor)
@@ -379,6 +419,12 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	if sys.bypass != nil {
 		r.SeedBypasses = sys.bypass()
 	}
+	if sys.traced != nil {
+		r.SpansPerTask = float64(spans.ended) / n
+		r.SpansDropped = spans.ended - spans.spans
+		r.ExportBytesPerTask = float64(spans.bytes) / n
+		r.ExportRequests = spans.posts
+	}
 	if sys.history {
 		nos := make([]string, 0, sc.Orders)
 		for i := range sc.Orders {
@@ -399,7 +445,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 		r.Overlaps = a.Count("overlap")
 		r.FenceErrors = a.Count("fence")
 		place := benchkit.BySeq
-		if sc.System != sysOW {
+		if sc.System != sysOW && sc.System != sysTraced {
 			place = func(e orders.Entry) (int64, bool) { return eventIndex(e.EventID) }
 		}
 		var inv []benchkit.Violation
@@ -481,9 +527,21 @@ func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error 
 	return enqueueWith(ctx, rdb, sc, tasks.Shards{})
 }
 
-// enqueueWith is enqueue with the producer's queue shards.
-func enqueueWith(ctx context.Context, rdb redis.UniversalClient, sc scenario, shards tasks.Shards) error {
-	p, err := producer.New(rdb, producer.Config{Shards: shards})
+// enqueueWith is enqueue with the producer's queue shards. For (bt) the
+// producer is traced, so that each task carries its enqueue's trace
+// context; its spans are exported before it returns, outside the measured
+// phase.
+func enqueueWith(ctx context.Context, rdb redis.UniversalClient, sc scenario, shards tasks.Shards) (err error) {
+	cfg := producer.Config{Shards: shards}
+	if sc.System == sysTraced {
+		t, err := newTracedExport(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, t.Close(context.WithoutCancel(ctx))) }()
+		cfg.TracerProvider = t.Provider()
+	}
+	p, err := producer.New(rdb, cfg)
 	if err != nil {
 		return err
 	}
@@ -539,7 +597,7 @@ func rawTask(m tasks.ModifyPayload) (*asynq.Task, []asynq.Option, error) {
 
 // startSystem starts the scenario's system on rdb, which it instruments
 // with a round-trip counter.
-func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
+func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*system, error) {
 	hook := benchkit.NewCountHook()
 	rdb.AddHook(hook)
 	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
@@ -548,23 +606,42 @@ func startSystem(rdb redis.UniversalClient, sc scenario) (*system, error) {
 	}
 	work := sc.Workload.Work
 	switch sc.System {
-	case sysOW, sysUnordered:
-		// The same worker for both: whether a task is ordered is up to
-		// its payload.
+	case sysOW, sysUnordered, sysTraced:
+		// The same worker for all three: whether a task is ordered is up
+		// to its payload; (bt)'s is traced.
 		lw := newWaits()
-		w, err := worker.New(rdb, storehook.BeforeWrite(store, storehook.Delay(work)), worker.Config{
+		cfg := worker.Config{
 			KeyPrefix:   prefix,
 			Concurrency: sc.Workload.Concurrency,
 			ID:          "bench-" + sc.System,
 			OnDone:      lw.done,
-		})
+		}
+		var traced *tracedExport
+		if sc.System == sysTraced {
+			if traced, err = newTracedExport(ctx); err != nil {
+				return nil, err
+			}
+			cfg.TracerProvider = traced.Provider()
+		}
+		closeTraced := func() {
+			if traced != nil {
+				_ = traced.Close(context.WithoutCancel(ctx))
+			}
+		}
+		w, err := worker.New(rdb, storehook.BeforeWrite(store, storehook.Delay(work)), cfg)
 		if err != nil {
+			closeTraced()
 			return nil, err
 		}
 		if err := w.Start(); err != nil {
+			closeTraced()
 			return nil, err
 		}
-		return &system{hook: hook, history: true, waits: lw, stop: w.Shutdown}, nil
+		stop := func() {
+			w.Shutdown()
+			closeTraced()
+		}
+		return &system{hook: hook, history: true, waits: lw, stop: stop, traced: traced}, nil
 	case sysPlain, sysSeed:
 		mux := asynq.NewServeMux()
 		var sl *seedLock
