@@ -270,8 +270,6 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 
 	lctx, lspan := w.startSpan(ctx, spanLock)
 	if lspan.IsRecording() {
-		span := trace.SpanFromContext(ctx) // the run's
-		span.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrEventID.String(h.EventID))
 		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
 	}
 	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait)
