@@ -20,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
@@ -622,6 +623,11 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 				return nil, err
 			}
 			cfg.TracerProvider = traced.Provider()
+			// As cmd/worker does: the Redis commands of a run are spans.
+			if err := tracing.InstrumentRedis(rdb, traced.Provider()); err != nil {
+				_ = traced.Close(context.WithoutCancel(ctx))
+				return nil, err
+			}
 		}
 		closeTraced := func() {
 			if traced != nil {
