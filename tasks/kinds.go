@@ -190,6 +190,8 @@ func (t Table) Validate() error {
 			return fmt.Errorf("%w: %s has weight %d, want > 0", ErrKinds, k.Type, k.Weight)
 		case k.zero.Kind() != k:
 			return fmt.Errorf("%w: the payload of %s names kind %s", ErrKinds, k.Type, k.zero.Kind())
+		case k.zero.WithHeader(probeHeader).Header() != probeHeader:
+			return fmt.Errorf("%w: the payload of %s does not carry every field of its Header (event_id, order_no, seq, trace) through WithHeader and Header", ErrKinds, k.Type)
 		}
 		for _, key := range []string{"type " + k.Type, "name " + k.Name, "queue " + k.Queue} {
 			if seen[key] {
@@ -203,6 +205,11 @@ func (t Table) Validate() error {
 	}
 	return nil
 }
+
+// probeHeader is the header Validate hands each kind's payload through
+// WithHeader and reads back with Header: a payload that drops a field (a
+// new kind without its trace context, say) would lose it silently.
+var probeHeader = Header{EventID: "e", OrderNo: "o", Seq: 1, Trace: &TraceContext{Traceparent: "p"}}
 
 // plainName reports whether s is 1 to 32 characters of a-z, 0-9, '_' and
 // '-'.

@@ -63,8 +63,30 @@ func TestKindsTableValidates(t *testing.T) {
 		"a shard queue":              {tasks.NewKind[tasks.ModifyPayload]("order:x", "x", "order:x", 1)},
 		"a bad name":                 {tasks.NewKind[tasks.ModifyPayload]("order:x", "X/y", "order_x", 1)},
 		"payload names another kind": {tasks.NewKind[tasks.ModifyPayload]("order:x", "x", "order_x", 1)},
+		"payload drops its trace":    {tasks.Modify, dropsTraceKind},
 	}
 	for name, table := range bad {
 		assert.ErrorIs(t, table.Validate(), tasks.ErrKinds, name)
 	}
+	assert.ErrorContains(t, bad["payload drops its trace"].Validate(), "through WithHeader and Header")
 }
+
+// dropsTracePayload is a payload whose WithHeader forgets the trace
+// context: its changes would lose their traces.
+type dropsTracePayload struct {
+	EventID string `json:"event_id"`
+	OrderNo string `json:"order_no"`
+	Seq     int64  `json:"seq,omitempty"`
+}
+
+var dropsTraceKind = tasks.NewKind[dropsTracePayload]("order:droptrace", "droptrace", "order_droptrace", 1)
+
+func (p dropsTracePayload) Kind() *tasks.Kind { return dropsTraceKind }
+func (p dropsTracePayload) Header() tasks.Header {
+	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq}
+}
+func (p dropsTracePayload) WithHeader(h tasks.Header) tasks.Payload {
+	p.EventID, p.OrderNo, p.Seq = h.EventID, h.OrderNo, h.Seq
+	return p
+}
+func (p dropsTracePayload) Validate() error { return nil }

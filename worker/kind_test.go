@@ -20,10 +20,11 @@ import (
 // knows: it appends a note to an order. Seq is its last field, as in the
 // contract's payloads (the producer appends the position to the JSON).
 type notePayload struct {
-	EventID string `json:"event_id"`
-	OrderNo string `json:"order_no"`
-	Note    string `json:"note"`
-	Seq     int64  `json:"seq,omitempty"`
+	EventID string              `json:"event_id"`
+	OrderNo string              `json:"order_no"`
+	Note    string              `json:"note"`
+	Trace   *tasks.TraceContext `json:"trace,omitempty"`
+	Seq     int64               `json:"seq,omitempty"`
 }
 
 // noteKind is the test's kind, made as the contract's are. It is added
@@ -34,11 +35,11 @@ var noteKind = tasks.NewKind[notePayload]("order:note", "note", "order_note", 2)
 func (p notePayload) Kind() *tasks.Kind { return noteKind }
 
 func (p notePayload) Header() tasks.Header {
-	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq}
+	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
 }
 
 func (p notePayload) WithHeader(h tasks.Header) tasks.Payload {
-	p.EventID, p.OrderNo, p.Seq = h.EventID, h.OrderNo, h.Seq
+	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
 	return p
 }
 
