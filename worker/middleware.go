@@ -268,7 +268,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	meta := clip(k.Kind.Type + " " + r.TaskID)
 
-	lctx, lspan := w.startSpan(ctx, spanLock)
+	lctx, lspan := w.startSpan(ctx, tracing.SpanLock)
 	if lspan.IsRecording() {
 		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
 	}
@@ -333,7 +333,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		if !final && errors.As(err, &f) {
 			retryAt = time.Now().Add(f.delay)
 		}
-		hctx, hspan := w.startSpan(ctx, spanHandoff)
+		hctx, hspan := w.startSpan(ctx, tracing.SpanHandoff)
 		if hspan.IsRecording() {
 			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == lock.ModeTurn))
 		}
@@ -360,7 +360,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.
 	wctx = lock.WithHold(wctx, lease)
-	wctx, wspan := w.startSpan(wctx, spanWrite)
+	wctx, wspan := w.startSpan(wctx, tracing.SpanWrite)
 	if wspan.IsRecording() {
 		wspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrFence.Int64(lease.Fence()))
 	}

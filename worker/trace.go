@@ -27,11 +27,6 @@ import (
 //
 // The span names are fixed; order numbers, event IDs and positions are
 // attributes, and payload contents never are.
-const (
-	spanLock    = "order lock"
-	spanWrite   = "order write"
-	spanHandoff = "order hand-off"
-)
 
 // startRun starts the consumer span of one run of t, as the child of the
 // span that enqueued it when its payload carries a trace context (and
@@ -112,14 +107,14 @@ func endLock(span trace.Span, lease *lock.Lease, taken lock.Taken, err error) {
 			attribute.Int("orderworker.lock.attempts", st.Attempts))
 	case errors.As(err, &park):
 		te := park.Err
-		name := "parked"
+		name := tracing.EventParked
 		if te.Paused != nil {
-			name = "on hold"
+			name = tracing.EventOnHold
 		}
 		span.AddEvent(name, trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head), tracing.AttrHead.String(te.Label),
 			tracing.AttrDelay.Int64(park.Delay.Milliseconds())))
 	case errors.As(err, &busy):
-		span.AddEvent("busy past the wait deadline", trace.WithAttributes(tracing.AttrHolder.String(busy.Holder)))
+		span.AddEvent(tracing.EventTimeout, trace.WithAttributes(tracing.AttrHolder.String(busy.Holder)))
 	default:
 		tracing.RecordError(span, err)
 	}

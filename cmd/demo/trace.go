@@ -20,17 +20,6 @@ import (
 	"github.com/orderworker/orderworker/worker"
 )
 
-// The names of the worker's spans and of the span events that -trace
-// reads, as the worker (worker/trace.go) and the lock (internal/lock) name
-// them.
-const (
-	spanLock     = "order lock"
-	spanWrite    = "order write"
-	spanHandoff  = "order hand-off"
-	eventWaiting = "waiting for its turn"
-	eventWoken   = "called back the next in line"
-)
-
 // spanLog is the demo's in-process span collector: a span processor that
 // keeps every span that ends, in memory, so that the demo can print a trace
 // after the scenario without a collector to send it to. It is safe for
@@ -119,7 +108,7 @@ func (l *spanLog) waiter() string {
 			}
 		}
 		for _, e := range s.Events() {
-			if e.Name != eventWaiting {
+			if e.Name != tracing.EventWaiting {
 				continue
 			}
 			if _, _, from, ok := tasks.ParseLabel(attr(e.Attributes, tracing.AttrHead)); ok && from == "" {
@@ -256,13 +245,13 @@ func describe(s sdktrace.ReadOnlySpan) string {
 	case s.SpanKind() == trace.SpanKindConsumer:
 		what = "a run"
 		keys = []attribute.Key{tracing.AttrOutcome, "orderworker.retried"}
-	case s.Name() == spanLock:
+	case s.Name() == tracing.SpanLock:
 		what = "its turn, then the lock"
 		keys = []attribute.Key{tracing.AttrFence, tracing.AttrLockMode, "orderworker.lock.waited_ms"}
-	case s.Name() == spanWrite:
+	case s.Name() == tracing.SpanWrite:
 		what = "written"
 		keys = []attribute.Key{tracing.AttrFence}
-	case s.Name() == spanHandoff:
+	case s.Name() == tracing.SpanHandoff:
 		what = "turn passed on"
 		keys = []attribute.Key{"orderworker.turn_passed"}
 	}
@@ -302,15 +291,15 @@ const legend = `
 func event(e sdktrace.Event) string {
 	a := e.Attributes
 	switch e.Name {
-	case eventWaiting:
+	case tracing.EventWaiting:
 		return fmt.Sprintf("%s behind %s (seq %s)", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq))
-	case "parked", "on hold":
+	case tracing.EventParked, tracing.EventOnHold:
 		return fmt.Sprintf("%s behind %s (seq %s), back in %sms", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq), attr(a, tracing.AttrDelay))
-	case "order busy":
+	case tracing.EventBusy:
 		return fmt.Sprintf("%s, held by %s", e.Name, attr(a, tracing.AttrHolder))
-	case "gap skipped":
+	case tracing.EventSkipped:
 		return fmt.Sprintf("%s: %s (seq %s): %s", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq), attr(a, tracing.AttrReason))
-	case eventWoken:
+	case tracing.EventWoken:
 		return fmt.Sprintf("%s: %s", e.Name, attr(a, tracing.AttrWoken))
 	case semconv.ExceptionEventName: // its message is the span's error
 		return fmt.Sprintf("%s (%s)", e.Name, attr(a, semconv.ExceptionTypeKey))

@@ -570,7 +570,7 @@ func traceWait(span trace.Span, a attempt, last string) string {
 		if t.Label == last || t.Paused != nil {
 			return t.Label
 		}
-		span.AddEvent("waiting for its turn", trace.WithAttributes(
+		span.AddEvent(tracing.EventWaiting, trace.WithAttributes(
 			tracing.AttrHeadSeq.Int64(t.Head),
 			tracing.AttrHead.String(t.Label),
 			tracing.AttrSeq.Int64(t.Pos)))
@@ -579,7 +579,7 @@ func traceWait(span trace.Span, a attempt, last string) string {
 	if a.holder == last {
 		return last
 	}
-	span.AddEvent("order busy", trace.WithAttributes(
+	span.AddEvent(tracing.EventBusy, trace.WithAttributes(
 		tracing.AttrHolder.String(a.holder),
 		tracing.AttrLeaseLeft.Int64(a.heldTTL.Milliseconds())))
 	return a.holder

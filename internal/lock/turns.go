@@ -195,7 +195,7 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 			zap.String("label", te.Label), zap.String("reason", why))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.AddEvent("gap skipped", trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head),
+		span.AddEvent(tracing.EventSkipped, trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head),
 			tracing.AttrHead.String(te.Label), tracing.AttrReason.String(why), attribute.Bool("orderworker.by_this_run", st.Done)))
 	}
 	t.wake(ctx, key, st.Wake)
@@ -308,7 +308,7 @@ func (t *Turns) wake(ctx context.Context, key string, labels []string) {
 		return
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.AddEvent("called back the next in line", trace.WithAttributes(tracing.AttrWoken.StringSlice(labels)))
+		span.AddEvent(tracing.EventWoken, trace.WithAttributes(tracing.AttrWoken.StringSlice(labels)))
 	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()

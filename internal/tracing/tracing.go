@@ -87,6 +87,24 @@ const (
 	AttrWoken = attribute.Key("orderworker.woken")
 )
 
+// The names of the worker's spans inside a run ("process <queue>") and of
+// the span events that say why a change waited: one home, for the worker,
+// the lock and what reads traces (the demo). docs/operations.md, Tracing,
+// describes each.
+const (
+	SpanLock    = "order lock"     // taking the order's lock in the change's turn
+	SpanWrite   = "order write"    // the order store's write
+	SpanHandoff = "order hand-off" // the release that passes the turn on
+
+	EventWaiting = "waiting for its turn"         // behind the position named (AttrHead)
+	EventBusy    = "order busy"                   // the lock is held by AttrHolder
+	EventSkipped = "gap skipped"                  // the position named will never get its task
+	EventParked  = "parked"                       // back to the queue, behind the position named
+	EventOnHold  = "on hold"                      // back to the queue: an operator holds the order
+	EventTimeout = "busy past the wait deadline"  // back to the queue: the lock stayed held
+	EventWoken   = "called back the next in line" // the parked changes a hand-off called back (AttrWoken)
+)
+
 // MessagingSystem is the messaging.system of the queue's spans.
 const MessagingSystem = "asynq"
 
