@@ -23,6 +23,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -151,16 +152,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if cmd, ok := kindCommand(rest[0]); ok {
 		// Traced by the OTEL_* variables (off unless set), under the
 		// trace of TRACEPARENT when a calling script passes one.
-		tr, err := tracing.FromEnv(ctx, "orderworker-cli", getenv)
+		tr, stopTracing, err := telemetry.Start(ctx, "orderworker-cli", getenv, nil)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = tr.Shutdown(fctx) // a span not exported loses nothing of the change
-		}()
-		if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+		defer stopTracing() // a span not exported loses nothing of the change
+		if err := telemetry.InstrumentRedis(rdb, tr.Provider()); err != nil {
 			return err
 		}
 		cfg := c.producerConfig()

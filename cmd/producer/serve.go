@@ -22,7 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -195,22 +195,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	// Tracing, by the standard OTEL_* variables only: off unless set.
-	tr, err := tracing.FromEnv(ctx, "orderworker-intake", getenv)
+	tr, stopTracing, err := telemetry.Start(ctx, "orderworker-intake", getenv, log)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if tr.On() {
-		tracing.SetErrorLog(root.Named("tracing"))
-		log.Info("tracing on")
-	}
-	defer func() {
-		// Last, after the server answered its last request.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := tr.Shutdown(fctx); err != nil {
-			log.Warn("tracing: spans not flushed", zap.Error(err))
-		}
-	}()
+	defer stopTracing() // last, after the server answered its last request
 
 	rdb := c.Redis.NewClient()
 	defer func() {
@@ -218,7 +207,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Warn("close redis", zap.Error(err))
 		}
 	}()
-	if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+	if err := telemetry.InstrumentRedis(rdb, tr.Provider()); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	pcfg := c.producerConfig()

@@ -19,7 +19,7 @@ import (
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -175,26 +175,15 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 
 	// Tracing, by the standard OTEL_* variables only: off unless set.
-	tr, err := tracing.FromEnv(ctx, "orderworker-worker", getenv)
+	tr, stopTracing, err := telemetry.Start(ctx, "orderworker-worker", getenv, log)
 	if err != nil {
 		return err
 	}
-	if tr.On() {
-		tracing.SetErrorLog(log.Named("tracing"))
-		log.Info("tracing on")
-	}
-	defer func() {
-		// Last, after the worker's runs ended: their spans are flushed.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := tr.Shutdown(fctx); err != nil {
-			log.Warn("tracing: spans not flushed", zap.Error(err))
-		}
-	}()
+	defer stopTracing() // last, after the worker's runs ended: their spans are flushed
 
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
-	if err := tracing.InstrumentRedis(rdb, tr.Provider()); err != nil {
+	if err := telemetry.InstrumentRedis(rdb, tr.Provider()); err != nil {
 		return err
 	}
 

@@ -1,12 +1,13 @@
-// Package tracing is orderworker's one home of OpenTelemetry tracing: it
-// sets the SDK up from the standard OTEL_* variables ([FromEnv]), carries a
-// change's W3C trace context in its task's payload across the queue
-// ([Inject], [Extract]), and names the spans' attributes.
+// Package tracing is orderworker's one home of OpenTelemetry tracing's
+// conventions, on OpenTelemetry's API alone: it carries a change's W3C trace
+// context in its task's payload across the queue ([Inject], [Extract]),
+// names the spans, their events and attributes, and joins log lines to the
+// trace ([Log], [LogFields]).
 //
-// Tracing is off unless configured: [FromEnv] returns a nil provider then,
-// and every instrumented component (producer, intake, worker, HTTP order
-// store) takes a nil provider to mean no spans at all, so that the hot path
-// does not even build a span's attributes.
+// Tracing is off unless configured (package telemetry sets the SDK up for
+// the binaries): every instrumented component (producer, intake, worker,
+// HTTP order store) takes a nil trace.TracerProvider to mean no spans at
+// all, so that the hot path does not even build a span's attributes.
 //
 // The trace context crosses the queue as the payload's "trace" field
 // (tasks.TraceContext), in the W3C Trace Context format, whatever
@@ -16,26 +17,14 @@ package tracing
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"strings"
 
-	"github.com/orderworker/orderworker/tasks"
-	"github.com/redis/go-redis/extra/redisotel/v9"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
 	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // ScopeName is the instrumentation scope of orderworker's own spans.
@@ -158,139 +147,6 @@ func RecordError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// Tracing is a process's tracer provider, set up by [FromEnv]. Its zero
-// value and nil are tracing off.
-type Tracing struct {
-	provider *sdktrace.TracerProvider
-}
-
-// Provider returns the tracer provider, or nil when tracing is off: the
-// value to give the components' TracerProvider settings.
-func (t *Tracing) Provider() trace.TracerProvider {
-	if t == nil || t.provider == nil {
-		return nil
-	}
-	return t.provider
-}
-
-// On reports whether tracing is on.
-func (t *Tracing) On() bool { return t != nil && t.provider != nil }
-
-// Shutdown flushes the spans not yet exported and stops the exporter,
-// within ctx. It is a no-op when tracing is off; the error is the
-// exporter's, wrapped.
-func (t *Tracing) Shutdown(ctx context.Context) error {
-	if !t.On() {
-		return nil
-	}
-	if err := t.provider.Shutdown(ctx); err != nil {
-		return fmt.Errorf("tracing: shut down: %w", err)
-	}
-	return nil
-}
-
-// ErrUnsupported is matched by the error of [FromEnv] for a setting this
-// build does not support (an exporter or OTLP protocol it does not carry).
-var ErrUnsupported = errors.New("tracing: not supported by this build")
-
-// FromEnv sets tracing up from the standard OpenTelemetry variables,
-// read through getenv (os.Getenv when nil):
-//
-//   - OTEL_SDK_DISABLED=true turns it off.
-//   - OTEL_TRACES_EXPORTER: "otlp" (OTLP over HTTP, protobuf), "console"
-//     (spans printed as JSON to standard output) or "none". Unset, tracing
-//     is on, with OTLP, only when OTEL_EXPORTER_OTLP_ENDPOINT or
-//     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: off unless configured.
-//   - OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL may
-//     be "http/protobuf" (the default) only; "grpc" is not built in.
-//   - The rest is read by the SDK itself: the OTLP endpoint, headers,
-//     timeout, compression and certificates (OTEL_EXPORTER_OTLP_*), the
-//     sampler (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG; the default is
-//     parentbased_always_on), the batch processor (OTEL_BSP_*), the span
-//     limits (OTEL_SPAN_*), and the resource (OTEL_SERVICE_NAME,
-//     OTEL_RESOURCE_ATTRIBUTES). service.name defaults to service.
-//
-// The endpoint and the service name are read through getenv; the other
-// variables the SDK reads from the process's environment. When tracing is
-// off it returns a Tracing whose Provider is nil. An error names the
-// variable at fault. The exporter's own errors (a collector that does not
-// answer) never fail a task or a request: the SDK drops the spans and
-// reports to otel's error handler, which [SetErrorLog] points at a logger.
-func FromEnv(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
-		return &Tracing{}, nil
-	}
-	exporter := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
-	if exporter == "" {
-		if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-			return &Tracing{}, nil
-		}
-		exporter = "otlp"
-	}
-	var exp sdktrace.SpanExporter
-	var err error
-	switch exporter {
-	case "none":
-		return &Tracing{}, nil
-	case "otlp":
-		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-		if proto == "" {
-			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-		}
-		if proto != "" && proto != "http/protobuf" {
-			return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL %q: only http/protobuf is built in", ErrUnsupported, proto)
-		}
-		exp, err = otlptracehttp.New(ctx, endpoint(getenv)...)
-	case "console":
-		exp, err = stdouttrace.New()
-	default:
-		return nil, fmt.Errorf("%w: OTEL_TRACES_EXPORTER %q: use otlp, console or none", ErrUnsupported, exporter)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tracing: %s exporter: %w", exporter, err)
-	}
-	res, err := resource.New(ctx,
-		resource.WithSchemaURL(semconv.SchemaURL),
-		resource.WithAttributes(semconv.ServiceName(service)),
-		resource.WithTelemetrySDK(),
-		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
-	)
-	if name := getenv("OTEL_SERVICE_NAME"); name != "" && err == nil {
-		res, err = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
-	}
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("tracing: resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err),
-			exp.Shutdown(ctx))
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Tracing{provider: tp}, nil
-}
-
-// endpoint returns the OTLP exporter's endpoint option from getenv's
-// variables, as the SDK would read them from the environment: the traces
-// endpoint as it is, or the base endpoint with /v1/traces appended.
-func endpoint(getenv func(string) string) []otlptracehttp.Option {
-	if u := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); u != "" {
-		return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u)}
-	}
-	if u := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); u != "" {
-		return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(strings.TrimRight(u, "/") + "/v1/traces")}
-	}
-	return nil
-}
-
-// SetErrorLog sends the OpenTelemetry SDK's own errors (an export that
-// failed, a span dropped) to log, at warn level, instead of the standard
-// library's log. It sets a process-wide handler, for main packages.
-func SetErrorLog(log *zap.Logger) {
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("tracing: export failed; the spans are dropped", zap.Error(err))
-	}))
-}
-
 // Log returns log with the trace_id and span_id of ctx's span, so that
 // every line written while a task or a request runs joins its trace; it
 // returns log itself when ctx carries no valid span context (tracing off,
@@ -310,51 +166,6 @@ func LogFields(ctx context.Context) []zap.Field {
 		return nil
 	}
 	return []zap.Field{zap.Stringer("trace_id", sc.TraceID()), zap.Stringer("span_id", sc.SpanID())}
-}
-
-// InstrumentRedis adds go-redis's OpenTelemetry hook (redisotel) to rdb:
-// each Redis command or pipeline run under a span (a task's lock, its
-// write, an enqueue) becomes its child span. Commands run outside any
-// span (asynq's polling, heartbeats and recovery, the lock's notices)
-// make no spans, so that they do not start a trace each. The commands'
-// arguments are never recorded: they hold the payloads. It returns
-// redisotel's error for a client type it does not know.
-func InstrumentRedis(rdb redis.UniversalClient, tp trace.TracerProvider) error {
-	if tp == nil {
-		return nil
-	}
-	err := redisotel.InstrumentTracing(rdb,
-		redisotel.WithTracerProvider(childrenOnly{tp: tp}),
-		redisotel.WithDBStatement(false),
-		redisotel.WithCallerEnabled(false))
-	if err != nil {
-		return fmt.Errorf("tracing: instrument Redis: %w", err)
-	}
-	return nil
-}
-
-// childrenOnly is a tracer provider whose tracers start a span only under
-// a valid parent span context; elsewhere they return the context's
-// (non-recording) span.
-type childrenOnly struct {
-	embedded.TracerProvider
-	tp trace.TracerProvider
-}
-
-func (c childrenOnly) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return childTracer{t: c.tp.Tracer(name, opts...)}
-}
-
-type childTracer struct {
-	embedded.Tracer
-	t trace.Tracer
-}
-
-func (c childTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx, trace.SpanFromContext(ctx)
-	}
-	return c.t.Start(ctx, name, opts...)
 }
 
 // ExtractEnv returns ctx carrying the remote span context of the

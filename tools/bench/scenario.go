@@ -20,7 +20,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
@@ -624,7 +624,7 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 			}
 			cfg.TracerProvider = traced.Provider()
 			// As cmd/worker does: the Redis commands of a run are spans.
-			if err := tracing.InstrumentRedis(rdb, traced.Provider()); err != nil {
+			if err := telemetry.InstrumentRedis(rdb, traced.Provider()); err != nil {
 				_ = traced.Close(context.WithoutCancel(ctx))
 				return nil, err
 			}

@@ -15,7 +15,7 @@ import (
 
 // tracedExport is the tracing of (bt): an SDK tracer provider at full
 // sampling (AlwaysSample) whose BatchSpanProcessor, with the SDK's default
-// queue and batch sizes (as tracing.FromEnv sets it up), exports over OTLP
+// queue and batch sizes (as telemetry.FromEnv sets it up), exports over OTLP
 // HTTP (protobuf) to a receiver in this process that reads each request's
 // body, discards it and answers 200. It counts the spans that ended, the
 // spans and the bytes exported: ended minus exported is what the batch

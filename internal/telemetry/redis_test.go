@@ -1,4 +1,4 @@
-package tracing_test
+package telemetry_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
-	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // Redis commands run under a span are its children, without their
@@ -20,7 +20,7 @@ func TestInstrumentRedisTracesOnlyChildren(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.WithoutCancel(t.Context())) })
-	require.NoError(t, tracing.InstrumentRedis(rdb, tp))
+	require.NoError(t, telemetry.InstrumentRedis(rdb, tp))
 
 	require.NoError(t, rdb.Set(t.Context(), db.Prefix+"k", "secret payload", 0).Err())
 	require.Empty(t, exp.GetSpans(), "no span without a parent")
@@ -36,5 +36,5 @@ func TestInstrumentRedisTracesOnlyChildren(t *testing.T) {
 	for _, kv := range child.Attributes {
 		require.NotContains(t, kv.Value.String(), "secret", "%s records the arguments", kv.Key)
 	}
-	require.NoError(t, tracing.InstrumentRedis(rdb, nil), "nil is tracing off")
+	require.NoError(t, telemetry.InstrumentRedis(rdb, nil), "nil is tracing off")
 }
