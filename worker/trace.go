@@ -37,7 +37,9 @@ func (w *Worker) startRun(ctx context.Context, t *asynq.Task, r *run) (context.C
 	var carried struct {
 		Trace *tasks.TraceContext `json:"trace"`
 	}
-	_ = json.Unmarshal(t.Payload(), &carried) // best effort: no trace, a new one
+	if len(t.Payload()) <= tasks.MaxPayloadBytes { // a larger one is refused unread
+		_ = json.Unmarshal(t.Payload(), &carried) // best effort: no trace, a new one
+	}
 	ctx, parent := tracing.Extract(ctx, carried.Trace)
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
