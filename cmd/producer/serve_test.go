@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/orderworker/orderworker/internal/testkit/logtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -35,73 +36,28 @@ const (
 // logSink is serve's stdout: it keeps everything written, and each JSON
 // log line for waitFor.
 type logSink struct {
-	mu    sync.Mutex
-	all   bytes.Buffer
-	part  []byte
-	lines []map[string]any
-	// added is closed, and replaced, whenever a line is added.
-	added chan struct{}
+	*logtest.Sink
+	mu sync.Mutex
 	// seen is, for each msg, the index after the line waitFor last
 	// returned for it.
 	seen map[string]int
 }
 
-func newLogSink() *logSink { return &logSink{added: make(chan struct{}), seen: map[string]int{}} }
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.all.Write(p)
-	s.part = append(s.part, p...)
-	n := len(s.lines)
-	for {
-		i := bytes.IndexByte(s.part, '\n')
-		if i < 0 {
-			break
-		}
-		var line map[string]any
-		if json.Unmarshal(s.part[:i], &line) == nil {
-			s.lines = append(s.lines, line)
-		}
-		s.part = s.part[i+1:]
-	}
-	if len(s.lines) > n {
-		close(s.added)
-		s.added = make(chan struct{})
-	}
-	return len(p), nil
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.all.String()
-}
+func newLogSink() *logSink { return &logSink{Sink: logtest.New(), seen: map[string]int{}} }
 
 // waitFor returns the first log line whose msg is msg, among every line
 // written (whatever other lines came before or after it) and after the
 // line that the last waitFor for msg returned.
 func (s *logSink) waitFor(t *testing.T, msg string) map[string]any {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		s.mu.Lock()
-		for i := s.seen[msg]; i < len(s.lines); i++ {
-			if s.lines[i]["msg"] == msg {
-				line := s.lines[i]
-				s.seen[msg] = i + 1
-				s.mu.Unlock()
-				return line
-			}
-		}
-		added := s.added
-		s.mu.Unlock()
-		select {
-		case <-added:
-		case <-timeout:
-			t.Fatalf("no log line %q in:\n%s", msg, s)
-		}
-	}
+	s.mu.Lock()
+	from := s.seen[msg]
+	s.mu.Unlock()
+	line, i := s.Wait(t, 10*time.Second, "log line "+strconv.Quote(msg), from, func(l logtest.Line) bool { return l["msg"] == msg })
+	s.mu.Lock()
+	s.seen[msg] = i + 1
+	s.mu.Unlock()
+	return line
 }
 
 // started is a running "producer serve".

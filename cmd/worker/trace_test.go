@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/logtest"
 	"github.com/orderworker/orderworker/internal/testkit/otlptest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
@@ -534,76 +534,21 @@ func (p *process) stop(t *testing.T) {
 }
 
 // logLine is a JSON log line.
-type logLine = map[string]any
+type logLine = logtest.Line
 
 // jsonLog is a process's output: everything as text, and each line that is
 // a JSON object. It is safe for concurrent use.
-type jsonLog struct {
-	mu    sync.Mutex
-	all   bytes.Buffer
-	part  []byte
-	lines []logLine
-	added chan struct{} // closed, and replaced, when lines are added
-}
+type jsonLog struct{ *logtest.Sink }
 
-func newJSONLog() *jsonLog { return &jsonLog{added: make(chan struct{})} }
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all.Write(p)
-	l.part = append(l.part, p...)
-	n := len(l.lines)
-	for {
-		i := bytes.IndexByte(l.part, '\n')
-		if i < 0 {
-			break
-		}
-		var line logLine
-		if json.Unmarshal(l.part[:i], &line) == nil {
-			l.lines = append(l.lines, line)
-		}
-		l.part = l.part[i+1:]
-	}
-	if len(l.lines) > n {
-		close(l.added)
-		l.added = make(chan struct{})
-	}
-	return len(p), nil
-}
-
-func (l *jsonLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.all.String()
-}
+func newJSONLog() *jsonLog { return &jsonLog{logtest.New()} }
 
 // snapshot returns the JSON lines so far.
-func (l *jsonLog) snapshot() []logLine {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]logLine(nil), l.lines...)
-}
+func (l *jsonLog) snapshot() []logLine { return l.Lines() }
 
 // waitFor returns the first line for which match holds, waiting for it up
 // to waitLong; what names it in the failure.
 func (l *jsonLog) waitFor(t *testing.T, what string, match func(logLine) bool) logLine {
 	t.Helper()
-	timeout := time.NewTimer(waitLong)
-	defer timeout.Stop()
-	for i := 0; ; {
-		l.mu.Lock()
-		lines, added := l.lines, l.added
-		l.mu.Unlock()
-		for ; i < len(lines); i++ {
-			if match(lines[i]) {
-				return lines[i]
-			}
-		}
-		select {
-		case <-added:
-		case <-timeout.C:
-			t.Fatalf("%s: no such log line within %v", what, waitLong)
-		}
-	}
+	line, _ := l.Wait(t, waitLong, what, 0, match)
+	return line
 }
