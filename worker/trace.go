@@ -78,13 +78,17 @@ func endRun(span trace.Span, d *Done) {
 	span.End()
 }
 
+// noSpan is what startSpan returns with tracing off: made once, so that
+// the untraced path allocates nothing for it.
+var noSpan trace.Span = noop.Span{}
+
 // startSpan starts an internal span of a run; a nil tracer (tracing off)
-// starts nothing and returns ctx with a non-recording span.
-func (w *Worker) startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+// starts nothing and returns ctx with a span that records nothing.
+func (w *Worker) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
 	if w.tracer == nil {
-		return ctx, noop.Span{}
+		return ctx, noSpan
 	}
-	return w.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	return w.tracer.Start(ctx, name)
 }
 
 // endLock ends the lock's span with how the lock was taken, or why not.

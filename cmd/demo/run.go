@@ -134,7 +134,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 		stopTracing() // done with the spans: -serve keeps none in memory
-
 	}
 	if c.Serve {
 		fmt.Fprintf(stdout, "\nServing on the embedded Redis at %s until interrupted. Try:\n", srv.Addr())
