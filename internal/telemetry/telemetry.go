@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -115,7 +116,11 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if proto != "" && proto != "http/protobuf" {
 			return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL %q: only http/protobuf is built in", ErrUnsupported, proto)
 		}
-		exp, err = otlptracehttp.New(ctx, endpoint(getenv)...)
+		var opts []otlptracehttp.Option
+		if opts, err = endpoint(getenv); err != nil {
+			return nil, err
+		}
+		exp, err = otlptracehttp.New(ctx, opts...)
 	case "console":
 		exp, err = stdouttrace.New()
 	default:
@@ -170,15 +175,22 @@ func Start(ctx context.Context, service string, getenv func(string) string, log 
 
 // endpoint returns the OTLP exporter's endpoint option from getenv's
 // variables, as the SDK would read them from the environment: the traces
-// endpoint as it is, or the base endpoint with /v1/traces appended.
-func endpoint(getenv func(string) string) []otlptracehttp.Option {
-	if u := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); u != "" {
-		return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u)}
+// endpoint as it is, or the base endpoint with /v1/traces appended. A
+// value that is not an absolute http or https URL is an error naming its
+// variable (the SDK would fall back to localhost silently).
+func endpoint(getenv func(string) string) ([]otlptracehttp.Option, error) {
+	name, u := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if u == "" {
+		name, u = "OTEL_EXPORTER_OTLP_ENDPOINT", getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		if u == "" {
+			return nil, nil
+		}
+		u = strings.TrimRight(u, "/") + "/v1/traces"
 	}
-	if u := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); u != "" {
-		return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(strings.TrimRight(u, "/") + "/v1/traces")}
+	if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return nil, fmt.Errorf("telemetry: %s: want an absolute http or https URL, such as http://collector:4318", name)
 	}
-	return nil
+	return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u)}, nil
 }
 
 // SetErrorLog sends the OpenTelemetry SDK's own errors (an export that

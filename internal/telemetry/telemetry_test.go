@@ -217,6 +217,21 @@ func TestFromEnvUnsupported(t *testing.T) {
 	}
 }
 
+// An endpoint that is not an absolute http or https URL is an error naming
+// its variable: the SDK would export to localhost instead, silently.
+func TestFromEnvBadEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, value string }{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector/v1/traces"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://%zz"},
+	} {
+		tr, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{tt.name: tt.value}))
+		require.ErrorContains(t, err, tt.name+": want an absolute http or https URL", tt.value)
+		assert.Nil(t, tr)
+	}
+}
+
 // The resource names the service: the name given, or OTEL_SERVICE_NAME.
 func TestFromEnvServiceName(t *testing.T) {
 	t.Parallel()
