@@ -439,7 +439,7 @@ func (p *Producer) enqueueTraced(ctx context.Context, payload tasks.Payload, o o
 			semconv.MessagingMessageID(h.EventID),
 			tracing.AttrOrderNo.String(h.OrderNo),
 			tracing.AttrEventID.String(h.EventID),
-			attribute.String("orderworker.task_type", kind.Type),
+			tracing.AttrTaskType.String(kind.Type),
 		))
 	defer func() {
 		var dup *DuplicateError

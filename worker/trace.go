@@ -49,7 +49,7 @@ func (w *Worker) startRun(ctx context.Context, t *asynq.Task, r *run) (context.C
 			semconv.MessagingOperationName("process"),
 			semconv.MessagingDestinationName(r.Queue),
 			semconv.MessagingMessageID(r.TaskID),
-			attribute.String("orderworker.task_type", clip(t.Type())),
+			tracing.AttrTaskType.String(clip(t.Type())),
 			attribute.Int("orderworker.retried", r.Retried),
 			attribute.String("orderworker.worker", w.cfg.ID),
 		),

@@ -99,7 +99,7 @@ func (l *spanLog) waiter() string {
 		attrs := s.Attributes()
 		switch {
 		case s.SpanKind() == trace.SpanKindProducer:
-			if attr(attrs, "orderworker.task_type") == tasks.Modify.Type {
+			if attr(attrs, tracing.AttrTaskType) == tasks.Modify.Type {
 				f.sent, f.ev = s.StartTime(), attr(attrs, tracing.AttrEventID)
 			}
 		case s.SpanKind() == trace.SpanKindConsumer:
@@ -167,7 +167,7 @@ func printTrace(w io.Writer, l *spanLog, ev string) error {
 	}
 	root := spans[0]
 	fmt.Fprintf(w, "\nThe trace of %s, an %s of %s, as OpenTelemetry recorded it (every span, by start time).\n",
-		ev, attr(root.Attributes(), "orderworker.task_type"), attr(root.Attributes(), tracing.AttrOrderNo))
+		ev, attr(root.Attributes(), tracing.AttrTaskType), attr(root.Attributes(), tracing.AttrOrderNo))
 	fmt.Fprintf(w, "(-trace keeps the spans in memory; -trace-event ID prints another change's trace.)\n\n")
 	fmt.Fprintf(w, "trace_id %s\n", root.SpanContext().TraceID())
 	fmt.Fprintf(w, "%8s %9s  %s\n", "start", "took", "span [in plain words]  attributes; · events")

@@ -45,6 +45,8 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 
 // The attributes of orderworker's spans that no semantic convention names.
 const (
+	// AttrTaskType is the change's task type, e.g. "order:modify".
+	AttrTaskType = attribute.Key("orderworker.task_type")
 	// AttrOrderNo is the order a change is of.
 	AttrOrderNo = attribute.Key("orderworker.order_no")
 	// AttrEventID is the change's event ID (its task ID too).
