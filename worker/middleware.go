@@ -360,13 +360,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	// A Redis store on the lock's Redis also checks the lock's newest fence
 	// and releases the lock, passing the turn on, with a modify's commit.
 	wctx = lock.WithHold(wctx, lease)
-	wctx, wspan := w.startSpan(wctx, tracing.SpanWrite)
-	if wspan.IsRecording() {
-		wspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrFence.Int64(lease.Fence()))
-	}
-	err = k.Apply(wctx, w.store, p)
-	tracing.RecordError(wspan, err)
-	wspan.End()
+	err = w.write(wctx, k, p, lease.Fence())
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
 		// A change of an order that an exchange was to create, and did not:
 		// say why.
@@ -375,6 +369,20 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 	}
 	return storeError(err)
+}
+
+// write runs the kind's store write inside the run's "order write" span,
+// which ends (with the write's error) even when the handler panics.
+func (w *Worker) write(ctx context.Context, k *Kind, p tasks.Payload, fence int64) (err error) {
+	ctx, span := w.startSpan(ctx, tracing.SpanWrite)
+	defer func() {
+		tracing.RecordError(span, err)
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrOrderNo.String(p.Header().OrderNo), tracing.AttrFence.Int64(fence))
+	}
+	return k.Apply(ctx, w.store, p)
 }
 
 // decide turns a handler error into what asynq gets: a failure within the

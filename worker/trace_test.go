@@ -233,3 +233,23 @@ func TestTraceRecordsErrors(t *testing.T) {
 	v, _ := attr(run.Attributes, "orderworker.outcome")
 	require.Equal(t, worker.OutcomeRejected, v.AsString())
 }
+
+// A store write that panics still ends its "order write" span, and the
+// run's span records the failure.
+func TestTraceEndsTheWriteSpanOnAPanic(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-TP")
+	tr := newTracer(t)
+	r := newRuns()
+	e.startWorker(worker.Config{TracerProvider: tr, OnDone: r.add}, func(s orders.Store) orders.Store {
+		return storehook.BeforeWrite(s, func(context.Context, string, string, string) error { panic("handler bug") })
+	})
+	e.modify("SO-TP", "ev-panic", tasks.Changes{Remark: new("x")})
+	d := r.waitFor(t, "ev-panic", 30*time.Second)
+	require.Equal(t, worker.OutcomeError, d.Outcome)
+	write := named(tr.spans.GetSpans(), "order write")
+	require.NotEmpty(t, write, "the write's span ended despite the panic")
+	runs := named(tr.spans.GetSpans(), "process "+tasks.QueueModify)
+	require.NotEmpty(t, runs)
+	require.Equal(t, codes.Error, runs[0].Status.Code)
+}
