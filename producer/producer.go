@@ -99,6 +99,13 @@ const (
 	DefaultWaitTimeout = time.Second
 	// DefaultMaxWaiting is the default of [Config.MaxWaiting].
 	DefaultMaxWaiting = 10000
+	// ParkAtMost is how long a change accepted behind unfinished changes of
+	// its order waits parked (in its queue's retry set) at most before it
+	// goes to its queue's pending list by itself: the change before it
+	// normally hands it the turn long before, and this bounds the wait
+	// when that hand-off is lost (a worker killed between the two). It is
+	// the workers' default gap wait (worker.DefaultGapWait).
+	ParkAtMost = lock.DefaultGapWait
 	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
 	DefaultMaxScheduleAhead = 24 * time.Hour
 )
@@ -712,7 +719,8 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 //
 // KEYS[1] the claim, KEYS[2] the order's sequence, KEYS[3] the task's hash,
 // KEYS[4] the queue's pending list, KEYS[5] asynq's set of queues, KEYS[6]
-// the replacement's sequence (an exchange only)
+// the queue's retry set, KEYS[7] the replacement's sequence (an exchange
+// only)
 // ARGV[1] the claim's value, ARGV[2] the dedupe window in ms, ARGV[3] the
 // position's label, ARGV[4] the sequences' retention in ms, ARGV[5] the
 // task message's head, ARGV[6] the payload without a position, ARGV[7] the
@@ -720,8 +728,16 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // position's label ("" for none), ARGV[11] its reference, ARGV[12] the cap
 // of the order's positions waiting (0 for none): past it, it writes
 // nothing and answers the error reply "FULL <waiting> <max>"
-// (lock.ReserveError). The replacement's first position is not capped: the
+// (lock.ReserveError), ARGV[13] until when a parked task waits at most
+// (Unix seconds). The replacement's first position is not capped: the
 // exchange's own position was.
+//
+// Only the head of an order waits in the queue: a change accepted behind
+// earlier changes of its order that are not finished is parked (its
+// position marked so by seq_reserve, its task put in the queue's retry set
+// rather than its pending list, until ARGV[13] at the latest), and the
+// change before it hands it the turn: the worker that holds the order goes
+// on with it in the same hold, or calls it back to the front of the queue.
 //
 // The script appends the position to the payload's JSON as its last field,
 // which is how the payloads encode it (TestSeqSpliceMatchesTheEncoding
@@ -737,11 +753,16 @@ if full then return redis.error_reply(full) end
 local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if prev then return {'claimed', prev} end
 if asynq_exists(KEYS[3]) then return {'exists'} end
-local pos = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '', 0)
+local pos, _, parked = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '', 0, true)
 local created = ''
-if ARGV[10] ~= '' then created = seq_reserve(KEYS[6], ARGV[10], ARGV[4], ARGV[11], 0) end
+if ARGV[10] ~= '' then created = seq_reserve(KEYS[7], ARGV[10], ARGV[4], ARGV[11], 0, false) end
 local payload = string.sub(ARGV[6], 1, -2) .. ',"seq":' .. pos .. '}'
-asynq_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8], asynq_message(ARGV[5], payload), ARGV[9])
+local msg = asynq_message(ARGV[5], payload)
+if parked then
+  asynq_park(KEYS[3], KEYS[6], KEYS[5], ARGV[7], ARGV[8], msg, ARGV[13])
+else
+  asynq_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8], msg, ARGV[9])
+end
 return {'ok', pos, created}
 `)
 
@@ -764,7 +785,8 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	if err != nil {
 		return fail(err)
 	}
-	keys := []string{p.claimKey(msg.ID), seqKey, asynqwire.TaskKey(msg.Queue, msg.ID), asynqwire.PendingKey(msg.Queue), asynqwire.AllQueues}
+	keys := []string{p.claimKey(msg.ID), seqKey, asynqwire.TaskKey(msg.Queue, msg.ID), asynqwire.PendingKey(msg.Queue), asynqwire.AllQueues,
+		asynqwire.RetryKey(msg.Queue)}
 	var createRef string
 	if at.created != "" {
 		createRef = lock.CreationRef(msg.ID)
@@ -774,8 +796,9 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		}
 		keys = append(keys, k)
 	}
+	now := time.Now()
 	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
-		msg.Queue, msg.ID, time.Now().UnixNano(), at.createLabel, createRef, maxWaiting}
+		msg.Queue, msg.ID, now.UnixNano(), at.createLabel, createRef, maxWaiting, now.Add(ParkAtMost).Unix()}
 	run := func() (acc, wait *redis.Cmd) {
 		if p.cfg.WaitReplicas == 0 {
 			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil

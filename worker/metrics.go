@@ -24,6 +24,8 @@ import (
 //	orderworker_lock_lost_total{task_type}                task runs cancelled because their lease was lost
 //	orderworker_stale_fence_total{task_type}              writes the store refused for a stale fence
 //	orderworker_changes_archived_total{task_type,reason}  changes asynq archived: not applied, and never will be by themselves
+//	orderworker_hold_changes                              histogram: changes run in one hold that drained (see Config.DrainMax)
+//	orderworker_holds_yielded_total                       holds that used their quantum with changes still waiting
 //	orderworker_token_refreshes_total{result}             upstream token refreshes by this process (result="ok"|"error")
 //	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
@@ -55,6 +57,8 @@ type Metrics struct {
 	refreshes    *prometheus.CounterVec
 	refreshTime  prometheus.Histogram
 	tokenWait    prometheus.Histogram
+	holdChanges  prometheus.Histogram
+	holdsYielded prometheus.Counter
 }
 
 // NewMetrics creates the worker's series and registers them on reg. It
@@ -92,8 +96,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		tokenWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "orderworker_token_wait_seconds", Help: "Time callers waited for an access token when none was cached.", Buckets: buckets,
 		}),
+		holdChanges: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orderworker_hold_changes", Help: "Changes of one order run in one hold of its lock that drained (the first included).",
+			Buckets: []float64{2, 3, 5, 10, 20, 50, 100, 200, 500},
+		}),
+		holdsYielded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderworker_holds_yielded_total", Help: "Holds that used their quantum (DrainMax changes or DrainFor) and released the order with changes still waiting.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait} {
+	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait, m.holdChanges, m.holdsYielded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
@@ -187,4 +198,16 @@ func (m *Metrics) TokenWaited(took time.Duration) {
 		return
 	}
 	m.tokenWait.Observe(took.Seconds())
+}
+
+// observeHold records a hold that drained: how many changes it ran, and
+// whether it used its quantum with changes still waiting.
+func (m *Metrics) observeHold(changes int, yielded bool) {
+	if m == nil {
+		return
+	}
+	m.holdChanges.Observe(float64(changes))
+	if yielded {
+		m.holdsYielded.Inc()
+	}
 }

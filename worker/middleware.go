@@ -46,6 +46,10 @@ type Done struct {
 	// Skipped counts the positions before this one that the run skipped
 	// (their tasks did not exist).
 	Skipped int
+	// Drained says the run was taken by a Worker that held its order's lock
+	// for the change before it, in the same hold (see Config.DrainMax),
+	// rather than dequeued by asynq.
+	Drained bool
 	// Started is when the run began; Took how long it lasted.
 	Started time.Time
 	Took    time.Duration
@@ -81,7 +85,16 @@ type LockStats struct {
 
 // run collects what one task run learns, for its log line, its metrics and
 // OnDone. It lives in the context for the run.
-type run struct{ Done }
+type run struct {
+	Done
+	maxRetry int // the task's asynq MaxRetry
+	// hold is set for a run of a drained hold (the lease kept for its
+	// position, see drain.go); nil for a run that takes its own lock.
+	hold *hold
+	// kept is set when the run's commit kept its lease for the next
+	// position: the hold goes on with it.
+	kept *lock.Lease
+}
 
 type runKey struct{}
 
@@ -152,23 +165,37 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 		r.TaskID, _ = asynq.GetTaskID(ctx)
 		r.Queue, _ = asynq.GetQueueName(ctx) // one of w.queues: a bounded label
 		r.Retried, _ = asynq.GetRetryCount(ctx)
-		var span trace.Span
-		if w.tracer != nil {
-			ctx, span = w.startRun(ctx, t, r)
-		}
-		ctx = context.WithValue(ctx, runKey{}, r)
-		err := next.ProcessTask(ctx, t)
-		r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
-		w.cfg.Metrics.observeTask(w.taskTypeLabel(t.Type()), r.Queue, err, r.Took, &r.Done)
-		w.logRun(ctx, &r.Done)
-		if span != nil {
-			endRun(span, &r.Done)
-		}
-		if w.cfg.OnDone != nil {
-			w.cfg.OnDone(r.Done)
+		r.maxRetry, _ = asynq.GetMaxRetry(ctx)
+		err := w.observed(ctx, t, r, next)
+		if r.kept != nil {
+			// The run's commit passed the turn on and kept the order's
+			// lock: go on with the order's next changes in this hold.
+			w.drain(ctx, r)
 		}
 		return err
 	})
+}
+
+// observed runs next for t with the one log line, the metrics, the span
+// and OnDone of run r: a run taken from asynq (observe) or from a drained
+// hold (drain.go).
+func (w *Worker) observed(ctx context.Context, t *asynq.Task, r *run, next asynq.Handler) error {
+	var span trace.Span
+	if w.tracer != nil {
+		ctx, span = w.startRun(ctx, t, r)
+	}
+	ctx = context.WithValue(ctx, runKey{}, r)
+	err := next.ProcessTask(ctx, t)
+	r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
+	w.cfg.Metrics.observeTask(w.taskTypeLabel(t.Type()), r.Queue, err, r.Took, &r.Done)
+	w.logRun(ctx, &r.Done)
+	if span != nil {
+		endRun(span, &r.Done)
+	}
+	if w.cfg.OnDone != nil {
+		w.cfg.OnDone(r.Done)
+	}
+	return err
 }
 
 func (w *Worker) logRun(ctx context.Context, d *Done) {
@@ -207,6 +234,9 @@ func (w *Worker) logRun(ctx context.Context, d *Done) {
 	if d.Skipped > 0 {
 		fields = append(fields, zap.Int("skipped_before", d.Skipped))
 	}
+	if d.Drained {
+		fields = append(fields, zap.Bool("drained", true))
+	}
 	if d.Outcome != OutcomeOK && d.Outcome != OutcomeRejected {
 		fields = append(fields, zap.String("outcome", d.Outcome))
 	}
@@ -237,7 +267,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if h.Seq > 0 {
 		turn = lock.Turn{Pos: h.Seq, Label: label}
 	}
-	if q, _ := asynq.GetQueueName(ctx); !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
+	if q := r.Queue; !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
 		err := w.misplaced(k.Kind, h.OrderNo, q)
 		if turn.Pos > 0 {
 			w.abandon(ctx, h, turn, p, "archived: "+err.Error())
@@ -255,7 +285,11 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 
-	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	maxRetry := r.maxRetry
+	if r.hold != nil {
+		// A run of a drained hold: the lock is held in its turn already.
+		return w.applyHeld(ctx, k, p, r, turn, tasks.FailureBudget(maxRetry))
+	}
 	// asynq archives a task that returns any error once its retries reach
 	// MaxRetry, even a wait: such a task (enqueued by hand against
 	// tasks.MaxRetry's rule) waits for its turn until its own deadline.
@@ -337,7 +371,9 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		if hspan.IsRecording() {
 			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == lock.ModeTurn))
 		}
-		w.turns.Pass(hctx, lease, final, retryAt, err == nil)
+		if _, kept := w.turns.Pass(hctx, lease, final, retryAt, err == nil); kept {
+			r.kept = lease
+		}
 		if final && err != nil {
 			w.turns.Note(hctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
 		}
@@ -358,7 +394,10 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		NoResult:     true, // the worker reads only the error
 	})
 	// A Redis store on the lock's Redis also checks the lock's newest fence
-	// and releases the lock, passing the turn on, with a modify's commit.
+	// and releases the lock, passing the turn on, with a modify's commit;
+	// or keeps it for the order's next change, parked, which this hold
+	// then runs (drain.go), while the hold's quantum lasts.
+	lease.Drain(w.drains(r))
 	wctx = lock.WithHold(wctx, lease)
 	err = w.write(wctx, k, p, lease.Fence())
 	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {

@@ -74,6 +74,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -230,6 +231,19 @@ type Config struct {
 	// moved to their queue; it bounds how late a task that waited runs
 	// again. Defaults to 1s (asynq's own default is 5 s).
 	DelayedTaskCheckInterval time.Duration
+	// DrainMax bounds how many changes of one order a Worker runs in one
+	// hold of its lock: after a change is applied in its turn, the Worker
+	// that holds the order goes on with the order's next change itself
+	// when that change is parked behind it (each still its own asynq task,
+	// completed, logged and counted as its own run), up to DrainMax
+	// changes, the first included, or DrainFor, whichever comes first. It
+	// then releases the lock and sends the next change to the back of its
+	// queue, so that other orders' changes go first. 1 turns the drain
+	// off: each change is then handed back to the queue. Defaults to 100.
+	DrainMax int
+	// DrainFor bounds how long one hold drains (see DrainMax). Defaults to
+	// 1s.
+	DrainFor time.Duration
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
 	ID string
@@ -284,6 +298,8 @@ func (c Config) withDefaults() Config {
 	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, 200*time.Millisecond)
 	c.DelayedTaskCheckInterval = cmp.Or(c.DelayedTaskCheckInterval, time.Second)
 	c.RecoverAfter = cmp.Or(c.RecoverAfter, 10*time.Second)
+	c.DrainMax = cmp.Or(c.DrainMax, DefaultDrainMax)
+	c.DrainFor = cmp.Or(c.DrainFor, DefaultDrainFor)
 	c.RecoverEvery = cmp.Or(c.RecoverEvery, 5*time.Second)
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -350,6 +366,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: busy retry %v–%v: want 0 <= min <= max", c.BusyRetryMin, c.BusyRetryMax)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: negative shutdown timeout %v", c.ShutdownTimeout)
+	case c.DrainMax < 0 || c.DrainFor < 0:
+		return fmt.Errorf("worker: drain of %d changes or %v: want neither negative", c.DrainMax, c.DrainFor)
 	case c.RecoverAfter < time.Second || c.RecoverEvery < 0:
 		return fmt.Errorf("worker: recover after %v every %v: want at least 1s after, and a positive period", c.RecoverAfter, c.RecoverEvery)
 	}
@@ -386,6 +404,7 @@ type Worker struct {
 	log      *zap.Logger
 	tracer   trace.Tracer   // nil: tracing off
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
+	stopping atomic.Bool    // Shutdown began: holds drain no more
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -499,6 +518,7 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 // handler that ignores its context keeps Shutdown waiting.) Call it once,
 // also for a Worker that was never started.
 func (w *Worker) Shutdown() {
+	w.stopping.Store(true)
 	if w.stopRecover != nil {
 		w.stopRecover()
 		<-w.recoverDone

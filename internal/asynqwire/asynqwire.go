@@ -196,7 +196,15 @@ func (m Message) Head() []byte {
 // the keys [TaskKey](queue, id), [PendingKey](queue) and [AllQueues],
 // which the script must have among its KEYS; the first two are in queue's
 // Cluster slot and the third in another, so such a script runs on one
-// Redis (or a Sentinel's master), not on a Cluster.
+// Redis (or a Sentinel's master), not on a Cluster; and
+//
+//	asynq_park(task, retry, all, queue, id, msg, at)
+//
+// which enqueues the task parked instead: in queue's retry set (the key
+// [RetryKey](queue)), scored at, a time in Unix seconds as decimal, with
+// state "retry", as the worker parks a task whose turn has not come. The
+// forwarder moves it to the pending list at that time, unless [Claim] or
+// [Front] takes it first.
 const EnqueueLua = `
 local function asynq_message(head, payload)
   local n, len = #payload, ''
@@ -215,6 +223,12 @@ end
 local function asynq_enqueue(task, pending, all, queue, id, msg, now)
   redis.call('HSET', task, 'msg', msg, 'state', 'pending', 'pending_since', now)
   redis.call('LPUSH', pending, id)
+  redis.call('SADD', all, queue)
+end
+
+local function asynq_park(task, retry, all, queue, id, msg, at)
+  redis.call('HSET', task, 'msg', msg, 'state', 'retry')
+  redis.call('ZADD', retry, at, id)
   redis.call('SADD', all, queue)
 end
 `

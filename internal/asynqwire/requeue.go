@@ -20,7 +20,8 @@ import (
 // right: RPUSH puts it first in line).
 //
 // KEYS[1] asynq:{q}:t:<id>, KEYS[2] asynq:{q}:pending, KEYS[3] asynq:{q}:retry
-// ARGV[1] task ID, ARGV[2] now in ns
+// ARGV[1] task ID, ARGV[2] now in ns, ARGV[3] "back" to move it to the back
+// of the pending list instead (LPUSH: last in line)
 //
 // Returns "moved", or the task's state ("active", "scheduled", ...; ""
 // when there is no such task; "grouped" for a task of a group) when it was
@@ -36,7 +37,11 @@ elseif st == 'pending' then
 else
   return st or ''
 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
+if ARGV[3] == 'back' then
+  redis.call('LPUSH', KEYS[2], ARGV[1])
+else
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+end
 redis.call('HSET', KEYS[1], 'state', 'pending', 'pending_since', ARGV[2])
 return 'moved'
 `)
@@ -49,10 +54,22 @@ return 'moved'
 // run, "" for no such task, "grouped" for a task waiting in a group). It costs one round trip and is safe for concurrent
 // use.
 func Front(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
+	return move(ctx, rdb, queue, id, "front")
+}
+
+// Back is [Front], but it moves the task to the back of its queue: last
+// in line, as a new task is. A worker whose hold of a key has used its
+// quantum sends the key's next task there, so that the other keys' tasks
+// go first.
+func Back(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool, state string, err error) {
+	return move(ctx, rdb, queue, id, "back")
+}
+
+func move(ctx context.Context, rdb redis.Scripter, queue, id, where string) (moved bool, state string, err error) {
 	res, err := frontScript.Run(ctx, rdb, []string{TaskKey(queue, id), PendingKey(queue), RetryKey(queue)},
-		id, strconv.FormatInt(time.Now().UnixNano(), 10)).Text()
+		id, strconv.FormatInt(time.Now().UnixNano(), 10), where).Text()
 	if err != nil {
-		return false, "", fmt.Errorf("asynqwire: front %s in %s: %w", id, queue, err)
+		return false, "", fmt.Errorf("asynqwire: move %s to the %s of %s: %w", id, where, queue, err)
 	}
 	return res == "moved", res, nil
 }

@@ -41,13 +41,16 @@ type Lease struct {
 	mode  Mode
 
 	handingOff atomic.Bool // a store script may release the lock (Handoff)
+	drain      atomic.Bool // Drain: keep the lock for a parked next holder
 
 	mu       sync.Mutex
 	wake     string    // the parked next holder's label, once released
 	finished bool      // Finish: the turn is done
 	retryAt  time.Time // RetryAt: when the holder runs again
 	released bool
-	byStore  bool          // a store script released it (Handoff.Released)
+	byStore  bool          // a store script released it (Handoff.Released), or passOn did
+	kept     Turn          // the next position, when a commit kept the lock for it (Drain)
+	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended
 	cancel   context.CancelCauseFunc
@@ -115,6 +118,62 @@ func (s *Lease) RetryAt(t time.Time) {
 	s.mu.Unlock()
 }
 
+// Drain asks the commit of the lease's turn (a store script's, see
+// [Handoff], or [Turns.Pass]'s release) to keep the lock, rather than
+// release it, when it passes the turn on to a holder that is parked: the
+// holder of the lease then goes on with that position itself (see
+// [Lease.Kept] and [Lease.Next]), in the same hold, with the same fence.
+// The commit releases as usual when the next holder is not parked, the key
+// is paused, or the work did not succeed. It matters only in ModeTurn and
+// is safe for concurrent use.
+func (s *Lease) Drain(on bool) { s.drain.Store(on && s.mode == ModeTurn) }
+
+// Kept returns the position whose turn the last commit passed on while it
+// kept the lock (see [Lease.Drain]): its holder is parked, and the lease's
+// holder is to run it (or, failing that, release the lease and call the
+// holder back). It returns false when the lock was not kept.
+func (s *Lease) Kept() (Turn, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kept, s.kept.Pos > 0
+}
+
+// Next moves a lease kept by its commit (see [Lease.Kept]) on to the next
+// position, turn, for the holder's next piece of work: the lease is then as
+// if acquired in turn's turn, with the same fence and the same renewal.
+// It returns an error when the lease was not kept for turn.
+func (s *Lease) Next(turn Turn) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released || s.kept != turn || turn.Pos == 0 {
+		return fmt.Errorf("lock: lease of %s was not kept for position %d", s.key, turn.Pos)
+	}
+	s.turn, s.kept = turn, Turn{}
+	s.finished, s.retryAt, s.wake = false, time.Time{}, ""
+	s.drain.Store(false)
+	s.handingOff.Store(false)
+	return nil
+}
+
+// keptTurn reads lock_commit's "<pos> <label>" of a kept lock.
+func keptTurn(wake string) Turn {
+	p, label, ok := strings.Cut(wake, " ")
+	pos, err := strconv.ParseInt(p, 10, 64)
+	if !ok || err != nil || pos <= 0 {
+		return Turn{}
+	}
+	return Turn{Pos: pos, Label: label}
+}
+
+// HoldContext returns the context that [Lease.Keep] returned: the work of
+// every position the lease goes on with (see [Lease.Next]) derives from
+// it, so that a lost lease cancels it. It returns nil before Keep.
+func (s *Lease) HoldContext() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holdCtx
+}
+
 // Keep starts renewing the lease every TTL/3 and returns a context derived
 // from ctx for the guarded work. That context is cancelled with cause
 // [ErrLost] when a renewal finds the lock gone or owned by someone else, or
@@ -129,7 +188,7 @@ func (s *Lease) Keep(ctx context.Context) context.Context {
 		return ctx
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	s.stop, s.done, s.cancel = make(chan struct{}), make(chan struct{}), cancel
+	s.stop, s.done, s.cancel, s.holdCtx = make(chan struct{}), make(chan struct{}), cancel, wctx
 	go s.renew(wctx, cancel)
 	return wctx
 }
@@ -222,6 +281,10 @@ type Handoff struct {
 	Key     string // the lock hash, with the key's hash tag
 	Owner   string // the lease's owner token
 	Channel string // the release notice channel
+	// Keep is lock_commit's keep (see [Lease.Drain]): when true, the script
+	// may keep the lock for the next position; it then reports it with
+	// [Handoff.Kept].
+	Keep bool
 	// SeqKey is the key's sequence and Pos the lease's position, when the
 	// lease holds a turn (ModeTurn); "" and 0 otherwise.
 	SeqKey string
@@ -249,6 +312,23 @@ func (h *Handoff) Released(finished bool, wake string) {
 	h.lease.mu.Unlock()
 }
 
+// Kept tells the lease that a store script passed its turn on and kept the
+// lock (lock_commit returned 2, with wake "<position> <label>" of the next
+// position, whose parked holder the lease's holder is to run: see
+// [Lease.Kept]). A wake that does not read as a position is taken for a
+// release of the lock by the script. It is safe for concurrent use.
+func (h *Handoff) Kept(wake string) {
+	t := keptTurn(wake)
+	if t.Pos == 0 {
+		h.Released(true, "")
+		return
+	}
+	h.lease.mu.Lock()
+	h.lease.finished, h.lease.kept = true, t
+	h.lease.mu.Unlock()
+	h.lease.handingOff.Store(false)
+}
+
 // Handoff returns what a store script needs to release the lease with the
 // work's commit. Handing it out changes nothing until the store calls
 // Committing.
@@ -256,8 +336,43 @@ func (s *Lease) Handoff() *Handoff {
 	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
 	if s.mode == ModeTurn {
 		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.turn.Pos
+		h.Keep = s.drain.Load()
 	}
 	return h
+}
+
+// passOn finishes the lease's turn with the release script and keeps the
+// lock when the next holder is parked (see [Lease.Drain]), while the
+// renewal goes on. It reports whether it kept the lock; when it did not,
+// the lock is released (or was not held) and [Lease.Release] then only
+// stops the renewal. An error leaves everything to Release.
+func (s *Lease) passOn(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
+	defer cancel()
+	s.handingOff.Store(true)
+	res, err := releaseScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key), s.l.seq.SeqKey(s.key)},
+		s.owner, s.l.channel, s.turn.Pos, "1", "", "1").Slice()
+	if err != nil {
+		s.handingOff.Store(false)
+		return false, fmt.Errorf("pass %s on: %w", s.key, err)
+	}
+	n, _ := res[0].(int64)
+	wake := ""
+	if len(res) > 1 {
+		wake, _ = res[1].(string)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n == 2 {
+		if t := keptTurn(wake); t.Pos > 0 {
+			s.finished, s.kept = true, t
+			s.handingOff.Store(false)
+			return true, nil
+		}
+		wake = ""
+	}
+	s.finished, s.byStore, s.wake = true, true, wake
+	return false, nil
 }
 
 // Release stops the renewal (waiting for its goroutine), cancels the kept

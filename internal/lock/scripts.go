@@ -90,8 +90,11 @@ end
 -- IN_PLACE is how many positions after the next one wait in place (marked
 -- w:, woken by a notice) while the next one runs: the holders of positions
 -- further back are parked (k:) by acquireScript and brought back by notify
--- once they come within reach.
-local IN_PLACE = 2
+-- once they come within reach. None does: a holder that is not next parks
+-- at once, spending no worker slot, and the holder before it hands it the
+-- turn (the drain of a hold, or a call back). The in-place machinery stays
+-- for a waiter marked before this rule (w:), which notify still serves.
+local IN_PLACE = 0
 
 -- add_label adds to wake, a list of labels separated by newlines, the
 -- label of the pending position record rec ("<taken at> <label>"), and
@@ -142,15 +145,20 @@ end
 
 // CommitLua defines the Lua function
 //
-//	lock_commit(lk, owner, channel, s, pos, advance, held)
+//	lock_commit(lk, owner, channel, s, pos, advance, held, keep)
 //
 // that releases the lock hash lk if owner holds it and, when s is given and
 // advance is true, moves the sequence s past position pos (whoever holds the
 // lock: the work of pos is done). It notifies the waiters that can proceed
 // and returns two values: 1 when it released the lock, 0 when the lock was
-// not owner's (nothing of the lock is touched then); and the label of the
-// next position when its holder is parked (empty otherwise), which the caller
-// must bring back (see [Lease.Wake]). held, when not nil, is what
+// not owner's (nothing of the lock is touched then), 2 when it kept it (see
+// keep); and the label of the next position when its holder is parked
+// (empty otherwise), which the caller must bring back (see [Lease.Wake]),
+// or, when it kept the lock, "<next position> <label>": the position the
+// caller is to run itself. keep (a boolean) asks to keep the
+// lock instead of releasing it when it passed the turn on to a parked
+// holder and the key is not paused: the holder drains the key (see
+// [Lease.Drain]); otherwise it releases as without keep. held, when not nil, is what
 // lock_held(lk) returned earlier in the same script, so that the lock is
 // read once. A store's script on the same Redis includes it to release a
 // lease and finish its turn in the round trip that commits the work (see
@@ -212,17 +220,28 @@ local function seq_finish(s, pos, channel, lk, waited)
   return pos + 1, wake
 end
 
-local function lock_commit(lk, owner, channel, s, pos, advance, held)
-  local released, waited = 0, false
+local function lock_commit(lk, owner, channel, s, pos, advance, held, keep)
   local h = held or lock_held(lk)
-  if h[1] == owner then
-    waited = h[2] ~= false
-    redis.call('DEL', lk)
-    released = 1
-  end
+  local mine = h[1] == owner
+  local waited = mine and h[2] ~= false
   if s and s ~= '' and advance then
     local next, wake = seq_finish(s, pos, channel, lk, waited)
-    if next then return released, wake end
+    if next then
+      -- keep: the holder drains the key: it goes on with the next position
+      -- itself when that position's holder is parked (wake names it alone,
+      -- IN_PLACE being 0) and the key is not paused.
+      if keep and mine and wake ~= '' and not string.find(wake, '\n', 1, true)
+          and redis.call('HEXISTS', s, 'h') == 0 then
+        return 2, num(next) .. ' ' .. wake
+      end
+      if mine then redis.call('DEL', lk) return 1, wake end
+      return 0, wake
+    end
+  end
+  local released = 0
+  if mine then
+    redis.call('DEL', lk)
+    released = 1
   end
   local next = nil
   if s and s ~= '' and released == 1 then
@@ -327,20 +346,22 @@ return {1, s, mode}
 // ARGV[1] owner token, ARGV[2] notice channel; with KEYS[2]: ARGV[3]
 // position, ARGV[4] "1" to move the sequence past it, ARGV[5] when the
 // holder runs again, in ms since the epoch ("" for unknown), recorded for
-// the waiters behind it when the turn stays
+// the waiters behind it when the turn stays, ARGV[6] "1" to keep the lock
+// when the turn passes to a parked holder (lock_commit's keep)
 //
 // Returns {released, wake}: released is 1 when released, 0 when the caller
 // no longer held the lock (it expired, or someone else holds it now):
 // nothing of the lock is touched then, but the turn is still finished or
-// marked; wake holds the labels of the parked holders it called (see
-// lock_commit), empty when none.
+// marked, 2 when it kept the lock for the next position; wake holds the
+// labels of the parked holders it called (see lock_commit), empty when
+// none.
 var releaseScript = redis.NewScript(CommitLua + `
 local s, pos = KEYS[2], tonumber(ARGV[3])
 if s and ARGV[4] ~= '1' and ARGV[5] ~= '' then
   local d = tonumber(redis.call('HGET', s, 'd'))
   if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[5]) end
 end
-local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil)
+local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil, ARGV[6] == '1')
 return {released, wake}
 `)
 
@@ -358,11 +379,16 @@ return 1
 
 // ReserveLua defines the Lua function
 //
-//	seq_reserve(s, label, ttl, ref, max)
+//	seq_reserve(s, label, ttl, ref, max, park)
 //
 // that hands out the next position of the sequence s under label, keeps s
 // for ttl milliseconds, records the position under the reference ref
-// ("" for none) and returns the position as decimal. When max (a number
+// ("" for none) and returns the position as decimal. With park true (and
+// no ref), a position handed out behind earlier positions that are not
+// finished is marked parked (k:), so that the position before it hands its
+// holder the turn: the caller then parks the holder (the producer enqueues
+// its task in asynq's retry set rather than the pending list), and the
+// third value returned is true. When max (a number
 // or a decimal string) is above 0 and s already has max positions waiting
 // (handed out, not finished), it hands out nothing and returns nil and the
 // message "FULL <waiting> <max>", for the script to return as an error
@@ -392,7 +418,7 @@ local function seq_full(s, max)
   return nil
 end
 
-local function seq_reserve(s, label, ttl, ref, max)
+local function seq_reserve(s, label, ttl, ref, max, park)
   local full = seq_full(s, max)
   if full then return nil, full end
   local t = redis.call('TIME')
@@ -400,10 +426,18 @@ local function seq_reserve(s, label, ttl, ref, max)
   local n = redis.call('HINCRBY', s, 'n', 1)
   local pos, rec = num(n), num(now) .. ' ' .. label
   local set = {'HSET', s}
+  local parked = false
   if n == 1 then
     -- a new sequence (no position is ever 1 in a live one): start at TIME
     pos = num(tonumber(t[1]) * 1000000 + tonumber(t[2]))
     set = {'HSET', s, 'n', pos, 'd', num(tonumber(pos) - 1)}
+  elseif park and ref == '' then
+    local d = tonumber(redis.call('HGET', s, 'd'))
+    if d and n > d + 1 then
+      parked = true
+      set[#set + 1] = 'k:' .. pos
+      set[#set + 1] = '1'
+    end
   end
   set[#set + 1] = 'p:' .. pos
   set[#set + 1] = rec
@@ -418,7 +452,7 @@ local function seq_reserve(s, label, ttl, ref, max)
   elseif redis.call('HEXISTS', s, 'h') == 0 then
     redis.call('PEXPIRE', s, ttl)
   end
-  return pos
+  return pos, nil, parked
 end
 `
 

@@ -212,15 +212,57 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 // log) and wakes the parked holders the release handed back, on contexts
 // that survive ctx's cancellation (the release's bounded by
 // Config.ReleaseTimeout, the wake's by SettleTimeout).
-func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) {
+//
+// With [Lease.Drain] set, a turn that is done after work that succeeded
+// passes on to the next position while the lock is kept, when that
+// position's holder is parked and the key is not paused: Pass then returns
+// that position and true, and the caller goes on with it in the same hold
+// ([Lease.Next]), or releases the lease and calls its holder back
+// ([Turns.Release]). A store's commit may have kept it already (see
+// [Handoff.Kept]).
+func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) (Turn, bool) {
 	switch {
 	case done:
 		lease.Finish()
 	case !retryAt.IsZero():
 		lease.RetryAt(retryAt)
 	}
+	if next, kept := lease.Kept(); kept {
+		return next, true // the store's commit kept it
+	}
+	lease.mu.Lock()
+	byStore := lease.byStore
+	lease.mu.Unlock()
+	if done && ok && !byStore && lease.drain.Load() {
+		kept, err := lease.passOn(ctx)
+		if err != nil {
+			tracing.Log(ctx, t.log).Warn("could not pass the turn on in the hold; releasing", zap.String("key", lease.key), zap.Error(err))
+		}
+		if next, ok := lease.Kept(); kept && ok {
+			return next, true
+		}
+	}
 	t.l.release(ctx, lease, ok) // on its own context: see Lease.Release
 	t.wake(ctx, lease.key, lease.Wake())
+	return Turn{}, false
+}
+
+// ReleaseKept releases a lease that a commit kept for the next position
+// (see [Turns.Pass]) without calling that position's holder back: the
+// caller sends it to its queue itself.
+func (t *Turns) ReleaseKept(ctx context.Context, lease *Lease) {
+	t.l.release(ctx, lease, true)
+}
+
+// Release releases a lease that a commit kept for the next position (see
+// [Turns.Pass]) when its holder does not go on with it, and calls that
+// position's holder back, as a release would have.
+func (t *Turns) Release(ctx context.Context, lease *Lease) {
+	next, kept := lease.Kept()
+	t.l.release(ctx, lease, true)
+	if kept {
+		t.wake(ctx, lease.key, []string{next.Label})
+	}
 }
 
 // Abandon uses up position turn of key, whose holder ends without running

@@ -43,6 +43,19 @@ const InTransit = 250 * time.Millisecond
 // looked at in vain while a count drains. It returns the first Redis
 // error, after trying every label.
 func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string) error {
+	return move(ctx, rdb, orderNo, shards, kinds, labels, asynqwire.Front)
+}
+
+// Back is [Labels] for one label, whose task goes to the back of its queue
+// (asynqwire.Back): last in line, behind the other orders' tasks waiting
+// there.
+func Back(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, label string) error {
+	return move(ctx, rdb, orderNo, shards, kinds, []string{label}, asynqwire.Back)
+}
+
+type mover func(ctx context.Context, rdb redis.Scripter, queue, id string) (bool, string, error)
+
+func move(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string, to mover) error {
 	var first error
 	for _, label := range slices.Backward(labels) {
 		typ, id, from, ok := kinds.ParseLabel(label)
@@ -50,7 +63,7 @@ func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards task
 			continue
 		}
 		for _, queue := range shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)) {
-			state, err := frontWhileActive(ctx, rdb, queue, id)
+			state, err := whileActive(ctx, rdb, queue, id, to)
 			if err != nil {
 				first = cmp.Or(first, err)
 			}
@@ -65,14 +78,14 @@ func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards task
 	return first
 }
 
-// frontWhileActive is Front, tried again with short pauses for up to
+// whileActive is move (Front or Back), tried again with short pauses for up to
 // InTransit while the task is active. It returns the task's state, "moved"
 // when it was moved, "" when the queue has no such task.
-func frontWhileActive(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error) {
+func whileActive(ctx context.Context, rdb redis.Scripter, queue, id string, move mover) (string, error) {
 	pause := 5 * time.Millisecond
 	deadline := time.Now().Add(InTransit)
 	for {
-		_, state, err := asynqwire.Front(ctx, rdb, queue, id)
+		_, state, err := move(ctx, rdb, queue, id)
 		if err != nil || state != asynqwire.StateActive || time.Now().After(deadline) {
 			return state, err
 		}

@@ -305,8 +305,9 @@ end
 // max, ARGV[15] history max age (µs, "0" for none), ARGV[16] the event ID,
 // ARGV[17] "1" to record the position (ARGV[8]) as the order's newest and
 // in the history, "0" to only check it (a change run out of its turn:
-// orders.Write.SeqOutOfTurn), ARGV[18...] field, value pairs to set on the
-// order.
+// orders.Write.SeqOutOfTurn), ARGV[18] "1" to keep the lock for a parked
+// next holder when the change is applied (lock.Handoff.Keep, lock_commit's
+// keep), ARGV[19...] field, value pairs to set on the order.
 //
 // The lock's newest fence (KEYS[6]) is read only when the caller no longer
 // holds the lock: a holder's fence is the newest. (The event's record is
@@ -350,9 +351,9 @@ local function apply(held)
   local hseq = ''
   if pos and ARGV[17] == '1' then
     hseq = ARGV[8]
-    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, 'seq', ARGV[8], unpack(ARGV, 18))
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, 'seq', ARGV[8], unpack(ARGV, 19))
   else
-    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 18))
+    redis.call('HSET', KEYS[1], 'version', v, 'fence', ARGV[2], 'updated_at', t, unpack(ARGV, 19))
   end
   append(KEYS[2], ARGV[7], ARGV[16], ARGV[2], ARGV[3], ARGV[4], t, v, hseq, ARGV[6], ARGV[14], ARGV[15])
   ev_put(KEYS[3], ARGV[1], ARGV[5], ARGV[13])
@@ -365,7 +366,8 @@ if KEYS[7] then held = lock_held(KEYS[7]) end
 local r = apply(held)
 if KEYS[7] then
   local finish = KEYS[8] ~= nil and r[1] ~= 'stale'
-  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, held)
+  local keep = ARGV[18] == '1' and (r[1] == 'ok' or r[1] == 'replay')
+  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, held, keep)
   r[#r + 1] = tostring(released)
   if KEYS[8] then
     if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
@@ -860,7 +862,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		}
 		keys = append(keys, lockFenceKey)
 	}
-	owner, channel, turn := "", "", ""
+	owner, channel, turn, keep := "", "", "", "0"
 	if h != nil {
 		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
 			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
@@ -873,6 +875,9 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 			}
 			keys = append(keys, h.SeqKey)
 			turn = strconv.FormatInt(h.Pos, 10)
+			if h.Keep {
+				keep = "1"
+			}
 		}
 		h.Committing()
 	}
@@ -888,9 +893,9 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	if w.SeqOutOfTurn {
 		record = "0"
 	}
-	args := make([]any, 0, 17+len(fields))
+	args := make([]any, 0, 18+len(fields))
 	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
-		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record)
+		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record, keep)
 	args = append(args, fields...)
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
@@ -903,8 +908,11 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 			res = res[:len(res)-2]
 		}
 		if len(res) > 1 {
-			if res[len(res)-1] == "1" {
+			switch res[len(res)-1] {
+			case "1":
 				h.Released(finished, wake)
+			case "2":
+				h.Kept(wake)
 			}
 			res = res[:len(res)-1]
 		}

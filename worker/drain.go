@@ -1,0 +1,259 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/tasks"
+	"go.uber.org/zap"
+)
+
+// The drain of a hold.
+//
+// Only the head of an order waits in the queue: a change accepted behind
+// unfinished changes of its order is parked (the producer puts its task in
+// asynq's retry set, its position marked parked), and the change before it
+// hands it the turn. When a run in its turn commits, and the order's next
+// change is parked, the commit keeps the order's lock (lock.Lease.Drain):
+// the Worker then takes that change's task out of asynq itself
+// (asynqwire.Step), runs it in the same hold, with the same fence, as its
+// own run (its log line, metrics, span and OnDone), records its end in
+// asynq as asynq's processor would (completed with its retention, retried
+// with its backoff, or archived), and goes on, up to Config.DrainMax changes
+// or Config.DrainFor of time. Then it releases the lock and sends the next
+// change to the back of its queue: other orders' changes go first.
+//
+// A failure ends the hold (the commit of a failed run does not keep the
+// lock), and the failed change backs off in asynq's retry set as a failing
+// head does. A Worker killed mid-hold loses nothing: the changes it had
+// taken are active in asynq with a lease, and the recoverer brings them
+// back once the lease ends (Config.RecoverAfter past it); one it had
+// applied replays (the store knows its event) and completes.
+
+// The defaults of the drain's quantum.
+const (
+	// DefaultDrainMax is the default of Config.DrainMax.
+	DefaultDrainMax = 100
+	// DefaultDrainFor is the default of Config.DrainFor.
+	DefaultDrainFor = time.Second
+)
+
+// leaseEvery is how often a drained hold extends the asynq leases of the
+// tasks it has taken (asynq's heartbeat renews its own every 5 s; a lease
+// lasts asynqwire.LeaseDuration).
+const leaseEvery = asynqwire.LeaseDuration / 3
+
+// hold is a drained hold: the lease kept for the order's next changes.
+type hold struct {
+	lease   *lock.Lease
+	orderNo string
+	started time.Time
+	count   int       // changes run in the hold, the first included
+	next    lock.Turn // the position the running change was taken for
+
+	mu     sync.Mutex
+	leased []*asynqwire.Claimed // tasks taken and not yet ended in asynq
+}
+
+// drains reports whether the commit of run r should keep its lease for the
+// order's next change (lock.Lease.Drain).
+func (w *Worker) drains(*run) bool {
+	return w.cfg.DrainMax > 1 && !w.stopping.Load()
+}
+
+// drain goes on with the order's next changes under the lease that the
+// commit of run first kept (see the comment above), and ends the hold.
+func (w *Worker) drain(ctx context.Context, first *run) {
+	lease := first.kept
+	h := &hold{lease: lease, orderNo: first.OrderNo, started: first.Started, count: 1}
+	hctx := cmp.Or(lease.HoldContext(), ctx)
+	stopLeases := w.keepLeases(hctx, h)
+	var prev *asynqwire.Outcome
+	yielded := false
+	for {
+		next, kept := lease.Kept()
+		if !kept {
+			break // released by the last run's commit
+		}
+		if h.count >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() || hctx.Err() != nil {
+			w.yield(ctx, h, next)
+			yielded = true
+			break
+		}
+		c, err := w.claim(hctx, h, prev, next)
+		prev = nil
+		if err != nil {
+			if !errors.Is(err, asynqwire.ErrNotClaimed) {
+				tracing.Log(ctx, w.log).Warn("could not take the order's next change in the hold; releasing it",
+					zap.String("order_no", h.orderNo), zap.String("label", next.Label), zap.Error(err))
+			}
+			w.turns.Release(ctx, lease)
+			break
+		}
+		h.next = next
+		prev = w.runHeld(hctx, h, c)
+		h.count++
+		if k, still := lease.Kept(); still && k == next {
+			// The run ended before it took its turn (a malformed or
+			// misplaced task, or one that holds another position): the
+			// lease is still kept for it.
+			w.turns.Release(ctx, lease)
+			break
+		}
+	}
+	stopLeases()
+	if prev != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+		if _, _, err := asynqwire.Step(sctx, w.rdb, prev, "", ""); err != nil {
+			tracing.Log(ctx, w.log).Warn("could not record a drained change's end in asynq; it runs again once its lease ends, and replays",
+				zap.String("task_id", prev.Task.ID), zap.Error(err))
+		}
+		cancel()
+	}
+	w.cfg.Metrics.observeHold(h.count, yielded)
+}
+
+// yield ends a hold whose quantum is spent: it releases the lease, kept for
+// next, and sends next's task to the back of its queue.
+func (w *Worker) yield(ctx context.Context, h *hold, next lock.Turn) {
+	w.turns.ReleaseKept(ctx, h.lease)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+	defer cancel()
+	if err := requeue.Back(sctx, w.rdb, h.orderNo, w.cfg.Shards, w.kinds, next.Label); err != nil {
+		tracing.Log(ctx, w.log).Warn("could not send the order's next change back to its queue; it comes back after its park delay",
+			zap.String("order_no", h.orderNo), zap.String("label", next.Label), zap.Error(err))
+	}
+}
+
+// claim takes the task of position next out of its queue (its order's
+// placements under Config.Shards), ending prev's run in asynq in the same
+// round trip where they share a queue.
+func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, next lock.Turn) (*asynqwire.Claimed, error) {
+	typ, id, from, ok := w.kinds.ParseLabel(next.Label)
+	if !ok || from != "" {
+		return nil, &asynqwire.NotClaimedError{ID: next.Label, State: "not a task's label"}
+	}
+	var err error
+	for _, q := range w.cfg.Shards.Placements(w.kinds.Of(typ), h.orderNo) {
+		var c *asynqwire.Claimed
+		c, _, err = asynqwire.Step(ctx, w.rdb, prev, q, id)
+		prev = nil
+		var nc *asynqwire.NotClaimedError
+		if errors.As(err, &nc) && nc.State == "" {
+			continue // not in this placement
+		}
+		if err == nil {
+			h.mu.Lock()
+			h.leased = append(h.leased, c)
+			h.mu.Unlock()
+		}
+		return c, err
+	}
+	return nil, err
+}
+
+// runHeld runs claimed task c in hold h, as its own run, and returns how
+// it ended, for asynq.
+func (w *Worker) runHeld(ctx context.Context, h *hold, c *asynqwire.Claimed) *asynqwire.Outcome {
+	w.inflight.Add(1)
+	defer w.inflight.Done()
+	r := &run{hold: h, maxRetry: c.MaxRetry}
+	r.Started, r.Type, r.TaskID, r.Queue, r.Retried, r.Drained = time.Now(), c.Type, c.ID, c.Queue, c.Retried, true
+	rctx, cancel := runContext(ctx, c)
+	t := asynq.NewTask(c.Type, c.Payload)
+	err := w.observed(rctx, t, r, asynq.HandlerFunc(w.process))
+	cancel()
+	out := &asynqwire.Outcome{Task: c, Err: err}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// The hold ended under the run (a shutdown, a lost lease): back to
+		// the front of its queue, as asynq does with a cancelled run.
+		out.Requeue = true
+	case archives(err, c.Retried, c.MaxRetry):
+		out.Archive = true
+		w.cfg.Metrics.observeArchived(w.taskTypeLabel(c.Type), archiveReason(err))
+	default:
+		out.Failure = IsFailure(err)
+		out.RetryAt = time.Now().Add(w.retryDelay(c.Retried, err, t))
+	}
+	return out
+}
+
+// runContext bounds a drained run as asynq bounds one: by the task's
+// timeout and its deadline, whichever comes first.
+func runContext(ctx context.Context, c *asynqwire.Claimed) (context.Context, context.CancelFunc) {
+	var dl time.Time
+	if c.Timeout > 0 {
+		dl = time.Now().Add(c.Timeout)
+	}
+	if !c.Deadline.IsZero() && (dl.IsZero() || c.Deadline.Before(dl)) {
+		dl = c.Deadline
+	}
+	if dl.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl)
+}
+
+// applyHeld applies payload p of a run of a drained hold, at position turn,
+// under the hold's lease, which its last commit kept for that position.
+func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run, turn lock.Turn, budget int) error {
+	h := r.hold
+	if turn != h.next {
+		// Not the position the hold passed on to (the task was refused as
+		// a duplicate and holds another): back to its queue, where it
+		// takes its own turn.
+		return &waitError{err: fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", turn.Pos, h.next.Pos, lock.ErrNotYourTurn), delay: w.busyDelay()}
+	}
+	if err := h.lease.Next(turn); err != nil {
+		return &waitError{err: fmt.Errorf("%w: %w", lock.ErrNotYourTurn, err), delay: w.busyDelay()}
+	}
+	r.Locked, r.Fence, r.Mode = true, h.lease.Fence(), ModeTurn
+	return w.apply(ctx, k, p, h.lease, r, budget)
+}
+
+// keepLeases extends the asynq leases of the tasks hold h has taken, every
+// leaseEvery, until the returned function is called (which waits for it).
+func (w *Worker) keepLeases(ctx context.Context, h *hold) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(leaseEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			h.mu.Lock()
+			leased := h.leased
+			if len(leased) > 2 {
+				leased = leased[len(leased)-2:] // the running one and the one before, whose end is not yet recorded
+				h.leased = leased
+			}
+			leased = append([]*asynqwire.Claimed(nil), leased...)
+			h.mu.Unlock()
+			for _, c := range leased {
+				if err := asynqwire.ExtendLease(ctx, w.rdb, c.Queue, c.ID, time.Now().Add(asynqwire.LeaseDuration)); err != nil && ctx.Err() == nil {
+					tracing.Log(ctx, w.log).Warn("could not extend a drained change's asynq lease", zap.String("task_id", c.ID), zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
