@@ -50,7 +50,10 @@ func eventAttrs(events []sdktrace.Event, name string) []map[attribute.Key]attrib
 
 // A waiter's span shows each position it waited behind, in order, as the
 // head moved on: the change it waited for is named, not only that it
-// waited.
+// waited. A holder behind the head parks at once, and each of its runs
+// (here under one span) names the predecessor it parked behind; the
+// holder of the next position, waiting in place for a lock held without a
+// turn, names that holder once, however many attempts it makes.
 func TestTurnWaitsAreSpanEventsNamingThePredecessor(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -60,44 +63,63 @@ func TestTurnWaitsAreSpanEventsNamingThePredecessor(t *testing.T) {
 	first, err := l.AcquireTurn(t.Context(), "SO-tr", "first", pos[0], quick)
 	require.NoError(t, err)
 
+	ctx, events, running := traced(t)
+	var te *lock.TurnError
+	_, err = l.AcquireTurn(ctx, "SO-tr", "third", pos[2], quick)
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Parked, "the third parks behind the first")
+	first.Finish()
+	require.NoError(t, first.Release(t.Context()))
+	second, err := l.AcquireTurn(t.Context(), "SO-tr", "second", pos[1], quick)
+	require.NoError(t, err)
+	// The third, run again, sees the head moved on to the second.
+	_, err = l.AcquireTurn(ctx, "SO-tr", "third", pos[2], quick)
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Parked, "the third parks behind the second")
+	require.Len(t, eventAttrs(running.Events(), "waiting for its turn"), 2)
+	second.Finish()
+	require.NoError(t, second.Release(t.Context()))
+	require.Equal(t, []string{pos[2].Label}, second.Wake(), "the third is called back")
+
+	// Now next, the third waits in place for a lock held without a turn.
+	other, err := l.Acquire(t.Context(), "SO-tr", "order:note ev-x", quick)
+	require.NoError(t, err)
 	waiting := make(chan struct{})
 	l2 := newLocker(t, db, lock.Config{OnWait: func(string, string, string) { close(waiting) }})
-	ctx, events, running := traced(t)
+	attempts := make(chan int, 1)
 	got := make(chan error, 1)
 	go func() {
 		lease, err := l2.AcquireTurn(ctx, "SO-tr", "third", pos[2], quick)
 		if err == nil {
+			attempts <- lease.Stats().Attempts
 			lease.Finish()
 			err = lease.Release(t.Context())
 		}
 		got <- err
 	}()
-	<-waiting // the third waits behind the first
-	first.Finish()
-	require.NoError(t, first.Release(t.Context()))
-	second, err := l.AcquireTurn(t.Context(), "SO-tr", "second", pos[1], quick)
-	require.NoError(t, err)
-	// The third, still waiting, sees the head move on to the second.
-	require.Eventually(t, func() bool {
-		w := eventAttrs(running.Events(), "waiting for its turn")
-		return len(w) == 2
-	}, 10*time.Second, time.Millisecond)
-	second.Finish()
-	require.NoError(t, second.Release(t.Context()))
+	<-waiting
+	time.Sleep(30 * time.Millisecond) // a few attempts (quick waits 2 to 5ms)
+	require.NoError(t, other.Release(t.Context()))
 	select {
 	case err := <-got:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the third never took its turn")
 	}
+	require.Greater(t, <-attempts, 2, "it waited in place, trying again")
 
-	waits := eventAttrs(events(), "waiting for its turn")
-	require.Len(t, waits, 2, "one event per predecessor, not per attempt")
+	ev := events()
+	waits := eventAttrs(ev, "waiting for its turn")
+	require.Len(t, waits, 2, "one event per predecessor")
 	require.Equal(t, pos[0].Label, waits[0]["orderworker.head"].AsString(), "named the change it waited behind")
 	require.Equal(t, pos[0].Pos, waits[0]["orderworker.head.seq"].AsInt64())
 	require.Equal(t, pos[2].Pos, waits[0]["orderworker.seq"].AsInt64())
 	require.Equal(t, pos[1].Label, waits[1]["orderworker.head"].AsString())
 	require.Equal(t, pos[1].Pos, waits[1]["orderworker.head.seq"].AsInt64())
+	require.Equal(t, pos[2].Pos, waits[1]["orderworker.seq"].AsInt64())
+	busy := eventAttrs(ev, "order busy")
+	require.Len(t, busy, 1, "one event for the holder it waited in place for, not one per attempt")
+	require.Equal(t, "order:note ev-x", busy[0]["orderworker.holder"].AsString())
 }
 
 // A waiter for a held key names the holder once; one that waited past

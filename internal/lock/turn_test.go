@@ -135,29 +135,24 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 	require.Empty(t, st.Pending)
 }
 
-// A finished turn wakes the waiter of the next position, and only it. The
-// two positions after the head's successor wait in place; a position
-// further back is parked, and is called back as soon as it comes within
-// two of the next position.
+// A finished turn calls back the holder of the next position, and only it.
+// A holder that is not next parks at once (it spends no worker slot
+// waiting): the release that makes it next hands its label back. A waiter
+// for the next position itself (its turn, the lock held by someone else)
+// still waits in place, and the release's notice wakes it.
 func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	l := newLocker(t, db, lock.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-wake", 4)
-	first, err := l.AcquireTurn(t.Context(), "SO-wake", "first", turns[0], slow)
+	other, err := l.Acquire(t.Context(), "SO-wake", "unordered", slow)
 	require.NoError(t, err)
-
-	_, err = l.AcquireTurn(t.Context(), "SO-wake", "fourth", turns[3], slow)
-	var te *lock.TurnError
-	require.ErrorAs(t, err, &te)
-	require.True(t, te.Parked, "three behind the head: parked at once")
-	require.Equal(t, turns[0].Pos, te.Head)
 
 	type result struct {
 		lease *lock.Lease
 		err   error
 	}
-	waiting := make(chan string, 3)
+	waiting := make(chan string, 4)
 	l2 := newLocker(t, db, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
 	acquire := func(meta string, turn lock.Turn) <-chan result {
 		ch := make(chan result, 1)
@@ -165,7 +160,7 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 			lease, err := l2.AcquireTurn(t.Context(), "SO-wake", meta, turn, slow)
 			ch <- result{lease, err}
 		}()
-		require.Equal(t, meta, recvTimeout(t, waiting), "it waits in place")
+		require.Equal(t, meta, recvTimeout(t, waiting), "it found the lock held")
 		return ch
 	}
 	notYet := func(ch <-chan result, what string) {
@@ -176,32 +171,52 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 		default:
 		}
 	}
-	second := acquire("second", turns[1])
-	third := acquire("third", turns[2])
+	parked := func(meta string, turn lock.Turn, head lock.Turn) {
+		t.Helper()
+		_, err := l.AcquireTurn(t.Context(), "SO-wake", meta, turn, slow)
+		var te *lock.TurnError
+		require.ErrorAs(t, err, &te, meta)
+		require.True(t, te.Parked, "%s is not next: parked at once", meta)
+		require.Equal(t, head.Pos, te.Head, meta)
+		require.Equal(t, head.Label, te.Label, meta)
+	}
 
-	first.Finish()
-	require.NoError(t, first.Release(t.Context()))
-	require.Equal(t, []string{turns[3].Label}, first.Wake(), "the fourth is within reach now: called back")
-	r := recvTimeout(t, second)
+	// The next position waits in place for the lock.
+	first := acquire("first", turns[0])
+	notYet(first, "the first")
+	parked("second", turns[1], turns[0])
+	parked("fourth", turns[3], turns[0])
+	require.NoError(t, other.Release(t.Context()))
+	require.Empty(t, other.Wake(), "an unordered release calls nobody back")
+	r := recvTimeout(t, first)
 	require.NoError(t, r.err)
-	require.Equal(t, 1, r.lease.Stats().WokenByNotice)
-	notYet(third, "the third")
-	fourth := acquire("fourth", turns[3])
+	require.Equal(t, lock.ModeTurn, r.lease.Mode())
+	require.Equal(t, 1, r.lease.Stats().WokenByNotice, "woken by the release's notice")
 
 	r.lease.Finish()
 	require.NoError(t, r.lease.Release(t.Context()))
-	require.Empty(t, r.lease.Wake(), "the others waited in place: nobody to call")
-	r3 := recvTimeout(t, third)
-	require.NoError(t, r3.err)
-	require.Equal(t, 1, r3.lease.Stats().WokenByNotice, "woken once: by its own predecessor's notice")
-	notYet(fourth, "the fourth")
-	r3.lease.Finish()
-	require.NoError(t, r3.lease.Release(t.Context()))
-	r4 := recvTimeout(t, fourth)
-	require.NoError(t, r4.err)
-	require.Equal(t, lock.ModeTurn, r4.lease.Mode())
-	r4.lease.Finish()
-	require.NoError(t, r4.lease.Release(t.Context()))
+	require.Equal(t, []string{turns[1].Label}, r.lease.Wake(), "the second is next now: called back, and only it")
+	parked("third", turns[2], turns[1])
+	second, err := l.AcquireTurn(t.Context(), "SO-wake", "second", turns[1], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, second.Mode())
+	second.Finish()
+	require.NoError(t, second.Release(t.Context()))
+	require.Equal(t, []string{turns[2].Label}, second.Wake(), "the third is next now; the fourth stays parked")
+
+	third, err := l.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, third.Mode())
+	parked("fourth", turns[3], turns[2])
+	third.Finish()
+	require.NoError(t, third.Release(t.Context()))
+	require.Equal(t, []string{turns[3].Label}, third.Wake(), "the fourth is called back once it is next")
+	fourth, err := l.AcquireTurn(t.Context(), "SO-wake", "fourth", turns[3], slow)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, fourth.Mode())
+	fourth.Finish()
+	require.NoError(t, fourth.Release(t.Context()))
+	require.Empty(t, fourth.Wake())
 }
 
 func recvTimeout[T any](t *testing.T, ch <-chan T) T {
@@ -315,18 +330,21 @@ func TestFinishPassesAVoidAhead(t *testing.T) {
 }
 
 // Skip settles only the head, and only while its record is the one the
-// caller saw.
+// caller saw; the skip calls back the parked holder of the position that
+// is next after it, and only that one.
 func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	l := newLocker(t, db, lock.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-skip", 3)
-	_, err := l.AcquireTurn(t.Context(), "SO-skip", "third", turns[2], lock.Wait{Deadline: time.Millisecond})
 	var te *lock.TurnError
-	require.ErrorAs(t, err, &te)
-	require.Equal(t, turns[0].Pos, te.Head)
-	require.True(t, te.Parked)
+	for _, i := range []int{2, 1} {
+		_, err := l.AcquireTurn(t.Context(), "SO-skip", "waiter", turns[i], lock.Wait{Deadline: time.Millisecond})
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, turns[0].Pos, te.Head)
+		require.True(t, te.Parked, "not next: parked at once")
+	}
 
 	st0, err := q.Skip(t.Context(), "SO-skip", turns[1].Pos, te.Record, "not the head")
 	require.NoError(t, err)
@@ -337,7 +355,7 @@ func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 	st0, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "its task does not exist")
 	require.NoError(t, err)
 	require.True(t, st0.Done)
-	require.Equal(t, []string{turns[2].Label}, st0.Wake, "the parked third is next in line now")
+	require.Equal(t, []string{turns[1].Label}, st0.Wake, "the parked second is next now; the third is not called yet")
 	st0, err = q.Skip(t.Context(), "SO-skip", te.Head, te.Record, "twice")
 	require.NoError(t, err)
 	require.False(t, st0.Done, "already skipped")
@@ -345,22 +363,30 @@ func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 	second, err := l.AcquireTurn(t.Context(), "SO-skip", "second", turns[1], slow)
 	require.NoError(t, err)
 	require.Equal(t, lock.ModeTurn, second.Mode())
+	second.Finish()
 	require.NoError(t, second.Release(t.Context()))
+	require.Equal(t, []string{turns[2].Label}, second.Wake(), "the parked third is called back once it is next")
 }
 
-// StuckAfter lets the caller look at a head that was reserved long ago
-// instead of waiting to the deadline.
+// A holder behind the head parks at once, whatever its wait policy (it
+// does not wait to the deadline, nor for StuckAfter), and its TurnError
+// says how long ago the head was reserved, so that the caller can look at
+// a head reserved long ago.
 func TestStuckHeadReturnsEarly(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	l := newLocker(t, db, lock.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-stuck", 2)
+	time.Sleep(150 * time.Millisecond) // the head is stuck
 	start := time.Now()
 	_, err := l.AcquireTurn(t.Context(), "SO-stuck", "second", turns[1],
 		lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute, StuckAfter: 100 * time.Millisecond})
 	var te *lock.TurnError
 	require.ErrorAs(t, err, &te)
+	require.True(t, te.Parked)
+	require.Equal(t, turns[0].Pos, te.Head)
 	require.GreaterOrEqual(t, te.Age, 100*time.Millisecond)
+	require.Less(t, te.Waited, 5*time.Second, "parked at once")
 	require.Less(t, time.Since(start), 30*time.Second, "it did not wait to the deadline")
 }
 
@@ -484,8 +510,9 @@ func TestPanicInDoReleases(t *testing.T) {
 }
 
 // A Redis user without the notice channel in its ACL still releases and
-// passes turns (the refused PUBLISH never fails the script), and
-// CheckNotices names the rule it needs.
+// passes turns (the refused PUBLISH never fails the script), a waiter
+// in place (the holder of the next position, the lock held by another)
+// polls its way in, and CheckNotices names the rule it needs.
 func TestNoticesRefusedByACL(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -495,7 +522,7 @@ func TestNoticesRefusedByACL(t *testing.T) {
 	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", "worker", "on", ">secret-pass",
 		"~*", "+@all", "resetchannels").Err())
 	rdb := redisClient(t, "redis://worker:secret-pass@"+srv.Addr()+"/0")
-	waiting := make(chan string, 1)
+	waiting := make(chan string, 4)
 	l, err := lock.New(rdb, lock.Config{
 		Wait:   lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		OnWait: func(_, meta, _ string) { waiting <- meta },
@@ -507,20 +534,41 @@ func TestNoticesRefusedByACL(t *testing.T) {
 	require.ErrorContains(t, err, "&ow:lock:released")
 
 	turns := reserve(t, l.Sequencer(), "SO-acl", 2)
-	first, err := l.AcquireTurn(t.Context(), "SO-acl", "first", turns[0], lock.Wait{})
+	other, err := l.Acquire(t.Context(), "SO-acl", "unordered", lock.Wait{})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		lease, err := l.AcquireTurn(t.Context(), "SO-acl", "second", turns[1], lock.Wait{Deadline: 20 * time.Second})
-		if err == nil {
-			err = lease.Release(t.Context())
-		}
-		done <- err
-	}()
-	require.Equal(t, "second", recvTimeout(t, waiting), "the second waits, marked for a notice")
-	first.Finish()
-	require.NoError(t, first.Release(t.Context()), "the refused notice does not fail the release")
-	require.NoError(t, recvTimeout(t, done), "the waiter polls its way in")
+	type result struct {
+		lease *lock.Lease
+		err   error
+	}
+	acquire := func(meta string, turn lock.Turn) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			lease, err := l.AcquireTurn(t.Context(), "SO-acl", meta, turn, lock.Wait{Deadline: 20 * time.Second})
+			ch <- result{lease, err}
+		}()
+		require.Equal(t, meta, recvTimeout(t, waiting), "%s waits, marked for a notice", meta)
+		return ch
+	}
+	first := acquire("first", turns[0])
+	require.NoError(t, other.Release(t.Context()), "the refused notice does not fail the release")
+	r := recvTimeout(t, first)
+	require.NoError(t, r.err, "the waiter for the next position polls its way in")
+	require.Equal(t, lock.ModeTurn, r.lease.Mode())
+
+	// The first's turn passes on while a waiter marked the lock: the
+	// release publishes, and is refused.
+	unordered := acquire("unordered again", lock.Turn{})
+	r.lease.Finish()
+	require.NoError(t, r.lease.Release(t.Context()), "the refused notice does not fail the turn's release")
+	u := recvTimeout(t, unordered)
+	require.NoError(t, u.err, "the lock's waiter polls its way in")
+	second := acquire("second", turns[1])
+	require.NoError(t, u.lease.Release(t.Context()))
+	r2 := recvTimeout(t, second)
+	require.NoError(t, r2.err, "the turn was passed on: the second is next, and polls its way in")
+	require.Equal(t, lock.ModeTurn, r2.lease.Mode())
+	r2.lease.Finish()
+	require.NoError(t, r2.lease.Release(t.Context()))
 }
 
 func redisClient(t *testing.T, url string) *redis.Client {

@@ -123,8 +123,8 @@ func TestTurnsParkBehindAHeadThatRunsLater(t *testing.T) {
 	require.LessOrEqual(t, park.Delay, time.Second)
 }
 
-// Passing a finished turn on hands the parked holders' labels to Wake;
-// a turn that is not finished stays.
+// Passing a finished turn on hands the label of the parked holder of the
+// next position, and only it, to Wake; a turn that is not finished stays.
 func TestTurnsPassWakesTheParked(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -135,21 +135,36 @@ func TestTurnsPassWakesTheParked(t *testing.T) {
 
 	head, _, err := turns.Take(t.Context(), "SO-pass", "first", pos[0], quick)
 	require.NoError(t, err)
-	// The fourth is parked at once (more than two behind the head).
-	_, _, err = turns.Take(t.Context(), "SO-pass", "fourth", pos[3], quick)
-	var park *lock.ParkError
-	require.ErrorAs(t, err, &park)
-	require.True(t, park.Err.Parked)
+	// The second and the fourth are parked at once (not next).
+	for _, i := range []int{1, 3} {
+		_, _, err = turns.Take(t.Context(), "SO-pass", "waiter", pos[i], quick)
+		var park *lock.ParkError
+		require.ErrorAs(t, err, &park)
+		require.True(t, park.Err.Parked)
+		require.Equal(t, pos[0].Pos, park.Err.Head)
+	}
 
-	turns.Pass(t.Context(), head, false, time.Time{}, false)
+	next, kept := turns.Pass(t.Context(), head, false, time.Time{}, false)
+	require.False(t, kept)
+	require.Zero(t, next)
 	require.Empty(t, f.wokenLabels(), "an unfinished turn stays")
 	head, _, err = turns.Take(t.Context(), "SO-pass", "first", pos[0], quick)
 	require.NoError(t, err)
-	turns.Pass(t.Context(), head, true, time.Time{}, true)
+	_, kept = turns.Pass(t.Context(), head, true, time.Time{}, true)
+	require.False(t, kept, "no drain: released")
+	require.Equal(t, []string{pos[1].Label}, f.wokenLabels(), "the second is called back once it is next, and only it")
 	second, _, err := turns.Take(t.Context(), "SO-pass", "second", pos[1], quick)
 	require.NoError(t, err)
 	turns.Pass(t.Context(), second, true, time.Time{}, true)
-	require.Equal(t, []string{pos[3].Label}, f.wokenLabels(), "the fourth is called back once it is within two of the head")
+	require.Equal(t, []string{pos[1].Label}, f.wokenLabels(), "the third is not parked: nobody to call")
+	third, _, err := turns.Take(t.Context(), "SO-pass", "third", pos[2], quick)
+	require.NoError(t, err)
+	turns.Pass(t.Context(), third, true, time.Time{}, true)
+	require.Equal(t, []string{pos[1].Label, pos[3].Label}, f.wokenLabels(), "the fourth is called back once it is next")
+	fourth, _, err := turns.Take(t.Context(), "SO-pass", "fourth", pos[3], quick)
+	require.NoError(t, err)
+	require.Equal(t, lock.ModeTurn, fourth.Mode())
+	turns.Pass(t.Context(), fourth, true, time.Time{}, true)
 }
 
 // A holder that ends without its turn uses its position up; a creation
