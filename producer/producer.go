@@ -99,13 +99,9 @@ const (
 	DefaultWaitTimeout = time.Second
 	// DefaultMaxWaiting is the default of [Config.MaxWaiting].
 	DefaultMaxWaiting = 10000
-	// ParkAtMost is how long a change accepted behind unfinished changes of
-	// its order waits parked (in its queue's retry set) at most before it
-	// goes to its queue's pending list by itself: the change before it
-	// normally hands it the turn long before, and this bounds the wait
-	// when that hand-off is lost (a worker killed between the two). It is
-	// the workers' default gap wait (worker.DefaultGapWait).
-	ParkAtMost = lock.DefaultGapWait
+	// DefaultParkFor is the default of [Config.ParkFor]: the workers'
+	// default gap wait (worker.DefaultGapWait).
+	DefaultParkFor = lock.DefaultGapWait
 	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
 	DefaultMaxScheduleAhead = 24 * time.Hour
 )
@@ -133,6 +129,18 @@ type Config struct {
 	// no reused ID is accepted and then refused by the store. It must be at
 	// least Retention. Defaults to 7 days.
 	DedupeWindow time.Duration
+	// ParkFor is how long a change accepted behind unfinished changes of
+	// its order waits parked at most (in its queue's retry set, where asynq
+	// shows it as a retry that has not run yet) before it goes to its
+	// queue's pending list by itself. The change before it normally hands
+	// it the turn long before; ParkFor bounds the wait when that hand-off
+	// is lost (a worker killed between the two), and how soon the workers
+	// find a gap before it (a producer that died between taking a position
+	// and enqueueing). Set it to the workers' GapWait (worker.Config). On
+	// a Cluster (where the acceptance takes two round trips), changes are
+	// not parked at acceptance: the workers park them when they find their
+	// turn has not come. Defaults to 30s.
+	ParkFor time.Duration
 
 	// MaxRetry is the failure budget: how many times a task whose handler
 	// failed is retried before the worker archives it. Retries back off
@@ -230,6 +238,7 @@ func (c Config) withDefaults() Config {
 	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
+	c.ParkFor = cmp.Or(c.ParkFor, DefaultParkFor)
 	c.MaxRetry = cmp.Or(c.MaxRetry, DefaultMaxRetry)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, DefaultWaitTimeout)
@@ -253,6 +262,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: DedupeWindow %v is shorter than Retention %v", c.DedupeWindow, c.Retention)
 	case c.Timeout < time.Second:
 		return fmt.Errorf("producer: Timeout %v is less than 1s", c.Timeout)
+	case c.ParkFor < time.Second:
+		return fmt.Errorf("producer: ParkFor %v is less than 1s (asynq schedules in whole seconds)", c.ParkFor)
 	case c.WaitReplicas < 0:
 		return fmt.Errorf("producer: WaitReplicas %d is negative", c.WaitReplicas)
 	case c.WaitTimeout < time.Millisecond:
@@ -798,7 +809,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 	}
 	now := time.Now()
 	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
-		msg.Queue, msg.ID, now.UnixNano(), at.createLabel, createRef, maxWaiting, now.Add(ParkAtMost).Unix()}
+		msg.Queue, msg.ID, now.UnixNano(), at.createLabel, createRef, maxWaiting, now.Add(p.cfg.ParkFor).Unix()}
 	run := func() (acc, wait *redis.Cmd) {
 		if p.cfg.WaitReplicas == 0 {
 			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil

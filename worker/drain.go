@@ -92,7 +92,7 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 		c, err := w.claim(hctx, h, prev, next)
 		prev = nil
 		if err != nil {
-			if !errors.Is(err, asynqwire.ErrNotClaimed) {
+			if nc := (*asynqwire.NotClaimedError)(nil); !errors.As(err, &nc) {
 				tracing.Log(ctx, w.log).Warn("could not take the order's next change in the hold; releasing it",
 					zap.String("order_no", h.orderNo), zap.String("label", next.Label), zap.Error(err))
 			}
@@ -100,7 +100,7 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 			break
 		}
 		h.next = next
-		prev = w.runHeld(hctx, h, c)
+		prev = w.runHeld(ctx, hctx, h, c)
 		h.count++
 		if k, still := lease.Kept(); still && k == next {
 			// The run ended before it took its turn (a malformed or
@@ -161,14 +161,15 @@ func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, ne
 	return nil, err
 }
 
-// runHeld runs claimed task c in hold h, as its own run, and returns how
-// it ended, for asynq.
-func (w *Worker) runHeld(ctx context.Context, h *hold, c *asynqwire.Claimed) *asynqwire.Outcome {
+// runHeld runs claimed task c in hold h, whose context is hctx, as its own
+// run, and returns how it ended, for asynq. ctx is the context of the
+// hold's first run, which asynq ends at a shutdown.
+func (w *Worker) runHeld(ctx, hctx context.Context, h *hold, c *asynqwire.Claimed) *asynqwire.Outcome {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
 	r := &run{hold: h, maxRetry: c.MaxRetry}
 	r.Started, r.Type, r.TaskID, r.Queue, r.Retried, r.Drained = time.Now(), c.Type, c.ID, c.Queue, c.Retried, true
-	rctx, cancel := runContext(ctx, c)
+	rctx, cancel := runContext(hctx, c)
 	t := asynq.NewTask(c.Type, c.Payload)
 	err := w.observed(rctx, t, r, asynq.HandlerFunc(w.process))
 	cancel()
@@ -176,8 +177,10 @@ func (w *Worker) runHeld(ctx context.Context, h *hold, c *asynqwire.Claimed) *as
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		// The hold ended under the run (a shutdown, a lost lease): back to
-		// the front of its queue, as asynq does with a cancelled run.
+		// asynq ended the hold's first run (a shutdown): back to the front
+		// of its queue, as asynq does with such a run. (The hold's own
+		// context ends with every release, and a lost lease is no
+		// failure: it is retried below, without counting.)
 		out.Requeue = true
 	case archives(err, c.Retried, c.MaxRetry):
 		out.Archive = true

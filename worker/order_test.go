@@ -297,7 +297,7 @@ func TestGapsAreSkippedAfterTheWait(t *testing.T) {
 	e.seed("SO-GAP")
 	r := newRuns()
 	e.startWorker(quickGapConfig(gap, r), nil)
-	p := e.producer(producer.Config{})
+	p := e.producer(producer.Config{ParkFor: gap})
 	q := e.sequencer()
 
 	// 1. A producer that took a position and died.

@@ -48,8 +48,8 @@ type Lease struct {
 	finished bool      // Finish: the turn is done
 	retryAt  time.Time // RetryAt: when the holder runs again
 	released bool
-	byStore  bool          // a store script released it (Handoff.Released), or passOn did
-	kept     Turn          // the next position, when a commit kept the lock for it (Drain)
+	byStore  bool // a store script released it (Handoff.Released), or passOn did
+	kept     Turn // the next position, when a commit kept the lock for it (Drain)
 	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended

@@ -1,0 +1,187 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flood accepts n modifies of order no through p, in order, and returns
+// their event IDs.
+func flood(t *testing.T, p *producer.Producer, no, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		_, err := p.EnqueueModify(t.Context(), no, tasks.Changes{Remark: new(ids[i])}, producer.WithEventID(ids[i]))
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+// A flood of one order's changes drains in holds: each change is one run,
+// in order, most of them taken by the worker that held the order for the
+// change before (Drained); each ends as its own completed asynq task; the
+// holds are bounded by DrainMax and counted.
+func TestFloodDrainsInHolds(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-FLOOD")
+	r := newRuns()
+	reg := prometheus.NewRegistry()
+	m, err := worker.NewMetrics(reg)
+	require.NoError(t, err)
+	const n, quantum = 60, 25
+	p := e.producer(producer.Config{})
+	// Accept the flood before any worker runs: every change but the head
+	// is parked.
+	ids := flood(t, p, "SO-FLOOD", "f", n)
+	info, err := e.insp.GetQueueInfo(tasks.QueueModify)
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Pending, "only the head waits in the queue")
+	require.Equal(t, n-1, info.Retry, "the changes behind it are parked")
+
+	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: quantum, DrainFor: time.Minute}, nil)
+	for _, id := range ids {
+		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
+	}
+	e.drain(30 * time.Second)
+
+	r.mu.Lock()
+	all := append([]worker.Done(nil), r.all...)
+	r.mu.Unlock()
+	drained := 0
+	for _, d := range all {
+		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s ran only once, in its turn: %v", d.EventID, d.Err)
+		if d.Drained {
+			drained++
+			assert.Equal(t, worker.ModeTurn, d.Mode)
+		}
+	}
+	require.Len(t, all, n, "one run per change")
+	require.GreaterOrEqual(t, drained, n-n/quantum-2, "most changes ran in the hold of the one before")
+	requireInSequence(t, e.history("SO-FLOOD"))
+	o, err := e.store.Get(t.Context(), "SO-FLOOD")
+	require.NoError(t, err)
+	require.Equal(t, ids[n-1], o.Remark)
+	for _, id := range []string{ids[1], ids[n/2], ids[n-1]} {
+		ti := e.taskInfo(tasks.QueueModify, id)
+		assert.Equal(t, asynq.TaskStateCompleted, ti.State, "a drained change is completed with its retention (a duplicate is refused)")
+	}
+	_, err = p.EnqueueModify(t.Context(), "SO-FLOOD", tasks.Changes{Remark: new("again")}, producer.WithEventID(ids[n/2]))
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+
+	count, yielded := holdMetrics(t, reg)
+	assert.GreaterOrEqual(t, count, uint64(n/quantum), "the holds that drained are counted")
+	assert.GreaterOrEqual(t, yielded, float64(n/quantum-1), "holds that used their quantum yield")
+}
+
+// holdMetrics returns the count of orderworker_hold_changes and the value of
+// orderworker_holds_yielded_total of reg.
+func holdMetrics(t *testing.T, reg *prometheus.Registry) (holds uint64, yielded float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "orderworker_hold_changes":
+			holds = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		case "orderworker_holds_yielded_total":
+			yielded = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return holds, yielded
+}
+
+// failOnce fails the first write of each event in fail.
+type failOnce struct {
+	orders.Store
+	mu   sync.Mutex
+	fail map[string]bool
+}
+
+func (s *failOnce) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	s.mu.Lock()
+	f := s.fail[ev]
+	delete(s.fail, ev)
+	s.mu.Unlock()
+	if f {
+		return orders.Result{}, errors.New("the order API answered 500")
+	}
+	return s.Store.Modify(ctx, ev, no, c)
+}
+
+// A change that fails inside a drained hold ends the hold and backs off as
+// a failing head does: its failure counts (Retried), it runs again, and the
+// changes behind it wait for it.
+func TestFailureInAHoldBacksOff(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-HFAIL")
+	r := newRuns()
+	p := e.producer(producer.Config{})
+	ids := flood(t, p, "SO-HFAIL", "h", 6)
+	store := &failOnce{fail: map[string]bool{ids[3]: true}}
+	e.startWorker(worker.Config{OnDone: r.add}, func(s orders.Store) orders.Store { store.Store = s; return store })
+	d := r.waitFor(t, ids[3], 30*time.Second, worker.OutcomeError)
+	require.True(t, d.Drained, "it failed in the hold of the one before")
+	d = r.waitFor(t, ids[3], 60*time.Second, worker.OutcomeOK)
+	require.Equal(t, 1, d.Retried, "the failure counted")
+	for _, id := range ids[4:] {
+		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
+	}
+	requireInSequence(t, e.history("SO-HFAIL"))
+}
+
+// An operator's hold takes effect at the next change of a drained hold.
+func TestPauseStopsADrainedHold(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-HPAUSE")
+	r := newRuns()
+	p := e.producer(producer.Config{})
+	ids := flood(t, p, "SO-HPAUSE", "p", 5)
+	var once atomic.Bool
+	q := e.sequencer()
+	pauseAt := func(s orders.Store) orders.Store {
+		return &hookOnWrite{Store: s, before: func(ev string) {
+			if ev == ids[1] && once.CompareAndSwap(false, true) {
+				_, err := q.Pause(context.WithoutCancel(t.Context()), "SO-HPAUSE", "ops", "checking")
+				assert.NoError(t, err)
+			}
+		}}
+	}
+	e.startWorker(worker.Config{OnDone: r.add}, pauseAt)
+	r.waitFor(t, ids[1], 30*time.Second, worker.OutcomeOK)
+	d := r.waitFor(t, ids[2], 30*time.Second)
+	require.NotEqual(t, worker.OutcomeOK, d.Outcome, "the paused order's next change does not run: %+v", d)
+	_, st, err := q.Resume(t.Context(), "SO-HPAUSE")
+	require.NoError(t, err)
+	require.NoError(t, requeue.Labels(t.Context(), e.db.Client, "SO-HPAUSE", tasks.Shards{}, tasks.Kinds(), st.Wake))
+	for _, id := range ids[2:] {
+		r.waitFor(t, id, 60*time.Second, worker.OutcomeOK)
+	}
+	requireInSequence(t, e.history("SO-HPAUSE"))
+}
+
+// hookOnWrite calls before with each modify's event ID before it writes.
+type hookOnWrite struct {
+	orders.Store
+	before func(ev string)
+}
+
+func (s *hookOnWrite) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	s.before(ev)
+	return s.Store.Modify(ctx, ev, no, c)
+}
