@@ -129,6 +129,7 @@ func TestConfig(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       50,
 		MaxScheduleAhead: time.Hour,
+		ParkFor:          5 * time.Second,
 		Kinds:            tasks.Kinds(),
 	}
 	e := newEnv(t, cfg)
@@ -160,6 +161,7 @@ func TestConfig_Defaults(t *testing.T) {
 		WaitTimeout:      time.Second,
 		MaxWaiting:       10000,
 		MaxScheduleAhead: 24 * time.Hour,
+		ParkFor:          30 * time.Second,
 		Kinds:            tasks.Kinds(),
 	}, e.p.Config())
 }
@@ -932,4 +934,33 @@ func TestPayloadStoredWithoutHTMLEscaping(t *testing.T) {
 	// after the claim recorded the fingerprint.
 	_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: &remark}, producer.WithEventID("evt-html"))
 	require.ErrorIs(t, err, producer.ErrDuplicate)
+}
+
+// A change accepted behind unfinished changes of its order is parked: its
+// task waits in the retry set (until ParkFor at most), not in the pending
+// list, and its position is marked parked, so that the change before it
+// hands it the turn. The order's head waits in the queue.
+func TestChangesBehindTheHeadAreParked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, producer.Config{ParkFor: 7 * time.Second})
+	head, err := e.p.EnqueueModify(t.Context(), "SO-PARK", tasks.Changes{Remark: new("1")}, producer.WithEventID("park-1"))
+	require.NoError(t, err)
+	start := time.Now()
+	behind, err := e.p.EnqueueModify(t.Context(), "SO-PARK", tasks.Changes{Remark: new("2")}, producer.WithEventID("park-2"))
+	require.NoError(t, err)
+	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "park-1")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State, "the head waits in the queue")
+	info, err = e.insp.GetTaskInfo(tasks.QueueModify, "park-2")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateRetry, info.State, "the change behind it is parked")
+	assert.Zero(t, info.Retried, "parking is no failure")
+	assert.WithinDuration(t, start.Add(7*time.Second), info.NextProcessAt, 2*time.Second, "for ParkFor at most")
+	got, err := tasks.Modify.Parse(info.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, behind.Seq, got.Header().Seq)
+	mark, err := e.db.Client.HGet(t.Context(), "ow:lock:{SO-PARK}:seq", "k:"+strconv.FormatInt(behind.Seq, 10)).Result()
+	require.NoError(t, err, "its position is marked parked")
+	assert.Equal(t, "1", mark)
+	assert.Greater(t, behind.Seq, head.Seq)
 }
