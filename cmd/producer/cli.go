@@ -86,8 +86,10 @@ type common struct {
 
 // producerConfig is the producer's configuration from c.
 func (c *common) producerConfig() producer.Config {
+	// A change parked behind its order's head waits at most the workers'
+	// gap wait (the same GAP_WAIT), so that a gap is found as soon.
 	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout,
-		MaxWaiting: c.MaxWaiting}
+		MaxWaiting: c.MaxWaiting, ParkFor: max(c.GapWait, time.Second)}
 }
 
 func declareCommon(s *config.Set, c *common) {

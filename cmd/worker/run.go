@@ -45,6 +45,8 @@ type settings struct {
 	LockTTL        time.Duration
 	Waits          map[string]*lock.Wait // by kind name
 	GapWait        time.Duration
+	DrainMax       int
+	DrainFor       time.Duration
 	BusyRetryMin   time.Duration
 	BusyRetryMax   time.Duration
 	Shutdown       time.Duration
@@ -77,6 +79,8 @@ func declare(s *config.Set, c *settings) {
 		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration])
 	}
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", worker.DefaultGapWait, "how long an order's next position may stay without its task before the tasks behind it check with asynq and skip it if the task does not exist").Check(config.Positive[time.Duration])
+	s.Int(&c.DrainMax, "drain-max", "WORKER_DRAIN_MAX", worker.DefaultDrainMax, "most changes of one order a worker runs in one hold of its lock, the first included, before it lets other orders go first; 1 turns the drain off").Check(config.Positive[int])
+	s.Duration(&c.DrainFor, "drain-for", "WORKER_DRAIN_FOR", worker.DefaultDrainFor, "longest time a worker drains one order in one hold of its lock before it lets other orders go first").Check(config.Positive[time.Duration])
 	s.Duration(&c.BusyRetryMin, "busy-retry-min", "BUSY_RETRY_MIN", worker.DefaultBusyRetryMin, "shortest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", worker.DefaultBusyRetryMax, "longest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
@@ -221,6 +225,8 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		StrictPriority:  c.StrictPriority,
 		Waits:           waits,
 		GapWait:         c.GapWait,
+		DrainMax:        c.DrainMax,
+		DrainFor:        c.DrainFor,
 		BusyRetryMin:    c.BusyRetryMin,
 		BusyRetryMax:    c.BusyRetryMax,
 		ShutdownTimeout: c.Shutdown,
