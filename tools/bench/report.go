@@ -33,6 +33,10 @@ type report struct {
 	Cluster  []clusterResult `json:"cluster,omitempty"`
 	// Tracing is what tracing costs per task, (bt) against (b).
 	Tracing []tracingCost `json:"tracing,omitempty"`
+	// VsAW is (b)'s cost per task against (a+w)'s, plain asynq making
+	// the same store write.
+	VsAW  []awCost      `json:"vs_aw,omitempty"`
+	Flood []floodResult `json:"flood,omitempty"`
 	Targets []target      `json:"targets,omitempty"`
 }
 
@@ -94,6 +98,9 @@ func (rep *report) ratios() {
 		if b := rep.findName(sysOW + rest); b != nil && prefix == sysTraced && b.TasksPerS > 0 {
 			r.RatioToB = r.TasksPerS / b.TasksPerS
 		}
+		if aw := rep.findName(sysPlainW + rest); aw != nil && (prefix == sysOW || prefix == sysTraced) && aw.TasksPerS > 0 {
+			r.RatioToAW = r.TasksPerS / aw.TasksPerS
+		}
 	}
 	add := func(name string, got float64, want string, met bool) {
 		rep.Targets = append(rep.Targets, target{Name: name, Got: got, Want: want, Met: met})
@@ -149,6 +156,20 @@ func (rep *report) ratios() {
 		if bc != nil && bc.RatioToB0 > 0 {
 			add("(b)/(b0) hot throughput"+tag, bc.RatioToB0, ">= 1.00", bc.RatioToB0 >= 1)
 		}
+		if bc != nil && bc.RoundTripsPerTask > 0 {
+			// The hot orders' issue: a change of a hot order costs the
+			// worker little more than a plain asynq task that writes.
+			add(fmt.Sprintf("(b) worker round trips/change, %d hot orders", bc.Orders)+tag, bc.RoundTripsPerTask, "<= 2.50", bc.RoundTripsPerTask <= 2.5)
+		}
+		if w.Work == 0 {
+			for _, kind := range []string{uncontended, contended} {
+				b, aw := rep.find(sysOW, kind, w), rep.find(sysPlainW, kind, w)
+				if b != nil && aw != nil && aw.RedisCPUPerTask > 0 {
+					x := b.RedisCPUPerTask / aw.RedisCPUPerTask
+					add("(b)/(a+w) Redis CPU per change "+kind+tag, x, "<= 1.50", x <= 1.5)
+				}
+			}
+		}
 		for _, kind := range []string{uncontended, contended} {
 			b, b0 := rep.find(sysOW, kind, w), rep.find(sysUnordered, kind, w)
 			if b != nil && b0 != nil {
@@ -171,6 +192,8 @@ func (rep *report) ratios() {
 			fmt.Sprintf("<= %.2f (raw+1)", raw.RoundTripsPerChange+1), prod.RoundTripsPerChange <= raw.RoundTripsPerChange+1)
 	}
 	rep.Tracing = rep.tracingCosts()
+	rep.VsAW = rep.awCosts()
+	rep.Targets = append(rep.Targets, floodTargets(rep.Flood)...)
 }
 
 func (rep *report) print(out io.Writer, c settings) {
@@ -190,7 +213,10 @@ func (rep *report) print(out io.Writer, c settings) {
 	}
 	fmt.Fprint(out, legend)
 	rep.printOrderingTrips(out)
+	rep.printAWCost(out)
+	rep.printHolds(out)
 	rep.printTracingCost(out)
+	printFlood(out, rep.Flood)
 	if len(rep.Accept) > 0 {
 		printAccept(out, rep.Accept)
 	}
@@ -222,15 +248,15 @@ func (rep *report) print(out io.Writer, c settings) {
 func (rep *report) printWorkload(out io.Writer, w workload) {
 	fmt.Fprintf(out, "\n%s (%s):\n\n", w.Name(), w)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttasks\torders\ttasks/s\tvs (a)\tvs (b0)\truns/task\thand-offs\thand-off p50 ms\tp99 ms\tlock wait p50 ms\tp99 ms\tmax ms\tredis cmds/task\tscripts/task\tround trips/task\tworker CPU µs/task\tredis CPU µs/task\tpeak RSS MiB\tΔRSS MiB\tpeak heap MiB\tno-lock runs\toverlaps\tout of order\t")
+	fmt.Fprintln(tw, "scenario\ttasks\torders\ttasks/s\tvs (a)\tvs (a+w)\tvs (b0)\truns/task\thand-offs\thand-off p50 ms\tp99 ms\tlock wait p50 ms\tp99 ms\tmax ms\tredis cmds/task\tscripts/task\tround trips/task\tworker CPU µs/task\tredis CPU µs/task\tpeak RSS MiB\tΔRSS MiB\tpeak heap MiB\tno-lock runs\toverlaps\tout of order\t")
 	for _, r := range rep.Results {
 		if r.Workload != w.Name() {
 			continue
 		}
 		sys := r.Scenario[:strings.IndexByte(r.Scenario, '-')]
-		ratio, vsB0, runs, p50, p99 := "-", "-", "-", "-", "-"
+		ratio, vsAW, vsB0, runs, p50, p99 := "-", "-", "-", "-", "-", "-"
 		w50, w99, wmax := "-", "-", "-"
-		if sys != sysPlain {
+		if sys != sysPlain && sys != sysPlainW {
 			w50, w99, wmax = f2(r.LockWaitP50), f2(r.LockWaitP99), f2(r.LockWaitMax)
 			runs = f2(r.RunsPerTask)
 		}
@@ -239,6 +265,9 @@ func (rep *report) printWorkload(out io.Writer, w workload) {
 		}
 		if r.RatioToB0 > 0 {
 			vsB0 = f2(r.RatioToB0)
+		}
+		if r.RatioToAW > 0 {
+			vsAW = f2(r.RatioToAW)
 		}
 		handoffs := "-"
 		if r.HandoffsAll > 0 {
@@ -251,14 +280,14 @@ func (rep *report) printWorkload(out io.Writer, w workload) {
 		if sys == sysSeed {
 			bypass = strconv.FormatInt(r.SeedBypasses, 10)
 		}
-		if sys != sysPlain {
+		if sys != sysPlain && sys != sysPlainW {
 			overlaps = strconv.Itoa(r.Overlaps)
 		}
 		if r.OrderPairs > 0 {
 			order = strconv.Itoa(r.Inversions) + "/" + strconv.Itoa(r.OrderPairs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.Scenario, r.Tasks, r.Orders, r.TasksPerS, ratio, vsB0, runs, handoffs, p50, p99, w50, w99, wmax,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Scenario, r.Tasks, r.Orders, r.TasksPerS, ratio, vsAW, vsB0, runs, handoffs, p50, p99, w50, w99, wmax,
 			r.CmdsPerTask, r.ScriptsPerTask, r.RoundTripsPerTask, r.WorkerCPUPerTask, r.RedisCPUPerTask,
 			mib(r.PeakRSSKiB), mib(r.PeakRSSDeltaKiB), mib(int64(r.PeakHeapKiB)), bypass, overlaps, order)
 	}
@@ -266,7 +295,8 @@ func (rep *report) printWorkload(out io.Writer, w workload) {
 }
 
 const legend = `
-  a/b0/b/c: (a) plain asynq whose handler only sleeps the work time; (b) worker.New with the order lock
+  a/aw/b0/b/c: (a) plain asynq whose handler only sleeps the work time; (a+w) the same, then (b)'s store
+         write (the Redis store's Modify, fence 1, without lock or order); (b) worker.New with the order lock
          and the Redis store, the work slept inside the lock before the store write, its tasks enqueued
          by the producer (with their position: applied in the order of acceptance); (b0) the same worker
          with ordering off: the same tasks enqueued with asynq's Client by hand, without a position
@@ -276,10 +306,11 @@ const legend = `
          receiver in the bench process that discards what it gets (its CPU counts as the worker's);
          on -bt-workloads only (work0 by default). (c) the seed's lock (EXISTS then SET, 0-1000 ms
          random sleeps, 5 s deadline then no lock) around the same work and write. All modifies of the
-         address, enqueued before the measured phase, each order's tasks one after the other.
+         address, enqueued before the measured phase, each order's tasks one after the other; (a), (a+w)
+         and (b0) by hand without a position (the producer would park the changes behind an order's head).
   workloads: work<d> is d of simulated work per task at the concurrency shown (-workloads).
-  tasks/s: tasks over the time from starting the worker to the last task completed; vs (a), vs (b0): the
-         same ratio to (a), and for (b) to (b0), on the same orders and workload.
+  tasks/s: tasks over the time from starting the worker to the last task completed; vs (a), vs (a+w),
+         vs (b0): the same ratio to (a), and for (b) to (a+w) and (b0), on the same orders and workload.
   runs/task: handler runs per task: a task that goes back to its queue to wait runs again ((b): parked
          until its turn, (b0)/(b): the lock stayed held past its wait deadline).
   hand-off: release to the next holder, from the order histories: per order, ended_at of one entry

@@ -54,6 +54,13 @@ type settings struct {
 	ClusterTasks       int
 	ClusterWork        time.Duration
 	ClusterConcurrency int
+
+	Flood            bool
+	FloodTasks       int
+	FloodWork        time.Duration
+	FloodQuiet       int
+	FloodConcurrency int
+	FloodReplicas    int
 }
 
 // declare declares the flags into c. It returns whether -work or
@@ -89,6 +96,12 @@ func declare(s *config.Set, c *settings) (workGiven func() bool) {
 	s.Int(&c.ClusterTasks, "cluster-tasks", "", 20000, "with -cluster: tasks of each run, each on an order of its own").Check(config.Positive[int])
 	s.Duration(&c.ClusterWork, "cluster-work", "", 0, "with -cluster: simulated work per task, inside the lock").Check(config.NonNegative[time.Duration])
 	s.Int(&c.ClusterConcurrency, "cluster-concurrency", "", 50, "with -cluster: tasks the worker runs at once").Check(config.Positive[int])
+	s.Bool(&c.Flood, "flood", "", true, "run the flood: (b) drains one order's -flood-tasks changes while -flood-quiet other orders' changes come in, against the serial limit and a baseline of the quiet orders alone")
+	s.Int(&c.FloodTasks, "flood-tasks", "", 2000, "changes of the flood's one order").Check(config.Positive[int])
+	s.Duration(&c.FloodWork, "flood-work", "", 5*time.Millisecond, "simulated work per change in the flood (inside the lock)").Check(config.Positive[time.Duration])
+	s.Int(&c.FloodQuiet, "flood-quiet", "", 100, "quiet orders of the flood, one change each").Check(config.Positive[int])
+	s.Int(&c.FloodConcurrency, "flood-concurrency", "", 20, "tasks the flood's workers run at once, in all (shared among -flood-replicas processes)").Check(config.Positive[int])
+	s.Int(&c.FloodReplicas, "flood-replicas", "", 2, "also run the flood with this many cmd/worker processes; 0 skips it").Check(config.NonNegative[int])
 	s.String(&c.AsWorker, "as-worker", "", "", "internal: run as a plain asynq worker process for -replicas (reads REDIS_URL, WORKER_CONCURRENCY, WORKER_SIMULATE_WORK)").Check(config.OneOf("", "plain"))
 	return func() bool { return work.Source() == config.FromFlag || conc.Source() == config.FromFlag }
 }
@@ -194,6 +207,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 				return fmt.Errorf("acceptance: %w", err)
 			}
 			rep.Accept = ar
+		}
+		if c.Flood {
+			fr, err := measureFlood(ctx, opts, c, out)
+			if err != nil {
+				return fmt.Errorf("flood: %w", err)
+			}
+			rep.Flood = fr
 		}
 		rep.LoadAvg[1] = loadAvg()
 		rep.ratios()

@@ -26,6 +26,7 @@ import (
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -33,6 +34,7 @@ import (
 // The systems under measurement.
 const (
 	sysPlain     = "a"  // plain asynq, a handler that only sleeps the work time
+	sysPlainW    = "aw" // plain asynq whose handler sleeps the work time and makes (b)'s store write, fenced, without lock or order
 	sysUnordered = "b0" // orderworker with ordering off: the same worker, tasks enqueued without a position
 	sysOW        = "b"  // orderworker: worker.New with the order lock and the Redis store, tasks from the producer
 	sysTraced    = "bt" // (b) with tracing on at full sampling, producer and worker, exported over OTLP HTTP
@@ -41,10 +43,11 @@ const (
 
 // allSystems are the systems in the order of the table: (bt) right after
 // (b), so that the two run side by side.
-var allSystems = []string{sysPlain, sysUnordered, sysOW, sysTraced, sysSeed}
+var allSystems = []string{sysPlain, sysPlainW, sysUnordered, sysOW, sysTraced, sysSeed}
 
 var systemNames = map[string]string{
 	sysPlain:     "(a) asynq, no-op handler",
+	sysPlainW:    "(a+w) asynq + store write",
 	sysUnordered: "(b0) orderworker, ordering off",
 	sysOW:        "(b) orderworker",
 	sysTraced:    "(bt) orderworker, traced",
@@ -215,7 +218,10 @@ type result struct {
 	RatioToB0   float64 `json:"ratio_to_b0,omitempty"`
 	// RatioToB is (bt)'s tasks/s over (b)'s on the same orders and
 	// workload: what tracing costs in throughput.
-	RatioToB  float64 `json:"ratio_to_b,omitempty"`
+	RatioToB float64 `json:"ratio_to_b,omitempty"`
+	// RatioToAW is (b)'s tasks/s over (a+w)'s: plain asynq making the
+	// same store write, without lock or order.
+	RatioToAW float64 `json:"ratio_to_aw,omitempty"`
 	Completed int64   `json:"completed"`
 	Archived  int64   `json:"archived"`
 	// Runs counts the handler runs of (b0), (b) and (c), per task:
@@ -266,6 +272,13 @@ type result struct {
 	// SeedBypasses is how often (c) gave up waiting after 5 s and ran
 	// without the lock, as the seed did.
 	SeedBypasses int64 `json:"seed_bypasses"`
+	// Holds are the holds of (b0), (b) and (bt) that drained (ran an
+	// order's next changes under the kept lock), from the worker's
+	// orderworker_hold_changes; ChangesPerHold their mean changes (the
+	// first included); HoldsYielded orderworker_holds_yielded_total.
+	Holds          int64   `json:"holds,omitempty"`
+	ChangesPerHold float64 `json:"changes_per_hold,omitempty"`
+	HoldsYielded   int64   `json:"holds_yielded,omitempty"`
 	// Overlaps counts critical sections on one order that overlapped,
 	// from the histories; FenceErrors fences that did not increase.
 	Overlaps    int `json:"overlaps"`
@@ -297,6 +310,8 @@ type system struct {
 	// traced is (bt)'s tracing, nil for the other systems; stop closes
 	// it.
 	traced *tracedExport
+	// metrics is the worker's registry, nil for asynq's own servers.
+	metrics *prometheus.Registry
 }
 
 // runScenario measures one scenario on a flushed database: it seeds the
@@ -420,6 +435,13 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	if sys.bypass != nil {
 		r.SeedBypasses = sys.bypass()
 	}
+	if sys.metrics != nil {
+		h, err := gatherHolds(sys.metrics)
+		if err != nil {
+			return r, err
+		}
+		r.Holds, r.ChangesPerHold, r.HoldsYielded = h.Holds, h.perHold(), h.Yielded
+	}
 	if sys.traced != nil {
 		r.SpansPerTask = float64(spans.ended) / n
 		r.SpansDropped = spans.ended - spans.spans
@@ -436,8 +458,15 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 			return r, err
 		}
 		a := benchkit.Analyze(hist)
-		h := benchkit.WaiterHandoffs(hist, func(e orders.Entry) (time.Duration, bool) { return sys.waits.of(e.EventID) })
+		var h []time.Duration
+		if sys.waits != nil {
+			h = benchkit.WaiterHandoffs(hist, func(e orders.Entry) (time.Duration, bool) { return sys.waits.of(e.EventID) })
+		}
 		r.Handoffs, r.HandoffsAll = len(h), len(a.Handoffs)
+		if sc.System == sysPlainW {
+			// No lock: consecutive writes are no hand-offs.
+			r.HandoffsAll = 0
+		}
 		r.HandoffP50 = ms(benchkit.Quantile(h, 0.50))
 		r.HandoffP99 = ms(benchkit.Quantile(h, 0.99))
 		r.HandoffMax = ms(benchkit.Quantile(h, 1))
@@ -521,8 +550,11 @@ func seedOrders(ctx context.Context, store orders.Store, sc scenario) error {
 }
 
 // enqueue enqueues the scenario's tasks: modifies of the address, task i
-// on order orderNo(sc, i), through the producer, or for (b0) by hand
-// without a position (see rawTask). The workload has no exchanges: an
+// on order orderNo(sc, i), through the producer, or for (b0), (a) and
+// (a+w) by hand without a position (see rawTask): the producer parks a
+// change accepted behind unfinished changes of its order (asynq's retry
+// set, for the change before it to call back), which plain asynq would
+// only run once the park ends. The workload has no exchanges: an
 // exchange closes its order, and the next modify of it would be rejected.
 func enqueue(ctx context.Context, rdb redis.UniversalClient, sc scenario) error {
 	return enqueueWith(ctx, rdb, sc, tasks.Shards{})
@@ -559,7 +591,7 @@ func enqueueWith(ctx context.Context, rdb redis.UniversalClient, sc scenario, sh
 			i := from + j
 			addr := "address " + strconv.Itoa(i)
 			m := tasks.ModifyPayload{EventID: eventID(sc, i), OrderNo: orderNo(sc, i), Changes: tasks.Changes{Address: &addr}}
-			if sc.System == sysUnordered {
+			if sc.System == sysUnordered || sc.System == sysPlain || sc.System == sysPlainW {
 				t, opts, err := rawTask(m)
 				if err != nil {
 					return err
@@ -611,11 +643,17 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 		// The same worker for all three: whether a task is ordered is up
 		// to its payload; (bt)'s is traced.
 		lw := newWaits()
+		reg := prometheus.NewRegistry()
+		m, err := worker.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
 		cfg := worker.Config{
 			KeyPrefix:   prefix,
 			Concurrency: sc.Workload.Concurrency,
 			ID:          "bench-" + sc.System,
 			OnDone:      lw.done,
+			Metrics:     m,
 		}
 		var traced *tracedExport
 		if sc.System == sysTraced {
@@ -647,16 +685,19 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 			w.Shutdown()
 			closeTraced()
 		}
-		return &system{hook: hook, history: true, waits: lw, stop: stop, traced: traced}, nil
-	case sysPlain, sysSeed:
+		return &system{hook: hook, history: true, waits: lw, stop: stop, traced: traced, metrics: reg}, nil
+	case sysPlain, sysPlainW, sysSeed:
 		mux := asynq.NewServeMux()
 		var sl *seedLock
-		if sc.System == sysPlain {
+		switch sc.System {
+		case sysPlain:
 			noop := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error { return storehook.Sleep(ctx, work) })
 			for _, k := range tasks.Kinds() {
 				mux.Handle(k.Type, noop)
 			}
-		} else {
+		case sysPlainW:
+			mux.Handle(tasks.TypeModify, plainWrite{store: store, work: work})
+		default:
 			sl = &seedLock{rdb: rdb, store: store, work: work, keyPrefix: prefix + "seedlock:", waits: newWaits()}
 			mux.Handle(tasks.TypeModify, sl)
 		}
@@ -664,7 +705,7 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 		if err := srv.Start(mux); err != nil {
 			return nil, err
 		}
-		s := &system{hook: hook, stop: srv.Shutdown}
+		s := &system{hook: hook, stop: srv.Shutdown, history: sc.System == sysPlainW}
 		if sl != nil {
 			s.history = true
 			s.bypass = sl.bypasses.Load
@@ -686,4 +727,33 @@ func plainConfig(concurrency int) asynq.Config {
 		Logger:                   zap.NewNop().Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	}
+}
+
+// plainWrite is (a+w)'s handler: it sleeps the work time and makes (b)'s
+// store write (the Redis store's Modify, fence 1 on every write, which the
+// store accepts again and again, without the order's result, as the worker
+// asks), without lock or order: what a plain asynq handler that writes the
+// order costs, against which (b)'s cost of ordering shows.
+type plainWrite struct {
+	store orders.Store
+	work  time.Duration
+}
+
+func (h plainWrite) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	p, err := tasks.Parse[tasks.ModifyPayload](t.Payload())
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	if err := storehook.Sleep(ctx, h.work); err != nil {
+		return err
+	}
+	wctx := orders.WithWrite(ctx, orders.Write{Fence: 1, Worker: "bench-aw", StartedAt: started, NoResult: true})
+	_, err = h.store.Modify(wctx, p.EventID, p.OrderNo, orders.Changes{
+		Address: p.Changes.Address, Remark: p.Changes.Remark, Items: p.Changes.Items,
+	})
+	if err != nil && orders.Permanent(err) {
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	return err
 }
