@@ -1,0 +1,134 @@
+package asynqwire_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Step claims a task out of the retry set or the pending list into the
+// active list with a lease, and records each end of its run as asynq's
+// processor would: asynq's Inspector then reads the task as completed (with
+// its retention), retrying (with its failure counted, its error and its
+// time), archived (with its reason) or pending again; a task in no state to
+// claim is left alone, and two tasks of one queue take one round trip.
+func TestStepClaimsAndEndsAsAsynqDoes(t *testing.T) {
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "step_test"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	ctx := t.Context()
+	for _, id := range []string{"ok", "fail", "wait", "archive", "requeue", "norec"} {
+		_, err := cli.Enqueue(asynq.NewTask("t", []byte(`{"id":"`+id+`"}`)), asynq.Queue(q), asynq.TaskID(id),
+			asynq.MaxRetry(5), asynq.Retention(time.Hour), asynq.Timeout(time.Minute))
+		require.NoError(t, err)
+	}
+	_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("later"), asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+
+	c, gone, err := asynqwire.Step(ctx, db.Client, nil, q, "ok")
+	require.NoError(t, err)
+	require.False(t, gone)
+	assert.Equal(t, asynqwire.Claimed{Queue: q, ID: "ok", Type: "t", Payload: []byte(`{"id":"ok"}`), MaxRetry: 5,
+		Timeout: time.Minute, Retention: time.Hour}, withoutMsg(c))
+	info, err := insp.GetTaskInfo(q, "ok")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateActive, info.State)
+
+	// End "ok" and claim "fail" in one call.
+	fail, _, err := asynqwire.Step(ctx, db.Client, &asynqwire.Outcome{Task: c}, q, "fail")
+	require.NoError(t, err)
+	info, err = insp.GetTaskInfo(q, "ok")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateCompleted, info.State)
+	assert.WithinDuration(t, time.Now(), info.CompletedAt, 5*time.Second)
+	assert.Equal(t, time.Hour, info.Retention)
+
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	wait, _, err := asynqwire.Step(ctx, db.Client, &asynqwire.Outcome{Task: fail, Err: errors.New("upstream 503"), Failure: true, RetryAt: at}, q, "wait")
+	require.NoError(t, err)
+	info, err = insp.GetTaskInfo(q, "fail")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateRetry, info.State)
+	assert.Equal(t, 1, info.Retried, "a failure counts")
+	assert.Equal(t, "upstream 503", info.LastErr)
+	assert.Equal(t, at, info.NextProcessAt)
+
+	arch, _, err := asynqwire.Step(ctx, db.Client, &asynqwire.Outcome{Task: wait, Err: errors.New("busy"), RetryAt: at}, q, "archive")
+	require.NoError(t, err)
+	info, err = insp.GetTaskInfo(q, "wait")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateRetry, info.State)
+	assert.Zero(t, info.Retried, "a wait is no failure")
+
+	rq, _, err := asynqwire.Step(ctx, db.Client, &asynqwire.Outcome{Task: arch, Err: errors.New("bad payload"), Archive: true}, q, "requeue")
+	require.NoError(t, err)
+	info, err = insp.GetTaskInfo(q, "archive")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateArchived, info.State)
+	assert.Equal(t, "bad payload", info.LastErr)
+
+	_, _, err = asynqwire.Step(ctx, db.Client, &asynqwire.Outcome{Task: rq, Err: errors.New("shutdown"), Requeue: true}, q, "")
+	require.NoError(t, err)
+	info, err = insp.GetTaskInfo(q, "requeue")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State)
+
+	// Not claimed: scheduled on purpose, gone, already active.
+	for id, state := range map[string]string{"later": "scheduled", "nope": "", "norec": "active"} {
+		if id == "norec" {
+			_, _, err := asynqwire.Step(ctx, db.Client, nil, q, id)
+			require.NoError(t, err)
+		}
+		_, _, err := asynqwire.Step(ctx, db.Client, nil, q, id)
+		var nc *asynqwire.NotClaimedError
+		require.ErrorAs(t, err, &nc, id)
+		assert.Equal(t, state, nc.State, id)
+		require.ErrorIs(t, err, asynqwire.ErrNotClaimed)
+	}
+	info, err = insp.GetTaskInfo(q, "later")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateScheduled, info.State, "left alone")
+
+	// The processed and failed counters asynqmon charts move as asynq's do.
+	qi, err := insp.GetQueueInfo(q)
+	require.NoError(t, err)
+	assert.Equal(t, 3, qi.ProcessedTotal, "completed, failed and archived")
+	assert.Equal(t, 2, qi.FailedTotal, "failed and archived")
+}
+
+// A task whose lease ended and that was brought back while its run went
+// on is not written for when the run ends: gone.
+func TestStepLeavesARecoveredTaskAlone(t *testing.T) {
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "step_gone"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("x"), asynq.Retention(time.Hour))
+	require.NoError(t, err)
+	c, _, err := asynqwire.Step(t.Context(), db.Client, nil, q, "x")
+	require.NoError(t, err)
+	// As Recover would: back to pending.
+	_, _, err = asynqwire.Step(t.Context(), db.Client, &asynqwire.Outcome{Task: c, Err: errors.New("x"), Requeue: true}, q, "")
+	require.NoError(t, err)
+	_, gone, err := asynqwire.Step(t.Context(), db.Client, &asynqwire.Outcome{Task: c}, q, "")
+	require.NoError(t, err)
+	require.True(t, gone)
+	info, err := insp.GetTaskInfo(q, "x")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStatePending, info.State, "nothing written for the gone run")
+}
+
+func withoutMsg(c *asynqwire.Claimed) asynqwire.Claimed {
+	out := *c
+	asynqwire.ClearMsg(&out)
+	return out
+}
