@@ -35,8 +35,8 @@ type report struct {
 	Tracing []tracingCost `json:"tracing,omitempty"`
 	// VsAW is (b)'s cost per task against (a+w)'s, plain asynq making
 	// the same store write.
-	VsAW  []awCost      `json:"vs_aw,omitempty"`
-	Flood []floodResult `json:"flood,omitempty"`
+	VsAW    []awCost      `json:"vs_aw,omitempty"`
+	Flood   []floodResult `json:"flood,omitempty"`
 	Targets []target      `json:"targets,omitempty"`
 }
 

@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
+	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,16 +32,16 @@ func TestScenarios(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{
-		"a-uncontended-work10ms", "b0-uncontended-work10ms", "b-uncontended-work10ms", "c-uncontended-work10ms",
-		"a-contended-work10ms", "b0-contended-work10ms", "b-contended-work10ms", "c-contended-work10ms",
-		"a-uncontended-work0", "b0-uncontended-work0", "b-uncontended-work0", "bt-uncontended-work0", "c-uncontended-work0",
-		"a-contended-work0", "b0-contended-work0", "b-contended-work0", "bt-contended-work0", "c-contended-work0",
+		"a-uncontended-work10ms", "aw-uncontended-work10ms", "b0-uncontended-work10ms", "b-uncontended-work10ms", "c-uncontended-work10ms",
+		"a-contended-work10ms", "aw-contended-work10ms", "b0-contended-work10ms", "b-contended-work10ms", "c-contended-work10ms",
+		"a-uncontended-work0", "aw-uncontended-work0", "b0-uncontended-work0", "b-uncontended-work0", "bt-uncontended-work0", "c-uncontended-work0",
+		"a-contended-work0", "aw-contended-work0", "b0-contended-work0", "b-contended-work0", "bt-contended-work0", "c-contended-work0",
 	}, names, "(bt) on -bt-workloads only")
 	c.Only = []string{"bt-uncontended-work10ms"}
 	require.NoError(t, checkOnly(c, ws), "-only may name (bt) on any workload")
 	require.Len(t, scenarios(c, ws), 1)
 	c.Only, c.TracedWorkloads = nil, []string{allWorkloads}
-	require.Len(t, scenarios(c, ws), 20)
+	require.Len(t, scenarios(c, ws), 24)
 
 	c.Systems, c.Contention, c.Only = []string{sysUnordered, sysOW}, []string{contended}, []string{"b-contended-work0", "b-uncontended-work0"}
 	names = nil
@@ -81,13 +85,16 @@ func TestRatiosAndTargets(t *testing.T) {
 		{Scenario: "b-uncontended-work10ms", Tasks: 10000, TasksPerS: 900, RoundTripsPerTask: 4.71},
 		{Scenario: "a-contended-work10ms", Contended: true, TasksPerS: 1000},
 		{Scenario: "b0-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 400, RoundTripsPerTask: 6},
-		{Scenario: "b-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 500, Handoffs: 900, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 5, OrderPairs: 90},
+		{Scenario: "aw-contended-work10ms", Contended: true, Tasks: 10000, TasksPerS: 800, RoundTripsPerTask: 3},
+		{Scenario: "b-contended-work10ms", Contended: true, Tasks: 10000, Orders: 10, TasksPerS: 500, Handoffs: 900, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 5, OrderPairs: 90},
 		{Scenario: "c-contended-work10ms", Contended: true, TasksPerS: 50, Handoffs: 10, HandoffP99: 800},
 		{Scenario: "a-uncontended-work0", TasksPerS: 1000, WorkerCPUPerTask: 100, RedisCPUPerTask: 100},
 		{Scenario: "b-uncontended-work0", Tasks: 10000, TasksPerS: 750, WorkerCPUPerTask: 130, RedisCPUPerTask: 160},
 		{Scenario: "a-contended-work0", Contended: true, TasksPerS: 1000},
 		{Scenario: "b0-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 1000, RoundTripsPerTask: 6},
-		{Scenario: "b-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 900, Handoffs: 10, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 6.1, OrderPairs: 90, Inversions: 1},
+		{Scenario: "aw-uncontended-work0", Tasks: 10000, TasksPerS: 900, RedisCPUPerTask: 120},
+		{Scenario: "aw-contended-work0", Contended: true, Tasks: 10000, TasksPerS: 900, RedisCPUPerTask: 50},
+		{Scenario: "b-contended-work0", Contended: true, Tasks: 10000, Orders: 10, TasksPerS: 900, RedisCPUPerTask: 100, Handoffs: 10, HandoffsAll: 990, HandoffP99: 2, RoundTripsPerTask: 6.1, OrderPairs: 90, Inversions: 1},
 		{Scenario: "bt-uncontended-work0", Tasks: 10000, TasksPerS: 600, WorkerCPUPerTask: 169, RedisCPUPerTask: 160, SpansPerTask: 4},
 	}, Accept: []acceptResult{
 		{System: acceptRaw, Contention: contended, PerS: 1000, RoundTripsPerChange: 1},
@@ -98,6 +105,11 @@ func TestRatiosAndTargets(t *testing.T) {
 	require.InDelta(t, 1.25, rep.findName("b-contended-work10ms").RatioToB0, 1e-9)
 	require.Zero(t, rep.findName("b0-contended-work10ms").RatioToB0)
 	require.InDelta(t, 0.8, rep.findName("bt-uncontended-work0").RatioToB, 1e-9)
+	require.InDelta(t, 0.625, rep.findName("b-contended-work10ms").RatioToAW, 1e-9)
+	require.Zero(t, rep.findName("aw-contended-work10ms").RatioToAW)
+	require.Len(t, rep.VsAW, 3, "(b) against (a+w) where both ran")
+	require.Equal(t, contended, rep.VsAW[0].Contention)
+	require.InDelta(t, 5.0/3, rep.VsAW[0].RoundTrips, 1e-9)
 	require.Zero(t, rep.findName("bt-uncontended-work0").RatioToB0)
 	require.Len(t, rep.Tracing, 1, "(bt) against (b) where both ran")
 	tc := rep.Tracing[0]
@@ -121,15 +133,19 @@ func TestRatiosAndTargets(t *testing.T) {
 		"(b)/(a) uncontended [work0]": true, "(b)/(a) contended [work0]": true,
 		"(b) hand-off p99 ms [work10ms]": true, "(c)/(b) hand-off p99 [work10ms]": true,
 		"(b) hot hand-off p99 ms [work10ms]": true, "(b)/(b0) hot throughput [work10ms]": true,
-		"(b) worker round trips/task uncontended [work10ms]": true,
-		"(b) worker round trips/task contended [work10ms]":   true,
-		"(b) inversions contended [work10ms]":                true,
-		"(b) hot hand-off p99 ms [work0]":                    false,
-		"(b)/(b0) hot throughput [work0]":                    false,
-		"(b) worker round trips/task contended [work0]":      false,
-		"(b) inversions contended [work0]":                   false,
-		"producer/raw enqueue rate, 8 goroutines, contended": false,
-		"producer round trips/change contended":              true,
+		"(b) worker round trips/task uncontended [work10ms]":      true,
+		"(b) worker round trips/task contended [work10ms]":        true,
+		"(b) inversions contended [work10ms]":                     true,
+		"(b) hot hand-off p99 ms [work0]":                         false,
+		"(b)/(b0) hot throughput [work0]":                         false,
+		"(b) worker round trips/task contended [work0]":           false,
+		"(b) inversions contended [work0]":                        false,
+		"(b) worker round trips/change, 10 hot orders [work10ms]": false,
+		"(b) worker round trips/change, 10 hot orders [work0]":    false,
+		"(b)/(a+w) Redis CPU per change uncontended [work0]":      true,
+		"(b)/(a+w) Redis CPU per change contended [work0]":        false,
+		"producer/raw enqueue rate, 8 goroutines, contended":      false,
+		"producer round trips/change contended":                   true,
 	}, met)
 }
 
@@ -146,4 +162,95 @@ func TestSleepHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	require.ErrorIs(t, storehook.Sleep(ctx, time.Hour), context.Canceled)
+}
+
+func TestFloodFlags(t *testing.T) {
+	parse := func(args ...string) settings {
+		var c settings
+		s := config.NewSet("bench", nil)
+		declare(s, &c)
+		require.NoError(t, s.Parse(args))
+		return c
+	}
+	c := parse()
+	require.True(t, c.Flood, "on by default, as make bench runs it")
+	require.Equal(t, 2000, c.FloodTasks)
+	require.Equal(t, 5*time.Millisecond, c.FloodWork)
+	require.Equal(t, 100, c.FloodQuiet)
+	require.Equal(t, 20, c.FloodConcurrency)
+	require.Equal(t, 2, c.FloodReplicas)
+	c = parse("-flood=false", "-flood-tasks", "50", "-flood-work", "1ms", "-flood-replicas", "0")
+	require.False(t, c.Flood)
+	require.Equal(t, 50, c.FloodTasks)
+	require.Equal(t, time.Millisecond, c.FloodWork)
+	require.Zero(t, c.FloodReplicas)
+	var bad settings
+	s := config.NewSet("bench", nil)
+	declare(s, &bad)
+	require.Error(t, s.Parse([]string{"-flood-replicas", "-1"}))
+}
+
+func TestFloodTargets(t *testing.T) {
+	got := map[string]target{}
+	for _, tg := range floodTargets([]floodResult{
+		{Mode: "in process", DrainRatio: 0.9, OrderPairs: 1999, BaselineP99: 20, QuietP99: 30, RunsPerChange: 1.02},
+		{Mode: "2 processes", DrainRatio: 0.5, OrderPairs: 1999, Inversions: 1, RunsPerChange: 1.5},
+	}) {
+		got[tg.Name] = tg
+	}
+	require.Len(t, got, 8)
+	require.True(t, got["drain / serial limit [flood, in process]"].Met)
+	require.True(t, got["quiet p99 under flood / baseline p99 [flood, in process]"].Met)
+	require.InDelta(t, 1.5, got["quiet p99 under flood / baseline p99 [flood, in process]"].Got, 1e-9)
+	require.True(t, got["handler runs per change [flood, in process]"].Met)
+	require.True(t, got["inversions [flood, in process]"].Met)
+	require.False(t, got["drain / serial limit [flood, 2 processes]"].Met)
+	require.False(t, got["inversions [flood, 2 processes]"].Met)
+	require.NotEmpty(t, got["quiet p99 under flood / baseline p99 [flood, 2 processes]"].NA)
+	require.False(t, got["handler runs per change [flood, 2 processes]"].Met)
+}
+
+func TestParseHolds(t *testing.T) {
+	h := parseHolds(`# HELP orderworker_hold_changes x
+# TYPE orderworker_hold_changes histogram
+orderworker_hold_changes_bucket{le="2"} 1
+orderworker_hold_changes_sum 250
+orderworker_hold_changes_count 3
+orderworker_holds_yielded_total 2
+orderworker_task_duration_seconds_count{outcome="ok",queue="order_modify",task_type="` + tasks.TypeModify + `"} 300
+orderworker_task_duration_seconds_count{outcome="waiting",queue="order_modify",task_type="` + tasks.TypeModify + `"} 4
+orderworker_task_duration_seconds_count{outcome="ok",queue="order_exchange",task_type="` + tasks.TypeExchange + `"} 9
+`)
+	require.Equal(t, holdStats{Holds: 3, Changes: 250, Yielded: 2, Runs: 304}, h)
+	require.InDelta(t, 250.0/3, h.perHold(), 1e-9)
+	require.Zero(t, holdStats{}.perHold())
+}
+
+// A small flood, in process, on a redis-server of its own: every change
+// applied once, in order, in holds.
+func TestFloodSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a redis-server")
+	}
+	p, err := redisproc.Start()
+	if err != nil {
+		t.Skipf("no redis-server: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	opts, err := redisconn.Parse(p.URL())
+	require.NoError(t, err)
+	c := settings{FloodTasks: 40, FloodWork: time.Millisecond, FloodQuiet: 5, FloodConcurrency: 4, Timeout: 30 * time.Second}
+	r, err := runFlood(t.Context(), opts, c)
+	require.NoError(t, err)
+	require.Equal(t, 39, r.OrderPairs, "the whole flood is in the history")
+	require.Zero(t, r.Inversions)
+	require.Zero(t, r.Overlaps)
+	require.InDelta(t, 1, r.RunsPerChange, 0.2)
+	require.Positive(t, r.DrainSeconds)
+	require.InDelta(t, 0.04, r.SerialSeconds, 1e-9)
+	require.Positive(t, r.BaselineP99)
+	require.Positive(t, r.QuietP99)
+	require.Positive(t, r.Holds, "the flood drained in holds")
+	require.Positive(t, r.Drained)
+	require.Zero(t, r.Archived)
 }
