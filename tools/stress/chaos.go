@@ -29,6 +29,8 @@ type workerPool struct {
 
 	mu      sync.Mutex
 	procs   []*benchkit.Process
+	logs    []string       // the log file of each slot's running process
+	pids    map[string]int // the process of each log file
 	starts  []int
 	killed  map[*benchkit.Process]bool
 	crashes []string // logs of workers that exited on their own
@@ -39,6 +41,8 @@ func (p *workerPool) startAll() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.procs = make([]*benchkit.Process, p.c.Workers)
+	p.logs = make([]string, p.c.Workers)
+	p.pids = map[string]int{}
 	p.starts = make([]int, p.c.Workers)
 	p.killed = map[*benchkit.Process]bool{}
 	for slot := range p.c.Workers {
@@ -64,7 +68,8 @@ func (p *workerPool) start(slot int) error {
 	if err != nil {
 		return err
 	}
-	p.procs[slot] = proc
+	p.procs[slot], p.logs[slot] = proc, log
+	p.pids[log] = proc.Pid()
 	go p.watch(proc, log)
 	return nil
 }
@@ -83,20 +88,50 @@ func (p *workerPool) watch(proc *benchkit.Process, log string) {
 func (p *workerPool) kill(slot int) error {
 	p.mu.Lock()
 	proc := p.procs[slot]
+	p.mu.Unlock()
+	return p.killProc(slot, proc)
+}
+
+// killProc SIGKILLs proc, the worker of slot, and starts a new one in its
+// place unless another kill of proc did already (the chaos's kills and the
+// hot-order phase's may meet on one worker).
+func (p *workerPool) killProc(slot int, proc *benchkit.Process) error {
+	p.mu.Lock()
 	p.killed[proc] = true
 	p.mu.Unlock()
 	proc.Kill()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.procs[slot] != proc {
+		return nil
+	}
 	return p.start(slot)
+}
+
+// current returns the running worker of slot and its log file.
+func (p *workerPool) current(slot int) (*benchkit.Process, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.procs[slot], p.logs[slot]
+}
+
+// pidOf returns the process that wrote the log file path.
+func (p *workerPool) pidOf(path string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pids[path]
 }
 
 // pause freezes the worker of slot with SIGSTOP for d (or until ctx ends),
 // then continues it. A worker killed meanwhile is left alone.
 func (p *workerPool) pause(ctx context.Context, slot int, d time.Duration) {
-	p.mu.Lock()
-	proc := p.procs[slot]
-	p.mu.Unlock()
+	proc, _ := p.current(slot)
+	pauseProc(ctx, proc, d)
+}
+
+// pauseProc freezes proc with SIGSTOP for d (or until ctx ends), then
+// continues it.
+func pauseProc(ctx context.Context, proc *benchkit.Process, d time.Duration) {
 	if proc.Pause() != nil {
 		return
 	}

@@ -38,6 +38,7 @@ type results struct {
 	redis     string     // -redis
 	switched  []switched // the Redis switches of the chaos phase
 	placement []int      // -redis cluster: orders per shard
+	hot       *hotReport // the hot-order phase's evidence, if it ran
 
 	completed, archived, retriedOK int
 	archivedBy                     map[string]int // reason class → tasks
@@ -61,13 +62,20 @@ type results struct {
 	stalled      []string // a sequence with positions left once drained
 	badSkips     []string // a skipped position whose task had existed
 	skips, voids int
-	lateRejected int // modifies accepted after their order's exchange, rejected naming the replacement
+	// The fence regressions of the analysis, by kind: an equal fence (two
+	// consecutive lock-held entries written under one lease, as a drained
+	// hold writes them) or a lower one.
+	fenceEqual, fenceBelow int
+	lateRejected           int // modifies accepted after their order's exchange, rejected naming the replacement
 }
 
 func (r *results) violations() int {
 	n := len(r.lost) + len(r.badArchive) + len(r.doubleApplied) + len(r.notApplied) + len(r.archApplied) +
 		len(r.unknownEvents) + len(r.versionOff) + len(r.locksLeft) + len(r.analysis.Violations) + len(r.crashes) +
 		len(r.inversions) + len(r.clientOrder) + len(r.replayOff) + len(r.stalled) + len(r.badSkips)
+	if r.hot != nil {
+		n += len(r.hot.uncovered)
+	}
 	for _, c := range r.unfinished {
 		n += c
 	}
@@ -115,6 +123,7 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		return nil, err
 	}
 	r.analysis = benchkit.Analyze(hist)
+	r.fenceEqual, r.fenceBelow = fenceKinds(hist)
 	for _, no := range nos {
 		o, err := store.Get(ctx, no)
 		if err != nil {
@@ -196,6 +205,30 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		return nil, err
 	}
 	return r, nil
+}
+
+// fenceKinds counts, over consecutive lock-held entries of each order, the
+// later entry's fence equal to the earlier one's, and below it.
+func fenceKinds(hist map[string][]orders.Entry) (equal, below int) {
+	for _, h := range hist {
+		var prev *orders.Entry
+		for i := range h {
+			e := &h[i]
+			if !benchkit.LockHeld(e.Type) {
+				continue
+			}
+			if prev != nil {
+				switch {
+				case e.Fence == prev.Fence:
+					equal++
+				case e.Fence < prev.Fence:
+					below++
+				}
+			}
+			prev = e
+		}
+	}
+	return equal, below
 }
 
 // exchangeOf returns the order:exchange entry of a history.
@@ -421,8 +454,8 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	}
 	fmt.Fprintf(out, "exactly once:  %d events applied; %d double-applied, %d completed but not applied, %d archived but applied, %d unknown events\n",
 		applied, len(r.doubleApplied), len(r.notApplied), len(r.archApplied), len(r.unknownEvents))
-	fmt.Fprintf(out, "locking:       %d history entries on %d orders; %d overlapping critical sections, %d fence regressions, %d version gaps, %d replacement fences off, %d orders whose version is off\n",
-		a.Entries, a.Orders, a.Count("overlap"), a.Count("fence"), a.Count("version"), a.Count("created"), len(r.versionOff))
+	fmt.Fprintf(out, "locking:       %d history entries on %d orders; %d overlapping critical sections, %d fence regressions (%d with an equal fence: consecutive entries under one lease; %d with a lower one), %d version gaps, %d replacement fences off, %d orders whose version is off\n",
+		a.Entries, a.Orders, a.Count("overlap"), a.Count("fence"), r.fenceEqual, r.fenceBelow, a.Count("version"), a.Count("created"), len(r.versionOff))
 	fmt.Fprintf(out, "locks left:    %d\n", len(r.locksLeft))
 	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
 		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
@@ -434,6 +467,9 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	fmt.Fprintln(out)
 	for _, s := range r.switched {
 		fmt.Fprintf(out, "               %v into the chaos phase: %s\n", s.began.Round(100*time.Millisecond), s)
+	}
+	if r.hot != nil {
+		r.hot.print(out)
 	}
 	if len(r.lostWindow) == 2 {
 		fmt.Fprintf(out, "lost tasks:    accepted from %v to %v into the chaos phase\n", r.lostWindow[0].Round(time.Millisecond), r.lostWindow[1].Round(time.Millisecond))
@@ -474,6 +510,9 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	show("STALLED sequences", r.stalled)
 	show("SKIPPED positions whose task existed", r.badSkips)
 	show("WORKER CRASHES (exited on their own)", r.crashes)
+	if r.hot != nil {
+		show("HOT-ORDER PHASE did not hit a hold", r.hot.uncovered)
+	}
 	if n := r.violations(); n > 0 {
 		fmt.Fprintf(out, "\nFAIL: %d violations\n", n)
 	} else {

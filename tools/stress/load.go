@@ -56,7 +56,8 @@ type load struct {
 	p      *producer.Producer
 	c      settings
 	chains []*chain
-	start  time.Time // of run, the chaos phase
+	hot    []string  // the hot orders (hot.go), seeded with the others
+	start  time.Time // of the chaos phase: run sets it, unless set before
 
 	mu    sync.Mutex
 	tasks []enqueued
@@ -86,6 +87,11 @@ func (l *load) seed(ctx context.Context, store orders.Store) error {
 			return fmt.Errorf("seed %s: %w", ch.cur, err)
 		}
 	}
+	for _, no := range l.hot {
+		if err := store.Put(ctx, orders.Order{No: no, Address: seedAddress, Remark: "", Items: seedItems}); err != nil {
+			return fmt.Errorf("seed %s: %w", no, err)
+		}
+	}
 	return nil
 }
 
@@ -108,8 +114,10 @@ func (l *load) count(typ string) int {
 // run enqueues c.Tasks tasks evenly over d, from c.Clients clients that
 // each send one change after another.
 func (l *load) run(ctx context.Context, d time.Duration) error {
-	start := time.Now()
-	l.start = start
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
+	start := l.start
 	errs := make(chan error, l.c.Clients)
 	var wg sync.WaitGroup
 	for client := range l.c.Clients {

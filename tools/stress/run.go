@@ -45,6 +45,11 @@ type settings struct {
 	FailoverSync    bool
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
+	HotOrders       int
+	HotChanges      int
+	HotAt           time.Duration
+	HotKills        int
+	HotFreezes      int
 	DrainTimeout    time.Duration
 	Short           bool
 	Keep            bool
@@ -53,7 +58,7 @@ type settings struct {
 }
 
 type vars struct {
-	tasks                          *config.Var[int]
+	tasks, hotChanges              *config.Var[int]
 	duration, killEvery, drainTime *config.Var[time.Duration]
 	shards                         *config.Var[tasks.Shards]
 }
@@ -78,11 +83,16 @@ func declare(s *config.Set, c *settings) vars {
 	v.killEvery = s.Duration(&c.KillEvery, "kill-every", "", 3*time.Second, "SIGKILL one worker (and start it again) this often; 0 for never").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.PauseEvery, "pause-every", "", 10*time.Second, "also freeze one worker (SIGSTOP) this often, for -pause-for, then SIGCONT it: a stall past the lock's lease (the fencing case); 0 for never").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.PauseFor, "pause-for", "", 0, "how long a frozen worker stays frozen; defaults to -lock-ttl + 2s").Check(config.NonNegative[time.Duration])
+	s.Int(&c.HotOrders, "hot-orders", "", 3, "the hot-order phase: orders of their own flooded with -hot-changes changes each during the chaos phase, so that workers drain them in holds of the lock, while the phase kills and freezes their holders mid-hold; 0 for no phase").Check(config.NonNegative[int])
+	v.hotChanges = s.Int(&c.HotChanges, "hot-changes", "", 1000, "changes flooded to each hot order, back to back from two clients per order").Check(config.Positive[int])
+	s.Duration(&c.HotAt, "hot-at", "", 0, "when the flood of the hot orders starts, into the chaos phase; defaults to a second before the first Redis switch (a third of -duration without one)").Check(config.NonNegative[time.Duration])
+	s.Int(&c.HotKills, "hot-kills", "", 2, "hot-order phase: SIGKILL (and start again) this many workers in the middle of a hold of a hot order; the kills after the first wait for the first Redis switch").Check(config.NonNegative[int])
+	s.Int(&c.HotFreezes, "hot-freezes", "", 1, "hot-order phase: freeze this many workers (SIGSTOP for -pause-for, past the lock's lease) in the middle of a hold of a hot order").Check(config.NonNegative[int])
 	s.String(&c.Redis, "redis", "", redisSingle, "the Redis the workers run on: single (one redis-server with an fsync'd AOF), sentinel (1 master, 1 replica, 3 sentinels) or cluster (3 masters with a replica each)").Check(config.OneOf(redisSingle, redisSentinel, redisCluster))
 	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
-	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 150 s drain limit (flags given explicitly win)")
+	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 400 changes to each hot order, 150 s drain limit (flags given explicitly win)")
 	s.Bool(&c.Keep, "keep", "", false, "keep the directory with the workers' logs and Redis's files even when the run passes")
 	s.String(&c.WorkerBin, "worker-bin", "", "", "use this worker binary instead of building cmd/worker")
 	s.Int(&c.Seed, "seed", "", 0, "seed of the task mix and the kills; 0 for a random one (printed)")
@@ -103,6 +113,9 @@ func (v vars) applyShort(c *settings) {
 	}
 	if v.drainTime.Source() == config.FromDefault {
 		c.DrainTimeout = 150 * time.Second
+	}
+	if v.hotChanges.Source() == config.FromDefault {
+		c.HotChanges = 400
 	}
 }
 
@@ -201,11 +214,16 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 
 	l := newLoad(prod, c)
+	l.hot = hotOrderNos(c.HotOrders, be.cluster)
 	if be.cluster != nil {
 		orders, queues := placement(be.cluster, l.seeded(), c.Shards)
 		fmt.Fprintf(out, "cluster: seeded orders per shard %v, order queues per shard %v\n", orders, queues)
 		if err := requireEveryShard(orders); err != nil {
 			return err
+		}
+		if len(l.hot) > 0 {
+			hotOrders, _ := placement(be.cluster, l.hot, c.Shards)
+			fmt.Fprintf(out, "cluster: hot orders %v per shard %v\n", l.hot, hotOrders)
 		}
 	}
 	if err := l.seed(ctx, store); err != nil {
@@ -217,15 +235,30 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	defer pool.killAll()
 
-	// The chaos phase: enqueue while killing workers and restarting Redis.
+	// The chaos phase: enqueue while killing workers and restarting Redis,
+	// with the hot-order phase's flood and kills mid-hold inside it.
 	ch := &chaos{pool: pool, switches: be.switches, c: c, out: out}
 	chaosDone := make(chan error, 1)
 	cctx, stopChaos := context.WithCancel(ctx)
+	l.start = time.Now()
 	go func() { chaosDone <- ch.run(ctx, cctx, c.Seed) }()
+	var hp *hot
+	hotDone := make(chan error, 1)
+	if len(l.hot) > 0 {
+		hp = newHot(c, l.hot, pool, insp, be.switches, out)
+		go func() { hotDone <- hp.run(ctx, l, c.Clients) }()
+	} else {
+		hotDone <- nil
+	}
 	loadErr := l.run(ctx, c.Duration)
 	stopChaos()
 	if cerr := <-chaosDone; cerr != nil {
 		return fmt.Errorf("chaos: %w", cerr)
+	}
+	// The hot phase ends by itself (its flood enqueued, its kills and
+	// freezes made): before calmDown restarts the slow worker.
+	if herr := <-hotDone; herr != nil {
+		return fmt.Errorf("hot orders: %w", herr)
 	}
 	if loadErr != nil {
 		return fmt.Errorf("enqueue: %w", loadErr)
@@ -260,6 +293,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	res.switched = ch.switched
 	if be.cluster != nil {
 		res.placement, _ = placement(be.cluster, res.nos, c.Shards)
+	}
+	if hp != nil {
+		if res.hot, err = hp.report(dir, ch.switched); err != nil {
+			return err
+		}
 	}
 	res.print(out, time.Since(started), 20)
 	if n := res.violations(); n > 0 {

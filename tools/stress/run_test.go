@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -111,4 +113,60 @@ func TestSwitchesRunInTurnUntilTheChaosEnds(t *testing.T) {
 		require.Equal(t, switched{name: name, detail: "a → b", began: ch.switched[i].began, took: time.Second}, ch.switched[i])
 	}
 	require.Equal(t, "first: a → b, switched in 1s", ch.switched[0].String())
+}
+
+func TestHotEventNamesItsOrder(t *testing.T) {
+	for _, no := range []string{"H0", "H12", "H-1"} {
+		got, ok := hotOrderOf(hotEvent(no, 17))
+		require.True(t, ok)
+		require.Equal(t, no, got)
+	}
+	_, ok := hotOrderOf("ev-17")
+	require.False(t, ok)
+	require.Equal(t, []string{"H0", "H1", "H2"}, hotOrderNos(3, nil))
+}
+
+func TestHotPlanAlternates(t *testing.T) {
+	h := &hot{c: settings{HotKills: 2, HotFreezes: 1}}
+	require.Equal(t, []string{"SIGKILL", "SIGSTOP", "SIGKILL"}, h.plan())
+	h.c.HotKills = 0
+	require.Equal(t, []string{"SIGSTOP"}, h.plan())
+}
+
+func TestHotStartsBeforeTheFirstSwitch(t *testing.T) {
+	c := settings{Duration: 25 * time.Second}
+	h := newHot(c, nil, nil, nil, []redisSwitch{{at: 12500 * time.Millisecond}}, io.Discard)
+	require.Equal(t, 11500*time.Millisecond, h.at)
+	require.Equal(t, 13500*time.Millisecond, h.later)
+	h = newHot(c, nil, nil, nil, nil, io.Discard)
+	require.Equal(t, c.Duration/3-time.Second, h.at)
+	c.HotAt = 2 * time.Second
+	require.Equal(t, 2*time.Second, newHot(c, nil, nil, nil, nil, io.Discard).at)
+}
+
+// TestLogTailReadsOnlyNewCompleteLines: a line still being written is read
+// once it is complete, and lines before a skip are not read.
+func TestLogTailReadsOnlyNewCompleteLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.log")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	write := func(s string) {
+		_, err := f.WriteString(s)
+		require.NoError(t, err)
+	}
+	write(`{"msg":"task done","order_no":"H0","event_id":"hot-H0-1","drained":true}` + "\n")
+	tail := &logTail{off: map[string]int64{}}
+	tail.skip(path)
+	write(`{"msg":"task done","order_no":"H0","event_id":"hot-H0-2","seq":2,"drained":true}` + "\n")
+	write(`{"msg":"lease renewal failed"}` + "\n")
+	write(`{"msg":"task done","order_no":"H0","event_id":"hot-H0-3",`)
+	lines := tail.read(path)
+	require.Len(t, lines, 1)
+	require.Equal(t, logLine{Msg: msgTaskDone, OrderNo: "H0", EventID: "hot-H0-2", Seq: 2, Drained: true}, lines[0])
+	write(`"seq":3,"drained":true}` + "\n")
+	lines = tail.read(path)
+	require.Len(t, lines, 1)
+	require.Equal(t, "hot-H0-3", lines[0].EventID)
+	require.Empty(t, tail.read(path))
 }
