@@ -70,6 +70,10 @@ type floodResult struct {
 	RunsPerChange float64 `json:"runs_per_change"`
 	RunsNote      string  `json:"runs_note,omitempty"`
 	Drained       int64   `json:"drained_runs,omitempty"`
+	// RunMs is the mean time of the flood's handler runs per change (the
+	// worker's Done.Took: lock, work and store write; in process only):
+	// drain time / tasks less this is what lies between two changes.
+	RunMs float64 `json:"run_ms_per_change,omitempty"`
 	// OrderPairs and Inversions are the flood order's history checked by
 	// seq; Overlaps its critical sections that overlapped; History how
 	// many entries it held.
@@ -90,12 +94,13 @@ type floodResult struct {
 type floodRuns struct {
 	mu      sync.Mutex
 	runs    map[string]int
+	took    map[string]time.Duration // the runs' Took, summed
 	applied map[string]time.Time
 	drained int64
 }
 
 func newFloodRuns() *floodRuns {
-	return &floodRuns{runs: map[string]int{}, applied: map[string]time.Time{}}
+	return &floodRuns{runs: map[string]int{}, took: map[string]time.Duration{}, applied: map[string]time.Time{}}
 }
 
 func (f *floodRuns) done(d worker.Done) {
@@ -103,6 +108,7 @@ func (f *floodRuns) done(d worker.Done) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.runs[d.EventID]++
+	f.took[d.EventID] += d.Took
 	if d.Drained {
 		f.drained++
 	}
@@ -335,12 +341,15 @@ func runFlood(ctx context.Context, opts *redisconn.Options, c settings) (floodRe
 	runs.mu.Lock()
 	var end time.Time
 	n := 0
+	var took time.Duration
 	for _, id := range ids {
 		if t := runs.applied[id]; t.After(end) {
 			end = t
 		}
 		n += runs.runs[id]
+		took += runs.took[id]
 	}
+	r.RunMs = ms(took) / float64(c.FloodTasks)
 	r.Drained = runs.drained
 	base := latencies(quietIDs(quietBase, c.FloodQuiet), acc.at, runs.applied)
 	quiet := latencies(quietIDs(quietFlood, c.FloodQuiet), acc.at, runs.applied)
@@ -609,20 +618,22 @@ func printFlood(out io.Writer, rr []floodResult) {
 	fmt.Fprintf(out, "\nflood: one order with %d modifies at %v of work each (serial limit %.2f s), then %d quiet orders with one modify each; (b):\n\n",
 		r0.Tasks, time.Duration(r0.WorkMs*float64(time.Millisecond)), r0.SerialSeconds, r0.Quiet)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "worker\tconcurrency\taccept s\tdrain s\tserial/drain\tquiet p50 ms\tp99 ms\tbaseline p50 ms\tp99 ms\truns/change\tdrained runs\tholds\tchanges/hold\tyielded\tout of order\toverlaps\tarchived\t")
+	fmt.Fprintln(tw, "worker\tconcurrency\taccept s\tdrain s\tserial/drain\tms/change\trun ms/change\tquiet p50 ms\tp99 ms\tbaseline p50 ms\tp99 ms\truns/change\tdrained runs\tholds\tchanges/hold\tyielded\tout of order\toverlaps\tarchived\t")
 	for _, r := range rr {
-		drained := "-"
+		drained, run := "-", "-"
 		if r.Processes == 0 {
-			drained = strconv.FormatInt(r.Drained, 10)
+			drained, run = strconv.FormatInt(r.Drained, 10), f2(r.RunMs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%s\t%d\t%.1f\t%d\t%d/%d\t%d\t%d\t\n",
-			r.Mode, r.Concurrency, r.AcceptSeconds, r.DrainSeconds, r.DrainRatio, r.QuietP50, r.QuietP99, r.BaselineP50, r.BaselineP99,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%s\t%d\t%.1f\t%d\t%d/%d\t%d\t%d\t\n",
+			r.Mode, r.Concurrency, r.AcceptSeconds, r.DrainSeconds, r.DrainRatio, 1000*r.DrainSeconds/float64(max(r.Tasks, 1)), run, r.QuietP50, r.QuietP99, r.BaselineP50, r.BaselineP99,
 			r.RunsPerChange, drained, r.Holds, r.ChangesPerHold, r.HoldsYielded, r.Inversions, r.OrderPairs, r.Overlaps, r.Archived)
 	}
 	_ = tw.Flush()
 	fmt.Fprint(out, `
   accept s: the flood's acceptance, one goroutine, in order; drain s: its first acceptance returned to its last
          change applied (in process: the worker's OnDone; processes: the history's ended_at, the store's commit).
+  ms/change: drain s / changes; run ms/change: the flood's handler runs' mean Took per change (lock, work and
+         store write; in process only): the rest of ms/change lies between two changes.
   quiet: acceptance returned to applied of the quiet orders' changes (8 goroutines), under the flood (accepted
          right after it) and alone before it (baseline).
   runs/change: handler runs of the flood's changes / changes (a change parked and run again counts again;
