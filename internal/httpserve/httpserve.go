@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -116,6 +117,9 @@ type Info struct {
 	EventID   string // the event the request is about, if any
 	Code      string // the API's error code, if any
 	Cause     error  // the cause of a 5xx, logged at warn
+	// Trace is the request's span, when a handler started one below
+	// AccessLog: the log line carries its trace_id and span_id.
+	Trace trace.SpanContext
 }
 
 type infoKey struct{}
@@ -184,7 +188,11 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		if info.Cause != nil {
 			fields = append(fields, zap.Error(info.Cause))
 		}
-		fields = append(fields, tracing.LogFields(r.Context())...)
+		ctx := r.Context()
+		if info.Trace.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, info.Trace)
+		}
+		fields = append(fields, tracing.LogFields(ctx)...)
 		ce.Write(fields...)
 	})
 }

@@ -137,7 +137,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -146,7 +145,6 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
-	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -261,7 +259,13 @@ type Config struct {
 	// TracerProvider, when set, makes each request to the /v1 routes a
 	// server span ("<METHOD> <route>", otelhttp) that continues the trace
 	// of the request's W3C traceparent and tracestate headers; the access
-	// log line carries its trace_id and span_id. Give the Producer the same
+	// log line carries its trace_id and span_id. Only a request the intake
+	// admits gets a span: one refused before its handler (401, 403, 429
+	// rate_limited) or for a route that does not exist (404, 405) gets
+	// none, so that an outsider can neither fill the exporter's queue nor
+	// join a trace of his own. The span's string attributes taken from the
+	// request (url.path, user_agent.original, ...) are cut to
+	// tracing.MaxStartAttributeLen bytes. Give the Producer the same
 	// provider, so that the enqueue is a child span and the task carries
 	// the trace to the workers. Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
@@ -467,6 +471,9 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	var paths []string
 	for _, rt := range table {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		if !rt.Public {
+			h = s.trace(h)
+		}
 		if rt.Limited {
 			h = s.rateLimit(h)
 		}
@@ -499,17 +506,6 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
 	})
 	s.handler = httpserve.AccessLog(s.log, mux)
-	if cfg.TracerProvider != nil {
-		s.handler = otelhttp.NewHandler(s.handler, "intake",
-			otelhttp.WithTracerProvider(cfg.TracerProvider),
-			otelhttp.WithPropagators(tracing.Propagator),
-			// The API's routes; the probes and the metrics are not traced.
-			otelhttp.WithFilter(func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/v1/") }),
-			// "POST /v1/orders/{order_no}/modify", once the mux matched
-			// the route (AccessLog hands the pattern back); the method
-			// before.
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return cmp.Or(r.Pattern, r.Method) }))
-	}
 	return s, nil
 }
 
