@@ -81,6 +81,15 @@
 // process: each replica of the intake limits on its own, so a key's
 // allowance across N replicas behind a balancer is up to N times Rate.
 //
+// Requests refused without a valid key (401, 403, and the 404 or 405 of a
+// route that does not exist) are limited too: 20 at once and 1 a second
+// per client (its IP address, for IPv6 its /64), 200 at once and 20 a
+// second for all clients together. Past either, a request without a valid
+// key is answered 429 (too_many_refusals) with Retry-After and logged at
+// debug only; a request with a valid key is never held back. So a flood of
+// unauthenticated requests costs neither memory nor log space beyond a
+// bound. The probes are not limited.
+//
 // # Errors
 //
 // Every answer other than 2xx has a JSON body of one shape:
@@ -113,6 +122,7 @@
 //	422 idempotency_key_reused    the key was already used for a different change
 //	429 rate_limited              the API key's enqueue rate limit is reached; Retry-After says when a token is back
 //	429 backlog_full              too many changes of the order wait to be applied (the producer's MaxWaiting); nothing was enqueued; Retry-After says when to retry
+//	429 too_many_refusals         too many requests without a valid key were refused, from the client or from all; Retry-After says when to retry (with a valid key)
 //	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
 //
 // # Logs
@@ -270,8 +280,12 @@ type Config struct {
 	// the trace to the workers. Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
 
-	// now is the rate limit's clock, for tests. Defaults to time.Now.
+	// now is the rate limits' clock, for tests. Defaults to time.Now.
 	now func() time.Time
+	// refusal and refusalGlobal are the limits of refused requests, of
+	// each client and of all, for tests (see refusalRate). Default to
+	// the package's constants.
+	refusal, refusalGlobal Limit
 }
 
 func (c Config) withDefaults() Config {
@@ -402,6 +416,7 @@ type Server struct {
 	ops        *orderops.Ops
 	challenges []string
 	limits     limiters
+	refusals   *refusals
 	log        *zap.Logger
 	handler    http.Handler
 }
@@ -446,6 +461,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		queues:    shards.AllQueues(),
 		log:       cfg.Logger.Named("http"),
 		limits:    newLimiters(cfg),
+		refusals:  newRefusals(cfg),
 	}
 	if !cfg.InsecureNoAuth {
 		auth, err := httpauth.Bearer(Realm, cfg.APIKeys)
@@ -505,7 +521,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
 	})
-	s.handler = httpserve.AccessLog(s.log, mux)
+	s.handler = httpserve.AccessLog(s.log, s.limitRefusals(mux))
 	return s, nil
 }
 

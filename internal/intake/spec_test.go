@@ -98,8 +98,19 @@ func TestSpecRoutes(t *testing.T) {
 		op := ops[rt.Method+" "+rt.Path]
 		public := op.Security != nil && len(*op.Security) == 0
 		assert.Equal(t, rt.Public, public, "%s %s: public (security: [])", rt.Method, rt.Path)
-		_, limited := op.Responses["429"]
-		assert.Equal(t, rt.Limited, limited, "%s %s: rate-limited (a 429 response)", rt.Method, rt.Path)
+		// Every route with a key may answer 429: the enqueues for their
+		// key's rate limit (and too many refusals), the others for too
+		// many refusals only.
+		node, limited := op.Responses["429"]
+		assert.Equal(t, !rt.Public, limited, "%s %s: a 429 response", rt.Method, rt.Path)
+		var ref struct {
+			Ref string `yaml:"$ref"`
+		}
+		require.NoError(t, node.Decode(&ref))
+		want := map[bool]string{true: "#/components/responses/RateLimited", false: "#/components/responses/TooManyRefusals"}[rt.Limited]
+		if limited {
+			assert.Equal(t, want, ref.Ref, "%s %s: the 429 of a rate-limited route or of too many refusals", rt.Method, rt.Path)
+		}
 		assert.NotEmpty(t, op.OperationID, "%s %s", rt.Method, rt.Path)
 	}
 }

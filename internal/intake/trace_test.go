@@ -242,6 +242,7 @@ func TestTraceNotForRefusedRequests(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.TracerProvider, c.AdminKeys = tp, []string{adminKey}
 		c.KeyLimits = map[int]Limit{2: {Rate: 0.001, Burst: 1}}
+		manyRefusals(c)
 	})
 	long := strings.Repeat("A", 60<<10)
 	traced := map[string]string{"traceparent": callerTraceparent, "tracestate": callerTracestate, "User-Agent": long}
