@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/oauth2"
 )
 
 func TestColdStartFetchesOnce(t *testing.T) {
@@ -361,9 +360,9 @@ func TestSourceFailureBacksOff(t *testing.T) {
 
 	_, err := a.Get(t.Context())
 	require.ErrorIs(t, err, ErrUnavailable)
-	var re *oauth2.RetrieveError
+	var re *EndpointError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, http.StatusServiceUnavailable, re.Response.StatusCode)
+	require.Equal(t, http.StatusServiceUnavailable, re.StatusCode)
 	// The failed refresher keeps the lock for the backoff.
 	pttl := db.Client.PTTL(t.Context(), lockKey(testKey(db))).Val()
 	require.Greater(t, pttl, time.Duration(0))
@@ -631,9 +630,9 @@ func TestClientCredentials(t *testing.T) {
 	require.InDelta(t, float64(time.Hour), float64(tok.ExpiresIn), float64(time.Second))
 
 	_, err = u.sourceWith(t, "wrong").Fetch(t.Context())
-	var re *oauth2.RetrieveError
+	var re *EndpointError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "invalid_client", re.ErrorCode)
+	require.Equal(t, "invalid_client", re.Code)
 
 	for _, cfg := range []ClientCredentialsConfig{
 		{ClientID: "id"},

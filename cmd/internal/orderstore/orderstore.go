@@ -45,6 +45,7 @@ type Settings struct {
 	OrderAPIURL        string
 	OrderAPITimeout    time.Duration
 	TokenURL           string
+	TokenAllowHTTP     bool
 	TokenClientID      string
 	TokenClientSecret  string
 	TokenScopes        []string
@@ -61,6 +62,7 @@ func Declare(s *config.Set, c *Settings) {
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
 	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", httpstore.DefaultTimeout, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
 	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.Bool(&c.TokenAllowHTTP, "token-allow-insecure-http", "TOKEN_ALLOW_INSECURE_HTTP", false, "let TOKEN_URL be http:// to a host that is not loopback, sending the client secret in clear text; without it TOKEN_URL must be https://, or http:// to localhost or a loopback address")
 	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
 	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
 	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
@@ -139,11 +141,15 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 		return &Store{Store: s, close: func() {}}, nil
 	}
 	src, err := token.ClientCredentials(token.ClientCredentialsConfig{
-		TokenURL:     c.TokenURL,
-		ClientID:     c.TokenClientID,
-		ClientSecret: c.TokenClientSecret,
-		Scopes:       c.TokenScopes,
+		TokenURL:          c.TokenURL,
+		ClientID:          c.TokenClientID,
+		ClientSecret:      c.TokenClientSecret,
+		Scopes:            c.TokenScopes,
+		AllowInsecureHTTP: c.TokenAllowHTTP,
 	})
+	if errors.Is(err, token.ErrInsecureURL) {
+		return nil, fmt.Errorf("config: TOKEN_URL (-token-url): %w; use https, or set TOKEN_ALLOW_INSECURE_HTTP=true (-token-allow-insecure-http)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
