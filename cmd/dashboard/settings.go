@@ -75,7 +75,7 @@ type settings struct {
 
 // declare declares the dashboard's settings on s, filling in cfg.
 func declare(s *config.Set, cfg *settings) {
-	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", ":8090", "listen address, host:port").Check(config.NotEmpty)
+	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", "127.0.0.1:8090", "listen address, host:port; the default listens on this host's loopback only: :8090 (or 0.0.0.0:8090) listens on every interface, as a container needs").Check(config.NotEmpty)
 	s.String(&cfg.Root, "root", "DASHBOARD_ROOT", "/", "URL path the UI and its API are served under, such as /asynq").Check(checkRoot)
 	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: "+config.RedisURLForms)
 	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")

@@ -55,7 +55,7 @@ type serveSettings struct {
 
 // declareServe declares the settings of serve on s.
 func declareServe(s *config.Set, c *serveSettings) {
-	s.String(&c.Addr, "addr", "INTAKE_ADDR", ":8080", "listen address, host:port").Check(config.NotEmpty)
+	s.String(&c.Addr, "addr", "INTAKE_ADDR", "127.0.0.1:8080", "listen address, host:port; the default listens on this host's loopback only: :8080 (or 0.0.0.0:8080) listens on every interface, as a container needs").Check(config.NotEmpty)
 	s.StringList(&c.APIKeys, "api-keys", "INTAKE_API_KEYS", nil, "comma-separated bearer API keys, each at least 16 characters; several allow rotation").Secret()
 	s.StringList(&c.AdminKeys, "admin-keys", "INTAKE_ADMIN_KEYS", nil, "comma-separated bearer keys of the admin scope: the only keys the operator actions (POST /v1/orders/{order_no}/actions/...) accept, recorded as admin#N; none: no key may act. Run the intake with the intake-admin ACL rule when set").Secret()
 	s.Bool(&c.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
@@ -258,9 +258,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s (INTAKE_ADDR): %w", c.Addr, err)
 	}
-	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("auth", !c.InsecureNoAuth))
+	everywhere := httpserve.EveryInterface(ln.Addr())
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("every_interface", everywhere), zap.Bool("auth", !c.InsecureNoAuth))
 	if c.InsecureNoAuth {
-		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes")
+		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes, read orders and run the operator actions (retry, skip, hold, resume)",
+			zap.Bool("every_interface", everywhere))
 	}
 	return httpserve.Serve(ctx, ln, handler, httpserve.Config{
 		ReadTimeout:     c.ReadTimeout,

@@ -89,6 +89,16 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 	return nil
 }
 
+// EveryInterface reports whether a listener's address a is on every
+// interface of the host (0.0.0.0, ::), rather than on one address such as
+// the loopback: what a server started on ":8080" does. The servers'
+// defaults are loopback; a process logs this at start, so that an open
+// port is a decision that shows.
+func EveryInterface(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && (tcp.IP == nil || tcp.IP.IsUnspecified())
+}
+
 // HeaderRequestID carries a request's ID, in requests and in answers.
 const HeaderRequestID = "X-Request-Id"
 

@@ -141,3 +141,15 @@ func TestAccessLogCapsWhatTheCallerSent(t *testing.T) {
 	}
 	require.Less(t, size, 1024, "the line stays small")
 }
+
+func TestEveryInterface(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:0": false, "[::1]:0": false, ":0": true, "0.0.0.0:0": true} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && strings.Contains(addr, "::") {
+			continue // no IPv6 here
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, httpserve.EveryInterface(ln.Addr()), addr)
+		require.NoError(t, ln.Close())
+	}
+}
