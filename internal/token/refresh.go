@@ -157,6 +157,7 @@ func (c *Cache) acquire(ctx context.Context, prev, owner string) (acquired, erro
 	sent := c.cfg.Now()
 	res, err := acquireScript.Run(ctx, c.rdb, c.keys,
 		owner, c.cfg.LockTTL.Milliseconds(), prev, c.cfg.RefreshBefore.Milliseconds(),
+		max(c.cfg.LockTTL, c.cfg.FailureBackoff).Milliseconds(),
 	).Slice()
 	if err != nil {
 		return acquired{}, fmt.Errorf("acquire refresh lock: %w", err)
@@ -172,6 +173,14 @@ func (c *Cache) acquire(ctx context.Context, prev, owner string) (acquired, erro
 		}
 		return acquired{e: entry{value: v, expires: sent.Add(ttl), read: sent}}, nil
 	case int64(2):
+		return acquired{locked: true}, nil
+	case int64(4):
+		var ms int64
+		if len(res) == 2 {
+			ms, _ = res[1].(int64)
+		}
+		tracing.Log(ctx, c.log).Warn("token refresh lock taken over: its lease was longer than any refresh sets, or it had none",
+			zap.Duration("lease_left", time.Duration(ms)*time.Millisecond), zap.Duration("longest_lease", max(c.cfg.LockTTL, c.cfg.FailureBackoff)))
 		return acquired{locked: true}, nil
 	case int64(3):
 		var a acquired
