@@ -13,7 +13,7 @@
 //	ow:lock:held              the index of the orders operators hold (lock.Sequencer.Pause, orderops; read by the blocked list)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
-//	ow:token:{upstream}…      the shared order API token and its refresh lock (token)
+//	ow:token:{upstream}…      the workers' shared order API token and its refresh lock (token)
 //	asynq:{<queue>}:…         a queue's tasks, lists and counters (asynq)
 //	asynq:queues              asynq's set of queues
 //	asynq:servers…, asynq:workers…
@@ -106,10 +106,12 @@ type Options struct {
 	// KeyPrefix is the processes' KEY_PREFIX. Defaults to "ow:".
 	KeyPrefix string
 	// OrderAPI is true with ORDER_STORE=http: the orders live behind the
-	// upstream order API, which every process reads or writes them through
-	// with the shared token in Redis. The processes then get the token's
-	// keys and notice channel instead of the Redis store's keys. Without
-	// it no process may read the token.
+	// upstream order API, which the workers write through with the token
+	// they share in Redis, and the other processes read through with a
+	// token of their own, kept in memory (cmd/internal/orderstore). The
+	// workers then get the token's keys and notice channel, and no process
+	// the Redis store's keys. No process but the workers' may read, delete
+	// or lock the token, with or without it.
 	OrderAPI bool
 }
 
@@ -330,14 +332,15 @@ func (r *rule) channels(names ...string) *rule {
 	return r
 }
 
-// orders grants the order store's keys, read-write when write, or with
-// the order API the token's keys and its notice channel, read-write
-// whatever write: any process that finds the token missing or expiring
-// fetches and stores a new one.
+// orders grants the order store's keys, read-write when write; with the
+// order API, the token's keys and its notice channel to the workers
+// (write), which share the token and refresh it, and nothing to the
+// others, which keep a token of their own in memory.
 func (r *rule) orders(api bool, k keys, write bool) {
 	switch {
-	case api:
+	case api && write:
 		r.rw(k.token).channels(k.tokenChannel)
+	case api:
 	case write:
 		r.rw(k.orders)
 	default:

@@ -64,7 +64,11 @@ func TestRulesOfTheDefaultDeployment(t *testing.T) {
 		assert.NotContains(t, line, "token", "%s: no process reads the token without the order API", p)
 		api, err := acl.Rules(p, acl.Options{OrderAPI: true})
 		require.NoError(t, err)
-		assert.Contains(t, strings.Join(api, " "), "~ow:token:{upstream}*", "%s: with the order API, every process calls it", p)
+		if p == acl.Worker {
+			assert.Contains(t, strings.Join(api, " "), "~ow:token:{upstream}*", "%s: with the order API, the workers share the token", p)
+		} else {
+			assert.NotContains(t, strings.Join(api, " "), "token", "%s: with the order API, only the workers may touch the token", p)
+		}
 		assert.NotContains(t, strings.Join(api, " "), "ow:order:", "%s: with the order API, no order lives in Redis", p)
 	}
 }
@@ -169,9 +173,12 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		allow("EVAL", "return 1", "0"), allow("CLUSTER", "KEYSLOT", "x"),
 		allow("MEMORY", "USAGE", k["task"]), allow("ACL", "WHOAMI"),
 	}
-	// The token: the processes that call the order API, and only with it.
-	token := []check{deny("GET", k["token"]), deny("SET", k["token"], "forged"), deny("PUBLISH", k["token"]+":refreshed", "x")}
-	if api {
+	// The token: the workers' with the order API, and no one else's: the
+	// others may neither read it, delete it, nor hold its refresh lock.
+	token := []check{deny("GET", k["token"]), deny("SET", k["token"], "forged"), deny("PUBLISH", k["token"]+":refreshed", "x"),
+		deny("DEL", k["token"]), deny("SET", k["tlock"], "squatter", "NX", "PX", "86400000"), deny("EVAL", luaRead, "1", k["token"]),
+		deny("EVAL_RO", luaRead, "1", k["token"]), deny("SUBSCRIBE", k["token"]+":refreshed")}
+	if api && p == acl.Worker {
 		token = []check{allow("GET", k["token"]), allow("SET", k["tlock"], "me", "NX", "PX", "1000"),
 			allow("PUBLISH", k["token"]+":refreshed", "x"), allow("EVAL", luaRead, "1", k["token"])}
 	}

@@ -759,9 +759,13 @@ func TestStaleRefreshLockIsTakenOver(t *testing.T) {
 		name  string
 		plant func(ctx context.Context, key string) error
 	}{
-		{"a day", func(ctx context.Context, key string) error { return db.Client.Set(ctx, key, "squatter", 24*time.Hour).Err() }},
+		{"a day", func(ctx context.Context, key string) error {
+			return db.Client.Set(ctx, key, "squatter", 24*time.Hour).Err()
+		}},
 		{"no expiry", func(ctx context.Context, key string) error { return db.Client.Set(ctx, key, "squatter", 0).Err() }},
-		{"a hash", func(ctx context.Context, key string) error { return db.Client.HSet(ctx, key, "owner", "squatter").Err() }},
+		{"a hash", func(ctx context.Context, key string) error {
+			return db.Client.HSet(ctx, key, "owner", "squatter").Err()
+		}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -248,18 +248,7 @@ func (c *Cache) fetch(ctx context.Context, owner string) (entry, error) {
 // lifetime checks a token from the Source and returns how long to keep it:
 // its expires_in, capped at maxLifetime, less Skew.
 func (c *Cache) lifetime(tok Token) (time.Duration, error) {
-	switch {
-	case tok.Value == "":
-		return 0, fmt.Errorf("%w: empty value", ErrBadToken)
-	case tok.ExpiresIn <= 0:
-		return 0, fmt.Errorf("%w: no lifetime (expires_in)", ErrBadToken)
-	}
-	l := min(tok.ExpiresIn, maxLifetime) - c.cfg.Skew
-	if l <= c.cfg.RefreshBefore {
-		return 0, fmt.Errorf("%w: lifetime %v is not longer than Skew + RefreshBefore (%v)",
-			ErrBadToken, tok.ExpiresIn, c.cfg.Skew+c.cfg.RefreshBefore)
-	}
-	return l, nil
+	return lifetime(tok, c.cfg.Skew, c.cfg.RefreshBefore)
 }
 
 // release gives the lock back (after backoff, if not zero) on a context
