@@ -667,7 +667,7 @@ func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 		return fmt.Errorf("orderops: %w", err)
 	}
 	o.wake(ctx, req.OrderNo, st.Wake)
-	res.Detail = fmt.Sprintf("hold by %s (%s) ended; changes are applied again, in order", p.By, p.Reason)
+	res.Detail = fmt.Sprintf("the hold (%s) ended; changes are applied again, in order", note(verbs[Hold], Request{By: p.By, Reason: p.Reason}).Detail())
 	o.record(ctx, req.OrderNo, 0, holdLabel, audit(Resume, req))
 	return nil
 }
