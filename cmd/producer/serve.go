@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -49,6 +50,8 @@ type serveSettings struct {
 	Rate            string
 	Burst           int
 	KeyRates        []string
+	ActionRate      string
+	ActionBurst     int
 	LogLevel        string
 	LogFormat       string
 }
@@ -68,6 +71,8 @@ func declareServe(s *config.Set, c *serveSettings) {
 	s.String(&c.Rate, "rate", "INTAKE_RATE", "2000", "enqueues a second each API key may make, sustained, past a burst of INTAKE_BURST (a token bucket per key and per replica; reads are not limited); past it 429 rate_limited with Retry-After; off for no limit (0 is refused)").Check(checkRate)
 	s.Int(&c.Burst, "burst", "INTAKE_BURST", intake.DefaultBurst, "enqueues an API key may make at once above INTAKE_RATE: the size of its bucket").Check(config.Positive[int])
 	s.StringList(&c.KeyRates, "key-rates", "INTAKE_KEY_RATES", nil, "per-key overrides of INTAKE_RATE and INTAKE_BURST, comma-separated N=RATE, N=RATE:BURST or N=off, N the key's position in INTAKE_API_KEYS (key#N in the logs); e.g. 2=50:200,3=off").Check(checkKeyRates)
+	s.String(&c.ActionRate, "action-rate", "INTAKE_ACTION_RATE", "1", "operator actions a second each admin key (admin#N) may take, sustained, past a burst of INTAKE_ACTION_BURST (a token bucket per key and per replica); past it 429 rate_limited with Retry-After, and nothing is done; off for no limit (0 is refused)").Check(checkRate)
+	s.Int(&c.ActionBurst, "action-burst", "INTAKE_ACTION_BURST", orderops.DefaultBurst, "operator actions an admin key may take at once above INTAKE_ACTION_RATE").Check(config.Positive[int])
 	declareCommon(s, &c.common)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
@@ -171,6 +176,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return errors.New("serve: INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth: without keys every caller shares the one bucket of INTAKE_RATE and INTAKE_BURST")
 	}
 	rateLimit, _ := parseRate(c.Rate)         // checked by Parse
+	actionRate, _ := parseRate(c.ActionRate)  // checked by Parse
 	keyLimits, _ := parseKeyRates(c.KeyRates) // checked by Parse
 	for _, n := range slices.Sorted(maps.Keys(keyLimits)) {
 		if n > len(c.APIKeys) {
@@ -231,6 +237,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		RequestTimeout: c.RequestTimeout,
 		Rate:           rateLimit,
 		Burst:          c.Burst,
+		ActionRate:     actionRate,
+		ActionBurst:    c.ActionBurst,
 		KeyLimits:      keyLimits,
 		GapWait:        c.GapWait,
 		BlockedAfter:   c.BlockedAfter,

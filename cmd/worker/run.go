@@ -197,6 +197,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		OnRefresh:      metrics.TokenRefreshed,
 		OnWait:         metrics.TokenWaited,
 		TracerProvider: tr.Provider(),
+		SharedToken:    true, // the workers share theirs through Redis; no one else may read it
 	}, log)
 	if err != nil {
 		return err

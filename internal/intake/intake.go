@@ -262,6 +262,18 @@ type Config struct {
 	// entry with InsecureNoAuth. Defaults to none.
 	KeyLimits map[int]Limit
 
+	// ActionRate is how many operator actions a second each admin key
+	// (each principal, admin#N) may take, sustained, past a burst of
+	// ActionBurst: past it an action is answered 429 (rate_limited) with
+	// Retry-After, and nothing is done (see orderops.Config.Rate).
+	// orderops.Unlimited turns the limit off. Defaults to 1 a second
+	// (orderops.DefaultRate).
+	ActionRate rate.Limit
+
+	// ActionBurst is how many operator actions an admin key may take at
+	// once. Defaults to 20 (orderops.DefaultBurst).
+	ActionBurst int
+
 	// Logger receives the access log, on its "http" child. Defaults to a
 	// logger that discards everything.
 	Logger *zap.Logger
@@ -477,7 +489,8 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	}
 	// Ops never takes a lock, so it holds nothing to close. With the Redis
 	// store it notes each action in the order's history.
-	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store})
+	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store,
+		Rate: cfg.ActionRate, Burst: cfg.ActionBurst, Now: cfg.now})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}

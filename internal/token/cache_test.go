@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
@@ -740,4 +741,50 @@ func TestRefreshWithoutChannelPermission(t *testing.T) {
 	require.Equal(t, tok, stored)
 	require.EqualValues(t, 1, u.Issued.Load(), "fetched once")
 	require.Zero(t, refreshErrs.Load(), "the refused notice failed the refresh")
+}
+
+// A refresh lock that no refresh can have set (a lease of a day, none at
+// all, or a key of another type) is taken over at once, as the workers'
+// Redis user that `producer acl worker` prints (ORDER_STORE=http): it must
+// not wedge the refreshes until it expires. A lease that a refresh can
+// have set is still waited for (TestCrashedRefresherIsReplaced).
+func TestStaleRefreshLockIsTakenOver(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Worker, acl.Options{KeyPrefix: db.Prefix, OrderAPI: true})
+	require.NoError(t, err)
+	worker := db.AsUser(t, rules...)
+	tests := []struct {
+		name  string
+		plant func(ctx context.Context, key string) error
+	}{
+		{"a day", func(ctx context.Context, key string) error {
+			return db.Client.Set(ctx, key, "squatter", 24*time.Hour).Err()
+		}},
+		{"no expiry", func(ctx context.Context, key string) error { return db.Client.Set(ctx, key, "squatter", 0).Err() }},
+		{"a hash", func(ctx context.Context, key string) error {
+			return db.Client.HSet(ctx, key, "owner", "squatter").Err()
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newUpstream(t, 3600)
+			key := fmt.Sprintf("%stoken:{upstream}%d", db.Prefix, i)
+			require.NoError(t, tt.plant(t.Context(), lockKey(key)))
+			cfg := fast()
+			cfg.Key, cfg.WaitTimeout = key, 3*time.Second
+			core, logs := observer.New(zap.WarnLevel)
+			c, err := New(worker.NewClient(t), u.source(t), cfg, zap.New(core))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			tok, err := c.Get(t.Context())
+			require.NoError(t, err, "the stale lock wedged the refresh")
+			require.Equal(t, http.StatusOK, u.Call(t, tok))
+			require.EqualValues(t, 1, u.Issued.Load())
+			require.Equal(t, 1, logs.FilterMessageSnippet("refresh lock taken over").Len())
+			n, err := db.Client.Exists(t.Context(), lockKey(key)).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "the lock was released after the refresh")
+		})
+	}
 }

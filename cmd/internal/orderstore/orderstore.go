@@ -1,7 +1,8 @@
 // Package orderstore chooses and builds the order store of every binary
 // from its settings: ORDER_STORE picks the Redis store (under KEY_PREFIX) or
 // the HTTP store (the upstream order API, with the access token shared
-// through a token cache on the same Redis). The worker writes through the
+// through a token cache on the same Redis for the workers, in the process
+// for the others). The worker writes through the
 // store it opens, and the intake, the CLI's order commands and the demo read
 // (and put) through theirs, so with the same settings they all see the same
 // orders.
@@ -106,6 +107,13 @@ type Hooks struct {
 	OnWait func(d time.Duration)
 	// TracerProvider is httpstore.Config.TracerProvider: nil, tracing off.
 	TracerProvider trace.TracerProvider
+	// SharedToken is true for the workers: the HTTP store's access token
+	// is then shared by every worker through Redis (token.Cache, under the
+	// workers' ACL rule). Otherwise (the intake, the dashboard, the command
+	// line, which only read through the order API) each process keeps a
+	// token of its own in memory (token.Local), and its Redis user needs,
+	// and has, no right on the workers' token.
+	SharedToken bool
 }
 
 // Store is an order store that Open built. Close releases what it holds.
@@ -123,8 +131,9 @@ func (s *Store) Close() error {
 }
 
 // Open builds the order store that c names, on rdb under the key prefix
-// prefix: the Redis store's keys, or the HTTP store's shared token (at
-// <prefix>token:{upstream}, shared with every process of the deployment).
+// prefix: the Redis store's keys, or the HTTP store, with the workers'
+// shared token (at <prefix>token:{upstream}) when hooks.SharedToken says
+// so, and a token of the process's own otherwise.
 // It starts nothing in the background until the store is used. It returns
 // an error for settings that fail [Settings.Check] or that a store refuses
 // (a prefix with a brace, a bad URL); the error carries no secret.
@@ -153,13 +162,21 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := token.New(rdb, src, token.Config{
-		Key:           prefix + "token:{upstream}",
-		RefreshBefore: c.TokenRefreshBefore,
-		WaitTimeout:   c.TokenWaitTimeout,
-		OnRefresh:     hooks.OnRefresh,
-		OnWait:        hooks.OnWait,
-	}, log)
+	var tokens interface {
+		httpstore.TokenSource
+		Close() error
+	}
+	if hooks.SharedToken {
+		tokens, err = token.New(rdb, src, token.Config{
+			Key:           prefix + "token:{upstream}",
+			RefreshBefore: c.TokenRefreshBefore,
+			WaitTimeout:   c.TokenWaitTimeout,
+			OnRefresh:     hooks.OnRefresh,
+			OnWait:        hooks.OnWait,
+		}, log)
+	} else {
+		tokens, err = token.NewLocal(src, token.LocalConfig{RefreshBefore: c.TokenRefreshBefore, WaitTimeout: c.TokenWaitTimeout})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -173,4 +190,7 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	}}, nil
 }
 
-var _ httpstore.TokenSource = (*token.Cache)(nil)
+var (
+	_ httpstore.TokenSource = (*token.Cache)(nil)
+	_ httpstore.TokenSource = (*token.Local)(nil)
+)
