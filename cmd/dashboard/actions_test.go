@@ -136,7 +136,7 @@ func TestOrderActionsEscape(t *testing.T) {
 	assert.NotContains(t, r.body, "\u202e")
 	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/resume", basic)
 	require.Equal(t, http.StatusOK, r.status, r.body)
-	assert.Contains(t, r.body, `(check the \\u202eaddress) ended`)
+	assert.Contains(t, r.body, `(hold by `+testUser+`: check the \\u202eaddress) ended`)
 	assert.NotContains(t, r.body, "\u202e")
 }
 

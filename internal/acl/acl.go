@@ -308,11 +308,6 @@ type writeOnly struct {
 // queue). The rule must let the process read the keys on its own.
 func (r *rule) only(pattern, cmd string) *rule { return r.selector("%W~", pattern, cmd) }
 
-// onlyRW is only for a command that also reads the key it changes and
-// returns what it read (HINCRBY, LPOP): Redis checks such a command's read
-// permission in the same selector.
-func (r *rule) onlyRW(pattern, cmd string) *rule { return r.selector("~", pattern, cmd) }
-
 func (r *rule) selector(access, pattern, cmd string) *rule {
 	r.scriptKeys = append(r.scriptKeys, pattern)
 	for i := range r.writeOnly {

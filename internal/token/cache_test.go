@@ -326,7 +326,9 @@ func TestStaleTokenServedWhileRefreshing(t *testing.T) {
 func TestUnavailableAfterWaitTimeout(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
+	// A lease another replica may hold: at most fast()'s LockTTL (a longer
+	// one is taken over, TestStaleRefreshLockIsTakenOver).
+	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", fast().LockTTL).Err())
 	cfg := fast()
 	cfg.WaitTimeout = 300 * time.Millisecond
 	c := newReplica(t, db, noFetch(t), cfg, nil)
@@ -339,7 +341,7 @@ func TestUnavailableAfterWaitTimeout(t *testing.T) {
 func TestGetHonoursContext(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
+	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", fast().LockTTL).Err())
 	c := newReplica(t, db, noFetch(t), fast(), nil) // WaitTimeout 10s
 
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -461,7 +463,7 @@ func TestCloseStopsWaiters(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
-	c := newReplica(t, db, noFetch(t), Config{WaitTimeout: time.Minute}, nil)
+	c := newReplica(t, db, noFetch(t), Config{WaitTimeout: time.Minute, LockTTL: time.Minute}, nil)
 
 	errc := make(chan error, 1)
 	go func() {
@@ -659,7 +661,7 @@ func TestNoticeWakesWaiters(t *testing.T) {
 	key := testKey(db)
 	require.NoError(t, db.Client.Set(t.Context(), lockKey(key), "refresher", time.Minute).Err())
 	// Fallback re-reads are 10s apart: only the notice can deliver in time.
-	c := newReplica(t, db, noFetch(t), Config{FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second}, nil)
+	c := newReplica(t, db, noFetch(t), Config{FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second, LockTTL: time.Minute}, nil)
 
 	got := make(chan string, 1)
 	go func() {
