@@ -493,7 +493,7 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 // creation whose exchange will never run (its task is gone, archived or
 // completed) may be skipped: the workers' gap check would skip it too.
 func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h headTask) error {
-	if h.info == nil || h.info.State == asynq.TaskStateArchived || h.info.State == asynq.TaskStateCompleted {
+	if h.info == nil || SkipsCreation(h.info.State.String()) {
 		return nil
 	}
 	where := ""
@@ -503,6 +503,23 @@ func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h headTask)
 	}
 	return fmt.Errorf("%w: position %d of %s is its creation by exchange %s of order %s, whose task is %s: skipping the creation would not stop the exchange, which would still create %s after the changes waiting for it were rejected; skip or hold that exchange (order %s) instead%s",
 		ErrRefused, h.pos.Pos, orderNo, h.id, h.from, h.info.State, orderNo, h.from, where)
+}
+
+// SkipsCreation reports whether a skip of a replacement's creation goes
+// ahead, given the asynq state (asynq.TaskState's String) of the task of
+// the exchange that makes it: only when that exchange will never run
+// ("archived", "completed", or any other text, such as orderview's
+// "missing", for a task asynq does not have). For "pending", "active",
+// "scheduled", "retry" and "aggregating" the skip is refused (see
+// [Skip]), and the blocked-orders page does not offer it.
+func SkipsCreation(exchangeState string) bool {
+	for _, s := range []asynq.TaskState{asynq.TaskStatePending, asynq.TaskStateActive, asynq.TaskStateScheduled,
+		asynq.TaskStateRetry, asynq.TaskStateAggregating} {
+		if exchangeState == s.String() {
+			return false
+		}
+	}
+	return true
 }
 
 // holdLabel labels the log entries of the actions on a whole sequence.
