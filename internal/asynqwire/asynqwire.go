@@ -90,9 +90,11 @@
 //  2. Run this package's tests against the new version: they compare what
 //     [EnqueueLua] writes with what the Client writes field by field, read
 //     it with the Inspector and run it on a real Server; run a task [Front]
-//     moved; bring a dead worker's task back with [Recover]; check
-//     [Finished] and [PausedKey] against the Inspector and Server, and the
-//     Inspector's ErrQueueNotFound quirk ([TaskInfo]). A test that fails
+//     moved, and tasks [Forward] brought forward; archive tasks with
+//     [Archive] and read the reason back with the Inspector; bring a dead
+//     worker's task back with [Recover]; check [Finished] and [PausedKey]
+//     against the Inspector and Server, and the Inspector's
+//     ErrQueueNotFound quirk ([TaskInfo]). A test that fails
 //     there is the layout that moved.
 //  3. Check the lease: its length and renewal, asynq's recoverer's
 //     timing, and that the processor still drops every write of a run
