@@ -100,7 +100,7 @@ const (
 	// DefaultMaxWaiting is the default of [Config.MaxWaiting].
 	DefaultMaxWaiting = 10000
 	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
-	DefaultMaxScheduleAhead = 24 * time.Hour
+	DefaultMaxScheduleAhead = tasks.DefaultMaxScheduleAhead
 )
 
 // Config tunes a [Producer]. The zero value is ready to use: every zero field

@@ -69,6 +69,7 @@ func TestOrderActionsWritable(t *testing.T) {
 	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "crm-7f3a9c")
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStateArchived, info.State)
+	assert.Equal(t, "skipped by "+testUser+": sent twice", info.LastErr, "archived with the skip's reason, by the dashboard-write user")
 	r = d.do(t, http.MethodGet, "/orders/SO1001/actions/skip", basic)
 	assert.Equal(t, http.StatusMethodNotAllowed, r.status)
 

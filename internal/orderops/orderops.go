@@ -14,14 +14,22 @@
 //     it waits in asynq's retry or scheduled set: asynq's Inspector RunTask,
 //     which refuses an active or pending task atomically. The task then
 //     takes its turn as any other run does.
-//   - Skip archives the head's task with the operator's reason (Inspector
-//     ArchiveTask, which refuses an active task atomically: a head that
-//     runs now is refused, and is never both applied and skipped), then
-//     uses up its position (lock.Sequencer.Skip of the exact record read
-//     first: nothing is skipped if the head moved on meanwhile), wakes the
-//     change parked behind it, and, for an exchange, settles its
-//     replacement's creation (lock.Turns.Created) so that the
-//     replacement's changes go on.
+//   - Skip archives the head's task with the operator's reason as its
+//     last error ("skipped by <who>: <reason>"; asynqwire.Archive, which
+//     archives as asynq's Inspector ArchiveTask does and refuses an active
+//     task atomically: a head that runs now is refused, and is never both
+//     applied and skipped), then uses up its position
+//     (lock.Sequencer.Skip of the exact record read first: nothing is
+//     skipped if the head moved on meanwhile), wakes the change parked
+//     behind it, and, for an exchange, settles its replacement's creation
+//     (lock.Turns.Created) so that the replacement's changes go on,
+//     rejected with the skip's reason. A replacement's creation (the
+//     head of a replacement order, held by an exchange of another order)
+//     is skipped only when that exchange will never run (its task is
+//     gone, archived or completed); otherwise the skip is refused, naming
+//     the exchange to skip or hold instead: skipping the creation would
+//     not stop the exchange, which would create the order after its
+//     changes were rejected.
 //   - Hold pauses the order's sequence (lock.Sequencer.Pause): changes are
 //     still accepted, and the head parks instead of taking its turn. A
 //     change that runs when the hold is set finishes. Changes without a
@@ -560,23 +568,33 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	switch {
 	case h.from != "":
 		// A replacement's creation: its task is the exchange of another
-		// order, which is not skipped; only this order stops waiting.
+		// order, which a skip here would not stop.
+		if err := o.creationSkippable(ctx, req.OrderNo, h); err != nil {
+			return err
+		}
 	case h.info == nil:
 		// No task: a gap, skipped now rather than after the gap wait.
 	case h.info.State == asynq.TaskStateActive:
 		return fmt.Errorf("%w: the head's task %s runs right now; wait for it to end (or cancel it in asynqmon) and skip again if it fails", ErrRefused, h.id)
 	case h.info.State == asynq.TaskStateArchived || h.info.State == asynq.TaskStateCompleted:
 	default:
-		// asynq's archive refuses an active task in the same script that
-		// moves it: once archived, the task never runs, so the position is
-		// never both applied and skipped.
-		err := o.insp.ArchiveTask(h.queue, h.id)
+		// The archive refuses an active task in the same script that
+		// moves it, as asynq's does: once archived, the task never runs,
+		// so the position is never both applied and skipped. The reason
+		// becomes the archived task's last error.
+		ok, state, err := asynqwire.Archive(ctx, o.rdb, h.queue, h.id, why)
 		switch {
-		case err == nil:
+		case err != nil:
+			return fmt.Errorf("orderops: archive the head's task %s: %w", h.id, err)
+		case ok:
 			archived = true
-		case errors.Is(err, asynq.ErrTaskNotFound):
+		case state == asynqwire.StateActive:
+			return fmt.Errorf("%w: the head's task %s started meanwhile and runs right now; wait for it to end and skip again if it fails", ErrRefused, h.id)
+		case state == asynqwire.StateGone, state == "archived", state == "completed":
+			// Gone or ended meanwhile: the position is settled below, or
+			// was settled by its run (then nothing more is skipped).
 		default:
-			return fmt.Errorf("%w: the head's task %s could not be archived (it may have started meanwhile): %w", ErrRefused, h.id, err)
+			return fmt.Errorf("%w: the head's task %s could not be archived: asynq has it %s", ErrRefused, h.id, state)
 		}
 	}
 	st, err := o.seq.Skip(ctx, req.OrderNo, h.pos.Pos, h.pos.Record, why)
@@ -606,6 +624,43 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 		}
 	}
 	return nil
+}
+
+// creationSkippable refuses the skip of h, the head of orderNo that is its
+// creation by exchange h.id of order h.from, while that exchange's task
+// may still run: skipping the creation would not stop the exchange, which
+// would create orderNo after the changes waiting for it had been rejected
+// as changes of an unknown order. The exchange is what to skip or hold. A
+// creation whose exchange will never run (its task is gone, archived or
+// completed) may be skipped: the workers' gap check would skip it too.
+func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h headTask) error {
+	if h.info == nil || SkipsCreation(h.info.State.String()) {
+		return nil
+	}
+	where := ""
+	if st, err := o.seq.Status(ctx, h.from); err == nil && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 &&
+		st.Pending[0].Label != tasks.PositionLabel(h.typ, h.id) {
+		where = fmt.Sprintf(" (it is not at the head of %s yet: that is position %d, %s)", h.from, st.Pending[0].Pos, st.Pending[0].Label)
+	}
+	return fmt.Errorf("%w: position %d of %s is its creation by exchange %s of order %s, whose task is %s: skipping the creation would not stop the exchange, which would still create %s after the changes waiting for it were rejected; skip or hold that exchange (order %s) instead%s",
+		ErrRefused, h.pos.Pos, orderNo, h.id, h.from, h.info.State, orderNo, h.from, where)
+}
+
+// SkipsCreation reports whether a skip of a replacement's creation goes
+// ahead, given the asynq state (asynq.TaskState's String) of the task of
+// the exchange that makes it: only when that exchange will never run
+// ("archived", "completed", or any other text, such as orderview's
+// "missing", for a task asynq does not have). For "pending", "active",
+// "scheduled", "retry" and "aggregating" the skip is refused (see
+// [Skip]), and the blocked-orders page does not offer it.
+func SkipsCreation(exchangeState string) bool {
+	for _, s := range []asynq.TaskState{asynq.TaskStatePending, asynq.TaskStateActive, asynq.TaskStateScheduled,
+		asynq.TaskStateRetry, asynq.TaskStateAggregating} {
+		if exchangeState == s.String() {
+			return false
+		}
+	}
+	return true
 }
 
 // holdLabel labels the log entries of the actions on a whole sequence.

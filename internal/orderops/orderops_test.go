@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,6 +175,27 @@ func (e *env) note(no, prefix string) orders.Entry {
 	return orders.Entry{}
 }
 
+// failWhile fails every write of event id while on is true.
+func failWhile(id string, on *atomic.Bool) storehook.Hook {
+	return func(_ context.Context, _, ev, _ string) error {
+		if ev == id && on.Load() {
+			return errors.New("upstream said 500")
+		}
+		return nil
+	}
+}
+
+// waitState waits until task id of queue is in state.
+func (e *env) waitState(queue, id string, state asynq.TaskState) {
+	e.t.Helper()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		info, err := e.insp.GetTaskInfo(queue, id)
+		if assert.NoError(c, err) {
+			assert.Equal(c, state, info.State)
+		}
+	}, 15*time.Second, 10*time.Millisecond)
+}
+
 // failOn fails every write of event id.
 func failOn(id string) storehook.Hook {
 	return func(_ context.Context, _, ev, _ string) error {
@@ -288,6 +310,8 @@ func TestSkip(t *testing.T) {
 	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "s-1")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateArchived, info.State)
+	require.Equal(t, "skipped by dave: bad address, customer informed", info.LastErr, "the archived task carries the skip's reason")
+	require.Zero(t, info.Retried-1, "its failure count stays")
 	entry := e.logEntry("skip", "skipped by dave")
 	require.Equal(t, seq, entry.Pos)
 	require.Equal(t, "skipped by dave: bad address, customer informed", entry.Reason)
@@ -545,4 +569,88 @@ func TestControlCharactersRefused(t *testing.T) {
 		_, err := e.ops.Do(t.Context(), orderops.Hold, req)
 		require.ErrorIs(t, err, orderops.ErrInvalid)
 	}
+}
+
+// A replacement's creation is not skipped while the exchange that makes it
+// may still run: the skip is refused, naming the exchange and its order to
+// act on instead, and nothing is lost: once the exchange goes through, the
+// replacement is created and its change applied.
+func TestSkipACreationIsRefusedWhileItsExchangeMayRun(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	e := newEnv(t, failWhile("c-1", &failing))
+	ctx := t.Context()
+	_, err := e.p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "B", Qty: 2}}, producer.WithEventID("c-1"), producer.WithNewOrderNo("SO2"))
+	require.NoError(t, err)
+	remark := "for the replacement"
+	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("c-2"))
+	require.NoError(t, err)
+	e.waitRun("c-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "c-1", asynq.TaskStateRetry)
+
+	_, err = e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO2", By: "gina", Reason: "stuck"})
+	require.ErrorIs(t, err, orderops.ErrRefused)
+	require.ErrorContains(t, err, "its creation by exchange c-1 of order SO1, whose task is retry")
+	require.ErrorContains(t, err, "skip or hold that exchange (order SO1) instead")
+	st, err := e.seq.Status(ctx, "SO2")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Waiting, "nothing of SO2 was skipped")
+
+	failing.Store(false)
+	_, err = e.ops.Do(ctx, orderops.Retry, orderops.Request{OrderNo: "SO1", By: "gina", Reason: "upstream fixed"})
+	require.NoError(t, err)
+	e.waitRun("c-2", worker.OutcomeOK)
+	o, err := e.store.Get(ctx, "SO2")
+	require.NoError(t, err)
+	require.Equal(t, remark, o.Remark, "the replacement was created and its change applied")
+}
+
+// A replacement's creation whose exchange will never run (its task was
+// deleted) may be skipped, and the change that waited for it is rejected
+// with a reason that names the skip: who and why.
+func TestSkipACreationWhoseExchangeIsGoneNamesTheSkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, failOn("g-1"))
+	ctx := t.Context()
+	_, err := e.p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "B", Qty: 2}}, producer.WithEventID("g-1"), producer.WithNewOrderNo("SO2"))
+	require.NoError(t, err)
+	remark := "for the replacement"
+	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("g-2"))
+	require.NoError(t, err)
+	e.waitRun("g-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "g-1", asynq.TaskStateRetry)
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueExchange, "g-1"))
+
+	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO2", By: "hal", Reason: "exchange withdrawn"})
+	require.NoError(t, err)
+	require.Equal(t, "g-1", res.TaskID)
+	d := e.waitRun("g-2", worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrNotFound)
+	require.ErrorContains(t, d.Err, "was skipped at ")
+	require.ErrorContains(t, d.Err, ": skipped by hal: exchange withdrawn")
+}
+
+// A change whose position an operator skipped, run anyway afterwards (from
+// the archive), finds its order past its position: it is rejected with a
+// reason that names the skip.
+func TestAPassedChangeNamesTheSkip(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	e := newEnv(t, failWhile("p-1", &failing))
+	ctx := t.Context()
+	e.modify("p-1", "one")
+	e.modify("p-2", "two")
+	e.waitRun("p-1", worker.OutcomeError)
+	_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "ivy", Reason: "duplicate of p-2"})
+	require.NoError(t, err)
+	e.waitApplied("SO1", "p-2")
+
+	failing.Store(false)
+	require.NoError(t, e.insp.RunTask(tasks.QueueModify, "p-1"))
+	d := e.waitRun("p-1", worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrPassed)
+	require.ErrorContains(t, d.Err, ": skipped by ivy: duplicate of p-2")
+	e.waitApplied("SO1", "p-2")
 }
