@@ -103,7 +103,7 @@ const (
 	// default gap wait (worker.DefaultGapWait).
 	DefaultParkFor = lock.DefaultGapWait
 	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
-	DefaultMaxScheduleAhead = 24 * time.Hour
+	DefaultMaxScheduleAhead = tasks.DefaultMaxScheduleAhead
 )
 
 // Config tunes a [Producer]. The zero value is ready to use: every zero field

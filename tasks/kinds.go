@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 )
@@ -351,3 +352,15 @@ func MaxRetry(budget int) int { return max(budget, 0) + 1 }
 // hand against the rule of [MaxRetry], is archived by asynq the first time
 // it returns any error, even a wait).
 func FailureBudget(maxRetry int) int { return max(maxRetry-1, 0) }
+
+// DefaultMaxScheduleAhead is how far ahead of its acceptance a change with
+// a position may be scheduled (asynq's ProcessIn or ProcessAt) by default:
+// every later change of its order waits behind it until it has run. It is
+// the default of the producers' bound (producer.Config.MaxScheduleAhead),
+// which refuses a change scheduled further ahead, and of the workers'
+// (worker.Config.MaxScheduleAhead), which bring forward the task of an
+// order's next change found scheduled further ahead: it cannot have come
+// from a producer with the same bound (a Redis user moved it, or a system
+// that enqueues by hand broke this rule), and would hold its order until
+// then. A system that enqueues by hand must keep to it.
+const DefaultMaxScheduleAhead = 24 * time.Hour

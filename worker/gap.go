@@ -37,7 +37,9 @@ func (q queueTasks) Wake(ctx context.Context, orderNo string, labels []string) e
 // failed), or holds another position (it was refused as a duplicate and
 // the void was lost). The task is looked for in each of its placements
 // (Config.Shards: its order's shard, and its shards under the counts that
-// drain). When the task exists and will run later, it says when.
+// drain). When the task exists and will run later, it says when; one due
+// further ahead than Config.MaxScheduleAhead allows is brought forward
+// instead (see Worker.bringForward).
 func (q queueTasks) HeadFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
 	return q.w.headFate(ctx, orderNo, te)
 }
@@ -94,7 +96,13 @@ func (w *Worker) headFate(ctx context.Context, orderNo string, te *lock.TurnErro
 	case asynq.TaskStateCompleted:
 		return fmt.Sprintf("task %s completed without passing its turn on", eventID), 0, nil
 	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
-		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
+		delay := time.Until(info.NextProcessAt)
+		if bound := aheadBound(w.cfg, info); delay > bound {
+			// No producer schedules this far: bring it forward rather
+			// than hold the order until then.
+			return "", 0, w.bringForward(ctx, orderNo, te, info, bound)
+		}
+		return "", max(delay, time.Millisecond), nil
 	}
 	return "", 0, nil // pending, active or aggregating: it comes
 }

@@ -400,14 +400,9 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	lease.Drain(w.drains(r))
 	wctx = lock.WithHold(wctx, lease)
 	err = w.write(wctx, k, p, lease.Fence())
-	if errors.Is(err, orders.ErrNotFound) && h.Seq > 0 {
-		// A change of an order that an exchange was to create, and did not:
-		// say why.
-		if why, werr := w.turns.NotCreated(ctx, h.OrderNo); werr == nil && why != "" {
-			err = fmt.Errorf("%w; it was to be created, but %s", err, why)
-		}
-	}
-	return storeError(err)
+	// A change of an order that an exchange was to create and did not, or
+	// whose position was skipped: say why.
+	return storeError(w.explain(ctx, h, tasks.PositionLabel(k.Kind.Type, h.EventID), err))
 }
 
 // write runs the kind's store write inside the run's "order write" span,

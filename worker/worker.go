@@ -202,6 +202,18 @@ type Config struct {
 	// (one that takes longer finds its position skipped and its change
 	// applied out of order). Defaults to 30s.
 	GapWait time.Duration
+	// MaxScheduleAhead bounds how long an order's next change may hold
+	// its order while its task waits in asynq's scheduled set (or in the
+	// retry set without a failure's backoff as long): the gap check brings
+	// a task due further ahead to the front of its queue, with a warning
+	// ("head scheduled further ahead than any producer schedules; brought
+	// forward"). Such a task cannot have come from a producer, which
+	// refuses to schedule past its own MaxScheduleAhead: a Redis user
+	// moved it, or a system that enqueues by hand broke the contract. It
+	// must be at least the producers' producer.Config.MaxScheduleAhead.
+	// Defaults to tasks.DefaultMaxScheduleAhead (24h), the producers'
+	// default.
+	MaxScheduleAhead time.Duration
 	// BusyRetryMin and BusyRetryMax bound the random delay before a task
 	// runs again after it met its wait deadline, lost its lease, had its
 	// write refused for a stale fence, or its worker died. None of these is
@@ -297,6 +309,7 @@ func (c Config) withDefaults() Config {
 	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
 	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTL)
 	c.GapWait = cmp.Or(c.GapWait, DefaultGapWait)
+	c.MaxScheduleAhead = cmp.Or(c.MaxScheduleAhead, tasks.DefaultMaxScheduleAhead)
 	c.BusyRetryMin = cmp.Or(c.BusyRetryMin, DefaultBusyRetryMin)
 	c.BusyRetryMax = cmp.Or(c.BusyRetryMax, DefaultBusyRetryMax)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
@@ -367,6 +380,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: concurrency %d < 0", c.Concurrency)
 	case c.GapWait < 0:
 		return fmt.Errorf("worker: negative gap wait %v", c.GapWait)
+	case c.MaxScheduleAhead < 0:
+		return fmt.Errorf("worker: negative MaxScheduleAhead %v", c.MaxScheduleAhead)
 	case c.BusyRetryMin < 0 || c.BusyRetryMax < c.BusyRetryMin:
 		return fmt.Errorf("worker: busy retry %v–%v: want 0 <= min <= max", c.BusyRetryMin, c.BusyRetryMax)
 	case c.ShutdownTimeout < 0:

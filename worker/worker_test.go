@@ -392,6 +392,7 @@ func TestConfigValidation(t *testing.T) {
 		{"min over max", worker.Config{Waits: map[string]worker.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
 		{"wait of an unknown kind", worker.Config{Waits: map[string]worker.Wait{"refund": {Deadline: time.Second}}}},
 		{"negative gap wait", worker.Config{GapWait: -time.Second}},
+		{"negative schedule bound", worker.Config{MaxScheduleAhead: -time.Second}},
 		{"negative shutdown", worker.Config{ShutdownTimeout: -time.Second}},
 		{"brace in key prefix", worker.Config{KeyPrefix: "ow:{x}:"}},
 		{"negative lock TTL", worker.Config{LockTTL: -time.Second}},

@@ -69,6 +69,7 @@ func TestOrderActionsWritable(t *testing.T) {
 	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, "crm-7f3a9c")
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStateArchived, info.State)
+	assert.Equal(t, "skipped by "+testUser+": sent twice", info.LastErr, "archived with the skip's reason, by the dashboard-write user")
 	r = d.do(t, http.MethodGet, "/orders/SO1001/actions/skip", basic)
 	assert.Equal(t, http.StatusMethodNotAllowed, r.status)
 
@@ -136,6 +137,41 @@ func TestOrderActionsEscape(t *testing.T) {
 	assert.NotContains(t, r.body, "\u202e")
 	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/resume", basic)
 	require.Equal(t, http.StatusOK, r.status, r.body)
-	assert.Contains(t, r.body, `(check the \\u202eaddress) ended`)
+	assert.Contains(t, r.body, `(hold by `+testUser+`: check the \\u202eaddress) ended`)
 	assert.NotContains(t, r.body, "\u202e")
+}
+
+// TestOrderActionsStrictAndRateLimited refuses an action body with an
+// unknown or repeated field (400, JSON), and a user's actions past
+// DASHBOARD_ACTION_BURST (429 with Retry-After, JSON): nothing is done.
+func TestOrderActionsStrictAndRateLimited(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.DashboardWrite), "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false",
+		"DASHBOARD_ACTION_RATE", "0.001", "DASHBOARD_ACTION_BURST", "2"))
+	basic := basicAuth(testUser, testPassword)
+	body := func(b string) func(*http.Request) {
+		return func(r *http.Request) {
+			r.Body = io.NopCloser(strings.NewReader(b))
+			r.ContentLength = int64(len(b))
+			r.Header.Set("Content-Type", "application/json")
+		}
+	}
+	for _, b := range []string{`{"reason":"a","reason":"b"}`, `{"reason":"a","by":"admin#1"}`, `{"reason":"a"} {}`} {
+		r := d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, body(b))
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", b, r.body)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	}
+	r := d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("customer called"))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/resume", basic)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("again"))
+	require.Equal(t, http.StatusTooManyRequests, r.status, r.body)
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	assert.Contains(t, r.body, `"error":"too many operator actions`)
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	held, err := db.Client.HExists(t.Context(), db.Prefix+"lock:{SO1001}:seq", "h").Result()
+	require.NoError(t, err)
+	assert.False(t, held, "the refused hold did nothing")
 }

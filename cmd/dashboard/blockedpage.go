@@ -202,18 +202,27 @@ type rowAction struct {
 //
 //   - failing, scheduled: retry now (its task waits in asynq's retry or
 //     scheduled set), skip, hold;
-//   - gap, lock_stale, creation, waiting: skip, hold (retry now applies
-//     only to a task in the retry or scheduled set);
+//   - gap, lock_stale, waiting: skip, hold (retry now applies only to a
+//     task in the retry or scheduled set);
+//   - creation: hold, and skip only when the exchange that makes the
+//     order will never run (orderops.SkipsCreation of c's ExchangeState;
+//     otherwise the skip is refused: the exchange, on its own order's
+//     row, is what to skip or hold);
 //   - held: resume;
 //   - unreadable: none (no action can read its sequence).
 //
 // They are offers: orderops.Ops.Do decides, and refuses with a message
 // what the order's state does not allow when the button is pressed.
-func blockedActions(reason string) []orderops.Action {
+func blockedActions(reason string, c *orderview.Creation) []orderops.Action {
 	switch reason {
 	case orderview.ReasonFailing, orderview.ReasonScheduled:
 		return []orderops.Action{orderops.Retry, orderops.Skip, orderops.Hold}
-	case orderview.ReasonGap, orderview.ReasonLockStale, orderview.ReasonCreation, orderview.ReasonWaiting:
+	case orderview.ReasonCreation:
+		if c != nil && !orderops.SkipsCreation(c.ExchangeState) {
+			return []orderops.Action{orderops.Hold}
+		}
+		return []orderops.Action{orderops.Skip, orderops.Hold}
+	case orderview.ReasonGap, orderview.ReasonLockStale, orderview.ReasonWaiting:
 		return []orderops.Action{orderops.Skip, orderops.Hold}
 	case orderview.ReasonHeld:
 		return []orderops.Action{orderops.Resume}
@@ -243,7 +252,7 @@ func (p *blockedPages) view(page orderview.BlockedPage, reason string) blockedVi
 			row.FromURL = p.orderURL(c.From)
 		}
 		if !p.readOnly && row.OrderURL != "" {
-			for _, a := range blockedActions(b.Reason) {
+			for _, a := range blockedActions(b.Reason, b.Creation) {
 				act := p.links.orderAction(b.OrderNo, a)
 				row.Actions = append(row.Actions, rowAction{Action: string(a), Label: act.Label, URL: act.URL,
 					NeedsReason: a.NeedsReason(), Confirm: act.Confirm})

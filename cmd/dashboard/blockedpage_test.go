@@ -338,7 +338,9 @@ func fill(v reflect.Value, s string) {
 
 // TestBlockedActions goes over every reason: a held order is offered
 // resume and nothing else, every other readable one hold, and retry now
-// only where the head's task waits in asynq's retry or scheduled set.
+// only where the head's task waits in asynq's retry or scheduled set. A
+// replacement waiting for its creation is offered skip only when the
+// exchange that creates it will never run (orderops refuses it otherwise).
 func TestBlockedActions(t *testing.T) {
 	t.Parallel()
 	want := map[string][]orderops.Action{
@@ -354,6 +356,17 @@ func TestBlockedActions(t *testing.T) {
 	for _, reason := range orderview.Reasons() {
 		got, ok := want[reason]
 		assert.True(t, ok, "reason %q has no row in this test", reason)
-		assert.Equal(t, got, blockedActions(reason), reason)
+		assert.Equal(t, got, blockedActions(reason, nil), reason)
+	}
+	for state, want := range map[string][]orderops.Action{
+		"retry":               {orderops.Hold},
+		"pending":             {orderops.Hold},
+		"scheduled":           {orderops.Hold},
+		"active":              {orderops.Hold},
+		"archived":            {orderops.Skip, orderops.Hold},
+		"completed":           {orderops.Skip, orderops.Hold},
+		orderview.TaskMissing: {orderops.Skip, orderops.Hold},
+	} {
+		assert.Equal(t, want, blockedActions(orderview.ReasonCreation, &orderview.Creation{ExchangeState: state}), state)
 	}
 }

@@ -757,7 +757,7 @@ func TestBrowserBlockedActions(t *testing.T) {
 	// Resume ends the hold: the order is blocked as scheduled again.
 	state, text = b.act("SO1", "resume")
 	require.Equal(t, "done", state, text)
-	assert.Contains(t, text, "Resume SO1: hold by "+testUser+" (customer called) ended")
+	assert.Contains(t, text, "Resume SO1: the hold (hold by "+testUser+": customer called) ended")
 	assert.Equal(t, "scheduled", evalOn[string](b, `document.querySelector('#orders tr[data-order="SO1"]').dataset.reason`))
 	assert.NotContains(t, row("SO1"), "Held by")
 	assert.Equal(t, []string{"Retry now", "Skip", "Hold"}, b.buttons("SO1"))

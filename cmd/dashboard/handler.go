@@ -86,10 +86,15 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS, BLOCKED_AFTER): %w", err)
 	}
+	actionRate, err := parseActionRate(cfg.ActionRate)
+	if err != nil {
+		return nil, fmt.Errorf("DASHBOARD_ACTION_RATE: %w", err)
+	}
 	// The operator actions (orderops) hold nothing to close: they never
 	// take a lock. With the Redis store they note each action in the
 	// order's history (the writing dashboard's user may write it).
-	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log, Store: store})
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log, Store: store,
+		Rate: actionRate, Burst: cfg.ActionBurst})
 	if err != nil {
 		return nil, fmt.Errorf("order actions (KEY_PREFIX, QUEUE_SHARDS): %w", err)
 	}

@@ -7,11 +7,13 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"io"
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -282,15 +284,15 @@ func (p *orderPages) act(w http.ResponseWriter, r *http.Request, no, name string
 		actionJSON(w, http.StatusNotFound, actionError{"no such action"})
 		return
 	}
-	var body struct {
-		Reason string `json:"reason"`
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
-	if err == nil && len(bytes.TrimSpace(b)) > 0 {
-		err = json.Unmarshal(b, &body)
+	// The body is decoded as strictly as the intake's: an unknown or
+	// repeated field is refused.
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, orderops.MaxBodyLen))
+	var body orderops.Body
+	if err == nil {
+		body, err = orderops.DecodeBody(b)
 	}
 	if err != nil {
-		actionJSON(w, http.StatusBadRequest, actionError{`the body must be {"reason": "..."} of at most 4 KiB`})
+		actionJSON(w, http.StatusBadRequest, actionError{fmt.Sprintf(`the body must be one JSON object, {"reason": "..."}, of at most %d bytes, without other or repeated fields`, orderops.MaxBodyLen)})
 		return
 	}
 	by, _ := httpauth.Principal(r.Context())
@@ -300,10 +302,15 @@ func (p *orderPages) act(w http.ResponseWriter, r *http.Request, no, name string
 	// The answer's text quotes what Redis holds (a hold's principal and
 	// reason): it is escaped as the pages escape it, since the pages show
 	// it.
+	var rl *orderops.RateLimitError
 	switch {
 	case err == nil:
 		escapeText(reflect.ValueOf(&res))
 		actionJSON(w, http.StatusOK, res)
+	case errors.As(err, &rl):
+		secs := int64(rl.RetryAfter / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		actionJSON(w, http.StatusTooManyRequests, actionError{fmt.Sprintf("too many operator actions by this user; try again in %d s", secs)})
 	case errors.Is(err, orderops.ErrInvalid):
 		actionJSON(w, http.StatusBadRequest, actionError{safetext.Escape(err.Error())})
 	case errors.Is(err, orderops.ErrRefused):

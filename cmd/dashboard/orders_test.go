@@ -159,7 +159,8 @@ func TestOrderPageRedisDown(t *testing.T) {
 
 // With ORDER_STORE=http the order page reads the order from the order API,
 // where the worker writes it, not from Redis. The dashboard runs as a user
-// with its rules for the order API: the shared token, no order key.
+// with its rules for the order API: no right on the workers' shared token
+// and no order key; it reads with a token of its own, kept in memory.
 func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
@@ -176,6 +177,9 @@ func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	assert.Contains(t, r.body, "7 Upstream Rd")
 	assert.NotEmpty(t, up.Requests(), "the dashboard asked the order API")
+	n, err := db.Client.Exists(t.Context(), db.Prefix+"token:{upstream}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the dashboard's token is not in Redis")
 	assert.NotContains(t, d.logs.String(), upstreamtest.ClientSecret)
 	requireNoRefusal(t, d.logs.String())
 }

@@ -75,14 +75,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on %s (DASHBOARD_ADDR): %w", cfg.Addr, err)
 	}
+	everywhere := httpserve.EveryInterface(ln.Addr())
 	log.Info("listening",
 		zap.String("addr", ln.Addr().String()),
+		zap.Bool("every_interface", everywhere),
 		zap.String("root", cfg.Root),
 		zap.String("auth", cfg.authKind),
 		zap.Bool("read_only", cfg.ReadOnly),
 		zap.Bool("metrics_auth", cfg.MetricsAuth))
 	if cfg.InsecureNoAuth {
-		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port sees and may change the queues")
+		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port sees the queues and the orders, and, unless DASHBOARD_READ_ONLY, may change the queues and run the operator actions (retry, skip, hold, resume)",
+			zap.Bool("every_interface", everywhere), zap.Bool("read_only", cfg.ReadOnly))
 	}
 	return httpserve.Serve(ctx, ln, handler, httpserve.Config{
 		ReadTimeout:     cfg.ReadTimeout,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,6 +302,21 @@ func TestInsecureNoAuth(t *testing.T) {
 	assert.Equal(t, http.StatusOK, d.get(t, "/api/queues", noAuth).status)
 	assert.Equal(t, http.StatusOK, d.get(t, "/metrics", noAuth).status)
 	assert.Contains(t, d.logs.String(), "authentication is off")
+	assert.Contains(t, d.logs.String(), "run the operator actions")
+}
+
+// The dashboard listens on the loopback unless told otherwise.
+func TestListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	s := config.NewSet("dashboard", func(string) string { return "" })
+	var cfg settings
+	declare(s, &cfg)
+	require.NoError(t, s.Parse(nil))
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	require.NoError(t, err)
+	ip, err := netip.ParseAddr(host)
+	require.NoError(t, err, cfg.Addr)
+	assert.True(t, ip.IsLoopback(), cfg.Addr)
 }
 
 func TestRedisDown(t *testing.T) {

@@ -4,15 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/tasks"
@@ -53,6 +58,8 @@ type settings struct {
 	Tokens          []string
 	InsecureNoAuth  bool
 	ReadOnly        bool
+	ActionRate      string
+	ActionBurst     int
 	MetricsAuth     bool
 	PrometheusURL   string
 	KeyPrefix       string
@@ -75,7 +82,7 @@ type settings struct {
 
 // declare declares the dashboard's settings on s, filling in cfg.
 func declare(s *config.Set, cfg *settings) {
-	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", ":8090", "listen address, host:port").Check(config.NotEmpty)
+	s.String(&cfg.Addr, "addr", "DASHBOARD_ADDR", "127.0.0.1:8090", "listen address, host:port; the default listens on this host's loopback only: :8090 (or 0.0.0.0:8090) listens on every interface, as a container needs").Check(config.NotEmpty)
 	s.String(&cfg.Root, "root", "DASHBOARD_ROOT", "/", "URL path the UI and its API are served under, such as /asynq").Check(checkRoot)
 	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: "+config.RedisURLForms)
 	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")
@@ -83,6 +90,8 @@ func declare(s *config.Set, cfg *settings) {
 	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters (several allow rotation)").Secret()
 	s.Bool(&cfg.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
 	s.Bool(&cfg.ReadOnly, "read-only", "DASHBOARD_READ_ONLY", true, "hide and refuse the UI's write actions (delete, archive, run, pause)")
+	s.String(&cfg.ActionRate, "action-rate", "DASHBOARD_ACTION_RATE", "1", "with DASHBOARD_READ_ONLY=false: operator actions (retry, skip, hold, resume) a second each dashboard user may take, sustained, past a burst of DASHBOARD_ACTION_BURST; past it 429 with Retry-After, and nothing is done; off for no limit (0 is refused)").Check(checkActionRate)
+	s.Int(&cfg.ActionBurst, "action-burst", "DASHBOARD_ACTION_BURST", orderops.DefaultBurst, "operator actions a dashboard user may take at once above DASHBOARD_ACTION_RATE").Check(config.Positive[int])
 	s.Bool(&cfg.MetricsAuth, "metrics-auth", "DASHBOARD_METRICS_AUTH", true, "require the dashboard's credentials on /metrics")
 	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
 	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
@@ -96,6 +105,25 @@ func declare(s *config.Set, cfg *settings) {
 	s.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "DASHBOARD_SHUTDOWN_TIMEOUT", 10*time.Second, "how long to let requests finish on SIGTERM").Check(config.Positive)
 	s.String(&cfg.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&cfg.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
+}
+
+// parseActionRate reads DASHBOARD_ACTION_RATE: a positive number of
+// actions a second, or "off" for no limit (0 is refused, not read as off).
+func parseActionRate(raw string) (rate.Limit, error) {
+	raw = strings.TrimSpace(raw)
+	if strings.EqualFold(raw, "off") {
+		return orderops.Unlimited, nil
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return 0, errors.New("want a positive number of actions a second, or off for no limit")
+	}
+	return rate.Limit(f), nil
+}
+
+func checkActionRate(raw string) error {
+	_, err := parseActionRate(raw)
+	return err
 }
 
 func checkKeyPrefix(p string) error {

@@ -53,8 +53,8 @@ const otherCommands = `  order get <order_no>          print an order as JSON
         an operator action on the order's head (the change whose turn it
         is): run it now, archive it and go on, stop applying the order's
         changes (still accepted), apply them again; -reason is required for
-        skip and hold; -by defaults to the OS user (see docs/operations.md,
-        Operator actions)
+        skip and hold; recorded as cli:WHO, -by defaulting to the OS user
+        (see docs/operations.md, Operator actions); run as intake-admin
   order put <order_no> -address A [-remark R] -item SKU=QTY...
         create or replace an order (seeding; not fenced)
   acl worker|intake|intake-admin|dashboard|dashboard-write
@@ -478,13 +478,20 @@ func order(ctx context.Context, store orders.Store, views *orderview.Reader, arg
 }
 
 // orderAction runs operator action a (orderops) with the command line's
-// order number, reason and principal, and prints its result as JSON. With
-// the Redis store, the action is also noted in the order's history.
+// order number, reason and principal, and prints its result as JSON (with
+// a "warning" when the action took effect but the index of held orders
+// could not be written). The principal is marked as the command line's,
+// "cli:<name>" (orderops.CLIPrincipal): it is not authenticated. With the
+// Redis store, the action is also noted in the order's history.
 func orderAction(ctx context.Context, rdb redis.UniversalClient, store orders.Store, c *common, a orderops.Action, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("order "+string(a), flag.ContinueOnError)
 	reason := fs.String("reason", "", "why; required for skip and hold")
-	by := fs.String("by", osUser(getenv), "who acts, recorded with the action; defaults to the OS user")
+	by := fs.String("by", osUser(getenv), "who acts, recorded with the action as cli:<name>; defaults to the OS user")
 	no, err := parseCommand(fs, args)
+	if err != nil {
+		return err
+	}
+	principal, err := orderops.CLIPrincipal(*by)
 	if err != nil {
 		return err
 	}
@@ -493,7 +500,7 @@ func orderAction(ctx context.Context, rdb redis.UniversalClient, store orders.St
 		return err
 	}
 	defer ops.Close()
-	res, err := ops.Do(ctx, a, orderops.Request{OrderNo: no, By: *by, Reason: *reason})
+	res, err := ops.Do(ctx, a, orderops.Request{OrderNo: no, By: principal, Reason: *reason})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -49,13 +50,15 @@ type serveSettings struct {
 	Rate            string
 	Burst           int
 	KeyRates        []string
+	ActionRate      string
+	ActionBurst     int
 	LogLevel        string
 	LogFormat       string
 }
 
 // declareServe declares the settings of serve on s.
 func declareServe(s *config.Set, c *serveSettings) {
-	s.String(&c.Addr, "addr", "INTAKE_ADDR", ":8080", "listen address, host:port").Check(config.NotEmpty)
+	s.String(&c.Addr, "addr", "INTAKE_ADDR", "127.0.0.1:8080", "listen address, host:port; the default listens on this host's loopback only: :8080 (or 0.0.0.0:8080) listens on every interface, as a container needs").Check(config.NotEmpty)
 	s.StringList(&c.APIKeys, "api-keys", "INTAKE_API_KEYS", nil, "comma-separated bearer API keys, each at least 16 characters; several allow rotation").Secret()
 	s.StringList(&c.AdminKeys, "admin-keys", "INTAKE_ADMIN_KEYS", nil, "comma-separated bearer keys of the admin scope: the only keys the operator actions (POST /v1/orders/{order_no}/actions/...) accept, recorded as admin#N; none: no key may act. Run the intake with the intake-admin ACL rule when set").Secret()
 	s.Bool(&c.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
@@ -68,6 +71,8 @@ func declareServe(s *config.Set, c *serveSettings) {
 	s.String(&c.Rate, "rate", "INTAKE_RATE", "2000", "enqueues a second each API key may make, sustained, past a burst of INTAKE_BURST (a token bucket per key and per replica; reads are not limited); past it 429 rate_limited with Retry-After; off for no limit (0 is refused)").Check(checkRate)
 	s.Int(&c.Burst, "burst", "INTAKE_BURST", intake.DefaultBurst, "enqueues an API key may make at once above INTAKE_RATE: the size of its bucket").Check(config.Positive[int])
 	s.StringList(&c.KeyRates, "key-rates", "INTAKE_KEY_RATES", nil, "per-key overrides of INTAKE_RATE and INTAKE_BURST, comma-separated N=RATE, N=RATE:BURST or N=off, N the key's position in INTAKE_API_KEYS (key#N in the logs); e.g. 2=50:200,3=off").Check(checkKeyRates)
+	s.String(&c.ActionRate, "action-rate", "INTAKE_ACTION_RATE", "1", "operator actions a second each admin key (admin#N) may take, sustained, past a burst of INTAKE_ACTION_BURST (a token bucket per key and per replica); past it 429 rate_limited with Retry-After, and nothing is done; off for no limit (0 is refused)").Check(checkRate)
+	s.Int(&c.ActionBurst, "action-burst", "INTAKE_ACTION_BURST", orderops.DefaultBurst, "operator actions an admin key may take at once above INTAKE_ACTION_RATE").Check(config.Positive[int])
 	declareCommon(s, &c.common)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
@@ -171,6 +176,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return errors.New("serve: INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth: without keys every caller shares the one bucket of INTAKE_RATE and INTAKE_BURST")
 	}
 	rateLimit, _ := parseRate(c.Rate)         // checked by Parse
+	actionRate, _ := parseRate(c.ActionRate)  // checked by Parse
 	keyLimits, _ := parseKeyRates(c.KeyRates) // checked by Parse
 	for _, n := range slices.Sorted(maps.Keys(keyLimits)) {
 		if n > len(c.APIKeys) {
@@ -231,6 +237,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		RequestTimeout: c.RequestTimeout,
 		Rate:           rateLimit,
 		Burst:          c.Burst,
+		ActionRate:     actionRate,
+		ActionBurst:    c.ActionBurst,
 		KeyLimits:      keyLimits,
 		GapWait:        c.GapWait,
 		BlockedAfter:   c.BlockedAfter,
@@ -258,9 +266,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s (INTAKE_ADDR): %w", c.Addr, err)
 	}
-	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("auth", !c.InsecureNoAuth))
+	everywhere := httpserve.EveryInterface(ln.Addr())
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("every_interface", everywhere), zap.Bool("auth", !c.InsecureNoAuth))
 	if c.InsecureNoAuth {
-		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes")
+		log.Warn("authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes, read orders and run the operator actions (retry, skip, hold, resume)",
+			zap.Bool("every_interface", everywhere))
 	}
 	return httpserve.Serve(ctx, ln, handler, httpserve.Config{
 		ReadTimeout:     c.ReadTimeout,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,7 +271,7 @@ func TestServeInsecureNoAuth(t *testing.T) {
 	env := baseEnv(db)
 	delete(env, "INTAKE_API_KEYS")
 	s := startServe(t, env, "-insecure-no-auth")
-	s.logs.waitFor(t, "authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes")
+	s.logs.waitFor(t, "authentication is off (-insecure-no-auth): anyone who reaches the port may enqueue order changes, read orders and run the operator actions (retry, skip, hold, resume)")
 
 	resp, err := http.Get("http://" + s.addr + "/v1/orders/SO1")
 	require.NoError(t, err)
@@ -463,4 +464,19 @@ func TestServeWaitReplicasUnmet(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+}
+
+// The intake listens on the loopback unless told otherwise: an open port
+// is a decision, not a default.
+func TestServeListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	var c serveSettings
+	set := config.NewSet("producer serve", func(string) string { return "" })
+	declareServe(set, &c)
+	require.NoError(t, set.Parse(nil))
+	host, _, err := net.SplitHostPort(c.Addr)
+	require.NoError(t, err)
+	ip, err := netip.ParseAddr(host)
+	require.NoError(t, err, c.Addr)
+	assert.True(t, ip.IsLoopback(), c.Addr)
 }

@@ -62,7 +62,7 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
 	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
-	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", ":9090", "listen address of /healthz, /readyz and /metrics; off to disable")
+	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", "127.0.0.1:9090", "listen address of /healthz, /readyz and /metrics; off to disable; the default listens on this host's loopback only: :9090 (or 0.0.0.0:9090) listens on every interface, as probes and scrapes of a container need")
 	s.StringList(&c.MetricsTokens, "metrics-tokens", "METRICS_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters, one of which /metrics then requires (several allow rotation); empty: /metrics is open. /healthz and /readyz stay open").Secret()
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues)
@@ -201,6 +201,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		OnRefresh:      metrics.TokenRefreshed,
 		OnWait:         metrics.TokenWaited,
 		TracerProvider: tr.Provider(),
+		SharedToken:    true, // the workers share theirs through Redis; no one else may read it
 	}, log)
 	if err != nil {
 		return err
@@ -266,7 +267,11 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 			w.Shutdown()
 			return fmt.Errorf("ops listener on %s (OPS_ADDR): %w", c.OpsAddr, err)
 		}
-		log.Info("ops server listening", zap.String("addr", ln.Addr().String()))
+		everywhere := httpserve.EveryInterface(ln.Addr())
+		log.Info("ops server listening", zap.String("addr", ln.Addr().String()), zap.Bool("every_interface", everywhere))
+		if everywhere && metricsAuth == nil {
+			log.Warn("the ops port listens on every interface and /metrics needs no token (METRICS_TOKENS): anyone who reaches the port reads the queues' names and sizes")
+		}
 		opsDone = make(chan error, 1)
 		go func() {
 			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg, metricsAuth), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))

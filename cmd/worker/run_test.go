@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,18 @@ func waitReady(t *testing.T, addr string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 10*time.Millisecond, "/readyz at %s", addr)
+}
+
+// The ops port listens on the loopback unless told otherwise.
+func TestOpsListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	s := config.NewSet("worker", func(string) string { return "" })
+	var c settings
+	declare(s, &c)
+	require.NoError(t, s.Parse(nil))
+	host, _, err := net.SplitHostPort(c.OpsAddr)
+	require.NoError(t, err)
+	ip, err := netip.ParseAddr(host)
+	require.NoError(t, err, c.OpsAddr)
+	require.True(t, ip.IsLoopback(), c.OpsAddr)
 }

@@ -6,13 +6,14 @@
 // The keys, for the default KEY_PREFIX of "ow:" (their owners in parentheses):
 //
 //	ow:order:{<no>}…          an order, its history, events and claims (redisstore)
+//	ow:order:{<no>}:notes     its notes of the operator actions (redisstore's Annotate)
 //	ow:lock:{<no>}            an order's lock (lock)
 //	ow:lock:{<no>}:fence      its newest fencing token (lock)
 //	ow:lock:{<no>}:seq        its sequence of positions (lock.Sequencer)
 //	ow:lock:held              the index of the orders operators hold (lock.Sequencer.Pause, orderops; read by the blocked list)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
-//	ow:token:{upstream}…      the shared order API token and its refresh lock (token)
+//	ow:token:{upstream}…      the workers' shared order API token and its refresh lock (token)
 //	asynq:{<queue>}:…         a queue's tasks, lists and counters (asynq)
 //	asynq:queues              asynq's set of queues
 //	asynq:servers…, asynq:workers…
@@ -66,9 +67,10 @@ const (
 	// ArchiveTask, and requeue.Front to wake the change parked behind a
 	// settled head), writing the sequences (skip, hold, resume, the action
 	// log), the index of held orders, and the release notices; with the
-	// Redis store also the few writes of an order's hash and history list
-	// that note each action in its history (redisstore's Annotate; see
-	// rule.notes), and none of its events or claims.
+	// Redis store also the two writes of an order's notes list that note
+	// each action in its history (redisstore's Annotate; see rule.notes),
+	// and nothing else of the order: not its hash, history, events or
+	// claims.
 	IntakeAdmin Process = "intake-admin"
 	// Dashboard is cmd/dashboard with DASHBOARD_READ_ONLY=true (its
 	// default): it reads everything it shows, and writes nothing.
@@ -77,7 +79,7 @@ const (
 	// may also run, archive, delete and cancel tasks and pause queues, and
 	// act on orders (the operator actions: it writes the sequences, the
 	// index of held orders and the release notices, and with the Redis
-	// store the notes in an order's hash and history list).
+	// store the notes list of an order, not the order itself).
 	DashboardWrite Process = "dashboard-write"
 )
 
@@ -104,10 +106,12 @@ type Options struct {
 	// KeyPrefix is the processes' KEY_PREFIX. Defaults to "ow:".
 	KeyPrefix string
 	// OrderAPI is true with ORDER_STORE=http: the orders live behind the
-	// upstream order API, which every process reads or writes them through
-	// with the shared token in Redis. The processes then get the token's
-	// keys and notice channel instead of the Redis store's keys. Without
-	// it no process may read the token.
+	// upstream order API, which the workers write through with the token
+	// they share in Redis, and the other processes read through with a
+	// token of their own, kept in memory (cmd/internal/orderstore). The
+	// workers then get the token's keys and notice channel, and no process
+	// the Redis store's keys. No process but the workers' may read, delete
+	// or lock the token, with or without it.
 	OrderAPI bool
 }
 
@@ -208,7 +212,7 @@ var base = []string{
 
 // keys are the key and channel patterns of one key prefix, escaped.
 type keys struct {
-	orders, orderHash, history                     string
+	orders, notes                                  string
 	locks, seqs, held, events, waits, token        string
 	asynq, queueKeys, taskKeys, pending, scheduled string
 	allQueues, servers, workers                    string
@@ -219,15 +223,14 @@ type keys struct {
 func newKeys(prefix string) keys {
 	p := escape(prefix)
 	return keys{
-		orders:    p + "order:{*",
-		orderHash: p + "order:{*}",
-		history:   p + "order:{*}:history",
-		locks:     p + "lock:{*",
-		seqs:      p + "lock:{*}:seq",
-		held:      p + "lock:held",
-		events:    p + "event:{*",
-		waits:     p + "wait:{*",
-		token:     p + `token:{upstream}*`,
+		orders: p + "order:{*",
+		notes:  p + "order:{*}:notes",
+		locks:  p + "lock:{*",
+		seqs:   p + "lock:{*}:seq",
+		held:   p + "lock:held",
+		events: p + "event:{*",
+		waits:  p + "wait:{*",
+		token:  p + `token:{upstream}*`,
 
 		asynq:      asynqwire.Patterns.All,
 		queueKeys:  asynqwire.Patterns.Queues,
@@ -305,11 +308,6 @@ type writeOnly struct {
 // queue). The rule must let the process read the keys on its own.
 func (r *rule) only(pattern, cmd string) *rule { return r.selector("%W~", pattern, cmd) }
 
-// onlyRW is only for a command that also reads the key it changes and
-// returns what it read (HINCRBY, LPOP): Redis checks such a command's read
-// permission in the same selector.
-func (r *rule) onlyRW(pattern, cmd string) *rule { return r.selector("~", pattern, cmd) }
-
 func (r *rule) selector(access, pattern, cmd string) *rule {
 	r.scriptKeys = append(r.scriptKeys, pattern)
 	for i := range r.writeOnly {
@@ -329,14 +327,15 @@ func (r *rule) channels(names ...string) *rule {
 	return r
 }
 
-// orders grants the order store's keys, read-write when write, or with
-// the order API the token's keys and its notice channel, read-write
-// whatever write: any process that finds the token missing or expiring
-// fetches and stores a new one.
+// orders grants the order store's keys, read-write when write; with the
+// order API, the token's keys and its notice channel to the workers
+// (write), which share the token and refresh it, and nothing to the
+// others, which keep a token of their own in memory.
 func (r *rule) orders(api bool, k keys, write bool) {
 	switch {
-	case api:
+	case api && write:
 		r.rw(k.token).channels(k.tokenChannel)
+	case api:
 	case write:
 		r.rw(k.orders)
 	default:
@@ -345,18 +344,18 @@ func (r *rule) orders(api bool, k keys, write bool) {
 }
 
 // notes grants what an operator action's note in an order's history
-// writes (redisstore's Annotate, through orderops), command by command:
-// HINCRBY and HSET of the order's hash (its version and updated_at), and
-// RPUSH, LTRIM and LPOP of its history list (the entry and the history's
-// caps). Nothing else: no DEL, no order's events or claims. The rule
-// reads the orders already. With the order API there is no note, and
+// writes (redisstore's Annotate, through orderops): RPUSH and LTRIM (the
+// notes' cap) of the order's notes list, each in a selector of its own.
+// Nothing else of the order: its hash (fields, version, newest fence and
+// position), its history of writes, its events and claims stay read-only,
+// in scripts too (a script's commands run with the caller's rights). The
+// rule reads the orders already. With the order API there is no note, and
 // nothing to grant.
 func (r *rule) notes(api bool, k keys) {
 	if api {
 		return
 	}
-	r.onlyRW(k.orderHash, "hincrby").only(k.orderHash, "hset")
-	r.only(k.history, "rpush").only(k.history, "ltrim").onlyRW(k.history, "lpop")
+	r.only(k.notes, "rpush").only(k.notes, "ltrim")
 }
 
 func (r *rule) rules() []string {

@@ -13,7 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
@@ -62,7 +64,11 @@ func TestRulesOfTheDefaultDeployment(t *testing.T) {
 		assert.NotContains(t, line, "token", "%s: no process reads the token without the order API", p)
 		api, err := acl.Rules(p, acl.Options{OrderAPI: true})
 		require.NoError(t, err)
-		assert.Contains(t, strings.Join(api, " "), "~ow:token:{upstream}*", "%s: with the order API, every process calls it", p)
+		if p == acl.Worker {
+			assert.Contains(t, strings.Join(api, " "), "~ow:token:{upstream}*", "%s: with the order API, the workers share the token", p)
+		} else {
+			assert.NotContains(t, strings.Join(api, " "), "token", "%s: with the order API, only the workers may touch the token", p)
+		}
 		assert.NotContains(t, strings.Join(api, " "), "ow:order:", "%s: with the order API, no order lives in Redis", p)
 	}
 }
@@ -75,6 +81,7 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 	k := map[string]string{
 		"order":   prefix + "order:{SO1}",
 		"history": prefix + "order:{SO1}:history",
+		"notes":   prefix + "order:{SO1}:notes",
 		"evbkt":   prefix + "order:{SO1}:ev:1",
 		"claim":   prefix + "order:{SO1}:claim",
 		"lock":    prefix + "lock:{SO1}",
@@ -103,6 +110,7 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 	_, err := admin.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, k["order"], "order_no", "SO1", "status", "active")
 		p.RPush(ctx, k["history"], "h1")
+		p.RPush(ctx, k["notes"], "n1")
 		p.HSet(ctx, k["lock"], "owner", "o", "meta", "order:modify e0", "fence", "7")
 		p.Set(ctx, k["fence"], "7", 0)
 		p.HSet(ctx, k["seq"], "n", "2", "d", "1", "p:2", "1 order:modify e1")
@@ -137,10 +145,12 @@ const (
 	luaRead  = "return redis.call('TYPE', KEYS[1])['ok']"
 	luaDel   = "return redis.call('DEL', KEYS[1])"
 	luaPause = "return redis.call('SET', KEYS[1], '1')"
-	// luaNote writes as redisstore's annotate script does.
-	luaNote = "local v = redis.call('HINCRBY', KEYS[1], 'version', 1); redis.call('HSET', KEYS[1], 'updated_at', '1');" +
-		" redis.call('RPUSH', KEYS[2], 'n'); redis.call('LTRIM', KEYS[2], -1000, -1); redis.call('LINDEX', KEYS[2], 0);" +
-		" redis.call('LLEN', KEYS[2]); redis.call('LPOP', KEYS[2]); return v"
+	// luaNote writes as redisstore's annotate script does: it reads the
+	// order's version and appends to its notes.
+	luaNote = "local v = redis.call('HGET', KEYS[1], 'version'); redis.call('EXISTS', KEYS[1]);" +
+		" redis.call('RPUSH', KEYS[2], 'n'); redis.call('LTRIM', KEYS[2], -100, -1); return v"
+	// luaRewrite is a script that changes an order's field.
+	luaRewrite = "return redis.call('HSET', KEYS[1], 'seq', '9007199254740991')"
 )
 
 // checks are the commands each process's user must be allowed or refused,
@@ -163,9 +173,12 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 		allow("EVAL", "return 1", "0"), allow("CLUSTER", "KEYSLOT", "x"),
 		allow("MEMORY", "USAGE", k["task"]), allow("ACL", "WHOAMI"),
 	}
-	// The token: the processes that call the order API, and only with it.
-	token := []check{deny("GET", k["token"]), deny("SET", k["token"], "forged"), deny("PUBLISH", k["token"]+":refreshed", "x")}
-	if api {
+	// The token: the workers' with the order API, and no one else's: the
+	// others may neither read it, delete it, nor hold its refresh lock.
+	token := []check{deny("GET", k["token"]), deny("SET", k["token"], "forged"), deny("PUBLISH", k["token"]+":refreshed", "x"),
+		deny("DEL", k["token"]), deny("SET", k["tlock"], "squatter", "NX", "PX", "86400000"), deny("EVAL", luaRead, "1", k["token"]),
+		deny("EVAL_RO", luaRead, "1", k["token"]), deny("SUBSCRIBE", k["token"]+":refreshed")}
+	if api && p == acl.Worker {
 		token = []check{allow("GET", k["token"]), allow("SET", k["tlock"], "me", "NX", "PX", "1000"),
 			allow("PUBLISH", k["token"]+":refreshed", "x"), allow("EVAL", luaRead, "1", k["token"])}
 	}
@@ -182,21 +195,25 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			return append(c, allow("HSET", k["order"], "status", "x"), allow("DEL", k["history"]), allow("EVAL", luaDel, "1", k["history"]))
 		}
 		return append(c, deny("HSET", k["order"], "status", "x"), deny("DEL", k["order"]), deny("RPUSH", k["history"], "forged"),
-			deny("EVAL", luaDel, "1", k["order"]), deny("EVAL", luaNote, "2", k["order"], k["history"]))
+			deny("EVAL", luaDel, "1", k["order"]), deny("EVAL", luaNote, "2", k["order"], k["notes"]), deny("RPUSH", k["notes"], "forged"))
 	}
 	// The operator actions' notes in an order's history (orderops,
-	// redisstore's Annotate): a few writes of the order's hash and history,
-	// nothing else of the order's keys.
+	// redisstore's Annotate): RPUSH and LTRIM of the order's notes list,
+	// nothing else of the order's keys: not a field of its hash (its
+	// address, its seq), not its history of writes.
 	notes := func() []check {
 		if api {
 			return orders(false)
 		}
 		return []check{
 			allow("HGETALL", k["order"]), allow("LRANGE", k["history"], "0", "-1"), allow("EVAL_RO", luaRead, "1", k["order"]),
-			allow("HINCRBY", k["order"], "version", "1"), allow("HSET", k["order"], "updated_at", "1"),
-			allow("RPUSH", k["history"], "n"), allow("LTRIM", k["history"], "-1000", "-1"), allow("LPOP", k["history"]),
-			allow("EVAL", luaNote, "2", k["order"], k["history"]),
-			deny("DEL", k["order"]), deny("DEL", k["history"]), deny("HDEL", k["order"], "fence"), deny("RENAME", k["history"], k["order"]),
+			allow("RPUSH", k["notes"], "n"), allow("LTRIM", k["notes"], "-100", "-1"), allow("LRANGE", k["notes"], "0", "-1"),
+			allow("EVAL", luaNote, "2", k["order"], k["notes"]),
+			deny("HSET", k["order"], "address", "forged"), deny("HSET", k["order"], "seq", "9007199254740991"),
+			deny("HINCRBY", k["order"], "version", "1"), deny("HSETNX", k["order"], "x", "1"), deny("HDEL", k["order"], "fence"),
+			deny("EVAL", luaRewrite, "1", k["order"]), deny("DEL", k["order"]), deny("DEL", k["history"]), deny("DEL", k["notes"]),
+			deny("RPUSH", k["history"], "forged"), deny("LTRIM", k["history"], "1", "0"), deny("LPOP", k["history"]),
+			deny("RENAME", k["history"], k["order"]), deny("RENAME", k["notes"], k["history"]),
 			deny("EVAL", luaDel, "1", k["order"]), deny("HSET", k["evbkt"], "h", "m fp"), deny("SET", k["claim"], "x"),
 			deny("HINCRBY", k["evbkt"], "h", "1"), deny("RPUSH", k["claim"], "x"),
 		}
@@ -347,4 +364,57 @@ func TestPrefixIsEscaped(t *testing.T) {
 		assert.True(t, denied(rdb.Set(ctx, other, "x", 0).Err()), "%s", other)
 	}
 	require.NoError(t, db.Client.Del(ctx, prefix+"lock:{SO1}").Err())
+}
+
+// TestOperatorsNoteButNeverRewriteAnOrder runs the Redis store's note and
+// history read as the users of intake-admin and dashboard-write, exactly
+// as `producer acl` prints their rules: the note is written and shows in
+// the order's history, and no command or script of theirs changes a field
+// of the order, its seq or version, or its history of writes.
+func TestOperatorsNoteButNeverRewriteAnOrder(t *testing.T) {
+	db := redistest.New(t)
+	ctx := t.Context()
+	admin, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, admin.Put(ctx, orders.Order{No: "SO1", Address: "1 Main St", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	order, history := db.Prefix+"order:{SO1}", db.Prefix+"order:{SO1}:history"
+	for _, p := range []acl.Process{acl.IntakeAdmin, acl.DashboardWrite} {
+		t.Run(string(p), func(t *testing.T) {
+			rules, err := acl.Rules(p, acl.Options{KeyPrefix: db.Prefix})
+			require.NoError(t, err)
+			user := db.AsUser(t, rules...)
+			before, err := db.Client.HGetAll(ctx, order).Result()
+			require.NoError(t, err)
+			hbefore, err := db.Client.LRange(ctx, history, 0, -1).Result()
+			require.NoError(t, err)
+
+			s, err := redisstore.New(user.Client, redisstore.Config{Prefix: db.Prefix})
+			require.NoError(t, err)
+			require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: string(p), Action: "hold", Reason: "fraud check"}))
+			h, err := orders.AllHistory(ctx, s, "SO1")
+			require.NoError(t, err)
+			last := h[len(h)-1]
+			assert.Equal(t, orders.TypeNote, last.Type)
+			assert.Equal(t, "hold by "+string(p)+": fraud check", last.Detail)
+
+			rdb := user.Client
+			for _, cmd := range [][]any{
+				{"HSET", order, "address", "forged"}, {"HSET", order, "seq", "9007199254740991"},
+				{"HINCRBY", order, "version", "1"}, {"HSETNX", order, "remark", "x"}, {"HDEL", order, "fence"},
+				{"HINCRBYFLOAT", order, "seq", "1"}, {"DEL", order}, {"UNLINK", order}, {"EXPIRE", order, "1"},
+				{"RENAME", order, db.Prefix + "order:{SO1}:x"}, {"COPY", db.Prefix + "order:{SO1}:notes", order, "REPLACE"},
+				{"RPUSH", history, "forged"}, {"LTRIM", history, "1", "0"}, {"LPOP", history}, {"DEL", history},
+				{"EVAL", luaRewrite, "1", order},
+				{"EVAL", "redis.call('HINCRBY', KEYS[1], 'version', 1); return 1", "1", order},
+			} {
+				assert.True(t, denied(rdb.Do(ctx, cmd...).Err()), "%v must be refused", cmd)
+			}
+			after, err := db.Client.HGetAll(ctx, order).Result()
+			require.NoError(t, err)
+			assert.Equal(t, before, after, "the order is as it was")
+			hafter, err := db.Client.LRange(ctx, history, 0, -1).Result()
+			require.NoError(t, err)
+			assert.Equal(t, hbefore, hafter, "and so is its history of writes")
+		})
+	}
 }

@@ -17,8 +17,10 @@
 //     (the producer takes a change's position and enqueues its task in one
 //     script, one round trip): [Message] and [EnqueueLua];
 //   - moving tasks as asynq's forwarder and recoverer do: [Front] brings a
-//     parked task to the front of its queue, [Recover] a dead worker's
-//     tasks back;
+//     parked task to the front of its queue, [Forward] a scheduled one
+//     whose schedule is not to be kept, [Recover] a dead worker's tasks
+//     back; and as its Inspector does: [Archive] archives a task with a
+//     reason as its last error (an operator's skip);
 //   - reads: [TaskInfo] (the Inspector, minus its unlisted-queue quirk),
 //     [Finished], [QueuesListed] and [ScanQueues]; bounded pages of the
 //     retry and scheduled sets and of the expired leases with their task
@@ -41,7 +43,8 @@
 //     them, and the channel "asynq:cancel".
 //   - The task hash. Its fields "msg" (the protobuf TaskMessage of asynq's
 //     internal/proto: type 1, payload 2, id 3, queue 4, retry 5 as an int32
-//     varint, timeout 8 in seconds, retention 12 in seconds; zero fields
+//     varint, retried 6, error_msg 7, timeout 8 in seconds, last_failed_at
+//     11 in Unix seconds, retention 12 in seconds; zero fields
 //     left out; a Client task with neither timeout nor deadline gets 30
 //     minutes), "state" ("pending", "active", "scheduled", "retry",
 //     "archived", "completed", "aggregating"), "pending_since" (Unix ns)
@@ -57,7 +60,11 @@
 //     "archived") with state "retry", which [Front] moves back. An error
 //     that IsFailure calls no failure goes to "retry" too, scored with
 //     RetryDelayFunc's delay and with its message as the last error, but
-//     without counting a retry (processor.retry, rdb.Retry).
+//     without counting a retry (processor.retry, rdb.Retry). The
+//     Inspector's ArchiveTask moves a pending, scheduled or retry task to
+//     "archived" (scored by Unix seconds, trimmed to 90 days and 10,000
+//     tasks) and refuses an active one in the same script; [Archive] does
+//     the same and writes error_msg and last_failed_at as a failure does.
 //   - The lease. A server leases each active task in "lease" (its score the
 //     lease's end, renewed by the server's heartbeat); asynq's recoverer
 //     takes a task whose lease ended 30 s ago back as a failure, once a
@@ -83,9 +90,11 @@
 //  2. Run this package's tests against the new version: they compare what
 //     [EnqueueLua] writes with what the Client writes field by field, read
 //     it with the Inspector and run it on a real Server; run a task [Front]
-//     moved; bring a dead worker's task back with [Recover]; check
-//     [Finished] and [PausedKey] against the Inspector and Server, and the
-//     Inspector's ErrQueueNotFound quirk ([TaskInfo]). A test that fails
+//     moved, and tasks [Forward] brought forward; archive tasks with
+//     [Archive] and read the reason back with the Inspector; bring a dead
+//     worker's task back with [Recover]; check [Finished] and [PausedKey]
+//     against the Inspector and Server, and the Inspector's
+//     ErrQueueNotFound quirk ([TaskInfo]). A test that fails
 //     there is the layout that moved.
 //  3. Check the lease: its length and renewal, asynq's recoverer's
 //     timing, and that the processor still drops every write of a run

@@ -14,9 +14,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -86,6 +89,16 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 	return nil
 }
 
+// EveryInterface reports whether a listener's address a is on every
+// interface of the host (0.0.0.0, ::), rather than on one address such as
+// the loopback: what a server started on ":8080" does. The servers'
+// defaults are loopback; a process logs this at start, so that an open
+// port is a decision that shows.
+func EveryInterface(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && (tcp.IP == nil || tcp.IP.IsUnspecified())
+}
+
 // HeaderRequestID carries a request's ID, in requests and in answers.
 const HeaderRequestID = "X-Request-Id"
 
@@ -116,6 +129,12 @@ type Info struct {
 	EventID   string // the event the request is about, if any
 	Code      string // the API's error code, if any
 	Cause     error  // the cause of a 5xx, logged at warn
+	// Quiet logs the line at debug: a request refused without a look, of
+	// a flood that would otherwise fill the log.
+	Quiet bool
+	// Trace is the request's span, when a handler started one below
+	// AccessLog: the log line carries its trace_id and span_id.
+	Trace trace.SpanContext
 }
 
 type infoKey struct{}
@@ -132,11 +151,32 @@ func InfoFrom(ctx context.Context) *Info {
 // scrapes, which would drown the rest.
 var quiet = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
+// MaxLoggedLen is the longest method and path an access log line holds,
+// in bytes: a longer one is cut at a UTF-8 boundary and ends with
+// "...(N bytes)", N its whole length. A request's line may be 64 KiB long
+// (its headers' limit); its log line stays about a kilobyte.
+const MaxLoggedLen = 256
+
+// clip returns s, or its first MaxLoggedLen bytes at most, cut at a UTF-8
+// boundary, with its length, when it is longer.
+func clip(s string) string {
+	if len(s) <= MaxLoggedLen {
+		return s
+	}
+	i := MaxLoggedLen
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "...(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // AccessLog gives each request its ID, echoed in X-Request-Id, and logs one
-// line on log when it is answered: request_id, method, path (never the
-// query), route, status, bytes, duration, remote, and what the handlers put in
-// the Info. A successful probe or scrape is logged at debug, a 5xx at warn,
-// the rest at info. It logs no header and no body, so no credential.
+// line on log when it is answered: request_id, method and path (never the
+// query; each cut at [MaxLoggedLen] bytes), route, status, bytes, duration,
+// remote, and what the handlers put in the Info. A successful probe or
+// scrape and a request the Info marks Quiet are logged at debug, a 5xx at
+// warn, the rest at info. It logs no header (so no user agent) and no
+// body, so no credential.
 func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -155,7 +195,7 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		switch {
 		case status >= 500:
 			level = zapcore.WarnLevel
-		case status < 300 && quiet[r.URL.Path]:
+		case info.Quiet, status < 300 && quiet[r.URL.Path]:
 			level = zapcore.DebugLevel
 		}
 		ce := log.Check(level, "request")
@@ -164,8 +204,8 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		}
 		fields := []zap.Field{
 			zap.String("request_id", info.ID),
-			zap.String("method", r.Method),
-			zap.String("path", r.URL.Path),
+			zap.String("method", clip(r.Method)),
+			zap.String("path", clip(r.URL.Path)),
 			zap.String("route", r.Pattern),
 			zap.Int("status", status),
 			zap.Int64("bytes", sw.bytes),
@@ -184,7 +224,11 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		if info.Cause != nil {
 			fields = append(fields, zap.Error(info.Cause))
 		}
-		fields = append(fields, tracing.LogFields(r.Context())...)
+		ctx := r.Context()
+		if info.Trace.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, info.Trace)
+		}
+		fields = append(fields, tracing.LogFields(ctx)...)
 		ce.Write(fields...)
 	})
 }

@@ -2,6 +2,7 @@ package httpserve_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/stretchr/testify/require"
@@ -97,5 +99,57 @@ func TestAccessLog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What a caller sends is cut in the access log: a 60 KiB path or a 4 KiB
+// method (a valid token) make a line of about a kilobyte, not 60; the
+// user agent and the query are not logged at all.
+func TestAccessLogCapsWhatTheCallerSent(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	srv := httptest.NewServer(httpserve.AccessLog(zap.New(core), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpserve.InfoFrom(r.Context()).Quiet = r.URL.Query().Has("quiet")
+		w.WriteHeader(http.StatusUnauthorized)
+	})))
+	t.Cleanup(srv.Close)
+	long := "/v1/" + strings.Repeat("é", 30<<10) // 2 bytes each: cuts fall inside a rune
+	method := strings.Repeat("M", 4<<10)
+	for _, q := range []string{"", "?quiet"} {
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+long+q, nil)
+		require.NoError(t, err)
+		req.Header.Set("User-Agent", strings.Repeat("u", 8<<10))
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	entries := logs.TakeAll()
+	require.Len(t, entries, 2)
+	require.Equal(t, zap.InfoLevel, entries[0].Level)
+	require.Equal(t, zap.DebugLevel, entries[1].Level, "a Quiet request is logged at debug")
+	fields := entries[0].ContextMap()
+	path, _ := fields["path"].(string)
+	require.True(t, strings.HasPrefix(path, "/v1/éé"), path)
+	require.True(t, strings.HasSuffix(path, fmt.Sprintf("...(%d bytes)", len(long))), path)
+	require.True(t, utf8.ValidString(path))
+	require.Equal(t, strings.Repeat("M", httpserve.MaxLoggedLen)+"...(4096 bytes)", fields["method"])
+	size := 0
+	for k, v := range fields {
+		s := fmt.Sprint(v)
+		size += len(k) + len(s)
+		require.NotContains(t, s, "uuu", "no user agent")
+	}
+	require.Less(t, size, 1024, "the line stays small")
+}
+
+func TestEveryInterface(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:0": false, "[::1]:0": false, ":0": true, "0.0.0.0:0": true} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && strings.Contains(addr, "::") {
+			continue // no IPv6 here
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, httpserve.EveryInterface(ln.Addr()), addr)
+		require.NoError(t, ln.Close())
 	}
 }

@@ -1,14 +1,14 @@
 package intake
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orderops"
@@ -20,11 +20,10 @@ const (
 	codeActionRefused = "action_refused"
 )
 
-// maxActionBody bounds the body of an action: {"reason": "..."}.
-const maxActionBody = 4 << 10
-
 // adminPrincipal is the principal of the admin key at the 1-based position
-// n of AdminKeys: "admin#N", apart from the enqueue keys' "key#N".
+// N of AdminKeys: "admin#N", apart from the enqueue keys' "key#N". It names
+// the key in the audit trail (the notes, the sequence log, the access log)
+// without showing it.
 func adminPrincipal(enqueuePrincipal string) string {
 	return "admin#" + strings.TrimPrefix(enqueuePrincipal, "key#")
 }
@@ -61,14 +60,9 @@ func (s *Server) authorizeAdmin(next http.Handler) http.Handler {
 	})
 }
 
-// actionRequest is the body of an action.
-type actionRequest struct {
-	// Reason is why; required for skip and hold.
-	Reason string `json:"reason"`
-}
-
 // postAction performs the operator action of the path on the order's head
-// (orderops), as the admin key's principal.
+// (orderops), as the admin key's principal. The body is decoded strictly
+// (orderops.DecodeBody): an unknown or repeated field is a 400.
 func (s *Server) postAction(w http.ResponseWriter, r *http.Request) {
 	no, aerr := orderNo(r)
 	if aerr != nil {
@@ -80,33 +74,36 @@ func (s *Server) postAction(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badParameter("action", "the action must be one of retry, skip, hold and resume"))
 		return
 	}
-	var req actionRequest
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, orderops.MaxBodyLen))
 	if err != nil {
 		s.writeError(w, r, &apiError{status: http.StatusBadRequest, code: codeMalformedBody, cause: err,
-			message: fmt.Sprintf("could not read the body (at most %d bytes)", maxActionBody)})
+			message: fmt.Sprintf("could not read the body (at most %d bytes)", orderops.MaxBodyLen)})
 		return
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || dec.More() {
-			s.writeError(w, r, &apiError{status: http.StatusBadRequest, code: codeMalformedBody,
-				message: `the body must be one JSON object: {"reason": "..."}`})
-			return
-		}
+	body, err := orderops.DecodeBody(raw)
+	if err != nil {
+		s.writeError(w, r, &apiError{status: http.StatusBadRequest, code: codeMalformedBody, message: strings.TrimPrefix(err.Error(), "orderops: ")})
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	by := httpserve.InfoFrom(r.Context()).Principal
-	res, err := s.ops.Do(ctx, a, orderops.Request{OrderNo: no, By: by, Reason: req.Reason})
+	res, err := s.ops.Do(ctx, a, orderops.Request{OrderNo: no, By: by, Reason: body.Reason})
+	var rl *orderops.RateLimitError
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, res)
+	case errors.As(err, &rl):
+		secs := int64(rl.RetryAfter / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.writeError(w, r, &apiError{status: http.StatusTooManyRequests, code: codeRateLimited,
+			message: fmt.Sprintf("this admin key's operator actions are rate limited; retry in %d s", secs)})
 	case errors.Is(err, orderops.ErrInvalid):
 		s.writeError(w, r, &apiError{status: http.StatusBadRequest, code: codeInvalidField, field: "reason", message: err.Error()})
 	case errors.Is(err, orderops.ErrRefused):
 		s.writeError(w, r, &apiError{status: http.StatusConflict, code: codeActionRefused, message: err.Error()})
+	case errors.Is(err, orderops.ErrNotAllowed):
+		s.writeError(w, r, unavailable("this intake's Redis user may not act on orders: run it as the intake-admin user", err))
 	default:
 		s.writeError(w, r, unavailable(msgUnavailableReadOnly, err))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,47 @@ func TestAdminKeysConfig(t *testing.T) {
 		_, err := New(e.rdb, p, e.store, cfg)
 		require.Error(t, err, "%+v", cfg)
 	}
+}
+
+// An action's body is decoded as strictly as an enqueue's: a repeated or
+// unknown field is a 400, and nothing is done.
+func TestActionBodyIsStrict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.AdminKeys = []string{adminKey} })
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	for _, body := range []string{
+		`{"reason":"fraud check","reason":"other"}`, `{"reason":"x","by":"admin#2"}`, `{"Reason":"x"}`,
+		`{"reason":"x"} {"reason":"y"}`, `["x"]`,
+	} {
+		r := e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", body, adminHeader(adminKey))
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r.body)
+		require.Equal(t, codeMalformedBody, r.errorBody(t).Error.Code, body)
+	}
+	st, err := e.rdb.Exists(t.Context(), e.db.Prefix+"lock:{SO1}:seq").Result()
+	require.NoError(t, err)
+	require.Zero(t, st, "nothing was held")
+}
+
+// An admin key's actions are rate limited: past the burst, 429
+// rate_limited with Retry-After, and nothing is done.
+func TestActionsAreRateLimited(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	e := newEnv(t, func(c *Config) {
+		c.AdminKeys = []string{adminKey}
+		c.ActionRate, c.ActionBurst = 0.1, 2
+		c.now = func() time.Time { return now }
+	})
+	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
+	r := e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"x"}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/resume", ``, adminHeader(adminKey))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"y"}`, adminHeader(adminKey))
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, codeRateLimited, r.errorBody(t).Error.Code)
+	require.Equal(t, "10", r.header.Get("Retry-After"))
+	st, err := e.rdb.HExists(t.Context(), e.db.Prefix+"lock:{SO1}:seq", "h").Result()
+	require.NoError(t, err)
+	require.False(t, st, "the refused hold did nothing")
 }

@@ -21,7 +21,7 @@ import (
 // else gets 401 with a challenge, and that the probes need no key.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newEnv(t, manyRefusals)
 
 	for i, key := range []string{key1, key2} {
 		r := e.do(t, http.MethodPost, "/v1/orders/SO1/modify", modifyBody, map[string]string{
@@ -63,7 +63,7 @@ func TestAuth(t *testing.T) {
 // of them is valid, and enqueues nothing.
 func TestAuthSeveralHeaders(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newEnv(t, manyRefusals)
 	wrong := "Bearer " + strings.Repeat("x", 24)
 	for _, headers := range [][]string{
 		{"Bearer " + key1, wrong},

@@ -255,3 +255,7 @@ func (w *statusRecorder) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// manyRefusals lets a test's client be refused a thousand times before
+// the limit of refused requests answers 429.
+func manyRefusals(c *Config) { c.refusal, c.refusalGlobal = Limit{Burst: 1000}, Limit{Burst: 1000} }

@@ -81,6 +81,15 @@
 // process: each replica of the intake limits on its own, so a key's
 // allowance across N replicas behind a balancer is up to N times Rate.
 //
+// Requests refused without a valid key (401, 403, and the 404 or 405 of a
+// route that does not exist) are limited too: 20 at once and 1 a second
+// per client (its IP address, for IPv6 its /64), 200 at once and 20 a
+// second for all clients together. Past either, a request without a valid
+// key is answered 429 (too_many_refusals) with Retry-After and logged at
+// debug only; a request with a valid key is never held back. So a flood of
+// unauthenticated requests costs neither memory nor log space beyond a
+// bound. The probes are not limited.
+//
 // # Errors
 //
 // Every answer other than 2xx has a JSON body of one shape:
@@ -113,6 +122,7 @@
 //	422 idempotency_key_reused    the key was already used for a different change
 //	429 rate_limited              the API key's enqueue rate limit is reached; Retry-After says when a token is back
 //	429 backlog_full              too many changes of the order wait to be applied (the producer's MaxWaiting); nothing was enqueued; Retry-After says when to retry
+//	429 too_many_refusals         too many requests without a valid key were refused, from the client or from all; Retry-After says when to retry (with a valid key)
 //	503 unavailable               Redis is unreachable or failed; Retry-After says when to retry
 //
 // # Logs
@@ -137,7 +147,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -146,7 +155,6 @@ import (
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
-	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -254,6 +262,18 @@ type Config struct {
 	// entry with InsecureNoAuth. Defaults to none.
 	KeyLimits map[int]Limit
 
+	// ActionRate is how many operator actions a second each admin key
+	// (each principal, admin#N) may take, sustained, past a burst of
+	// ActionBurst: past it an action is answered 429 (rate_limited) with
+	// Retry-After, and nothing is done (see orderops.Config.Rate).
+	// orderops.Unlimited turns the limit off. Defaults to 1 a second
+	// (orderops.DefaultRate).
+	ActionRate rate.Limit
+
+	// ActionBurst is how many operator actions an admin key may take at
+	// once. Defaults to 20 (orderops.DefaultBurst).
+	ActionBurst int
+
 	// Logger receives the access log, on its "http" child. Defaults to a
 	// logger that discards everything.
 	Logger *zap.Logger
@@ -261,13 +281,23 @@ type Config struct {
 	// TracerProvider, when set, makes each request to the /v1 routes a
 	// server span ("<METHOD> <route>", otelhttp) that continues the trace
 	// of the request's W3C traceparent and tracestate headers; the access
-	// log line carries its trace_id and span_id. Give the Producer the same
+	// log line carries its trace_id and span_id. Only a request the intake
+	// admits gets a span: one refused before its handler (401, 403, 429
+	// rate_limited) or for a route that does not exist (404, 405) gets
+	// none, so that an outsider can neither fill the exporter's queue nor
+	// join a trace of his own. The span's string attributes taken from the
+	// request (url.path, user_agent.original, ...) are cut to
+	// tracing.MaxStartAttributeLen bytes. Give the Producer the same
 	// provider, so that the enqueue is a child span and the task carries
 	// the trace to the workers. Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
 
-	// now is the rate limit's clock, for tests. Defaults to time.Now.
+	// now is the rate limits' clock, for tests. Defaults to time.Now.
 	now func() time.Time
+	// refusal and refusalGlobal are the limits of refused requests, of
+	// each client and of all, for tests (see refusalRate). Default to
+	// the package's constants.
+	refusal, refusalGlobal Limit
 }
 
 func (c Config) withDefaults() Config {
@@ -398,6 +428,7 @@ type Server struct {
 	ops        *orderops.Ops
 	challenges []string
 	limits     limiters
+	refusals   *refusals
 	log        *zap.Logger
 	handler    http.Handler
 }
@@ -442,6 +473,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		queues:    shards.AllQueues(),
 		log:       cfg.Logger.Named("http"),
 		limits:    newLimiters(cfg),
+		refusals:  newRefusals(cfg),
 	}
 	if !cfg.InsecureNoAuth {
 		auth, err := httpauth.Bearer(Realm, cfg.APIKeys)
@@ -457,7 +489,8 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	}
 	// Ops never takes a lock, so it holds nothing to close. With the Redis
 	// store it notes each action in the order's history.
-	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store})
+	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store,
+		Rate: cfg.ActionRate, Burst: cfg.ActionBurst, Now: cfg.now})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
@@ -467,6 +500,9 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	var paths []string
 	for _, rt := range table {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		if !rt.Public {
+			h = s.trace(h)
+		}
 		if rt.Limited {
 			h = s.rateLimit(h)
 		}
@@ -498,18 +534,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
 	})
-	s.handler = httpserve.AccessLog(s.log, mux)
-	if cfg.TracerProvider != nil {
-		s.handler = otelhttp.NewHandler(s.handler, "intake",
-			otelhttp.WithTracerProvider(cfg.TracerProvider),
-			otelhttp.WithPropagators(tracing.Propagator),
-			// The API's routes; the probes and the metrics are not traced.
-			otelhttp.WithFilter(func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/v1/") }),
-			// "POST /v1/orders/{order_no}/modify", once the mux matched
-			// the route (AccessLog hands the pattern back); the method
-			// before.
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return cmp.Or(r.Pattern, r.Method) }))
-	}
+	s.handler = httpserve.AccessLog(s.log, s.limitRefusals(mux))
 	return s, nil
 }
 

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/tasks"
@@ -138,4 +141,87 @@ func TestRateLimitDefaults(t *testing.T) {
 	assert.Equal(t, 2000.0, float64(c.Rate))
 	assert.Equal(t, 10000, c.Burst)
 	assert.NotNil(t, c.now)
+}
+
+// Requests refused without a valid key are limited per client: past the
+// burst the next request without a valid key is answered 429
+// too_many_refusals with Retry-After on every /v1 route and logged at
+// debug, while a valid key is still served, the probes are not limited,
+// and a refusal is allowed again once the bucket refills.
+func TestRefusalsLimited(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	const adminKey = "admin-key-0123456789abcdef"
+	e := newEnv(t, func(c *Config) {
+		c.now, c.AdminKeys = clk.Now, []string{adminKey}
+		c.refusal = Limit{Rate: 0.5, Burst: 4} // the global default stays
+	})
+	wrong := map[string]string{"Authorization": "Bearer wrong-key-0123456789abcdef"}
+	// Four refusals: a wrong key on a read and on an action, no such
+	// route, no such method.
+	require.Equal(t, http.StatusUnauthorized, e.do(t, http.MethodGet, "/v1/orders/SO1", "", wrong).status)
+	require.Equal(t, http.StatusUnauthorized, e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"r"}`, wrong).status)
+	require.Equal(t, http.StatusNotFound, e.do(t, http.MethodGet, "/v1/nothing", "", map[string]string{"Authorization": ""}).status)
+	require.Equal(t, http.StatusMethodNotAllowed, e.do(t, http.MethodDelete, "/v1/orders/SO1", "", map[string]string{"Authorization": ""}).status)
+	// A valid key's answers are no refusals: a 404 of an order, an
+	// enqueue key's 403 on an action (an insider, not an outsider).
+	require.Equal(t, http.StatusNotFound, e.do(t, http.MethodGet, "/v1/orders/SO1", "", nil).status)
+	require.Equal(t, http.StatusForbidden, e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"r"}`, nil).status)
+
+	for _, rt := range Routes() {
+		path := strings.NewReplacer("{order_no}", "SO1", "{task_id}", "evt-0", "{action}", "hold").Replace(rt.Path)
+		r := e.do(t, rt.Method, path, modifyBody, map[string]string{"Authorization": wrong["Authorization"], HeaderRequestID: "req-" + path})
+		if rt.Public {
+			require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
+			continue
+		}
+		require.Equal(t, http.StatusTooManyRequests, r.status, "%s %s: %s", rt.Method, path, r.body)
+		assert.Equal(t, codeTooManyRefusals, r.errorBody(t).Error.Code)
+		assert.Equal(t, "2", r.header.Get("Retry-After"), "a token back in 2 s")
+		entries := e.logs.FilterMessage("request").FilterField(zap.String("request_id", "req-"+path)).All()
+		require.Len(t, entries, 1)
+		assert.Equal(t, zapcore.DebugLevel, entries[0].Level, "a limited refusal is logged at debug")
+	}
+	require.Equal(t, http.StatusTooManyRequests, e.do(t, http.MethodGet, "/v1/other", "", map[string]string{"Authorization": ""}).status)
+	// A valid key from the same address is served, enqueue and action alike.
+	r := e.post(t, "/v1/orders/SO1/modify", "evt-ok", modifyBody)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	r = e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"r"}`, map[string]string{"Authorization": "Bearer " + adminKey})
+	assert.NotEqual(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+
+	clk.Add(2 * time.Second) // one token back
+	require.Equal(t, http.StatusUnauthorized, e.do(t, http.MethodGet, "/v1/orders/SO1", "", wrong).status)
+	require.Equal(t, http.StatusTooManyRequests, e.do(t, http.MethodGet, "/v1/orders/SO1", "", wrong).status)
+}
+
+// The global bucket limits refusals of every client together.
+func TestRefusalsLimitedGlobally(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	r := newRefusals(Config{now: clk.Now, refusalGlobal: Limit{Rate: 1, Burst: 3}})
+	for i := range 3 {
+		c := client(fmt.Sprintf("10.0.0.%d:1234", i))
+		require.Zero(t, r.full(c))
+		r.take(c)
+	}
+	assert.EqualValues(t, 1, r.full(client("10.0.0.9:1")), "a new client meets the empty global bucket")
+	clk.Add(time.Second)
+	assert.Zero(t, r.full(client("10.0.0.9:1")))
+}
+
+// A client is its IPv4 address or its IPv6 /64; the clients remembered are
+// bounded, two generations of refusalClients.
+func TestRefusalClients(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, client("192.0.2.1:80"), client("[::ffff:192.0.2.1]:443"))
+	assert.NotEqual(t, client("192.0.2.1:80"), client("192.0.2.2:80"))
+	assert.Equal(t, client("[2001:db8:1:2:aaaa::1]:80"), client("[2001:db8:1:2:bbbb::2]:81"), "one /64")
+	assert.NotEqual(t, client("[2001:db8:1:2::1]:80"), client("[2001:db8:1:3::1]:80"))
+	assert.False(t, client("not an address").IsValid())
+
+	r := newRefusals(Config{now: time.Now, refusalGlobal: Limit{Rate: Unlimited}})
+	for i := range 3 * refusalClients {
+		r.take(client(fmt.Sprintf("[2001:db8:%x::1]:1", i)))
+	}
+	assert.LessOrEqual(t, len(r.cur)+len(r.prev), 2*refusalClients)
 }

@@ -1,9 +1,14 @@
 package intake
 
 import (
+	"cmp"
 	"net/http"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // authenticate passes a request on only with a valid API key, and without
@@ -27,4 +32,23 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		r2.Header.Del("Authorization")
 		next.ServeHTTP(w, r2)
 	})
+}
+
+// trace makes the request a server span ("<METHOD> <route>", otelhttp)
+// that continues the caller's trace, when a TracerProvider is set, and
+// hands the span's context to the access log line. It wraps a route's own
+// handler, inside the authentication and the rate limit: a refused request
+// starts no span and continues no caller's trace.
+func (s *Server) trace(next http.Handler) http.Handler {
+	if s.cfg.TracerProvider == nil {
+		return next
+	}
+	return otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpserve.InfoFrom(r.Context()).Trace = trace.SpanContextFromContext(r.Context())
+		next.ServeHTTP(w, r)
+	}), "intake",
+		otelhttp.WithTracerProvider(tracing.LimitStartAttributes(s.cfg.TracerProvider, 0)),
+		otelhttp.WithPropagators(tracing.Propagator),
+		// "POST /v1/orders/{order_no}/modify": the mux matched the route.
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return cmp.Or(r.Pattern, r.Method) }))
 }

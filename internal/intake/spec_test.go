@@ -3,7 +3,11 @@ package intake
 import (
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -98,8 +102,25 @@ func TestSpecRoutes(t *testing.T) {
 		op := ops[rt.Method+" "+rt.Path]
 		public := op.Security != nil && len(*op.Security) == 0
 		assert.Equal(t, rt.Public, public, "%s %s: public (security: [])", rt.Method, rt.Path)
-		_, limited := op.Responses["429"]
-		assert.Equal(t, rt.Limited, limited, "%s %s: rate-limited (a 429 response)", rt.Method, rt.Path)
+		// Every route with a key may answer 429: the enqueues for their
+		// key's rate limit, the operator actions for their principal's
+		// (orderops), the others for too many refusals only.
+		node, limited := op.Responses["429"]
+		assert.Equal(t, !rt.Public, limited, "%s %s: a 429 response", rt.Method, rt.Path)
+		var ref struct {
+			Ref string `yaml:"$ref"`
+		}
+		require.NoError(t, node.Decode(&ref))
+		want := "#/components/responses/TooManyRefusals"
+		switch {
+		case rt.Limited:
+			want = "#/components/responses/RateLimited"
+		case strings.Contains(rt.Path, "/actions/"):
+			want = "#/components/responses/ActionRateLimited"
+		}
+		if limited {
+			assert.Equal(t, want, ref.Ref, "%s %s: the 429 of a rate-limited route, an action or too many refusals", rt.Method, rt.Path)
+		}
 		assert.NotEmpty(t, op.OperationID, "%s %s", rt.Method, rt.Path)
 	}
 }
@@ -144,7 +165,7 @@ func TestSpecSchemas(t *testing.T) {
 		{"OrderTask", orderview.Task{}, nil, true},
 		{"Task", taskView{}, nil, true},
 		{"Status", status{}, nil, true},
-		{"ActionRequest", actionRequest{}, nil, false},
+		{"ActionRequest", orderops.Body{}, nil, false},
 		{"ActionResult", orderops.Result{}, nil, true},
 	}
 	for _, tt := range tests {
@@ -326,4 +347,51 @@ func FuzzSpecPatterns(f *testing.F) {
 		}
 		assert.Equal(t, tasks.ValidOrderNo(s), orderNo.MatchString(s), "OrderNo %q", s)
 	})
+}
+
+// TestSpecErrorCodes checks that the spec's list of error codes is every
+// code the intake answers (the constants named code…), and nothing else.
+func TestSpecErrorCodes(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var codes []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, sp := range g.Specs {
+				vs := sp.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !strings.HasPrefix(n.Name, "code") || !ok || lit.Kind != token.STRING {
+						continue
+					}
+					c, err := strconv.Unquote(lit.Value)
+					require.NoError(t, err)
+					codes = append(codes, c)
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, codes)
+	s := loadSpec(t)
+	var enum struct {
+		Enum []string `yaml:"enum"`
+	}
+	node := s.Components.Schemas["ErrorDetail"].Properties["code"]
+	require.NoError(t, node.Decode(&enum))
+	slices.Sort(codes)
+	slices.Sort(enum.Enum)
+	assert.Equal(t, codes, enum.Enum, "ErrorDetail.code's enum in %s", specPath)
 }

@@ -2,7 +2,9 @@ package intake
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -222,4 +225,67 @@ func TestTraceOff(t *testing.T) {
 	log := e.requestLog(t, "req-off")
 	assert.NotContains(t, log, "trace_id")
 	assert.NotContains(t, log, "span_id")
+}
+
+// A request the intake refuses before its handler (no key, a wrong key, an
+// enqueue key on an action, an empty bucket) or for a route it does not
+// serve starts no span, however long its path and whatever traceparent it
+// carries: an outsider can neither grow the exporter's queue nor join a
+// trace. An admitted request still continues the caller's trace, and the
+// attributes it copies from the request are cut.
+func TestTraceNotForRefusedRequests(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	const adminKey = "admin-key-0123456789abcdef"
+	e := newEnv(t, func(c *Config) {
+		c.TracerProvider, c.AdminKeys = tp, []string{adminKey}
+		c.KeyLimits = map[int]Limit{2: {Rate: 0.001, Burst: 1}}
+		manyRefusals(c)
+	})
+	long := strings.Repeat("A", 60<<10)
+	traced := map[string]string{"traceparent": callerTraceparent, "tracestate": callerTracestate, "User-Agent": long}
+	with := func(h map[string]string) map[string]string {
+		out := maps.Clone(traced)
+		maps.Copy(out, h)
+		return out
+	}
+	e.do(t, http.MethodPost, "/v1/orders/SO1/modify", modifyBody, map[string]string{"Authorization": "Bearer " + key2, HeaderIdempotencyKey: "evt-0"})
+	rec2 := len(rec.Ended())
+	refused := []struct {
+		name, method, path string
+		header             map[string]string
+		status             int
+	}{
+		{"no key", http.MethodGet, "/v1/orders/" + long, with(map[string]string{"Authorization": ""}), http.StatusUnauthorized},
+		{"wrong key", http.MethodPost, "/v1/orders/" + long + "/modify", with(map[string]string{"Authorization": "Bearer wrong-key-0123456789abcdef"}), http.StatusUnauthorized},
+		{"no admin key", http.MethodPost, "/v1/orders/SO1/actions/hold", with(nil), http.StatusForbidden},
+		{"empty bucket", http.MethodPost, "/v1/orders/SO1/modify", with(map[string]string{"Authorization": "Bearer " + key2, HeaderIdempotencyKey: "evt-1"}), http.StatusTooManyRequests},
+		{"no such route", http.MethodGet, "/v1/" + long, with(nil), http.StatusNotFound},
+		{"no such method", http.MethodDelete, "/v1/orders/SO1", with(nil), http.StatusMethodNotAllowed},
+	}
+	for _, tt := range refused {
+		for range 20 {
+			r := e.do(t, tt.method, tt.path, modifyBody, tt.header)
+			require.Equal(t, tt.status, r.status, "%s: %s", tt.name, r.body)
+		}
+	}
+	assert.Equal(t, rec2, len(rec.Ended()), "no span for a refused request")
+	assert.Equal(t, rec2, len(rec.Started()), "none started either")
+
+	r := e.do(t, http.MethodGet, "/v1/orders/"+long, "", with(map[string]string{HeaderRequestID: "req-long"}))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	server := rec.Ended()[len(rec.Ended())-1]
+	assert.Equal(t, "GET /v1/orders/{order_no}", server.Name())
+	assert.Equal(t, callerTraceID, server.SpanContext().TraceID().String(), "an admitted request continues the caller's trace")
+	assert.Equal(t, callerSpanID, server.Parent().SpanID().String())
+	cut := map[string]bool{}
+	for _, a := range server.Attributes() {
+		assert.LessOrEqual(t, len(a.Value.Emit()), tracing.MaxStartAttributeLen, "%s", a.Key)
+		cut[string(a.Key)] = len(a.Value.Emit()) == tracing.MaxStartAttributeLen
+	}
+	assert.True(t, cut["url.path"], "the path is there, cut")
+	assert.True(t, cut["user_agent.original"], "the user agent is there, cut")
+	assert.Equal(t, callerTraceID, e.requestLog(t, "req-long")["trace_id"])
 }

@@ -329,18 +329,55 @@ func (t *Turns) Created(ctx context.Context, created, creator, by string, err er
 
 // NotCreated returns why key was to be created and was not ("" when its
 // sequence logged no such outcome), for the error of a change of a key
-// that does not exist. A read error is returned, wrapped.
-func (t *Turns) NotCreated(ctx context.Context, key string) (string, error) {
+// that does not exist: the outcome [Turns.Created] logged for a creation
+// that did not happen ("exchange E of SO1 was rejected: ..."), or, for a
+// position whose label creation reports true for (the position a creator
+// reserved in key's sequence; nil: none) that was skipped or voided,
+// "position N (label) was skipped: why" (the skip's reason: an operator's
+// names who and why). The newest such entry of the log wins; the log keeps
+// the latest 20 entries. A read error is returned, wrapped.
+func (t *Turns) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
 	st, err := t.seq.Status(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("why %s was not created: %w", key, err)
 	}
 	for i := len(st.Log) - 1; i >= 0; i-- {
-		if e := st.Log[i]; e.Kind == "finish" && strings.HasPrefix(e.Reason, notCreated) {
+		e := st.Log[i]
+		switch {
+		case e.Kind == "finish" && strings.HasPrefix(e.Reason, notCreated):
 			return strings.TrimPrefix(e.Reason, notCreated), nil
+		case e.Skipped() && creation != nil && creation(e.Label):
+			return settledText(e), nil
 		}
 	}
 	return "", nil
+}
+
+// Skipped returns why position pos of key, reserved under label, was
+// given up without its turn (skipped or voided: "position N (label) was
+// skipped: why"), or "" when key's sequence log has no such entry (the log
+// keeps the latest 20), for the error of a holder that comes after its
+// position was passed. A read error is returned, wrapped.
+func (t *Turns) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
+	st, err := t.seq.Status(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("why %s position %d was passed: %w", key, pos, err)
+	}
+	for i := len(st.Log) - 1; i >= 0; i-- {
+		if e := st.Log[i]; e.Skipped() && e.Pos == pos && e.Label == label {
+			return settledText(e), nil
+		}
+	}
+	return "", nil
+}
+
+// settledText describes a skipped or voided position of a sequence's log.
+func settledText(e Settled) string {
+	verb := "skipped"
+	if e.Kind == "void" {
+		verb = "voided"
+	}
+	return fmt.Sprintf("position %d (%s) was %s at %s: %s", e.Pos, e.Label, verb, e.At.Format(time.RFC3339), e.Reason)
 }
 
 // wake hands labels to [Tasks.Wake]; a failure only costs those holders

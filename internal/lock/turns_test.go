@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,12 +197,57 @@ func TestTurnsAbandonAndCreation(t *testing.T) {
 		_, err := q.Reserve(t.Context(), tt.created, "x ex", lock.CreationRef(tt.creator))
 		require.NoError(t, err, tt.name)
 		turns.Created(t.Context(), tt.created, tt.creator, "exchange "+tt.creator+" of SO-x", tt.err)
-		why, err := turns.NotCreated(t.Context(), tt.created)
+		why, err := turns.NotCreated(t.Context(), tt.created, nil)
 		require.NoError(t, err, tt.name)
 		require.Equal(t, tt.want, why, tt.name)
 		st, err := q.Status(t.Context(), tt.created)
 		require.NoError(t, err, tt.name)
 		require.Equal(t, st.Last, st.Done, "%s: the creation's position is finished", tt.name)
+	}
+}
+
+// A creation's position that was skipped is found by NotCreated, with the
+// skip's reason, when the caller says its label is a creation's; a
+// skipped position is found by Skipped, with its reason, and no other.
+func TestNotCreatedAndSkippedNameTheSkip(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	l := newLocker(t, db, lock.Config{})
+	turns := newTurns(t, l, &fakeTasks{}, time.Minute)
+	q := l.Sequencer()
+	ctx := t.Context()
+	pos, err := q.Reserve(ctx, "SO-sk", "create ex-1", lock.CreationRef("ex-1"))
+	require.NoError(t, err)
+	later := reserve(t, q, "SO-sk", 1)[0]
+	st, err := q.Status(ctx, "SO-sk")
+	require.NoError(t, err)
+	set, err := q.Skip(ctx, "SO-sk", pos, st.Pending[0].Record, "skipped by dave: not wanted")
+	require.NoError(t, err)
+	require.True(t, set.Done)
+
+	isCreation := func(label string) bool { return strings.HasPrefix(label, "create ") }
+	why, err := turns.NotCreated(ctx, "SO-sk", isCreation)
+	require.NoError(t, err)
+	require.Contains(t, why, fmt.Sprintf("position %d (create ex-1) was skipped at ", pos))
+	require.True(t, strings.HasSuffix(why, ": skipped by dave: not wanted"), why)
+	why, err = turns.NotCreated(ctx, "SO-sk", nil)
+	require.NoError(t, err)
+	require.Empty(t, why, "a skip whose label is no creation's says nothing of a creation")
+
+	why, err = turns.Skipped(ctx, "SO-sk", pos, "create ex-1")
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(why, ": skipped by dave: not wanted"), why)
+	for _, tt := range []struct {
+		name  string
+		pos   int64
+		label string
+	}{
+		{"another position", later.Pos, later.Label},
+		{"another label", pos, "m other"},
+	} {
+		why, err := turns.Skipped(ctx, "SO-sk", tt.pos, tt.label)
+		require.NoError(t, err, tt.name)
+		require.Empty(t, why, tt.name)
 	}
 }
 

@@ -14,18 +14,30 @@
 //     it waits in asynq's retry or scheduled set: asynq's Inspector RunTask,
 //     which refuses an active or pending task atomically. The task then
 //     takes its turn as any other run does.
-//   - Skip archives the head's task with the operator's reason (Inspector
-//     ArchiveTask, which refuses an active task atomically: a head that
-//     runs now is refused, and is never both applied and skipped), then
-//     uses up its position (lock.Sequencer.Skip of the exact record read
-//     first: nothing is skipped if the head moved on meanwhile), wakes the
-//     change parked behind it, and, for an exchange, settles its
-//     replacement's creation (lock.Turns.Created) so that the
-//     replacement's changes go on.
+//   - Skip archives the head's task with the operator's reason as its
+//     last error ("skipped by <who>: <reason>"; asynqwire.Archive, which
+//     archives as asynq's Inspector ArchiveTask does and refuses an active
+//     task atomically: a head that runs now is refused, and is never both
+//     applied and skipped), then uses up its position
+//     (lock.Sequencer.Skip of the exact record read first: nothing is
+//     skipped if the head moved on meanwhile), wakes the change parked
+//     behind it, and, for an exchange, settles its replacement's creation
+//     (lock.Turns.Created) so that the replacement's changes go on,
+//     rejected with the skip's reason. A replacement's creation (the
+//     head of a replacement order, held by an exchange of another order)
+//     is skipped only when that exchange will never run (its task is
+//     gone, archived or completed); otherwise the skip is refused, naming
+//     the exchange to skip or hold instead: skipping the creation would
+//     not stop the exchange, which would create the order after its
+//     changes were rejected.
 //   - Hold pauses the order's sequence (lock.Sequencer.Pause): changes are
 //     still accepted, and the head parks instead of taking its turn. A
 //     change that runs when the hold is set finishes. Changes without a
-//     position (enqueued by hand, not ordered) are not held.
+//     position (enqueued by hand, not ordered) are not held. A held
+//     sequence never expires, so hold refuses an order that has no
+//     sequence (no change accepted, or none for 7 days) unless the order
+//     store holds it: a hold never makes a key for an order that exists
+//     nowhere.
 //   - Resume ends the hold (lock.Sequencer.Resume) and brings the parked
 //     head back at once.
 //
@@ -35,7 +47,9 @@
 // Ops has an order store that implements orders.Annotator (the Redis
 // store), in the order's history as a note (orders.TypeNote: the
 // principal as the entry's worker, "<action> by <who>: <reason>" as its
-// detail). The sequence log keeps the last 20 entries while the sequence
+// detail). Every record has one form: "<action> by <who>", followed by
+// ": <reason>" when there is a reason (the note adds "position N" to the
+// action of a retry or skip). The sequence log keeps the last 20 entries while the sequence
 // lives (a held sequence does not expire); the history is the durable
 // record. The note is written after the action took effect, at best
 // effort: a failure is logged, not returned. An order the store does not
@@ -43,22 +57,37 @@
 // order of a store without notes (the HTTP store, whose upstream API has
 // no place for one): the sequence log is then the only record.
 //
+// Each principal may take Config.Rate actions a second past a burst of
+// Config.Burst (a token bucket per principal, in the process): past it an
+// action is refused with [ErrRateLimited] before it reads anything, so a
+// flood of actions cannot flood the audit trail. An action also checks
+// first that its Redis user may act at all (it may write the index of held
+// orders, which no user but intake-admin's, dashboard-write's and the
+// worker's may): run as the plain intake user, every action is refused
+// before anything is written.
+//
 // It is not on any hot path: each action costs a few round trips.
 package orderops
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
@@ -120,7 +149,32 @@ var (
 	// (not) on hold, the head's task is not in a state the action
 	// applies to. The message says which, and what to do.
 	ErrRefused = errors.New("orderops: action refused")
+	// ErrRateLimited is returned when the principal's actions went past
+	// Config.Rate and Config.Burst: nothing was read or done. A
+	// *RateLimitError says when to try again.
+	ErrRateLimited = errors.New("orderops: too many actions")
+	// ErrNotAllowed is returned when the Redis user may not act on orders
+	// (the plain intake user, say): nothing was written. Run the action as
+	// the intake-admin or dashboard-write user (see internal/acl).
+	ErrNotAllowed = errors.New("orderops: this Redis user may not act on orders")
 )
+
+// RateLimitError is the error of an action past its principal's limit. It
+// matches [ErrRateLimited].
+type RateLimitError struct {
+	// By is the principal.
+	By string
+	// RetryAfter is how long until the principal's bucket holds a token
+	// again: at least a second, whole seconds.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("orderops: %s took too many actions; try again in %d s", e.By, int64(e.RetryAfter/time.Second))
+}
+
+// Is reports whether target is ErrRateLimited.
+func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited }
 
 // Request is an action's input.
 type Request struct {
@@ -145,6 +199,10 @@ type Result struct {
 	Queue  string `json:"queue,omitempty"`
 	// Detail says what was done, for people.
 	Detail string `json:"detail"`
+	// Warning, when not empty, says what did not go as it should although
+	// the action took effect: the index of held orders could not be
+	// written, so the blocked list does not show the hold.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Config tunes an [Ops]. The zero value means all defaults.
@@ -160,10 +218,36 @@ type Config struct {
 	// discarding.
 	Logger *zap.Logger
 	// Store is the order store. When it implements orders.Annotator, each
-	// action is also noted in the order's history. Defaults to none: the
-	// actions are recorded in the sequence log only.
+	// action is also noted in the order's history. Hold asks it whether an
+	// order without a sequence exists. Defaults to none: the actions are
+	// recorded in the sequence log only, and hold refuses an order without
+	// a sequence.
 	Store orders.Store
+	// Rate is how many actions a second each principal may take,
+	// sustained, past a burst of Burst; [Unlimited] turns the limit off.
+	// Defaults to DefaultRate.
+	Rate rate.Limit
+	// Burst is how many actions a principal may take at once after a
+	// quiet spell. Defaults to DefaultBurst.
+	Burst int
+	// Now is the clock of the rate limit. Defaults to time.Now.
+	Now func() time.Time
 }
+
+// The defaults of the rate limit: a person acts a few times a minute; a
+// script that floods the audit trail is stopped.
+const (
+	// DefaultRate is the default of Config.Rate: an action a second.
+	DefaultRate rate.Limit = 1
+	// DefaultBurst is the default of Config.Burst.
+	DefaultBurst = 20
+	// Unlimited is a Config.Rate that turns the limit off.
+	Unlimited = rate.Inf
+)
+
+// maxPrincipals bounds the buckets kept: past it, the full ones (of
+// principals quiet for a while) are dropped, and if none is full, all.
+const maxPrincipals = 1024
 
 // Ops performs operator actions. It is safe for concurrent use; it holds
 // no connection of its own and starts no goroutine. Close it when done.
@@ -176,6 +260,9 @@ type Ops struct {
 	insp  *asynq.Inspector
 	notes orders.Annotator // nil without a store that keeps notes
 	log   *zap.Logger
+
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter // by principal
 }
 
 // New returns an Ops on rdb, the workers' Redis. It returns an error for a
@@ -191,6 +278,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	cfg.Rate = cmp.Or(cfg.Rate, DefaultRate)
+	cfg.Burst = cmp.Or(cfg.Burst, DefaultBurst)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if !(cfg.Rate > 0) || cfg.Burst < 1 {
+		return nil, fmt.Errorf("orderops: rate %v and burst %d must be positive", float64(cfg.Rate), cfg.Burst)
+	}
 	log := cfg.Logger.Named("orderops")
 	// The Locker is only the home of Turns' settlements: Ops never
 	// acquires, so it never subscribes to the notices.
@@ -198,7 +293,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
-	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log}
+	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log,
+		buckets: make(map[string]*rate.Limiter)}
 	o.notes, _ = cfg.Store.(orders.Annotator)
 	o.turns, err = lock.NewTurns(l, wakeTasks{o}, lock.TurnsConfig{Logger: log})
 	if err != nil {
@@ -243,10 +339,17 @@ func check(a Action, req Request) error {
 func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) }
 
 // Do performs action a on order req.OrderNo (see the package comment) and
-// records it. It returns errors matching [ErrInvalid] and [ErrRefused],
-// and Redis' and asynq's errors, wrapped.
+// records it. It returns errors matching [ErrInvalid], [ErrRateLimited] (a
+// *RateLimitError), [ErrNotAllowed] and [ErrRefused], and Redis' and
+// asynq's errors, wrapped.
 func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 	if err := check(a, req); err != nil {
+		return Result{}, err
+	}
+	if err := o.allow(req.By); err != nil {
+		return Result{}, err
+	}
+	if err := o.mayAct(ctx); err != nil {
 		return Result{}, err
 	}
 	req.Reason = strings.TrimSpace(req.Reason)
@@ -270,6 +373,52 @@ func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 		zap.String("task_id", res.TaskID), zap.String("detail", res.Detail))
 	o.annotate(ctx, a, req, res)
 	return res, nil
+}
+
+// allow takes a token of principal by's bucket, or returns a
+// *RateLimitError when it is empty.
+func (o *Ops) allow(by string) error {
+	if o.cfg.Rate == Unlimited {
+		return nil
+	}
+	now := o.cfg.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := o.buckets[by]
+	if b == nil {
+		if len(o.buckets) >= maxPrincipals {
+			for k, v := range o.buckets {
+				if v.TokensAt(now) >= float64(o.cfg.Burst) {
+					delete(o.buckets, k)
+				}
+			}
+			if len(o.buckets) >= maxPrincipals {
+				clear(o.buckets)
+			}
+		}
+		b = rate.NewLimiter(o.cfg.Rate, o.cfg.Burst)
+		o.buckets[by] = b
+	}
+	if b.AllowN(now, 1) {
+		return nil
+	}
+	secs := math.Ceil((1 - b.TokensAt(now)) / float64(b.Limit()))
+	return &RateLimitError{By: by, RetryAfter: time.Duration(max(1, min(secs, 24*60*60))) * time.Second}
+}
+
+// mayAct checks that the Redis user may write the index of held orders,
+// which every action's user needs and the plain intake user lacks: a ZADD
+// with XX of a member that no key name can be (not a valid order number)
+// writes nothing, but Redis checks the right to write first.
+func (o *Ops) mayAct(ctx context.Context) error {
+	err := o.rdb.ZAddXX(ctx, o.seq.PausedKey(), redis.Z{Score: 0, Member: " probe"}).Err()
+	switch {
+	case err == nil:
+		return nil
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return fmt.Errorf("%w (run it as the intake-admin or dashboard-write user; see producer acl): %w", ErrNotAllowed, err)
+	}
+	return fmt.Errorf("orderops: %w", err)
 }
 
 // verbs are the actions as their records name them: "retry now by carol:
@@ -419,23 +568,33 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	switch {
 	case h.from != "":
 		// A replacement's creation: its task is the exchange of another
-		// order, which is not skipped; only this order stops waiting.
+		// order, which a skip here would not stop.
+		if err := o.creationSkippable(ctx, req.OrderNo, h); err != nil {
+			return err
+		}
 	case h.info == nil:
 		// No task: a gap, skipped now rather than after the gap wait.
 	case h.info.State == asynq.TaskStateActive:
 		return fmt.Errorf("%w: the head's task %s runs right now; wait for it to end (or cancel it in asynqmon) and skip again if it fails", ErrRefused, h.id)
 	case h.info.State == asynq.TaskStateArchived || h.info.State == asynq.TaskStateCompleted:
 	default:
-		// asynq's archive refuses an active task in the same script that
-		// moves it: once archived, the task never runs, so the position is
-		// never both applied and skipped.
-		err := o.insp.ArchiveTask(h.queue, h.id)
+		// The archive refuses an active task in the same script that
+		// moves it, as asynq's does: once archived, the task never runs,
+		// so the position is never both applied and skipped. The reason
+		// becomes the archived task's last error.
+		ok, state, err := asynqwire.Archive(ctx, o.rdb, h.queue, h.id, why)
 		switch {
-		case err == nil:
+		case err != nil:
+			return fmt.Errorf("orderops: archive the head's task %s: %w", h.id, err)
+		case ok:
 			archived = true
-		case errors.Is(err, asynq.ErrTaskNotFound):
+		case state == asynqwire.StateActive:
+			return fmt.Errorf("%w: the head's task %s started meanwhile and runs right now; wait for it to end and skip again if it fails", ErrRefused, h.id)
+		case state == asynqwire.StateGone, state == "archived", state == "completed":
+			// Gone or ended meanwhile: the position is settled below, or
+			// was settled by its run (then nothing more is skipped).
 		default:
-			return fmt.Errorf("%w: the head's task %s could not be archived (it may have started meanwhile): %w", ErrRefused, h.id, err)
+			return fmt.Errorf("%w: the head's task %s could not be archived: asynq has it %s", ErrRefused, h.id, state)
 		}
 	}
 	st, err := o.seq.Skip(ctx, req.OrderNo, h.pos.Pos, h.pos.Record, why)
@@ -467,16 +626,57 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	return nil
 }
 
+// creationSkippable refuses the skip of h, the head of orderNo that is its
+// creation by exchange h.id of order h.from, while that exchange's task
+// may still run: skipping the creation would not stop the exchange, which
+// would create orderNo after the changes waiting for it had been rejected
+// as changes of an unknown order. The exchange is what to skip or hold. A
+// creation whose exchange will never run (its task is gone, archived or
+// completed) may be skipped: the workers' gap check would skip it too.
+func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h headTask) error {
+	if h.info == nil || SkipsCreation(h.info.State.String()) {
+		return nil
+	}
+	where := ""
+	if st, err := o.seq.Status(ctx, h.from); err == nil && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 &&
+		st.Pending[0].Label != tasks.PositionLabel(h.typ, h.id) {
+		where = fmt.Sprintf(" (it is not at the head of %s yet: that is position %d, %s)", h.from, st.Pending[0].Pos, st.Pending[0].Label)
+	}
+	return fmt.Errorf("%w: position %d of %s is its creation by exchange %s of order %s, whose task is %s: skipping the creation would not stop the exchange, which would still create %s after the changes waiting for it were rejected; skip or hold that exchange (order %s) instead%s",
+		ErrRefused, h.pos.Pos, orderNo, h.id, h.from, h.info.State, orderNo, h.from, where)
+}
+
+// SkipsCreation reports whether a skip of a replacement's creation goes
+// ahead, given the asynq state (asynq.TaskState's String) of the task of
+// the exchange that makes it: only when that exchange will never run
+// ("archived", "completed", or any other text, such as orderview's
+// "missing", for a task asynq does not have). For "pending", "active",
+// "scheduled", "retry" and "aggregating" the skip is refused (see
+// [Skip]), and the blocked-orders page does not offer it.
+func SkipsCreation(exchangeState string) bool {
+	for _, s := range []asynq.TaskState{asynq.TaskStatePending, asynq.TaskStateActive, asynq.TaskStateScheduled,
+		asynq.TaskStateRetry, asynq.TaskStateAggregating} {
+		if exchangeState == s.String() {
+			return false
+		}
+	}
+	return true
+}
+
 // holdLabel labels the log entries of the actions on a whole sequence.
 const holdLabel = "operator"
 
 // hold pauses the order's sequence.
 func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
+	if err := o.known(ctx, req.OrderNo); err != nil {
+		return err
+	}
 	p, err := o.seq.Pause(ctx, req.OrderNo, req.By, req.Reason)
 	switch {
 	case errors.Is(err, lock.ErrPaused):
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	case errors.Is(err, lock.ErrPauseIndex):
+		res.Warning = "the order is held, but the index of held orders could not be written: the blocked list does not show the hold (" + err.Error() + ")"
 		tracing.Log(ctx, o.log).Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
@@ -486,6 +686,29 @@ func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
 	return nil
 }
 
+// known returns nil when order orderNo has a sequence or the store holds
+// it, and an error matching ErrRefused when neither: a held sequence never
+// expires, so a hold must not make one for an order that exists nowhere.
+func (o *Ops) known(ctx context.Context, orderNo string) error {
+	st, err := o.seq.Status(ctx, orderNo)
+	if err != nil {
+		return fmt.Errorf("orderops: %w", err)
+	}
+	if st.Exists {
+		return nil
+	}
+	if o.cfg.Store != nil {
+		_, err := o.cfg.Store.Get(ctx, orderNo)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, orders.ErrNotFound):
+			return fmt.Errorf("orderops: order %s: %w", orderNo, err)
+		}
+	}
+	return fmt.Errorf("%w: order %s is unknown: no change of it was accepted recently and the order store does not hold it; nothing to hold", ErrRefused, orderNo)
+}
+
 // resume ends the hold and brings the parked head back.
 func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 	p, st, err := o.seq.Resume(ctx, req.OrderNo)
@@ -493,12 +716,13 @@ func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 	case errors.Is(err, lock.ErrNotPaused):
 		return fmt.Errorf("%w: order %s is not on hold", ErrRefused, req.OrderNo)
 	case errors.Is(err, lock.ErrPauseIndex):
+		res.Warning = "the order is resumed, but the index of held orders could not be written: the blocked list still shows the hold (" + err.Error() + ")"
 		tracing.Log(ctx, o.log).Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
 	o.wake(ctx, req.OrderNo, st.Wake)
-	res.Detail = fmt.Sprintf("hold by %s (%s) ended; changes are applied again, in order", p.By, p.Reason)
+	res.Detail = fmt.Sprintf("the hold (%s) ended; changes are applied again, in order", note(verbs[Hold], Request{By: p.By, Reason: p.Reason}).Detail())
 	o.record(ctx, req.OrderNo, 0, holdLabel, audit(Resume, req))
 	return nil
 }
@@ -521,4 +745,87 @@ func (o *Ops) record(ctx context.Context, orderNo string, pos int64, label, text
 	if err := o.seq.Record(ctx, orderNo, pos, label, text); err != nil {
 		tracing.Log(ctx, o.log).Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
 	}
+}
+
+// Body is the JSON body of an action over HTTP (the intake's and the
+// dashboard's): {"reason": "..."}.
+type Body struct {
+	// Reason is why; required for skip and hold.
+	Reason string `json:"reason"`
+}
+
+// MaxBodyLen bounds an action's body, in bytes.
+const MaxBodyLen = 4 << 10
+
+// DecodeBody decodes an action's body strictly, as the intake decodes an
+// enqueue's: one JSON object in valid UTF-8 of at most MaxBodyLen bytes,
+// with nothing but white space after it, whose only field is "reason" (a
+// string or null), named exactly and at most once. An empty body (or only
+// white space) is an empty Body. Every error matches [ErrInvalid] and
+// says what is wrong, without quoting the body.
+func DecodeBody(b []byte) (Body, error) {
+	var body Body
+	if len(b) > MaxBodyLen {
+		return Body{}, fmt.Errorf("%w: the body is larger than %d bytes", ErrInvalid, MaxBodyLen)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return body, nil
+	}
+	const want = `the body must be one JSON object, {"reason": "..."}`
+	if !utf8.Valid(b) {
+		return Body{}, fmt.Errorf("%w: %s in UTF-8", ErrInvalid, want)
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(b))
+	if dec.PeekKind() != '{' {
+		return Body{}, fmt.Errorf("%w: %s", ErrInvalid, want)
+	}
+	if err := json.UnmarshalDecode(dec, &body, json.RejectUnknownMembers(true)); err != nil {
+		var se *json.SemanticError
+		var syn *jsontext.SyntacticError
+		switch {
+		case errors.As(err, &syn) && errors.Is(err, jsontext.ErrDuplicateName):
+			return Body{}, fmt.Errorf("%w: %s: a field is repeated", ErrInvalid, want)
+		case errors.As(err, &se) && errors.Is(err, json.ErrUnknownName):
+			return Body{}, fmt.Errorf("%w: %s: unknown field %s (only reason is)", ErrInvalid, want, se.JSONPointer)
+		case errors.As(err, &se) && se.JSONPointer == "/reason":
+			return Body{}, fmt.Errorf("%w: %s: reason must be a string", ErrInvalid, want)
+		}
+		return Body{}, fmt.Errorf("%w: %s", ErrInvalid, want)
+	}
+	if rest := bytes.TrimLeft(b[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return Body{}, fmt.Errorf("%w: %s, with nothing after it", ErrInvalid, want)
+	}
+	return body, nil
+}
+
+// CLIPrefix marks the principal of an action taken from the command line:
+// "cli:alice". It is taken from the environment or a flag, never
+// authenticated, and the mark keeps it apart from the principals the intake
+// and the dashboard authenticate ("admin#N", a dashboard user).
+const CLIPrefix = "cli:"
+
+// CLIPrincipal returns the principal of an action taken from the command
+// line by name: CLIPrefix + name. It returns an error matching
+// [ErrInvalid] for an empty name, one that already carries the mark, or
+// one that looks like a principal the intake gives ("admin#N", "key#N",
+// "anonymous"), which a reader of the audit trail would take for an
+// authenticated caller.
+func CLIPrincipal(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	lower := strings.ToLower(name)
+	switch {
+	case name == "":
+		return "", fmt.Errorf("%w: a principal (-by, or the OS user) is required", ErrInvalid)
+	case strings.HasPrefix(lower, CLIPrefix):
+		return "", fmt.Errorf("%w: principal %q: the command line adds %q itself", ErrInvalid, name, CLIPrefix)
+	case lower == "anonymous" || serverPrincipal(lower, "admin#") || serverPrincipal(lower, "key#"):
+		return "", fmt.Errorf("%w: principal %q looks like one the intake authenticates (admin#N, key#N, anonymous); give your own name", ErrInvalid, name)
+	}
+	return CLIPrefix + name, nil
+}
+
+// serverPrincipal reports whether s is prefix followed by digits only.
+func serverPrincipal(s, prefix string) bool {
+	n, ok := strings.CutPrefix(s, prefix)
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
 }

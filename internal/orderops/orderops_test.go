@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -173,6 +175,27 @@ func (e *env) note(no, prefix string) orders.Entry {
 	return orders.Entry{}
 }
 
+// failWhile fails every write of event id while on is true.
+func failWhile(id string, on *atomic.Bool) storehook.Hook {
+	return func(_ context.Context, _, ev, _ string) error {
+		if ev == id && on.Load() {
+			return errors.New("upstream said 500")
+		}
+		return nil
+	}
+}
+
+// waitState waits until task id of queue is in state.
+func (e *env) waitState(queue, id string, state asynq.TaskState) {
+	e.t.Helper()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		info, err := e.insp.GetTaskInfo(queue, id)
+		if assert.NoError(c, err) {
+			assert.Equal(c, state, info.State)
+		}
+	}, 15*time.Second, 10*time.Millisecond)
+}
+
 // failOn fails every write of event id.
 func failOn(id string) storehook.Hook {
 	return func(_ context.Context, _, ev, _ string) error {
@@ -223,7 +246,7 @@ func TestHoldAndResume(t *testing.T) {
 	require.Equal(t, "alice", held.Worker)
 	require.Equal(t, "resume by bob: done", resumed.Detail)
 	require.Equal(t, "bob", resumed.Worker)
-	require.Less(t, held.Version, resumed.Version)
+	require.False(t, held.EndedAt.After(resumed.EndedAt))
 	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "bob"})
 	require.ErrorIs(t, err, orderops.ErrRefused)
 }
@@ -287,6 +310,8 @@ func TestSkip(t *testing.T) {
 	info, err := e.insp.GetTaskInfo(tasks.QueueModify, "s-1")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateArchived, info.State)
+	require.Equal(t, "skipped by dave: bad address, customer informed", info.LastErr, "the archived task carries the skip's reason")
+	require.Zero(t, info.Retried-1, "its failure count stays")
 	entry := e.logEntry("skip", "skipped by dave")
 	require.Equal(t, seq, entry.Pos)
 	require.Equal(t, "skipped by dave: bad address, customer informed", entry.Reason)
@@ -377,30 +402,159 @@ func TestSkipRacesTheHeadsRun(t *testing.T) {
 	}
 }
 
-// An action on an order the store does not hold (yet) takes effect and
-// leaves no note; an Ops without a store that keeps notes writes none.
-func TestNoNoteWithoutTheOrderOrAnAnnotator(t *testing.T) {
+// A hold of an order that has no sequence and that the store does not
+// hold is refused, and leaves no key behind (a held sequence never
+// expires); one the store holds is held, with no change accepted yet. An
+// Ops without a store that keeps notes writes none.
+func TestHoldOfAnUnknownOrderAndNoNoteWithoutAnAnnotator(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := t.Context()
 	_, err := e.ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO9", By: "alice", Reason: "before it exists"})
+	require.ErrorIs(t, err, orderops.ErrRefused)
+	require.ErrorContains(t, err, "unknown")
+	n, err := e.db.Client.Exists(ctx, e.seq.SeqKey("SO9")).Result()
 	require.NoError(t, err)
+	require.Zero(t, n, "no sequence key is left behind")
 	_, err = e.store.History(ctx, "SO9", orders.HistoryQuery{})
 	require.ErrorIs(t, err, orders.ErrNotFound, "a note never creates an order")
-	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO9", By: "alice"})
-	require.NoError(t, err)
 
 	plain, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: storehook.BeforeWrite(e.store, nil)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, plain.Close()) })
 	_, err = plain.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "no notes"})
-	require.NoError(t, err)
+	require.NoError(t, err, "SO1 has no change yet, but the store holds it")
 	h, err := orders.AllHistory(ctx, e.store, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 1, "only the put: the wrapped store keeps no notes")
 	st, err := e.seq.Status(ctx, "SO1")
 	require.NoError(t, err)
 	require.NotNil(t, st.Paused, "the hold took effect")
+}
+
+// A flood of actions by one principal is refused past its burst, with
+// when to try again, before anything is read or written; another
+// principal still acts. However many actions are noted, every applied
+// change stays in the order's history.
+func TestRateLimitAndFlood(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	e.modify("f-1", "one")
+	e.waitApplied("SO1", "f-1")
+	now := time.Unix(1_700_000_000, 0)
+	ops, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: e.store, Rate: 0.5, Burst: 3,
+		Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ops.Close()) })
+	for _, a := range []orderops.Action{orderops.Hold, orderops.Resume, orderops.Hold} {
+		_, err := ops.Do(ctx, a, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "x"})
+		require.NoError(t, err)
+	}
+	_, err = ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "alice"})
+	var rl *orderops.RateLimitError
+	require.ErrorAs(t, err, &rl)
+	require.ErrorIs(t, err, orderops.ErrRateLimited)
+	require.Equal(t, 2*time.Second, rl.RetryAfter, "a token every 2 s")
+	st, err := e.seq.Status(ctx, "SO1")
+	require.NoError(t, err)
+	require.NotNil(t, st.Paused, "the refused resume did nothing")
+	_, err = ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "bob"})
+	require.NoError(t, err, "each principal has its own bucket")
+	now = now.Add(2 * time.Second)
+	_, err = ops.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "y"})
+	require.NoError(t, err, "alice's bucket refilled")
+
+	// A flood without a limit: more notes than the history keeps entries.
+	flood, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: e.store, Rate: orderops.Unlimited})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, flood.Close()) })
+	for i := range 1002 {
+		a := orderops.Resume
+		if i%2 == 1 {
+			a = orderops.Hold
+		}
+		_, err := flood.Do(ctx, a, orderops.Request{OrderNo: "SO1", By: "mallory", Reason: "flood"})
+		require.NoError(t, err)
+	}
+	h, err := orders.AllHistory(ctx, e.store, "SO1")
+	require.NoError(t, err)
+	var writes []string
+	for _, x := range h {
+		if x.Type != orders.TypeNote {
+			writes = append(writes, x.Type+" "+x.EventID)
+		}
+	}
+	require.Equal(t, []string{orders.TypePut + " ", orders.TypeModify + " f-1"}, writes, "every applied change is still in the history")
+}
+
+// The plain intake user may not act: every action is refused before
+// anything is written.
+func TestIntakeUserMayNotAct(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	user := e.db.AsUser(t, rules...)
+	ops, err := orderops.New(user.Client, orderops.Config{KeyPrefix: e.db.Prefix, Store: e.store})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ops.Close()) })
+	for _, a := range orderops.Actions() {
+		_, err := ops.Do(ctx, a, orderops.Request{OrderNo: "SO1", By: "eve", Reason: "x"})
+		require.ErrorIs(t, err, orderops.ErrNotAllowed, a)
+	}
+	n, err := e.db.Client.Exists(ctx, e.seq.SeqKey("SO1")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no hold was written")
+}
+
+func TestDecodeBody(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, body, reason, err string
+	}{
+		{"empty", "", "", ""},
+		{"blank", " \n", "", ""},
+		{"reason", `{"reason": "fraud check"}`, "fraud check", ""},
+		{"null reason", `{"reason": null}`, "", ""},
+		{"no field", `{}`, "", ""},
+		{"repeated reason", `{"reason": "a", "reason": "b"}`, "", "repeated"},
+		{"unknown field", `{"reason": "a", "by": "admin#1"}`, "", "unknown field"},
+		{"case of the name", `{"Reason": "a"}`, "", "unknown field"},
+		{"not a string", `{"reason": 5}`, "", "must be a string"},
+		{"two objects", `{"reason": "a"} {}`, "", "nothing after"},
+		{"array", `["a"]`, "", "one JSON object"},
+		{"not JSON", `reason=a`, "", "one JSON object"},
+		{"not UTF-8", "{\"reason\": \"\xff\"}", "", "UTF-8"},
+		{"too large", `{"reason": "` + strings.Repeat("a", orderops.MaxBodyLen) + `"}`, "", "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := orderops.DecodeBody([]byte(tt.body))
+			if tt.err == "" {
+				require.NoError(t, err)
+				require.Equal(t, tt.reason, b.Reason)
+				return
+			}
+			require.ErrorIs(t, err, orderops.ErrInvalid)
+			require.ErrorContains(t, err, tt.err)
+		})
+	}
+}
+
+func TestCLIPrincipal(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"alice", "ops-lead", "admin", "admin#x", "key#"} {
+		p, err := orderops.CLIPrincipal(ok)
+		require.NoError(t, err, ok)
+		require.Equal(t, "cli:"+ok, p)
+	}
+	for _, bad := range []string{"", " ", "admin#1", "ADMIN#12", "key#3", "anonymous", "cli:alice"} {
+		_, err := orderops.CLIPrincipal(bad)
+		require.ErrorIs(t, err, orderops.ErrInvalid, "%q", bad)
+	}
 }
 
 // A principal or reason that a note could not hold is refused before
@@ -415,4 +569,88 @@ func TestControlCharactersRefused(t *testing.T) {
 		_, err := e.ops.Do(t.Context(), orderops.Hold, req)
 		require.ErrorIs(t, err, orderops.ErrInvalid)
 	}
+}
+
+// A replacement's creation is not skipped while the exchange that makes it
+// may still run: the skip is refused, naming the exchange and its order to
+// act on instead, and nothing is lost: once the exchange goes through, the
+// replacement is created and its change applied.
+func TestSkipACreationIsRefusedWhileItsExchangeMayRun(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	e := newEnv(t, failWhile("c-1", &failing))
+	ctx := t.Context()
+	_, err := e.p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "B", Qty: 2}}, producer.WithEventID("c-1"), producer.WithNewOrderNo("SO2"))
+	require.NoError(t, err)
+	remark := "for the replacement"
+	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("c-2"))
+	require.NoError(t, err)
+	e.waitRun("c-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "c-1", asynq.TaskStateRetry)
+
+	_, err = e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO2", By: "gina", Reason: "stuck"})
+	require.ErrorIs(t, err, orderops.ErrRefused)
+	require.ErrorContains(t, err, "its creation by exchange c-1 of order SO1, whose task is retry")
+	require.ErrorContains(t, err, "skip or hold that exchange (order SO1) instead")
+	st, err := e.seq.Status(ctx, "SO2")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Waiting, "nothing of SO2 was skipped")
+
+	failing.Store(false)
+	_, err = e.ops.Do(ctx, orderops.Retry, orderops.Request{OrderNo: "SO1", By: "gina", Reason: "upstream fixed"})
+	require.NoError(t, err)
+	e.waitRun("c-2", worker.OutcomeOK)
+	o, err := e.store.Get(ctx, "SO2")
+	require.NoError(t, err)
+	require.Equal(t, remark, o.Remark, "the replacement was created and its change applied")
+}
+
+// A replacement's creation whose exchange will never run (its task was
+// deleted) may be skipped, and the change that waited for it is rejected
+// with a reason that names the skip: who and why.
+func TestSkipACreationWhoseExchangeIsGoneNamesTheSkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, failOn("g-1"))
+	ctx := t.Context()
+	_, err := e.p.EnqueueExchange(ctx, "SO1", []tasks.Item{{SKU: "B", Qty: 2}}, producer.WithEventID("g-1"), producer.WithNewOrderNo("SO2"))
+	require.NoError(t, err)
+	remark := "for the replacement"
+	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("g-2"))
+	require.NoError(t, err)
+	e.waitRun("g-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "g-1", asynq.TaskStateRetry)
+	require.NoError(t, e.insp.DeleteTask(tasks.QueueExchange, "g-1"))
+
+	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO2", By: "hal", Reason: "exchange withdrawn"})
+	require.NoError(t, err)
+	require.Equal(t, "g-1", res.TaskID)
+	d := e.waitRun("g-2", worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrNotFound)
+	require.ErrorContains(t, d.Err, "was skipped at ")
+	require.ErrorContains(t, d.Err, ": skipped by hal: exchange withdrawn")
+}
+
+// A change whose position an operator skipped, run anyway afterwards (from
+// the archive), finds its order past its position: it is rejected with a
+// reason that names the skip.
+func TestAPassedChangeNamesTheSkip(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	e := newEnv(t, failWhile("p-1", &failing))
+	ctx := t.Context()
+	e.modify("p-1", "one")
+	e.modify("p-2", "two")
+	e.waitRun("p-1", worker.OutcomeError)
+	_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "ivy", Reason: "duplicate of p-2"})
+	require.NoError(t, err)
+	e.waitApplied("SO1", "p-2")
+
+	failing.Store(false)
+	require.NoError(t, e.insp.RunTask(tasks.QueueModify, "p-1"))
+	d := e.waitRun("p-1", worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, orders.ErrPassed)
+	require.ErrorContains(t, d.Err, ": skipped by ivy: duplicate of p-2")
+	e.waitApplied("SO1", "p-2")
 }

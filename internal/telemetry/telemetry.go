@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,19 +77,36 @@ var ErrUnsupported = errors.New("telemetry: not supported by this build")
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: off unless configured.
 //   - OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL may
 //     be "http/protobuf" (the default) only; "grpc" is not built in.
-//   - The rest is read by the SDK itself: the OTLP endpoint, headers,
-//     timeout, compression and certificates (OTEL_EXPORTER_OTLP_*), the
-//     sampler (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG; the default is
-//     parentbased_always_on), the batch processor (OTEL_BSP_*), the span
-//     limits (OTEL_SPAN_*), and the resource (OTEL_SERVICE_NAME,
-//     OTEL_RESOURCE_ATTRIBUTES). service.name defaults to service.
+//   - OTEL_EXPORTER_OTLP_HEADERS / OTEL_EXPORTER_OTLP_TRACES_HEADERS
+//     (key=value pairs, comma-separated, values URL-encoded) must each be
+//     well formed: a malformed entry is an error that names the variable
+//     and the entry's position, never its text (it may hold a credential;
+//     the SDK would print it to standard error and go on without it).
+//   - OTEL_TRACES_SAMPLER: always_on, always_off, traceidratio,
+//     parentbased_always_on (the default), parentbased_always_off or
+//     parentbased_traceidratio, with OTEL_TRACES_SAMPLER_ARG a ratio
+//     between 0 and 1 for the ratio samplers (1 when unset). Another
+//     sampler or an argument that does not read is an error (the SDK
+//     would sample everything).
+//   - OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, or else
+//     OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: the longest string attribute
+//     value kept, longer ones cut to it; -1 for no limit. Defaults to
+//     [DefaultAttributeValueLengthLimit] (the SDK's default is no limit,
+//     which let a request path of 64 KiB sit in every queued span).
+//   - The rest is read by the SDK itself: the OTLP endpoint's timeout,
+//     compression and certificates (OTEL_EXPORTER_OTLP_*), the batch
+//     processor (OTEL_BSP_*), the other span limits (OTEL_SPAN_*), and the
+//     resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES). service.name
+//     defaults to service.
 //
-// The endpoint and the service name are read through getenv; the other
-// variables the SDK reads from the process's environment. When tracing is
-// off it returns a Tracing whose Provider is nil. An error names the
-// variable at fault. The exporter's own errors (a collector that does not
-// answer) never fail a task or a request: the SDK drops the spans and
-// reports to otel's error handler, which [SetErrorLog] points at a logger.
+// The endpoint, the headers, the sampler, the attribute length limit and
+// the service name are read through getenv; the other variables the SDK
+// reads from the process's environment. When tracing is off it returns a
+// Tracing whose Provider is nil. An error names the variable at fault,
+// and never holds the value of a variable that may carry a secret. The
+// exporter's own errors (a collector that does not answer) never fail a
+// task or a request: the SDK drops the spans and reports to otel's error
+// handler, which [SetErrorLog] points at a logger.
 func FromEnv(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -103,8 +121,17 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		}
 		exporter = "otlp"
 	}
+	// The settings that need no exporter are checked first, so that an
+	// error leaves nothing to shut down.
+	sampler, err := samplerFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := spanLimits(getenv)
+	if err != nil {
+		return nil, err
+	}
 	var exp sdktrace.SpanExporter
-	var err error
 	switch exporter {
 	case "none":
 		return &Tracing{}, nil
@@ -119,6 +146,13 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		var opts []otlptracehttp.Option
 		if opts, err = endpoint(getenv); err != nil {
 			return nil, err
+		}
+		hdr, err := headers(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if hdr != nil {
+			opts = append(opts, otlptracehttp.WithHeaders(hdr))
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)
 	case "console":
@@ -142,7 +176,8 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		return nil, errors.Join(fmt.Errorf("telemetry: resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err),
 			exp.Shutdown(ctx))
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		sdktrace.WithSampler(sampler), sdktrace.WithRawSpanLimits(limits))
 	return &Tracing{provider: tp}, nil
 }
 
@@ -191,6 +226,134 @@ func endpoint(getenv func(string) string) ([]otlptracehttp.Option, error) {
 		return nil, fmt.Errorf("telemetry: %s: want an absolute http or https URL, such as http://collector:4318", name)
 	}
 	return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u)}, nil
+}
+
+// DefaultAttributeValueLengthLimit is the longest string attribute value a
+// span keeps, in bytes, unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT says otherwise: longer ones are cut to
+// it. It bounds what a span queued for export holds, whatever a caller
+// put in a request's path or headers.
+const DefaultAttributeValueLengthLimit = 1024
+
+// spanLimits returns the SDK's span limits (read from the process's
+// environment) with the attribute value length limit read through getenv:
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, or else
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, or else
+// DefaultAttributeValueLengthLimit. A value that is not an integer of -1
+// (no limit) or more is an error naming its variable.
+func spanLimits(getenv func(string) string) (sdktrace.SpanLimits, error) {
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeValueLengthLimit = DefaultAttributeValueLengthLimit
+	for _, name := range []string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"} {
+		raw := strings.TrimSpace(getenv(name))
+		if raw == "" {
+			continue
+		}
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < -1 {
+			return limits, fmt.Errorf("telemetry: %s: want a length in bytes, or -1 for no limit", name)
+		}
+		limits.AttributeValueLengthLimit = n
+		break
+	}
+	return limits, nil
+}
+
+// The samplers of OTEL_TRACES_SAMPLER, as the OpenTelemetry specification
+// names them; the SDK builds no others.
+const samplerNames = "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio"
+
+// samplerFromEnv returns the sampler of OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG, read through getenv, as the SDK would build it
+// (parentbased_always_on when unset). A sampler the SDK does not build,
+// which it would replace by sampling everything, and an argument that is
+// not a ratio between 0 and 1 are errors naming the variable, not its
+// value.
+func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
+	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
+	ratio := func() (sdktrace.Sampler, error) {
+		if arg == "" {
+			return sdktrace.TraceIDRatioBased(1), nil
+		}
+		f, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(f >= 0 && f <= 1) {
+			return nil, fmt.Errorf("telemetry: OTEL_TRACES_SAMPLER_ARG: want a ratio between 0 and 1 for %s", name)
+		}
+		return sdktrace.TraceIDRatioBased(f), nil
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "traceidratio":
+		return ratio()
+	case "parentbased_traceidratio":
+		s, err := ratio()
+		if err != nil {
+			return nil, err
+		}
+		return sdktrace.ParentBased(s), nil
+	}
+	return nil, fmt.Errorf("%w: OTEL_TRACES_SAMPLER: not a sampler this build has; use %s", ErrUnsupported, samplerNames)
+}
+
+// headers returns the OTLP exporter's headers from getenv's
+// OTEL_EXPORTER_OTLP_TRACES_HEADERS, or else OTEL_EXPORTER_OTLP_HEADERS,
+// read as the SDK reads them (key=value pairs, comma-separated, each value
+// URL-decoded and trimmed), or nil when neither is set. An entry the SDK
+// would drop, printing it to standard error (no '=', a key that is not an
+// HTTP token, a value that does not URL-decode, an empty entry), is an
+// error naming the variable and the entry's position, not its text: the
+// headers usually carry a collector's credential.
+func headers(getenv func(string) string) (map[string]string, error) {
+	name, raw := "OTEL_EXPORTER_OTLP_TRACES_HEADERS", getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+	if raw == "" {
+		name, raw = "OTEL_EXPORTER_OTLP_HEADERS", getenv("OTEL_EXPORTER_OTLP_HEADERS")
+		if raw == "" {
+			return nil, nil
+		}
+	}
+	entries := strings.Split(raw, ",")
+	out := make(map[string]string, len(entries))
+	for i, entry := range entries {
+		bad := func(why string) error {
+			return fmt.Errorf("telemetry: %s: entry %d of %d %s; want key=value pairs, comma-separated, values URL-encoded (the value is not shown: it may hold a credential)",
+				name, i+1, len(entries), why)
+		}
+		k, v, ok := strings.Cut(entry, "=")
+		k = strings.TrimSpace(k)
+		switch {
+		case strings.TrimSpace(entry) == "":
+			return nil, bad("is empty")
+		case !ok:
+			return nil, bad("has no '='")
+		case !isToken(k):
+			return nil, bad("has a key that is not a valid header name")
+		}
+		dv, err := url.PathUnescape(v)
+		if err != nil {
+			return nil, bad("has a value that does not URL-decode")
+		}
+		out[k] = strings.TrimSpace(dv)
+	}
+	return out, nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), what a header
+// name must be: the SDK's own test.
+func isToken(s string) bool {
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // SetErrorLog sends the OpenTelemetry SDK's own errors (an export that

@@ -5,14 +5,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderworker/orderworker/internal/telemetry"
 )
@@ -34,6 +37,7 @@ type collector struct {
 // export is one request the collector received.
 type export struct {
 	method, path, contentType string
+	auth                      string // the Authorization header
 	size                      int
 }
 
@@ -47,7 +51,7 @@ func newCollector(t *testing.T) *collector {
 			return
 		}
 		c.mu.Lock()
-		c.exports = append(c.exports, export{r.Method, r.URL.Path, r.Header.Get("Content-Type"), len(b)})
+		c.exports = append(c.exports, export{r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), len(b)})
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(http.StatusOK)
@@ -229,6 +233,165 @@ func TestFromEnvBadEndpoint(t *testing.T) {
 		tr, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{tt.name: tt.value}))
 		require.ErrorContains(t, err, tt.name+": want an absolute http or https URL", tt.value)
 		assert.Nil(t, tr)
+	}
+}
+
+// The exporter's headers come from OTEL_EXPORTER_OTLP_HEADERS, or
+// OTEL_EXPORTER_OTLP_TRACES_HEADERS, which wins, URL-decoded.
+func TestFromEnvHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		vars map[string]string
+		want string
+	}{
+		{"generic", map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20generic-secret, x-team=orders"}, "Bearer generic-secret"},
+		{"traces wins", map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20generic",
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%20traces"}, "Bearer traces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCollector(t)
+			tt.vars["OTEL_EXPORTER_OTLP_ENDPOINT"] = c.srv.URL
+			tr := fromEnv(t, "svc", tt.vars)
+			_, span := tr.Provider().Tracer("test").Start(t.Context(), "work")
+			span.End()
+			require.NoError(t, tr.Shutdown(t.Context()))
+			got := c.received()
+			require.NotEmpty(t, got)
+			assert.Equal(t, tt.want, got[0].auth)
+		})
+	}
+}
+
+// A malformed OTEL_EXPORTER_OTLP_HEADERS stops the process at start with
+// an error that names the variable and the entry's position, and never
+// holds the text: it usually carries the collector's credential (the SDK
+// printed it to standard error and went on without it).
+func TestFromEnvMalformedHeadersHidden(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-collector-token"
+	tests := []struct {
+		name, variable, value, msg string
+	}{
+		{"no equals sign", "OTEL_EXPORTER_OTLP_HEADERS", "Authorization Bearer " + secret, "entry 1 of 1 has no '='"},
+		{"second entry", "OTEL_EXPORTER_OTLP_HEADERS", "x-team=orders,Authorization:Bearer " + secret, "entry 2 of 2 has no '='"},
+		{"bad key", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Author ization" + secret + "=x", "entry 1 of 1 has a key that is not a valid header name"},
+		{"bad escape", "OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%zz" + secret, "entry 1 of 1 has a value that does not URL-decode"},
+		{"empty entry", "OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20" + secret + ",", "entry 2 of 2 is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tr, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", tt.variable: tt.value}))
+			require.Error(t, err)
+			assert.Nil(t, tr)
+			assert.ErrorContains(t, err, tt.variable+": "+tt.msg)
+			assert.NotContains(t, err.Error(), secret)
+			assert.NotContains(t, err.Error(), "Bearer")
+		})
+	}
+}
+
+// An OTEL_TRACES_SAMPLER the SDK does not build (it sampled everything)
+// or an OTEL_TRACES_SAMPLER_ARG that is not a ratio stops the process at
+// start, naming the variable and not echoing its value.
+func TestFromEnvBadSampler(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		sampler     string
+		arg         string
+		msg, hidden string
+	}{
+		{"unknown", "sample-secretly", "", "OTEL_TRACES_SAMPLER: not a sampler this build has", "secretly"},
+		{"jaeger remote", "parentbased_jaeger_remote", "", "OTEL_TRACES_SAMPLER: not a sampler", "jaeger"},
+		{"ratio not a number", "traceidratio", "tenpercent", "OTEL_TRACES_SAMPLER_ARG: want a ratio", "tenpercent"},
+		{"ratio above one", "parentbased_traceidratio", "10.5", "OTEL_TRACES_SAMPLER_ARG: want a ratio", "10.5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tr, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{"OTEL_TRACES_EXPORTER": "console",
+				"OTEL_TRACES_SAMPLER": tt.sampler, "OTEL_TRACES_SAMPLER_ARG": tt.arg}))
+			require.Error(t, err)
+			assert.Nil(t, tr)
+			assert.ErrorContains(t, err, tt.msg)
+			assert.NotContains(t, err.Error(), tt.hidden)
+		})
+	}
+}
+
+// The samplers the SDK builds are taken, in any case: always_off records
+// nothing, a ratio of 0 neither, always_on everything.
+func TestFromEnvSampler(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		sampler string
+		arg     string
+		sampled bool
+	}{
+		{"default", "", "", true},
+		{"always_on", "always_on", "", true},
+		{"always_off", " Always_Off ", "", false},
+		{"parentbased_always_off", "parentbased_always_off", "", false},
+		{"traceidratio 0", "traceidratio", "0", false},
+		{"traceidratio unset is 1", "traceidratio", "", true},
+		{"parentbased_traceidratio 1", "parentbased_traceidratio", "1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tr := fromEnv(t, "svc", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": newCollector(t).srv.URL,
+				"OTEL_TRACES_SAMPLER": tt.sampler, "OTEL_TRACES_SAMPLER_ARG": tt.arg})
+			_, span := tr.Provider().Tracer("test").Start(t.Context(), "work")
+			assert.Equal(t, tt.sampled, span.SpanContext().IsSampled())
+			span.End()
+		})
+	}
+}
+
+// String attributes are cut to DefaultAttributeValueLengthLimit, or to
+// the length the variables say; -1 is no limit; a bad value is an error
+// naming its variable.
+func TestFromEnvAttributeValueLengthLimit(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("p", 64<<10)
+	tests := []struct {
+		name string
+		vars map[string]string
+		want int
+	}{
+		{"default", nil, telemetry.DefaultAttributeValueLengthLimit},
+		{"generic", map[string]string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"}, 100},
+		{"span wins", map[string]string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "50"}, 50},
+		{"no limit", map[string]string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "-1"}, len(long)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			vars := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": newCollector(t).srv.URL}
+			for k, v := range tt.vars {
+				vars[k] = v
+			}
+			tr := fromEnv(t, "svc", vars)
+			rec := recorder(t, tr)
+			_, span := tr.Provider().Tracer("test").Start(t.Context(), "work", trace.WithAttributes(attribute.String("url.path", long)))
+			span.End()
+			require.Len(t, rec.Ended(), 1)
+			attrs := rec.Ended()[0].Attributes()
+			require.Len(t, attrs, 1)
+			assert.Len(t, attrs[0].Value.AsString(), tt.want)
+		})
+	}
+	for _, name := range []string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"} {
+		for _, bad := range []string{"many", "-2", "1.5"} {
+			_, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{"OTEL_TRACES_EXPORTER": "console", name: bad}))
+			require.ErrorContains(t, err, name+": want a length in bytes", bad)
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ func BenchmarkWaiterLatency(b *testing.B) {
 		key := testKey(db)
 		caches := make([]*Cache, replicas)
 		for i := range caches {
-			c, err := New(db.NewClient(b), benchSource(b), Config{Key: key, WaitTimeout: time.Minute}, nil)
+			c, err := New(db.NewClient(b), benchSource(b), Config{Key: key, WaitTimeout: time.Minute, LockTTL: time.Minute}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/testkit/fakeclock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
@@ -17,7 +18,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/oauth2"
 )
 
 func TestColdStartFetchesOnce(t *testing.T) {
@@ -326,7 +326,9 @@ func TestStaleTokenServedWhileRefreshing(t *testing.T) {
 func TestUnavailableAfterWaitTimeout(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
+	// A lease another replica may hold: at most fast()'s LockTTL (a longer
+	// one is taken over, TestStaleRefreshLockIsTakenOver).
+	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", fast().LockTTL).Err())
 	cfg := fast()
 	cfg.WaitTimeout = 300 * time.Millisecond
 	c := newReplica(t, db, noFetch(t), cfg, nil)
@@ -339,7 +341,7 @@ func TestUnavailableAfterWaitTimeout(t *testing.T) {
 func TestGetHonoursContext(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
+	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", fast().LockTTL).Err())
 	c := newReplica(t, db, noFetch(t), fast(), nil) // WaitTimeout 10s
 
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -361,9 +363,9 @@ func TestSourceFailureBacksOff(t *testing.T) {
 
 	_, err := a.Get(t.Context())
 	require.ErrorIs(t, err, ErrUnavailable)
-	var re *oauth2.RetrieveError
+	var re *EndpointError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, http.StatusServiceUnavailable, re.Response.StatusCode)
+	require.Equal(t, http.StatusServiceUnavailable, re.StatusCode)
 	// The failed refresher keeps the lock for the backoff.
 	pttl := db.Client.PTTL(t.Context(), lockKey(testKey(db))).Val()
 	require.Greater(t, pttl, time.Duration(0))
@@ -461,7 +463,7 @@ func TestCloseStopsWaiters(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	require.NoError(t, db.Client.Set(t.Context(), lockKey(testKey(db)), "someone-else", time.Minute).Err())
-	c := newReplica(t, db, noFetch(t), Config{WaitTimeout: time.Minute}, nil)
+	c := newReplica(t, db, noFetch(t), Config{WaitTimeout: time.Minute, LockTTL: time.Minute}, nil)
 
 	errc := make(chan error, 1)
 	go func() {
@@ -631,9 +633,9 @@ func TestClientCredentials(t *testing.T) {
 	require.InDelta(t, float64(time.Hour), float64(tok.ExpiresIn), float64(time.Second))
 
 	_, err = u.sourceWith(t, "wrong").Fetch(t.Context())
-	var re *oauth2.RetrieveError
+	var re *EndpointError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "invalid_client", re.ErrorCode)
+	require.Equal(t, "invalid_client", re.Code)
 
 	for _, cfg := range []ClientCredentialsConfig{
 		{ClientID: "id"},
@@ -659,7 +661,7 @@ func TestNoticeWakesWaiters(t *testing.T) {
 	key := testKey(db)
 	require.NoError(t, db.Client.Set(t.Context(), lockKey(key), "refresher", time.Minute).Err())
 	// Fallback re-reads are 10s apart: only the notice can deliver in time.
-	c := newReplica(t, db, noFetch(t), Config{FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second}, nil)
+	c := newReplica(t, db, noFetch(t), Config{FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second, LockTTL: time.Minute}, nil)
 
 	got := make(chan string, 1)
 	go func() {
@@ -741,4 +743,50 @@ func TestRefreshWithoutChannelPermission(t *testing.T) {
 	require.Equal(t, tok, stored)
 	require.EqualValues(t, 1, u.Issued.Load(), "fetched once")
 	require.Zero(t, refreshErrs.Load(), "the refused notice failed the refresh")
+}
+
+// A refresh lock that no refresh can have set (a lease of a day, none at
+// all, or a key of another type) is taken over at once, as the workers'
+// Redis user that `producer acl worker` prints (ORDER_STORE=http): it must
+// not wedge the refreshes until it expires. A lease that a refresh can
+// have set is still waited for (TestCrashedRefresherIsReplaced).
+func TestStaleRefreshLockIsTakenOver(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Worker, acl.Options{KeyPrefix: db.Prefix, OrderAPI: true})
+	require.NoError(t, err)
+	worker := db.AsUser(t, rules...)
+	tests := []struct {
+		name  string
+		plant func(ctx context.Context, key string) error
+	}{
+		{"a day", func(ctx context.Context, key string) error {
+			return db.Client.Set(ctx, key, "squatter", 24*time.Hour).Err()
+		}},
+		{"no expiry", func(ctx context.Context, key string) error { return db.Client.Set(ctx, key, "squatter", 0).Err() }},
+		{"a hash", func(ctx context.Context, key string) error {
+			return db.Client.HSet(ctx, key, "owner", "squatter").Err()
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newUpstream(t, 3600)
+			key := fmt.Sprintf("%stoken:{upstream}%d", db.Prefix, i)
+			require.NoError(t, tt.plant(t.Context(), lockKey(key)))
+			cfg := fast()
+			cfg.Key, cfg.WaitTimeout = key, 3*time.Second
+			core, logs := observer.New(zap.WarnLevel)
+			c, err := New(worker.NewClient(t), u.source(t), cfg, zap.New(core))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			tok, err := c.Get(t.Context())
+			require.NoError(t, err, "the stale lock wedged the refresh")
+			require.Equal(t, http.StatusOK, u.Call(t, tok))
+			require.EqualValues(t, 1, u.Issued.Load())
+			require.Equal(t, 1, logs.FilterMessageSnippet("refresh lock taken over").Len())
+			n, err := db.Client.Exists(t.Context(), lockKey(key)).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "the lock was released after the refresh")
+		})
+	}
 }

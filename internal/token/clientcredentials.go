@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
@@ -31,34 +35,124 @@ type ClientCredentialsConfig struct {
 	// AuthStyle says how the client ID and secret are sent. Defaults to
 	// auto-detection (HTTP Basic first, then form parameters, remembered).
 	AuthStyle oauth2.AuthStyle
-	// HTTPClient makes the token requests. Defaults to a client with a
-	// 10s timeout over http.DefaultTransport. The Cache's context still
-	// bounds each request.
+	// HTTPClient makes the token requests: a copy of it that follows no
+	// redirect (a redirect would send the client secret on to where the
+	// answer points). Defaults to a client with a 10s timeout over
+	// http.DefaultTransport. The Cache's context still bounds each request.
 	HTTPClient *http.Client
+	// AllowInsecureHTTP lets TokenURL be an http:// URL of a host that is
+	// not loopback, which sends the client secret and the token in clear
+	// text. Defaults to false: TokenURL must be https://, or http:// to
+	// localhost, 127.0.0.0/8 or ::1 (a sidecar, a test).
+	AllowInsecureHTTP bool
+}
+
+// ErrInsecureURL is matched by the error of [ClientCredentials] for a
+// TokenURL of http:// to a host that is not loopback, without
+// ClientCredentialsConfig.AllowInsecureHTTP.
+var ErrInsecureURL = errors.New("token: client credentials: TokenURL is http:// to a host that is not loopback: the client secret would cross the network in clear text")
+
+// MaxEndpointText is the most of the token endpoint's own text (an
+// error_description, or the start of a body that is not an OAuth2 error)
+// that an [EndpointError] keeps, in bytes.
+const MaxEndpointText = 200
+
+// EndpointError is the error of a Fetch that the token endpoint answered
+// with an error, or with a redirect, which is not followed. Its text is
+// safe to log: the endpoint's own words are cut to MaxEndpointText bytes,
+// their control and format characters escaped, and the client secret, if
+// the endpoint echoed it, replaced by "[redacted]". It holds nothing of
+// the request (its form carries the client secret).
+type EndpointError struct {
+	// StatusCode is the answer's HTTP status.
+	StatusCode int
+	// Code is the OAuth2 error code (RFC 6749 §5.2), such as
+	// "invalid_client", sanitized; empty when the answer is not an OAuth2
+	// error.
+	Code string
+	// Text is the error_description, or the start of the body when the
+	// answer is not an OAuth2 error, sanitized.
+	Text string
+}
+
+func (e *EndpointError) Error() string {
+	msg := "token endpoint answered " + strconv.Itoa(e.StatusCode)
+	if t := http.StatusText(e.StatusCode); t != "" {
+		msg += " " + t
+	}
+	if e.StatusCode >= 300 && e.StatusCode < 400 {
+		msg += " (redirects are not followed)"
+	}
+	for _, part := range []string{e.Code, e.Text} {
+		if part != "" {
+			msg += ": " + part
+		}
+	}
+	return msg
+}
+
+// isLoopback reports whether host (a URL's Hostname) is localhost or a
+// loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// sanitize returns s with its control and format characters escaped, the
+// secret (when not empty) replaced by "[redacted]", cut to
+// MaxEndpointText bytes at a UTF-8 boundary ("..." marks a cut).
+func sanitize(s, secret string) string {
+	if secret != "" {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
+		piece := string(r)
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			q := strconv.QuoteRune(r)
+			piece = q[1 : len(q)-1]
+		}
+		if b.Len()+len(piece) > MaxEndpointText-len("...") {
+			return strings.TrimSpace(b.String()) + "..."
+		}
+		b.WriteString(piece)
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // ClientCredentials returns a [Source] that asks cfg.TokenURL for a new token
 // with the client credentials grant on every Fetch (the Cache does the
 // caching). The Source is safe for concurrent use.
 //
-// It returns an error when TokenURL or ClientID is missing or TokenURL is not
-// an absolute URL. Fetch returns the golang.org/x/oauth2 errors wrapped (a
-// *oauth2.RetrieveError when the endpoint answers with an error); a token
-// without expires_in has a zero ExpiresIn, which the Cache rejects with
-// ErrBadToken.
+// It returns an error when TokenURL or ClientID is missing, TokenURL is not
+// an absolute http or https URL, or it is http:// to a host that is not
+// loopback without AllowInsecureHTTP ([ErrInsecureURL]). Fetch follows no
+// redirect. It returns an [*EndpointError] when the endpoint answers with
+// an error or a redirect, and golang.org/x/oauth2's other errors wrapped;
+// a token without expires_in has a zero ExpiresIn, which the Cache rejects
+// with ErrBadToken.
 func ClientCredentials(cfg ClientCredentialsConfig) (Source, error) {
 	switch u, err := url.Parse(cfg.TokenURL); {
 	case cfg.TokenURL == "":
 		return nil, errors.New("token: client credentials: no TokenURL")
 	case err != nil || !u.IsAbs():
 		return nil, errors.New("token: client credentials: TokenURL is not an absolute URL")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return nil, errors.New("token: client credentials: TokenURL is not an http or https URL")
+	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !isLoopback(u.Hostname()):
+		return nil, ErrInsecureURL
 	case cfg.ClientID == "":
 		return nil, errors.New("token: client credentials: no ClientID")
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if cfg.HTTPClient != nil {
+		c := *cfg.HTTPClient
+		hc = &c
 	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &clientCredentials{
 		conf: &clientcredentials.Config{
 			ClientID:       cfg.ClientID,
@@ -79,6 +173,18 @@ type clientCredentials struct {
 
 func (s *clientCredentials) Fetch(ctx context.Context) (Token, error) {
 	t, err := s.conf.Token(context.WithValue(ctx, oauth2.HTTPClient, s.hc))
+	if re, ok := errors.AsType[*oauth2.RetrieveError](err); ok {
+		// Not wrapped: its body is the endpoint's text, whole, and its
+		// response holds the request, whose form may carry the secret.
+		e := &EndpointError{Code: sanitize(re.ErrorCode, s.conf.ClientSecret), Text: sanitize(re.ErrorDescription, s.conf.ClientSecret)}
+		if re.Response != nil {
+			e.StatusCode = re.Response.StatusCode
+		}
+		if e.Code == "" && e.Text == "" {
+			e.Text = sanitize(string(re.Body), s.conf.ClientSecret)
+		}
+		return Token{}, fmt.Errorf("client credentials: %w", e)
+	}
 	if err != nil {
 		return Token{}, fmt.Errorf("client credentials: %w", err)
 	}

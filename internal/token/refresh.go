@@ -157,6 +157,7 @@ func (c *Cache) acquire(ctx context.Context, prev, owner string) (acquired, erro
 	sent := c.cfg.Now()
 	res, err := acquireScript.Run(ctx, c.rdb, c.keys,
 		owner, c.cfg.LockTTL.Milliseconds(), prev, c.cfg.RefreshBefore.Milliseconds(),
+		max(c.cfg.LockTTL, c.cfg.FailureBackoff).Milliseconds(),
 	).Slice()
 	if err != nil {
 		return acquired{}, fmt.Errorf("acquire refresh lock: %w", err)
@@ -172,6 +173,14 @@ func (c *Cache) acquire(ctx context.Context, prev, owner string) (acquired, erro
 		}
 		return acquired{e: entry{value: v, expires: sent.Add(ttl), read: sent}}, nil
 	case int64(2):
+		return acquired{locked: true}, nil
+	case int64(4):
+		var ms int64
+		if len(res) == 2 {
+			ms, _ = res[1].(int64)
+		}
+		tracing.Log(ctx, c.log).Warn("token refresh lock taken over: its lease was longer than any refresh sets, or it had none",
+			zap.Duration("lease_left", time.Duration(ms)*time.Millisecond), zap.Duration("longest_lease", max(c.cfg.LockTTL, c.cfg.FailureBackoff)))
 		return acquired{locked: true}, nil
 	case int64(3):
 		var a acquired
@@ -239,18 +248,7 @@ func (c *Cache) fetch(ctx context.Context, owner string) (entry, error) {
 // lifetime checks a token from the Source and returns how long to keep it:
 // its expires_in, capped at maxLifetime, less Skew.
 func (c *Cache) lifetime(tok Token) (time.Duration, error) {
-	switch {
-	case tok.Value == "":
-		return 0, fmt.Errorf("%w: empty value", ErrBadToken)
-	case tok.ExpiresIn <= 0:
-		return 0, fmt.Errorf("%w: no lifetime (expires_in)", ErrBadToken)
-	}
-	l := min(tok.ExpiresIn, maxLifetime) - c.cfg.Skew
-	if l <= c.cfg.RefreshBefore {
-		return 0, fmt.Errorf("%w: lifetime %v is not longer than Skew + RefreshBefore (%v)",
-			ErrBadToken, tok.ExpiresIn, c.cfg.Skew+c.cfg.RefreshBefore)
-	}
-	return l, nil
+	return lifetime(tok, c.cfg.Skew, c.cfg.RefreshBefore)
 }
 
 // release gives the lock back (after backoff, if not zero) on a context

@@ -36,14 +36,25 @@ return {v, ttl}
 // acquireScript re-checks the token and, when it still needs replacing,
 // takes the refresh lock, in one step.
 //
+// A lock that no refresh can have set is stale, and taken over: one that
+// never expires, one of another type than a string, or one whose
+// remaining lease is longer than the longest a Cache sets (ARGV[5], the
+// larger of LockTTL and FailureBackoff). So a lock set by hand (or by a
+// Redis user that should not have been able to) with a lease of a day
+// holds the refreshes up for one fallback interval, not a day. A replica
+// configured with a shorter lease than another's may take over the
+// other's lock: that costs one more fetch, never a wrong token.
+//
 // KEYS[1] token, KEYS[2] lock
 // ARGV[1] owner ID, ARGV[2] lock TTL in ms, ARGV[3] the token the caller
-// wants replaced ("" when it saw none), ARGV[4] RefreshBefore in ms
+// wants replaced ("" when it saw none), ARGV[4] RefreshBefore in ms,
+// ARGV[5] the longest lease a refresh sets, in ms
 //
 // Returns {1, token, PTTL in ms} when the token needs no refresh (it differs
 // from ARGV[3], or has more than ARGV[4] left); {2} when the caller now holds
 // the lock and must refresh; {3, lock PTTL in ms} when another owner holds
-// the lock.
+// the lock; {4, the stale lock's PTTL in ms (-1: none)} when the caller took
+// over a stale lock and must refresh.
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -52,10 +63,17 @@ if v then
     return {1, v, ttl}
   end
 end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local t = redis.call('TYPE', KEYS[2])['ok']
+if t == 'none' then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   return {2}
 end
-return {3, redis.call('PTTL', KEYS[2])}
+local lttl = redis.call('PTTL', KEYS[2])
+if t ~= 'string' or lttl < 0 or lttl > tonumber(ARGV[5]) then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  return {4, lttl}
+end
+return {3, lttl}
 `)
 
 // storeScript stores a new token, releases the caller's lock (if it still

@@ -63,7 +63,7 @@ var (
 	// ErrUnavailable is returned by Get when no token could be had: a wait
 	// for a refresh outlasted Config.WaitTimeout or the caller's context,
 	// the Source failed, or Redis could not be read and there was no valid
-	// local copy. It wraps the cause (for example a *oauth2.RetrieveError,
+	// local copy. It wraps the cause (for example an *EndpointError,
 	// a Redis error or context.DeadlineExceeded).
 	//
 	// Callers should treat it as retryable: back off and try again (in a

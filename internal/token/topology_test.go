@@ -61,7 +61,7 @@ func exerciseTokens(t *testing.T, url, key string) {
 	rdb := conntest.Client(t, url)
 	require.NoError(t, rdb.Del(ctx, key).Err())
 	require.NoError(t, rdb.Set(ctx, lockKey(key), "refresher", time.Minute).Err())
-	c := topologyReplica(t, url, noFetch(t), Config{Key: key, FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second})
+	c := topologyReplica(t, url, noFetch(t), Config{Key: key, FallbackMin: 10 * time.Second, FallbackMax: 10 * time.Second, LockTTL: time.Minute})
 	res := make(chan string, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -17,11 +17,13 @@ package tracing
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/tasks"
@@ -181,4 +183,72 @@ func ExtractEnv(ctx context.Context, getenv func(string) string) context.Context
 	}
 	ctx, _ = Extract(ctx, &tasks.TraceContext{Traceparent: tp, Tracestate: getenv("TRACESTATE")})
 	return ctx
+}
+
+// MaxStartAttributeLen is the longest string attribute value that a
+// tracer provider of [LimitStartAttributes] lets a span start with, in
+// bytes: far above a route's path or a user agent of any client, far below
+// the 64 KiB of headers a request may carry.
+const MaxStartAttributeLen = 1024
+
+// LimitStartAttributes returns tp with its tracers cutting every string
+// attribute value given at a span's start (trace.WithAttributes) to n
+// bytes, at a UTF-8 boundary; n below 1 is [MaxStartAttributeLen]. It is
+// for instrumentation that copies a request's path, query and headers into
+// its spans (otelhttp: url.path, user_agent.original, client.address),
+// whatever span limits tp has. It returns nil for a nil tp. It is safe for
+// concurrent use when tp is.
+func LimitStartAttributes(tp trace.TracerProvider, n int) trace.TracerProvider {
+	if tp == nil {
+		return nil
+	}
+	if n < 1 {
+		n = MaxStartAttributeLen
+	}
+	return limitedProvider{tp: tp, n: n}
+}
+
+type limitedProvider struct {
+	embedded.TracerProvider
+	tp trace.TracerProvider
+	n  int
+}
+
+func (p limitedProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return limitedTracer{t: p.tp.Tracer(name, opts...), n: p.n}
+}
+
+type limitedTracer struct {
+	embedded.Tracer
+	t trace.Tracer
+	n int
+}
+
+func (t limitedTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	cfg := trace.NewSpanStartConfig(opts...)
+	attrs := cfg.Attributes()
+	long := false
+	for _, a := range attrs {
+		long = long || a.Value.Type() == attribute.STRING && len(a.Value.AsString()) > t.n
+	}
+	if !long {
+		return t.t.Start(ctx, name, opts...)
+	}
+	// The options, rebuilt: a second WithAttributes would only add to
+	// the long values.
+	cut := make([]attribute.KeyValue, len(attrs))
+	for i, a := range attrs {
+		if s := a.Value.AsString(); a.Value.Type() == attribute.STRING && len(s) > t.n {
+			a = a.Key.String(strings.ToValidUTF8(s[:t.n], ""))
+		}
+		cut[i] = a
+	}
+	opts = []trace.SpanStartOption{trace.WithAttributes(cut...), trace.WithLinks(cfg.Links()...), trace.WithSpanKind(cfg.SpanKind())}
+	if cfg.NewRoot() {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	if ts := cfg.Timestamp(); !ts.IsZero() {
+		opts = append(opts, trace.WithTimestamp(ts))
+	}
+	return t.t.Start(ctx, name, opts...)
 }

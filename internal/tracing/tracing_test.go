@@ -228,3 +228,32 @@ func TestRecordError(t *testing.T) {
 	assert.Equal(t, codes.Unset, ended[1].Status().Code)
 	assert.Empty(t, ended[1].Events())
 }
+
+// LimitStartAttributes cuts long string attributes given at a span's start,
+// at a UTF-8 boundary, and keeps the rest of the options as they were.
+func TestLimitStartAttributes(t *testing.T) {
+	t.Parallel()
+	assert.Nil(t, tracing.LimitStartAttributes(nil, 10))
+	rec := tracetest.NewSpanRecorder()
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+	tr := tracing.LimitStartAttributes(sdk, 5).Tracer("test")
+
+	_, short := tr.Start(t.Context(), "short", trace.WithAttributes(attribute.String("a", "12345")))
+	short.End()
+	link := trace.Link{SpanContext: short.SpanContext()}
+	_, long := tr.Start(t.Context(), "long", trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(), trace.WithLinks(link),
+		trace.WithAttributes(attribute.String("path", "/pqrä/and/more"), attribute.Int("n", 123456789), attribute.String("s", "ok")))
+	long.End()
+
+	ended := rec.Ended()
+	require.Len(t, ended, 2)
+	assert.Equal(t, []attribute.KeyValue{attribute.String("a", "12345")}, ended[0].Attributes())
+	got := ended[1]
+	assert.Equal(t, []attribute.KeyValue{attribute.String("path", "/pqr"), attribute.Int("n", 123456789), attribute.String("s", "ok")},
+		got.Attributes(), "cut before the split ä; other types as they were")
+	assert.Equal(t, trace.SpanKindServer, got.SpanKind())
+	require.Len(t, got.Links(), 1)
+	assert.Equal(t, short.SpanContext().SpanID(), got.Links()[0].SpanContext.SpanID())
+	assert.False(t, got.Parent().IsValid())
+}

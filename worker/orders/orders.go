@@ -76,18 +76,18 @@ type Order struct {
 	Remark string `json:"remark"`
 	// Items are the order's lines; never nil when read from the store.
 	Items []Item `json:"items"`
-	// Version starts at 1 and goes up by one with every entry of the
-	// order's history: every write to the order, and every note of an
-	// [Annotator], which changes no other field. A version is thus the
-	// position of its entry in the history (the history's cursor).
+	// Version starts at 1 and goes up by one with every write to the
+	// order (not with a note of an [Annotator], which changes nothing of
+	// the order). A version is thus the position of its write in the
+	// history (the history's cursor).
 	Version int64 `json:"version"`
 	// ExchangedTo is the replacement order, set when Status is exchanged.
 	ExchangedTo string `json:"exchanged_to,omitempty"`
 	// ExchangedFrom is the order this one replaced, if any.
 	ExchangedFrom string `json:"exchanged_from,omitempty"`
 	// UpdatedAt is the store's clock (Redis TIME for the Redis store) at the
-	// last write or note (when Version last went up), in UTC with
-	// microsecond precision.
+	// last write (when Version last went up), in UTC with microsecond
+	// precision.
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -152,7 +152,9 @@ type Entry struct {
 	StartedAt time.Time `json:"started_at"`
 	// EndedAt is the store's clock when the write was applied.
 	EndedAt time.Time `json:"ended_at"`
-	// Version is the order's version after the write.
+	// Version is the order's version after the write; for a note, the
+	// order's version when the note was written (the note follows the
+	// write of that version).
 	Version int64 `json:"version"`
 	// Detail says what changed, for people: "changed address, items",
 	// "exchanged to SO2", "created from SO1 by event E"; for a note,
@@ -206,9 +208,10 @@ type Result struct {
 // the event ID with its outcome, all at once: a write refused as stale
 // records nothing, so that it applies under a fresh fence.
 //
-// The versions number the history's entries, one each, with no gap: the
+// The versions number the history's writes, one each, with no gap: the
 // history's cursor (HistoryQuery.After) is a version. A store that also
-// records notes ([Annotator]) gives each note a version of its own.
+// records notes ([Annotator]) shows each note after the write of its
+// version, on that write's page.
 type Store interface {
 	// Get returns the order. It returns ErrNotFound when there is none.
 	Get(ctx context.Context, orderNo string) (Order, error)
@@ -259,15 +262,17 @@ type Store interface {
 type Annotator interface {
 	// Annotate appends an entry of type TypeNote to order orderNo's
 	// history: Worker is n.By, Detail is n.Detail(), EventID is empty and
-	// Fence and Seq are 0; StartedAt and EndedAt are the store's clock.
-	// Like every entry it bumps the order's version (Entry.Version is the
-	// new one) and sets UpdatedAt, and it changes no other field: not the
-	// order's data, nor its newest fence or position, nor its applied
-	// events, so that the refusals of Modify and Exchange (dedupe,
-	// ErrPassed, ErrStaleFence) are as they were. It is neither fenced nor
-	// idempotent: each call appends an entry. It returns ErrNotFound when
-	// there is no such order (a note never creates one), and ErrInvalid
-	// for a note that [CheckNote] refuses.
+	// Fence and Seq are 0; StartedAt and EndedAt are the store's clock;
+	// Version is the order's version (the note shows after the write of
+	// that version). It changes nothing of the order: not its data,
+	// version or UpdatedAt, nor its newest fence or position, nor its
+	// applied events, so that the refusals of Modify and Exchange
+	// (dedupe, ErrPassed, ErrStaleFence) are as they were. Notes are kept
+	// apart from the writes: however many notes come, none pushes a write
+	// out of the history (a store bounds its notes on their own). It is
+	// neither fenced nor idempotent: each call appends an entry. It
+	// returns ErrNotFound when there is no such order (a note never
+	// creates one), and ErrInvalid for a note that [CheckNote] refuses.
 	Annotate(ctx context.Context, orderNo string, n Note) error
 }
 
@@ -338,7 +343,8 @@ type HistoryQuery struct {
 	// After is the cursor: the Version of the last entry of the previous
 	// page (HistoryPage.Next). 0 starts at the oldest entry kept.
 	After int64
-	// Limit is the most entries the page holds: 1 to MaxHistoryPage.
+	// Limit is the most writes the page holds: 1 to MaxHistoryPage; the
+	// notes of an [Annotator] come with the write they follow, on top.
 	// Defaults to DefaultHistoryPage; a larger value is cut to
 	// MaxHistoryPage.
 	Limit int

@@ -1,7 +1,8 @@
 // Package orderstore chooses and builds the order store of every binary
 // from its settings: ORDER_STORE picks the Redis store (under KEY_PREFIX) or
 // the HTTP store (the upstream order API, with the access token shared
-// through a token cache on the same Redis). The worker writes through the
+// through a token cache on the same Redis for the workers, in the process
+// for the others). The worker writes through the
 // store it opens, and the intake, the CLI's order commands and the demo read
 // (and put) through theirs, so with the same settings they all see the same
 // orders.
@@ -45,6 +46,7 @@ type Settings struct {
 	OrderAPIURL        string
 	OrderAPITimeout    time.Duration
 	TokenURL           string
+	TokenAllowHTTP     bool
 	TokenClientID      string
 	TokenClientSecret  string
 	TokenScopes        []string
@@ -61,6 +63,7 @@ func Declare(s *config.Set, c *Settings) {
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
 	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", httpstore.DefaultTimeout, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
 	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.Bool(&c.TokenAllowHTTP, "token-allow-insecure-http", "TOKEN_ALLOW_INSECURE_HTTP", false, "let TOKEN_URL be http:// to a host that is not loopback, sending the client secret in clear text; without it TOKEN_URL must be https://, or http:// to localhost or a loopback address")
 	s.String(&c.TokenClientID, "token-client-id", "TOKEN_CLIENT_ID", "", "OAuth2 client ID; required with ORDER_STORE=http")
 	s.String(&c.TokenClientSecret, "token-client-secret", "TOKEN_CLIENT_SECRET", "", "OAuth2 client secret").Secret()
 	s.StringList(&c.TokenScopes, "token-scopes", "TOKEN_SCOPES", nil, "OAuth2 scopes to request, comma-separated")
@@ -104,6 +107,13 @@ type Hooks struct {
 	OnWait func(d time.Duration)
 	// TracerProvider is httpstore.Config.TracerProvider: nil, tracing off.
 	TracerProvider trace.TracerProvider
+	// SharedToken is true for the workers: the HTTP store's access token
+	// is then shared by every worker through Redis (token.Cache, under the
+	// workers' ACL rule). Otherwise (the intake, the dashboard, the command
+	// line, which only read through the order API) each process keeps a
+	// token of its own in memory (token.Local), and its Redis user needs,
+	// and has, no right on the workers' token.
+	SharedToken bool
 }
 
 // Store is an order store that Open built. Close releases what it holds.
@@ -121,8 +131,9 @@ func (s *Store) Close() error {
 }
 
 // Open builds the order store that c names, on rdb under the key prefix
-// prefix: the Redis store's keys, or the HTTP store's shared token (at
-// <prefix>token:{upstream}, shared with every process of the deployment).
+// prefix: the Redis store's keys, or the HTTP store, with the workers'
+// shared token (at <prefix>token:{upstream}) when hooks.SharedToken says
+// so, and a token of the process's own otherwise.
 // It starts nothing in the background until the store is used. It returns
 // an error for settings that fail [Settings.Check] or that a store refuses
 // (a prefix with a brace, a bad URL); the error carries no secret.
@@ -139,21 +150,33 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 		return &Store{Store: s, close: func() {}}, nil
 	}
 	src, err := token.ClientCredentials(token.ClientCredentialsConfig{
-		TokenURL:     c.TokenURL,
-		ClientID:     c.TokenClientID,
-		ClientSecret: c.TokenClientSecret,
-		Scopes:       c.TokenScopes,
+		TokenURL:          c.TokenURL,
+		ClientID:          c.TokenClientID,
+		ClientSecret:      c.TokenClientSecret,
+		Scopes:            c.TokenScopes,
+		AllowInsecureHTTP: c.TokenAllowHTTP,
 	})
+	if errors.Is(err, token.ErrInsecureURL) {
+		return nil, fmt.Errorf("config: TOKEN_URL (-token-url): %w; use https, or set TOKEN_ALLOW_INSECURE_HTTP=true (-token-allow-insecure-http)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := token.New(rdb, src, token.Config{
-		Key:           prefix + "token:{upstream}",
-		RefreshBefore: c.TokenRefreshBefore,
-		WaitTimeout:   c.TokenWaitTimeout,
-		OnRefresh:     hooks.OnRefresh,
-		OnWait:        hooks.OnWait,
-	}, log)
+	var tokens interface {
+		httpstore.TokenSource
+		Close() error
+	}
+	if hooks.SharedToken {
+		tokens, err = token.New(rdb, src, token.Config{
+			Key:           prefix + "token:{upstream}",
+			RefreshBefore: c.TokenRefreshBefore,
+			WaitTimeout:   c.TokenWaitTimeout,
+			OnRefresh:     hooks.OnRefresh,
+			OnWait:        hooks.OnWait,
+		}, log)
+	} else {
+		tokens, err = token.NewLocal(src, token.LocalConfig{RefreshBefore: c.TokenRefreshBefore, WaitTimeout: c.TokenWaitTimeout})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -167,4 +190,7 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	}}, nil
 }
 
-var _ httpstore.TokenSource = (*token.Cache)(nil)
+var (
+	_ httpstore.TokenSource = (*token.Cache)(nil)
+	_ httpstore.TokenSource = (*token.Local)(nil)
+)

@@ -37,6 +37,8 @@ const (
 	DefaultDedupeRetention = 7 * 24 * time.Hour
 	// DefaultHistoryMax is the default of Config.HistoryMax.
 	DefaultHistoryMax = 1000
+	// DefaultNotesMax is the default of Config.NotesMax.
+	DefaultNotesMax = 100
 )
 
 // Config tunes a [Store]. The zero value is ready to use.
@@ -75,6 +77,12 @@ type Config struct {
 	// oldest first, two at most on each write to the order. Defaults to 0:
 	// no age limit.
 	HistoryMaxAge time.Duration
+
+	// NotesMax is how many notes ([Store.Annotate]) an order keeps, apart
+	// from its writes: each note past it drops the oldest note, never a
+	// write, so that however many notes come, the history keeps every
+	// write HistoryMax allows. Defaults to 100.
+	NotesMax int
 }
 
 // Store is the [orders.Store] backed by Redis. It works on a single server and
@@ -90,6 +98,13 @@ type Config struct {
 //	                        and fence (the newest fence seen, decimal)
 //	ow:order:{SO1}:history  list of history entries, oldest first, at most
 //	                        HistoryMax (see encodeEntry for their form)
+//	ow:order:{SO1}:notes    list of the order's notes (Annotate), oldest
+//	                        first, at most NotesMax, in the entries' form;
+//	                        a note's version is the order's when it was
+//	                        written. The only key of an order that the
+//	                        operators' Redis users may write (see
+//	                        internal/acl): the hash and the history are
+//	                        the workers'
 //	ow:order:{SO1}:ev:<k>   hash: the events applied in bucket k of width
 //	                        DedupeRetention (k = Unix ms / width): the first
 //	                        8 bytes of SHA-1 of the event ID (raw) -> its
@@ -100,7 +115,8 @@ type Config struct {
 //	ow:order:{SO1}:claim    string "FROM\nEVENT" with a TTL while an exchange
 //	                        of order FROM by EVENT is creating SO1
 //
-// Memory is bounded: an order keeps at most HistoryMax entries, and an
+// Memory is bounded: an order keeps at most HistoryMax entries and
+// NotesMax notes, and an
 // event's record lasts between one and two DedupeRetention. A
 // [Store.Put] keeps the fence and the recorded events of the order it
 // replaces.
@@ -115,6 +131,7 @@ type Store struct {
 	retention time.Duration
 	histMax   int
 	histAge   time.Duration
+	notesMax  int
 	now       func() time.Time
 }
 
@@ -136,6 +153,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		retention: cmp.Or(cfg.DedupeRetention, DefaultDedupeRetention),
 		histMax:   cmp.Or(cfg.HistoryMax, DefaultHistoryMax),
 		histAge:   cfg.HistoryMaxAge,
+		notesMax:  cmp.Or(cfg.NotesMax, DefaultNotesMax),
 		now:       time.Now,
 	}
 	switch {
@@ -149,6 +167,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: history max %d is below 1", s.histMax)
 	case s.histAge < 0:
 		return nil, fmt.Errorf("redisstore: negative history max age %v", s.histAge)
+	case s.notesMax < 1:
+		return nil, fmt.Errorf("redisstore: notes max %d is below 1", s.notesMax)
 	}
 	return s, nil
 }
@@ -158,6 +178,9 @@ func (s *Store) orderKey(no string) string { return s.prefix + "order:{" + no + 
 
 // historyKey is the list of order no's history entries.
 func (s *Store) historyKey(no string) string { return s.orderKey(no) + ":history" }
+
+// notesKey is the list of order no's notes.
+func (s *Store) notesKey(no string) string { return s.orderKey(no) + ":notes" }
 
 // claimKey reserves order number no for the exchange that will create it.
 func (s *Store) claimKey(no string) string { return s.orderKey(no) + ":claim" }
@@ -468,51 +491,63 @@ append(KEYS[2], 'p', '', '0', ARGV[1], ARGV[2], t, v, '', ARGV[3], ARGV[4], ARGV
 return v
 `)
 
-// annotateScript appends a note to an existing order's history: it bumps
-// the version and updated_at and changes nothing else (no field, no fence,
-// no position, no event).
+// annotateScript appends a note to an existing order's notes, at the
+// order's version: it writes the notes list and nothing else (no field of
+// the order, no history entry, no fence, position or event), so that a Redis
+// user that may write only the notes (internal/acl) can run it.
 //
-// KEYS[1] order hash, KEYS[2] history list
+// KEYS[1] order hash (read), KEYS[2] notes list
 // ARGV[1] the principal (the entry's worker), ARGV[2] the note's text (the
-// entry's detail), ARGV[3] history max, ARGV[4] history max age (µs, "0"
-// for none)
+// entry's detail), ARGV[3] notes max
 //
-// Returns the new version, or 0 when there is no such order.
+// Returns 1, or 0 when there is no such order.
 var annotateScript = redis.NewScript(luaLib + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-local t = now()
-redis.call('HSET', KEYS[1], 'updated_at', t)
-append(KEYS[2], 'n', '', '0', ARGV[1], '', t, v, '', ARGV[2], ARGV[3], ARGV[4])
-return v
+local v = redis.call('HGET', KEYS[1], 'version')
+if not v then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  v = '0'
+end
+append(KEYS[2], 'n', '', '0', ARGV[1], '', now(), tonumber(v) or 0, '', ARGV[2], ARGV[3], '0')
+return 1
 `)
 
-// historyScript reads a page of an order's history.
+// historyScript reads a page of an order's history: its writes, and the
+// notes that follow them.
 //
-// KEYS[1] order hash, KEYS[2] history list
+// KEYS[1] order hash, KEYS[2] history list, KEYS[3] notes list
 // ARGV[1] the version after which the page starts (0: the oldest kept),
-// ARGV[2] the page's size
+// ARGV[2] the page's size (in writes)
 //
-// Returns {} when there is no such order, else {more, entries...}: more is
-// "1" when entries follow the page. It only reads, and runs with EVALSHA_RO,
-// so that a Redis user with read-only access to the keys (%R~) may run it.
+// Returns {} when there is no such order, else {more, count, entries...,
+// notes...}: more is "1" when entries follow the page, count the number of
+// entries, then the entries and the notes the page takes: those of a
+// version after ARGV[1] and, when more is "1", not after the page's last
+// entry's. It only reads, and runs with EVALSHA_RO, so that a Redis user
+// with read-only access to the keys (%R~) may run it.
 var historyScript = redis.NewScript(luaLib + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
-local first = redis.call('LINDEX', KEYS[2], 0)
-if not first then return {'0'} end
-local v0 = entry_at(first, 8)
-local start = 0
 local after = tonumber(ARGV[1])
-if after >= v0 then start = after - v0 + 1 end
-if start >= redis.call('LLEN', KEYS[2]) then return {'0'} end
 local size = tonumber(ARGV[2])
-local page = redis.call('LRANGE', KEYS[2], start, start + size)
-local r = {'0'}
-if #page > size then
-  r[1] = '1'
-  page[#page] = nil
+local page = {}
+local first = redis.call('LINDEX', KEYS[2], 0)
+if first then
+  local v0 = entry_at(first, 8)
+  local start = 0
+  if after >= v0 then start = after - v0 + 1 end
+  if start < redis.call('LLEN', KEYS[2]) then page = redis.call('LRANGE', KEYS[2], start, start + size) end
 end
+local more, upto = '0', nil
+if #page > size then
+  more = '1'
+  page[#page] = nil
+  upto = entry_at(page[#page], 8)
+end
+local r = {more, #page}
 for _, e in ipairs(page) do r[#r + 1] = e end
+for _, n in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local v = entry_at(n, 8)
+  if v and v > after and (not upto or v <= upto) then r[#r + 1] = n end
+end
 return r
 `)
 
@@ -536,34 +571,80 @@ func (s *Store) Get(ctx context.Context, orderNo string) (orders.Order, error) {
 	return o, nil
 }
 
-// History returns a page of the order's history, oldest first: the entries
-// after version q.After. It returns orders.ErrNotFound when there is no such
-// order, and orders.ErrInvalid for a malformed order number. The page is read in
-// one round trip.
+// History returns a page of the order's history, oldest first: the writes
+// after version q.After, at most q.Limit of them, each followed by the
+// notes written at its version (a note's version is the order's when it
+// was written), and the notes of a version after q.After but before the
+// oldest write kept first. So a page holds up to q.Limit writes and
+// NotesMax notes. It returns orders.ErrNotFound when there is no such
+// order, and orders.ErrInvalid for a malformed order number. The page is
+// read in one round trip.
 func (s *Store) History(ctx context.Context, orderNo string, q orders.HistoryQuery) (orders.HistoryPage, error) {
 	if err := orders.CheckOrderNo(orderNo); err != nil {
 		return orders.HistoryPage{}, fmt.Errorf("history: %w", err)
 	}
 	q = q.WithDefaults()
-	res, err := historyScript.RunRO(ctx, s.rdb, []string{s.orderKey(orderNo), s.historyKey(orderNo)}, q.After, q.Limit).StringSlice()
+	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo), s.notesKey(orderNo)}
+	res, err := historyScript.RunRO(ctx, s.rdb, keys, q.After, q.Limit).Slice()
 	if err != nil {
 		return orders.HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, err)
 	}
 	if len(res) == 0 {
 		return orders.HistoryPage{}, fmt.Errorf("history %s: %w", orderNo, orders.ErrNotFound)
 	}
-	page := orders.HistoryPage{Entries: make([]orders.Entry, 0, len(res)-1)}
-	for i, line := range res[1:] {
-		e, err := decodeEntry(line)
-		if err != nil {
-			return orders.HistoryPage{}, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
-		}
-		page.Entries = append(page.Entries, e)
+	var more string
+	var count int64
+	ok := len(res) >= 2
+	if ok {
+		more, _ = res[0].(string)
+		count, ok = res[1].(int64)
 	}
-	if res[0] == "1" && len(page.Entries) > 0 {
-		page.Next = page.Entries[len(page.Entries)-1].Version
+	if !ok || count < 0 || int(count) > len(res)-2 {
+		return orders.HistoryPage{}, fmt.Errorf("history %s: unexpected reply", orderNo)
+	}
+	decode := func(lines []any) ([]orders.Entry, error) {
+		out := make([]orders.Entry, 0, len(lines))
+		for i, l := range lines {
+			line, _ := l.(string)
+			e, err := decodeEntry(line)
+			if err != nil {
+				return nil, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	writes, err := decode(res[2 : 2+count])
+	if err != nil {
+		return orders.HistoryPage{}, err
+	}
+	notes, err := decode(res[2+count:])
+	if err != nil {
+		return orders.HistoryPage{}, err
+	}
+	page := orders.HistoryPage{Entries: merge(writes, notes)}
+	if more == "1" && len(writes) > 0 {
+		page.Next = writes[len(writes)-1].Version
 	}
 	return page, nil
+}
+
+// merge puts each note after the write of its version, and the notes of a
+// version before the first write's first, keeping the order of each list.
+func merge(writes, notes []orders.Entry) []orders.Entry {
+	if len(notes) == 0 {
+		return writes
+	}
+	out := make([]orders.Entry, 0, len(writes)+len(notes))
+	n := 0
+	for _, w := range writes {
+		for n < len(notes) && notes[n].Version < w.Version {
+			out = append(out, notes[n])
+			n++
+		}
+		out = append(out, w)
+	}
+	return append(out, notes[n:]...)
 }
 
 // Put creates or replaces order o.No with o's status (active when empty),
@@ -598,22 +679,23 @@ func (s *Store) Put(ctx context.Context, o orders.Order) error {
 }
 
 // Annotate appends a note to order orderNo's history, in one round trip: an
-// entry of type orders.TypeNote with n.By as its worker and n.Detail() as
-// its detail, at a bumped version (see [orders.Annotator]). It changes no
-// field of the order but its version and updated_at, and neither its fence,
-// position nor recorded events. It returns orders.ErrNotFound when there is
-// no such order, and orders.ErrInvalid for a note that orders.CheckNote
-// refuses.
+// entry of type orders.TypeNote with n.By as its worker, n.Detail() as its
+// detail and the order's version (see [orders.Annotator]). It writes only
+// the order's notes list: no field of the order, not its version, fence,
+// position or recorded events, and no entry of its writes' history, which a
+// note never pushes out (the notes have their own cap, Config.NotesMax). It
+// returns orders.ErrNotFound when there is no such order, and
+// orders.ErrInvalid for a note that orders.CheckNote refuses.
 func (s *Store) Annotate(ctx context.Context, orderNo string, n orders.Note) error {
 	if err := orders.CheckNote(orderNo, n); err != nil {
 		return fmt.Errorf("annotate: %w", err)
 	}
-	keys := []string{s.orderKey(orderNo), s.historyKey(orderNo)}
-	v, err := annotateScript.Run(ctx, s.rdb, keys, n.By, n.Detail(), s.histMax, s.histAge.Microseconds()).Int64()
+	keys := []string{s.orderKey(orderNo), s.notesKey(orderNo)}
+	ok, err := annotateScript.Run(ctx, s.rdb, keys, n.By, n.Detail(), s.notesMax).Int64()
 	if err != nil {
 		return fmt.Errorf("annotate %s: %w", orderNo, err)
 	}
-	if v == 0 {
+	if ok == 0 {
 		return fmt.Errorf("annotate %s: %w", orderNo, orders.ErrNotFound)
 	}
 	return nil

@@ -979,8 +979,9 @@ func TestOlderPositionRefused(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// A note is an entry of its own, at a bumped version, in one script: the
-// order's fields, fence, position and events stay as they were.
+// A note is an entry of its own, at the order's version, in one script
+// that writes the notes list only: the order's hash and its writes'
+// history stay as they were.
 func TestAnnotate(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -990,28 +991,24 @@ func TestAnnotate(t *testing.T) {
 	require.NoError(t, err)
 	before, err := s.rdb.HGetAll(ctx, s.orderKey("SO1")).Result()
 	require.NoError(t, err)
+	hbefore, err := s.rdb.LRange(ctx, s.historyKey("SO1"), 0, -1).Result()
+	require.NoError(t, err)
 
 	require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: "alice", Action: "hold", Reason: "customer called"}))
 	after, err := s.rdb.HGetAll(ctx, s.orderKey("SO1")).Result()
 	require.NoError(t, err)
-	assert.Equal(t, "3", after["version"])
-	assert.NotEqual(t, before["updated_at"], after["updated_at"])
-	for _, f := range []string{"version", "updated_at"} {
-		delete(before, f)
-		delete(after, f)
-	}
-	assert.Equal(t, before, after, "a note changes no field but the version and updated_at")
+	assert.Equal(t, before, after, "a note changes nothing of the order")
+	hafter, err := s.rdb.LRange(ctx, s.historyKey("SO1"), 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, hbefore, hafter, "nor its writes' history")
 
 	h, err := orders.AllHistory(ctx, s, "SO1")
 	require.NoError(t, err)
 	require.Len(t, h, 3)
 	assert.Equal(t, orders.Entry{
-		Type: orders.TypeNote, Worker: "alice", Version: 3, Detail: "hold by alice: customer called",
+		Type: orders.TypeNote, Worker: "alice", Version: 2, Detail: "hold by alice: customer called",
 		StartedAt: h[2].EndedAt, EndedAt: h[2].EndedAt,
 	}, h[2])
-	o, err := s.Get(ctx, "SO1")
-	require.NoError(t, err)
-	assert.Equal(t, h[2].EndedAt, o.UpdatedAt)
 
 	// The write's position and event are still the newest: a repeat is a
 	// replay, an older position is passed.
@@ -1023,7 +1020,7 @@ func TestAnnotate(t *testing.T) {
 
 	err = s.Annotate(ctx, "SO404", orders.Note{By: "alice", Action: "hold"})
 	assert.ErrorIs(t, err, orders.ErrNotFound)
-	n, err := s.rdb.Exists(ctx, s.orderKey("SO404"), s.historyKey("SO404")).Result()
+	n, err := s.rdb.Exists(ctx, s.orderKey("SO404"), s.historyKey("SO404"), s.notesKey("SO404")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a note never creates an order")
 }
@@ -1057,26 +1054,74 @@ func TestAnnotateInvalid(t *testing.T) {
 	assert.Equal(t, int64(1), o.Version, "nothing was written")
 }
 
-// Notes count toward HistoryMax like any entry, and paging still follows
-// the versions once the oldest entries are dropped.
-func TestAnnotateHistoryMax(t *testing.T) {
+// Notes have their own cap: a flood of them drops the oldest notes, never
+// a write, and paging still follows the writes' versions once the oldest
+// writes are dropped.
+func TestAnnotateNotesMax(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 3})
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 3, NotesMax: 2})
 	require.NoError(t, err)
 	ctx := t.Context()
 	storetest.Seed(t, s, "SO1")
 	for i := range 4 {
+		_, err := s.Modify(storetest.At(t, baseFence, int64(i+1)), fmt.Sprint("evt-", i), "SO1", orders.Changes{Remark: new(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	for i := range 1002 {
 		require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: "bob", Action: fmt.Sprint("note ", i)}))
 	}
+	n, err := s.rdb.LLen(ctx, s.notesKey("SO1")).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n, "NotesMax")
 	p, err := s.History(ctx, "SO1", orders.HistoryQuery{Limit: 2})
 	require.NoError(t, err)
 	require.Len(t, p.Entries, 2)
-	assert.Equal(t, []int64{3, 4}, []int64{p.Entries[0].Version, p.Entries[1].Version})
+	assert.Equal(t, []int64{3, 4}, []int64{p.Entries[0].Version, p.Entries[1].Version}, "HistoryMax writes, whatever the notes")
 	assert.Equal(t, int64(4), p.Next)
 	p, err = s.History(ctx, "SO1", orders.HistoryQuery{After: p.Next})
 	require.NoError(t, err)
-	require.Len(t, p.Entries, 1)
-	assert.Equal(t, "note 3 by bob", p.Entries[0].Detail)
+	require.Len(t, p.Entries, 3)
+	assert.Equal(t, orders.TypeModify, p.Entries[0].Type)
+	assert.Equal(t, "note 1000 by bob", p.Entries[1].Detail)
+	assert.Equal(t, "note 1001 by bob", p.Entries[2].Detail)
 	assert.Zero(t, p.Next)
+}
+
+// Notes written before the oldest write kept come first, and a page takes
+// the notes of the writes on it only.
+func TestHistoryMergesNotes(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	s, err := New(db.Client, Config{Prefix: db.Prefix, HistoryMax: 2})
+	require.NoError(t, err)
+	ctx := t.Context()
+	storetest.Seed(t, s, "SO1")
+	note := func(what string) { require.NoError(t, s.Annotate(ctx, "SO1", orders.Note{By: "bob", Action: what})) }
+	modify := func(pos int64) {
+		_, err := s.Modify(storetest.At(t, baseFence, pos), fmt.Sprint("evt-", pos), "SO1", orders.Changes{Remark: new("x")})
+		require.NoError(t, err)
+	}
+	note("a") // at 1, whose write is dropped below
+	modify(1)
+	note("b") // at 2
+	note("c")
+	modify(2)
+	note("d") // at 3
+	var got []string
+	q := orders.HistoryQuery{Limit: 1}
+	for {
+		p, err := s.History(ctx, "SO1", q)
+		require.NoError(t, err)
+		var page []string
+		for _, e := range p.Entries {
+			page = append(page, fmt.Sprintf("%s@%d:%s", strings.TrimPrefix(e.Type, "order:"), e.Version, strings.TrimSuffix(e.Detail, " by bob")))
+		}
+		got = append(got, strings.Join(page, " "))
+		if p.Next == 0 {
+			break
+		}
+		q.After = p.Next
+	}
+	assert.Equal(t, []string{"note@1:a modify@2:changed remark note@2:b note@2:c", "modify@3:changed remark note@3:d"}, got)
 }

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orders.Store) {
 		{"HistoryPages", testHistoryPages},
 		{"ConcurrentWrites", testConcurrent},
 		{"AnnotatorNotes", testAnnotate},
+		{"AnnotatorKeepsWrites", testAnnotateKeepsWrites},
 		{"AnnotatorKeepsWriteRules", testAnnotateKeepsRules},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -615,28 +616,33 @@ func annotator(t *testing.T, s orders.Store) orders.Annotator {
 }
 
 // A note is an entry of type TypeNote with the principal as Worker and
-// the note's text as Detail, at a version of its own; it changes no field
-// of the order, pages like any entry, and never creates an order.
+// the note's text as Detail, at the order's version: it follows the write
+// of that version, pages with it, changes nothing of the order (not its
+// version), and never creates an order.
 func testAnnotate(t *testing.T, s orders.Store) {
 	a := annotator(t, s)
 	seeded := Seed(t, s, "SO1")
 	n := orders.Note{By: "alice", Action: "hold", Reason: "customer called"}
 	require.NoError(t, a.Annotate(t.Context(), "SO1", n))
+	assert.Equal(t, seeded, get(t, s, "SO1"), "a note changes nothing of the order")
 	_, err := s.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{Remark: new("after the note")})
 	require.NoError(t, err)
 	require.NoError(t, a.Annotate(t.Context(), "SO1", orders.Note{By: "bob", Action: "resume"}))
 
 	o := get(t, s, "SO1")
-	assert.Equal(t, int64(4), o.Version, "each note bumps the version")
+	assert.Equal(t, int64(2), o.Version, "a note does not bump the version")
 	assert.Equal(t, seeded.Address, o.Address)
 	assert.Equal(t, "after the note", o.Remark)
 	h := history(t, s, "SO1")
 	require.Len(t, h, 4)
 	var versions []int64
+	var types []string
 	for _, e := range h {
 		versions = append(versions, e.Version)
+		types = append(types, e.Type)
 	}
-	assert.Equal(t, []int64{1, 2, 3, 4}, versions)
+	assert.Equal(t, []int64{1, 1, 2, 2}, versions, "each note at the version of the write it follows")
+	assert.Equal(t, []string{orders.TypePut, orders.TypeNote, orders.TypeModify, orders.TypeNote}, types)
 	for _, c := range []struct {
 		e          orders.Entry
 		by, detail string
@@ -648,18 +654,17 @@ func testAnnotate(t *testing.T, s orders.Store) {
 		assert.Zero(t, c.e.Fence)
 		assert.Zero(t, c.e.Seq)
 	}
-	assert.Equal(t, orders.TypeModify, h[2].Type)
 
-	// Pages follow the versions across the notes.
-	p, err := s.History(t.Context(), "SO1", orders.HistoryQuery{Limit: 1, After: 1})
+	// Pages follow the writes' versions, each write with its notes.
+	p, err := s.History(t.Context(), "SO1", orders.HistoryQuery{Limit: 1})
 	require.NoError(t, err)
-	require.Len(t, p.Entries, 1)
-	assert.Equal(t, orders.TypeNote, p.Entries[0].Type)
-	assert.Equal(t, int64(2), p.Next)
+	require.Len(t, p.Entries, 2)
+	assert.Equal(t, []string{orders.TypePut, orders.TypeNote}, []string{p.Entries[0].Type, p.Entries[1].Type})
+	assert.Equal(t, int64(1), p.Next)
 	p, err = s.History(t.Context(), "SO1", orders.HistoryQuery{After: p.Next})
 	require.NoError(t, err)
 	require.Len(t, p.Entries, 2)
-	assert.Equal(t, []int64{3, 4}, []int64{p.Entries[0].Version, p.Entries[1].Version})
+	assert.Equal(t, []string{orders.TypeModify, orders.TypeNote}, []string{p.Entries[0].Type, p.Entries[1].Type})
 	assert.Zero(t, p.Next)
 
 	err = a.Annotate(t.Context(), "SO404", n)
@@ -668,6 +673,25 @@ func testAnnotate(t *testing.T, s orders.Store) {
 	assert.ErrorIs(t, err, orders.ErrNotFound, "a note never creates an order")
 	assert.ErrorIs(t, a.Annotate(t.Context(), "SO1", orders.Note{Action: "hold"}), orders.ErrInvalid, "a note needs a principal")
 	assert.ErrorIs(t, a.Annotate(t.Context(), "SO 1", n), orders.ErrInvalid)
+}
+
+// However many notes come, none pushes a write out of the history: the
+// writes kept are those the store would keep without a note.
+func testAnnotateKeepsWrites(t *testing.T, s orders.Store) {
+	a := annotator(t, s)
+	Seed(t, s, "SO1")
+	_, err := s.Modify(At(t, baseFence, 1), "evt-1", "SO1", orders.Changes{Remark: new("one")})
+	require.NoError(t, err)
+	for i := range 1100 {
+		require.NoError(t, a.Annotate(t.Context(), "SO1", orders.Note{By: "alice", Action: fmt.Sprint("hold ", i)}))
+	}
+	var writes []string
+	for _, e := range history(t, s, "SO1") {
+		if e.Type != orders.TypeNote {
+			writes = append(writes, e.Type)
+		}
+	}
+	assert.Equal(t, []string{orders.TypePut, orders.TypeModify}, writes, "every write is still in the history")
 }
 
 // A note writes no fence, position or event: dedupe, ErrPassed and
