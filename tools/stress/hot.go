@@ -622,9 +622,10 @@ func (r *hotReport) print(out io.Writer, appliedBy map[string]string) {
 	}
 	total := 0
 	for _, no := range slices.Sorted(maps.Keys(r.recovered)) {
-		ids := r.recovered[no]
-		total += len(ids)
-		fmt.Fprintf(out, "               brought back by the recoverer: %d tasks of %s %v", len(ids), no, clipList(ids, 8))
+		n := len(r.recovered[no]) // a task killed twice comes back twice
+		ids := slices.Compact(slices.Sorted(slices.Values(r.recovered[no])))
+		total += n
+		fmt.Fprintf(out, "               brought back by the recoverer: %d tasks of %s (%d times) %v", len(ids), no, n, clipList(ids, 8))
 		// Those the dead worker had applied replayed from the dedupe.
 		var before []string
 		for _, id := range ids {
