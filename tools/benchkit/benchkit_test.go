@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestWindow(t *testing.T) {
 // entry builds a history entry at ms offsets from a fixed time.
 func entry(ev, typ string, fence, version int64, startMs, endMs int) orders.Entry {
 	t0 := time.Unix(1_700_000_000, 0)
-	return orders.Entry{EventID: ev, Type: typ, Fence: fence, Version: version,
+	return orders.Entry{EventID: ev, Type: typ, Fence: fence, Version: version, Worker: "w" + strconv.FormatInt(fence, 10),
 		StartedAt: t0.Add(time.Duration(startMs) * time.Millisecond), EndedAt: t0.Add(time.Duration(endMs) * time.Millisecond)}
 }
 
@@ -82,11 +83,13 @@ func TestAnalyzeClean(t *testing.T) {
 }
 
 func TestAnalyzeViolations(t *testing.T) {
+	sameFence := entry("e3", orders.TypeModify, 20, 4, 9, 10) // same fence, another writer; version skips 3
+	sameFence.Worker = "another"
 	a := Analyze(map[string][]orders.Entry{
 		"SO1": {
 			entry("e1", orders.TypeModify, 10, 1, 0, 5),
 			entry("e2", orders.TypeModify, 20, 2, 4, 8),  // starts before e1 ended
-			entry("e3", orders.TypeModify, 20, 4, 9, 10), // same fence; version skips 3
+			sameFence,
 			entry("x1", orders.TypeExchange, 30, 5, 11, 12),
 		},
 		"SO2": {entry("x1", orders.TypeCreated, 31, 1, 11, 13)}, // not the exchange's fence
@@ -95,6 +98,20 @@ func TestAnalyzeViolations(t *testing.T) {
 	require.Equal(t, 1, a.Count("fence"))
 	require.Equal(t, 2, a.Count("version")) // e3 and x1 sit one version off
 	require.Equal(t, 1, a.Count("created"))
+}
+
+// The changes one worker drains in one hold share its fence: an equal fence
+// is no violation for the same writer, and is one for another writer.
+func TestAnalyzeOneHoldSharesItsFence(t *testing.T) {
+	hold := []orders.Entry{
+		entry("e1", orders.TypeModify, 10, 1, 0, 5),
+		entry("e2", orders.TypeModify, 10, 2, 6, 8),
+		entry("e3", orders.TypeModify, 10, 3, 9, 10),
+	}
+	require.Empty(t, Analyze(map[string][]orders.Entry{"SO1": hold}).Violations)
+	hold[2].Worker = "someone else"
+	a := Analyze(map[string][]orders.Entry{"SO1": hold})
+	require.Equal(t, 1, a.Count("fence"))
 }
 
 func TestForEach(t *testing.T) {

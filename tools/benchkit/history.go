@@ -103,10 +103,14 @@ func Analyze(hist map[string][]orders.Entry) Analysis {
 				continue
 			}
 			if prev != nil {
-				if e.Fence <= prev.Fence {
+				// A fence names one hold of the lock: the changes a worker
+				// drains in one hold (worker.Config.DrainMax) share it, so
+				// an equal fence is right for the same writer and wrong
+				// for another; a lower one is always wrong.
+				if e.Fence < prev.Fence || e.Fence == prev.Fence && e.Worker != prev.Worker {
 					a.Violations = append(a.Violations, Violation{"fence", no,
-						fmt.Sprintf("event %s (v%d) has fence %d, not above %d of event %s (v%d)",
-							e.EventID, e.Version, e.Fence, prev.Fence, prev.EventID, prev.Version)})
+						fmt.Sprintf("event %s (v%d, %s) has fence %d, not above %d of event %s (v%d, %s)",
+							e.EventID, e.Version, e.Worker, e.Fence, prev.Fence, prev.EventID, prev.Version, prev.Worker)})
 				}
 				if gap := e.StartedAt.Sub(prev.EndedAt); gap < 0 {
 					a.Violations = append(a.Violations, Violation{"overlap", no,

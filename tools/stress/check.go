@@ -34,11 +34,12 @@ type results struct {
 	drained   bool
 	drainTook time.Duration
 	crashes   []string
-	nos       []string   // every order, seeded and created
-	redis     string     // -redis
-	switched  []switched // the Redis switches of the chaos phase
-	placement []int      // -redis cluster: orders per shard
-	hot       *hotReport // the hot-order phase's evidence, if it ran
+	nos       []string          // every order, seeded and created
+	redis     string            // -redis
+	switched  []switched        // the Redis switches of the chaos phase
+	placement []int             // -redis cluster: orders per shard
+	hot       *hotReport        // the hot-order phase's evidence, if it ran
+	appliedBy map[string]string // the flood's events (hot.go) → the worker that wrote their entry
 
 	completed, archived, retriedOK int
 	archivedBy                     map[string]int // reason class → tasks
@@ -124,6 +125,14 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 	}
 	r.analysis = benchkit.Analyze(hist)
 	r.fenceEqual, r.fenceBelow = fenceKinds(hist)
+	r.appliedBy = map[string]string{}
+	for _, h := range hist {
+		for _, e := range h {
+			if _, ok := hotOrderOf(e.EventID); ok && e.Type == orders.TypeModify {
+				r.appliedBy[e.EventID] = e.Worker
+			}
+		}
+	}
 	for _, no := range nos {
 		o, err := store.Get(ctx, no)
 		if err != nil {
@@ -469,7 +478,7 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 		fmt.Fprintf(out, "               %v into the chaos phase: %s\n", s.began.Round(100*time.Millisecond), s)
 	}
 	if r.hot != nil {
-		r.hot.print(out)
+		r.hot.print(out, r.appliedBy)
 	}
 	if len(r.lostWindow) == 2 {
 		fmt.Fprintf(out, "lost tasks:    accepted from %v to %v into the chaos phase\n", r.lostWindow[0].Round(time.Millisecond), r.lostWindow[1].Round(time.Millisecond))

@@ -605,8 +605,9 @@ func (h *hot) report(dir string, switches []switched) (*hotReport, error) {
 	return r, nil
 }
 
-// print writes the evidence.
-func (r *hotReport) print(out io.Writer) {
+// print writes the evidence; appliedBy names the worker (its ID,
+// "<host>-<pid>-<random>") that wrote each flood event's history entry.
+func (r *hotReport) print(out io.Writer, appliedBy map[string]string) {
 	fmt.Fprintf(out, "hot orders:    %d orders × %d changes flooded %v into the chaos phase; runs logged (taken in a hold):", len(r.nos), r.changes, r.at.Round(100*time.Millisecond))
 	for _, no := range r.nos {
 		fmt.Fprintf(out, " %s %d (%d)", no, r.done[no], r.drained[no])
@@ -621,9 +622,21 @@ func (r *hotReport) print(out io.Writer) {
 	}
 	total := 0
 	for _, no := range slices.Sorted(maps.Keys(r.recovered)) {
-		ids := r.recovered[no]
-		total += len(ids)
-		fmt.Fprintf(out, "               brought back by the recoverer: %d tasks of %s %v\n", len(ids), no, clipList(ids, 8))
+		n := len(r.recovered[no]) // a task killed twice comes back twice
+		ids := slices.Compact(slices.Sorted(slices.Values(r.recovered[no])))
+		total += n
+		fmt.Fprintf(out, "               brought back by the recoverer: %d tasks of %s (%d times) %v", len(ids), no, n, clipList(ids, 8))
+		// Those the dead worker had applied replayed from the dedupe.
+		var before []string
+		for _, id := range ids {
+			if w := appliedBy[id]; w != "" && r.killedWorker(w) {
+				before = append(before, id+" by "+w)
+			}
+		}
+		if len(before) > 0 {
+			fmt.Fprintf(out, "; %d of them applied by a worker the phase killed, then replayed: %v", len(before), clipList(before, 4))
+		}
+		fmt.Fprintln(out)
 	}
 	if total == 0 {
 		fmt.Fprintln(out, "               brought back by the recoverer: no task of a hot order")
@@ -631,6 +644,17 @@ func (r *hotReport) print(out io.Writer) {
 	for _, s := range r.atSwitch {
 		fmt.Fprintf(out, "               %s\n", s)
 	}
+}
+
+// killedWorker says whether worker ID w ("<host>-<pid>-<random>") is
+// of a process the phase killed.
+func (r *hotReport) killedWorker(w string) bool {
+	for _, a := range r.actions {
+		if a.kind == "SIGKILL" && strings.Contains(w, "-"+strconv.Itoa(a.pid)+"-") {
+			return true
+		}
+	}
+	return false
 }
 
 // clipList returns up to n of ids, and how many more there are.

@@ -8,6 +8,12 @@
 // fences only went up, and no order was left locked. It exits non-zero on
 // any violation.
 //
+// Inside the chaos phase, the hot-order phase (hot.go) floods a few orders
+// of their own with hundreds of changes each, so that the workers drain
+// them in holds of the lock, and SIGKILLs and freezes workers in the
+// middle of those holds while Redis switches; the same checks cover them,
+// and the report gives the evidence that the kills hit holds.
+//
 // -redis sentinel and -redis cluster run the same on a local Sentinel group
 // or Redis Cluster, with failovers in place of the restart: two SENTINEL
 // FAILOVERs, or a CLUSTER FAILOVER of one shard and a SIGKILL of another
