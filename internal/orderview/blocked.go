@@ -479,11 +479,10 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 	b.Head.TaskID = id
 	rf := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(typ), no), id: id, typ: typ, source: SourcePosition}
 	b.Head.Queue = rf.queues[0]
-	found, err := r.lookup([]ref{rf})
+	info, err := r.lookupOne(ctx, rf)
 	if err != nil {
 		return nil, err
 	}
-	info := found[rf.key()]
 	b.Head.TaskState = TaskMissing
 	if info != nil {
 		b.Head.TaskState, b.Head.Queue = info.State.String(), info.Queue
@@ -556,12 +555,11 @@ func (r *Reader) staleLock(ctx context.Context, now time.Time, no, typ string, i
 		return nil, nil
 	}
 	hr := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(htyp), no), id: hid, typ: htyp, source: SourceLock}
-	found, err := r.lookup([]ref{hr})
+	hinfo, err := r.lookupOne(ctx, hr)
 	if err != nil {
 		return nil, err
 	}
 	sl.TaskID, sl.Queue, sl.TaskState = hid, hr.queues[0], TaskMissing
-	hinfo := found[hr.key()]
 	if hinfo == nil {
 		return sl, nil
 	}
@@ -609,13 +607,13 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 	c := &Creation{Exchange: id, From: from, Chain: []string{b.OrderNo}}
 	b.Reason, b.Creation = ReasonCreation, c
 	xr := ref{queues: r.cfg.Shards.Placements(tasks.Exchange, from), id: id, typ: tasks.Exchange.Type, source: SourcePosition}
-	found, err := r.lookup([]ref{xr})
+	info, err := r.lookupOne(ctx, xr)
 	if err != nil {
 		return err
 	}
 	c.ExchangeState = TaskMissing
 	b.Head.TaskID, b.Head.Queue, b.Head.TaskState = id, xr.queues[0], TaskMissing
-	if info := found[xr.key()]; info != nil {
+	if info != nil {
 		c.ExchangeState = info.State.String()
 		b.Head.Queue, b.Head.TaskState = info.Queue, c.ExchangeState
 	}

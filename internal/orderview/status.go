@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -125,6 +126,12 @@ const (
 // have.
 const TaskMissing = "missing"
 
+// TaskUnlisted is the TaskState of a position whose task exists in a queue
+// missing from asynq's set of queues (lost in a failover, say): asynq's
+// Inspector cannot read it, but it is not missing, and its position is no
+// gap. A worker lists the queue again when it checks the order's turn.
+const TaskUnlisted = "unlisted"
+
 // Position is a position after an order's sequence cursor.
 type Position struct {
 	// Seq is the position.
@@ -140,7 +147,7 @@ type Position struct {
 	// TaskID and Queue name the position's task, when its label names
 	// one (Queue is where asynq has the task, or else where the contract
 	// puts it); TaskState is that task's asynq state (pending, active,
-	// scheduled, retry, archived, completed) or TaskMissing.
+	// scheduled, retry, archived, completed), TaskMissing or TaskUnlisted.
 	TaskID    string `json:"task_id,omitempty"`
 	Queue     string `json:"queue,omitempty"`
 	TaskState string `json:"task_state,omitempty"`
@@ -362,7 +369,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		}
 	}
 
-	found, err := r.lookup(refs)
+	found, unlisted, err := r.lookup(ctx, refs)
 	if err != nil {
 		return Status{}, err
 	}
@@ -374,6 +381,8 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		st.Lock.Queue = refs[0].queues[0]
 		if info := found[refs[0].key()]; info != nil {
 			st.Lock.Queue = info.Queue
+		} else if q, ok := unlisted[refs[0].key()]; ok {
+			st.Lock.Queue = q
 		}
 	}
 	for i := range st.Sequence.Waiting {
@@ -385,6 +394,10 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		info := found[posKeys[i]]
 		if info != nil {
 			p.TaskState, p.Queue = info.State.String(), info.Queue
+		}
+		if q, ok := unlisted[posKeys[i]]; ok {
+			p.TaskState, p.Queue = TaskUnlisted, q
+			continue // it exists: no gap
 		}
 		if p.Next && p.State == PositionReserved {
 			st.Sequence.Gap = r.gap(now, *p, info)
@@ -410,6 +423,13 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		return cmp.Compare(a.Seq, b.Seq)
 	})
 	st.Summary = summary(&st, r.cfg.GapWait)
+	seen = map[string]bool{}
+	for _, rf := range refs {
+		if q, ok := unlisted[rf.key()]; ok && !seen[rf.key()] {
+			seen[rf.key()] = true
+			st.Summary = append(st.Summary, fmt.Sprintf("Task %s exists in queue %s, which is missing from asynq's set of queues: asynq's Inspector and asynqmon do not show it, and this view cannot read its state. A worker lists the queue again when it next checks its order's turn, and so does the next change enqueued into it.", rf.id, q))
+		}
+	}
 	return st, nil
 }
 
@@ -418,9 +438,12 @@ func (rf ref) key() string { return rf.id + "@" + strings.Join(rf.queues, ",") }
 
 // lookup reads the tasks refs name from asynq, by queue and ID, each once:
 // in each of a ref's queues in turn, until one has it. A task asynq does
-// not have is absent from the map, which is keyed by ref.key.
-func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
-	found := make(map[string]*asynq.TaskInfo)
+// not have is absent from found, which is keyed by ref.key. A task that
+// exists in a queue missing from asynq's set of queues, which the
+// Inspector cannot read (asynqwire.LookTaskInfo), is not taken for missing:
+// it is in unlisted, by the same key, with its queue. lookup only reads.
+func (r *Reader) lookup(ctx context.Context, refs []ref) (found map[string]*asynq.TaskInfo, unlisted map[string]string, err error) {
+	found, unlisted = map[string]*asynq.TaskInfo{}, map[string]string{}
 	looked := make(map[string]bool)
 	for _, rf := range refs {
 		key := rf.key()
@@ -429,18 +452,36 @@ func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
 		}
 		looked[key] = true
 		for _, q := range rf.queues {
-			info, err := r.insp.GetTaskInfo(q, rf.id)
-			switch {
-			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			info, err := asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, rf.id)
+			if errors.Is(err, asynq.ErrTaskNotFound) {
 				continue
-			case err != nil:
-				return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, err)
+			}
+			if errors.Is(err, asynqwire.ErrQueueUnlisted) {
+				unlisted[key] = q
+				break
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, err)
 			}
 			found[key] = info
 			break
 		}
 	}
-	return found, nil
+	return found, unlisted, nil
+}
+
+// lookupOne reads the task rf names, as lookup does: nil when asynq does
+// not have it, and an error matching asynqwire.ErrQueueUnlisted when it
+// exists in a queue asynq does not list.
+func (r *Reader) lookupOne(ctx context.Context, rf ref) (*asynq.TaskInfo, error) {
+	found, unlisted, err := r.lookup(ctx, []ref{rf})
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := unlisted[rf.key()]; ok {
+		return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, asynqwire.ErrQueueUnlisted)
+	}
+	return found[rf.key()], nil
 }
 
 // entryKind returns the kind of the task that made a history entry of type

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -363,4 +364,40 @@ func TestCount(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, orderview.Count(tt.n), tt.n)
 	}
+}
+
+// A task whose queue is missing from asynq's set of queues (lost in a
+// failover, say) exists: the status shows its position as unlisted, not
+// as a gap of a missing task, and says so; the blocked list names the
+// order as unreadable with the cause, rather than as a gap whose task
+// will not come. Neither writes asynq's set of queues.
+func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	if e.db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	ctx := t.Context()
+	orderviewtest.Later(t, e.db, "SO31")
+	require.NoError(t, e.db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+
+	st, err := e.reader.Status(ctx, "SO31")
+	require.NoError(t, err)
+	require.Len(t, st.Sequence.Waiting, 1)
+	head := st.Sequence.Waiting[0]
+	assert.Equal(t, orderview.TaskUnlisted, head.TaskState)
+	assert.Equal(t, tasks.QueueModify, head.Queue)
+	assert.Nil(t, st.Sequence.Gap, "the task exists: no gap")
+	assert.Contains(t, strings.Join(st.Summary, "\n"), "Task SO31-later exists in queue order_modify, which is missing from asynq's set of queues")
+
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	now := time.Now().Add(time.Hour)
+	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
+	require.NoError(t, err)
+	got := byOrder(page)
+	require.Equal(t, orderview.ReasonUnreadable, got["SO31"].Reason, "%+v", got["SO31"])
+	assert.Contains(t, got["SO31"].Explanation, "missing from asynq's set of queues")
+
+	listed, err := e.db.Client.SIsMember(ctx, asynqwire.AllQueues, tasks.QueueModify).Result()
+	require.NoError(t, err)
+	assert.False(t, listed, "a view only reads")
 }
