@@ -350,7 +350,10 @@ func TestBrowserOrderPage(t *testing.T) {
 	}
 	summary := text(`#summary`)
 	assert.Contains(t, summary, "SO1001 is active, version 2")
-	assert.Contains(t, summary, "Its next change, task "+s.Retried+", failed 1 time(s) (upstream said 503)")
+	lead := text(`#summary li:first-child`)
+	assert.True(t, strings.HasPrefix(lead, "Its next change fails: task "+s.Retried+" (order:modify, position "), "the failing head leads: %s", lead)
+	assert.Contains(t, lead, "failed 1 of 6 allowed times, last at ")
+	assert.Contains(t, lead, ": upstream said 503. It runs again at ")
 	assert.Contains(t, summary, "1 task(s) wait for their turn, parked in asynq's retry set (not failures).")
 	assert.Contains(t, summary, "1 of its tasks are archived")
 	assert.Contains(t, text(`#order`), "2 New Rd, "+s.Applied)

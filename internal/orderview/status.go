@@ -106,6 +106,10 @@ type Sequence struct {
 	// for them), finished ahead of their turn, and the tasks noted as
 	// archived in their turn. At most 20. Never nil.
 	Log []LogEntry `json:"log"`
+	// Hold is the operator's hold of the order (internal/orderops: who,
+	// why, since when), nil when it is not held: its changes are accepted
+	// but not applied until it is resumed.
+	Hold *Hold `json:"hold,omitempty"`
 }
 
 // The states of a [Position].
@@ -322,6 +326,9 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 			st.Lock.TaskID = id
 			refs = append(refs, ref{queues: placed(typ, ""), id: id, typ: typ, source: SourceLock})
 		}
+	}
+	if p := seq.Paused; p != nil {
+		st.Sequence.Hold = &Hold{By: p.By, Reason: p.Reason, At: utc(p.At)}
 	}
 	if seq.Exists {
 		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
@@ -618,10 +625,28 @@ func utc(t time.Time) time.Time {
 	return t.UTC()
 }
 
-// summary says what is happening to the order of st, most important first.
+// summary says what is happening to the order of st, most important first:
+// an operator's hold (who, since when, why, and what resumes it), then a
+// failing head (which change, its attempts, its last error, its next
+// run), then the order and the rest.
 func summary(st *Status, gapWait time.Duration) []string {
 	var out []string
 	no := st.OrderNo
+	sq := st.Sequence
+	if h := sq.Hold; h != nil {
+		since := "at an unknown time"
+		if !h.At.IsZero() {
+			since = "since " + h.At.Format(time.RFC3339)
+		}
+		out = append(out, fmt.Sprintf("On hold: held by %s %s (%s). Its changes are accepted but not applied until it is resumed; %s wait. Resume it with producer order resume %s -reason \"…\", the intake's POST /v1/orders/%s/actions/resume, or Resume on this page when the dashboard's writes are on: the change whose turn it is then runs at once.",
+			cmp.Or(h.By, "an operator"), since, cmp.Or(h.Reason, "no reason given"), Count(max(sq.Last-sq.Done, 0)), no, no))
+	}
+	for _, t := range st.Tasks {
+		if sq.Exists && t.Seq == sq.Done+1 && t.State == "retry" && t.Retried > 0 {
+			out = append(out, failingSummary(no, t))
+			break
+		}
+	}
 	switch o := st.Order; {
 	case o == nil && !st.Sequence.Exists && !st.Lock.Held:
 		return []string{fmt.Sprintf("Nothing is known of %s: the order store has no such order, and no change was accepted for it in the last 7 days. (A task enqueued by hand without a position is not in the order's records.)", no)}
@@ -637,7 +662,6 @@ func summary(st *Status, gapWait time.Duration) []string {
 	if l := st.Lock; l.Held {
 		out = append(out, fmt.Sprintf("Locked by %s (fence %d, lease %v left): that task is applying its change now.", l.Holder, l.Fence, (time.Duration(l.LeaseMS)*time.Millisecond).Round(time.Second)))
 	}
-	sq := st.Sequence
 	waiting := sq.Last - sq.Done
 	switch {
 	case !sq.Exists:
@@ -658,12 +682,6 @@ func summary(st *Status, gapWait time.Duration) []string {
 	parked, archived := 0, 0
 	for _, t := range st.Tasks {
 		switch {
-		case t.Seq == sq.Done+1 && t.State == "retry" && t.Retried > 0:
-			next := ""
-			if !t.NextProcessAt.IsZero() {
-				next = " at " + t.NextProcessAt.Format(time.RFC3339)
-			}
-			out = append(out, fmt.Sprintf("Its next change, task %s, failed %d time(s) (%s) and runs again%s; the changes behind it wait for it.", t.TaskID, t.Retried, t.LastError, next))
 		case t.Seq > sq.Done+1 && t.State == "retry" && t.Retried == 0:
 			parked++
 		case t.State == "archived":
@@ -677,6 +695,22 @@ func summary(st *Status, gapWait time.Duration) []string {
 		out = append(out, fmt.Sprintf("%d of its tasks are archived: their changes were not applied (see each task's reason).", archived))
 	}
 	return out
+}
+
+// failingSummary says that the head of order no, task t, fails: which
+// change, its attempts, its last error, when it runs again, and what ends
+// it.
+func failingSummary(no string, t Task) string {
+	last := ""
+	if !t.LastFailedAt.IsZero() {
+		last = ", last at " + t.LastFailedAt.Format(time.RFC3339)
+	}
+	next := "again after its backoff"
+	if !t.NextProcessAt.IsZero() {
+		next = "again at " + t.NextProcessAt.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("Its next change fails: task %s (%s, position %d) failed %d of %d allowed times%s: %s. It runs %s, and the changes behind it wait for it; past its budget it is archived and the order goes on. Retry it now (producer order retry %s -reason \"…\") once the cause is fixed, or skip it.",
+		t.TaskID, t.Type, t.Seq, t.Retried, t.MaxRetry+1, last, t.LastError, next, no)
 }
 
 // Count formats n for people, with a comma between groups of three
