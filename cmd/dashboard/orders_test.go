@@ -86,7 +86,7 @@ func TestOrderPage(t *testing.T) {
 	r = d.get(t, "/orders/order.js", basic)
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Equal(t, "text/javascript; charset=utf-8", r.header.Get("Content-Type"))
-	assert.Contains(t, r.body, `fetch(b.dataset.url`)
+	assert.Contains(t, r.body, `fetch(window.location.origin + b.dataset.url`)
 
 	for _, path := range []string{"/orders/S.O", "/orders?no=S%20O", "/orders/a/b"} {
 		r = d.get(t, path, basic)
