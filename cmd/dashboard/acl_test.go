@@ -181,9 +181,9 @@ func TestBlockedGaugesAsItsACLUser(t *testing.T) {
 // asynq's queue gauges, the blocked gauges counting it as unreadable.
 func TestBlockedSurvivesAWronglyTypedSequence(t *testing.T) {
 	db := redistest.New(t)
-	orderviewtest.Later(t, db, "SO21", "SO22")
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21", "SO22")
 	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
-	orderviewtest.WrongTypeSeq(t, db, "SO21")
+	orderviewtest.WrongTypeSeq(t, asDashboard(t, db, acl.Intake).Client, db.Prefix, "SO21")
 	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
 
 	r := d.get(t, "/metrics", bearerAuth(testToken))
@@ -210,7 +210,7 @@ func TestBlockedSurvivesAWronglyTypedSequence(t *testing.T) {
 // that would clear an alert).
 func TestMetricsSurviveAFailedBlockedRead(t *testing.T) {
 	db := redistest.New(t)
-	orderviewtest.Later(t, db, "SO21")
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21")
 	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
 	require.NoError(t, db.Client.Set(t.Context(), db.Prefix+"lock:held", "x", 0).Err())
 	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))

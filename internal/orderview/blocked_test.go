@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
@@ -379,11 +380,14 @@ func TestBlockedListsAWronglyTypedSequence(t *testing.T) {
 	ctx := t.Context()
 	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
 	require.NoError(t, err)
-	orderviewtest.Later(t, e.db, "SO21", "SO22")
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO21", "SO22")
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	intake := e.db.AsUser(t, rules...)
 	_, err = seq.Pause(ctx, "SO23", "ops", "check")
 	require.NoError(t, err)
 	for _, no := range []string{"SO21", "SO23"} {
-		orderviewtest.WrongTypeSeq(t, e.db, no)
+		orderviewtest.WrongTypeSeq(t, intake.Client, e.db.Prefix, no)
 	}
 
 	now := time.Now().Add(time.Hour)

@@ -383,7 +383,7 @@ func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
 		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
 	}
 	ctx := t.Context()
-	orderviewtest.Later(t, e.db, "SO31")
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO31")
 	require.NoError(t, e.db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
 
 	st, err := e.reader.Status(ctx, "SO31")
@@ -413,7 +413,7 @@ func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
 func TestStatusLeadsWithTheHold(t *testing.T) {
 	e := newEnv(t, orderview.Config{})
 	ctx := t.Context()
-	orderviewtest.Later(t, e.db, "SO41")
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO41")
 	seq, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	pause, err := seq.Pause(ctx, "SO41", "ops@example.com", "customer asked")
