@@ -173,3 +173,53 @@ func TestBlockedGaugesAsItsACLUser(t *testing.T) {
 	assert.EqualValues(t, 2, b.Waiting, "the failing change and the one parked behind it")
 	requireNoRefusal(t, d.logs.String())
 }
+
+// TestBlockedSurvivesAWronglyTypedSequence overwrites an order's sequence
+// with a string, as the intake's Redis user may: as the read-only
+// dashboard's user, the blocked-orders page and its data list that order
+// as unreadable and the others as before, and /metrics answers 200 with
+// asynq's queue gauges, the blocked gauges counting it as unreadable.
+func TestBlockedSurvivesAWronglyTypedSequence(t *testing.T) {
+	db := redistest.New(t)
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21", "SO22")
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
+	orderviewtest.WrongTypeSeq(t, asDashboard(t, db, acl.Intake).Client, db.Prefix, "SO21")
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
+
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="scheduled"} 2`)
+	assert.Contains(t, r.body, `orderworker_orders_blocked{reason="unreadable"} 1`)
+	assert.Contains(t, r.body, `orderworker_orders_blocked{reason="scheduled"} 1`)
+	assert.Contains(t, r.body, "orderworker_orders_blocked_up 1\n")
+
+	r = d.get(t, "/blocked-orders", basicAuth(testUser, testPassword))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	v := getBlocked(t, d, "/blocked-orders.json")
+	require.Equal(t, []string{"SO22", "SO21"}, orderNos(v), "oldest first: an unreadable order has no age; %+v", v)
+	assert.Equal(t, "scheduled", v.Orders[0].Reason)
+	assert.Equal(t, "unreadable", v.Orders[1].Reason)
+	assert.Contains(t, v.Orders[1].Explanation, "WRONGTYPE")
+	requireNoRefusal(t, d.logs.String())
+}
+
+// TestMetricsSurviveAFailedBlockedRead breaks the read of the whole
+// blocked-orders list (the index of held orders is a string): /metrics
+// still answers 200 with asynq's queue gauges, says the read failed with
+// orderworker_orders_blocked_up 0, and sends no blocked gauge (no zero
+// that would clear an alert).
+func TestMetricsSurviveAFailedBlockedRead(t *testing.T) {
+	db := redistest.New(t)
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21")
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
+	require.NoError(t, db.Client.Set(t.Context(), db.Prefix+"lock:held", "x", 0).Err())
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
+
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+queue+`",state="scheduled"} 1`)
+	assert.Contains(t, r.body, "orderworker_orders_blocked_up 0\n")
+	assert.NotContains(t, r.body, "orderworker_orders_blocked{")
+	assert.NotContains(t, r.body, "orderworker_oldest_blocked_order_age_seconds ")
+	assert.Contains(t, d.logs.String(), "could not read the blocked orders for the metrics")
+}

@@ -15,24 +15,31 @@ import (
 const blockedScrapeTimeout = 5 * time.Second
 
 // blockedCollector exports the blocked-orders list (orderview.Reader.Blocked)
-// as two gauges, read at scrape time, as asynq's queue gauges are:
+// as gauges, read at scrape time, as asynq's queue gauges are:
 //
 //	orderworker_orders_blocked{reason}              blocked orders, by reason (every reason, 0 included)
 //	orderworker_oldest_blocked_order_age_seconds    the oldest one's age; 0 when none
+//	orderworker_orders_blocked_up                   1 when this scrape read the list, 0 when the read failed
 //
 // No label names an order or an event. Each scrape makes one read of the
 // list, bounded by blockedScrapeTimeout and by the reader's BlockedScan (at
 // most that many tasks of each queue's retry and scheduled sets and
 // expired leases, and as many held orders): its cost does not grow with
-// the orders. When the read fails, the scrape reports the error for those
-// gauges and nothing for them, rather than zeros that would clear an
-// alert.
+// the orders. An order that cannot be read (a key of the wrong type, say)
+// is counted as unreadable and fails nothing. When the read of the list
+// itself fails (Redis down, the scrape's time out), the scrape still
+// serves everything else (asynq's queue gauges above all): it sends
+// orderworker_orders_blocked_up 0 and neither blocked gauge, rather than
+// zeros that would clear an alert, and logs the error. The alert
+// OrderworkerBlockedListUnreadable (deploy/prometheus/alerts.yml) watches
+// the up gauge.
 type blockedCollector struct {
 	views   *orderview.Reader
 	timeout time.Duration
 	log     *zap.Logger
 	blocked *prometheus.Desc
 	oldest  *prometheus.Desc
+	up      *prometheus.Desc
 }
 
 func newBlockedCollector(views *orderview.Reader, timeout time.Duration, log *zap.Logger) *blockedCollector {
@@ -44,13 +51,17 @@ func newBlockedCollector(views *orderview.Reader, timeout time.Duration, log *za
 		oldest: prometheus.NewDesc("orderworker_oldest_blocked_order_age_seconds",
 			"How long the oldest blocked order's next change has waited (or it has been held); 0 when none is blocked.",
 			nil, nil),
+		up: prometheus.NewDesc("orderworker_orders_blocked_up",
+			"1 when this scrape read the blocked-orders list, 0 when the read failed (the blocked-order gauges are then absent).",
+			nil, nil),
 	}
 }
 
-// Describe sends the two gauges' descriptions.
+// Describe sends the gauges' descriptions.
 func (c *blockedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.blocked
 	ch <- c.oldest
+	ch <- c.up
 }
 
 // Collect reads the list once and sends the gauges.
@@ -60,9 +71,10 @@ func (c *blockedCollector) Collect(ch chan<- prometheus.Metric) {
 	page, err := c.views.Blocked(ctx, orderview.BlockedQuery{Limit: 1})
 	if err != nil {
 		c.log.Warn("could not read the blocked orders for the metrics", zap.Error(err))
-		ch <- prometheus.NewInvalidMetric(c.blocked, err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	if page.Truncated {
 		c.log.Warn("the blocked-order gauges count only the tasks one read takes; there may be more blocked orders")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,7 +351,10 @@ func TestBrowserOrderPage(t *testing.T) {
 	}
 	summary := text(`#summary`)
 	assert.Contains(t, summary, "SO1001 is active, version 2")
-	assert.Contains(t, summary, "Its next change, task "+s.Retried+", failed 1 time(s) (upstream said 503)")
+	lead := text(`#summary li:first-child`)
+	assert.True(t, strings.HasPrefix(lead, "Its next change fails: task "+s.Retried+" (order:modify, position "), "the failing head leads: %s", lead)
+	assert.Contains(t, lead, "failed 1 of 6 allowed times, last at ")
+	assert.Contains(t, lead, ": upstream said 503. It runs again at ")
 	assert.Contains(t, summary, "1 task(s) wait for their turn, parked in asynq's retry set (not failures).")
 	assert.Contains(t, summary, "1 of its tasks are archived")
 	assert.Contains(t, text(`#order`), "2 New Rd, "+s.Applied)
@@ -776,6 +780,56 @@ func TestBrowserBlockedActions(t *testing.T) {
 
 	assert.Contains(t, d.logs.String(), `"method":"POST","path":"/ops/orders/SO1/actions/hold"`)
 	assert.Empty(t, csp.violations(t), "the blocked-orders page's actions")
+	requireNoSecrets(t, d.logs.String())
+}
+
+// TestBrowserBlockedPageWithCredentialsInTheURL opens the blocked-orders
+// page of a writable dashboard as http://user:pass@host/blocked-orders, as
+// a bookmark or a monitoring check would, with no other login: the list
+// loads (a page whose URL has credentials cannot fetch a URL resolved
+// against it; the page's requests are built from its origin), an
+// operator action on it acts, and so does one on the order page.
+func TestBrowserBlockedPageWithCredentialsInTheURL(t *testing.T) {
+	path := chromium(t)
+	db := redistest.New(t)
+	seedScheduled(t, db, "SO1", "SO2")
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms", "DASHBOARD_READ_ONLY", "false"))
+	u, err := url.Parse(d.base)
+	require.NoError(t, err)
+	u.User = url.UserPassword(testUser, testPassword)
+
+	browserCtx := newBrowser(t, path)
+	ctx, cancel := context.WithTimeout(browserCtx, 90*time.Second)
+	defer cancel()
+	csp := watchCSP(ctx, t)
+	_, err = chromedp.Call(ctx, network.Enable, network.EnableParams{})
+	require.NoError(t, err)
+	b := blockedTab{t, ctx}
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(u.String()+"/blocked-orders")))
+	b.loaded("with credentials in the URL")
+	require.ElementsMatch(t, []string{"SO1", "SO2"}, b.rows())
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#action-reason`), "customer called")))
+	state, text := b.act("SO1", "hold")
+	require.Equal(t, "done", state, text)
+	require.NotNil(t, pausedOf(t, db, "SO1"), "held")
+
+	// The order page's buttons too.
+	writes := noteWrites(ctx, t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(u.String()+"/orders/SO1")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#order-no`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#action-reason`), "done checking")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-url$="/actions/resume"]`))))
+	select {
+	case w := <-writes:
+		assert.Equal(t, write{http.MethodPost, d.base + "/orders/SO1/actions/resume", http.StatusOK}, w,
+			"sent from the page's origin, without the credentials of its URL")
+	case <-ctx.Done():
+		t.Fatal("the order page sent no resume")
+	}
+	assert.Nil(t, pausedOf(t, db, "SO1"), "resumed from the order page")
+	assert.Empty(t, csp.violations(t))
 	requireNoSecrets(t, d.logs.String())
 }
 

@@ -115,8 +115,12 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {
 		return nil, err
 	}
+	// A collector that fails costs only its own series: the scrape serves
+	// the rest, and the error is logged (ContinueOnError), so that one
+	// failing read never takes asynq's queue gauges and their alerts down.
 	var metricsHandler http.Handler = promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: zap.NewStdLog(log.Named("metrics")),
+		ErrorLog:      zap.NewStdLog(log.Named("metrics")),
+		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	if cfg.MetricsAuth {
 		metricsHandler = protect(metricsHandler)

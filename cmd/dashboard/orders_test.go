@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,7 +86,7 @@ func TestOrderPage(t *testing.T) {
 	r = d.get(t, "/orders/order.js", basic)
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Equal(t, "text/javascript; charset=utf-8", r.header.Get("Content-Type"))
-	assert.Contains(t, r.body, `fetch(b.dataset.url`)
+	assert.Contains(t, r.body, `fetch(window.location.origin + b.dataset.url`)
 
 	for _, path := range []string{"/orders/S.O", "/orders?no=S%20O", "/orders/a/b"} {
 		r = d.get(t, path, basic)
@@ -101,6 +102,26 @@ func TestOrderPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Contains(t, r.body, "Nothing is known of SO-NONE")
 	requireNoSecrets(t, d.logs.String())
+}
+
+// TestOrderPageLeadsWithTheHold: the order page's "What is happening" of a
+// held order starts with the hold: who, since when, why, and what resumes
+// it.
+func TestOrderPageLeadsWithTheHold(t *testing.T) {
+	db := redistest.New(t)
+	seedWaiting(t, db, "SO1001", "crm-7f3a9c")
+	at := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	seedHeld(t, db, "SO1001", "ops@example.com", "check the address", at)
+	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix))
+
+	r := d.get(t, "/orders/SO1001", basicAuth(testUser, testPassword))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	_, rest, ok := strings.Cut(r.body, `<ul class="summary"><li>`)
+	require.True(t, ok, r.body)
+	lead, _, _ := strings.Cut(rest, "</li>")
+	assert.True(t, strings.HasPrefix(lead, "On hold: held by ops@example.com since "+at.Format(time.RFC3339)+" (check the address)."), lead)
+	assert.Contains(t, lead, "Resume it with producer order resume SO1001")
+	assert.Contains(t, lead, "Resume on this page when the dashboard&#39;s writes are on")
 }
 
 // TestOrderPageWritable checks, on a writable dashboard under a root path,

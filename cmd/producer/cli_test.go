@@ -228,6 +228,34 @@ func TestDocsShowTheACLRules(t *testing.T) {
 	require.Equal(t, want, old, "the ACL rules in %s are not what `producer acl` prints (UPDATE_DOCS=1 go test -run TestDocsShowTheACLRules ./cmd/producer/ rewrites them)", path)
 }
 
+// TestCLIOrderBlockedWithAWronglyTypedSequence runs `producer order
+// blocked` as the intake's Redis user after that user overwrote an order's
+// sequence with a string: that order is listed as unreadable, the others
+// as before, and the command succeeds.
+func TestCLIOrderBlockedWithAWronglyTypedSequence(t *testing.T) {
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...)
+	cli := cliWith(t, map[string]string{"REDIS_URL": intake.URL(), "KEY_PREFIX": db.Prefix, "BLOCKED_AFTER": "1ms"})
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true) })
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21", "SO22")
+	orderviewtest.WrongTypeSeq(t, intake.Client, db.Prefix, "SO21")
+
+	out, err := cli("order", "blocked")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	for _, want := range []string{"SO21   unreadable", "SO22   scheduled", "SO21: It cannot be read: ", "WRONGTYPE"} {
+		require.Contains(t, out, want)
+	}
+	out, err = cli("order", "blocked", "-json")
+	require.NoError(t, err)
+	var page orderview.BlockedPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Equal(t, 1, page.Counts[orderview.ReasonUnreadable])
+	require.Equal(t, 1, page.Counts[orderview.ReasonScheduled])
+}
+
 // TestCLIOrderBlocked lists an order whose next change keeps failing, as
 // text and as the intake's JSON, and none before BLOCKED_AFTER.
 func TestCLIOrderBlocked(t *testing.T) {

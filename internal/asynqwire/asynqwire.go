@@ -72,7 +72,9 @@
 //     expired, so [Recover] moving it cannot be undone by the old run.
 //   - Inspector quirks. GetTaskInfo answers ErrQueueNotFound for every
 //     task of a queue missing from "asynq:queues", even a task that exists
-//     ([TaskInfo] works around it; two bugs came from it); its methods take
+//     ([TaskInfo] works around it by listing the queue again, and
+//     [LookTaskInfo], for a reader, by telling [ErrQueueUnlisted] from no
+//     task; bugs came from it); its methods take
 //     no context; its queue summary samples memory usage, too heavy to poll
 //     ([Finished] reads the sets instead); it prunes expired entries of the
 //     process sets when it reads them.

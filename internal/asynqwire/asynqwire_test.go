@@ -220,6 +220,39 @@ func TestTaskInfoListsAnUnlistedQueueAgain(t *testing.T) {
 	assert.NotContains(t, queues, gone)
 }
 
+// LookTaskInfo, the read-only look, never takes the task of an unlisted
+// queue for gone: it says ErrQueueUnlisted, and lists nothing. A task that
+// does not exist is asynq.ErrTaskNotFound, listed queue or not.
+func TestLookTaskInfoTellsAnUnlistedQueueFromNoTask(t *testing.T) {
+	db := redistest.New(t)
+	if db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	ctx := t.Context()
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "asynqwire_look"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	_, err := cli.EnqueueContext(ctx, asynq.NewTask("t", []byte("p")), asynq.Queue(q), asynq.TaskID("a"))
+	require.NoError(t, err)
+
+	info, err := asynqwire.LookTaskInfo(ctx, insp, db.Client, q, "a")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("p"), info.Payload)
+	_, err = asynqwire.LookTaskInfo(ctx, insp, db.Client, q, "none")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+
+	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, q).Err())
+	_, err = asynqwire.LookTaskInfo(ctx, insp, db.Client, q, "a")
+	require.ErrorIs(t, err, asynqwire.ErrQueueUnlisted)
+	require.NotErrorIs(t, err, asynq.ErrTaskNotFound)
+	_, err = asynqwire.LookTaskInfo(ctx, insp, db.Client, q, "none")
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "no hash: no task")
+	listed, err := db.Client.SIsMember(ctx, asynqwire.AllQueues, q).Result()
+	require.NoError(t, err)
+	assert.False(t, listed, "it only reads")
+}
+
 // The keys this package names are the ones asynq writes: Finished counts
 // what the Inspector archives, and the Inspector's pause sets PausedKey.
 func TestFinishedAndPausedKeys(t *testing.T) {

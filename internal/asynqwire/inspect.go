@@ -41,3 +41,35 @@ func TaskInfo(ctx context.Context, insp *asynq.Inspector, rdb redis.Cmdable, que
 	info, err = insp.GetTaskInfo(queue, id)
 	return info, true, err
 }
+
+// ErrQueueUnlisted is matched by the error of [LookTaskInfo] for a task
+// that exists in a queue missing from [AllQueues]: asynq's Inspector
+// cannot read it, yet it is not gone. A worker's gap check ([TaskInfo])
+// or the next enqueue into the queue lists it again.
+var ErrQueueUnlisted = errors.New("asynqwire: the task's queue is missing from asynq's set of queues")
+
+// LookTaskInfo reads task id of queue with asynq's Inspector, as [TaskInfo]
+// does, but only reads, for a Redis user that may not write AllQueues (the
+// read-only dashboard's). Where the Inspector answers
+// asynq.ErrQueueNotFound, it looks for the task's hash ([TaskKey]): when
+// there is none, there is no task, and it returns an error matching
+// asynq.ErrTaskNotFound; when there is one, it returns an error matching
+// [ErrQueueUnlisted], never "no task". So a caller needs to tell only
+// asynq.ErrTaskNotFound ("no such task") from the other errors, which it
+// returns as the Inspector does, or wrapped for the look. It costs one
+// Inspector read, plus one round trip for an unlisted queue. It is safe
+// for concurrent use.
+func LookTaskInfo(ctx context.Context, insp *asynq.Inspector, rdb redis.Cmdable, queue, id string) (*asynq.TaskInfo, error) {
+	info, err := insp.GetTaskInfo(queue, id)
+	if !errors.Is(err, asynq.ErrQueueNotFound) {
+		return info, err
+	}
+	n, xerr := rdb.Exists(ctx, TaskKey(queue, id)).Result()
+	switch {
+	case xerr != nil:
+		return nil, fmt.Errorf("asynqwire: look for task %s of unlisted queue %s: %w", id, queue, xerr)
+	case n == 0:
+		return nil, fmt.Errorf("asynqwire: task %s of unlisted queue %s: %w", id, queue, asynq.ErrTaskNotFound)
+	}
+	return nil, fmt.Errorf("asynqwire: task %s exists in queue %s: %w", id, queue, ErrQueueUnlisted)
+}

@@ -66,6 +66,12 @@ func layoutSpellings(fset *token.FileSet, f *ast.File) []string {
 		id, ok := sel.X.(*ast.Ident)
 		return ok && wire[id.Name]
 	}
+	// isSentinel says e is one of asynqwire's errors (ErrQueueUnlisted),
+	// which errors.Is matches: no key.
+	isSentinel := func(e ast.Expr) bool {
+		sel, ok := e.(*ast.SelectorExpr)
+		return ok && strings.HasPrefix(sel.Sel.Name, "Err")
+	}
 	isLit := func(e ast.Expr) bool {
 		lit, ok := e.(*ast.BasicLit)
 		return ok && lit.Kind == token.STRING
@@ -97,7 +103,7 @@ func layoutSpellings(fset *token.FileSet, f *ast.File) []string {
 				}
 			}
 		case *ast.CallExpr:
-			if _, method := n.Fun.(*ast.SelectorExpr); method && !isWire(n.Fun) && len(n.Args) >= 2 && isWire(n.Args[1]) {
+			if _, method := n.Fun.(*ast.SelectorExpr); method && !isWire(n.Fun) && len(n.Args) >= 2 && isWire(n.Args[1]) && !isSentinel(n.Args[1]) {
 				add(n, "a Redis command on asynq's key: use or add an asynqwire function")
 			}
 		}

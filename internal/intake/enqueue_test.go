@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"io"
@@ -341,6 +343,41 @@ func TestGetTask(t *testing.T) {
 		assert.Equal(t, "task_id", body.Error.Field, bad)
 		assert.Contains(t, body.Error.Message, tasks.EventIDRule, bad)
 	}
+}
+
+// TestGetTaskOfAnUnlistedQueue reads, as the intake's Redis user, a task
+// whose queue is missing from asynq's set of queues (lost in a failover,
+// say): it is answered, and its queue listed again, not taken for gone.
+// A duplicate of it is still refused as one. A task that does not exist is
+// still 404.
+func TestGetTaskOfAnUnlistedQueue(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	if db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	e := newEnvOn(t, db.AsUser(t, rules...).Client, db.Prefix, nil)
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true) })
+	require.Equal(t, http.StatusAccepted, e.post(t, "/v1/orders/SO1/modify", "evt-unlisted", modifyBody).status)
+	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
+
+	r := e.do(t, http.MethodGet, "/v1/tasks/evt-unlisted", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var got taskView
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	assert.Equal(t, "pending", got.State)
+	assert.Equal(t, tasks.QueueModify, got.Queue)
+	listed, err := db.Client.SIsMember(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Result()
+	require.NoError(t, err)
+	assert.True(t, listed, "listed again")
+
+	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
+	r = e.do(t, http.MethodGet, "/v1/tasks/evt-none", "", nil)
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	r = e.post(t, "/v1/orders/SO1/modify", "evt-unlisted", modifyBody)
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 }
 
 // TestGetTaskFailed runs a task that fails for good and reads its error.

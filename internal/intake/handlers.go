@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"go.uber.org/zap"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
@@ -235,7 +237,15 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		queues = []string{q}
 	}
 	for _, q := range queues {
-		info, err := s.inspector.GetTaskInfo(q, id)
+		// A queue missing from asynq's set of queues (lost in a failover)
+		// whose task exists is listed again, as an enqueue into it would:
+		// its task is answered, not taken for gone. asynq.ErrQueueNotFound
+		// is left only when the task does not exist either.
+		info, relisted, err := asynqwire.TaskInfo(r.Context(), s.inspector, s.rdb, q, id)
+		if relisted {
+			s.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
+				zap.String("queue", q), zap.String("task_id", id))
+		}
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			continue

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -296,6 +298,33 @@ func TestHistoryPages(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad.query, r.body)
 		require.Equal(t, bad.field, r.errorBody(t).Error.Field)
 	}
+}
+
+// GET /v1/blocked-orders, served as the intake's Redis user, lists an order
+// whose sequence that user overwrote with a string as unreadable, and the
+// other blocked orders as before: one bad key never fails the list.
+func TestGetBlockedOrdersWithAWronglyTypedSequence(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...)
+	e := newEnvOn(t, intake.Client, db.Prefix, func(c *Config) { c.BlockedAfter = time.Millisecond })
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true) })
+	orderviewtest.Later(t, db.Client, db.Prefix, "SO21", "SO22")
+	orderviewtest.WrongTypeSeq(t, intake.Client, db.Prefix, "SO21")
+
+	r := e.do(t, http.MethodGet, "/v1/blocked-orders", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var page orderview.BlockedPage
+	r.decode(t, &page)
+	require.Len(t, page.Orders, 2, "%s", r.body)
+	assert.Equal(t, "SO22", page.Orders[0].OrderNo)
+	assert.Equal(t, orderview.ReasonScheduled, page.Orders[0].Reason)
+	assert.Equal(t, "SO21", page.Orders[1].OrderNo)
+	assert.Equal(t, orderview.ReasonUnreadable, page.Orders[1].Reason)
+	assert.Contains(t, page.Orders[1].Explanation, "WRONGTYPE")
+	assert.Equal(t, 1, page.Counts[orderview.ReasonUnreadable])
 }
 
 // GET /v1/blocked-orders, over a real socket, lists an order whose next

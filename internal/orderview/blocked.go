@@ -73,9 +73,13 @@ const (
 	// ReasonHeld is an order an operator holds: its changes are accepted
 	// but not applied until it is resumed. See BlockedOrder.Hold.
 	ReasonHeld = "held"
-	// ReasonUnreadable is an order among the candidates whose sequence
-	// cannot be read (lock.ErrMalformed: written by hand, say); it is
-	// listed rather than failing the whole list. Its age is 0.
+	// ReasonUnreadable is an order among the candidates that cannot be
+	// read: its sequence is malformed (lock.ErrMalformed: written by hand,
+	// say), one of its keys has the wrong Redis type (WRONGTYPE), or any
+	// other read of it failed (a task asynq cannot read, a task of a queue
+	// asynq does not list: asynqwire.ErrQueueUnlisted). It is listed, with
+	// the error in its explanation, rather than failing the whole list and
+	// hiding every other blocked order. Its age is 0.
 	ReasonUnreadable = "unreadable"
 	// ReasonWaiting is a head whose task exists and will run, but has not
 	// for longer than BlockedAfter: pending in a queue the workers do not
@@ -256,8 +260,11 @@ type Hold struct {
 // consistent in itself; an order that stops or starts being blocked
 // between two pages may be missed or shown twice.
 //
-// It returns ErrBadQuery or ErrBadCursor (wrapped) for a bad query, ctx's
-// error, and Redis and asynq errors, wrapped.
+// An order that cannot be read is listed as [ReasonUnreadable], whatever
+// the error, so that one bad key never hides the others. It returns
+// ErrBadQuery or ErrBadCursor (wrapped) for a bad query, ctx's error, and
+// the Redis errors of the reads that are not one order's (the sets, the
+// held orders), wrapped.
 func (r *Reader) Blocked(ctx context.Context, q BlockedQuery) (BlockedPage, error) {
 	q.Limit = cmp.Or(q.Limit, DefaultBlockedLimit)
 	if q.Limit < 1 || q.Limit > MaxBlockedLimit {
@@ -389,12 +396,10 @@ func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, h
 }
 
 // classifyAll classifies the candidates, blockedWorkers at a time, and
-// returns the blocked ones.
+// returns the blocked ones. An order that cannot be read is listed as
+// unreadable (see [ReasonUnreadable]); only ctx's end fails the whole list.
 func (r *Reader) classifyAll(ctx context.Context, now time.Time, cands []string, held map[string]int64) ([]BlockedOrder, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	results := make([]*BlockedOrder, len(cands))
-	errs := make([]error, len(cands))
 	sem := make(chan struct{}, blockedWorkers)
 	var wg sync.WaitGroup
 	for i, no := range cands {
@@ -408,23 +413,18 @@ func (r *Reader) classifyAll(ctx context.Context, now time.Time, cands []string,
 		wg.Go(func() {
 			defer func() { <-sem }()
 			heldMS, isHeld := held[no]
-			results[i], errs[i] = r.classify(ctx, now, no, isHeld, heldMS)
-			if errors.Is(errs[i], lock.ErrMalformed) {
-				// One order's sequence that cannot be read (written by
-				// hand) must not hide every other blocked order: it is
-				// listed as unreadable.
-				results[i], errs[i] = &BlockedOrder{OrderNo: no, Reason: ReasonUnreadable, Since: now,
-					Explanation: "Its sequence cannot be read: " + errs[i].Error() + ". Look at it with producer order status."}, nil
+			b, err := r.classify(ctx, now, no, isHeld, heldMS)
+			if err != nil && ctx.Err() == nil {
+				// One order that cannot be read (a sequence written by
+				// hand, a key of the wrong type, a task asynq cannot
+				// read) must not hide every other blocked order: it is
+				// listed as unreadable, with the error.
+				b = unreadable(now, no, err)
 			}
-			if errs[i] != nil {
-				cancel()
-			}
+			results[i] = b
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("orderview: blocked orders: %w", err)
 	}
@@ -435,6 +435,13 @@ func (r *Reader) classifyAll(ctx context.Context, now time.Time, cands []string,
 		}
 	}
 	return out, nil
+}
+
+// unreadable is order no, listed as ReasonUnreadable for err, the error
+// that reading it met.
+func unreadable(now time.Time, no string, err error) *BlockedOrder {
+	return &BlockedOrder{OrderNo: no, Reason: ReasonUnreadable, Since: now,
+		Explanation: "It cannot be read: " + strings.TrimSuffix(err.Error(), ".") + ". Look at it with producer order status, and at its keys in Redis."}
 }
 
 // classify reads order no's sequence one position deep and its head's
@@ -472,11 +479,10 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 	b.Head.TaskID = id
 	rf := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(typ), no), id: id, typ: typ, source: SourcePosition}
 	b.Head.Queue = rf.queues[0]
-	found, err := r.lookup([]ref{rf})
+	info, err := r.lookupOne(ctx, rf)
 	if err != nil {
 		return nil, err
 	}
-	info := found[rf.key()]
 	b.Head.TaskState = TaskMissing
 	if info != nil {
 		b.Head.TaskState, b.Head.Queue = info.State.String(), info.Queue
@@ -549,12 +555,11 @@ func (r *Reader) staleLock(ctx context.Context, now time.Time, no, typ string, i
 		return nil, nil
 	}
 	hr := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(htyp), no), id: hid, typ: htyp, source: SourceLock}
-	found, err := r.lookup([]ref{hr})
+	hinfo, err := r.lookupOne(ctx, hr)
 	if err != nil {
 		return nil, err
 	}
 	sl.TaskID, sl.Queue, sl.TaskState = hid, hr.queues[0], TaskMissing
-	hinfo := found[hr.key()]
 	if hinfo == nil {
 		return sl, nil
 	}
@@ -602,13 +607,13 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 	c := &Creation{Exchange: id, From: from, Chain: []string{b.OrderNo}}
 	b.Reason, b.Creation = ReasonCreation, c
 	xr := ref{queues: r.cfg.Shards.Placements(tasks.Exchange, from), id: id, typ: tasks.Exchange.Type, source: SourcePosition}
-	found, err := r.lookup([]ref{xr})
+	info, err := r.lookupOne(ctx, xr)
 	if err != nil {
 		return err
 	}
 	c.ExchangeState = TaskMissing
 	b.Head.TaskID, b.Head.Queue, b.Head.TaskState = id, xr.queues[0], TaskMissing
-	if info := found[xr.key()]; info != nil {
+	if info != nil {
 		c.ExchangeState = info.State.String()
 		b.Head.Queue, b.Head.TaskState = info.Queue, c.ExchangeState
 	}

@@ -12,11 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -392,6 +394,44 @@ func TestBlockedListsAnUnreadableSequence(t *testing.T) {
 	require.Contains(t, got["SOBAD"].Explanation, "bad n")
 	require.Equal(t, orderview.ReasonScheduled, got["SOOK"].Reason, "%+v", got["SOOK"])
 	require.Equal(t, 1, page.Counts[orderview.ReasonUnreadable])
+}
+
+// One order whose sequence key has the wrong Redis type (a string the
+// intake's Redis user may write) is listed as unreadable, with the error,
+// and the other orders are still listed: a per-order read error never
+// fails the list. So is an order held while its sequence is a string.
+func TestBlockedListsAWronglyTypedSequence(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	ctx := t.Context()
+	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
+	require.NoError(t, err)
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO21", "SO22")
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	intake := e.db.AsUser(t, rules...)
+	_, err = seq.Pause(ctx, "SO23", "ops", "check")
+	require.NoError(t, err)
+	for _, no := range []string{"SO21", "SO23"} {
+		orderviewtest.WrongTypeSeq(t, intake.Client, e.db.Prefix, no)
+	}
+
+	now := time.Now().Add(time.Hour)
+	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
+	require.NoError(t, err)
+	got := byOrder(page)
+	for _, no := range []string{"SO21", "SO23"} {
+		require.Equal(t, orderview.ReasonUnreadable, got[no].Reason, "%+v", got[no])
+		require.Contains(t, got[no].Explanation, "WRONGTYPE")
+	}
+	require.Equal(t, orderview.ReasonScheduled, got["SO22"].Reason, "%+v", got["SO22"])
+	require.Equal(t, 2, page.Counts[orderview.ReasonUnreadable])
+
+	// Only the caller's end fails the list.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = b.reader(t, func() time.Time { return now }).Blocked(done, orderview.BlockedQuery{})
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 // The same list on a Sentinel group, through its failover client.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -105,6 +106,10 @@ type Sequence struct {
 	// for them), finished ahead of their turn, and the tasks noted as
 	// archived in their turn. At most 20. Never nil.
 	Log []LogEntry `json:"log"`
+	// Hold is the operator's hold of the order (internal/orderops: who,
+	// why, since when), nil when it is not held: its changes are accepted
+	// but not applied until it is resumed.
+	Hold *Hold `json:"hold,omitempty"`
 }
 
 // The states of a [Position].
@@ -125,6 +130,12 @@ const (
 // have.
 const TaskMissing = "missing"
 
+// TaskUnlisted is the TaskState of a position whose task exists in a queue
+// missing from asynq's set of queues (lost in a failover, say): asynq's
+// Inspector cannot read it, but it is not missing, and its position is no
+// gap. A worker lists the queue again when it checks the order's turn.
+const TaskUnlisted = "unlisted"
+
 // Position is a position after an order's sequence cursor.
 type Position struct {
 	// Seq is the position.
@@ -140,7 +151,7 @@ type Position struct {
 	// TaskID and Queue name the position's task, when its label names
 	// one (Queue is where asynq has the task, or else where the contract
 	// puts it); TaskState is that task's asynq state (pending, active,
-	// scheduled, retry, archived, completed) or TaskMissing.
+	// scheduled, retry, archived, completed), TaskMissing or TaskUnlisted.
 	TaskID    string `json:"task_id,omitempty"`
 	Queue     string `json:"queue,omitempty"`
 	TaskState string `json:"task_state,omitempty"`
@@ -316,6 +327,9 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 			refs = append(refs, ref{queues: placed(typ, ""), id: id, typ: typ, source: SourceLock})
 		}
 	}
+	if p := seq.Paused; p != nil {
+		st.Sequence.Hold = &Hold{By: p.By, Reason: p.Reason, At: utc(p.At)}
+	}
 	if seq.Exists {
 		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
 		for _, p := range seq.Pending { // at most MaxPositions: the Sequencer's page
@@ -362,7 +376,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		}
 	}
 
-	found, err := r.lookup(refs)
+	found, unlisted, err := r.lookup(ctx, refs)
 	if err != nil {
 		return Status{}, err
 	}
@@ -374,6 +388,8 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		st.Lock.Queue = refs[0].queues[0]
 		if info := found[refs[0].key()]; info != nil {
 			st.Lock.Queue = info.Queue
+		} else if q, ok := unlisted[refs[0].key()]; ok {
+			st.Lock.Queue = q
 		}
 	}
 	for i := range st.Sequence.Waiting {
@@ -385,6 +401,10 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		info := found[posKeys[i]]
 		if info != nil {
 			p.TaskState, p.Queue = info.State.String(), info.Queue
+		}
+		if q, ok := unlisted[posKeys[i]]; ok {
+			p.TaskState, p.Queue = TaskUnlisted, q
+			continue // it exists: no gap
 		}
 		if p.Next && p.State == PositionReserved {
 			st.Sequence.Gap = r.gap(now, *p, info)
@@ -410,6 +430,13 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		return cmp.Compare(a.Seq, b.Seq)
 	})
 	st.Summary = summary(&st, r.cfg.GapWait)
+	seen = map[string]bool{}
+	for _, rf := range refs {
+		if q, ok := unlisted[rf.key()]; ok && !seen[rf.key()] {
+			seen[rf.key()] = true
+			st.Summary = append(st.Summary, fmt.Sprintf("Task %s exists in queue %s, which is missing from asynq's set of queues: asynq's Inspector and asynqmon do not show it, and this view cannot read its state. A worker lists the queue again when it next checks its order's turn, and so does the next change enqueued into it.", rf.id, q))
+		}
+	}
 	return st, nil
 }
 
@@ -418,9 +445,12 @@ func (rf ref) key() string { return rf.id + "@" + strings.Join(rf.queues, ",") }
 
 // lookup reads the tasks refs name from asynq, by queue and ID, each once:
 // in each of a ref's queues in turn, until one has it. A task asynq does
-// not have is absent from the map, which is keyed by ref.key.
-func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
-	found := make(map[string]*asynq.TaskInfo)
+// not have is absent from found, which is keyed by ref.key. A task that
+// exists in a queue missing from asynq's set of queues, which the
+// Inspector cannot read (asynqwire.LookTaskInfo), is not taken for missing:
+// it is in unlisted, by the same key, with its queue. lookup only reads.
+func (r *Reader) lookup(ctx context.Context, refs []ref) (found map[string]*asynq.TaskInfo, unlisted map[string]string, err error) {
+	found, unlisted = map[string]*asynq.TaskInfo{}, map[string]string{}
 	looked := make(map[string]bool)
 	for _, rf := range refs {
 		key := rf.key()
@@ -429,18 +459,36 @@ func (r *Reader) lookup(refs []ref) (map[string]*asynq.TaskInfo, error) {
 		}
 		looked[key] = true
 		for _, q := range rf.queues {
-			info, err := r.insp.GetTaskInfo(q, rf.id)
-			switch {
-			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			info, err := asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, rf.id)
+			if errors.Is(err, asynq.ErrTaskNotFound) {
 				continue
-			case err != nil:
-				return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, err)
+			}
+			if errors.Is(err, asynqwire.ErrQueueUnlisted) {
+				unlisted[key] = q
+				break
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, err)
 			}
 			found[key] = info
 			break
 		}
 	}
-	return found, nil
+	return found, unlisted, nil
+}
+
+// lookupOne reads the task rf names, as lookup does: nil when asynq does
+// not have it, and an error matching asynqwire.ErrQueueUnlisted when it
+// exists in a queue asynq does not list.
+func (r *Reader) lookupOne(ctx context.Context, rf ref) (*asynq.TaskInfo, error) {
+	found, unlisted, err := r.lookup(ctx, []ref{rf})
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := unlisted[rf.key()]; ok {
+		return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, asynqwire.ErrQueueUnlisted)
+	}
+	return found[rf.key()], nil
 }
 
 // entryKind returns the kind of the task that made a history entry of type
@@ -577,10 +625,28 @@ func utc(t time.Time) time.Time {
 	return t.UTC()
 }
 
-// summary says what is happening to the order of st, most important first.
+// summary says what is happening to the order of st, most important first:
+// an operator's hold (who, since when, why, and what resumes it), then a
+// failing head (which change, its attempts, its last error, its next
+// run), then the order and the rest.
 func summary(st *Status, gapWait time.Duration) []string {
 	var out []string
 	no := st.OrderNo
+	sq := st.Sequence
+	if h := sq.Hold; h != nil {
+		since := "at an unknown time"
+		if !h.At.IsZero() {
+			since = "since " + h.At.Format(time.RFC3339)
+		}
+		out = append(out, fmt.Sprintf("On hold: held by %s %s (%s). Its changes are accepted but not applied until it is resumed; %s wait. Resume it with producer order resume %s -reason \"…\", the intake's POST /v1/orders/%s/actions/resume, or Resume on this page when the dashboard's writes are on: the change whose turn it is then runs at once.",
+			cmp.Or(h.By, "an operator"), since, cmp.Or(h.Reason, "no reason given"), Count(max(sq.Last-sq.Done, 0)), no, no))
+	}
+	for _, t := range st.Tasks {
+		if sq.Exists && t.Seq == sq.Done+1 && t.State == "retry" && t.Retried > 0 {
+			out = append(out, failingSummary(no, t))
+			break
+		}
+	}
 	switch o := st.Order; {
 	case o == nil && !st.Sequence.Exists && !st.Lock.Held:
 		return []string{fmt.Sprintf("Nothing is known of %s: the order store has no such order, and no change was accepted for it in the last 7 days. (A task enqueued by hand without a position is not in the order's records.)", no)}
@@ -596,7 +662,6 @@ func summary(st *Status, gapWait time.Duration) []string {
 	if l := st.Lock; l.Held {
 		out = append(out, fmt.Sprintf("Locked by %s (fence %d, lease %v left): that task is applying its change now.", l.Holder, l.Fence, (time.Duration(l.LeaseMS)*time.Millisecond).Round(time.Second)))
 	}
-	sq := st.Sequence
 	waiting := sq.Last - sq.Done
 	switch {
 	case !sq.Exists:
@@ -617,12 +682,6 @@ func summary(st *Status, gapWait time.Duration) []string {
 	parked, archived := 0, 0
 	for _, t := range st.Tasks {
 		switch {
-		case t.Seq == sq.Done+1 && t.State == "retry" && t.Retried > 0:
-			next := ""
-			if !t.NextProcessAt.IsZero() {
-				next = " at " + t.NextProcessAt.Format(time.RFC3339)
-			}
-			out = append(out, fmt.Sprintf("Its next change, task %s, failed %d time(s) (%s) and runs again%s; the changes behind it wait for it.", t.TaskID, t.Retried, t.LastError, next))
 		case t.Seq > sq.Done+1 && t.State == "retry" && t.Retried == 0:
 			parked++
 		case t.State == "archived":
@@ -636,6 +695,22 @@ func summary(st *Status, gapWait time.Duration) []string {
 		out = append(out, fmt.Sprintf("%d of its tasks are archived: their changes were not applied (see each task's reason).", archived))
 	}
 	return out
+}
+
+// failingSummary says that the head of order no, task t, fails: which
+// change, its attempts, its last error, when it runs again, and what ends
+// it.
+func failingSummary(no string, t Task) string {
+	last := ""
+	if !t.LastFailedAt.IsZero() {
+		last = ", last at " + t.LastFailedAt.Format(time.RFC3339)
+	}
+	next := "again after its backoff"
+	if !t.NextProcessAt.IsZero() {
+		next = "again at " + t.NextProcessAt.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("Its next change fails: task %s (%s, position %d) failed %d of %d allowed times%s: %s. It runs %s, and the changes behind it wait for it; past its budget it is archived and the order goes on. Retry it now (producer order retry %s -reason \"…\") once the cause is fixed, or skip it.",
+		t.TaskID, t.Type, t.Seq, t.Retried, t.MaxRetry+1, last, t.LastError, next, no)
 }
 
 // Count formats n for people, with a comma between groups of three

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -136,10 +137,16 @@ func TestStatusOfAnOrderWithRetriedParkedAndArchivedTasks(t *testing.T) {
 	assert.EqualValues(t, 2, st.HistoryTotal)
 	assert.Equal(t, s.Applied, st.History[1].EventID)
 
+	// The failing head leads: which change, its attempts, its last error,
+	// its next run, and what ends it.
+	lead := st.Summary[0]
+	assert.True(t, strings.HasPrefix(lead, "Its next change fails: task "+s.Retried+" (order:modify, position "+
+		strconv.FormatInt(s.Seq[s.Retried], 10)+") failed 1 of 6 allowed times, last at "), lead)
+	assert.Contains(t, lead, ": "+orderviewtest.FailRetried+". It runs again at ")
+	assert.Contains(t, lead, "Retry it now (producer order retry SO1001")
 	summary := strings.Join(st.Summary, "\n")
 	assert.Contains(t, summary, "SO1001 is active, version 2")
 	assert.Contains(t, summary, "2 accepted change(s) not applied yet; next in line is position")
-	assert.Contains(t, summary, "Its next change, task "+s.Retried+", failed 1 time(s) ("+orderviewtest.FailRetried+") and runs again at ")
 	assert.Contains(t, summary, "1 task(s) wait for their turn, parked")
 	assert.Contains(t, summary, "1 of its tasks are archived")
 }
@@ -368,4 +375,69 @@ func TestCount(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, orderview.Count(tt.n), tt.n)
 	}
+}
+
+// A task whose queue is missing from asynq's set of queues (lost in a
+// failover, say) exists: the status shows its position as unlisted, not
+// as a gap of a missing task, and says so; the blocked list names the
+// order as unreadable with the cause, rather than as a gap whose task
+// will not come. Neither writes asynq's set of queues.
+func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	if e.db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	ctx := t.Context()
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO31")
+	require.NoError(t, e.db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+
+	st, err := e.reader.Status(ctx, "SO31")
+	require.NoError(t, err)
+	require.Len(t, st.Sequence.Waiting, 1)
+	head := st.Sequence.Waiting[0]
+	assert.Equal(t, orderview.TaskUnlisted, head.TaskState)
+	assert.Equal(t, tasks.QueueModify, head.Queue)
+	assert.Nil(t, st.Sequence.Gap, "the task exists: no gap")
+	assert.Contains(t, strings.Join(st.Summary, "\n"), "Task SO31-later exists in queue order_modify, which is missing from asynq's set of queues")
+
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	now := time.Now().Add(time.Hour)
+	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
+	require.NoError(t, err)
+	got := byOrder(page)
+	require.Equal(t, orderview.ReasonUnreadable, got["SO31"].Reason, "%+v", got["SO31"])
+	assert.Contains(t, got["SO31"].Explanation, "missing from asynq's set of queues")
+
+	listed, err := e.db.Client.SIsMember(ctx, asynqwire.AllQueues, tasks.QueueModify).Result()
+	require.NoError(t, err)
+	assert.False(t, listed, "a view only reads")
+}
+
+// A held order's status leads with the hold: who holds it, since when,
+// why, what waits, and what resumes it; the sequence carries the hold.
+func TestStatusLeadsWithTheHold(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	ctx := t.Context()
+	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO41")
+	seq, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	pause, err := seq.Pause(ctx, "SO41", "ops@example.com", "customer asked")
+	require.NoError(t, err)
+
+	st, err := e.reader.Status(ctx, "SO41")
+	require.NoError(t, err)
+	require.NotNil(t, st.Sequence.Hold)
+	assert.Equal(t, orderview.Hold{By: "ops@example.com", Reason: "customer asked", At: pause.At.UTC()}, *st.Sequence.Hold)
+	lead := st.Summary[0]
+	assert.True(t, strings.HasPrefix(lead, "On hold: held by ops@example.com since "+pause.At.UTC().Format(time.RFC3339)+" (customer asked)."), lead)
+	assert.Contains(t, lead, "1 wait")
+	assert.Contains(t, lead, "producer order resume SO41")
+	assert.Contains(t, lead, "POST /v1/orders/SO41/actions/resume")
+
+	_, _, err = seq.Resume(ctx, "SO41")
+	require.NoError(t, err)
+	st, err = e.reader.Status(ctx, "SO41")
+	require.NoError(t, err)
+	assert.Nil(t, st.Sequence.Hold)
+	assert.NotContains(t, strings.Join(st.Summary, "\n"), "On hold")
 }

@@ -147,9 +147,9 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if opts, err = endpoint(getenv); err != nil {
 			return nil, err
 		}
-		hdr, err := headers(getenv)
-		if err != nil {
-			return nil, err
+		hdr, herr := headers(getenv)
+		if herr != nil {
+			return nil, herr
 		}
 		if hdr != nil {
 			opts = append(opts, otlptracehttp.WithHeaders(hdr))

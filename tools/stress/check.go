@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
@@ -103,15 +104,11 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		if _, ok := r.outcomes[t.EventID]; ok {
 			continue
 		}
-		info, err := insp.GetTaskInfo(t.Queue, t.EventID)
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
-			r.outcomes[t.EventID] = outcome{state: "lost"}
-		case err != nil:
-			return nil, fmt.Errorf("task %s: %w", t.EventID, err)
-		default:
-			r.outcomes[t.EventID] = outcome{state: info.State.String(), lastErr: info.LastErr, retried: info.Retried}
+		o, err := taskOutcome(ctx, rdb, insp, t.Queue, t.EventID)
+		if err != nil {
+			return nil, err
 		}
+		r.outcomes[t.EventID] = o
 	}
 
 	nos, err := benchkit.OrderNos(ctx, rdb, prefix)
@@ -421,7 +418,25 @@ func archiveClass(t enqueued, lastErr string) string {
 	return "other: " + t.Type
 }
 
-// listAll lists every task of one state in queue q into out.
+// taskOutcome reads task id of queue as asynq has it. A task is lost only
+// when asynq does not have it: a queue missing from asynq's set of queues
+// (a failover of the chaos can lose it) whose task exists is listed again,
+// as a worker's gap check does (asynqwire.TaskInfo), and the task read.
+func taskOutcome(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, queue, id string) (outcome, error) {
+	info, _, err := asynqwire.TaskInfo(ctx, insp, rdb, queue, id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		// ErrQueueNotFound is left only when the task's hash is gone too.
+		return outcome{state: "lost"}, nil
+	case err != nil:
+		return outcome{}, fmt.Errorf("task %s: %w", id, err)
+	}
+	return outcome{state: info.State.String(), lastErr: info.LastErr, retried: info.Retried}, nil
+}
+
+// listAll lists every task of one state in queue q into out. A queue asynq
+// does not list (any more) lists nothing: its tasks are then read one by
+// one (taskOutcome), never taken for lost.
 func listAll(list func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error), q, state string, out map[string]outcome) error {
 	const size = 1000
 	for page := 1; ; page++ {

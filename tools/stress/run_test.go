@@ -8,8 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/config"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // The suite itself is run by `make stress`; these tests only check its
@@ -169,4 +174,30 @@ func TestLogTailReadsOnlyNewCompleteLines(t *testing.T) {
 	require.Len(t, lines, 1)
 	require.Equal(t, "hot-H0-3", lines[0].EventID)
 	require.Empty(t, tail.read(path))
+}
+
+// A task whose queue is missing from asynq's set of queues (a failover can
+// lose it) is not lost: the check reads its state. A task asynq does not
+// have is.
+func TestTaskOutcomeOfAnUnlistedQueue(t *testing.T) {
+	db := redistest.New(t)
+	if db.Kind == redistest.External {
+		t.Skip("it changes asynq's set of queues, which the tests share on TEST_REDIS_URL")
+	}
+	ctx := t.Context()
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = cli.Close() })
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
+	_, err := cli.EnqueueContext(ctx, asynq.NewTask(tasks.TypeModify, []byte(`{}`)), asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-1"))
+	require.NoError(t, err)
+	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+
+	o, err := taskOutcome(ctx, db.Client, insp, tasks.QueueModify, "ev-1")
+	require.NoError(t, err)
+	require.Equal(t, "pending", o.state)
+	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+	o, err = taskOutcome(ctx, db.Client, insp, tasks.QueueModify, "ev-none")
+	require.NoError(t, err)
+	require.Equal(t, "lost", o.state)
 }

@@ -8,6 +8,13 @@
 // the operator actions the dashboard offers for its reason (see act).
 "use strict";
 (() => {
+  // sameOrigin returns path, an absolute path the dashboard built, as a URL
+  // of this page's origin. A page opened with credentials in its URL
+  // (http://user:pass@host/blocked-orders, as a bookmark or a monitoring
+  // check would) cannot fetch a URL resolved against its own: fetch
+  // refuses a URL that includes credentials. The origin has none, and
+  // the browser sends the credentials it logged in with as usual.
+  const sameOrigin = (path) => window.location.origin + path;
   const main = document.getElementById("blocked");
   const readOnly = main.dataset.readOnly === "true";
   const params = new URLSearchParams(window.location.search);
@@ -97,7 +104,7 @@
     let r;
     let body = null;
     try {
-      r = await fetch(a.url, {
+      r = await fetch(sameOrigin(a.url), {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", Accept: "application/json" },
@@ -252,7 +259,7 @@
   const load = async () => {
     let r;
     try {
-      r = await fetch(main.dataset.api + query(reason, cursor), { credentials: "same-origin", headers: { Accept: "application/json" } });
+      r = await fetch(sameOrigin(main.dataset.api + query(reason, cursor)), { credentials: "same-origin", headers: { Accept: "application/json" } });
     } catch (e) {
       showError("Could not reach the dashboard: " + e);
       return;
