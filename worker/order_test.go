@@ -669,7 +669,9 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	e.startWorker(worker.Config{GapWait: time.Second, OnDone: r.add,
 		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
-	p := e.producer(producer.Config{})
+	// after-1 is parked behind the position without a task: it comes back
+	// after ParkFor, set to the workers' GapWait as the producer asks.
+	p := e.producer(producer.Config{ParkFor: time.Second})
 	q := e.sequencer()
 	late := func(id string, pos int64, remark string) {
 		t.Helper()

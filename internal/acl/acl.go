@@ -155,9 +155,11 @@ func Rules(p Process, o Options) ([]string, error) {
 			r.notes(o.OrderAPI, k)
 		}
 		// Acceptance: the event claims, the sequences, the WAIT markers,
-		// and a task's hash, its pending or scheduled entry and its queue's
-		// name, written by the commands asynq's Client (or the producer's
-		// script doing as it does) uses and no other: it can neither delete
+		// and a task's hash, its pending or scheduled entry (or its retry
+		// entry: a change accepted behind unfinished changes of its order
+		// is parked in its queue's retry set) and its queue's name,
+		// written by the commands asynq's Client (or the producer's script
+		// doing as it does) uses and no other: it can neither delete
 		// nor empty a queue. It reads tasks, locks and sequences for the
 		// task and status reads. Not granted: moving a task within its
 		// queue (requeue.Front), which a producer that gives up the head
@@ -165,7 +167,7 @@ func Rules(p Process, o Options) ([]string, error) {
 		// task then comes back after its park delay (at most the workers'
 		// GAP_WAIT) instead of at once.
 		r.rw(k.events, k.seqs, k.waits).ro(k.asynq, k.locks, k.held)
-		r.only(k.taskKeys, "hset").only(k.pending, "lpush").only(k.scheduled, "zadd").only(k.allQueues, "sadd")
+		r.only(k.taskKeys, "hset").only(k.pending, "lpush").only(k.scheduled, "zadd").only(k.retry, "zadd").only(k.allQueues, "sadd")
 		r.orders(o.OrderAPI, k, false)
 	case Dashboard, DashboardWrite:
 		if p == DashboardWrite {
@@ -215,6 +217,7 @@ type keys struct {
 	orders, notes                                  string
 	locks, seqs, held, events, waits, token        string
 	asynq, queueKeys, taskKeys, pending, scheduled string
+	retry                                          string
 	allQueues, servers, workers                    string
 	servers0, workers0, schedulers                 string
 	released, tokenChannel, cancel                 string
@@ -237,6 +240,7 @@ func newKeys(prefix string) keys {
 		taskKeys:   asynqwire.Patterns.Tasks,
 		pending:    asynqwire.Patterns.Pending,
 		scheduled:  asynqwire.Patterns.Scheduled,
+		retry:      asynqwire.Patterns.Retry,
 		allQueues:  asynqwire.AllQueues,
 		servers:    asynqwire.Patterns.Servers,
 		workers:    asynqwire.Patterns.Workers,

@@ -249,7 +249,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			allow("SET", "ow:event:{e2}", "order:modify SO1 cd", "NX", "GET", "PX", "1000"), allow("HINCRBY", k["seq"], "n", "1"),
 			allow("PEXPIRE", k["seq"], "100000"), allow("SET", k["wait"], "1", "PX", "60000"),
 			allow("EXISTS", k["task"]), allow("HSET", "asynq:{q}:t:e2", "msg", "m", "state", "pending"), allow("LPUSH", k["pending"], "e2"),
-			allow("ZADD", k["sched"], "5", "e3"), allow("SADD", k["queues"], "q"),
+			allow("ZADD", k["sched"], "5", "e3"), allow("ZADD", k["retry"], "5", "e5"), allow("SADD", k["queues"], "q"),
 			allow("EVAL", "redis.call('HSET', KEYS[1], 'state', 'pending'); redis.call('LPUSH', KEYS[2], 'e4'); return redis.call('SADD', KEYS[3], 'q')",
 				"3", "asynq:{q}:t:e4", k["pending"], k["queues"]),
 			// reads: tasks, the lock and the sequence
@@ -261,7 +261,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			deny("DEL", k["queues"]), deny("SREM", k["queues"], "q"), deny("EVAL", luaDel, "1", k["queues"]),
 			deny("DEL", k["pending"]), deny("LREM", k["pending"], "0", "e1"), deny("RPOP", k["pending"]), deny("ZADD", k["pending"], "1", "x"),
 			deny("DEL", k["task"]), deny("HDEL", k["task"], "msg"), deny("LPUSH", k["sched"], "x"), deny("ZREM", k["sched"], "e0"),
-			deny("LPUSH", k["active"], "x"), deny("SET", k["paused"], "1"), deny("EVAL", luaPause, "1", k["paused"]),
+			deny("ZREM", k["retry"], "e1"), deny("LPUSH", k["active"], "x"), deny("SET", k["paused"], "1"), deny("EVAL", luaPause, "1", k["paused"]),
 			deny("ZADD", k["servers"], "1", "x"), deny("PUBLISH", "asynq:cancel", "e1"), deny("PUBLISH", "ow:lock:released", "x"),
 		)
 	case acl.Dashboard:

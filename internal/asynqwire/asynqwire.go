@@ -287,16 +287,18 @@ const (
 
 // Patterns are Redis glob patterns of asynq's keys, for ACL rules (package
 // acl): All every key, Queues every queue's keys, Tasks every task hash,
-// Pending every pending list, Scheduled every scheduled set, Servers and
-// Workers the process sets with the per-server keys beside them.
+// Pending every pending list, Scheduled every scheduled set, Retry every
+// retry set, Servers and Workers the process sets with the per-server keys
+// beside them.
 var Patterns = struct {
-	All, Queues, Tasks, Pending, Scheduled, Servers, Workers string
+	All, Queues, Tasks, Pending, Scheduled, Retry, Servers, Workers string
 }{
 	All:       "asynq:*",
 	Queues:    "asynq:{*",
 	Tasks:     TaskKey("*", "*"),
 	Pending:   PendingKey("*"),
 	Scheduled: ScheduledKey("*"),
+	Retry:     RetryKey("*"),
 	Servers:   ServersKey + "*",
 	Workers:   WorkersKey + "*",
 }

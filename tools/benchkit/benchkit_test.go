@@ -88,7 +88,7 @@ func TestAnalyzeViolations(t *testing.T) {
 	a := Analyze(map[string][]orders.Entry{
 		"SO1": {
 			entry("e1", orders.TypeModify, 10, 1, 0, 5),
-			entry("e2", orders.TypeModify, 20, 2, 4, 8),  // starts before e1 ended
+			entry("e2", orders.TypeModify, 20, 2, 4, 8), // starts before e1 ended
 			sameFence,
 			entry("x1", orders.TypeExchange, 30, 5, 11, 12),
 		},

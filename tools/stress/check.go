@@ -75,7 +75,10 @@ func (r *results) violations() int {
 	n := len(r.lost) + len(r.badArchive) + len(r.doubleApplied) + len(r.notApplied) + len(r.archApplied) +
 		len(r.unknownEvents) + len(r.versionOff) + len(r.locksLeft) + len(r.analysis.Violations) + len(r.crashes) +
 		len(r.inversions) + len(r.clientOrder) + len(r.replayOff) + len(r.stalled) + len(r.badSkips)
-	if r.hot != nil {
+	if r.hot != nil && len(r.hot.actions) == 0 {
+		// The phase must hit at least one hold; a later planned kill that
+		// finds the floods drained already (a busy machine drains them
+		// more slowly, or a random kill stalled them) is reported only.
 		n += len(r.hot.uncovered)
 	}
 	for _, c := range r.unfinished {
@@ -535,7 +538,11 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	show("SKIPPED positions whose task existed", r.badSkips)
 	show("WORKER CRASHES (exited on their own)", r.crashes)
 	if r.hot != nil {
-		show("HOT-ORDER PHASE did not hit a hold", r.hot.uncovered)
+		what := "HOT-ORDER PHASE did not hit a hold"
+		if len(r.hot.actions) > 0 {
+			what = "hot-order phase: planned actions that found no hold (not a violation: others hit one)"
+		}
+		show(what, r.hot.uncovered)
 	}
 	if n := r.violations(); n > 0 {
 		fmt.Fprintf(out, "\nFAIL: %d violations\n", n)
