@@ -14,6 +14,8 @@ import (
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -218,10 +220,20 @@ func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run
 		// takes its own turn.
 		return &waitError{err: fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", turn.Pos, h.next.Pos, lock.ErrNotYourTurn), delay: w.busyDelay()}
 	}
+	prev := h.lease.Turn()
 	if err := h.lease.Next(turn); err != nil {
 		return &waitError{err: fmt.Errorf("%w: %w", lock.ErrNotYourTurn, err), delay: w.busyDelay()}
 	}
 	r.Locked, r.Fence, r.Mode = true, h.lease.Fence(), ModeTurn
+	// Its "order lock" span: taken in the hold, kept for it by the change
+	// before, with the hold's fence; no wait.
+	if _, span := w.startSpan(ctx, tracing.SpanLock); span.IsRecording() {
+		span.SetAttributes(tracing.AttrOrderNo.String(h.orderNo), tracing.AttrSeq.Int64(turn.Pos),
+			tracing.AttrFence.Int64(r.Fence), tracing.AttrLockMode.String(string(ModeTurn)),
+			attribute.Int64("orderworker.lock.waited_ms", 0), attribute.Int("orderworker.hold.changes", h.count))
+		span.AddEvent(tracing.EventInHold, trace.WithAttributes(tracing.AttrHeadSeq.Int64(prev.Pos), tracing.AttrHead.String(prev.Label)))
+		span.End()
+	}
 	return w.apply(ctx, k, p, h.lease, r, budget)
 }
 

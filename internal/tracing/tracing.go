@@ -96,6 +96,7 @@ const (
 	EventOnHold  = "on hold"                      // back to the queue: an operator holds the order
 	EventTimeout = "busy past the wait deadline"  // back to the queue: the lock stayed held
 	EventWoken   = "called back the next in line" // the parked changes a hand-off called back (AttrWoken)
+	EventInHold  = "taken in the hold"            // a drained run: the lock was kept for it by the change named (AttrHead)
 )
 
 // MessagingSystem is the messaging.system of the queue's spans.
