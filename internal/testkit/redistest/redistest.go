@@ -309,7 +309,7 @@ func (r runner) Run() int {
 // a [Dedicated] server, which only the test talks to. A test that bounds
 // the work a call does by these counts, rather than by how long the call
 // took, passes on a loaded machine and fails for the extra work only.
-func CallsDuring(tb testing.TB, c redis.UniversalClient, fn func()) map[string]int64 {
+func CallsDuring(tb testing.TB, c redis.UniversalClient, fn func()) Calls {
 	tb.Helper()
 	before := commandStats(tb, c)
 	fn()
@@ -326,11 +326,23 @@ func CallsDuring(tb testing.TB, c redis.UniversalClient, fn func()) map[string]i
 	return after
 }
 
+// Calls counts the commands a server ran, by name; see [CallsDuring].
+type Calls map[string]int64
+
+// Total is the count of every command in c.
+func (c Calls) Total() int64 {
+	var n int64
+	for _, calls := range c {
+		n += calls
+	}
+	return n
+}
+
 var cmdstatLine = regexp.MustCompile(`(?m)^cmdstat_(\S+):calls=(\d+),`)
 
 // commandStats returns the calls of each command that the server behind c
 // has counted.
-func commandStats(tb testing.TB, c redis.UniversalClient) map[string]int64 {
+func commandStats(tb testing.TB, c redis.UniversalClient) Calls {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -338,7 +350,7 @@ func commandStats(tb testing.TB, c redis.UniversalClient) map[string]int64 {
 	if err != nil {
 		tb.Fatalf("redistest: INFO commandstats: %v", err)
 	}
-	calls := map[string]int64{}
+	calls := Calls{}
 	for _, m := range cmdstatLine.FindAllStringSubmatch(info, -1) {
 		n, err := strconv.ParseInt(m[2], 10, 64)
 		if err != nil {

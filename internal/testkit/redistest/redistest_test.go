@@ -61,9 +61,9 @@ func TestCallsDuring(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	want := map[string]int64{"eval": 1, "set": 1, "get": 2}
-	if !maps.Equal(got, want) {
-		t.Fatalf("calls %v, want %v", got, want)
+	want := redistest.Calls{"eval": 1, "set": 1, "get": 2}
+	if !maps.Equal(got, want) || got.Total() != 4 {
+		t.Fatalf("calls %v (%d), want %v", got, got.Total(), want)
 	}
 	if got := redistest.CallsDuring(t, c, func() {}); len(got) != 0 {
 		t.Fatalf("calls %v during nothing", got)
