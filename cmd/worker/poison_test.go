@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,10 +103,7 @@ func TestRawSeqCannotPoisonAnOrder(t *testing.T) {
 // returns its base URL once it is ready.
 func startIntakeBinary(t *testing.T, db *redistest.DB) string {
 	t.Helper()
-	redistest.SkipShort(t, "binaries run as processes")
-	bin := filepath.Join(t.TempDir(), "producer")
-	out, err := exec.Command("go", "build", "-o", bin, "../producer").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	_, bin := buildBinaries(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(cmd.Environ(), "REDIS_URL="+db.URL(), "KEY_PREFIX="+db.Prefix, "INTAKE_ADDR="+addr,

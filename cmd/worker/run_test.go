@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBinaries{redistest.Main(m)}) }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -14,16 +12,6 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 )
-
-// buildWorker compiles this command once per test binary.
-func buildWorker(t *testing.T) string {
-	t.Helper()
-	redistest.SkipShort(t, "binaries run as processes")
-	bin := filepath.Join(t.TempDir(), "worker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return bin
-}
 
 // TestSIGTERM runs the real binary, sends it SIGTERM while a task holds its
 // order's lock, and checks the shutdown: exit status 0, the lock released at

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -461,17 +460,6 @@ func send(t *testing.T, base, method, path, tp, key, body string) response {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return response{status: resp.StatusCode, requestID: resp.Header.Get("X-Request-Id"), body: b}
-}
-
-// buildBinaries compiles this command and cmd/producer (whose "serve" is
-// the intake) with one go build, and returns their paths.
-func buildBinaries(t *testing.T) (worker, intake string) {
-	t.Helper()
-	redistest.SkipShort(t, "binaries run as processes")
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../producer").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return filepath.Join(dir, "worker"), filepath.Join(dir, "producer")
 }
 
 // process is a binary a test runs, its output collected as JSON log lines.

@@ -55,8 +55,13 @@ func newBlockedEnv(t *testing.T, rdb redis.UniversalClient, prefix string, shard
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	t.Cleanup(func() {
+		// The queues live outside the prefix; on a Cluster, shared by the
+		// package's tests and by repeats (-count), a completed task left
+		// behind would make the next run's change a duplicate. DeleteQueue
+		// leaves the completed tasks, so they go first.
 		insp := asynq.NewInspectorFromRedisClient(rdb)
 		for _, q := range shards.AllQueues() {
+			_, _ = insp.DeleteAllCompletedTasks(q)
 			_ = insp.DeleteQueue(q, true)
 		}
 	})

@@ -296,27 +296,34 @@ func TestStaleTokenServedWhileRefreshing(t *testing.T) {
 	db := redistest.New(t)
 	u := newUpstream(t, 3600)
 	key := testKey(db)
-	// Due (under RefreshBefore's 10s) but valid for 5s more.
-	require.NoError(t, db.Client.Set(t.Context(), key, "stale-token", 5*time.Second).Err())
+	// Due (under RefreshBefore's 50 min) but valid for 40 min more: a
+	// loaded machine's stalls cannot outlast it, as they could a few
+	// seconds. The upstream's hour-long token is not due.
+	cfg := fast()
+	cfg.RefreshBefore = 50 * time.Minute
+	require.NoError(t, db.Client.Set(t.Context(), key, "stale-token", 40*time.Minute).Err())
 	u.Block()
-	c := newReplica(t, db, u.source(t), fast(), nil)
+	c := newReplica(t, db, u.source(t), cfg, nil)
 
+	// A Get that waited for the blocked refresh would wait until this
+	// deadline: any bound below the test's own timeout tells the two apart,
+	// and a long one holds on a loaded machine.
 	get := func() (string, error) {
-		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		return c.Get(ctx)
 	}
 	tok, err := get()
 	require.NoError(t, err)
 	require.Equal(t, "stale-token", tok)
-	u.waitStarted(t, 5*time.Second) // the background refresh is at the upstream
+	u.waitStarted(t, 30*time.Second) // the background refresh is at the upstream
 
 	tok, err = get()
 	require.NoError(t, err)
 	require.Equal(t, "stale-token", tok, "while the refresh is blocked")
 
 	u.Unblock()
-	waitFor(t, 5*time.Second, func() bool {
+	waitFor(t, 30*time.Second, func() bool {
 		tok, err := get()
 		return err == nil && tok != "stale-token"
 	})

@@ -43,6 +43,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -299,4 +300,63 @@ func (r runner) Run() int {
 		pkg.mini.Close()
 	}
 	return code
+}
+
+// CallsDuring runs fn and returns the commands that the server behind c
+// ran meanwhile, by name as INFO commandstats names them ("hmget",
+// "evalsha_ro", "client|setinfo"), the calls that scripts make included
+// and its own INFO excluded. The counts are the whole server's: use it on
+// a [Dedicated] server, which only the test talks to. A test that bounds
+// the work a call does by these counts, rather than by how long the call
+// took, passes on a loaded machine and fails for the extra work only.
+func CallsDuring(tb testing.TB, c redis.UniversalClient, fn func()) Calls {
+	tb.Helper()
+	before := commandStats(tb, c)
+	fn()
+	after := commandStats(tb, c)
+	after["info"]-- // the INFO that read before
+	for name, n := range before {
+		after[name] -= n
+	}
+	for name, n := range after {
+		if n == 0 {
+			delete(after, name)
+		}
+	}
+	return after
+}
+
+// Calls counts the commands a server ran, by name; see [CallsDuring].
+type Calls map[string]int64
+
+// Total is the count of every command in c.
+func (c Calls) Total() int64 {
+	var n int64
+	for _, calls := range c {
+		n += calls
+	}
+	return n
+}
+
+var cmdstatLine = regexp.MustCompile(`(?m)^cmdstat_(\S+):calls=(\d+),`)
+
+// commandStats returns the calls of each command that the server behind c
+// has counted.
+func commandStats(tb testing.TB, c redis.UniversalClient) Calls {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	calls := Calls{}
+	for _, m := range cmdstatLine.FindAllStringSubmatch(info, -1) {
+		n, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			tb.Fatalf("redistest: INFO commandstats: %q: %v", m[0], err)
+		}
+		calls[m[1]] = n
+	}
+	return calls
 }
