@@ -63,7 +63,7 @@ func TestCLIOrderActions(t *testing.T) {
 	info, err := insp.GetTaskInfo(tasks.QueueModify, "act-1")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateArchived, info.State)
-	require.Equal(t, "skipped by opsuser: duplicate of a phone order", info.LastErr, "archived with the skip's reason, by the intake-admin user")
+	require.Equal(t, "skipped by cli:opsuser: duplicate of a phone order", info.LastErr, "archived with the skip's reason, by the intake-admin user")
 
 	out, err = cli("order", "status", "SO7")
 	require.NoError(t, err)
