@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s.Duration(&c.Work, "work", "DEMO_WORK", 200*time.Millisecond, "how long each modify works while holding its order").Check(config.Positive[time.Duration])
 	s.Bool(&c.Serve, "serve", "DEMO_SERVE", false, "keep the worker and the embedded Redis running after the scenario, until interrupted")
 	s.Bool(&c.Trace, "trace", "DEMO_TRACE", false, "trace the scenario's changes with OpenTelemetry, keeping the spans in memory, and print one change's trace as a tree after it")
-	s.String(&c.TraceEvent, "trace-event", "DEMO_TRACE_EVENT", "", "the event ID of the change whose trace -trace prints; implies -trace; empty: the first modify that waited for its turn behind another change and was applied")
+	s.String(&c.TraceEvent, "trace-event", "DEMO_TRACE_EVENT", "", "the event ID of the change whose trace -trace prints; implies -trace; empty: the first modify that ran in the hold of the change before it and was applied")
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "error", "level of the raw logs written to stderr besides the timeline: "+logging.Levels).Check(logging.CheckLevel)
 	s.Duration(&c.Timeout, "timeout", "DEMO_TIMEOUT", time.Minute, "give up when the scenario has not finished by then").Check(config.Positive[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
@@ -126,9 +126,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	if c.Trace {
-		ev := cmp.Or(c.TraceEvent, spans.waiter())
+		ev := cmp.Or(c.TraceEvent, spans.drained())
 		if ev == "" {
-			return errors.New("no change waited for its turn behind another: no trace to print")
+			return errors.New("no modify ran in the hold of the change before it: no trace to print")
 		}
 		if err := printTrace(stdout, &spans, ev); err != nil {
 			return err
@@ -259,12 +259,13 @@ type timeline struct {
 	mu      sync.Mutex
 	w       io.Writer
 	start   time.Time
-	pending map[string]bool // task IDs enqueued and not yet finished
-	changed chan struct{}   // signalled when a task finishes
+	pending map[string]bool   // task IDs enqueued and not yet finished
+	held    map[string]string // by order: the label of the last run that held its lock
+	changed chan struct{}     // signalled when a task finishes
 }
 
 func newTimeline(w io.Writer) *timeline {
-	return &timeline{w: w, start: time.Now(), pending: map[string]bool{}, changed: make(chan struct{}, 1)}
+	return &timeline{w: w, start: time.Now(), pending: map[string]bool{}, held: map[string]string{}, changed: make(chan struct{}, 1)}
 }
 
 func (t *timeline) printf(format string, args ...any) {
@@ -295,16 +296,30 @@ func (t *timeline) waiting(key, meta, holder string) {
 	t.printf("%-9s %-22s %s is held by %s", "waiting", id, key, holder)
 }
 
-// finished records a task run, from the worker's OnDone.
+// finished records a task run, from the worker's OnDone. A worker calls it
+// for the runs of a drained hold one after the other, in the hold's order:
+// the last run that held an order's lock is the change before the next
+// one run in its hold.
 func (t *timeline) finished(d worker.Done) {
+	t.mu.Lock()
+	before := t.held[d.OrderNo]
+	if d.Locked {
+		t.held[d.OrderNo] = tasks.PositionLabel(d.Type, d.EventID)
+	}
+	t.mu.Unlock()
 	var how string
 	switch {
+	case d.Drained:
+		how = fmt.Sprintf("ran in the hold of the change before it on %s (%s)", d.OrderNo, cmp.Or(before, "?"))
 	case d.Lock.Attempts <= 1:
 		how = "took the lock at once"
 	case d.Lock.WokenByNotice > 0:
 		how = fmt.Sprintf("waited %v, woken by the notice of the change before it", d.Lock.Waited.Round(time.Millisecond))
 	default:
 		how = fmt.Sprintf("waited %v, woken by its random delay", d.Lock.Waited.Round(time.Millisecond))
+	}
+	if d.Retried > 0 {
+		how = fmt.Sprintf("run %d: %s", d.Retried+1, how)
 	}
 	outcome := "applied"
 	if d.Err != nil {

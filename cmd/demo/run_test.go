@@ -29,10 +29,12 @@ func TestScenario(t *testing.T) {
 	got := out.String()
 	t.Log(got)
 	for _, want := range []string{
-		"exchange-1             waits for its turn on SO1001, after order:modify modify-1",  // the earlier modify goes first
-		"modify-3               waits for its turn on SO2001, after the creation of SO2001", // the replacement's modify waits for it
-		"modify-5               waits for its turn on SO1002, after order:modify modify-4",  // back to back, in order
-		"woken by the notice of the change before it; applied",
+		// The earlier modify goes first: the exchange, parked behind it,
+		// runs in its hold.
+		"exchange-1             ran in the hold of the change before it on SO1001 (order:modify modify-1); applied",
+		// Back to back, in order: each one in the hold of the one before.
+		"modify-5               ran in the hold of the change before it on SO1002 (order:modify modify-4); applied",
+		"modify-6               ran in the hold of the change before it on SO1002 (order:modify modify-5); applied",
 		"rejected: modify SO1001: orders: order SO1001 is exchanged; its replacement is order SO2001",
 		`SO1001  exchanged  v3  address="3 Quay Rd"`,                     // modify-1 applied before the exchange
 		`SO2001  active  v2  address="3 Quay Rd" remark="leave at door"`, // copied, then modify-3 applied
@@ -40,14 +42,20 @@ func TestScenario(t *testing.T) {
 	} {
 		require.Contains(t, got, want)
 	}
+	// The replacement's modify, sent before it exists, is applied once the
+	// exchange has created it.
+	require.Regexp(t, `(?s)done +exchange-1 [^\n]*; applied\n.*done +modify-3 [^\n]*; applied\n`, got)
+	require.Regexp(t, `(?m)^ +v1 +order:created +exchange-1 .*\n +v2 +order:modify +modify-3 `, got)
+	// And SO1002's changes apply in the order they were accepted.
+	require.Regexp(t, `(?s)done +modify-4 [^\n]*; applied\n.*done +modify-5 [^\n]*; applied\n.*done +modify-6 `, got)
 	require.NotContains(t, got, "trace_id", "no trace without -trace")
 }
 
 // TestTrace runs the demo with -trace and checks the printed trace of the
 // change it picks, modify-5, against the order's history: accepted with its
-// seq, run by the worker in the same trace, waiting for its turn behind
-// modify-4's position, locked with the fence its write recorded, written,
-// and its turn passed on.
+// seq, run by the worker in the same trace, taken in the hold of modify-4
+// (the lock modify-4 kept for it: no wait, the fence its write recorded),
+// written, and its turn passed on.
 func TestTrace(t *testing.T) {
 	var out strings.Builder
 	err := run(t.Context(), []string{"-trace", "-hold", "600ms", "-work", "50ms"}, func(string) string { return "" }, &out)
@@ -62,8 +70,9 @@ func TestTrace(t *testing.T) {
 		require.NotNil(t, m, "history of %s", ev)
 		return m[1], m[2]
 	}
-	seq4, _ := history("modify-4")
+	seq4, fence4 := history("modify-4")
 	seq5, fence5 := history("modify-5")
+	require.Equal(t, fence4, fence5, "modify-5 is written in modify-4's hold, with its fence")
 
 	head, tree, ok := strings.Cut(got, "\nThe trace of modify-5, an order:modify of SO1002,")
 	require.True(t, ok, "the trace of modify-5 is printed")
@@ -79,8 +88,8 @@ func TestTrace(t *testing.T) {
 	for _, want := range []string{
 		line + `send \S+ \[accepted\]  order_no=SO1002  event_id=modify-5  seq=` + seq5 + `$`, // the root
 		line + `[├└]─ process \S+ \[a run\]  outcome=ok  retried=\d+$`,                        // its child
-		line + `(?:│  |   )[├└]─ order lock \[its turn, then the lock\]  fence=` + fence5 + `  lock\.mode=turn  lock\.waited_ms=[1-9]\d*$`,
-		`(?m)^ *\+\d+\.\d{3}s +(?:│  |   )│     · waiting for its turn behind order:modify modify-4 \(seq ` + seq4 + `\)$`,
+		line + `(?:│  |   )├─ order lock \[its turn, then the lock\]  fence=` + fence5 + `  lock\.mode=turn  lock\.waited_ms=0  hold\.changes=[1-9]\d*$`,
+		`(?m)^ *\+\d+\.\d{3}s +(?:│  |   )│     · taken in the hold of order:modify modify-4 \(seq ` + seq4 + `\)$`,
 		line + `(?:│  |   )├─ order write \[written\]  fence=` + fence5 + `$`,
 		line + `(?:│  |   )└─ order hand-off \[turn passed on\]  turn_passed=true$`,
 	} {
@@ -89,7 +98,8 @@ func TestTrace(t *testing.T) {
 }
 
 // TestPrintTrace prints a made-up trace of a change that parked once, then
-// ran again, took its turn and called the next in line back, and checks the
+// ran in the hold of the change before it and called the next in line
+// back, and checks the
 // whole tree: events and child spans in time order under their span, and
 // nothing of another trace.
 func TestPrintTrace(t *testing.T) {
@@ -122,7 +132,9 @@ func TestPrintTrace(t *testing.T) {
 
 	rctx, run = tr.Start(ctx, "process order_modify", trace.WithSpanKind(trace.SpanKindConsumer), at(300))
 	_, lk = tr.Start(rctx, tracing.SpanLock, at(300))
-	lk.SetAttributes(tracing.AttrFence.Int64(7), tracing.AttrLockMode.String("turn"), attribute.Int64("orderworker.lock.waited_ms", 0))
+	lk.SetAttributes(tracing.AttrFence.Int64(7), tracing.AttrLockMode.String("turn"), attribute.Int64("orderworker.lock.waited_ms", 0),
+		attribute.Int("orderworker.hold.changes", 1))
+	lk.AddEvent(tracing.EventInHold, at(300), head)
 	lk.End(at(302))
 	_, wr := tr.Start(rctx, tracing.SpanWrite, at(302), trace.WithAttributes(tracing.AttrFence.Int64(7)))
 	wr.End(at(352))
@@ -132,7 +144,7 @@ func TestPrintTrace(t *testing.T) {
 	run.SetAttributes(tracing.AttrOutcome.String(worker.OutcomeOK), attribute.Int("orderworker.retried", 1))
 	run.End(at(354))
 
-	require.Equal(t, "modify-2", spans.waiter())
+	require.Equal(t, "modify-2", spans.drained())
 	var out strings.Builder
 	require.NoError(t, printTrace(&out, &spans, "modify-2"))
 	tree, _, ok := strings.Cut(out.String(), "\n  send <queue>")
@@ -150,7 +162,8 @@ trace_id `+id.String()+`
  +0.006s            │        · waiting for its turn behind order:modify modify-1 (seq 1)
  +0.100s            │        · parked behind order:modify modify-1 (seq 1), back in 500ms
  +0.300s      54ms  └─ process order_modify [a run]  outcome=ok  retried=1
- +0.300s     2.0ms     ├─ order lock [its turn, then the lock]  fence=7  lock.mode=turn  lock.waited_ms=0
+ +0.300s     2.0ms     ├─ order lock [its turn, then the lock]  fence=7  lock.mode=turn  lock.waited_ms=0  hold.changes=1
+ +0.300s               │     · taken in the hold of order:modify modify-1 (seq 1)
  +0.302s      50ms     ├─ order write [written]  fence=7
  +0.352s     2.0ms     └─ order hand-off [turn passed on]  turn_passed=true
  +0.353s                     · called back the next in line: order:modify modify-3, order:modify modify-4

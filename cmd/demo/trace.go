@@ -72,18 +72,18 @@ func (l *spanLog) trace(ev string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
-// waiter returns the event ID of the first change enqueued (by its
-// producer span's start) that is a modify, waited for its turn behind
-// another change's own position (not an order's creation), and was
-// applied: the change whose trace tells the demo's story best. It returns
-// "" when there is none.
-func (l *spanLog) waiter() string {
+// drained returns the event ID of the first change enqueued (by its
+// producer span's start) that is a modify, ran in the hold of the change
+// before it (its "order lock" span has the event taken in the hold, naming
+// another change's own position), and was applied: the change whose trace
+// tells the demo's story best. It returns "" when there is none.
+func (l *spanLog) drained() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	type found struct {
-		sent            time.Time
-		ev              string
-		waited, applied bool
+		sent          time.Time
+		ev            string
+		held, applied bool
 	}
 	byTrace := map[trace.TraceID]*found{}
 	get := func(id trace.TraceID) *found {
@@ -106,19 +106,20 @@ func (l *spanLog) waiter() string {
 			if attr(attrs, tracing.AttrOutcome) == worker.OutcomeOK {
 				f.applied = true
 			}
-		}
-		for _, e := range s.Events() {
-			if e.Name != tracing.EventWaiting {
-				continue
-			}
-			if _, _, from, ok := tasks.ParseLabel(attr(e.Attributes, tracing.AttrHead)); ok && from == "" {
-				f.waited = true
+		case s.Name() == tracing.SpanLock:
+			for _, e := range s.Events() {
+				if e.Name != tracing.EventInHold {
+					continue
+				}
+				if _, _, from, ok := tasks.ParseLabel(attr(e.Attributes, tracing.AttrHead)); ok && from == "" {
+					f.held = true
+				}
 			}
 		}
 	}
 	var best *found
 	for _, f := range byTrace {
-		if f.ev != "" && f.waited && f.applied && (best == nil || f.sent.Before(best.sent)) {
+		if f.ev != "" && f.held && f.applied && (best == nil || f.sent.Before(best.sent)) {
 			best = f
 		}
 	}
@@ -247,7 +248,7 @@ func describe(s sdktrace.ReadOnlySpan) string {
 		keys = []attribute.Key{tracing.AttrOutcome, "orderworker.retried"}
 	case s.Name() == tracing.SpanLock:
 		what = "its turn, then the lock"
-		keys = []attribute.Key{tracing.AttrFence, tracing.AttrLockMode, "orderworker.lock.waited_ms"}
+		keys = []attribute.Key{tracing.AttrFence, tracing.AttrLockMode, "orderworker.lock.waited_ms", "orderworker.hold.changes"}
 	case s.Name() == tracing.SpanWrite:
 		what = "written"
 		keys = []attribute.Key{tracing.AttrFence}
@@ -276,11 +277,14 @@ func describe(s sdktrace.ReadOnlySpan) string {
 const legend = `
   send <queue>    [accepted] the producer gave the change its order's next position (seq) and
                   enqueued it, with this trace's context in the task's payload
-  process <queue> [a run] a worker runs the task, in the same trace; a change that is parked
-                  (not its turn for a while) goes back to its queue and has one run per try
-  order lock      [its turn, then the lock] waits for the change's turn in its order's sequence
-                  (· waiting for its turn behind the change before it), then locks the order
-                  with a fence: a number that only grows, checked by every write
+  process <queue> [a run] a worker runs the task, in the same trace; a change accepted behind
+                  unfinished changes of its order is parked at once, then run by the worker
+                  that holds the order's lock for the change before it, in the same hold
+                  (its own run), or called back to its queue when that one is done
+  order lock      [its turn, then the lock] the change's turn in its order's sequence, and the
+                  order's lock with a fence: a number that only grows, checked by every write
+                  (· taken in the hold of the change before it: the lock it kept, its fence,
+                  no wait; hold.changes counts the changes run in the hold before this one)
   order write     [written] the order store writes the change under that fence and commits
   order hand-off  [turn passed on] the change's position is done: the next one's turn
                   (· called back the next in line: a parked change is brought back at once)
@@ -293,6 +297,8 @@ func event(e sdktrace.Event) string {
 	switch e.Name {
 	case tracing.EventWaiting:
 		return fmt.Sprintf("%s behind %s (seq %s)", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq))
+	case tracing.EventInHold:
+		return fmt.Sprintf("%s of %s (seq %s)", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq))
 	case tracing.EventParked, tracing.EventOnHold:
 		return fmt.Sprintf("%s behind %s (seq %s), back in %sms", e.Name, attr(a, tracing.AttrHead), attr(a, tracing.AttrHeadSeq), attr(a, tracing.AttrDelay))
 	case tracing.EventBusy:

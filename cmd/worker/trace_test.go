@@ -49,15 +49,17 @@ var (
 // fake order API (upstreamtest, ORDER_STORE=http on both) as the issue
 // asks, the two processes exporting to an OTLP/HTTP receiver of the
 // test's. Two modifies of one order are sent with a traceparent each; the
-// first one's write is held at the order API until the second has waited
-// behind it and gone back to its queue. For each change it checks that
-// every span (the intake's server span, the enqueue, each worker run and
-// its lock, write, order API call and hand-off) is in the trace the
+// first one's write is held at the order API until the second, accepted
+// behind it, is parked (in asynq's retry set). For each change it checks
+// that every span (the intake's server span, the enqueue, each worker run
+// and its lock, write, order API call and hand-off) is in the trace the
 // request's traceparent started, parented as the pipeline runs; that the
 // order API saw the trace in traceparent; and that the worker's and the
-// intake's log lines carry it. The second change's run shows its wait as
-// span events naming the first. A read through the intake joins its
-// caller's trace up to the order API too.
+// intake's log lines carry it. The second change runs in the first one's
+// hold: its run's lock span has the event taken in the hold, naming the
+// first, with the hold's fence (should the timing make it run otherwise,
+// every run of it still has its lock span and its trace is whole). A read
+// through the intake joins its caller's trace up to the order API too.
 func TestTraceEndToEnd(t *testing.T) {
 	redistest.SkipShort(t, "binaries run as processes")
 	workerBin, intakeBin := buildBinaries(t)
@@ -109,8 +111,8 @@ func testTraceOn(t *testing.T, workerBin, intakeBin string) {
 		p.log.waitFor(t, p.name+" tracing on", func(l logLine) bool { return l["msg"] == "tracing on" })
 	}
 
-	// ev-1 reaches the order API and is held there; ev-2, behind it, waits
-	// and goes back to its queue.
+	// ev-1 reaches the order API and is held there; ev-2, accepted behind
+	// it, is parked at acceptance.
 	mod1 := send(t, base, http.MethodPost, "/v1/orders/SO-T/modify", traceparent(trace1, parent1), "ev-1", `{"changes":{"remark":"first"}}`)
 	require.Equal(t, http.StatusAccepted, mod1.status, "%s", mod1.body)
 	seq1 := mod1.seq(t)
@@ -119,12 +121,9 @@ func testTraceOn(t *testing.T, workerBin, intakeBin string) {
 	require.Equal(t, http.StatusAccepted, mod2.status, "%s", mod2.body)
 	seq2 := mod2.seq(t)
 	label1 := tasks.PositionLabel(tasks.TypeModify, "ev-1")
-	waitedBehind := func(s otlptest.Span) bool {
-		return s.Name == spanLock && s.HasEvent("waiting for its turn", otlptest.Attributes{"orderworker.head": label1})
-	}
-	rec.WaitFor(t, waitLong, "ev-2's lock span, waiting behind ev-1", func(ss otlptest.Spans) bool {
-		return len(ss.Trace(trace2).Filter(waitedBehind)) > 0
-	})
+	info, err := insp.GetTaskInfo(tasks.QueueModify, "ev-2")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateRetry, info.State, "ev-2 is parked at acceptance, behind ev-1")
 	hold.open()
 
 	// A read through the intake, under a third trace.
@@ -142,24 +141,34 @@ func testTraceOn(t *testing.T, workerBin, intakeBin string) {
 			len(ss.Trace(trace3).Named(spanGetRequest)) == 1
 	})
 	first := checkChangeTrace(t, spans, api, worker.log, trace1, parent1, "ev-1", seq1, 1)
-	checkChangeTrace(t, spans, api, worker.log, trace2, parent2, "ev-2", seq2, 2)
+	second := checkChangeTrace(t, spans, api, worker.log, trace2, parent2, "ev-2", seq2, 1)
 
-	// ev-2's first run waited behind ev-1, named by its position's label
-	// and seq, then parked: its run went back to its queue. (On a slow
-	// machine, a later one may have too.)
-	waited := spans.Trace(trace2).Filter(waitedBehind)
-	require.NotEmpty(t, waited, "a run of ev-2 waited behind ev-1:\n%s", spans.Trace(trace2))
-	assert.True(t, waited[0].HasEvent("waiting for its turn", otlptest.Attributes{
-		"orderworker.head": label1, "orderworker.head.seq": strconv.FormatInt(seq1, 10), "orderworker.seq": strconv.FormatInt(seq2, 10),
-	}), "%s", waited[0])
-	assert.True(t, waited[0].HasEvent("parked", otlptest.Attributes{"orderworker.head": label1}), "%s", waited[0])
-	run, ok := spans.ByID(trace2, waited[0].ParentSpanID)
-	require.True(t, ok, "the waiting lock span's run:\n%s", spans.Trace(trace2))
-	assert.Equal(t, "waiting", run.Attributes["orderworker.outcome"], "%s", run)
-	// ev-1's hand-off called ev-2 back.
-	handoff := children(t, spans, first.run, spanHandoff)
-	woken, _ := json.Marshal([]string{tasks.PositionLabel(tasks.TypeModify, "ev-2")})
-	assert.True(t, handoff.HasEvent("called back the next in line", otlptest.Attributes{"orderworker.woken": string(woken)}), "%s", handoff)
+	// ev-2's applying run was taken in ev-1's hold: its own run, whose
+	// lock span (the lock ev-1 kept for it, in its turn, no wait, the
+	// hold's fence) names ev-1 by its position's label and seq, and whose
+	// log line says drained. Should the timing have made it run otherwise
+	// (its park ended while ev-1 still held the order), ev-1's hand-off
+	// called it back instead.
+	firstLock := children(t, spans, first.run, spanLock)
+	lock2 := children(t, spans, second.run, spanLock)
+	done2 := worker.log.waitFor(t, "ev-2's task done line", func(l logLine) bool {
+		return l["msg"] == "task done" && l["event_id"] == "ev-2" && l["span_id"] == second.run.SpanID
+	})
+	inHold := otlptest.Attributes{"orderworker.head": label1, "orderworker.head.seq": strconv.FormatInt(seq1, 10)}
+	if lock2.HasEvent("taken in the hold", otlptest.Attributes{"orderworker.head": label1}) {
+		assert.True(t, lock2.HasEvent("taken in the hold", inHold), "%s", lock2)
+		assert.Equal(t, strconv.FormatInt(seq2, 10), lock2.Attributes["orderworker.seq"], "%s", lock2)
+		assert.Equal(t, "turn", lock2.Attributes["orderworker.lock.mode"], "%s", lock2)
+		assert.Equal(t, "0", lock2.Attributes["orderworker.lock.waited_ms"], "%s", lock2)
+		assert.Equal(t, firstLock.Attributes["orderworker.fence"], lock2.Attributes["orderworker.fence"], "the hold's fence: %s", lock2)
+		assert.Equal(t, true, done2["drained"], "%v", done2)
+	} else {
+		t.Logf("ev-2 did not run in ev-1's hold:\n%s", spans.Trace(trace2))
+		assert.NotContains(t, done2, "drained", "%v", done2)
+		handoff := children(t, spans, first.run, spanHandoff)
+		woken, _ := json.Marshal([]string{tasks.PositionLabel(tasks.TypeModify, "ev-2")})
+		assert.True(t, handoff.HasEvent("called back the next in line", otlptest.Attributes{"orderworker.woken": string(woken)}), "%s", handoff)
+	}
 
 	// The read: the intake's server span continues the caller's trace, and
 	// the intake's own order API call joins it.
