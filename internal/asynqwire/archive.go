@@ -123,29 +123,9 @@ func Archive(ctx context.Context, rdb redis.Cmdable, queue, id, reason string) (
 // withLastError returns asynq's task message b with error_msg (field 7)
 // set to reason and last_failed_at (field 11) to at, in Unix seconds, as
 // asynq's processor records a failure: every other field is copied as it
-// is. A malformed tail of b is kept as it is, before the two fields.
+// is (see rewrite).
 func withLastError(b []byte, reason string, at time.Time) []byte {
-	out := make([]byte, 0, len(b)+len(reason)+16)
-	for rest := b; len(rest) > 0; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			out = append(out, rest...)
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
-			out = append(out, rest...)
-			break
-		}
-		if num != 7 && num != 11 {
-			out = append(out, rest[:n+m]...)
-		}
-		rest = rest[n+m:]
-	}
-	out = protowire.AppendTag(out, 7, protowire.BytesType)
-	out = protowire.AppendString(out, reason)
-	out = protowire.AppendTag(out, 11, protowire.VarintType)
-	return protowire.AppendVarint(out, uint64(at.Unix()))
+	return rewrite(b, map[protowire.Number]any{7: reason, 11: at.Unix()})
 }
 
 // forwardScript moves a task from the scheduled or the retry set to the

@@ -290,17 +290,20 @@ func outcome(done *Outcome, now time.Time) (op string, msg []byte, score int64) 
 }
 
 // rewrite returns msg, a TaskMessage, with the given fields (a string or
-// an int64 each) set: their old values are dropped and the new ones
-// appended, zero values left out, as protobuf encodes them.
+// an int64 each; of 6 retried, 7 error_msg, 11 last_failed_at and 13
+// completed_at) set: their old values are dropped and the new ones
+// appended, zero values left out, as protobuf encodes them. Every other
+// field is copied as it is, and a malformed tail is kept as it is.
 func rewrite(msg []byte, set map[protowire.Number]any) []byte {
 	out := make([]byte, 0, len(msg)+32)
 	for b := msg; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			break
+		m := -1
+		if n >= 0 {
+			m = protowire.ConsumeFieldValue(num, typ, b[n:])
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
+		if n < 0 || m < 0 {
+			out = append(out, b...)
 			break
 		}
 		if _, ok := set[num]; !ok {
