@@ -521,7 +521,9 @@ func TestModifyOfAReplacementBeingCreated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.EnqueueModify(t.Context(), "SO-RC-B", tasks.Changes{Remark: new("early")}, producer.WithEventID("early"))
 	require.NoError(t, err)
-	r.waitFor(t, "early", 30*time.Second, worker.OutcomeWaiting)
+	// It is parked at acceptance, behind the creation: it does not run
+	// while the exchange is held up.
+	e.waitState(tasks.QueueModify, "early", asynq.TaskStateRetry)
 	close(gate)
 	r.waitFor(t, "early", 30*time.Second, worker.OutcomeOK)
 	b, err := e.store.Get(t.Context(), "SO-RC-B")
