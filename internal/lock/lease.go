@@ -363,15 +363,21 @@ func (s *Lease) passOn(ctx context.Context) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n == 2 {
-		if t := keptTurn(wake); t.Pos > 0 {
-			s.finished, s.kept = true, t
-			s.handingOff.Store(false)
-			return true, nil
-		}
-		wake = ""
+	s.finished = true // the script passed the turn on in every case
+	switch {
+	case n == 2 && keptTurn(wake).Pos > 0:
+		s.kept = keptTurn(wake)
+		s.handingOff.Store(false)
+		return true, nil
+	case n != 1:
+		// Not held any more (0: the lease ended first), or kept with a
+		// reply that names no position: Release runs the script again,
+		// which releases a lock still ours and reports ErrNotHeld
+		// otherwise, so that a late end is logged as without a drain.
+		s.handingOff.Store(false)
+		return false, nil
 	}
-	s.finished, s.byStore, s.wake = true, true, wake
+	s.byStore, s.wake = true, wake
 	return false, nil
 }
 
