@@ -42,7 +42,7 @@ func TestAHeadScheduledTooFarAheadIsBroughtForward(t *testing.T) {
 	e.seed(no)
 	r := newRuns()
 	e.startWorker(quickGapConfig(500*time.Millisecond, r), nil)
-	p := e.producer(producer.Config{})
+	p := e.producer(producer.Config{ParkFor: time.Second}) // the change behind it is parked for the gap check's sake at most this long
 	ctx := t.Context()
 
 	far, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("far")}, producer.WithEventID("ahead-far"), producer.WithProcessIn(time.Hour))

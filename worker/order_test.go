@@ -377,7 +377,7 @@ func TestGapCheckListsAnUnlistedQueueAgain(t *testing.T) {
 	e.seed("SO-UNL")
 	r := newRuns()
 	e.startWorker(quickGapConfig(gap, r), nil)
-	p := e.producer(producer.Config{})
+	p := e.producer(producer.Config{ParkFor: time.Second}) // a parked change comes back as soon as the gap wait allows
 	head, err := p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("in an hour")},
 		producer.WithEventID("later"), producer.WithProcessIn(time.Hour))
 	require.NoError(t, err)
@@ -755,7 +755,7 @@ func TestHoldParksWithoutArchivingAtMaxRetryZero(t *testing.T) {
 	q := e.sequencer()
 	_, err := q.Pause(t.Context(), "SO-HOLD", "test", "hold across parks")
 	require.NoError(t, err)
-	p := e.producer(producer.Config{})
+	p := e.producer(producer.Config{ParkFor: time.Second})
 	for _, id := range []string{"hold-1", "hold-2"} {
 		_, err := p.EnqueueModify(t.Context(), "SO-HOLD", tasks.Changes{Remark: new(id)}, producer.WithEventID(id), producer.WithMaxRetry(0))
 		require.NoError(t, err)
