@@ -78,7 +78,11 @@ func (s *Lease) Stats() Stats { return s.stats }
 func (s *Lease) Mode() Mode { return s.mode }
 
 // Turn returns the position the lease was acquired for (zero for none).
-func (s *Lease) Turn() Turn { return s.turn }
+func (s *Lease) Turn() Turn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turn
+}
 
 // Finish says that the work of the lease's position is done, whatever its
 // outcome: Release then moves the sequence on to the next position. Without
@@ -335,7 +339,7 @@ func (h *Handoff) Kept(wake string) {
 func (s *Lease) Handoff() *Handoff {
 	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
 	if s.mode == ModeTurn {
-		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.turn.Pos
+		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.Turn().Pos
 		h.Keep = s.drain.Load()
 	}
 	return h
