@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -62,6 +65,10 @@ type hold struct {
 	count   int       // changes run in the hold, the first included
 	next    lock.Turn // the position the running change was taken for
 
+	// fold reads the result of the step that the running change's commit
+	// sent (see foldNext), nil when it sent none.
+	fold func() (*asynqwire.Claimed, bool, error)
+
 	mu     sync.Mutex
 	leased []*asynqwire.Claimed // tasks taken and not yet ended in asynq
 }
@@ -80,30 +87,50 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 	hctx := cmp.Or(lease.HoldContext(), ctx)
 	stopLeases := w.keepLeases(hctx, h)
 	var prev *asynqwire.Outcome
+	var ready *asynqwire.Claimed // the next change, taken by the last commit's step
 	yielded := false
 	for {
 		next, kept := lease.Kept()
+		if ready != nil && (!kept || ready.ID != labelID(w.kinds, next) || w.stopping.Load() || hctx.Err() != nil) {
+			w.putBack(ctx, ready)
+			ready = nil
+		}
 		if !kept {
 			break // released by the last run's commit
 		}
-		if h.count >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() || hctx.Err() != nil {
-			w.yield(ctx, h, next)
-			yielded = true
-			break
-		}
-		c, err := w.claim(hctx, h, prev, next)
-		prev = nil
-		if err != nil {
-			if nc := (*asynqwire.NotClaimedError)(nil); !errors.As(err, &nc) {
-				tracing.Log(ctx, w.log).Warn("could not take the order's next change in the hold; releasing it",
-					zap.String("order_no", h.orderNo), zap.String("label", next.Label), zap.Error(err))
+		c := ready
+		ready = nil
+		if c == nil {
+			if h.count >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() || hctx.Err() != nil {
+				w.yield(ctx, h, next)
+				yielded = true
+				break
 			}
-			w.turns.Release(ctx, lease)
-			break
+			var err error
+			c, err = w.claim(hctx, h, prev, next)
+			prev = nil
+			if err != nil {
+				if nc := (*asynqwire.NotClaimedError)(nil); !errors.As(err, &nc) {
+					tracing.Log(ctx, w.log).Warn("could not take the order's next change in the hold; releasing it",
+						zap.String("order_no", h.orderNo), zap.String("label", next.Label), zap.Error(err))
+				}
+				w.turns.Release(ctx, lease)
+				break
+			}
 		}
 		h.next = next
+		w.foldNext(h, c, next)
 		prev = w.runHeld(ctx, hctx, h, c)
+		lease.SetCommitStep(nil)
 		h.count++
+		if h.fold != nil {
+			var err error
+			ready, prev, err = w.folded(ctx, h, prev)
+			if err != nil {
+				w.turns.Release(ctx, lease)
+				break
+			}
+		}
 		if k, still := lease.Kept(); still && k == next {
 			// The run ended before it took its turn (a malformed or
 			// misplaced task, or one that holds another position): the
@@ -147,7 +174,7 @@ func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, ne
 	var err error
 	for _, q := range w.cfg.Shards.Placements(w.kinds.Of(typ), h.orderNo) {
 		var c *asynqwire.Claimed
-		c, _, err = asynqwire.Step(ctx, w.rdb, prev, q, id)
+		c, _, err = asynqwire.StepWith(ctx, w.rdb, prev, q, id, w.peekBehind(h.lease, next.Pos))
 		prev = nil
 		var nc *asynqwire.NotClaimedError
 		if errors.As(err, &nc) && nc.State == "" {
@@ -161,6 +188,123 @@ func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, ne
 		return c, err
 	}
 	return nil, err
+}
+
+// The fold. On a single Redis, the lock's keys, the sequence and asynq's
+// queues are on one node, so the commit of a drained change can end its
+// task in asynq and take the next change's task out of its queue in its
+// own round trip: the worker sends the step ([asynqwire.PipeStep]) in a
+// pipeline right after the store's commit script ([lock.CommitStep]),
+// guarded so that it writes nothing unless that commit kept the lock for
+// the next position (the lock still the lease's, the sequence done up to
+// the change's position). A drained change then costs one round trip, the
+// commit, instead of two. The step learns which task is next from what the
+// step before it read of the sequence (Claimed.Peek: the record and the
+// parked mark of the position after the one it took); when that is not
+// known, or the next change is of another queue, or the hold's quantum
+// ends with this change, the commit sends no step and the change after it
+// is taken as before.
+
+// peekBehind returns the step options that read, with the claim of
+// position pos, the record and the parked mark of the position after it:
+// none on a Cluster, where the sequence and the queue are in two slots.
+func (w *Worker) peekBehind(lease *lock.Lease, pos int64) asynqwire.StepOptions {
+	if !w.folds || lease.SeqKey() == "" {
+		return asynqwire.StepOptions{}
+	}
+	n := strconv.FormatInt(pos+1, 10)
+	return asynqwire.StepOptions{PeekKey: lease.SeqKey(), PeekFields: []string{"p:" + n, "k:" + n}}
+}
+
+// foldNext sets the commit step of the run of c, claimed for position
+// next, when the position after it is parked and its task can be taken in
+// the commit's round trip (see the comment above); otherwise it leaves
+// none.
+func (w *Worker) foldNext(h *hold, c *asynqwire.Claimed, next lock.Turn) {
+	h.fold = nil
+	if !w.folds || len(c.Peek) != 2 || c.Peek[0] == nil || c.Peek[1] == nil ||
+		h.count+1 >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() {
+		return
+	}
+	_, label, ok := strings.Cut(*c.Peek[0], " ") // "<taken at> <label>"
+	if !ok {
+		return
+	}
+	typ, id, from, ok := w.kinds.ParseLabel(label)
+	if !ok || from != "" {
+		return
+	}
+	k := w.kinds.Of(typ)
+	if k == nil {
+		return
+	}
+	if qs := w.cfg.Shards.Placements(k, h.orderNo); len(qs) != 1 || qs[0] != c.Queue {
+		return
+	}
+	pos := next.Pos
+	h.lease.SetCommitStep(func(ctx context.Context, pipe redis.Pipeliner, hd *lock.Handoff) {
+		if hd.Pos != pos || hd.SeqKey == "" {
+			return
+		}
+		d := strconv.FormatInt(pos, 10)
+		opt := w.peekBehind(h.lease, pos+1)
+		opt.Guards = []asynqwire.Guard{{Key: hd.Key, Field: "owner", Value: hd.Owner}, {Key: hd.SeqKey, Field: "d", Value: d}}
+		result, err := asynqwire.PipeStep(ctx, pipe, &asynqwire.Outcome{Task: c}, c.Queue, id, opt)
+		if err == nil {
+			h.fold = result
+		}
+	})
+}
+
+// folded reads the result of the step that the last run's commit sent: it
+// returns the next change's task when the step took it, and the outcome
+// still to record in asynq for the last run (prev, or nil when the step
+// recorded its end). A step that took nothing because the next task was in
+// no state to take (an operator deleted it, say) has ended prev's task: the
+// error then asks the caller to release the lease, as a failed claim does.
+func (w *Worker) folded(ctx context.Context, h *hold, prev *asynqwire.Outcome) (*asynqwire.Claimed, *asynqwire.Outcome, error) {
+	result := h.fold
+	h.fold = nil
+	c, _, err := result()
+	switch {
+	case errors.Is(err, asynqwire.ErrUnguarded):
+		return nil, prev, nil // the commit did not keep the lock: nothing was written
+	case errors.Is(err, asynqwire.ErrNotClaimed):
+		return nil, nil, err
+	case err != nil:
+		// Not sent, or refused (NOSCRIPT after a restart): nothing was
+		// written; the next change is taken as before.
+		tracing.Log(ctx, w.log).Debug("the commit's step failed; taking the next change apart", zap.Error(err))
+		return nil, prev, nil
+	}
+	if prev != nil && prev.Err != nil {
+		tracing.Log(ctx, w.log).Warn("a drained change failed after its commit, which recorded it completed",
+			zap.String("task_id", prev.Task.ID), zap.Error(prev.Err))
+	}
+	h.mu.Lock()
+	h.leased = append(h.leased, c)
+	h.mu.Unlock()
+	return c, nil, nil
+}
+
+// putBack returns task c, taken by a commit's step, to the front of its
+// queue, unrun (the hold ends before it: a shutdown, or the lease lost).
+func (w *Worker) putBack(ctx context.Context, c *asynqwire.Claimed) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+	defer cancel()
+	if _, _, err := asynqwire.Step(sctx, w.rdb, &asynqwire.Outcome{Task: c, Err: errHoldEnded, Requeue: true}, "", ""); err != nil {
+		tracing.Log(ctx, w.log).Warn("could not put a change taken for the hold back in its queue; it runs once its lease ends",
+			zap.String("task_id", c.ID), zap.Error(err))
+	}
+}
+
+// errHoldEnded is the end of a task taken for a hold that ended before it.
+var errHoldEnded = errors.New("the hold ended before the change ran")
+
+// labelID returns the task ID of a position's label ("" for none).
+func labelID(kinds tasks.Table, t lock.Turn) string {
+	_, id, _, _ := kinds.ParseLabel(t.Label)
+	return id
 }
 
 // runHeld runs claimed task c in hold h, whose context is hctx, as its own

@@ -16,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,6 +55,8 @@ func TestFloodDrainsInHolds(t *testing.T) {
 	require.Equal(t, 1, info.Pending, "only the head waits in the queue")
 	require.Equal(t, n-1, info.Retry, "the changes behind it are parked")
 
+	folds := &countPipelines{}
+	e.db.Client.AddHook(folds)
 	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: quantum, DrainFor: time.Minute}, nil)
 	for _, id := range ids {
 		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
@@ -84,9 +87,31 @@ func TestFloodDrainsInHolds(t *testing.T) {
 	_, err = p.EnqueueModify(t.Context(), "SO-FLOOD", tasks.Changes{Remark: new("again")}, producer.WithEventID(ids[n/2]))
 	require.ErrorIs(t, err, producer.ErrDuplicate)
 
+	// On one Redis, a drained change's commit takes the next change's task
+	// in its own round trip (the store's script and the step in one
+	// pipeline), but for the first two of each hold (the head, whose next
+	// is not yet known, and the first change taken apart) and the last.
+	holds := n/quantum + 1
+	assert.GreaterOrEqual(t, int(folds.n.Load()), n-3*holds, "commits that took the next change")
+
 	count, yielded := holdMetrics(t, reg)
 	assert.GreaterOrEqual(t, count, uint64(n/quantum), "the holds that drained are counted")
 	assert.GreaterOrEqual(t, yielded, float64(n/quantum-1), "holds that used their quantum yield")
+}
+
+// countPipelines counts the pipelines of two commands or more a client
+// sends: a store's commit with the step of a drained hold.
+type countPipelines struct{ n atomic.Int64 }
+
+func (c *countPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (c *countPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *countPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) >= 2 {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // holdMetrics returns the count of orderworker_hold_changes and the value of

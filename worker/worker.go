@@ -425,6 +425,9 @@ type Worker struct {
 	tracer   trace.Tracer   // nil: tracing off
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
 	stopping atomic.Bool    // Shutdown began: holds drain no more
+	// folds: rdb is one Redis (not a Cluster), where a drained change's
+	// commit also takes the next change's task (see drain.go).
+	folds bool
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -457,6 +460,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
+	_, w.folds = rdb.(*redis.Client)
 	w.turns, err = lock.NewTurns(locker, queueTasks{w}, lock.TurnsConfig{GapWait: cfg.GapWait, Logger: log})
 	if err != nil {
 		_ = locker.Close()

@@ -46,7 +46,10 @@ type Claimed struct {
 	Deadline time.Time
 	// Retention is how long the task is kept once completed (0: deleted).
 	Retention time.Duration
-	msg       []byte // the message as claimed
+	// Peek is what a step with [StepOptions.PeekFields] read, field for
+	// field (nil for a missing field).
+	Peek []*string
+	msg  []byte // the message as claimed
 }
 
 // Outcome is how a claimed task's run ended, for [Step].
@@ -93,7 +96,8 @@ func (e *NotClaimedError) Is(target error) bool { return target == ErrNotClaimed
 // KEYS[3] retry, KEYS[4] active, KEYS[5] lease, KEYS[6] completed,
 // KEYS[7] archived, KEYS[8] processed:<day>, KEYS[9] failed:<day>,
 // KEYS[10] processed, KEYS[11] failed, KEYS[12] paused, KEYS[13] the task
-// to claim's hash (or any key of the queue)
+// to claim's hash (or any key of the queue), KEYS[14..13+g] the hashes of
+// the guards (see ARGV[12]), KEYS[14+g] (optional) the hash to peek at
 // ARGV[1] how the run ended: "complete", "done", "retry", "fail" (a retry
 // that counts as a failure), "archive", "requeue", or "" for no run; ARGV[2]
 // the ended task's ID, ARGV[3] its new message (complete, retry, archive),
@@ -101,12 +105,17 @@ func (e *NotClaimedError) Is(target error) bool { return target == ErrNotClaimed
 // seconds), ARGV[5] the stats' expiry (Unix seconds), ARGV[6] the archive's
 // cutoff (Unix seconds), ARGV[7] the archive's size bound, ARGV[8] the
 // task key prefix, ARGV[9] max int64, ARGV[10] the ID to claim ("" for
-// none), ARGV[11] its lease end (Unix seconds)
+// none), ARGV[11] its lease end (Unix seconds), ARGV[12] (optional) g, the
+// number of guards, then for each guard i, ARGV[11+2i] a field of
+// KEYS[13+i] and ARGV[12+2i] the value it must hold, then (with KEYS[14+g])
+// the fields to peek at
 //
-// Returns {ended, claim...}: ended is "ok", or "gone" when the ended task
-// was no longer active (its lease expired and it was recovered: nothing is
-// written for it, as asynq's processor writes nothing then); claim is
-// {"claimed", msg} or {state} for a task left alone.
+// Returns {"unguarded"} when a guard does not hold (nothing is written), or
+// {ended, claim...}: ended is "ok", or "gone" when the ended task was no
+// longer active (its lease expired and it was recovered: nothing is written
+// for it, as asynq's processor writes nothing then); claim is {"claimed",
+// msg, peeked...} (the peeked fields' values, false for a missing one) or
+// {state} for a task left alone.
 var stepScript = redis.NewScript(`
 local function count(day, total, failed_day, failed_total, failed)
   local n = redis.call('INCR', day)
@@ -125,6 +134,10 @@ local function count(day, total, failed_day, failed_total, failed)
   end
 end
 
+local g = tonumber(ARGV[12] or '0') or 0
+for i = 1, g do
+  if redis.call('HGET', KEYS[13 + i], ARGV[11 + 2 * i]) ~= ARGV[12 + 2 * i] then return {'unguarded'} end
+end
 local ended = ''
 local op, id = ARGV[1], ARGV[2]
 if op ~= '' then
@@ -180,7 +193,13 @@ redis.call('LPUSH', KEYS[4], cid)
 redis.call('ZADD', KEYS[5], ARGV[11], cid)
 redis.call('HSET', KEYS[13], 'state', 'active')
 redis.call('HDEL', KEYS[13], 'pending_since')
-return {ended, 'claimed', st[3]}
+local res = {ended, 'claimed', st[3]}
+if KEYS[14 + g] and #ARGV > 12 + 2 * g then
+  local fields = {}
+  for i = 13 + 2 * g, #ARGV do fields[#fields + 1] = ARGV[i] end
+  for _, v in ipairs(redis.call('HMGET', KEYS[14 + g], unpack(fields))) do res[#res + 1] = v end
+end
+return res
 `)
 
 // Step records how the run of a claimed task ended (done may be nil: no
@@ -200,30 +219,89 @@ return {ended, 'claimed', st[3]}
 // recovered once its lease ends, and runs again). It is safe for
 // concurrent use.
 func Step(ctx context.Context, rdb redis.Scripter, done *Outcome, queue, id string) (c *Claimed, gone bool, err error) {
+	return StepWith(ctx, rdb, done, queue, id, StepOptions{})
+}
+
+// StepOptions are the options of [StepWith] and [PipeStep].
+type StepOptions struct {
+	// Guards must all hold for the step to write anything; when one does
+	// not, the step writes nothing and returns [ErrUnguarded]. A guard's
+	// hash must be on the queue's Redis node (on a Cluster: in the queue's
+	// slot), so guards are for a single Redis.
+	Guards []Guard
+	// PeekKey and PeekFields: when the step claims a task, it also reads
+	// these fields of hash PeekKey, in the same round trip, into
+	// [Claimed.Peek]. The same rule as the guards' applies to PeekKey.
+	PeekKey    string
+	PeekFields []string
+}
+
+// Guard is a precondition of a step: field Field of hash Key holds Value.
+type Guard struct{ Key, Field, Value string }
+
+// ErrUnguarded is the error of a step whose guard did not hold: it wrote
+// nothing.
+var ErrUnguarded = errors.New("asynqwire: a guard of the step did not hold")
+
+// StepWith is [Step] with options: guards that must hold for the step to
+// write anything, and fields to peek at with the claim.
+func StepWith(ctx context.Context, rdb redis.Scripter, done *Outcome, queue, id string, opt StepOptions) (c *Claimed, gone bool, err error) {
 	now := time.Now()
 	if done != nil && id != "" && done.Task.Queue != queue {
-		if gone, err = step(ctx, rdb, now, done, "", "", nil); err != nil {
+		if gone, err = step(ctx, rdb, now, done, "", "", nil, opt); err != nil {
 			return nil, gone, err
 		}
-		done = nil
+		done, opt.Guards = nil, nil // held when done's end was written
 	}
 	var claimed *Claimed
 	if id != "" {
 		claimed = new(Claimed)
 	}
-	g, err := step(ctx, rdb, now, done, queue, id, claimed)
+	g, err := step(ctx, rdb, now, done, queue, id, claimed, opt)
 	return claimed, gone || g, err
 }
 
+// PipeStep queues on pipe the step that [StepWith] runs, for a caller that
+// sends it in the round trip of other commands (the commit of a store),
+// and returns the function that reads its result once pipe has been
+// executed, with StepWith's results. done's task must be in queue (or
+// done nil, or id ""). A step that pipe sends before the server has its
+// script fails with a NOSCRIPT error and writes nothing: the caller then
+// runs it with StepWith, which loads the script.
+func PipeStep(ctx context.Context, pipe redis.Pipeliner, done *Outcome, queue, id string, opt StepOptions) (result func() (c *Claimed, gone bool, err error), err error) {
+	if done != nil && id != "" && done.Task.Queue != queue {
+		return nil, fmt.Errorf("asynqwire: pipe a step of %s and %s: two queues", done.Task.Queue, queue)
+	}
+	var claimed *Claimed
+	if id != "" {
+		claimed = new(Claimed)
+	}
+	q, keys, args := stepArgs(time.Now(), done, queue, id, opt)
+	cmd := stepScript.EvalSha(ctx, pipe, keys, args...)
+	return func() (*Claimed, bool, error) {
+		gone, err := stepResult(cmd, q, done, id, claimed)
+		if err != nil {
+			return nil, gone, err
+		}
+		return claimed, gone, nil
+	}, nil
+}
+
 // step runs stepScript once, on done's queue or queue.
-func step(ctx context.Context, rdb redis.Scripter, now time.Time, done *Outcome, queue, id string, c *Claimed) (gone bool, err error) {
-	q := queue
+func step(ctx context.Context, rdb redis.Scripter, now time.Time, done *Outcome, queue, id string, c *Claimed, opt StepOptions) (gone bool, err error) {
+	q, keys, args := stepArgs(now, done, queue, id, opt)
+	return stepResult(stepScript.Run(ctx, rdb, keys, args...), q, done, id, c)
+}
+
+// stepArgs returns the queue, keys and arguments of stepScript.
+func stepArgs(now time.Time, done *Outcome, queue, id string, opt StepOptions) (q string, keys []string, args []any) {
+	q = queue
 	if done != nil {
 		q = done.Task.Queue
 	}
 	pre := QueueKey(q)
 	endKey, claimKey := pre+"t:", pre+"t:"
-	args := []any{"", "", "", 0, now.Add(statsTTL).Unix(), now.AddDate(0, 0, -archiveDays).Unix(), maxArchiveSize, pre + "t:", int64(math.MaxInt64), id,
+	args = []any{"", "", "", 0, now.Add(statsTTL).Unix(), now.AddDate(0, 0, -archiveDays).Unix(), maxArchiveSize, pre + "t:", int64(math.MaxInt64), id,
 		now.Add(LeaseDuration).Unix()}
 	if done != nil {
 		t := done.Task
@@ -235,9 +313,27 @@ func step(ctx context.Context, rdb redis.Scripter, now time.Time, done *Outcome,
 		claimKey = TaskKey(q, id)
 	}
 	day := now.UTC().Format("2006-01-02")
-	keys := []string{endKey, PendingKey(q), RetryKey(q), ActiveKey(q), LeaseKey(q), CompletedKey(q), ArchivedKey(q),
+	keys = []string{endKey, PendingKey(q), RetryKey(q), ActiveKey(q), LeaseKey(q), CompletedKey(q), ArchivedKey(q),
 		pre + "processed:" + day, pre + "failed:" + day, pre + "processed", pre + "failed", PausedKey(q), claimKey}
-	res, err := stepScript.Run(ctx, rdb, keys, args...).Slice()
+	if len(opt.Guards) > 0 || (opt.PeekKey != "" && len(opt.PeekFields) > 0) {
+		args = append(args, len(opt.Guards))
+		for _, g := range opt.Guards {
+			keys = append(keys, g.Key)
+			args = append(args, g.Field, g.Value)
+		}
+		if opt.PeekKey != "" && len(opt.PeekFields) > 0 {
+			keys = append(keys, opt.PeekKey)
+			for _, f := range opt.PeekFields {
+				args = append(args, f)
+			}
+		}
+	}
+	return q, keys, args
+}
+
+// stepResult reads the reply of stepScript into c (claimed when not nil).
+func stepResult(cmd *redis.Cmd, q string, done *Outcome, id string, c *Claimed) (gone bool, err error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		what := "claim " + id
 		if done != nil {
@@ -249,6 +345,9 @@ func step(ctx context.Context, rdb redis.Scripter, now time.Time, done *Outcome,
 		return false, fmt.Errorf("asynqwire: step in %s: empty reply", q)
 	}
 	ended, _ := res[0].(string)
+	if ended == "unguarded" {
+		return false, ErrUnguarded
+	}
 	gone = ended == "gone"
 	if c == nil {
 		return gone, nil
@@ -263,6 +362,14 @@ func step(ctx context.Context, rdb redis.Scripter, now time.Time, done *Outcome,
 	msg, _ := res[2].(string)
 	*c = decodeClaimed([]byte(msg))
 	c.Queue, c.ID = q, id
+	if n := len(res) - 3; n > 0 {
+		c.Peek = make([]*string, n)
+		for i, v := range res[3:] {
+			if s, ok := v.(string); ok {
+				c.Peek[i] = &s
+			}
+		}
+	}
 	return gone, nil
 }
 

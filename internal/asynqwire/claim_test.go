@@ -132,3 +132,79 @@ func withoutMsg(c *asynqwire.Claimed) asynqwire.Claimed {
 	asynqwire.ClearMsg(&out)
 	return out
 }
+
+// A guarded step writes nothing unless every guard holds: the task it
+// would end stays active and the one it would claim stays where it was.
+// With its guards holding, it ends, claims and peeks in one script, and
+// sent in a pipeline after another command it reads what that command
+// wrote (the commit of a store, in the drain of a hold).
+func TestStepWithGuardsAndPeek(t *testing.T) {
+	db := redistest.New(t)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "step_guard"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	ctx := t.Context()
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id), asynq.Retention(time.Hour))
+		require.NoError(t, err)
+	}
+	a, _, err := asynqwire.Step(ctx, db.Client, nil, q, "a")
+	require.NoError(t, err)
+	require.NoError(t, db.Client.HSet(ctx, "guard", "owner", "me", "d", "1").Err())
+	require.NoError(t, db.Client.HSet(ctx, "peek", "p:3", "rec3").Err())
+	guards := []asynqwire.Guard{{Key: "guard", Field: "owner", Value: "me"}, {Key: "guard", Field: "d", Value: "2"}}
+	opt := asynqwire.StepOptions{Guards: guards, PeekKey: "peek", PeekFields: []string{"p:3", "k:3"}}
+
+	_, _, err = asynqwire.StepWith(ctx, db.Client, &asynqwire.Outcome{Task: a}, q, "b", opt)
+	require.ErrorIs(t, err, asynqwire.ErrUnguarded)
+	for id, want := range map[string]asynq.TaskState{"a": asynq.TaskStateActive, "b": asynq.TaskStatePending} {
+		info, err := insp.GetTaskInfo(q, id)
+		require.NoError(t, err)
+		assert.Equal(t, want, info.State, "%s: an unguarded step writes nothing", id)
+	}
+	// A missing field is no match either.
+	_, _, err = asynqwire.StepWith(ctx, db.Client, nil, q, "b", asynqwire.StepOptions{Guards: []asynqwire.Guard{{Key: "guard", Field: "nope", Value: ""}}})
+	require.ErrorIs(t, err, asynqwire.ErrUnguarded)
+
+	// In a pipeline, after the write that makes the guards hold.
+	pipe := db.Client.Pipeline()
+	pipe.HSet(ctx, "guard", "d", "2")
+	result, err := asynqwire.PipeStep(ctx, pipe, &asynqwire.Outcome{Task: a}, q, "b", opt)
+	require.NoError(t, err)
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	b, gone, err := result()
+	require.NoError(t, err)
+	require.False(t, gone)
+	assert.Equal(t, "b", b.ID)
+	require.Len(t, b.Peek, 2)
+	require.NotNil(t, b.Peek[0])
+	assert.Equal(t, "rec3", *b.Peek[0])
+	assert.Nil(t, b.Peek[1], "a missing field peeks as nil")
+	for id, want := range map[string]asynq.TaskState{"a": asynq.TaskStateCompleted, "b": asynq.TaskStateActive} {
+		info, err := insp.GetTaskInfo(q, id)
+		require.NoError(t, err)
+		assert.Equal(t, want, info.State, id)
+	}
+
+	// A step of two queues cannot be one script.
+	_, err = asynqwire.PipeStep(ctx, db.Client.Pipeline(), &asynqwire.Outcome{Task: b}, "other", "c", opt)
+	require.Error(t, err)
+
+	// A server without the script (restarted, flushed) refuses the piped
+	// step, which writes nothing; StepWith loads it.
+	require.NoError(t, db.Client.ScriptFlush(ctx).Err())
+	pipe = db.Client.Pipeline()
+	result, err = asynqwire.PipeStep(ctx, pipe, &asynqwire.Outcome{Task: b}, q, "c", asynqwire.StepOptions{})
+	require.NoError(t, err)
+	_, _ = pipe.Exec(ctx)
+	_, _, err = result()
+	require.ErrorContains(t, err, "NOSCRIPT")
+	info, err := insp.GetTaskInfo(q, "b")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateActive, info.State)
+	c, _, err := asynqwire.StepWith(ctx, db.Client, &asynqwire.Outcome{Task: b}, q, "c", asynqwire.StepOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "c", c.ID)
+}

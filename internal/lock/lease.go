@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/tracing"
@@ -50,6 +51,7 @@ type Lease struct {
 	released bool
 	byStore  bool // a store script released it (Handoff.Released), or passOn did
 	kept     Turn // the next position, when a commit kept the lock for it (Drain)
+	step     CommitStep
 	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended
@@ -68,6 +70,17 @@ func (s *Lease) Fence() int64 { return s.fence }
 // it, which shuts out a former holder as soon as the lock changes hands
 // (see [Hold]). It carries the key's hash tag.
 func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
+
+// SeqKey returns the Redis key of the key's sequence, whose fields
+// "p:<position>" (the record "<taken at> <label>") and "k:<position>"
+// (set while that position's holder is parked) tell who is behind the
+// lease, or "" when the lease holds no turn (not ModeTurn).
+func (s *Lease) SeqKey() string {
+	if s.mode != ModeTurn {
+		return ""
+	}
+	return s.l.seq.SeqKey(s.key)
+}
 
 // Stats returns how the lease was acquired.
 func (s *Lease) Stats() Stats { return s.stats }
@@ -293,7 +306,43 @@ type Handoff struct {
 	// lease holds a turn (ModeTurn); "" and 0 otherwise.
 	SeqKey string
 	Pos    int64
-	lease  *Lease
+	// Step, when not nil (with Keep), is the lease's [CommitStep]: the
+	// store sends it in a pipeline right after its script, in the same
+	// round trip (see [Lease.SetCommitStep]).
+	Step  CommitStep
+	lease *Lease
+}
+
+// CommitStep is work that a draining lease's holder sends in the round
+// trip of the commit that may keep the lock for the next position (a
+// store's script with lock_commit, or the release script of
+// [Turns.Pass]): queued on pipe right after the commit, it runs right
+// after it, on the same Redis, and can tell from what the commit wrote
+// whether it kept the lock (h names the lock, its owner and the sequence).
+// It must write nothing unless the commit kept the lock, and it must read
+// its own result after pipe's execution: a failed step (a NOSCRIPT, say)
+// must leave the commit's result alone.
+type CommitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
+
+// SetCommitStep sets the step to send with the lease's next commit that
+// may keep the lock (nil for none), in place of the one set before. The
+// step only makes sense on a single Redis, where the lock's keys and the
+// step's are on one node. It is safe for concurrent use.
+func (s *Lease) SetCommitStep(step CommitStep) {
+	s.mu.Lock()
+	s.step = step
+	s.mu.Unlock()
+}
+
+// commitStep returns the step of a commit that may keep the lock: nil
+// unless the lease drains.
+func (s *Lease) commitStep() CommitStep {
+	if !s.drain.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.step
 }
 
 // Committing tells the lease that the store is about to run the script
@@ -341,6 +390,9 @@ func (s *Lease) Handoff() *Handoff {
 	if s.mode == ModeTurn {
 		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.Turn().Pos
 		h.Keep = s.drain.Load()
+		if h.Keep {
+			h.Step = s.commitStep()
+		}
 	}
 	return h
 }
@@ -354,8 +406,24 @@ func (s *Lease) passOn(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
 	defer cancel()
 	s.handingOff.Store(true)
-	res, err := releaseScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key), s.l.seq.SeqKey(s.key)},
-		s.owner, s.l.channel, s.turn.Pos, "1", "", "1").Slice()
+	keys := []string{s.l.lockKey(s.key), s.l.seq.SeqKey(s.key)}
+	args := []any{s.owner, s.l.channel, s.Turn().Pos, "1", "", "1"}
+	var res []any
+	var err error
+	if step := s.commitStep(); step != nil {
+		// The step rides in the release script's round trip.
+		pipe := s.l.rdb.Pipeline()
+		cmd := releaseScript.EvalSha(ctx, pipe, keys, args...)
+		h := s.Handoff()
+		step(ctx, pipe, h)
+		_, _ = pipe.Exec(ctx) // each command's error is read from it
+		res, err = cmd.Slice()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
+		}
+	} else {
+		res, err = releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		s.handingOff.Store(false)
 		return false, fmt.Errorf("pass %s on: %w", s.key, err)

@@ -979,7 +979,22 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
 		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record, keep)
 	args = append(args, fields...)
-	res, err := applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	var res []string
+	var err error
+	if h != nil && h.Step != nil && keep == "1" {
+		// The lock's step (the drain's next claim) rides in the commit's
+		// round trip, right after it.
+		pipe := s.rdb.Pipeline()
+		cmd := applyScript.EvalSha(ctx, pipe, keys, args...)
+		h.Step(ctx, pipe, h)
+		_, _ = pipe.Exec(ctx) // each command's error is read from it
+		res, err = cmd.StringSlice()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+		}
+	} else {
+		res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	}
 	if err != nil {
 		return applied{}, err
 	}
