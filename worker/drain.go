@@ -30,7 +30,8 @@ import (
 // hands it the turn. When a run in its turn commits, and the order's next
 // change is parked, the commit keeps the order's lock (lock.Lease.Drain):
 // the Worker then takes that change's task out of asynq itself
-// (asynqwire.Step), runs it in the same hold, with the same fence, as its
+// (asynqwire.Step, or in the commit's own round trip: see "The fold"
+// below), runs it in the same hold, with the same fence, as its
 // own run (its log line, metrics, span and OnDone), records its end in
 // asynq as asynq's processor would (completed with its retention, retried
 // with its backoff, or archived), and goes on, up to Config.DrainMax changes

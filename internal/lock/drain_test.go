@@ -355,3 +355,54 @@ func TestReservationParksBehindTheUnfinished(t *testing.T) {
 	lease = d.take(t, key, after)
 	d.turns.Pass(t.Context(), lease, true, time.Time{}, true)
 }
+
+// A lease's commit step rides in the round trip of the commit that may keep
+// the lock, right after it: it reads what the commit wrote (the lock still
+// the lease's when kept, gone when released; the sequence done up to the
+// lease's position), and it is sent only while the lease drains.
+func TestCommitStepRunsRightAfterTheCommit(t *testing.T) {
+	t.Parallel()
+	d := newDrainFixture(t, lock.Config{TTL: 5 * time.Second})
+	type seen struct {
+		owner, done *redis.StringCmd
+		h           *lock.Handoff
+	}
+	step := func(into *[]seen) lock.CommitStep {
+		return func(ctx context.Context, pipe redis.Pipeliner, h *lock.Handoff) {
+			*into = append(*into, seen{owner: pipe.HGet(ctx, h.Key, "owner"), done: pipe.HGet(ctx, h.SeqKey, "d"), h: h})
+		}
+	}
+
+	const key = "SO-step"
+	pos := reserve(t, d.q, key, 3)
+	lease := d.take(t, key, pos[0])
+	d.park(t, key, pos[1])
+	var kept []seen
+	lease.SetCommitStep(step(&kept))
+	lease.Drain(true)
+	_, ok := d.turns.Pass(t.Context(), lease, true, time.Time{}, true)
+	require.True(t, ok)
+	require.Len(t, kept, 1, "sent once, with the commit")
+	s := kept[0]
+	require.Equal(t, pos[0].Pos, s.h.Pos)
+	require.Equal(t, s.h.Owner, s.owner.Val(), "kept: still the lease's")
+	require.Equal(t, strconv.FormatInt(pos[0].Pos, 10), s.done.Val(), "after the commit")
+
+	// Not kept (the next holder is not parked): the step sees the lock gone.
+	require.NoError(t, lease.Next(pos[1]))
+	var released []seen
+	lease.SetCommitStep(step(&released))
+	lease.Drain(true)
+	_, ok = d.turns.Pass(t.Context(), lease, true, time.Time{}, true)
+	require.False(t, ok)
+	require.Len(t, released, 1)
+	require.ErrorIs(t, released[0].owner.Err(), redis.Nil, "released before the step ran")
+	require.Equal(t, strconv.FormatInt(pos[1].Pos, 10), released[0].done.Val())
+
+	// Without Drain no step is sent.
+	third := d.take(t, key, pos[2])
+	var none []seen
+	third.SetCommitStep(step(&none))
+	d.turns.Pass(t.Context(), third, true, time.Time{}, true)
+	require.Empty(t, none)
+}
