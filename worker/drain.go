@@ -273,9 +273,15 @@ func (w *Worker) folded(ctx context.Context, h *hold, prev *asynqwire.Outcome) (
 	case errors.Is(err, asynqwire.ErrNotClaimed):
 		return nil, nil, err
 	case err != nil:
-		// Not sent, or refused (NOSCRIPT after a restart): nothing was
-		// written; the next change is taken as before.
-		tracing.Log(ctx, w.log).Debug("the commit's step failed; taking the next change apart", zap.Error(err))
+		// Refused: nothing was written; the next change is taken as
+		// before. A NOSCRIPT (Redis restarted or flushed its scripts) is
+		// expected once; anything else (a user without the queue's keys,
+		// say) would cost a round trip per change.
+		log := tracing.Log(ctx, w.log).Warn
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			log = tracing.Log(ctx, w.log).Debug
+		}
+		log("the commit's step failed; the next change is taken apart", zap.String("order_no", h.orderNo), zap.Error(err))
 		return nil, prev, nil
 	}
 	if prev != nil && prev.Err != nil {
