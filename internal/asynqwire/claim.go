@@ -439,53 +439,29 @@ func rewrite(msg []byte, set map[protowire.Number]any) []byte {
 // retry 5, retried 6, timeout 8 (s), deadline 9 (Unix s), retention 12 (s).
 func decodeClaimed(msg []byte) Claimed {
 	c := Claimed{msg: msg}
-	for b := msg; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			break
+	eachField(msg, func(num protowire.Number, v []byte) {
+		switch num {
+		case 1:
+			c.Type = string(v)
+		case 2:
+			c.Payload = append([]byte{}, v...)
 		}
-		b = b[n:]
-		switch typ {
-		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return c
+	}, func(num protowire.Number, v uint64) {
+		switch num {
+		case 5:
+			c.MaxRetry = int(int32(v))
+		case 6:
+			c.Retried = int(int32(v))
+		case 8:
+			c.Timeout = time.Duration(int64(v)) * time.Second
+		case 9:
+			if v != 0 {
+				c.Deadline = time.Unix(int64(v), 0)
 			}
-			switch num {
-			case 1:
-				c.Type = string(v)
-			case 2:
-				c.Payload = append([]byte{}, v...)
-			}
-			b = b[n:]
-		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return c
-			}
-			switch num {
-			case 5:
-				c.MaxRetry = int(int32(v))
-			case 6:
-				c.Retried = int(int32(v))
-			case 8:
-				c.Timeout = time.Duration(int64(v)) * time.Second
-			case 9:
-				if v != 0 {
-					c.Deadline = time.Unix(int64(v), 0)
-				}
-			case 12:
-				c.Retention = time.Duration(int64(v)) * time.Second
-			}
-			b = b[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return c
-			}
-			b = b[n:]
+		case 12:
+			c.Retention = time.Duration(int64(v)) * time.Second
 		}
-	}
+	})
 	return c
 }
 

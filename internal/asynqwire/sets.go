@@ -154,7 +154,38 @@ func readMessages(ctx context.Context, rdb redis.Cmdable, queues []string, range
 // 7, last_failed_at 11 (Unix seconds). A malformed message leaves the
 // rest of t as it is.
 func decodeMessage(b []byte, t *SetTask) {
-	for len(b) > 0 {
+	eachField(b, func(num protowire.Number, v []byte) {
+		switch num {
+		case 1:
+			t.Type = string(v)
+		case 2:
+			t.Payload = append([]byte{}, v...)
+		case 7:
+			t.ErrorMsg = string(v)
+		}
+	}, func(num protowire.Number, v uint64) {
+		switch num {
+		case 5:
+			t.Retry = int(int32(v))
+		case 6:
+			t.Retried = int(int32(v))
+		case 11:
+			if v != 0 {
+				t.LastFailedAt = time.Unix(int64(v), 0).UTC()
+			}
+		}
+	})
+	if t.Payload == nil {
+		t.Payload = []byte{}
+	}
+}
+
+// eachField calls onBytes with each length-delimited field of the
+// protobuf message msg and onVarint with each varint field, in order,
+// skipping fields of other wire types; it stops at a malformed field,
+// keeping what came before it.
+func eachField(msg []byte, onBytes func(protowire.Number, []byte), onVarint func(protowire.Number, uint64)) {
+	for b := msg; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return
@@ -166,30 +197,14 @@ func decodeMessage(b []byte, t *SetTask) {
 			if n < 0 {
 				return
 			}
-			switch num {
-			case 1:
-				t.Type = string(v)
-			case 2:
-				t.Payload = append([]byte{}, v...)
-			case 7:
-				t.ErrorMsg = string(v)
-			}
+			onBytes(num, v)
 			b = b[n:]
 		case protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return
 			}
-			switch num {
-			case 5:
-				t.Retry = int(int32(v))
-			case 6:
-				t.Retried = int(int32(v))
-			case 11:
-				if v != 0 {
-					t.LastFailedAt = time.Unix(int64(v), 0).UTC()
-				}
-			}
+			onVarint(num, v)
 			b = b[n:]
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
@@ -198,8 +213,5 @@ func decodeMessage(b []byte, t *SetTask) {
 			}
 			b = b[n:]
 		}
-	}
-	if t.Payload == nil {
-		t.Payload = []byte{}
 	}
 }
