@@ -225,7 +225,7 @@ func TestOrderPageWithShards(t *testing.T) {
 	require.Equal(t, "order_modify:2", res.Queue)
 	t.Cleanup(func() {
 		insp := asynq.NewInspectorFromRedisClient(db.Client)
-		for _, q := range shards.AllQueues() {
+		for _, q := range shards.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	})

@@ -59,7 +59,7 @@ func writePath(root, p, q, g string) (string, string) {
 // the draining unsharded queues) and a safe group, it goes through.
 func TestGuardCoversEveryWriteRouteQueues(t *testing.T) {
 	t.Parallel()
-	queues := newQueueSet(testShards, zap.NewNop())
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.NewNop())
 	for _, root := range []string{"", "/asynq"} {
 		g := newGuardedWith(t, root, queues, `{}`, "")
 		writes, grouped := 0, 0
@@ -92,7 +92,7 @@ func TestGuardCoversEveryWriteRouteQueues(t *testing.T) {
 			}
 			require.Empty(t, g.take(), "%s %s: a refused request reached asynqmon", rt.method, rt.path)
 
-			for _, q := range testShards.AllQueues() {
+			for _, q := range testShards.AllQueues(tasks.Kinds()) {
 				p, body := writePath(root, rt.path, q, "batch-2024.07:a_b")
 				status, answer := g.do(t, rt.method, p, body)
 				assert.Equal(t, http.StatusOK, status, "%s %s: %s", rt.method, p, answer)
@@ -122,7 +122,7 @@ func TestGuardHidesUnknownQueues(t *testing.T) {
 	t.Parallel()
 	const planted = plantedDelete
 	core, logs := observer.New(zap.WarnLevel)
-	queues := newQueueSet(testShards, zap.New(core))
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.New(core))
 
 	tests := []struct{ path, answer, want string }{
 		{
@@ -206,7 +206,7 @@ func TestGuardHidesUnknownQueues(t *testing.T) {
 func TestQueueNoteIsBounded(t *testing.T) {
 	t.Parallel()
 	core, logs := observer.New(zap.WarnLevel)
-	queues := newQueueSet(tasks.Shards{}, zap.New(core))
+	queues := newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.New(core))
 	var list []any
 	for i := range 3 * maxNotedNames {
 		list = append(list, map[string]any{"queue": strings.Repeat("q", i+1)})
@@ -323,7 +323,7 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 		planted = append(planted, fmt.Sprintf("planted-%04d", i))
 	}
 	plantQueues(t, db, append(planted, "order_modify:1", "order_exchange")...)
-	queues := newQueueSet(testShards, zap.NewNop())
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.NewNop())
 	names, total, err := queues.unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total, "the known queues are not counted")
@@ -334,7 +334,7 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 	}
 
 	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, "order_modify:1").Err())
-	names, total, err = newQueueSet(tasks.Shards{}, zap.NewNop()).unknownQueues(t.Context(), db.Client)
+	names, total, err = newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.NewNop()).unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total)
 	assert.Len(t, names, maxListedQueues)

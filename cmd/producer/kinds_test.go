@@ -94,10 +94,10 @@ func TestEveryKindEverywhere(t *testing.T) {
 		entries[k.Kind.Type] = k
 	}
 	routes := map[string]bool{}
-	for _, rt := range intake.Routes() {
+	for _, rt := range intake.Routes(tasks.Kinds()) {
 		routes[rt.Method+" "+rt.Path] = true
 	}
-	help := usage()
+	help := usage(tasks.Kinds())
 
 	require.NotEmpty(t, tasks.Kinds())
 	require.NoError(t, tasks.Kinds().Validate())
@@ -105,19 +105,19 @@ func TestEveryKindEverywhere(t *testing.T) {
 	for _, k := range tasks.Kinds() {
 		t.Run(k.Name, func(t *testing.T) {
 			// The label of its positions reads back.
-			typ, ev, from, ok := tasks.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
+			typ, ev, from, ok := tasks.Kinds().ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
 			require.True(t, ok, "ParseLabel reads the label of a %s position", k.Type)
 			assert.Equal(t, []string{k.Type, "ev-1", ""}, []string{typ, ev, from})
 
 			// Its placement: its queue and shard queues are its own.
-			require.Same(t, k, tasks.KindOf(k.Type))
-			require.Same(t, k, tasks.KindOfQueue(k.Queue))
+			require.Same(t, k, tasks.Kinds().Of(k.Type))
+			require.Same(t, k, tasks.Kinds().OfQueue(k.Queue))
 			assert.Positive(t, k.Weight)
 			assert.Equal(t, k.Weight, worker.DefaultQueues()[k.Queue], "the worker serves its queue with its weight")
 			for _, q := range k.ShardQueues(3) {
-				require.Same(t, k, tasks.KindOfQueue(q), q)
+				require.Same(t, k, tasks.Kinds().OfQueue(q), q)
 			}
-			assert.Contains(t, tasks.Shards{}.AllQueues(), k.Queue)
+			assert.Contains(t, tasks.Shards{}.AllQueues(tasks.Kinds()), k.Queue)
 			assert.Contains(t, tasks.Shards{Count: 3}.Placements(k, "SO1001"), k.QueueFor("SO1001", 3))
 			assert.True(t, tasks.Shards{Count: 3}.Accepts(k, "SO1001", k.QueueFor("SO1001", 3)))
 
@@ -153,7 +153,7 @@ func TestEveryKindEverywhere(t *testing.T) {
 
 			// The CLI's command, in the help, and its JSON form enqueues
 			// the kind through the producer.
-			_, ok = kindCommand(k.Name)
+			_, ok = kindCommand(tasks.Kinds(), k.Name)
 			require.True(t, ok, "the CLI has no command for %s", k.Type)
 			assert.Contains(t, help, "\n  "+k.Name+" <order_no> ")
 			no := "SO-KIND-" + k.Name + "-cli"
