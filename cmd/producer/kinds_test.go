@@ -17,9 +17,9 @@ import (
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/intake"
-	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
@@ -68,7 +68,7 @@ func TestEveryKindEverywhere(t *testing.T) {
 	require.NoError(t, err)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	up := upstreamtest.New(t, orderapitest.NewHandler(oracle))
 	httpStore, err := orderstore.Open(db.Client, db.Prefix, &orderstore.Settings{Store: orderstore.HTTP,
 		OrderAPIURL: up.APIURL(), OrderAPITimeout: 5 * time.Second, TokenURL: up.TokenURL(),
 		TokenClientID: upstreamtest.ClientID, TokenClientSecret: upstreamtest.ClientSecret,
