@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -338,4 +339,32 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total)
 	assert.Len(t, names, maxListedQueues)
+}
+
+// TestAConfiguredKindIsTheDashboards: the dashboard reads its kinds from
+// its settings (settings.Kinds), not from the contract alone: the queues
+// of a kind configured beside the contract's, every shard of them, are
+// the deployment's (the guard lets asynqmon's writes to them through),
+// and the order page links asynqmon's pages of their tasks.
+func TestAConfiguredKindIsTheDashboards(t *testing.T) {
+	t.Parallel()
+	// A kind of the test's own; its payload is the modify's, which is
+	// enough to place, guard and link its queues.
+	custom := tasks.NewKind[tasks.ModifyPayload]("order:cancel", "cancel", "order_cancels", 4)
+	kinds := append(tasks.Kinds(), custom)
+	shards := tasks.Shards{Count: 3, Draining: []int{1}}
+	queues := newQueueSet(shards, kinds, zap.NewNop())
+	for _, q := range append(custom.ShardQueues(3), "order_cancels") {
+		assert.True(t, queues.defines(q), q)
+	}
+	assert.False(t, newQueueSet(shards, tasks.Kinds(), zap.NewNop()).defines("order_cancels:0"), "not without the kind")
+
+	pages, err := newOrderPages(nil, nil, nil, queues, kinds, "/asynq", false, zap.NewNop())
+	require.NoError(t, err)
+	assert.Equal(t, "/asynq/queues/order_cancels:1/tasks/cancel-1", pages.taskURL("order_cancels:1", "cancel-1"))
+	assert.Equal(t, "/asynq/queues/order_cancels?status=retry", pages.queueURL("order_cancels", "retry"))
+	assert.NotEmpty(t, pages.actions(orderview.Task{TaskID: "cancel-1", Queue: "order_cancels:1", State: "retry"}))
+	contract, err := newOrderPages(nil, nil, nil, queues, tasks.Kinds(), "/asynq", false, zap.NewNop())
+	require.NoError(t, err)
+	assert.Equal(t, "#", contract.taskURL("order_cancels:1", "cancel-1"), "no link to the queue of a kind it was not given")
 }
