@@ -43,7 +43,7 @@ func TestPositionsFollowAcceptance(t *testing.T) {
 	require.Len(t, st.Pending, 5)
 	require.Equal(t, last, st.Last)
 	for _, p := range st.Pending {
-		typ, _, _, ok := tasks.ParseLabel(p.Label)
+		typ, _, _, ok := tasks.Kinds().ParseLabel(p.Label)
 		require.True(t, ok, p.Label)
 		require.Equal(t, tasks.TypeModify, typ)
 	}

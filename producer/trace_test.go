@@ -88,7 +88,7 @@ func (e env) stored(t *testing.T, queue, id string) (tasks.Payload, string) {
 	t.Helper()
 	info, err := e.insp.GetTaskInfo(queue, id)
 	require.NoError(t, err)
-	k := tasks.KindOf(info.Type)
+	k := tasks.Kinds().Of(info.Type)
 	require.NotNil(t, k, info.Type)
 	p, err := k.Parse(info.Payload)
 	require.NoError(t, err, "%s", info.Payload)

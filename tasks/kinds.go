@@ -97,19 +97,14 @@ var kinds = Table{Exchange, Modify}
 // The slice is the caller's to keep; the kinds are shared.
 func Kinds() Table { return append(Table(nil), kinds...) }
 
-// KindOf returns the kind of task type typ, or nil when the contract has
-// no such type: [Table.Of] of [Kinds].
-func KindOf(typ string) *Kind { return kinds.Of(typ) }
-
-// KindOfQueue returns the kind whose tasks go to queue, the kind's own
-// queue or one of its shard queues ([Kind.ShardQueue], shard numbers below
-// MaxShards), or nil: [Table.OfQueue] of [Kinds].
-func KindOfQueue(queue string) *Kind { return kinds.OfQueue(queue) }
-
 // Table is a list of kinds: [Kinds], the contract's, or the kinds a
 // producer or worker was configured with (the contract's and a program's
 // own). Whatever reads a task type, a queue or a position label reads it
-// against a Table, so that a kind in it is read everywhere. A Table is
+// against the Table it was configured with (the producer, the worker, the
+// intake, the order views, the operator actions, the CLI and the
+// dashboard each take one, defaulting to [Kinds]), so that a kind in it is
+// read everywhere; the package has no lookup of its own that a configured
+// kind would miss. A Table is
 // not changed after it is made; its methods are safe for concurrent use.
 type Table []*Kind
 
@@ -153,11 +148,11 @@ func (t Table) Types() []string {
 	return out
 }
 
-// creator returns the kind whose payloads create orders (implement
-// [Creator]), whose task a creation label names, or nil. A creation
-// label does not carry its type, so a table may hold one such kind
-// (Validate checks it).
-func (t Table) creator() *Kind {
+// Creator returns the kind of t whose payloads create orders (implement
+// [Creator]: in [Kinds], [Exchange]), whose task a creation label names,
+// or nil when t has none. A creation label does not carry its type, so a
+// table may hold one such kind (Validate checks it).
+func (t Table) Creator() *Kind {
 	for _, k := range t {
 		if _, ok := k.zero.(Creator); ok {
 			return k
@@ -200,8 +195,8 @@ func (t Table) Validate() error {
 			}
 			seen[key] = true
 		}
-		if _, ok := k.zero.(Creator); ok && t.creator() != k {
-			return fmt.Errorf("%w: %s and %s both create orders; a creation label names one", ErrKinds, t.creator(), k)
+		if _, ok := k.zero.(Creator); ok && t.Creator() != k {
+			return fmt.Errorf("%w: %s and %s both create orders; a creation label names one", ErrKinds, t.Creator(), k)
 		}
 	}
 	return nil

@@ -12,20 +12,23 @@ import (
 // TestEveryKindConforms goes over the kinds table: every kind is found by
 // its type and by each of its queues, its payload names it, and its
 // position label reads back, so that a kind added to the table is read
-// everywhere this package reads kinds (ParseLabel switched on the types
-// once: a kind missed there had its positions skipped by the gap check).
+// everywhere this package reads kinds (Table.ParseLabel switched on the
+// types once: a kind missed there had its positions skipped by the gap
+// check).
 func TestEveryKindConforms(t *testing.T) {
 	t.Parallel()
 	creators := 0
 	names := map[string]bool{}
-	for _, k := range tasks.Kinds() {
+	kinds := tasks.Kinds()
+	for _, k := range kinds {
 		t.Run(k.Name, func(t *testing.T) {
-			require.Same(t, k, tasks.KindOf(k.Type))
+			require.Same(t, k, kinds.Of(k.Type))
+			require.Same(t, k, kinds.Named(k.Name))
 			require.False(t, names[k.Name], "name %q twice", k.Name)
 			names[k.Name] = true
-			require.Same(t, k, tasks.KindOfQueue(k.Queue))
+			require.Same(t, k, kinds.OfQueue(k.Queue))
 			for _, q := range k.ShardQueues(4) {
-				require.Same(t, k, tasks.KindOfQueue(q), q)
+				require.Same(t, k, kinds.OfQueue(q), q)
 			}
 			p, err := k.Decode([]byte(`{"event_id":"ev-1","order_no":"SO1"}`))
 			require.NoError(t, err)
@@ -35,12 +38,12 @@ func TestEveryKindConforms(t *testing.T) {
 				Trace: &tasks.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "v=x"}}
 			require.Equal(t, h, p.WithHeader(h).Header())
 
-			typ, ev, from, ok := tasks.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
+			typ, ev, from, ok := kinds.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
 			require.True(t, ok, "the label of a %s position reads back", k.Type)
 			assert.Equal(t, []string{k.Type, "ev-1", ""}, []string{typ, ev, from})
 			if _, ok := p.(tasks.Creator); ok {
 				creators++
-				typ, ev, from, ok := tasks.ParseLabel(tasks.CreationLabel("ev-1", "SO1"))
+				typ, ev, from, ok := kinds.ParseLabel(tasks.CreationLabel("ev-1", "SO1"))
 				require.True(t, ok)
 				assert.Equal(t, []string{k.Type, "ev-1", "SO1"}, []string{typ, ev, from})
 			}
@@ -48,7 +51,7 @@ func TestEveryKindConforms(t *testing.T) {
 	}
 	require.Equal(t, 1, creators, "a creation label does not carry its type: one kind may create orders")
 	for _, bad := range []string{"", "order:refund ev-1", "order:modify", "order:modify bad/id", "order:create ev-1", "order:create ev-1 SO 1"} {
-		_, _, _, ok := tasks.ParseLabel(bad)
+		_, _, _, ok := kinds.ParseLabel(bad)
 		assert.False(t, ok, "%q", bad)
 	}
 }

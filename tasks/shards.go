@@ -226,11 +226,12 @@ func (s Shards) Queues(k *Kind) []string {
 	return out
 }
 
-// AllQueues returns [Shards.Queues] of every kind, in the order of
-// [Kinds].
-func (s Shards) AllQueues() []string {
+// AllQueues returns [Shards.Queues] of every kind of t (the configured
+// kinds, usually [Kinds] or a producer's or worker's Config.Kinds), in
+// t's order.
+func (s Shards) AllQueues(t Table) []string {
 	var out []string
-	for _, k := range kinds {
+	for _, k := range t {
 		out = append(out, s.Queues(k)...)
 	}
 	return out

@@ -201,7 +201,7 @@ const (
 )
 
 // PositionLabel returns the label of the position of a task of type typ
-// (a kind of [Kinds]) with event eventID in its order's sequence:
+// (a kind of the configured [Table]) with event eventID in its order's sequence:
 // "<type> <event_id>", for example "order:modify crm-7f3a9c".
 func PositionLabel(typ, eventID string) string { return typ + " " + eventID }
 
@@ -211,12 +211,6 @@ func PositionLabel(typ, eventID string) string { return typ + " " + eventID }
 // the replacement accepted after it wait for it.
 func CreationLabel(eventID, orderNo string) string {
 	return labelCreate + " " + eventID + " " + orderNo
-}
-
-// ParseLabel reads a label of [PositionLabel] or [CreationLabel] against
-// the contract's kinds: [Table.ParseLabel] of [Kinds].
-func ParseLabel(label string) (typ, eventID, from string, ok bool) {
-	return kinds.ParseLabel(label)
 }
 
 // ParseLabel reads a label of [PositionLabel] or [CreationLabel]. typ is
@@ -230,7 +224,7 @@ func (t Table) ParseLabel(label string) (typ, eventID, from string, ok bool) {
 	kind, rest, _ := strings.Cut(label, " ")
 	if kind == labelCreate {
 		ev, from, _ := strings.Cut(rest, " ")
-		c := t.creator()
+		c := t.Creator()
 		if c == nil || !ValidEventID(ev) || !ValidOrderNo(from) {
 			return "", "", "", false
 		}

@@ -236,7 +236,7 @@ func TestShardCountChangeLosesNothing(t *testing.T) {
 	served := slices.Sorted(maps.Keys(map[string]bool{"order_modify": true, "order_modify:0": true, "order_modify:1": true, "order_modify:2": true}))
 	var used []string
 	for _, q := range e.queues() {
-		if info, err := e.insp.GetQueueInfo(q); err == nil && info.Completed > 0 && tasks.KindOfQueue(q) == tasks.Modify {
+		if info, err := e.insp.GetQueueInfo(q); err == nil && info.Completed > 0 && tasks.Kinds().OfQueue(q) == tasks.Modify {
 			used = append(used, q)
 		}
 	}

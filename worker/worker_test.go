@@ -58,7 +58,7 @@ func (e *env) queues() []string {
 	all, _ := e.insp.Queues()
 	var out []string
 	for _, q := range all {
-		if tasks.KindOfQueue(q) != nil {
+		if tasks.Kinds().OfQueue(q) != nil {
 			out = append(out, q)
 		}
 	}

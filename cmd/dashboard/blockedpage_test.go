@@ -295,7 +295,7 @@ func TestBlockedViewEscapesEveryString(t *testing.T) {
 	require.NotNil(t, b.Creation)
 	require.Equal(t, raw, b.Creation.Chain[0])
 
-	pages, err := newOrderPages(nil, nil, nil, nil, "", true, zap.NewNop())
+	pages, err := newOrderPages(nil, nil, nil, nil, tasks.Kinds(), "", true, zap.NewNop())
 	require.NoError(t, err)
 	p, err := newBlockedPages(nil, pages, "", true, zap.NewNop())
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -74,7 +75,11 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// into another action (see guardAPI).
 	// asynqmon's pages get a Content-Security-Policy that allows their own
 	// inline scripts only (see asynqmonCSP).
-	queues := newQueueSet(cfg.Shards, log.Named("guard"))
+	kinds := cfg.Kinds
+	if kinds == nil {
+		kinds = tasks.Kinds()
+	}
+	queues := newQueueSet(cfg.Shards, kinds, log.Named("guard"))
 	csp, err := asynqmonCSP(mon, monRoot)
 	if err != nil {
 		return nil, err
@@ -82,7 +87,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	ui := protect(uiHeaders(withCSP(csp, http.NewCrossOriginProtection().Handler(guardAPI(monRoot+"/api/", queues, mon)))))
 
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: cfg.KeyPrefix, GapWait: cfg.GapWait, Shards: cfg.Shards,
-		BlockedAfter: cfg.BlockedAfter})
+		Kinds: kinds, BlockedAfter: cfg.BlockedAfter})
 	if err != nil {
 		return nil, fmt.Errorf("order views (KEY_PREFIX, GAP_WAIT, QUEUE_SHARDS, BLOCKED_AFTER): %w", err)
 	}
@@ -93,12 +98,12 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	// The operator actions (orderops) hold nothing to close: they never
 	// take a lock. With the Redis store they note each action in the
 	// order's history (the writing dashboard's user may write it).
-	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Logger: log, Store: store,
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: cfg.KeyPrefix, Shards: cfg.Shards, Kinds: kinds, Logger: log, Store: store,
 		Rate: actionRate, Burst: cfg.ActionBurst})
 	if err != nil {
 		return nil, fmt.Errorf("order actions (KEY_PREFIX, QUEUE_SHARDS): %w", err)
 	}
-	pages, err := newOrderPages(views, ops, rdb, queues, monRoot, cfg.ReadOnly, log.Named("orders"))
+	pages, err := newOrderPages(views, ops, rdb, queues, kinds, monRoot, cfg.ReadOnly, log.Named("orders"))
 	if err != nil {
 		return nil, fmt.Errorf("order page: %w", err)
 	}

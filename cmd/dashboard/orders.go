@@ -59,7 +59,8 @@ type orderPages struct {
 	views    *orderview.Reader
 	rdb      redis.UniversalClient
 	queues   *queueSet
-	root     string // asynqmon's root path: "" or "/asynq"
+	kinds    tasks.Table // the kinds whose queues asynqmon's pages are linked for
+	root     string      // asynqmon's root path: "" or "/asynq"
 	readOnly bool
 	ops      *orderops.Ops
 	log      *zap.Logger
@@ -89,9 +90,10 @@ type pageData struct {
 }
 
 // newOrderPages returns the order page over views; rdb and queues find the
-// suspicious queues its search view lists.
-func newOrderPages(views *orderview.Reader, ops *orderops.Ops, rdb redis.UniversalClient, queues *queueSet, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
-	p := &orderPages{views: views, ops: ops, rdb: rdb, queues: queues, root: root, readOnly: readOnly, log: log}
+// suspicious queues its search view lists; it links asynqmon's pages of
+// the tasks in the queues of kinds.
+func newOrderPages(views *orderview.Reader, ops *orderops.Ops, rdb redis.UniversalClient, queues *queueSet, kinds tasks.Table, root string, readOnly bool, log *zap.Logger) (*orderPages, error) {
+	p := &orderPages{views: views, ops: ops, rdb: rdb, queues: queues, kinds: kinds, root: root, readOnly: readOnly, log: log}
 	funcs := template.FuncMap{
 		"taskURL":  p.taskURL,
 		"queueURL": p.queueURL,
@@ -241,9 +243,9 @@ func (p *orderPages) asset(w http.ResponseWriter, r *http.Request, name string) 
 }
 
 // taskURL is asynqmon's page of a task; "#" for an ID outside the contract,
-// whose page asynqmon cannot open.
+// whose page asynqmon cannot open, or a queue of no configured kind.
 func (p *orderPages) taskURL(queue, id string) string {
-	if !tasks.ValidEventID(id) || tasks.KindOfQueue(queue) == nil {
+	if !tasks.ValidEventID(id) || p.kinds.OfQueue(queue) == nil {
 		return "#"
 	}
 	return p.root + "/queues/" + url.PathEscape(queue) + "/tasks/" + url.PathEscape(id)
@@ -251,7 +253,7 @@ func (p *orderPages) taskURL(queue, id string) string {
 
 // queueURL is asynqmon's list of a queue's tasks in state.
 func (p *orderPages) queueURL(queue, state string) string {
-	if tasks.KindOfQueue(queue) == nil {
+	if p.kinds.OfQueue(queue) == nil {
 		return "#"
 	}
 	return p.root + "/queues/" + url.PathEscape(queue) + "?status=" + url.QueryEscape(state)
@@ -362,7 +364,7 @@ func (p *orderPages) orderAction(no string, a orderops.Action) action {
 // state, as asynqmon API requests; none in read-only mode or for a task ID
 // outside the contract (the guard would refuse them).
 func (p *orderPages) actions(t orderview.Task) []action {
-	if p.readOnly || !tasks.ValidEventID(t.TaskID) || tasks.KindOfQueue(t.Queue) == nil {
+	if p.readOnly || !tasks.ValidEventID(t.TaskID) || p.kinds.OfQueue(t.Queue) == nil {
 		return nil
 	}
 	base := p.root + "/api/queues/" + url.PathEscape(t.Queue) + "/" + t.State + "_tasks/" + url.PathEscape(t.TaskID)

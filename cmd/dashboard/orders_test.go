@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/producer"
@@ -188,7 +188,7 @@ func TestOrderPageReadsTheHTTPStore(t *testing.T) {
 	db := redistest.New(t)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	up := upstreamtest.New(t, orderapitest.NewHandler(oracle))
 	require.NoError(t, oracle.Put(t.Context(), orders.Order{No: "SO7", Address: "7 Upstream Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	rules, err := acl.Rules(acl.Dashboard, acl.Options{KeyPrefix: db.Prefix, OrderAPI: true})
 	require.NoError(t, err)
@@ -225,7 +225,7 @@ func TestOrderPageWithShards(t *testing.T) {
 	require.Equal(t, "order_modify:2", res.Queue)
 	t.Cleanup(func() {
 		insp := asynq.NewInspectorFromRedisClient(db.Client)
-		for _, q := range shards.AllQueues() {
+		for _, q := range shards.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	})

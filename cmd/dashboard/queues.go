@@ -85,10 +85,10 @@ type queueSet struct {
 	noted map[string]bool // hidden names already logged
 }
 
-// newQueueSet returns the queues of the contract's kinds under s; log gets
-// a warning the first time a name is hidden.
-func newQueueSet(s tasks.Shards, log *zap.Logger) *queueSet {
-	all := s.AllQueues()
+// newQueueSet returns the queues of kinds under s; log gets a warning the
+// first time a name is hidden.
+func newQueueSet(s tasks.Shards, kinds tasks.Table, log *zap.Logger) *queueSet {
+	all := s.AllQueues(kinds)
 	q := &queueSet{known: make(map[string]bool, len(all)), names: strings.Join(all, ", "), shards: s.String(),
 		log: log, noted: map[string]bool{}}
 	for _, name := range all {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 )
@@ -59,7 +60,7 @@ func writePath(root, p, q, g string) (string, string) {
 // the draining unsharded queues) and a safe group, it goes through.
 func TestGuardCoversEveryWriteRouteQueues(t *testing.T) {
 	t.Parallel()
-	queues := newQueueSet(testShards, zap.NewNop())
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.NewNop())
 	for _, root := range []string{"", "/asynq"} {
 		g := newGuardedWith(t, root, queues, `{}`, "")
 		writes, grouped := 0, 0
@@ -92,7 +93,7 @@ func TestGuardCoversEveryWriteRouteQueues(t *testing.T) {
 			}
 			require.Empty(t, g.take(), "%s %s: a refused request reached asynqmon", rt.method, rt.path)
 
-			for _, q := range testShards.AllQueues() {
+			for _, q := range testShards.AllQueues(tasks.Kinds()) {
 				p, body := writePath(root, rt.path, q, "batch-2024.07:a_b")
 				status, answer := g.do(t, rt.method, p, body)
 				assert.Equal(t, http.StatusOK, status, "%s %s: %s", rt.method, p, answer)
@@ -122,7 +123,7 @@ func TestGuardHidesUnknownQueues(t *testing.T) {
 	t.Parallel()
 	const planted = plantedDelete
 	core, logs := observer.New(zap.WarnLevel)
-	queues := newQueueSet(testShards, zap.New(core))
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.New(core))
 
 	tests := []struct{ path, answer, want string }{
 		{
@@ -206,7 +207,7 @@ func TestGuardHidesUnknownQueues(t *testing.T) {
 func TestQueueNoteIsBounded(t *testing.T) {
 	t.Parallel()
 	core, logs := observer.New(zap.WarnLevel)
-	queues := newQueueSet(tasks.Shards{}, zap.New(core))
+	queues := newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.New(core))
 	var list []any
 	for i := range 3 * maxNotedNames {
 		list = append(list, map[string]any{"queue": strings.Repeat("q", i+1)})
@@ -323,7 +324,7 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 		planted = append(planted, fmt.Sprintf("planted-%04d", i))
 	}
 	plantQueues(t, db, append(planted, "order_modify:1", "order_exchange")...)
-	queues := newQueueSet(testShards, zap.NewNop())
+	queues := newQueueSet(testShards, tasks.Kinds(), zap.NewNop())
 	names, total, err := queues.unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total, "the known queues are not counted")
@@ -334,8 +335,36 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 	}
 
 	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, "order_modify:1").Err())
-	names, total, err = newQueueSet(tasks.Shards{}, zap.NewNop()).unknownQueues(t.Context(), db.Client)
+	names, total, err = newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.NewNop()).unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total)
 	assert.Len(t, names, maxListedQueues)
+}
+
+// TestAConfiguredKindIsTheDashboards: the dashboard reads its kinds from
+// its settings (settings.Kinds), not from the contract alone: the queues
+// of a kind configured beside the contract's, every shard of them, are
+// the deployment's (the guard lets asynqmon's writes to them through),
+// and the order page links asynqmon's pages of their tasks.
+func TestAConfiguredKindIsTheDashboards(t *testing.T) {
+	t.Parallel()
+	// A kind of the test's own; its payload is the modify's, which is
+	// enough to place, guard and link its queues.
+	custom := tasks.NewKind[tasks.ModifyPayload]("order:cancel", "cancel", "order_cancels", 4)
+	kinds := append(tasks.Kinds(), custom)
+	shards := tasks.Shards{Count: 3, Draining: []int{1}}
+	queues := newQueueSet(shards, kinds, zap.NewNop())
+	for _, q := range append(custom.ShardQueues(3), "order_cancels") {
+		assert.True(t, queues.defines(q), q)
+	}
+	assert.False(t, newQueueSet(shards, tasks.Kinds(), zap.NewNop()).defines("order_cancels:0"), "not without the kind")
+
+	pages, err := newOrderPages(nil, nil, nil, queues, kinds, "/asynq", false, zap.NewNop())
+	require.NoError(t, err)
+	assert.Equal(t, "/asynq/queues/order_cancels:1/tasks/cancel-1", pages.taskURL("order_cancels:1", "cancel-1"))
+	assert.Equal(t, "/asynq/queues/order_cancels?status=retry", pages.queueURL("order_cancels", "retry"))
+	assert.NotEmpty(t, pages.actions(orderview.Task{TaskID: "cancel-1", Queue: "order_cancels:1", State: "retry"}))
+	contract, err := newOrderPages(nil, nil, nil, queues, tasks.Kinds(), "/asynq", false, zap.NewNop())
+	require.NoError(t, err)
+	assert.Equal(t, "#", contract.taskURL("order_cancels:1", "cancel-1"), "no link to the queue of a kind it was not given")
 }

@@ -50,20 +50,24 @@ const realm = "orderworker dashboard"
 //     reach the port. /healthz and /readyz are never authenticated: probes
 //     carry no credentials, and the answers reveal nothing.
 type settings struct {
-	Addr            string
-	Root            string
-	Redis           *redisconn.Options
-	User            string
-	Password        string
-	Tokens          []string
-	InsecureNoAuth  bool
-	ReadOnly        bool
-	ActionRate      string
-	ActionBurst     int
-	MetricsAuth     bool
-	PrometheusURL   string
-	KeyPrefix       string
-	Shards          tasks.Shards
+	Addr           string
+	Root           string
+	Redis          *redisconn.Options
+	User           string
+	Password       string
+	Tokens         []string
+	InsecureNoAuth bool
+	ReadOnly       bool
+	ActionRate     string
+	ActionBurst    int
+	MetricsAuth    bool
+	PrometheusURL  string
+	KeyPrefix      string
+	Shards         tasks.Shards
+	// Kinds are the task kinds the dashboard reads types, queues and
+	// labels against (its queues, order views and actions): the workers'.
+	// It is no setting; nil means tasks.Kinds(), the contract's.
+	Kinds           tasks.Table
 	GapWait         time.Duration
 	BlockedAfter    time.Duration
 	OrderStore      orderstore.Settings // the worker's: the order page reads the orders where it writes them

@@ -56,7 +56,7 @@ type guarded struct {
 // not empty, the Content-Type contentType (asynqmon sets none).
 func newGuarded(t *testing.T, root, answer, contentType string) *guarded {
 	t.Helper()
-	return newGuardedWith(t, root, newQueueSet(tasks.Shards{}, zap.NewNop()), answer, contentType)
+	return newGuardedWith(t, root, newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.NewNop()), answer, contentType)
 }
 
 // newGuardedWith is newGuarded for a deployment of queues.
@@ -277,7 +277,7 @@ func TestDisplayTaskID(t *testing.T) {
 }
 
 // fuzzQueues are the queues of FuzzGuardWrite's deployment.
-var fuzzQueues = newQueueSet(tasks.Shards{Count: 2, Draining: []int{1}}, zap.NewNop())
+var fuzzQueues = newQueueSet(tasks.Shards{Count: 2, Draining: []int{1}}, tasks.Kinds(), zap.NewNop())
 
 // FuzzGuardWrite sends any path and body through the guard as a write: it
 // never panics, and what it lets through has a canonical path under

@@ -285,7 +285,7 @@ func (t *timeline) expect(taskID string) {
 // the label of the position before it).
 func (t *timeline) waiting(key, meta, holder string) {
 	_, id, _ := strings.Cut(meta, " ")
-	if typ, ev, from, ok := tasks.ParseLabel(holder); ok {
+	if typ, ev, from, ok := tasks.Kinds().ParseLabel(holder); ok {
 		what := typ + " " + ev
 		if from != "" {
 			what = "the creation of " + key + " by " + ev + " of " + from

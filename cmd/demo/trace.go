@@ -111,7 +111,7 @@ func (l *spanLog) drained() string {
 				if e.Name != tracing.EventInHold {
 					continue
 				}
-				if _, _, from, ok := tasks.ParseLabel(attr(e.Attributes, tracing.AttrHead)); ok && from == "" {
+				if _, _, from, ok := tasks.Kinds().ParseLabel(attr(e.Attributes, tracing.AttrHead)); ok && from == "" {
 					f.held = true
 				}
 			}

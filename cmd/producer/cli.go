@@ -30,12 +30,12 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// usage is the help text: one enqueue command per kind of the contract
-// (see kindCommands), then the other commands.
-func usage() string {
+// usage is the help text: one enqueue command per kind of kinds (see
+// kindCommands), then the other commands.
+func usage(kinds tasks.Table) string {
 	var b strings.Builder
 	b.WriteString("Usage: producer [settings] <command> [flags] [args]\n\nCommands:\n")
-	for _, c := range kindCommands() {
+	for _, c := range kindCommands(kinds) {
 		fmt.Fprintf(&b, "  %s <order_no> %s\n        enqueue an %s task\n", c.kind.Name, c.flags, c.kind.Type)
 	}
 	return b.String() + otherCommands
@@ -82,13 +82,18 @@ type common struct {
 	WaitTimeout  time.Duration
 	// MaxWaiting caps an order's backlog (Config.MaxWaiting).
 	MaxWaiting int
+	// Kinds are the task kinds every command reads types, queues and
+	// labels against: the producer's (Config.Kinds), the order views' and
+	// the operator actions', and the enqueue commands. run sets the
+	// contract's, tasks.Kinds(); it is no setting.
+	Kinds tasks.Table
 }
 
 // producerConfig is the producer's configuration from c.
 func (c *common) producerConfig() producer.Config {
 	// A change parked behind its order's head waits at most the workers'
 	// gap wait (the same GAP_WAIT), so that a gap is found as soon.
-	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout,
+	return producer.Config{KeyPrefix: c.Prefix, Shards: c.Shards, Kinds: c.Kinds, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout,
 		MaxWaiting: c.MaxWaiting, ParkFor: max(c.GapWait, time.Second)}
 }
 
@@ -123,13 +128,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 && args[0] == "serve" {
 		return serve(ctx, args[1:], getenv, stdout)
 	}
-	var c common
+	c := common{Kinds: tasks.Kinds()}
 	s := config.NewSet("producer", getenv)
 	declareCommon(s, &c)
 	s.SetOutput(io.Discard)
 	if err := s.Parse(args); err != nil {
 		if errors.Is(err, config.ErrHelp) {
-			fmt.Fprint(stdout, usage())
+			fmt.Fprint(stdout, usage(c.Kinds))
 			s.WriteUsage(stdout)
 			return nil
 		}
@@ -151,7 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	rdb := c.Redis.NewClient()
 	defer rdb.Close()
 
-	if cmd, ok := kindCommand(rest[0]); ok {
+	if cmd, ok := kindCommand(c.Kinds, rest[0]); ok {
 		// Traced by the OTEL_* variables (off unless set), under the
 		// trace of TRACEPARENT when a calling script passes one.
 		tr, stopTracing, err := telemetry.Start(ctx, "orderworker-cli", getenv, nil)
@@ -180,7 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if len(rest) != 1 {
 			return errors.New("shards: takes no arguments (set QUEUE_SHARDS)")
 		}
-		rep, err := checkShards(asynq.NewInspectorFromRedisClient(rdb), c.Shards)
+		rep, err := checkShards(asynq.NewInspectorFromRedisClient(rdb), c.Shards, c.Kinds)
 		if perr := printJSON(stdout, rep); perr != nil {
 			return perr
 		}
@@ -197,7 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 		}
 		views, err := orderview.New(rdb, store.Store, orderview.Config{KeyPrefix: c.Prefix, GapWait: c.GapWait, Shards: c.Shards,
-			BlockedAfter: c.BlockedAfter})
+			Kinds: c.Kinds, BlockedAfter: c.BlockedAfter})
 		if err != nil {
 			return err
 		}
@@ -291,11 +296,11 @@ var handFlags = map[string]enqueueCommand{
 	"exchange": {flags: "-item SKU=QTY [-item SKU=QTY]... [-new-order-no N] [-reason R] [-event-id ID]", run: exchange},
 }
 
-// kindCommands returns the enqueue command of every kind of the
-// contract (tasks.Kinds), in its order.
-func kindCommands() []enqueueCommand {
+// kindCommands returns the enqueue command of every kind of kinds (the
+// CLI's, common.Kinds), in its order.
+func kindCommands(kinds tasks.Table) []enqueueCommand {
 	var out []enqueueCommand
-	for _, k := range tasks.Kinds() {
+	for _, k := range kinds {
 		c, ok := handFlags[k.Name]
 		if !ok {
 			c = jsonCommand(k)
@@ -306,9 +311,9 @@ func kindCommands() []enqueueCommand {
 	return out
 }
 
-// kindCommand returns the enqueue command named name.
-func kindCommand(name string) (enqueueCommand, bool) {
-	for _, c := range kindCommands() {
+// kindCommand returns the enqueue command of kinds named name.
+func kindCommand(kinds tasks.Table, name string) (enqueueCommand, bool) {
+	for _, c := range kindCommands(kinds) {
 		if c.kind.Name == name {
 			return c, true
 		}
@@ -495,7 +500,7 @@ func orderAction(ctx context.Context, rdb redis.UniversalClient, store orders.St
 	if err != nil {
 		return err
 	}
-	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: c.Prefix, Shards: c.Shards, Store: store})
+	ops, err := orderops.New(rdb, orderops.Config{KeyPrefix: c.Prefix, Shards: c.Shards, Kinds: c.Kinds, Store: store})
 	if err != nil {
 		return err
 	}

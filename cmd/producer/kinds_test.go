@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+	"gopkg.in/yaml.v3"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/intake"
-	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/producer"
@@ -42,7 +47,13 @@ var kindSamples = map[string]string{
 // against the Redis store and the HTTP store (over the fake upstream), the
 // intake has its POST route, the CLI has its command, which enqueues it
 // through the producer, and the worker applies that task, counted in the
-// metrics under the kind's own task_type label (not "unknown").
+// metrics under the kind's own task_type label (not "unknown"), and the
+// order status finds that task by the history entry it wrote. And the
+// spots that vary by kind outside the code: its queue's three shards land
+// on three different masters of a three-master cluster (see
+// tasks.TestShardsSpreadOverThreeMasters), and api/openapi.yaml documents
+// its route with a request schema (the intake's spec tests check the
+// schema's members, TestSpecSchemas).
 //
 // It lives here, in cmd/producer, because the CLI is package main, which
 // no other package can import; this test package may import every other
@@ -57,7 +68,7 @@ func TestEveryKindEverywhere(t *testing.T) {
 	require.NoError(t, err)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	up := upstreamtest.New(t, orderapitest.NewHandler(oracle))
 	httpStore, err := orderstore.Open(db.Client, db.Prefix, &orderstore.Settings{Store: orderstore.HTTP,
 		OrderAPIURL: up.APIURL(), OrderAPITimeout: 5 * time.Second, TokenURL: up.TokenURL(),
 		TokenClientID: upstreamtest.ClientID, TokenClientSecret: upstreamtest.ClientSecret,
@@ -94,10 +105,13 @@ func TestEveryKindEverywhere(t *testing.T) {
 		entries[k.Kind.Type] = k
 	}
 	routes := map[string]bool{}
-	for _, rt := range intake.Routes() {
+	for _, rt := range intake.Routes(tasks.Kinds()) {
 		routes[rt.Method+" "+rt.Path] = true
 	}
-	help := usage()
+	help := usage(tasks.Kinds())
+	views, err := orderview.New(db.Client, redisStore, orderview.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	spec := loadAPISpec(t)
 
 	require.NotEmpty(t, tasks.Kinds())
 	require.NoError(t, tasks.Kinds().Validate())
@@ -105,21 +119,31 @@ func TestEveryKindEverywhere(t *testing.T) {
 	for _, k := range tasks.Kinds() {
 		t.Run(k.Name, func(t *testing.T) {
 			// The label of its positions reads back.
-			typ, ev, from, ok := tasks.ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
+			typ, ev, from, ok := tasks.Kinds().ParseLabel(tasks.PositionLabel(k.Type, "ev-1"))
 			require.True(t, ok, "ParseLabel reads the label of a %s position", k.Type)
 			assert.Equal(t, []string{k.Type, "ev-1", ""}, []string{typ, ev, from})
 
 			// Its placement: its queue and shard queues are its own.
-			require.Same(t, k, tasks.KindOf(k.Type))
-			require.Same(t, k, tasks.KindOfQueue(k.Queue))
+			require.Same(t, k, tasks.Kinds().Of(k.Type))
+			require.Same(t, k, tasks.Kinds().OfQueue(k.Queue))
 			assert.Positive(t, k.Weight)
 			assert.Equal(t, k.Weight, worker.DefaultQueues()[k.Queue], "the worker serves its queue with its weight")
 			for _, q := range k.ShardQueues(3) {
-				require.Same(t, k, tasks.KindOfQueue(q), q)
+				require.Same(t, k, tasks.Kinds().OfQueue(q), q)
 			}
-			assert.Contains(t, tasks.Shards{}.AllQueues(), k.Queue)
+			assert.Contains(t, tasks.Shards{}.AllQueues(tasks.Kinds()), k.Queue)
 			assert.Contains(t, tasks.Shards{Count: 3}.Placements(k, "SO1001"), k.QueueFor("SO1001", 3))
 			assert.True(t, tasks.Shards{Count: 3}.Accepts(k, "SO1001", k.QueueFor("SO1001", 3)))
+			masters := map[int]bool{}
+			for _, q := range k.ShardQueues(3) {
+				masters[redisproc.Slot(asynqwire.PendingKey(q))*3/16384] = true
+			}
+			assert.Len(t, masters, 3, "the 3 shard queues of %s land on 3 different masters of 3: name its queue otherwise (docs/adding-a-task-type.md)", k.Queue)
+
+			// The API spec documents its route and the route's body.
+			ref, ok := spec.requestRef("/v1/orders/{order_no}/" + k.Name)
+			require.True(t, ok, "api/openapi.yaml has no POST /v1/orders/{order_no}/%s", k.Name)
+			assert.Contains(t, spec.Components.Schemas, strings.TrimPrefix(ref, "#/components/schemas/"), "api/openapi.yaml: the request schema of %s", k.Type)
 
 			// The worker's entry.
 			entry, ok := entries[k.Type]
@@ -153,7 +177,7 @@ func TestEveryKindEverywhere(t *testing.T) {
 
 			// The CLI's command, in the help, and its JSON form enqueues
 			// the kind through the producer.
-			_, ok = kindCommand(k.Name)
+			_, ok = kindCommand(tasks.Kinds(), k.Name)
 			require.True(t, ok, "the CLI has no command for %s", k.Type)
 			assert.Contains(t, help, "\n  "+k.Name+" <order_no> ")
 			no := "SO-KIND-" + k.Name + "-cli"
@@ -177,6 +201,18 @@ func TestEveryKindEverywhere(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, countRuns(t, reg, k.Type), "orderworker_task_duration_seconds{task_type=%q}", k.Type)
+
+			// The order status finds the task by its history entry.
+			st, err := views.Status(ctx, no)
+			require.NoError(t, err)
+			var found bool
+			for _, task := range st.Tasks {
+				if task.TaskID == id {
+					found = true
+					assert.Equal(t, []string{k.Type, res.Queue, orderview.SourceHistory}, []string{task.Type, task.Queue, task.Source})
+				}
+			}
+			assert.True(t, found, "the order status of %s lists task %s: %+v", no, id, st.Tasks)
 		})
 	}
 }
@@ -203,4 +239,44 @@ func countRuns(t *testing.T, reg *prometheus.Registry, typ string) int {
 		}
 	}
 	return n
+}
+
+// apiSpec is the part of api/openapi.yaml the conformance test reads.
+type apiSpec struct {
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components struct {
+		Schemas map[string]yaml.Node `yaml:"schemas"`
+	} `yaml:"components"`
+}
+
+func loadAPISpec(t *testing.T) apiSpec {
+	t.Helper()
+	b, err := os.ReadFile("../../api/openapi.yaml")
+	require.NoError(t, err)
+	var s apiSpec
+	require.NoError(t, yaml.Unmarshal(b, &s))
+	return s
+}
+
+// requestRef returns the $ref of the JSON body of the POST operation of
+// path; ok is false when the spec has no such operation, or it does not
+// read.
+func (s apiSpec) requestRef(path string) (ref string, ok bool) {
+	node, ok := s.Paths[path]["post"]
+	if !ok {
+		return "", false
+	}
+	var op struct {
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					Ref string `yaml:"$ref"`
+				} `yaml:"schema"`
+			} `yaml:"content"`
+		} `yaml:"requestBody"`
+	}
+	if err := node.Decode(&op); err != nil {
+		return "", false
+	}
+	return op.RequestBody.Content["application/json"].Schema.Ref, true
 }

@@ -151,7 +151,7 @@ func checkKeyRates(items []string) error {
 // start: serve starts anyway, warns, and answers 503 (/readyz included)
 // until Redis answers.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	var c serveSettings
+	c := serveSettings{common: common{Kinds: tasks.Kinds()}}
 	set := config.NewSet("producer serve", getenv)
 	set.SetOutput(stdout)
 	declareServe(set, &c)

@@ -40,14 +40,14 @@ type queuePlacement struct {
 // draining count wait still.
 var errNotDrained = errors.New("tasks placed under a draining count wait still")
 
-// checkShards reads every task of every queue of s (asynq's lists, page by
+// checkShards reads every task of every queue of s and kinds (asynq's lists, page by
 // page) and counts those that are placed under a draining count of s and
 // not under its count: while any waits, the draining counts must stay in
 // every worker's setting. It returns the report, and errNotDrained (wrapped)
 // when any waits. It reads whole queues, so on a long backlog it is slow;
 // and since the workers move tasks while it reads, a task may be missed:
 // trust two clean reports in a row.
-func checkShards(insp *asynq.Inspector, s tasks.Shards) (shardsReport, error) {
+func checkShards(insp *asynq.Inspector, s tasks.Shards, kinds tasks.Table) (shardsReport, error) {
 	rep := shardsReport{Shards: s.String(), Queues: []queuePlacement{}}
 	now := tasks.Shards{Count: s.Count}
 	known, err := insp.Queues()
@@ -61,7 +61,7 @@ func checkShards(insp *asynq.Inspector, s tasks.Shards) (shardsReport, error) {
 		{insp.ListPendingTasks, false}, {insp.ListActiveTasks, false}, {insp.ListScheduledTasks, false},
 		{insp.ListRetryTasks, false}, {insp.ListArchivedTasks, true},
 	}
-	for _, q := range s.AllQueues() {
+	for _, q := range s.AllQueues(kinds) {
 		if !slices.Contains(known, q) {
 			continue
 		}
@@ -75,7 +75,7 @@ func checkShards(insp *asynq.Inspector, s tasks.Shards) (shardsReport, error) {
 					return rep, fmt.Errorf("shards: list %s: %w", q, err)
 				}
 				for _, info := range infos {
-					old := placedOld(now, info)
+					old := placedOld(now, kinds, info)
 					switch {
 					case archived && old:
 						qp.ArchivedOld++
@@ -104,10 +104,10 @@ func checkShards(insp *asynq.Inspector, s tasks.Shards) (shardsReport, error) {
 
 // placedOld reports whether a task is on a queue that is not its order's
 // queue under now: placed there under a draining count. A task whose
-// payload does not read (not of the contract) counts as not old: the
-// workers archive it wherever it is.
-func placedOld(now tasks.Shards, info *asynq.TaskInfo) bool {
-	k := tasks.KindOf(info.Type)
+// payload does not read as a kind of kinds counts as not old: the workers
+// archive it wherever it is.
+func placedOld(now tasks.Shards, kinds tasks.Table, info *asynq.TaskInfo) bool {
+	k := kinds.Of(info.Type)
 	if k == nil {
 		return false
 	}

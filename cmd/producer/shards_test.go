@@ -37,7 +37,7 @@ func TestShardsAgreeWithTheWorker(t *testing.T) {
 	require.NoError(t, err)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() {
-		for _, q := range shards.AllQueues() {
+		for _, q := range shards.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	})
@@ -121,7 +121,7 @@ func TestShardsCommand(t *testing.T) {
 	require.NoError(t, err)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	t.Cleanup(func() {
-		for _, q := range mid.AllQueues() {
+		for _, q := range mid.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	})

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -24,7 +24,7 @@ func withHTTPStore(t *testing.T, db *redistest.DB, env map[string]string) (*upst
 	t.Helper()
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	up := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	up := upstreamtest.New(t, orderapitest.NewHandler(oracle))
 	env["ORDER_STORE"] = "http"
 	env["ORDER_API_URL"] = up.APIURL()
 	env["TOKEN_URL"] = up.TokenURL()

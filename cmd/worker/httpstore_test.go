@@ -14,6 +14,7 @@ import (
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/tasks"
@@ -34,7 +35,7 @@ func newOrderAPI(t *testing.T, db *redistest.DB, down ...string) *orderAPI {
 	t.Helper()
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	a := &orderAPI{Server: upstreamtest.New(t, httpstore.NewHandler(oracle)), oracle: oracle}
+	a := &orderAPI{Server: upstreamtest.New(t, orderapitest.NewHandler(oracle)), oracle: oracle}
 	for _, no := range down {
 		a.Down(no)
 	}

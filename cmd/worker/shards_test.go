@@ -73,7 +73,7 @@ func TestShardsOnCluster(t *testing.T) {
 	}
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	defer func() {
-		for _, q := range shards.AllQueues() {
+		for _, q := range shards.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	}()

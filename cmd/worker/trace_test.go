@@ -20,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/logtest"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/otlptest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
@@ -89,7 +90,7 @@ func testTraceOn(t *testing.T, workerBin, intakeBin string) {
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
 	hold := newWriteGate("ev-1")
-	api := upstreamtest.New(t, hold.wrap(httpstore.NewHandler(oracle)))
+	api := upstreamtest.New(t, hold.wrap(orderapitest.NewHandler(oracle)))
 	t.Cleanup(hold.open) // before api's Close, which waits for the held request
 	require.NoError(t, oracle.Put(ctx, orders.Order{No: "SO-T", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	rec := otlptest.New(t)
@@ -310,7 +311,7 @@ func testTraceOff(t *testing.T, workerBin, intakeBin string) {
 	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix + "upstream:"})
 	require.NoError(t, err)
-	api := upstreamtest.New(t, httpstore.NewHandler(oracle))
+	api := upstreamtest.New(t, orderapitest.NewHandler(oracle))
 	require.NoError(t, oracle.Put(ctx, orders.Order{No: "SO-OFF", Address: "old", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	rec := otlptest.New(t)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // TestAuth checks that both configured keys work (rotation), that anything
@@ -40,7 +41,7 @@ func TestAuth(t *testing.T) {
 		"key without type": key1,
 	}
 	for name, auth := range refused {
-		for _, rt := range Routes() {
+		for _, rt := range Routes(tasks.Kinds()) {
 			if rt.Public {
 				continue
 			}
@@ -71,7 +72,7 @@ func TestAuthSeveralHeaders(t *testing.T) {
 		{"Bearer " + key1, "Bearer " + key1},
 		{"Bearer " + key1, "Bearer " + key2},
 	} {
-		for _, rt := range Routes() {
+		for _, rt := range Routes(tasks.Kinds()) {
 			if rt.Public {
 				continue
 			}

@@ -219,8 +219,9 @@ type taskView struct {
 	CompletedAt   time.Time `json:"completed_at,omitzero"`
 }
 
-// getTask answers the state of a task, looked for in the exchange queues and
-// then the modify queues (every shard), or in the one the queue parameter
+// getTask answers the state of a task, looked for in the queues of each
+// kind of the producer in its order (the contract's: the exchange queues,
+// then the modify queues; every shard), or in the one the queue parameter
 // names.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("task_id")

@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
+	"github.com/orderworker/orderworker/tasks"
 )
 
 func TestMain(m *testing.M) {
@@ -209,7 +210,7 @@ var observed = struct {
 // routeMux finds a request's route pattern as the server's mux would.
 var routeMux = sync.OnceValue(func() *http.ServeMux {
 	mux := http.NewServeMux()
-	for _, rt := range Routes() {
+	for _, rt := range Routes(tasks.Kinds()) {
 		mux.Handle(rt.Method+" "+rt.Path, http.NotFoundHandler())
 	}
 	return mux

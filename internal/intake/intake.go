@@ -16,8 +16,9 @@
 //	POST /v1/orders/{order_no}/modify     enqueue an order:modify      202
 //	POST /v1/orders/{order_no}/exchange   enqueue an order:exchange    202
 //
-// (one POST route per task kind of the contract, named by the kind: see
-// tasks.Kinds)
+// (one POST route per task kind the producer enqueues, named by the kind:
+// producer.Config.Kinds, the contract's tasks.Kinds by default, so a kind
+// of a program's own gets its route as the contract's do)
 //
 //	GET  /v1/orders/{order_no}            the order                    200
 //	GET  /v1/orders/{order_no}/history    the order's history          200
@@ -378,34 +379,33 @@ type route struct {
 	serve func(*Server, http.ResponseWriter, *http.Request)
 }
 
-// table is the API's one route table: what [Routes] returns and what [New]
-// registers. Every task kind of the contract has its POST route,
-// /v1/orders/{order_no}/<kind name>.
-var table = append(kindRoutes(),
-	route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false, false}, (*Server).getOrder},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false, false}, (*Server).getHistory},
-	route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false, false}, (*Server).getStatus},
-	route{Route{http.MethodGet, "/v1/blocked-orders", false, false, false}, (*Server).getBlocked},
-	route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false, false}, (*Server).getTask},
-	route{Route{http.MethodPost, "/v1/orders/{order_no}/actions/{action}", false, false, true}, (*Server).postAction},
-	route{Route{http.MethodGet, "/healthz", true, false, false}, (*Server).healthz},
-	route{Route{http.MethodGet, "/readyz", true, false, false}, (*Server).readyz},
-)
-
-// kindRoutes returns the POST route of each task kind, in the contract's
-// order of priority.
-func kindRoutes() []route {
-	var out []route
-	for _, k := range tasks.Kinds() {
+// routeTable is the API's one route table for the task kinds kinds: what
+// [Routes] returns and what [New] registers. Every kind has its POST
+// route, /v1/orders/{order_no}/<kind name>, first, in the table's order.
+func routeTable(kinds tasks.Table) []route {
+	out := make([]route, 0, len(kinds)+8)
+	for _, k := range kinds {
 		out = append(out, route{Route{http.MethodPost, "/v1/orders/{order_no}/" + k.Name, false, true, false},
 			func(s *Server, w http.ResponseWriter, r *http.Request) { s.post(k, w, r) }})
 	}
-	return out
+	return append(out,
+		route{Route{http.MethodGet, "/v1/orders/{order_no}", false, false, false}, (*Server).getOrder},
+		route{Route{http.MethodGet, "/v1/orders/{order_no}/history", false, false, false}, (*Server).getHistory},
+		route{Route{http.MethodGet, "/v1/orders/{order_no}/status", false, false, false}, (*Server).getStatus},
+		route{Route{http.MethodGet, "/v1/blocked-orders", false, false, false}, (*Server).getBlocked},
+		route{Route{http.MethodGet, "/v1/tasks/{task_id}", false, false, false}, (*Server).getTask},
+		route{Route{http.MethodPost, "/v1/orders/{order_no}/actions/{action}", false, false, true}, (*Server).postAction},
+		route{Route{http.MethodGet, "/healthz", true, false, false}, (*Server).healthz},
+		route{Route{http.MethodGet, "/readyz", true, false, false}, (*Server).readyz},
+	)
 }
 
-// Routes returns the API's routes in a new slice, in the order of the
-// package documentation.
-func Routes() []Route {
+// Routes returns, in a new slice, the routes of a Server whose producer
+// enqueues the task kinds kinds (producer.Config.Kinds; tasks.Kinds() for
+// the contract's): the POST route of each kind in kinds' order, then the
+// others in the order of the package documentation.
+func Routes(kinds tasks.Table) []Route {
+	table := routeTable(kinds)
 	out := make([]Route, len(table))
 	for i, rt := range table {
 		out[i] = rt.Route
@@ -422,7 +422,7 @@ type Server struct {
 	store      orders.Store
 	views      *orderview.Reader
 	inspector  *asynq.Inspector
-	queues     []string // where tasks are looked for: exchanges first
+	queues     []string // where tasks are looked for: p's kinds in their order (exchanges first)
 	auth       httpauth.Scheme
 	admin      httpauth.Scheme // nil without AdminKeys
 	ops        *orderops.Ops
@@ -437,8 +437,10 @@ var _ http.Handler = (*Server)(nil)
 
 // New returns a Server that enqueues with p, reads orders from store, and
 // reads tasks and answers /readyz through rdb, which should be the Redis
-// that p enqueues to. Tasks are looked for in p's queues: every shard queue
-// of p's shard setting (producer.Config.Shards), draining counts included.
+// that p enqueues to. Its routes, views and actions read task kinds
+// against p's (producer.Config.Kinds): each has its POST route, and
+// tasks are looked for in p's queues, every shard queue of each kind under
+// p's shard setting (producer.Config.Shards), draining counts included.
 // It fills the zero fields of cfg with their defaults.
 //
 // It returns an error for a nil dependency, a field of cfg that breaks its
@@ -457,9 +459,9 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	shards := p.Config().Shards
+	shards, kinds := p.Config().Shards, p.Config().Kinds
 	views, err := orderview.New(rdb, store, orderview.Config{KeyPrefix: p.Config().KeyPrefix, GapWait: cfg.GapWait, Shards: shards,
-		BlockedAfter: cfg.BlockedAfter})
+		Kinds: kinds, BlockedAfter: cfg.BlockedAfter})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
 	}
@@ -470,7 +472,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		store:     store,
 		views:     views,
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
-		queues:    shards.AllQueues(),
+		queues:    shards.AllQueues(kinds),
 		log:       cfg.Logger.Named("http"),
 		limits:    newLimiters(cfg),
 		refusals:  newRefusals(cfg),
@@ -489,7 +491,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	}
 	// Ops never takes a lock, so it holds nothing to close. With the Redis
 	// store it notes each action in the order's history.
-	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Logger: cfg.Logger, Store: store,
+	s.ops, err = orderops.New(rdb, orderops.Config{KeyPrefix: p.Config().KeyPrefix, Shards: shards, Kinds: kinds, Logger: cfg.Logger, Store: store,
 		Rate: cfg.ActionRate, Burst: cfg.ActionBurst, Now: cfg.now})
 	if err != nil {
 		return nil, fmt.Errorf("intake: %w", err)
@@ -498,7 +500,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	mux := http.NewServeMux()
 	methods := make(map[string][]string)
 	var paths []string
-	for _, rt := range table {
+	for _, rt := range routeTable(kinds) {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
 		if !rt.Public {
 			h = s.trace(h)

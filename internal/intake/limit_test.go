@@ -168,7 +168,7 @@ func TestRefusalsLimited(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do(t, http.MethodGet, "/v1/orders/SO1", "", nil).status)
 	require.Equal(t, http.StatusForbidden, e.do(t, http.MethodPost, "/v1/orders/SO1/actions/hold", `{"reason":"r"}`, nil).status)
 
-	for _, rt := range Routes() {
+	for _, rt := range Routes(tasks.Kinds()) {
 		path := strings.NewReplacer("{order_no}", "SO1", "{task_id}", "evt-0", "{action}", "hold").Replace(rt.Path)
 		r := e.do(t, rt.Method, path, modifyBody, map[string]string{"Authorization": wrong["Authorization"], HeaderRequestID: "req-" + path})
 		if rt.Public {

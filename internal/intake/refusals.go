@@ -183,10 +183,11 @@ func (s *Server) validKey(r *http.Request) bool {
 	return false
 }
 
-// public are the paths of the routes served without credentials.
+// public are the paths of the routes served without credentials (none of
+// them a kind's).
 var public = func() map[string]bool {
 	m := make(map[string]bool)
-	for _, rt := range table {
+	for _, rt := range routeTable(nil) {
 		if rt.Public {
 			m[rt.Path] = true
 		}

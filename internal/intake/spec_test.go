@@ -91,14 +91,14 @@ func TestSpecRoutes(t *testing.T) {
 	for k := range ops {
 		inSpec = append(inSpec, k)
 	}
-	for _, rt := range Routes() {
+	for _, rt := range Routes(tasks.Kinds()) {
 		inCode = append(inCode, rt.Method+" "+rt.Path)
 	}
 	slices.Sort(inSpec)
 	slices.Sort(inCode)
 	require.Equal(t, inCode, inSpec, "routes registered by the server vs operations in %s", specPath)
 
-	for _, rt := range Routes() {
+	for _, rt := range Routes(tasks.Kinds()) {
 		op := ops[rt.Method+" "+rt.Path]
 		public := op.Security != nil && len(*op.Security) == 0
 		assert.Equal(t, rt.Public, public, "%s %s: public (security: [])", rt.Method, rt.Path)
@@ -138,8 +138,6 @@ func TestSpecSchemas(t *testing.T) {
 	}{
 		{"Item", tasks.Item{}, nil, false},
 		{"Changes", tasks.Changes{}, nil, false},
-		{"ModifyRequest", tasks.ModifyPayload{}, []string{"seq", "trace"}, false},
-		{"ExchangeRequest", tasks.ExchangePayload{}, []string{"seq", "trace"}, false},
 		{"EnqueueResult", producer.Result{}, nil, true},
 		{"ErrorDetail", errorDetail{}, nil, true},
 		{"Error", errorBody{}, []string{"task_id", "queue", "event_id", "state"}, true},
@@ -168,6 +166,18 @@ func TestSpecSchemas(t *testing.T) {
 		{"ActionRequest", orderops.Body{}, nil, false},
 		{"ActionResult", orderops.Result{}, nil, true},
 	}
+	// The body of each kind's POST route, from the kinds table: a kind
+	// added without its schema fails here (and TestSpecKindRequests).
+	for _, k := range tasks.Kinds() {
+		zero, err := k.Decode([]byte("{}"))
+		require.NoError(t, err, k.Type)
+		tests = append(tests, struct {
+			schema   string
+			value    any
+			drop     []string
+			response bool
+		}{requestSchema(k), zero, []string{"seq", "trace"}, false})
+	}
 	for _, tt := range tests {
 		t.Run(tt.schema, func(t *testing.T) {
 			sc, ok := s.Components.Schemas[tt.schema]
@@ -184,6 +194,45 @@ func TestSpecSchemas(t *testing.T) {
 			if tt.response {
 				assert.ElementsMatch(t, always, sc.Required, "required = members never omitted")
 			}
+		})
+	}
+}
+
+// requestSchema is the name of the spec's schema of the body of kind k's
+// POST route: the kind's name in upper camel case, then "Request"
+// ("ModifyRequest"; "GiftCardRequest" for gift_card).
+func requestSchema(k *tasks.Kind) string {
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(k.Name, func(r rune) bool { return r == '_' || r == '-' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String() + "Request"
+}
+
+// TestSpecKindRequests checks that the POST route of every kind of the
+// table takes the kind's request schema (requestSchema) as its JSON body,
+// required, so that a kind added to the table is documented as the others
+// are.
+func TestSpecKindRequests(t *testing.T) {
+	s := loadSpec(t)
+	for _, k := range tasks.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			node, ok := s.Paths["/v1/orders/{order_no}/"+k.Name]["post"]
+			require.True(t, ok, "%s has no POST /v1/orders/{order_no}/%s in %s", k.Type, k.Name, specPath)
+			var op struct {
+				RequestBody struct {
+					Required bool `yaml:"required"`
+					Content  map[string]struct {
+						Schema struct {
+							Ref string `yaml:"$ref"`
+						} `yaml:"schema"`
+					} `yaml:"content"`
+				} `yaml:"requestBody"`
+			}
+			require.NoError(t, node.Decode(&op))
+			assert.True(t, op.RequestBody.Required, "the body is required")
+			assert.Equal(t, "#/components/schemas/"+requestSchema(k), op.RequestBody.Content["application/json"].Schema.Ref)
+			assert.Contains(t, s.Components.Schemas, requestSchema(k))
 		})
 	}
 }

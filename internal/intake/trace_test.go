@@ -54,7 +54,7 @@ func (e *env) storedTrace(t *testing.T, res producer.Result) *tasks.TraceContext
 	t.Helper()
 	info, err := e.insp.GetTaskInfo(res.Queue, res.TaskID)
 	require.NoError(t, err)
-	p, err := tasks.KindOf(info.Type).Parse(info.Payload)
+	p, err := tasks.Kinds().Of(info.Type).Parse(info.Payload)
 	require.NoError(t, err, "%s", info.Payload)
 	assert.Equal(t, res.Seq, p.Header().Seq)
 	return p.Header().Trace

@@ -76,6 +76,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -213,6 +214,13 @@ type Config struct {
 	// Shards is the workers' queue sharding: where the head's task is
 	// looked for. Defaults to one queue per task type.
 	Shards tasks.Shards
+	// Kinds are the task kinds the workers handle (worker.Config.Kinds):
+	// the head's position label, its task's type and queue are read
+	// against them, so that an action on the change of a kind of a
+	// program's own finds its task as it finds the contract's. It must
+	// pass tasks.Table.Validate. Defaults to tasks.Kinds(), the
+	// contract's.
+	Kinds tasks.Table
 	// Logger receives the audit line of each action ("operator action")
 	// and what goes wrong after an action took effect. Defaults to
 	// discarding.
@@ -266,13 +274,22 @@ type Ops struct {
 }
 
 // New returns an Ops on rdb, the workers' Redis. It returns an error for a
-// nil client or an invalid cfg.
+// nil client or an invalid cfg (Kinds that do not validate: an error
+// matching tasks.ErrKinds).
 func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if rdb == nil {
 		return nil, errors.New("orderops: nil redis client")
 	}
 	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, "ow:")
 	if err := cfg.Shards.Validate(); err != nil {
+		return nil, fmt.Errorf("orderops: %w", err)
+	}
+	if cfg.Kinds == nil {
+		cfg.Kinds = tasks.Kinds()
+	} else {
+		cfg.Kinds = slices.Clone(cfg.Kinds)
+	}
+	if err := cfg.Kinds.Validate(); err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
 	if cfg.Logger == nil {
@@ -314,7 +331,7 @@ func (w wakeTasks) HeadFate(context.Context, string, *lock.TurnError) (string, t
 }
 
 func (w wakeTasks) Wake(ctx context.Context, orderNo string, labels []string) error {
-	return requeue.Labels(ctx, w.o.rdb, orderNo, w.o.cfg.Shards, tasks.Kinds(), labels)
+	return requeue.Labels(ctx, w.o.rdb, orderNo, w.o.cfg.Shards, w.o.cfg.Kinds, labels)
 }
 
 // check validates req for a.
@@ -493,12 +510,12 @@ func (o *Ops) head(ctx context.Context, orderNo string) (headTask, error) {
 		return h, fmt.Errorf("%w: no change of order %s waits: nothing to act on", ErrRefused, orderNo)
 	}
 	h.pos = st.Pending[0]
-	typ, id, from, ok := tasks.ParseLabel(h.pos.Label)
+	typ, id, from, ok := o.cfg.Kinds.ParseLabel(h.pos.Label)
 	if !ok {
 		return h, nil // a label that names no task: only a skip applies
 	}
 	h.typ, h.id, h.from = typ, id, from
-	h.queues = o.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+	h.queues = o.cfg.Shards.Placements(o.cfg.Kinds.Of(typ), cmp.Or(from, orderNo))
 	h.queue = h.queues[0]
 	for _, q := range h.queues {
 		info, _, err := asynqwire.TaskInfo(ctx, o.insp, o.rdb, q, id)
@@ -614,7 +631,7 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 		res.Detail = fmt.Sprintf("task %s archived and position %d skipped", h.id, h.pos.Pos)
 	}
 	if h.info != nil && h.from == "" {
-		if k := tasks.KindOf(h.info.Type); k != nil {
+		if k := o.cfg.Kinds.Of(h.info.Type); k != nil {
 			if p, err := k.Parse(h.info.Payload); err == nil {
 				if c, ok := p.(tasks.Creator); ok {
 					o.turns.Created(ctx, c.Creates(), h.id, "exchange "+h.id+" of "+req.OrderNo, errors.New(why))

@@ -344,7 +344,7 @@ func parseBlockedCursor(s string) (*blockedCursor, error) {
 // expired leases of every queue, and the held ones (with their hold's
 // time, Unix ms). truncated says a set had more than BlockedScan.
 func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, held map[string]int64, truncated bool, err error) {
-	queues := r.cfg.Shards.AllQueues()
+	queues := r.cfg.Shards.AllQueues(r.cfg.Kinds)
 	limit := int64(r.cfg.BlockedScan)
 	seen := map[string]bool{}
 	add := func(no string) {
@@ -366,9 +366,9 @@ func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, h
 		}
 		truncated = truncated || more
 		for _, t := range found {
-			k := tasks.KindOf(t.Type)
+			k := r.cfg.Kinds.Of(t.Type)
 			if k == nil || t.Payload == nil {
-				continue // not the contract's, or gone meanwhile
+				continue // not a configured kind, or gone meanwhile
 			}
 			p, err := k.Decode(t.Payload)
 			if err != nil {
@@ -467,7 +467,7 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 		return nil, nil
 	}
 	b.AgeMS = now.Sub(b.Since).Milliseconds()
-	typ, id, from, ok := tasks.ParseLabel(head.Label)
+	typ, id, from, ok := r.cfg.Kinds.ParseLabel(head.Label)
 	if !ok {
 		b.Reason, b.Gap = ReasonGap, r.gap(now, *b.Head, nil)
 		b.Explanation = r.gapExplanation(b.Gap)
@@ -477,7 +477,7 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 		return b, r.creation(ctx, b, id, from)
 	}
 	b.Head.TaskID = id
-	rf := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(typ), no), id: id, typ: typ, source: SourcePosition}
+	rf := ref{queues: r.cfg.Shards.Placements(r.cfg.Kinds.Of(typ), no), id: id, typ: typ, source: SourcePosition}
 	b.Head.Queue = rf.queues[0]
 	info, err := r.lookupOne(ctx, rf)
 	if err != nil {
@@ -550,11 +550,11 @@ func (r *Reader) staleLock(ctx context.Context, now time.Time, no, typ string, i
 	if !holder.Held || holder.Meta == typ+" "+info.ID {
 		return nil, nil
 	}
-	htyp, hid, _, ok := tasks.ParseLabel(holder.Meta)
+	htyp, hid, _, ok := r.cfg.Kinds.ParseLabel(holder.Meta)
 	if !ok {
 		return nil, nil
 	}
-	hr := ref{queues: r.cfg.Shards.Placements(tasks.KindOf(htyp), no), id: hid, typ: htyp, source: SourceLock}
+	hr := ref{queues: r.cfg.Shards.Placements(r.cfg.Kinds.Of(htyp), no), id: hid, typ: htyp, source: SourceLock}
 	hinfo, err := r.lookupOne(ctx, hr)
 	if err != nil {
 		return nil, err
@@ -606,7 +606,9 @@ func (r *Reader) gapExplanation(g *Gap) string {
 func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string) error {
 	c := &Creation{Exchange: id, From: from, Chain: []string{b.OrderNo}}
 	b.Reason, b.Creation = ReasonCreation, c
-	xr := ref{queues: r.cfg.Shards.Placements(tasks.Exchange, from), id: id, typ: tasks.Exchange.Type, source: SourcePosition}
+	// A creation label reads back only against a table with a creator.
+	creator := r.cfg.Kinds.Creator()
+	xr := ref{queues: r.cfg.Shards.Placements(creator, from), id: id, typ: creator.Type, source: SourcePosition}
 	info, err := r.lookupOne(ctx, xr)
 	if err != nil {
 		return err
@@ -636,14 +638,14 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 			break
 		}
 		label := st.Pending[0].Label
-		if label == tasks.PositionLabel(tasks.Exchange.Type, exchange) {
+		if label == tasks.PositionLabel(creator.Type, exchange) {
 			hops = append(hops, fmt.Sprintf("exchange %s is at the head of %s", exchange, of))
 			break
 		}
 		if hop == 0 {
 			c.FromWaits, c.FromHead = true, label
 		}
-		_, next, nextFrom, ok := tasks.ParseLabel(label)
+		_, next, nextFrom, ok := r.cfg.Kinds.ParseLabel(label)
 		if !ok || nextFrom == "" {
 			hops = append(hops, fmt.Sprintf("%s waits for its position %d (%s)", of, st.Pending[0].Pos, label))
 			break

@@ -60,7 +60,7 @@ func newBlockedEnv(t *testing.T, rdb redis.UniversalClient, prefix string, shard
 		// behind would make the next run's change a duplicate. DeleteQueue
 		// leaves the completed tasks, so they go first.
 		insp := asynq.NewInspectorFromRedisClient(rdb)
-		for _, q := range shards.AllQueues() {
+		for _, q := range shards.AllQueues(tasks.Kinds()) {
 			_, _ = insp.DeleteAllCompletedTasks(q)
 			_ = insp.DeleteQueue(q, true)
 		}

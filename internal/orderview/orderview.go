@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,12 @@ type Config struct {
 	// sequence may wait before [Reader.Blocked] lists the order
 	// (BLOCKED_AFTER). Defaults to 1 minute.
 	BlockedAfter time.Duration
+	// Kinds are the task kinds the workers handle (worker.Config.Kinds, the
+	// producers' producer.Config.Kinds): the views read task types,
+	// queues and position labels against them, so that a kind of a
+	// program's own is shown as the contract's are. It must pass
+	// tasks.Table.Validate. Defaults to tasks.Kinds(), the contract's.
+	Kinds tasks.Table
 	// BlockedScan bounds what one [Reader.Blocked] reads: at most this
 	// many tasks of each queue's retry set, scheduled set and expired
 	// leases, and this many held orders; past it the page says Truncated.
@@ -97,7 +104,8 @@ type Reader struct {
 // New returns a Reader of the orders in store whose sequences, locks and
 // tasks live in rdb. It fills the zero fields of cfg with their defaults.
 // It returns an error for a nil dependency, a bad prefix, a negative field
-// of cfg or a MaxPositions above lock.MaxStatusPage.
+// of cfg, a MaxPositions above lock.MaxStatusPage, or Kinds that do not
+// validate (matching tasks.ErrKinds).
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, error) {
 	if store == nil {
 		return nil, errors.New("orderview: nil order store")
@@ -112,6 +120,14 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 		return nil, fmt.Errorf("orderview: MaxPositions %d is above %d", cfg.MaxPositions, lock.MaxStatusPage)
 	}
 	if err := cfg.Shards.Validate(); err != nil {
+		return nil, fmt.Errorf("orderview: %w", err)
+	}
+	if cfg.Kinds == nil {
+		cfg.Kinds = tasks.Kinds()
+	} else {
+		cfg.Kinds = slices.Clone(cfg.Kinds)
+	}
+	if err := cfg.Kinds.Validate(); err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
 	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)

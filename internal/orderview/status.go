@@ -275,8 +275,11 @@ type ref struct {
 //
 // It costs a few round trips plus one asynq lookup per task named (at most
 // Config.MaxPositions positions, 20 log entries, the lock holder and
-// Config.HistoryLen history entries), and is meant for people, not for the
-// hot path. It returns an error matching orders.ErrInvalid for a malformed
+// Config.HistoryLen history entries) in each of its placements until one
+// has it: a history entry's task is looked for in the placements of every
+// kind of Config.Kinds, its entry type's kind first, since the entry's
+// type need not be its task's. It is meant for people, not for the hot
+// path. It returns an error matching orders.ErrInvalid for a malformed
 // order number, and the store's, Redis' and asynq's errors, wrapped.
 func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	if !tasks.ValidOrderNo(orderNo) {
@@ -316,13 +319,13 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	// The queues a task of type typ may be in: its order's placements (a
 	// creation's task is the exchange of order from).
 	placed := func(typ, from string) []string {
-		return r.cfg.Shards.Placements(tasks.KindOf(typ), cmp.Or(from, orderNo))
+		return r.cfg.Shards.Placements(r.cfg.Kinds.Of(typ), cmp.Or(from, orderNo))
 	}
 	var refs []ref
 	posKeys := map[int]string{} // the ref key of the task of st.Sequence.Waiting[i]
 	if holder.Held {
 		st.Lock = Lock{Held: true, Holder: holder.Meta, Fence: holder.Fence, LeaseMS: holder.TTL.Milliseconds()}
-		if typ, id, _, ok := tasks.ParseLabel(holder.Meta); ok {
+		if typ, id, _, ok := r.cfg.Kinds.ParseLabel(holder.Meta); ok {
 			st.Lock.TaskID = id
 			refs = append(refs, ref{queues: placed(typ, ""), id: id, typ: typ, source: SourceLock})
 		}
@@ -334,7 +337,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
 		for _, p := range seq.Pending { // at most MaxPositions: the Sequencer's page
 			pos := position(p, seq.Done)
-			if typ, id, from, ok := tasks.ParseLabel(p.Label); ok {
+			if typ, id, from, ok := r.cfg.Kinds.ParseLabel(p.Label); ok {
 				rf := ref{queues: placed(typ, from), id: id, typ: typ, source: SourcePosition}
 				pos.TaskID, pos.Queue = id, rf.queues[0]
 				posKeys[len(st.Sequence.Waiting)] = rf.key()
@@ -348,7 +351,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		st.Sequence.More = max(seq.Waiting-int64(len(st.Sequence.Waiting)), 0)
 		for _, e := range seq.Log {
 			le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
-			if typ, id, from, ok := tasks.ParseLabel(e.Label); ok {
+			if typ, id, from, ok := r.cfg.Kinds.ParseLabel(e.Label); ok {
 				le.TaskID = id
 				// A voided position's task was refused: asynq's task by that
 				// ID, if any, holds another position.
@@ -361,19 +364,10 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	}
 	for i := range st.History {
 		e := &st.History[i]
-		if k := entryKind(e.Type); k != nil && e.EventID != "" {
-			rf := ref{queues: placed(k.Type, ""), id: e.EventID, typ: k.Type, source: SourceHistory, entry: e}
-			if e.Type == orders.TypeCreated {
-				// Made by the exchange of the order this one replaced,
-				// in that order's queue; every exchange queue when the
-				// order does not say which.
-				rf.queues = r.cfg.Shards.Queues(tasks.Exchange)
-				if st.Order != nil && st.Order.ExchangedFrom != "" {
-					rf.queues = placed(k.Type, st.Order.ExchangedFrom)
-				}
-			}
-			refs = append(refs, rf)
+		if e.EventID == "" {
+			continue // a put or a note: no task made it
 		}
+		refs = append(refs, ref{queues: r.entryQueues(e, orderNo, st.Order), id: e.EventID, source: SourceHistory, entry: e})
 	}
 
 	found, unlisted, err := r.lookup(ctx, refs)
@@ -418,7 +412,7 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 			continue
 		}
 		seen[key] = true
-		st.Tasks = append(st.Tasks, task(info, rf, head, holder))
+		st.Tasks = append(st.Tasks, task(r.cfg.Kinds, info, rf, head, holder))
 	}
 	slices.SortStableFunc(st.Tasks, func(a, b Task) int {
 		if (a.Seq == 0) != (b.Seq == 0) {
@@ -491,13 +485,44 @@ func (r *Reader) lookupOne(ctx context.Context, rf ref) (*asynq.TaskInfo, error)
 	return found[rf.key()], nil
 }
 
-// entryKind returns the kind of the task that made a history entry of type
-// typ: a creation was made by its exchange. Nil for a put.
-func entryKind(typ string) *tasks.Kind {
-	if typ == orders.TypeCreated {
-		return tasks.Exchange
+// entryQueues returns the queues where the task that made history entry e
+// of order orderNo (o, nil when the store has none) may be, most likely
+// first. An entry's type is the store's record of the write, which need
+// not be the type of the task that made it: the contract's stores record a
+// modify and an exchange under their task types, but a creation as
+// orders.TypeCreated (made by the creating kind's task of the order it
+// replaced, tasks.Table.Creator), and a kind of a program's own may write
+// through another kind's store method (and so under its type) or record
+// a type of its own. So the queues of the kind the entry's type names come
+// first (those of the creating kind, in the replaced order's placements,
+// for a creation), then the placements of every other kind of the table:
+// the task is found whatever kind made it, at the cost of one lookup in
+// each queue that does not have it.
+func (r *Reader) entryQueues(e *orders.Entry, orderNo string, o *orders.Order) []string {
+	var out []string
+	add := func(qs []string) {
+		for _, q := range qs {
+			if !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+		}
 	}
-	return tasks.KindOf(typ)
+	if c := r.cfg.Kinds.Creator(); c != nil && e.Type == orders.TypeCreated {
+		// Every queue of the creating kind when the order does not say
+		// which order it replaced.
+		if o != nil && o.ExchangedFrom != "" {
+			add(r.cfg.Shards.Placements(c, o.ExchangedFrom))
+		} else {
+			add(r.cfg.Shards.Queues(c))
+		}
+	}
+	if k := r.cfg.Kinds.Of(e.Type); k != nil {
+		add(r.cfg.Shards.Placements(k, orderNo))
+	}
+	for _, k := range r.cfg.Kinds {
+		add(r.cfg.Shards.Placements(k, orderNo))
+	}
+	return out
 }
 
 // position reads a pending record of the sequence whose cursor is done.
@@ -529,7 +554,7 @@ func (r *Reader) gap(now time.Time, p Position, info *asynq.TaskInfo) *Gap {
 	case info.State == asynq.TaskStateCompleted:
 		why = fmt.Sprintf("task %s completed without passing its turn on", p.TaskID)
 	default:
-		if s := payloadSeq(info); s != 0 && s != p.Seq && !strings.HasPrefix(p.Label, "order:create ") {
+		if s := payloadSeq(r.cfg.Kinds, info); s != 0 && s != p.Seq && !strings.HasPrefix(p.Label, "order:create ") {
 			why = fmt.Sprintf("task %s holds position %d, not this one", p.TaskID, s)
 			break
 		}
@@ -540,10 +565,10 @@ func (r *Reader) gap(now time.Time, p Position, info *asynq.TaskInfo) *Gap {
 		AgeMS: age.Milliseconds(), GapWaitMS: r.cfg.GapWait.Milliseconds(), LeftMS: max(r.cfg.GapWait-age, 0).Milliseconds()}
 }
 
-// payloadSeq returns the position a task's payload carries, 0 when none or
-// unreadable.
-func payloadSeq(info *asynq.TaskInfo) int64 {
-	k := tasks.KindOf(info.Type)
+// payloadSeq returns the position a task's payload carries, read as a
+// kind of kinds; 0 when none, unreadable or of no kind of kinds.
+func payloadSeq(kinds tasks.Table, info *asynq.TaskInfo) int64 {
+	k := kinds.Of(info.Type)
 	if k == nil {
 		return 0
 	}
@@ -554,11 +579,11 @@ func payloadSeq(info *asynq.TaskInfo) int64 {
 	return p.Header().Seq
 }
 
-// task describes a task found through rf, for a sequence whose head is
+// task describes a task found through rf, read as a kind of kinds, for a sequence whose head is
 // head (0 when there is no sequence) and a lock held by holder.
-func task(info *asynq.TaskInfo, rf ref, head int64, holder lock.Holder) Task {
+func task(kinds tasks.Table, info *asynq.TaskInfo, rf ref, head int64, holder lock.Holder) Task {
 	t := Task{
-		TaskID: info.ID, Queue: info.Queue, Type: info.Type, Seq: payloadSeq(info), State: info.State.String(),
+		TaskID: info.ID, Queue: info.Queue, Type: info.Type, Seq: payloadSeq(kinds, info), State: info.State.String(),
 		Source: rf.source, Retried: info.Retried, MaxRetry: tasks.FailureBudget(info.MaxRetry),
 		LastError: info.LastErr, LastFailedAt: utc(info.LastFailedAt), CompletedAt: utc(info.CompletedAt),
 	}

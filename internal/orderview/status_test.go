@@ -278,7 +278,7 @@ func TestStatusFindsTasksInTheirShards(t *testing.T) {
 	e := newEnv(t, orderview.Config{Shards: mid})
 	t.Cleanup(func() {
 		insp := asynq.NewInspectorFromRedisClient(e.db.Client)
-		for _, q := range mid.AllQueues() {
+		for _, q := range mid.AllQueues(tasks.Kinds()) {
 			_ = insp.DeleteQueue(q, true)
 		}
 	})

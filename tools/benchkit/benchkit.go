@@ -240,7 +240,7 @@ func (h *CountHook) ByName() map[string]int64 {
 
 // Queues returns the asynq queues orderworker uses with the shard setting
 // s: every shard queue of every task type (tasks.Shards.AllQueues).
-func Queues(s tasks.Shards) []string { return s.AllQueues() }
+func Queues(s tasks.Shards) []string { return s.AllQueues(tasks.Kinds()) }
 
 // Progress is one sample of [WaitFinished].
 type Progress struct {

@@ -302,7 +302,7 @@ func orderQueues(insp *asynq.Inspector) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(all, func(q string) bool { return tasks.KindOfQueue(q) == nil }), nil
+	return slices.DeleteFunc(all, func(q string) bool { return tasks.Kinds().OfQueue(q) == nil }), nil
 }
 
 func counts(insp *asynq.Inspector) (queueCounts, error) {

@@ -330,7 +330,7 @@ func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *lock.
 				r.voids++
 			case "skip":
 				r.skips++
-				typ, ev, from, ok := tasks.ParseLabel(e.Label)
+				typ, ev, from, ok := tasks.Kinds().ParseLabel(e.Label)
 				if !ok {
 					r.badSkips = append(r.badSkips, fmt.Sprintf("%s: position %d skipped, with a label naming no task: %q", no, e.Pos, e.Label))
 					continue

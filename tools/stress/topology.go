@@ -187,7 +187,7 @@ func placement(cl *redisproc.Cluster, nos []string, shards tasks.Shards) (orders
 	for _, no := range nos {
 		orders[cl.ShardOf(prefix+"order:{"+no+"}")]++
 	}
-	for _, q := range shards.AllQueues() {
+	for _, q := range shards.AllQueues(tasks.Kinds()) {
 		queues[cl.ShardOf(asynqwire.QueueKey(q))]++
 	}
 	return orders, queues

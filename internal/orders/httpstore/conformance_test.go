@@ -7,7 +7,7 @@ import (
 	"github.com/orderworker/orderworker/worker/orders/storetest"
 )
 
-// The HTTP store, against its reference upstream (NewHandler over a Redis
+// The HTTP store, against its reference upstream (orderapitest.NewHandler over a Redis
 // store, served by upstreamtest), keeps the public store contract:
 // storetest's suite, each case with an upstream of its own.
 func TestConformance(t *testing.T) {

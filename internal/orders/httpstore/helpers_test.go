@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/internal/token"
@@ -36,7 +37,7 @@ func newOracle(t testing.TB) *redisstore.Store {
 var baseFence = time.Now().UnixMicro()
 
 // refUpstream is the reference upstream of the HTTP store: the fake
-// upstream (upstreamtest) serving NewHandler over a Redis store, the
+// upstream (upstreamtest) serving orderapitest.NewHandler over a Redis store, the
 // oracle.
 type refUpstream struct {
 	*upstreamtest.Server
@@ -49,7 +50,7 @@ func newRefUpstream(t testing.TB) *refUpstream {
 	db := redistest.New(t)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	return &refUpstream{Server: upstreamtest.New(t, NewHandler(oracle)), db: db, oracle: oracle}
+	return &refUpstream{Server: upstreamtest.New(t, orderapitest.NewHandler(oracle)), db: db, oracle: oracle}
 }
 
 // apiRequest is what the upstream saw of one API request.

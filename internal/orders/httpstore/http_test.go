@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -692,7 +693,7 @@ func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 	t.Parallel()
 	oracle := newOracle(t)
 	storetest.Seed(t, oracle, "SO1")
-	h := NewHandler(oracle)
+	h := orderapitest.NewHandler(oracle)
 	fence := strconv.FormatInt(baseFence, 10)
 	tests := []struct {
 		name   string
@@ -710,7 +711,7 @@ func TestHTTPHandlerRejectsBadRequests(t *testing.T) {
 		{"bad started at", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderStartedAt: "yesterday"}, `{}`, 400, CodeInvalid},
 		{"unknown field", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"adress":"x"}`, 400, CodeInvalid}, //nolint:misspell // a misspelt field on purpose
 		{"two values", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{} {}`, 400, CodeInvalid},
-		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", maxRequest) + `"}`, 413, CodeInvalid},
+		{"too large", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence}, `{"remark":"` + strings.Repeat("x", orderapitest.MaxRequest) + `"}`, 413, CodeInvalid},
 		{"both sequence headers", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderSequence: "5", HeaderSequenceCheck: "5"}, `{}`, 400, CodeInvalid},
 		{"sequence check not a number", "POST", "/orders/SO1/modify", map[string]string{HeaderIdempotencyKey: "e", HeaderFencingToken: fence, HeaderSequenceCheck: "-5"}, `{}`, 400, CodeInvalid},
 		{"put naming another order", "PUT", "/orders/SO1", nil, `{"order_no":"SO2"}`, 422, CodeInvalid},
@@ -793,7 +794,7 @@ func FuzzHTTPHandler(f *testing.F) {
 	f.Add(true, "evt-1", "1", "2026-12-03T02:24:28.541123Z", []byte(`{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`))
 	f.Add(false, "", "-1", "x", []byte(`{"items":[]}`))
 	f.Add(true, "e", "9223372036854775808", "", []byte(`{"items":null} []`))
-	h := NewHandler(checkingStore{})
+	h := orderapitest.NewHandler(checkingStore{})
 	f.Fuzz(func(t *testing.T, exchange bool, key, fence, started string, body []byte) {
 		path := "/orders/SO1/modify"
 		if exchange {

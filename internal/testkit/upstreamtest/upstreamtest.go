@@ -1,13 +1,13 @@
 // Package upstreamtest is the company's upstream as the tests meet it: an
 // OAuth2 token endpoint (client credentials grant) and, behind the tokens it
 // issues, the order API of docs/upstream-order-api.md, over real HTTP. The
-// test gives the order API's handler, usually httpstore.NewHandler over a
-// Redis store that serves as the oracle. The fake can refuse tokens, fail,
+// test gives the order API's handler, usually orderapitest.NewHandler over
+// a Redis store that serves as the oracle. The fake can refuse tokens, fail,
 // stall and take orders down, and it records what it saw.
 //
 // It is test support: only _test.go files import it (the lint's depguard
 // rules enforce that). It is not the reference implementation of the order
-// API, which is httpstore.NewHandler.
+// API, which is orderapitest.NewHandler.
 package upstreamtest
 
 import (

@@ -1,4 +1,14 @@
-package httpstore
+// Package orderapitest is the reference server of the upstream order API
+// (docs/upstream-order-api.md) over an order store: the upstream that the
+// HTTP order store (internal/orders/httpstore) is tested against, with a
+// Redis store behind it as the oracle, and a starting point for an order
+// team. It speaks the API from the document, not from the client's code:
+// it shares no constant or type with httpstore, so the two are held
+// together by the tests that run one against the other.
+//
+// It is test support: only _test.go files import it (the lint's depguard
+// rules enforce that), and no binary ships it.
+package orderapitest
 
 import (
 	"context"
@@ -12,18 +22,72 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// maxRequest is the largest request body [NewHandler] reads.
-const maxRequest = 1 << 20
+// The headers of docs/upstream-order-api.md that the server reads and
+// writes.
+const (
+	headerIdempotencyKey = "Idempotency-Key"
+	headerFencingToken   = "Fencing-Token"
+	headerSequence       = "Order-Sequence"
+	headerSequenceCheck  = "Order-Sequence-Check"
+	headerWorkerID       = "X-Worker-Id"
+	headerStartedAt      = "X-Work-Started-At"
+	headerReplayed       = "Idempotent-Replayed"
+)
+
+// The error codes of docs/upstream-order-api.md, in the error body
+// {"error": {"code": ..., "message": ...}}.
+const (
+	codeInvalid     = "invalid"
+	codeNoFence     = "no_fence"
+	codeNotFound    = "not_found"
+	codeStaleFence  = "stale_fence"
+	codePassed      = "passed"
+	codeOrderClosed = "order_closed"
+	codeConflict    = "conflict"
+	codeInternal    = "internal"
+)
+
+// The bodies of docs/upstream-order-api.md.
+type (
+	historyBody struct {
+		Entries []orders.Entry `json:"entries"`
+	}
+	// modifyBody converts to orders.Changes and exchangeBody to
+	// orders.Exchange, so a field added there fails to compile until it is
+	// added here.
+	modifyBody struct {
+		Address *string       `json:"address,omitempty"`
+		Remark  *string       `json:"remark,omitempty"`
+		Items   []orders.Item `json:"items,omitempty"`
+	}
+	exchangeBody struct {
+		Items      []orders.Item `json:"items"`
+		NewOrderNo string        `json:"new_order_no"`
+		Reason     string        `json:"reason,omitempty"`
+	}
+	errorBody struct {
+		Error *errorDetail `json:"error"`
+	}
+	errorDetail struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		// Status and ExchangedTo are set with codeOrderClosed.
+		Status      orders.Status `json:"status,omitempty"`
+		ExchangedTo string        `json:"exchanged_to,omitempty"`
+	}
+)
+
+// MaxRequest is the largest request body [NewHandler] reads: 1 MiB.
+const MaxRequest = 1 << 20
 
 // NewHandler returns the reference server of the upstream order API
 // (docs/upstream-order-api.md) over store: it serves the API's routes at
 // the root (mount it elsewhere with http.StripPrefix), turns the
 // Fencing-Token, Order-Sequence, X-Worker-Id and X-Work-Started-At headers
-// into an [orders.Write]
-// and the Idempotency-Key into the event ID, and the store's errors into
-// the API's statuses and error bodies. Over the Redis store (redisstore) it is the
-// upstream that [Store] is tested against, and a starting point for an
-// order team.
+// into an [orders.Write] and the Idempotency-Key into the event ID, and
+// the store's errors into the API's statuses and error bodies. Over the
+// Redis store (redisstore) it is the upstream that httpstore.Store is
+// tested against.
 //
 // It does not authenticate (wrap it in a handler that checks the Bearer
 // token), reads request bodies of up to 1 MiB, and rejects unknown JSON
@@ -121,25 +185,25 @@ func serveWrite[B any](w http.ResponseWriter, r *http.Request, write func(ctx co
 }
 
 func writeContext(r *http.Request) (ctx context.Context, eventID string, err error) {
-	eventID = r.Header.Get(HeaderIdempotencyKey)
+	eventID = r.Header.Get(headerIdempotencyKey)
 	if eventID == "" {
-		return nil, "", fmt.Errorf("no %s header: %w", HeaderIdempotencyKey, orders.ErrInvalid)
+		return nil, "", fmt.Errorf("no %s header: %w", headerIdempotencyKey, orders.ErrInvalid)
 	}
 	wr, err := writerOf(r)
 	if err != nil {
 		return nil, "", err
 	}
-	v := r.Header.Get(HeaderFencingToken)
+	v := r.Header.Get(headerFencingToken)
 	if wr.Fence, err = strconv.ParseInt(v, 10, 64); err != nil || wr.Fence <= 0 {
-		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", HeaderFencingToken, v, orders.ErrNoFence)
+		return nil, "", fmt.Errorf("%s %q is not a positive decimal int64: %w", headerFencingToken, v, orders.ErrNoFence)
 	}
-	seq, check := r.Header.Get(HeaderSequence), r.Header.Get(HeaderSequenceCheck)
-	name := HeaderSequence
+	seq, check := r.Header.Get(headerSequence), r.Header.Get(headerSequenceCheck)
+	name := headerSequence
 	switch {
 	case seq != "" && check != "":
-		return nil, "", fmt.Errorf("both %s and %s: %w", HeaderSequence, HeaderSequenceCheck, orders.ErrInvalid)
+		return nil, "", fmt.Errorf("both %s and %s: %w", headerSequence, headerSequenceCheck, orders.ErrInvalid)
 	case check != "":
-		seq, name, wr.SeqOutOfTurn = check, HeaderSequenceCheck, true
+		seq, name, wr.SeqOutOfTurn = check, headerSequenceCheck, true
 	}
 	if seq != "" {
 		if wr.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil || wr.Seq <= 0 {
@@ -152,11 +216,11 @@ func writeContext(r *http.Request) (ctx context.Context, eventID string, err err
 // writerOf returns the worker and start time headers as an orders.Write without a
 // fence.
 func writerOf(r *http.Request) (orders.Write, error) {
-	wr := orders.Write{Worker: r.Header.Get(HeaderWorkerID)}
-	if v := r.Header.Get(HeaderStartedAt); v != "" {
+	wr := orders.Write{Worker: r.Header.Get(headerWorkerID)}
+	if v := r.Header.Get(headerStartedAt); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return orders.Write{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", HeaderStartedAt, v, orders.ErrInvalid)
+			return orders.Write{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", headerStartedAt, v, orders.ErrInvalid)
 		}
 		wr.StartedAt = t
 	}
@@ -165,7 +229,7 @@ func writerOf(r *http.Request) (orders.Write, error) {
 
 // readAPIBody decodes the request's JSON body into v, or answers 400.
 func readAPIBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequest))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequest))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
@@ -177,7 +241,7 @@ func readAPIBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		if errors.As(err, &tooBig) {
 			status = http.StatusRequestEntityTooLarge
 		}
-		writeAPIJSON(w, status, apiError(CodeInvalid, "request body: "+err.Error()))
+		writeAPIJSON(w, status, apiError(codeInvalid, "request body: "+err.Error()))
 		return false
 	}
 	return true
@@ -185,16 +249,16 @@ func readAPIBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func writeAPIResult(w http.ResponseWriter, res orders.Result) {
 	if res.Replayed {
-		w.Header().Set(HeaderReplayed, "true")
+		w.Header().Set(headerReplayed, "true")
 	}
 	writeAPIJSON(w, http.StatusOK, res.Order)
 }
 
 // writeHeaderError answers 400 for bad or missing headers.
 func writeHeaderError(w http.ResponseWriter, err error) {
-	code := CodeInvalid
+	code := codeInvalid
 	if errors.Is(err, orders.ErrNoFence) {
-		code = CodeNoFence
+		code = codeNoFence
 	}
 	writeAPIJSON(w, http.StatusBadRequest, apiError(code, err.Error()))
 }
@@ -204,23 +268,23 @@ func writeAPIError(w http.ResponseWriter, err error) {
 	var ce *orders.ClosedError
 	switch {
 	case errors.As(err, &ce):
-		b := apiError(CodeOrderClosed, err.Error())
+		b := apiError(codeOrderClosed, err.Error())
 		b.Error.Status, b.Error.ExchangedTo = ce.Status, ce.ExchangedTo
 		writeAPIJSON(w, http.StatusConflict, b)
 	case errors.Is(err, orders.ErrStaleFence):
-		writeAPIJSON(w, http.StatusConflict, apiError(CodeStaleFence, err.Error()))
+		writeAPIJSON(w, http.StatusConflict, apiError(codeStaleFence, err.Error()))
 	case errors.Is(err, orders.ErrPassed):
-		writeAPIJSON(w, http.StatusConflict, apiError(CodePassed, err.Error()))
+		writeAPIJSON(w, http.StatusConflict, apiError(codePassed, err.Error()))
 	case errors.Is(err, orders.ErrConflict):
-		writeAPIJSON(w, http.StatusConflict, apiError(CodeConflict, err.Error()))
+		writeAPIJSON(w, http.StatusConflict, apiError(codeConflict, err.Error()))
 	case errors.Is(err, orders.ErrNotFound):
-		writeAPIJSON(w, http.StatusNotFound, apiError(CodeNotFound, err.Error()))
+		writeAPIJSON(w, http.StatusNotFound, apiError(codeNotFound, err.Error()))
 	case errors.Is(err, orders.ErrNoFence):
-		writeAPIJSON(w, http.StatusBadRequest, apiError(CodeNoFence, err.Error()))
+		writeAPIJSON(w, http.StatusBadRequest, apiError(codeNoFence, err.Error()))
 	case errors.Is(err, orders.ErrInvalid):
-		writeAPIJSON(w, http.StatusUnprocessableEntity, apiError(CodeInvalid, err.Error()))
+		writeAPIJSON(w, http.StatusUnprocessableEntity, apiError(codeInvalid, err.Error()))
 	default:
-		writeAPIJSON(w, http.StatusInternalServerError, apiError(CodeInternal, err.Error()))
+		writeAPIJSON(w, http.StatusInternalServerError, apiError(codeInternal, err.Error()))
 	}
 }
 
