@@ -306,7 +306,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if lspan.IsRecording() {
 		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
 	}
-	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait)
+	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait.lock())
 	endLock(lspan, lease, taken, err)
 	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
 	var park *lock.ParkError

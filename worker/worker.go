@@ -109,23 +109,6 @@ const (
 	DefaultLockTTL = 30 * time.Second
 )
 
-// Wait is how a task waits for its order's lock and for its turn (see
-// Config.Waits and [Kind.Wait]). A zero field means the kind's default.
-// Its fields:
-//
-//   - MinDelay and MaxDelay bound the random delay between two attempts;
-//     a release notice of the order (or of the position before the task's)
-//     ends the delay early. Defaults to 50ms and 500ms.
-//   - Deadline is how long a task waits in all before it goes back to its
-//     queue, without spending a retry. Defaults to 5s (10s for an
-//     exchange).
-//   - StuckAfter is set by the Worker itself (from Config.GapWait); leave
-//     it zero.
-//
-// Or fills its zero fields from another Wait; Validate refuses a negative
-// field or a MinDelay above MaxDelay.
-type Wait = lock.Wait
-
 // ErrNoNotices is matched by the error of [Worker.CheckNotices] when the
 // Redis user may not use the lock's release notice channel.
 var ErrNoNotices = lock.ErrNoNotices
@@ -348,8 +331,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	for _, k := range c.Kinds {
-		if k.Apply == nil {
-			return fmt.Errorf("worker: kind %s has no Apply", k.Kind)
+		if k.apply == nil {
+			return fmt.Errorf("worker: kind %s has no handler; make its entry with worker.NewKind", k.Kind)
 		}
 	}
 	for q, w := range c.Queues {
@@ -444,6 +427,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	if rdb == nil || store == nil {
 		return nil, errors.New("worker: nil redis client or store")
+	}
+	for _, k := range cfg.Kinds {
+		if err := k.Check(store); err != nil {
+			return nil, err
+		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
 	locker, err := lock.New(rdb, lock.Config{
