@@ -59,7 +59,7 @@ type Done struct {
 type Mode string
 
 // The modes of a run's lock, with the values the lock gives them (its
-// lock.Mode; a test holds them equal).
+// lease's mode; a test holds them equal).
 const (
 	// ModeFree is a lock taken without a position: the task carries no
 	// seq (it was enqueued by hand), so it runs without order.

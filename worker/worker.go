@@ -6,10 +6,9 @@
 //
 // Every change accepted by the producer carries its position in its order's
 // sequence (tasks.Header.Seq). A task runs only in its turn: once every
-// earlier position of its order is applied, rejected, archived or skipped
-// (see internal/lock's turns). A task whose turn has not come waits by its
-// kind's policy (random delay between a min and a max, woken early by the
-// notice of the position before it, until a deadline), then goes back to its
+// earlier position of its order is applied, rejected, archived or skipped.
+// A task whose turn has not come waits by its kind's policy (random delay
+// between a min and a max, woken early by the notice of the position before it, until a deadline), then goes back to its
 // queue with a short delay, or, when the position before it is backing off
 // after a failure, until that one runs again. A position that no task will
 // ever fill (the producer died between taking it and enqueueing, the task was
@@ -20,8 +19,8 @@
 //
 // # Exclusion
 //
-// A task of any kind takes its order's lock (see internal/lock) before it
-// runs, so no two tasks change one order at once. A task never runs without
+// A task of any kind takes its order's lock before it runs, so no two
+// tasks change one order at once. A task never runs without
 // its lock. The lock's fencing token reaches the store in the context
 // (orders.WithWrite), so a handler whose lease was lost can never write: its
 // context is cancelled, and a late write is refused by the store.
@@ -38,8 +37,8 @@
 // malformed task, and a change the store refuses for good (unknown or
 // closed order, conflict), is archived at once (asynq.SkipRetry). An
 // archived task uses up its position, and a task archived in its turn is
-// noted in its order's sequence log (lock.Sequencer.Note) with the reason,
-// so that the order's status view (internal/orderview) finds it.
+// noted in its order's sequence log with the reason, so that the order's
+// status view (the intake's, the dashboard's and the CLI's) finds it.
 //
 // # Queues and shards
 //
@@ -53,11 +52,21 @@
 // # Your own store
 //
 // worker's API names only public types, so a program in another module can
-// run a Worker around its own order store: implement orders.Store (package
-// github.com/orderworker/orderworker/worker/orders, which states what a
-// store must do), check it with worker/orders/storetest.Run, and pass it to
-// [New] with a Redis client. The module's examples/ownstore does that with
-// an in-memory store.
+// run a Worker around its own order store: implement orders.Store and the
+// write of each kind it serves (orders.Modifier, orders.Exchanger; package
+// github.com/orderworker/orderworker/worker/orders states what a store
+// must do), check it with worker/orders/storetest.Run, and pass it to
+// [New] with a Redis client; [New] refuses a kind whose write the store
+// lacks. Package worker/workertest runs one task through a kind's handler
+// against the store, with the Worker's rules, without an asynq server. The
+// module's examples/ownstore does both with an in-memory store.
+//
+// # Your own kind
+//
+// A kind is a payload type (tasks.NewKind), a handler and the store write
+// it needs: [NewKind] builds the Worker's entry from a handler whose
+// payload and store types the compiler checks, and Config.Kinds lists the
+// entries (docs/adding-a-task-type.md).
 //
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
@@ -414,12 +423,14 @@ type Worker struct {
 }
 
 // New returns a Worker that takes tasks from rdb, locks orders on rdb (the
-// locks and sequences under Config.KeyPrefix, see internal/lock) and writes
-// to store, which may be any implementation of the [orders.Store] contract
-// (package worker/orders; worker/orders/storetest checks one). The caller
-// owns rdb and store and closes them after Shutdown; the Worker owns its
-// lock and stops it in Shutdown. It returns an error when rdb or store is
-// nil or cfg is invalid.
+// locks and sequences under Config.KeyPrefix) and writes to store, which
+// may be any implementation of the [orders.Store] contract that has the
+// write of every kind of Config.Kinds (package worker/orders;
+// worker/orders/storetest checks one). The caller owns rdb and store and
+// closes them after Shutdown; the Worker owns its lock and stops it in
+// Shutdown. It returns an error when rdb or store is nil or cfg is
+// invalid, and one matching [ErrNoWrite], naming the kind and the
+// interface, when store lacks a kind's write (see [Kind.Check]).
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
