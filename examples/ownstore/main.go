@@ -1,14 +1,16 @@
 // Command ownstore runs an orderworker worker around an order store of its
 // own, MemStore (an in-memory map), from outside the orderworker module: it
 // shows that the public packages (worker, worker/orders,
-// worker/orders/storetest, producer, tasks) are enough to plug in a store.
+// worker/orders/storetest, worker/workertest, producer, tasks) are enough
+// to plug in a store.
 //
 //	REDIS_URL=redis://localhost:6379/0 go run .
 //
 // It seeds order SO1 and applies the order:modify and order:exchange tasks
 // that producers enqueue (go run ../../cmd/producer modify SO1 -remark hi)
 // until SIGINT or SIGTERM. Its test runs the store conformance suite on
-// MemStore and one change end to end.
+// MemStore, single tasks through the worker's handlers with
+// worker/workertest, and one change end to end.
 package main
 
 import (
