@@ -264,6 +264,8 @@ func TestNewRefusesABadKindEntry(t *testing.T) {
 	}{
 		{"made by hand", []worker.Kind{{Kind: tasks.Modify}}, "order:modify has no handler; make its entry with worker.NewKind"},
 		{"another payload type", []worker.Kind{swapped}, "kind order:modify reads tasks.ModifyPayload payloads, which its handler does not take"},
+		{"a pointer payload type", []worker.Kind{worker.NewKind(worker.Wait{}, func(context.Context, noter, *notePayload) error { return nil })},
+			"a kind entry without a kind; make it with worker.NewKind, whose payload type (a value type) names its kind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,7 +60,7 @@ type Kind struct {
 func NewKind[P tasks.Payload, S any](wait Wait, handle func(ctx context.Context, store S, p P) error) Kind {
 	var zero P
 	return Kind{
-		Kind:  zero.Kind(),
+		Kind:  kindOf(zero),
 		Wait:  wait.Or(DefaultWait()),
 		write: reflect.TypeFor[S](),
 		has: func(store orders.Store) bool {
@@ -74,15 +74,26 @@ func NewKind[P tasks.Payload, S any](wait Wait, handle func(ctx context.Context,
 		apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
 			s, ok := store.(S)
 			if !ok {
-				return fmt.Errorf("%s: %T does not implement %s: %w", zero.Kind(), store, reflect.TypeFor[S](), ErrNoWrite)
+				return fmt.Errorf("%s: %T does not implement %s: %w", kindOf(zero), store, reflect.TypeFor[S](), ErrNoWrite)
 			}
 			pp, ok := p.(P)
 			if !ok {
-				return fmt.Errorf("%s: payload %T is not a %T: %w", zero.Kind(), p, zero, asynq.SkipRetry)
+				return fmt.Errorf("%s: payload %T is not a %T: %w", kindOf(zero), p, zero, asynq.SkipRetry)
 			}
 			return handle(ctx, s, pp)
 		},
 	}
+}
+
+// kindOf returns the kind that payload p names, or nil when its Kind
+// method fails on it (a nil pointer): New then refuses the entry.
+func kindOf(p tasks.Payload) (k *tasks.Kind) {
+	defer func() {
+		if recover() != nil {
+			k = nil
+		}
+	}()
+	return p.Kind()
 }
 
 // ErrNoWrite is matched by the error of [New] (and of [Kind.Apply]) for a
@@ -101,7 +112,7 @@ func (k Kind) Write() reflect.Type { return k.write }
 func (k Kind) Check(store orders.Store) error {
 	switch {
 	case k.Kind == nil:
-		return errors.New("worker: a kind entry without a kind; make it with worker.NewKind")
+		return errors.New("worker: a kind entry without a kind; make it with worker.NewKind, whose payload type (a value type) names its kind")
 	case k.apply == nil:
 		return fmt.Errorf("worker: kind %s has no handler; make its entry with worker.NewKind", k.Kind)
 	}

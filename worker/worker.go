@@ -290,7 +290,9 @@ func (c Config) withDefaults() Config {
 	}
 	waits := make(map[string]Wait, len(c.Kinds))
 	for _, k := range c.Kinds {
-		waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
+		if k.Kind != nil { // nil: validate says so
+			waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
+		}
 	}
 	for name, w := range c.Waits {
 		if _, ok := waits[name]; !ok {
@@ -329,20 +331,22 @@ func DefaultQueues() map[string]int { return queuesOf(tasks.Kinds()) }
 func queuesOf(t tasks.Table) map[string]int {
 	q := make(map[string]int)
 	for _, k := range t {
-		q[k.Queue] = k.Weight
+		if k != nil { // nil: validate says so
+			q[k.Queue] = k.Weight
+		}
 	}
 	return q
 }
 
 func (c Config) validate() error {
+	for _, k := range c.Kinds {
+		if k.Kind == nil || k.apply == nil {
+			return k.Check(nil)
+		}
+	}
 	kinds := table(c.Kinds)
 	if err := kinds.Validate(); err != nil {
 		return fmt.Errorf("worker: %w", err)
-	}
-	for _, k := range c.Kinds {
-		if k.apply == nil {
-			return fmt.Errorf("worker: kind %s has no handler; make its entry with worker.NewKind", k.Kind)
-		}
 	}
 	for q, w := range c.Queues {
 		if k := kinds.OfQueue(q); k == nil || k.Queue != q {
