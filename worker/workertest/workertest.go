@@ -126,11 +126,15 @@ func New(store orders.Store, cfg Config) (*Worker, error) {
 }
 
 // Work runs payload p as a task of its kind: p is marshalled as a producer
-// would (tasks.Marshal) and run as [Worker.WorkTask] runs it.
+// would (tasks.Marshal) and run as [Worker.WorkTask] runs it. A nil p, or
+// one that does not marshal, is rejected.
 func (w *Worker) Work(ctx context.Context, p tasks.Payload) Result {
+	if p == nil {
+		return result(Result{}, fmt.Errorf("workertest: nil payload: %w", asynq.SkipRetry))
+	}
 	b, err := tasks.Marshal(p)
 	if err != nil {
-		return Result{Outcome: worker.Outcome(err), Err: err}
+		return result(Result{}, fmt.Errorf("workertest: %w: %w", err, asynq.SkipRetry))
 	}
 	return w.WorkTask(ctx, asynq.NewTask(p.Kind().Type, b))
 }

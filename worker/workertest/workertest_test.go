@@ -177,4 +177,6 @@ func TestNewRefusesAStoreWithoutTheWrite(t *testing.T) {
 	require.ErrorContains(t, err, "orders.Exchanger")
 	_, err = workertest.New(nil, workertest.Config{})
 	require.Error(t, err)
+	res := newWorker(t, s, workertest.Config{}).Work(t.Context(), nil)
+	require.Equal(t, worker.OutcomeRejected, res.Outcome)
 }
