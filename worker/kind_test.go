@@ -289,3 +289,27 @@ func TestKindApplyChecksTypes(t *testing.T) {
 	require.Equal(t, "orders.Modifier", modify.Write().String())
 	require.Equal(t, worker.DefaultWait(), modify.Wait)
 }
+
+// KindsFor gives the contract's entries whose write a store has, in
+// Kinds' order; a Worker with none of them is refused.
+func TestKindsFor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	names := func(ks []worker.Kind) []string {
+		var out []string
+		for _, k := range ks {
+			out = append(out, k.Kind.Name)
+		}
+		return out
+	}
+	require.Equal(t, names(worker.Kinds()), names(worker.KindsFor(e.store)))
+	require.Equal(t, []string{"modify"}, names(worker.KindsFor(modifyOnly{e.store, e.store})))
+	require.Empty(t, worker.KindsFor(readOnly{e.store}))
+
+	_, err := worker.New(e.db.Client, readOnly{e.store}, worker.Config{Kinds: worker.KindsFor(readOnly{e.store}), KeyPrefix: e.db.Prefix})
+	require.ErrorContains(t, err, "no kinds to serve")
+	w, err := worker.New(e.db.Client, modifyOnly{e.store, e.store}, worker.Config{Kinds: worker.KindsFor(modifyOnly{e.store, e.store}), KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{tasks.QueueModify: tasks.Modify.Weight}, w.Queues(), "it serves the modify queue alone")
+	w.Shutdown()
+}

@@ -206,6 +206,26 @@ func modify(ctx context.Context, store orders.Modifier, m tasks.ModifyPayload) e
 // their default waits: the default of [Config.Kinds].
 func Kinds() []Kind { return append([]Kind(nil), kinds...) }
 
+// KindsFor returns the entries of [Kinds] whose write store implements, in
+// Kinds' order, with their default waits: the Config.Kinds of a Worker
+// around a store that serves some kinds only. Such a Worker does not
+// serve the other kinds' queues, and a kind added to the contract later
+// is left out rather than refused by [New]. Its tasks stay in their queue
+// for Workers that serve them; every Worker of a deployment should serve
+// the same kinds (see Config.Kinds: a Worker that lacks a kind skips its
+// positions as gaps). For a store without any write it returns an empty
+// list (not nil), which New refuses.
+func KindsFor(store orders.Store) []Kind {
+	out := []Kind{} // never nil, which Config.Kinds reads as the default
+
+	for _, k := range kinds {
+		if k.has(store) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // table returns the contract kinds of entries, in their order.
 func table(entries []Kind) tasks.Table {
 	out := make(tasks.Table, len(entries))

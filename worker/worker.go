@@ -132,8 +132,10 @@ type Config struct {
 	// and are applied: every task type, queue and position label the
 	// Worker reads is read against them (a label of a kind missing here
 	// is taken for no task, and its position skipped by the gap check).
-	// Their tasks.Kind entries must pass tasks.Table.Validate and each
-	// needs an Apply. Defaults to [Kinds], the contract's.
+	// Their tasks.Kind entries must pass tasks.Table.Validate, each is
+	// made by [NewKind], and the store must implement each one's write
+	// (New refuses it otherwise); an empty list is refused. Defaults to
+	// [Kinds], the contract's; [KindsFor] gives those a store serves.
 	Kinds []Kind
 	// Queues maps the queue of each kind to serve (tasks.Kind.Queue, such
 	// as "order_modify") to its priority weight; every shard queue of the
@@ -339,6 +341,9 @@ func queuesOf(t tasks.Table) map[string]int {
 }
 
 func (c Config) validate() error {
+	if len(c.Kinds) == 0 {
+		return errors.New("worker: no kinds to serve: Config.Kinds is empty")
+	}
 	for _, k := range c.Kinds {
 		if k.Kind == nil || k.apply == nil {
 			return k.Check(nil)

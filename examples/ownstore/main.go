@@ -58,8 +58,12 @@ func run(ctx context.Context, getenv func(string) string) error {
 	return nil
 }
 
-// startWorker builds a worker around store and starts it.
+// startWorker builds a worker around store and starts it. It serves the
+// kinds whose write store implements (worker.KindsFor): a kind added to
+// orderworker later, whose write MemStore lacks, is left to workers that
+// serve it, rather than refused at start.
 func startWorker(rdb redis.UniversalClient, store orders.Store, cfg worker.Config) (*worker.Worker, error) {
+	cfg.Kinds = worker.KindsFor(store)
 	w, err := worker.New(rdb, store, cfg)
 	if err != nil {
 		return nil, err

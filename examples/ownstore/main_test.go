@@ -110,7 +110,7 @@ func TestMemStoreWithWorkertest(t *testing.T) {
 	t.Parallel()
 	store := NewMemStore()
 	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Street", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
-	w, err := workertest.New(store, workertest.Config{})
+	w, err := workertest.New(store, workertest.Config{Kinds: worker.KindsFor(store)})
 	require.NoError(t, err)
 
 	addr := "2 New Road"

@@ -18,8 +18,10 @@ import (
 // orders.Modifier and orders.Exchanger, and keeps every rule of the
 // contract (storetest.Run checks it); because every call runs under one
 // mutex an exchange is never half done. A kind added to orderworker adds a
-// write interface, not a method here: MemStore compiles unchanged, and a
-// worker given a kind whose write MemStore lacks refuses to start.
+// write interface, not a method here: MemStore compiles unchanged; a
+// worker given a kind whose write MemStore lacks refuses to start, so
+// this example serves the kinds MemStore has writes for
+// (worker.KindsFor).
 //
 // It is an example: it keeps every order, history entry and applied event
 // for as long as the process lives, and forgets them all when it exits. A
