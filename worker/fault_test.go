@@ -33,8 +33,9 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		lateErr error
 		first   = true
 	)
-	stall := func(s orders.Store) orders.Store {
-		return &hookStore{Store: s, modify: func(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
+	stall := func(inner orders.Store) orders.Store {
+		s := inner.(backend)
+		return &hookStore{backend: s, modify: func(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
 			mu.Lock()
 			stalled := first && ev == "ev-A"
 			first = first && !stalled
@@ -123,7 +124,7 @@ func TestRedisStallRecovers(t *testing.T) {
 	for _, no := range orderNos {
 		require.NoError(t, store.Put(t.Context(), orders.Order{No: no, Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	}
-	slow := &hookStore{Store: store, modify: func(ctx context.Context, ev, no string, ch orders.Changes) (orders.Result, error) {
+	slow := &hookStore{backend: store, modify: func(ctx context.Context, ev, no string, ch orders.Changes) (orders.Result, error) {
 		select { // a little work inside the lock, so tasks are in flight
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -61,7 +60,7 @@ type applied struct {
 // that each carries a fence no older than the order's last one and that no
 // two writes of one order overlap: the lock's exclusion.
 type noteStore struct {
-	orders.Store
+	backend
 	mu     sync.Mutex
 	writes map[string][]applied // by order
 	fences map[string]int64     // newest fence by order
@@ -70,7 +69,7 @@ type noteStore struct {
 }
 
 func newNoteStore(inner orders.Store) *noteStore {
-	return &noteStore{Store: inner, writes: map[string][]applied{}, fences: map[string]int64{},
+	return &noteStore{backend: inner.(backend), writes: map[string][]applied{}, fences: map[string]int64{},
 		busy: map[string]bool{}, notes: map[string][]string{}}
 }
 
@@ -104,7 +103,7 @@ func (s *noteStore) write(ctx context.Context, eventID, no string, f func() erro
 func (s *noteStore) Modify(ctx context.Context, eventID, no string, c orders.Changes) (orders.Result, error) {
 	var r orders.Result
 	err := s.write(ctx, eventID, no, func() (err error) {
-		r, err = s.Store.Modify(ctx, eventID, no, c)
+		r, err = s.backend.Modify(ctx, eventID, no, c)
 		return err
 	})
 	return r, err
@@ -123,15 +122,15 @@ func (s *noteStore) applied(no string) []applied {
 	return append([]applied(nil), s.writes[no]...)
 }
 
-// noteEntry is the worker's entry of order:note.
-var noteEntry = worker.Kind{
-	Kind: noteKind,
-	Wait: lock.DefaultWait,
-	Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
-		n := p.(notePayload)
-		return store.(*noteStore).Note(ctx, n.EventID, n.OrderNo, n.Note)
-	},
+// noter is the store write of order:note.
+type noter interface {
+	Note(ctx context.Context, eventID, no, note string) error
 }
+
+// noteEntry is the worker's entry of order:note.
+var noteEntry = worker.NewKind(worker.Wait{}, func(ctx context.Context, store noter, n notePayload) error {
+	return store.Note(ctx, n.EventID, n.OrderNo, n.Note)
+})
 
 // A kind that only a test knows goes through the producer and the worker
 // like the contract's, by their Config.Kinds alone: in its order's
@@ -196,4 +195,121 @@ func TestATestKindGoesThroughProducerAndWorker(t *testing.T) {
 	// The contract's producer refuses the kind: it is not in its table.
 	_, err := e.producer(producer.Config{}).Enqueue(ctx, notePayload{OrderNo: no, Note: "x"})
 	require.ErrorIs(t, err, tasks.ErrKinds)
+}
+
+// readOnly is a store without any write.
+type readOnly struct{ orders.Store }
+
+// modifyOnly is a store that applies modifies and nothing else.
+type modifyOnly struct {
+	orders.Store
+	orders.Modifier
+}
+
+// onlyKind returns the worker's entry of kind k alone.
+func onlyKind(t *testing.T, k *tasks.Kind) []worker.Kind {
+	t.Helper()
+	for _, e := range worker.Kinds() {
+		if e.Kind == k {
+			return []worker.Kind{e}
+		}
+	}
+	t.Fatalf("no entry of %s", k)
+	return nil
+}
+
+// New refuses, at start, a kind whose store lacks its write, naming the
+// kind and the write's interface; a store serves the kinds whose writes it
+// has.
+func TestNewRefusesAStoreWithoutAKindsWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tests := []struct {
+		name  string
+		store orders.Store
+		kinds []worker.Kind
+		want  []string
+	}{
+		{"no write at all", readOnly{e.store}, nil, []string{"order:exchange", "orders.Exchanger", "worker_test.readOnly"}},
+		{"no exchange", modifyOnly{e.store, e.store}, nil, []string{"order:exchange", "orders.Exchanger"}},
+		{"no modify", readOnly{e.store}, onlyKind(t, tasks.Modify), []string{"order:modify", "orders.Modifier"}},
+		{"a program's own write", e.store, append(worker.Kinds(), noteEntry), []string{"order:note", "worker_test.noter"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := worker.New(e.db.Client, tt.store, worker.Config{Kinds: tt.kinds, KeyPrefix: e.db.Prefix})
+			require.ErrorIs(t, err, worker.ErrNoWrite)
+			for _, s := range tt.want {
+				require.ErrorContains(t, err, s)
+			}
+		})
+	}
+
+	w, err := worker.New(e.db.Client, modifyOnly{e.store, e.store}, worker.Config{Kinds: onlyKind(t, tasks.Modify), KeyPrefix: e.db.Prefix})
+	require.NoError(t, err, "a store with Modify alone serves the modify kind alone")
+	w.Shutdown()
+}
+
+// An entry not made by NewKind, and one whose kind reads payloads of
+// another type than its handler takes, are refused at start.
+func TestNewRefusesABadKindEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	swapped := noteEntry
+	swapped.Kind = tasks.Modify
+	tests := []struct {
+		name  string
+		kinds []worker.Kind
+		want  string
+	}{
+		{"made by hand", []worker.Kind{{Kind: tasks.Modify}}, "order:modify has no handler; make its entry with worker.NewKind"},
+		{"another payload type", []worker.Kind{swapped}, "kind order:modify reads tasks.ModifyPayload payloads, which its handler does not take"},
+		{"a pointer payload type", []worker.Kind{worker.NewKind(worker.Wait{}, func(context.Context, noter, *notePayload) error { return nil })},
+			"a kind entry without a kind; make it with worker.NewKind, whose payload type (a value type) names its kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := worker.New(e.db.Client, newNoteStore(e.store), worker.Config{Kinds: tt.kinds, KeyPrefix: e.db.Prefix})
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// The entries' handlers check their payload type: a payload of another
+// kind is refused for good, and a store without the write is ErrNoWrite.
+func TestKindApplyChecksTypes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	modify := onlyKind(t, tasks.Modify)[0]
+	ctx := orders.WithWrite(t.Context(), orders.Write{Fence: 1})
+	err := modify.Apply(ctx, e.store, tasks.ExchangePayload{EventID: "e", OrderNo: "SO1"})
+	require.ErrorIs(t, err, asynq.SkipRetry)
+	err = modify.Apply(ctx, readOnly{e.store}, tasks.ModifyPayload{EventID: "e", OrderNo: "SO1"})
+	require.ErrorIs(t, err, worker.ErrNoWrite)
+	require.Equal(t, "orders.Modifier", modify.Write().String())
+	require.Equal(t, worker.DefaultWait(), modify.Wait)
+}
+
+// KindsFor gives the contract's entries whose write a store has, in
+// Kinds' order; a Worker with none of them is refused.
+func TestKindsFor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	names := func(ks []worker.Kind) []string {
+		var out []string
+		for _, k := range ks {
+			out = append(out, k.Kind.Name)
+		}
+		return out
+	}
+	require.Equal(t, names(worker.Kinds()), names(worker.KindsFor(e.store)))
+	require.Equal(t, []string{"modify"}, names(worker.KindsFor(modifyOnly{e.store, e.store})))
+	require.Empty(t, worker.KindsFor(readOnly{e.store}))
+
+	_, err := worker.New(e.db.Client, readOnly{e.store}, worker.Config{Kinds: worker.KindsFor(readOnly{e.store}), KeyPrefix: e.db.Prefix})
+	require.ErrorContains(t, err, "no kinds to serve")
+	w, err := worker.New(e.db.Client, modifyOnly{e.store, e.store}, worker.Config{Kinds: worker.KindsFor(modifyOnly{e.store, e.store}), KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{tasks.QueueModify: tasks.Modify.Weight}, w.Queues(), "it serves the modify queue alone")
+	w.Shutdown()
 }

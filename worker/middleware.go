@@ -59,7 +59,7 @@ type Done struct {
 type Mode string
 
 // The modes of a run's lock, with the values the lock gives them (its
-// lock.Mode; a test holds them equal).
+// lease's mode; a test holds them equal).
 const (
 	// ModeFree is a lock taken without a position: the task carries no
 	// seq (it was enqueued by hand), so it runs without order.
@@ -306,7 +306,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	if lspan.IsRecording() {
 		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
 	}
-	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait)
+	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait.lock())
 	endLock(lspan, lease, taken, err)
 	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
 	var park *lock.ParkError

@@ -256,7 +256,7 @@ func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
 	for range 2 {
 		e.startWorker(worker.Config{
 			Concurrency:  4,
-			Waits:        map[string]lock.Wait{"modify": {MinDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond, Deadline: 20 * time.Millisecond}},
+			Waits:        map[string]worker.Wait{"modify": {MinDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond, Deadline: 20 * time.Millisecond}},
 			BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 20 * time.Millisecond,
 			OnDone: r.add,
 		}, slowStore(30*time.Millisecond))
@@ -297,7 +297,7 @@ func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
 // that tasks go back to their queue and try again often.
 func quickGapConfig(gap time.Duration, r *runs) worker.Config {
 	return worker.Config{GapWait: gap, OnDone: r.add,
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}
 }
 
@@ -514,7 +514,7 @@ func TestModifyOfAReplacementBeingCreated(t *testing.T) {
 	}
 	r := newRuns()
 	e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add,
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, hold)
 	p := e.producer(producer.Config{})
 	_, err := p.EnqueueExchange(t.Context(), "SO-RC", []tasks.Item{{SKU: "N", Qty: 1}}, producer.WithEventID("x1"), producer.WithNewOrderNo("SO-RC-B"))
@@ -684,7 +684,7 @@ func TestLateTaskNeverUndoesALaterChange(t *testing.T) {
 	e.seed("SO-LATE")
 	r := newRuns()
 	e.startWorker(worker.Config{GapWait: time.Second, OnDone: r.add,
-		Waits:        map[string]lock.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
+		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
 		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
 	// after-1 is parked behind the position without a task: it comes back
 	// after ParkFor, set to the workers' GapWait as the producer asks.

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -34,7 +33,7 @@ func onEachShard(prefix string, count int) []string {
 }
 
 // fastWaits are waits short enough for tests that park tasks.
-var fastWaits = map[string]lock.Wait{
+var fastWaits = map[string]worker.Wait{
 	"modify":   {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 200 * time.Millisecond},
 	"exchange": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 200 * time.Millisecond},
 }

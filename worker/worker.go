@@ -6,10 +6,9 @@
 //
 // Every change accepted by the producer carries its position in its order's
 // sequence (tasks.Header.Seq). A task runs only in its turn: once every
-// earlier position of its order is applied, rejected, archived or skipped
-// (see internal/lock's turns). A task whose turn has not come waits by its
-// kind's policy (random delay between a min and a max, woken early by the
-// notice of the position before it, until a deadline), then goes back to its
+// earlier position of its order is applied, rejected, archived or skipped.
+// A task whose turn has not come waits by its kind's policy (random delay
+// between a min and a max, woken early by the notice of the position before it, until a deadline), then goes back to its
 // queue with a short delay, or, when the position before it is backing off
 // after a failure, until that one runs again. A position that no task will
 // ever fill (the producer died between taking it and enqueueing, the task was
@@ -20,8 +19,8 @@
 //
 // # Exclusion
 //
-// A task of any kind takes its order's lock (see internal/lock) before it
-// runs, so no two tasks change one order at once. A task never runs without
+// A task of any kind takes its order's lock before it runs, so no two
+// tasks change one order at once. A task never runs without
 // its lock. The lock's fencing token reaches the store in the context
 // (orders.WithWrite), so a handler whose lease was lost can never write: its
 // context is cancelled, and a late write is refused by the store.
@@ -38,8 +37,8 @@
 // malformed task, and a change the store refuses for good (unknown or
 // closed order, conflict), is archived at once (asynq.SkipRetry). An
 // archived task uses up its position, and a task archived in its turn is
-// noted in its order's sequence log (lock.Sequencer.Note) with the reason,
-// so that the order's status view (internal/orderview) finds it.
+// noted in its order's sequence log with the reason, so that the order's
+// status view (the intake's, the dashboard's and the CLI's) finds it.
 //
 // # Queues and shards
 //
@@ -53,11 +52,21 @@
 // # Your own store
 //
 // worker's API names only public types, so a program in another module can
-// run a Worker around its own order store: implement orders.Store (package
-// github.com/orderworker/orderworker/worker/orders, which states what a
-// store must do), check it with worker/orders/storetest.Run, and pass it to
-// [New] with a Redis client. The module's examples/ownstore does that with
-// an in-memory store.
+// run a Worker around its own order store: implement orders.Store and the
+// write of each kind it serves (orders.Modifier, orders.Exchanger; package
+// github.com/orderworker/orderworker/worker/orders states what a store
+// must do), check it with worker/orders/storetest.Run, and pass it to
+// [New] with a Redis client; [New] refuses a kind whose write the store
+// lacks. Package worker/workertest runs one task through a kind's handler
+// against the store, with the Worker's rules, without an asynq server. The
+// module's examples/ownstore does both with an in-memory store.
+//
+// # Your own kind
+//
+// A kind is a payload type (tasks.NewKind), a handler and the store write
+// it needs: [NewKind] builds the Worker's entry from a handler whose
+// payload and store types the compiler checks, and Config.Kinds lists the
+// entries (docs/adding-a-task-type.md).
 //
 // worker reads no environment and parses no flags: cmd/worker does.
 package worker
@@ -109,23 +118,6 @@ const (
 	DefaultLockTTL = 30 * time.Second
 )
 
-// Wait is how a task waits for its order's lock and for its turn (see
-// Config.Waits and [Kind.Wait]). A zero field means the kind's default.
-// Its fields:
-//
-//   - MinDelay and MaxDelay bound the random delay between two attempts;
-//     a release notice of the order (or of the position before the task's)
-//     ends the delay early. Defaults to 50ms and 500ms.
-//   - Deadline is how long a task waits in all before it goes back to its
-//     queue, without spending a retry. Defaults to 5s (10s for an
-//     exchange).
-//   - StuckAfter is set by the Worker itself (from Config.GapWait); leave
-//     it zero.
-//
-// Or fills its zero fields from another Wait; Validate refuses a negative
-// field or a MinDelay above MaxDelay.
-type Wait = lock.Wait
-
 // ErrNoNotices is matched by the error of [Worker.CheckNotices] when the
 // Redis user may not use the lock's release notice channel.
 var ErrNoNotices = lock.ErrNoNotices
@@ -140,8 +132,10 @@ type Config struct {
 	// and are applied: every task type, queue and position label the
 	// Worker reads is read against them (a label of a kind missing here
 	// is taken for no task, and its position skipped by the gap check).
-	// Their tasks.Kind entries must pass tasks.Table.Validate and each
-	// needs an Apply. Defaults to [Kinds], the contract's.
+	// Their tasks.Kind entries must pass tasks.Table.Validate, each is
+	// made by [NewKind], and the store must implement each one's write
+	// (New refuses it otherwise); an empty list is refused. Defaults to
+	// [Kinds], the contract's; [KindsFor] gives those a store serves.
 	Kinds []Kind
 	// Queues maps the queue of each kind to serve (tasks.Kind.Queue, such
 	// as "order_modify") to its priority weight; every shard queue of the
@@ -298,7 +292,9 @@ func (c Config) withDefaults() Config {
 	}
 	waits := make(map[string]Wait, len(c.Kinds))
 	for _, k := range c.Kinds {
-		waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
+		if k.Kind != nil { // nil: validate says so
+			waits[k.Kind.Name] = c.Waits[k.Kind.Name].Or(k.Wait)
+		}
 	}
 	for name, w := range c.Waits {
 		if _, ok := waits[name]; !ok {
@@ -337,20 +333,25 @@ func DefaultQueues() map[string]int { return queuesOf(tasks.Kinds()) }
 func queuesOf(t tasks.Table) map[string]int {
 	q := make(map[string]int)
 	for _, k := range t {
-		q[k.Queue] = k.Weight
+		if k != nil { // nil: validate says so
+			q[k.Queue] = k.Weight
+		}
 	}
 	return q
 }
 
 func (c Config) validate() error {
+	if len(c.Kinds) == 0 {
+		return errors.New("worker: no kinds to serve: Config.Kinds is empty")
+	}
+	for _, k := range c.Kinds {
+		if k.Kind == nil || k.apply == nil {
+			return k.Check(nil)
+		}
+	}
 	kinds := table(c.Kinds)
 	if err := kinds.Validate(); err != nil {
 		return fmt.Errorf("worker: %w", err)
-	}
-	for _, k := range c.Kinds {
-		if k.Apply == nil {
-			return fmt.Errorf("worker: kind %s has no Apply", k.Kind)
-		}
 	}
 	for q, w := range c.Queues {
 		if k := kinds.OfQueue(q); k == nil || k.Queue != q {
@@ -434,12 +435,14 @@ type Worker struct {
 }
 
 // New returns a Worker that takes tasks from rdb, locks orders on rdb (the
-// locks and sequences under Config.KeyPrefix, see internal/lock) and writes
-// to store, which may be any implementation of the [orders.Store] contract
-// (package worker/orders; worker/orders/storetest checks one). The caller
-// owns rdb and store and closes them after Shutdown; the Worker owns its
-// lock and stops it in Shutdown. It returns an error when rdb or store is
-// nil or cfg is invalid.
+// locks and sequences under Config.KeyPrefix) and writes to store, which
+// may be any implementation of the [orders.Store] contract that has the
+// write of every kind of Config.Kinds (package worker/orders;
+// worker/orders/storetest checks one). The caller owns rdb and store and
+// closes them after Shutdown; the Worker owns its lock and stops it in
+// Shutdown. It returns an error when rdb or store is nil or cfg is
+// invalid, and one matching [ErrNoWrite], naming the kind and the
+// interface, when store lacks a kind's write (see [Kind.Check]).
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -447,6 +450,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	if rdb == nil || store == nil {
 		return nil, errors.New("worker: nil redis client or store")
+	}
+	for _, k := range cfg.Kinds {
+		if err := k.Check(store); err != nil {
+			return nil, err
+		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
 	locker, err := lock.New(rdb, lock.Config{

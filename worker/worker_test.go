@@ -65,6 +65,14 @@ func (e *env) queues() []string {
 	return out
 }
 
+// backend is a store with every write of the contract, which the tests'
+// stores wrap.
+type backend interface {
+	orders.Store
+	orders.Modifier
+	orders.Exchanger
+}
+
 // startWorker starts one worker "replica" with its own Redis client (and
 // so its own lock), shut down at cleanup. store wraps the shared store if
 // not nil. It logs to the test unless cfg has a Logger.
@@ -145,7 +153,7 @@ func (e *env) taskInfo(queue, id string) *asynq.TaskInfo {
 
 // overlapStore wraps a store and counts writers inside one order at once.
 type overlapStore struct {
-	orders.Store
+	backend
 	mu       sync.Mutex
 	inside   map[string]int
 	overlaps int
@@ -169,21 +177,21 @@ func (s *overlapStore) Modify(ctx context.Context, ev, no string, c orders.Chang
 	exit := s.enter(no)
 	time.Sleep(time.Millisecond) // simulated work: widens the window an overlap would show in
 	exit()
-	return s.Store.Modify(ctx, ev, no, c)
+	return s.backend.Modify(ctx, ev, no, c)
 }
 
 func (s *overlapStore) Exchange(ctx context.Context, ev, no string, x orders.Exchange) (orders.Result, error) {
 	exit := s.enter(no)
 	time.Sleep(time.Millisecond)
 	exit()
-	return s.Store.Exchange(ctx, ev, no, x)
+	return s.backend.Exchange(ctx, ev, no, x)
 }
 
 func TestHotOrderAcrossReplicas(t *testing.T) {
 	e := newEnv(t)
 	const hot, modifies = "SO-HOT", 60
 	e.seed(hot)
-	check := &overlapStore{Store: e.store, inside: map[string]int{}}
+	check := &overlapStore{backend: e.store, inside: map[string]int{}}
 	wrap := func(orders.Store) orders.Store { return check }
 	cfg := worker.Config{Concurrency: 8, Waits: map[string]worker.Wait{"modify": {Deadline: 30 * time.Second}}}
 	for range 3 {
@@ -343,7 +351,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	entered := make(chan struct{})
 	var once sync.Once
 	blocking := func(s orders.Store) orders.Store {
-		return &hookStore{Store: s, modify: func(ctx context.Context, _, _ string, _ orders.Changes) (orders.Result, error) {
+		return &hookStore{backend: s.(backend), modify: func(ctx context.Context, _, _ string, _ orders.Changes) (orders.Result, error) {
 			once.Do(func() { close(entered) })
 			<-ctx.Done() // the handler blocks until its lease is lost
 			return orders.Result{}, context.Cause(ctx)
@@ -371,7 +379,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 
 // hookStore replaces a store's Modify.
 type hookStore struct {
-	orders.Store
+	backend
 	modify func(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error)
 }
 

@@ -78,16 +78,14 @@ func cancelEntry() worker.Kind {
 			wait = k.Wait
 		}
 	}
-	return worker.Kind{Kind: cancelKind, Wait: wait,
-		Apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
-			c := p.(cancelPayload)
-			if c.Reason == failReason {
-				return errors.New("cancel: upstream down")
-			}
-			remark := "cancelled: " + c.Reason
-			_, err := store.Modify(ctx, c.EventID, c.OrderNo, orders.Changes{Remark: &remark})
-			return err
-		}}
+	return worker.NewKind(wait, func(ctx context.Context, store orders.Modifier, c cancelPayload) error {
+		if c.Reason == failReason {
+			return errors.New("cancel: upstream down")
+		}
+		remark := "cancelled: " + c.Reason
+		_, err := store.Modify(ctx, c.EventID, c.OrderNo, orders.Changes{Remark: &remark})
+		return err
+	})
 }
 
 // TestACustomKindEndToEnd drives a kind of the test's own, order:cancel,

@@ -15,12 +15,10 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/telemetry"
-	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +41,7 @@ type settings struct {
 	Shards         tasks.Shards
 	StrictPriority bool
 	LockTTL        time.Duration
-	Waits          map[string]*lock.Wait // by kind name
+	Waits          map[string]*worker.Wait // by kind name
 	GapWait        time.Duration
 	DrainMax       int
 	DrainFor       time.Duration
@@ -61,17 +59,17 @@ func declare(s *config.Set, c *settings) {
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", worker.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", "127.0.0.1:9090", "listen address of /healthz, /readyz and /metrics; off to disable; the default listens on this host's loopback only: :9090 (or 0.0.0.0:9090) listens on every interface, as probes and scrapes of a container need")
 	s.StringList(&c.MetricsTokens, "metrics-tokens", "METRICS_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters, one of which /metrics then requires (several allow rotation); empty: /metrics is open. /healthz and /readyz stay open").Secret()
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
 	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues)
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues), served and accepted: "+config.ShardsForms+"; the same on every process")
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
-	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", lock.DefaultTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
-	c.Waits = make(map[string]*lock.Wait)
+	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", worker.DefaultLockTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
+	c.Waits = make(map[string]*worker.Wait)
 	for _, k := range worker.Kinds() {
-		w := new(lock.Wait)
+		w := new(worker.Wait)
 		c.Waits[k.Kind.Name] = w
 		flag, env, name := k.Kind.Name+"-wait-", strings.ToUpper(k.Kind.Name)+"_WAIT_", k.Kind.Name
 		s.Duration(&w.MinDelay, flag+"min", env+"MIN", k.Wait.MinDelay, "shortest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration])

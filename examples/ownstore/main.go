@@ -1,14 +1,16 @@
 // Command ownstore runs an orderworker worker around an order store of its
 // own, MemStore (an in-memory map), from outside the orderworker module: it
 // shows that the public packages (worker, worker/orders,
-// worker/orders/storetest, producer, tasks) are enough to plug in a store.
+// worker/orders/storetest, worker/workertest, producer, tasks) are enough
+// to plug in a store.
 //
 //	REDIS_URL=redis://localhost:6379/0 go run .
 //
 // It seeds order SO1 and applies the order:modify and order:exchange tasks
 // that producers enqueue (go run ../../cmd/producer modify SO1 -remark hi)
 // until SIGINT or SIGTERM. Its test runs the store conformance suite on
-// MemStore and one change end to end.
+// MemStore, single tasks through the worker's handlers with
+// worker/workertest, and one change end to end.
 package main
 
 import (
@@ -56,8 +58,12 @@ func run(ctx context.Context, getenv func(string) string) error {
 	return nil
 }
 
-// startWorker builds a worker around store and starts it.
+// startWorker builds a worker around store and starts it. It serves the
+// kinds whose write store implements (worker.KindsFor): a kind added to
+// orderworker later, whose write MemStore lacks, is left to workers that
+// serve it, rather than refused at start.
 func startWorker(rdb redis.UniversalClient, store orders.Store, cfg worker.Config) (*worker.Worker, error) {
+	cfg.Kinds = worker.KindsFor(store)
 	w, err := worker.New(rdb, store, cfg)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/orderworker/orderworker/worker/orders/storetest"
+	"github.com/orderworker/orderworker/worker/workertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -101,4 +102,29 @@ func redisAddr(t *testing.T) string {
 		assert.NoError(ct, c.Ping(t.Context()).Err())
 	}, 10*time.Second, 20*time.Millisecond, "redis-server answers")
 	return addr
+}
+
+// One task runs through the worker's handlers against MemStore with the
+// worker's rules (fence, position, outcome), without asynq or Redis.
+func TestMemStoreWithWorkertest(t *testing.T) {
+	t.Parallel()
+	store := NewMemStore()
+	require.NoError(t, store.Put(t.Context(), orders.Order{No: "SO1", Address: "1 Old Street", Items: []orders.Item{{SKU: "TEA", Qty: 1}}}))
+	w, err := workertest.New(store, workertest.Config{Kinds: worker.KindsFor(store)})
+	require.NoError(t, err)
+
+	addr := "2 New Road"
+	res := w.Work(t.Context(), tasks.ModifyPayload{EventID: "crm-1", OrderNo: "SO1", Seq: 1, Changes: tasks.Changes{Address: &addr}})
+	require.NoError(t, res.Err)
+	require.Equal(t, worker.ModeTurn, res.Mode)
+	o, err := store.Get(t.Context(), "SO1")
+	require.NoError(t, err)
+	require.Equal(t, addr, o.Address)
+
+	res = w.Work(t.Context(), tasks.ExchangePayload{EventID: "crm-2", OrderNo: "SO1", Seq: 2, Items: []tasks.Item{{SKU: "COFFEE", Qty: 2}}, NewOrderNo: "SO2"})
+	require.NoError(t, res.Err)
+	res = w.Work(t.Context(), tasks.ModifyPayload{EventID: "crm-3", OrderNo: "SO1", Seq: 3, Changes: tasks.Changes{Address: &addr}})
+	require.Equal(t, worker.OutcomeRejected, res.Outcome, "a change of an exchanged order is archived")
+	require.ErrorIs(t, res.Err, orders.ErrClosed)
+	require.ErrorContains(t, res.Err, "SO2", "naming the replacement")
 }

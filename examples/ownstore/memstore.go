@@ -13,9 +13,15 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// MemStore is an order store in memory: a map under a mutex. It keeps
-// every rule of the orders.Store contract (storetest.Run checks it), and
-// because every call runs under one mutex an exchange is never half done.
+// MemStore is an order store in memory: a map under a mutex. It
+// implements orders.Store and the writes of the two kinds it serves,
+// orders.Modifier and orders.Exchanger, and keeps every rule of the
+// contract (storetest.Run checks it); because every call runs under one
+// mutex an exchange is never half done. A kind added to orderworker adds a
+// write interface, not a method here: MemStore compiles unchanged; a
+// worker given a kind whose write MemStore lacks refuses to start, so
+// this example serves the kinds MemStore has writes for
+// (worker.KindsFor).
 //
 // It is an example: it keeps every order, history entry and applied event
 // for as long as the process lives, and forgets them all when it exits. A
@@ -42,7 +48,11 @@ type record struct {
 	newNo   string // an exchange's replacement
 }
 
-var _ orders.Store = (*MemStore)(nil)
+var (
+	_ orders.Store     = (*MemStore)(nil)
+	_ orders.Modifier  = (*MemStore)(nil)
+	_ orders.Exchanger = (*MemStore)(nil)
+)
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {

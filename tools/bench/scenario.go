@@ -735,7 +735,7 @@ func plainConfig(concurrency int) asynq.Config {
 // asks), without lock or order: what a plain asynq handler that writes the
 // order costs, against which (b)'s cost of ordering shows.
 type plainWrite struct {
-	store orders.Store
+	store orders.Modifier
 	work  time.Duration
 }
 

@@ -30,7 +30,7 @@ const (
 // which the store accepts again and again: the seed had no fencing.
 type seedLock struct {
 	rdb       redis.UniversalClient
-	store     orders.Store
+	store     orders.Modifier
 	work      time.Duration
 	keyPrefix string
 	bypasses  atomic.Int64

@@ -1,15 +1,15 @@
 // Package orders is the order model of orderworker and the public contract
 // of an order store: the [Order] and its history [Entry], the [Store]
 // interface that order changes are written to, the package's errors, and
-// the [Write] that carries a write's fence to the store. The module's
-// backends are internal (internal/orders/redisstore: the Redis store, the
-// embedded default and the verification oracle for the others;
-// internal/orders/httpstore: the company's order API,
-// docs/upstream-order-api.md); a program of another module can implement
-// Store itself, check it with the conformance suite of package
-// worker/orders/storetest, and hand it to worker.New (see
-// examples/ownstore). A store may also implement the optional
-// [Annotator], which notes the operator actions in an order's history.
+// the [Write] that carries a write's fence to the store. A store
+// implements [Store] (reads and puts) and one small interface per write:
+// [Modifier], [Exchanger], and the optional [Annotator]. The module's
+// own backends (the Redis store, the embedded default and the
+// verification oracle for the others; the HTTP store of the company's
+// order API, docs/upstream-order-api.md) are not importable; a program of
+// another module implements Store and the writes it serves itself, checks
+// them with the conformance suite of package worker/orders/storetest, and
+// hands the store to worker.New (see examples/ownstore).
 //
 // Every write made on behalf of a task carries the event ID (the upstream's
 // idempotency key) and a [Write] in the context with the fencing token of the
@@ -21,9 +21,9 @@
 // requests with the same errors.
 //
 // orders is not the wire contract (that is package tasks), does not take
-// locks (internal/lock does, and the worker hands the fence in through
-// [WithWrite]), and does not retry: [Permanent] tells the caller whether a
-// retry can help.
+// locks (the worker does, and hands the fence in through [WithWrite]),
+// and does not retry: [Permanent] tells the caller whether a retry can
+// help.
 package orders
 
 import (
@@ -117,10 +117,10 @@ type Exchange struct {
 
 // The history entry types. Task-driven writes use the task type names.
 const (
-	// TypeModify is the entry of an applied [Store.Modify].
+	// TypeModify is the entry of an applied [Modifier.Modify].
 	TypeModify = "order:modify"
 	// TypeExchange is the entry, on the exchanged order, of an applied
-	// [Store.Exchange].
+	// [Exchanger.Exchange].
 	TypeExchange = "order:exchange"
 	// TypeCreated is the first entry of an order created by an exchange.
 	TypeCreated = "order:created"
@@ -178,20 +178,31 @@ type Result struct {
 	Replayed bool
 }
 
-// Store holds orders and applies changes to them. The module's
-// redisstore.Store and httpstore.Store implement it, and so may a store of
-// your own: storetest.Run checks the rules below.
+// Store is what every order store implements, whatever kinds of change it
+// applies: reading an order and its history, and putting an order for
+// seeding and administration. The writes that tasks make are each their
+// own small interface ([Modifier], [Exchanger], and [Annotator] for the
+// notes of operator actions), so that adding a kind of change adds an
+// interface rather than a method every store must write: a store
+// implements the writes of the kinds it serves, and a Worker refuses at
+// start a kind whose write its store lacks (see worker.New). The module's
+// Redis store implements them all, its HTTP store every write but
+// Annotator, and so may a store of your own: storetest.Run checks the
+// rules below, each write's only when the store implements it.
 //
-// Implementations are safe for concurrent use. Modify and Exchange need a
-// [Write] in the context (see [WithWrite]) and return [ErrNoFence] without
-// one. The errors are those of this package, wrapped with context; match
-// them with errors.Is and classify them with [Permanent].
+// Implementations are safe for concurrent use. The errors are those of
+// this package, wrapped with context; match them with errors.Is and
+// classify them with [Permanent].
 //
-// A write (Modify or Exchange) is checked, in this order, and refused
-// without writing anything:
+// # The rules of every fenced write
+//
+// A write made on behalf of a task ([Modifier.Modify], [Exchanger.Exchange]
+// and every write interface to come) needs a [Write] in the context (see
+// [WithWrite]) and returns [ErrNoFence] without one. It is checked, in
+// this order, and refused without writing anything:
 //  1. [ErrNoFence] without a fenced Write, [ErrInvalid] for a request that
-//     [CheckModify] or [CheckExchange] refuses, [ErrNotFound] for an unknown
-//     order;
+//     the write's check ([CheckModify], [CheckExchange]) refuses,
+//     [ErrNotFound] for an unknown order;
 //  2. dedupe: an event ID already applied to the order is answered with
 //     Result.Replayed and writes nothing, whatever its fence and position
 //     and even if the order has closed since; the same event ID with a
@@ -212,6 +223,10 @@ type Result struct {
 // history's cursor (HistoryQuery.After) is a version. A store that also
 // records notes ([Annotator]) shows each note after the write of its
 // version, on that write's page.
+//
+// A store that wraps another (to add a hook, a cache, metrics) and embeds
+// Store keeps only Store's methods: it implements the writes it wants to
+// pass on itself.
 type Store interface {
 	// Get returns the order. It returns ErrNotFound when there is none.
 	Get(ctx context.Context, orderNo string) (Order, error)
@@ -227,6 +242,12 @@ type Store interface {
 	// An empty Status means active; Version and UpdatedAt are set by the
 	// store. It returns ErrInvalid for an order that [CheckPut] refuses.
 	Put(ctx context.Context, o Order) error
+}
+
+// Modifier is implemented by a [Store] that applies modifies: the write of
+// the order:modify kind. It keeps the rules of every fenced write (see
+// [Store]).
+type Modifier interface {
 	// Modify applies c to an active order once per eventID: it sets the
 	// fields c names and keeps the others, and the history entry is of
 	// type TypeModify with the event ID, the fence, Write.Worker and the
@@ -236,6 +257,12 @@ type Store interface {
 	// ErrNoFence, ErrInvalid, or ErrConflict when eventID was already used
 	// for a different change.
 	Modify(ctx context.Context, eventID, orderNo string, c Changes) (Result, error)
+}
+
+// Exchanger is implemented by a [Store] that applies exchanges: the write
+// of the order:exchange kind. It keeps the rules of every fenced write
+// (see [Store]).
+type Exchanger interface {
 	// Exchange closes an active order A as exchanged and creates its
 	// replacement B, once per eventID. B is numbered x.NewOrderNo, or
 	// tasks.ReplacementOrderNo(A, eventID) when that is empty, so that a
@@ -253,12 +280,11 @@ type Store interface {
 
 // Annotator is implemented by a [Store] that can record a note in an
 // order's history: who did what to the order outside its writes, and why
-// (the operator actions of internal/orderops: retry now, skip, hold,
-// resume). It is optional: a store without it (the HTTP store, whose
-// upstream API has no place for a note) simply keeps no notes, and
-// callers check for it with a type assertion. The module's
-// redisstore.Store implements it; storetest.Run checks it when a store
-// does.
+// (the operator actions: retry now, skip, hold, resume). It is optional:
+// a store without it (the HTTP store, whose upstream API has no place for
+// a note) simply keeps no notes, and callers check for it with a type
+// assertion. The module's Redis store implements it; storetest.Run checks
+// it when a store does.
 type Annotator interface {
 	// Annotate appends an entry of type TypeNote to order orderNo's
 	// history: Worker is n.By, Detail is n.Detail(), EventID is empty and
@@ -390,9 +416,10 @@ func AllHistory(ctx context.Context, s Store, orderNo string) ([]Entry, error) {
 }
 
 // Write says who writes and under which fence. It travels to the store in
-// the context; see [WithWrite]. (The Redis store, on the lock's own Redis,
-// also uses the lock hold, which the worker offers it separately through
-// the module's internal lock package; other stores need only the Write.)
+// the context; see [WithWrite]. (The module's Redis store, on the lock's
+// own Redis, also commits the lock's hand-off with its write, through a
+// hook the worker offers it separately; other stores need only the
+// Write.)
 type Write struct {
 	// Fence is the fencing token of the per-order lock the writer holds. It
 	// must be positive. The store refuses it when it is older than the
@@ -500,7 +527,7 @@ func CheckPut(o Order) error {
 }
 
 // CheckModify returns an error matching [ErrInvalid] for a modify that
-// [Store.Modify] refuses before writing: an empty event ID, a malformed
+// [Modifier.Modify] refuses before writing: an empty event ID, a malformed
 // order number, items given but empty, or a bad item.
 func CheckModify(eventID, orderNo string, c Changes) error {
 	if eventID == "" {
@@ -516,7 +543,7 @@ func CheckModify(eventID, orderNo string, c Changes) error {
 }
 
 // CheckExchange returns an error matching [ErrInvalid] for an exchange that
-// [Store.Exchange] refuses before writing: an empty event ID, a malformed
+// [Exchanger.Exchange] refuses before writing: an empty event ID, a malformed
 // order number or replacement number newNo (which the caller has filled in
 // with [tasks.ReplacementOrderNo] when x.NewOrderNo is empty), a
 // replacement numbered as the order itself, no items, or a bad item.

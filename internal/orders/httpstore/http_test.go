@@ -226,42 +226,42 @@ func outcomeOf(res orders.Result, err error) outcome {
 func TestHTTPMatchesRedisStore(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	stores := map[string]orders.Store{"redis": newOracle(t), "http": u.store(t, Config{})}
+	stores := map[string]orderapitest.Backend{"redis": newOracle(t), "http": u.store(t, Config{})}
 	items := []orders.Item{{SKU: "x", Qty: 1}}
 	type step struct {
 		name string
-		do   func(ctx context.Context, s orders.Store) outcome
+		do   func(ctx context.Context, s orderapitest.Backend) outcome
 	}
-	modify := func(fence int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	modify := func(fence int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchange := func(fence int64, ev, no string, x orders.Exchange) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	exchange := func(fence int64, ev, no string, x orders.Exchange) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, x))
 		}
 	}
-	modifyAt := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	modifyAt := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchangeAt := func(fence, seq int64, ev, no string, x orders.Exchange) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	exchangeAt := func(fence, seq int64, ev, no string, x orders.Exchange) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
 		}
 	}
-	outOfTurn := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	outOfTurn := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: true, Worker: "w1"}), ev, no, c))
 		}
 	}
-	put := func(o orders.Order) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome { return outcomeOf(orders.Result{}, s.Put(ctx, o)) }
+	put := func(o orders.Order) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome { return outcomeOf(orders.Result{}, s.Put(ctx, o)) }
 	}
-	get := func(no string) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	get := func(no string) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			o, err := s.Get(ctx, no)
 			o.UpdatedAt = time.Time{}
 			out := outcomeOf(orders.Result{}, err)
@@ -269,8 +269,8 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 			return out
 		}
 	}
-	history := func(no string) func(context.Context, orders.Store) outcome {
-		return func(ctx context.Context, s orders.Store) outcome {
+	history := func(no string) func(context.Context, orderapitest.Backend) outcome {
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
 			h, err := orders.AllHistory(ctx, s, no)
 			for i := range h {
 				h[i].StartedAt, h[i].EndedAt = time.Time{}, time.Time{}

@@ -746,7 +746,7 @@ func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Ch
 		detail = append(detail, 'i')
 	}
 	rec := newRecord(recModify, fingerprint(modifyRequest(c)), "", "")
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, fields)
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, lastStep, fields)
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
@@ -826,7 +826,7 @@ func (s *Store) closeOrder(ctx context.Context, w orders.Write, eventID, orderNo
 	}
 	fields := []any{"status", string(orders.StatusExchanged), "exchanged_to", newNo}
 	rec := newRecord(recExchange, fp, newNo, strconv.FormatInt(w.Fence, 10))
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, fields)
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, moreSteps, fields)
 	if claimed && (err != nil || res.rec.newNo != newNo) {
 		// The claim is ours and no longer needed. A failure to drop it is
 		// not the caller's problem: it expires after ClaimTTL.
@@ -922,8 +922,21 @@ type applied struct {
 	order    map[string]string // the order's fields after it, when asked for
 }
 
-// apply runs applyScript and maps its reply, or the package's error.
-func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
+// step says whether a write's applyScript is the last step of its work,
+// which then commits the lock's hand-off in the same script (see
+// applyScript), or whether more steps follow. Every write states it: a
+// write added to the store chooses, rather than falling to the slower
+// path by default.
+type step bool
+
+const (
+	lastStep  step = true  // the write's work ends with this script: commit the hand-off in it
+	moreSteps step = false // more steps follow: the worker passes the turn on after them
+)
+
+// apply runs applyScript as step of its write and maps its reply, or the
+// package's error.
+func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, step step, fields []any) (applied, error) {
 	ev, exp := s.eventKeys(orderNo)
 	keys := make([]string, 0, 8)
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
@@ -932,9 +945,10 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	var h *lock.Handoff
 	if hold, ok := lock.HoldFrom(ctx); ok {
 		lockFenceKey = hold.FenceKey()
-		// Only a modify ends its work with this write; an exchange still
-		// creates the replacement after it.
-		if rec.typ == recModify {
+		// A write whose work ends with this script commits the hand-off
+		// in it; one with more steps after it (an exchange still creates
+		// the replacement) leaves the hand-off to the worker.
+		if step == lastStep {
 			h = hold.Handoff()
 		}
 	}

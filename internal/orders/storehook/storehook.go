@@ -9,38 +9,70 @@ package storehook
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// Hook runs before a write; typ is orders.TypeModify or orders.TypeExchange.
-// A non-nil error is returned instead of writing.
+// Hook runs before a write; typ is the write's kind (its task type, as
+// orders.TypeModify). A non-nil error is returned instead of writing.
 type Hook func(ctx context.Context, typ, eventID, orderNo string) error
 
-// BeforeWrite returns a Store that runs hook before every Modify and
-// Exchange of s (inside the order's lock, when the caller holds it) and
-// writes only if the hook returns nil. Reads and Put go straight to s. It is
-// safe for concurrent use if s and hook are.
-func BeforeWrite(s orders.Store, hook Hook) orders.Store { return hooked{Store: s, hook: hook} }
-
-type hooked struct {
+// Store is an order store whose writes run a hook first. It implements
+// orders.Store and every write of the contract (orders.Modifier,
+// orders.Exchanger): a write that s itself lacks returns an error
+// naming the missing interface, after the hook. The notes of an orders.Annotator are not passed on: a hooked
+// store keeps no notes. A test in this package runs every kind of
+// worker.Kinds through a hooked store, so a write added to the contract
+// without its method here fails it.
+type Store struct {
 	orders.Store
+	s    orders.Store
 	hook Hook
 }
 
-func (h hooked) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
-	if err := h.hook(ctx, orders.TypeModify, eventID, orderNo); err != nil {
-		return orders.Result{}, err
+// BeforeWrite returns a Store that runs hook before every write of s
+// (inside the order's lock, when the caller holds it) and writes only if
+// the hook returns nil. Reads and Put go straight to s. A nil hook runs
+// nothing. It is safe for concurrent use if s and hook are.
+func BeforeWrite(s orders.Store, hook Hook) *Store { return &Store{Store: s, s: s, hook: hook} }
+
+var (
+	_ orders.Modifier  = (*Store)(nil)
+	_ orders.Exchanger = (*Store)(nil)
+)
+
+// before runs the hook of a write of kind typ.
+func (h *Store) before(ctx context.Context, typ, eventID, orderNo string) error {
+	if h.hook == nil {
+		return nil
 	}
-	return h.Store.Modify(ctx, eventID, orderNo, c)
+	return h.hook(ctx, typ, eventID, orderNo)
 }
 
-func (h hooked) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
-	if err := h.hook(ctx, orders.TypeExchange, eventID, orderNo); err != nil {
+// Modify runs the hook, then s's Modify.
+func (h *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
+	if err := h.before(ctx, orders.TypeModify, eventID, orderNo); err != nil {
 		return orders.Result{}, err
 	}
-	return h.Store.Exchange(ctx, eventID, orderNo, x)
+	m, ok := h.s.(orders.Modifier)
+	if !ok {
+		return orders.Result{}, fmt.Errorf("storehook: %T lacks orders.Modifier", h.s)
+	}
+	return m.Modify(ctx, eventID, orderNo, c)
+}
+
+// Exchange runs the hook, then s's Exchange.
+func (h *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
+	if err := h.before(ctx, orders.TypeExchange, eventID, orderNo); err != nil {
+		return orders.Result{}, err
+	}
+	e, ok := h.s.(orders.Exchanger)
+	if !ok {
+		return orders.Result{}, fmt.Errorf("storehook: %T lacks orders.Exchanger", h.s)
+	}
+	return e.Exchange(ctx, eventID, orderNo, x)
 }
 
 // Delay returns a Hook that waits d, or until ctx ends (returning its cause),

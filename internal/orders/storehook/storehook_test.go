@@ -9,6 +9,7 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -54,3 +55,28 @@ func TestDelayEndsWithContext(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
+
+// Every kind of the worker's table writes through a hooked store with its
+// hook: a write added to the contract without its method here fails.
+func TestBeforeWriteCoversEveryKind(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	base, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	veto := errors.New("veto")
+	for _, k := range worker.Kinds() {
+		t.Run(k.Kind.Name, func(t *testing.T) {
+			var seen []string
+			s := storehook.BeforeWrite(base, func(_ context.Context, typ, ev, no string) error {
+				seen = append(seen, typ+" "+ev+" "+no)
+				return veto
+			})
+			require.NoError(t, k.Check(s), "the hooked store implements the kind's write, %s", k.Write())
+			p, err := k.Kind.Decode([]byte(`{"event_id":"ev-1","order_no":"SO1"}`))
+			require.NoError(t, err)
+			ctx := orders.WithWrite(t.Context(), orders.Write{Fence: 1})
+			require.ErrorIs(t, k.Apply(ctx, s, p), veto, "the hook ran before the write, and stopped it")
+			require.Equal(t, []string{k.Kind.Type + " ev-1 SO1"}, seen)
+		})
+	}
+}

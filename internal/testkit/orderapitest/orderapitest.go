@@ -93,7 +93,7 @@ const MaxRequest = 1 << 20
 // token), reads request bodies of up to 1 MiB, and rejects unknown JSON
 // fields. Error messages carry the store's error text. It is safe for
 // concurrent use if store is.
-func NewHandler(store orders.Store) http.Handler {
+func NewHandler(store Backend) http.Handler {
 	h := &apiHandler{store: store}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders/{no}", h.get)
@@ -104,8 +104,16 @@ func NewHandler(store orders.Store) http.Handler {
 	return mux
 }
 
+// Backend is the store that [NewHandler] serves: one that reads, puts,
+// modifies and exchanges.
+type Backend interface {
+	orders.Store
+	orders.Modifier
+	orders.Exchanger
+}
+
 type apiHandler struct {
-	store orders.Store
+	store Backend
 }
 
 func (h *apiHandler) get(w http.ResponseWriter, r *http.Request) {
