@@ -11,7 +11,6 @@
 #   VERSION     the image's version label and tag (default: git describe)
 #   SOURCE      the image's source label (default: the project's repository)
 #   CA_BUNDLE   the CA certificates to copy (default: /etc/ssl/certs/ca-certificates.crt)
-#   GOARCH      the binaries' architecture (default: this host's)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

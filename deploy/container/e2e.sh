@@ -125,22 +125,35 @@ for u in worker intake dashboard; do
 done
 url() { echo "redis://ow-$1:${pass[$1]}@127.0.0.1:$rport/0"; }
 
+# The settings Kubernetes gives every process (deploy/kubernetes's shared
+# ConfigMap), but REDIS_ADDR, which only the manifests read: each
+# container gets them all, as a pod does from envFrom.
+awk '/^data:/ {d = 1; next} d && /^  [A-Z_]+:/ {
+       k = $1; sub(":", "", k); v = $2; gsub("\"", "", v)
+       if (k != "REDIS_ADDR") print k "=" v
+     }' deploy/kubernetes/base/config.yaml >"$work/shared.env"
+grep -q '^KEY_PREFIX=ow:$' "$work/shared.env" || fail "could not read deploy/kubernetes/base/config.yaml: $(cat "$work/shared.env")"
+
+# As the Kubernetes manifests run them: a read-only root file system, no
+# capabilities, no privilege escalation.
+locked=(--read-only --cap-drop all --security-opt no-new-privileges)
+
 iport=$(free_port); dport=$(free_port); o1=$(free_port); o2=$(free_port)
 apikey=e2e-api-key-$RANDOM$RANDOM$RANDOM
 dtoken=e2e-dashboard-token-$RANDOM$RANDOM
 
 log "starting the intake, two workers and the dashboard"
-podman run -d --name "$name-intake" \
+podman run -d "${locked[@]}" --name "$name-intake" --env-file "$work/shared.env" \
   -e REDIS_URL="$(url intake)" -e INTAKE_ADDR="127.0.0.1:$iport" -e INTAKE_API_KEYS="$apikey" \
   "$IMAGE" producer serve >/dev/null
 for i in 1 2; do
   port=$o1; [ "$i" = 2 ] && port=$o2
-  podman run -d --name "$name-worker-$i" \
+  podman run -d "${locked[@]}" --name "$name-worker-$i" --env-file "$work/shared.env" \
     -e REDIS_URL="$(url worker)" -e OPS_ADDR="127.0.0.1:$port" -e SHUTDOWN_TIMEOUT="$SHUTDOWN" \
     -e WORKER_SIMULATE_WORK="$WORK" -e WORKER_CONCURRENCY=10 \
     "$IMAGE" >/dev/null # the image's default command: worker
 done
-podman run -d --name "$name-dashboard" \
+podman run -d "${locked[@]}" --name "$name-dashboard" --env-file "$work/shared.env" \
   -e REDIS_URL="$(url dashboard)" -e DASHBOARD_ADDR="127.0.0.1:$dport" -e DASHBOARD_TOKENS="$dtoken" \
   "$IMAGE" dashboard >/dev/null
 
@@ -224,6 +237,14 @@ waiting=$(awk '/^asynq_tasks_enqueued_total\{.*state="(pending|active|retry|sche
 grep -q '^asynq_tasks_enqueued_total' "$work/metrics" || fail "the dashboard's /metrics has no queue gauges"
 [ "$archived" = 0 ] || fail "$archived tasks archived"
 [ "$waiting" = 0 ] || fail "$waiting tasks still waiting"
+
+# Each process's memory after the load (peak and current resident set, as
+# the kernel counts them): what deploy/kubernetes sizes its requests and
+# limits from (docs/operations.md, Running on Kubernetes).
+for c in intake worker-2 dashboard; do
+  pid=$(podman inspect "$name-$c" --format '{{.State.Pid}}')
+  log "memory of $c: $(awk '/^VmHWM|^VmRSS/ {printf "%s %d MiB ", $1, $2 / 1024}' "/proc/$pid/status")"
+done
 
 for c in intake worker-2 dashboard; do
   podman stop -t 60 "$name-$c" >/dev/null
