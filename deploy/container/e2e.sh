@@ -163,37 +163,52 @@ wait_http "http://127.0.0.1:$o2/readyz"
 wait_http "http://127.0.0.1:$dport/readyz"
 log "all four ready after $(($(date +%s) - t0)) s"
 
-# The orders, written with the worker's rules (order put writes orders).
+# The orders, written with the worker's rules (order put writes orders),
+# at once.
+puts=()
 for o in $(seq "$ORDERS"); do
   podman run --rm -e REDIS_URL="$(url worker)" "$IMAGE" \
-    producer order put "E2E$o" -address "$o Main St" -item SKU-1=1 >/dev/null
+    producer order put "E2E$o" -address "$o Main St" -item SKU-1=1 >/dev/null &
+  puts+=($!)
 done
+for p in "${puts[@]}"; do wait "$p" || fail "order put failed"; done
 
 # send O I: change I of order O, through the intake.
 send() {
   local code
-  code=$(curl -sS -o "$work/answer" -w '%{http_code}' -X POST "http://127.0.0.1:$iport/v1/orders/E2E$1/modify" \
+  code=$(curl -sS -o "$work/answer-$1" -w '%{http_code}' -X POST "http://127.0.0.1:$iport/v1/orders/E2E$1/modify" \
     -H "Authorization: Bearer $apikey" -H 'Content-Type: application/json' \
     -H "Idempotency-Key: e2e-$1-$2" -d "{\"changes\":{\"remark\":\"r$2\"}}")
-  [ "$code" = 202 ] || fail "change $2 of E2E$1: $code $(cat "$work/answer")"
+  [ "$code" = 202 ] || fail "change $2 of E2E$1: $code $(cat "$work/answer-$1")"
+}
+
+# sender O: order O's changes, one after the other (their order is the
+# one to keep), marking the halfway point. The orders' senders run side
+# by side.
+sender() {
+  for i in $(seq "$CHANGES"); do
+    send "$1" "$i"
+    if [ "$i" = $((CHANGES / 2)) ]; then : >"$work/half-$1"; fi
+  done
 }
 
 log "sending $CHANGES changes to each of $ORDERS orders; worker-1 is stopped halfway"
-stopped=
-for i in $(seq "$CHANGES"); do
-  for o in $(seq "$ORDERS"); do send "$o" "$i"; done
-  if [ "$i" = $((CHANGES / 2)) ]; then
-    # Stop it while it applies: wait until it holds tasks, then stop it in
-    # the background while the changes keep coming.
-    for _ in $(seq 100); do
-      [ "$(rcli llen 'asynq:{order_modify}:active')" -gt 0 ] && break
-      sleep 0.05
-    done
-    start=$(date +%s%N)
-    (podman stop -t 60 "$name-worker-1" >/dev/null; echo $(( ($(date +%s%N) - start) / 1000000 )) >"$work/stop-ms") &
-    stopped=$!
-  fi
+senders=()
+for o in $(seq "$ORDERS"); do
+  sender "$o" &
+  senders+=($!)
 done
+# Stop worker-1 while it applies: once every order is halfway sent and
+# tasks are active, in the background while the changes keep coming.
+deadline=$(($(date +%s) + 120))
+until [ "$(find "$work" -name 'half-*' | wc -l)" -ge "$ORDERS" ] && [ "$(rcli llen 'asynq:{order_modify}:active')" -gt 0 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "the senders did not get halfway with tasks active within 120 s"
+  sleep 0.05
+done
+start=$(date +%s%N)
+(podman stop -t 60 "$name-worker-1" >/dev/null; echo $(( ($(date +%s%N) - start) / 1000000 )) >"$work/stop-ms") &
+stopped=$!
+for p in "${senders[@]}"; do wait "$p" || fail "a sender failed"; done
 wait "$stopped"
 code=$(podman inspect "$name-worker-1" --format '{{.State.ExitCode}}')
 took=$(cat "$work/stop-ms")
