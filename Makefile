@@ -5,7 +5,7 @@ GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel demo fuzz
+.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel demo fuzz image container-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,6 +50,13 @@ stress-sentinel: ## the reliability suite's short configuration on a local Senti
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo
+
+IMAGE ?=
+image: ## the container image of the four binaries (podman, else docker; nothing pulled): IMAGE=name:tag, default orderworker:<git describe>
+	GO=$(GO) deploy/container/build.sh $(IMAGE)
+
+container-test: ## the image's end-to-end test: Redis, the intake, two workers and the dashboard as containers, a worker stopped mid-run (podman; about 2 minutes)
+	deploy/container/e2e.sh
 
 FUZZTIME ?= 60s
 fuzz: ## run every fuzz target for FUZZTIME each

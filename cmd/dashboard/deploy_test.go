@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -424,4 +425,184 @@ func TestSeriesNames(t *testing.T) {
 			require.Equal(t, tt.bad, err != nil, "%v", err)
 		})
 	}
+}
+
+// Grafana's dashboard schema versions this file may carry: 36 (Grafana
+// 9.0) to 41 (Grafana 12). Older versions are migrated on import, so
+// fields this file uses could be rewritten; newer ones are refused by the
+// Grafana versions in use.
+const (
+	grafanaMinSchema = 36
+	grafanaMaxSchema = 41
+)
+
+// TestGrafanaDashboardLoads checks what Grafana needs to import
+// deploy/grafana's dashboard as it is: the top-level fields of its
+// schema and nothing else (a misspelled field is dropped silently by
+// Grafana), a schema version it reads, a valid uid, unique positive
+// panel IDs, panels that fit the 24-column grid without overlapping, and
+// data sources only through the DS_PROMETHEUS variable, every variable
+// an expression uses being defined.
+func TestGrafanaDashboardLoads(t *testing.T) {
+	b, err := os.ReadFile(grafanaFile)
+	require.NoError(t, err)
+	assert.Empty(t, grafanaProblems(b))
+
+	// Each mistake is found.
+	var dash map[string]any
+	require.NoError(t, json.Unmarshal(b, &dash))
+	for name, mutate := range map[string]func(d map[string]any){
+		"misspelled field": func(d map[string]any) { d["schemaVerison"] = d["schemaVersion"] },
+		"old schema":       func(d map[string]any) { d["schemaVersion"] = 16 },
+		"string schema":    func(d map[string]any) { d["schemaVersion"] = "39" },
+		"duplicate id":     func(d map[string]any) { panelAt(d, 2)["id"] = panelAt(d, 3)["id"] },
+		"fixed datasource": func(d map[string]any) {
+			panelAt(d, 2)["datasource"] = map[string]any{"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}
+		},
+		"undefined variable": func(d map[string]any) {
+			panelAt(d, 2)["targets"].([]any)[0].(map[string]any)["expr"] = `sum(up{job="$jobb"})`
+		},
+		"overlap": func(d map[string]any) { panelAt(d, 3)["gridPos"] = panelAt(d, 2)["gridPos"] },
+		"too wide": func(d map[string]any) {
+			panelAt(d, 2)["gridPos"] = map[string]any{"h": 8, "w": 25, "x": 0, "y": 1}
+		},
+	} {
+		var d map[string]any
+		require.NoError(t, json.Unmarshal(b, &d))
+		mutate(d)
+		m, err := json.Marshal(d)
+		require.NoError(t, err)
+		assert.NotEmpty(t, grafanaProblems(m), "%s: not found", name)
+	}
+}
+
+// panelAt returns the i-th top-level panel of a decoded dashboard.
+func panelAt(d map[string]any, i int) map[string]any {
+	return d["panels"].([]any)[i].(map[string]any)
+}
+
+// grafanaVarUse is a use of a dashboard variable in an expression.
+var grafanaVarUse = regexp.MustCompile(`\$\{?([A-Za-z_]\w*)`)
+
+// grafanaProblems returns what keeps the dashboard JSON b from loading
+// as intended; none when it loads.
+func grafanaProblems(b []byte) []string {
+	type source struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	}
+	type gridPos struct{ H, W, X, Y int }
+	type panel struct {
+		ID          int             `json:"id"`
+		Type        string          `json:"type"`
+		Title       string          `json:"title"`
+		Description string          `json:"description"`
+		Collapsed   bool            `json:"collapsed"`
+		GridPos     *gridPos        `json:"gridPos"`
+		Datasource  *source         `json:"datasource"`
+		FieldConfig json.RawMessage `json:"fieldConfig"`
+		Options     json.RawMessage `json:"options"`
+		Panels      []any           `json:"panels"`
+		Targets     []struct {
+			RefID        string  `json:"refId"`
+			Expr         string  `json:"expr"`
+			LegendFormat string  `json:"legendFormat"`
+			Datasource   *source `json:"datasource"`
+			Instant      bool    `json:"instant"`
+			Range        bool    `json:"range"`
+			Format       string  `json:"format"`
+		} `json:"targets"`
+	}
+	var dash struct {
+		Title         string          `json:"title"`
+		UID           string          `json:"uid"`
+		Tags          []string        `json:"tags"`
+		Description   string          `json:"description"`
+		Editable      bool            `json:"editable"`
+		GraphTooltip  int             `json:"graphTooltip"`
+		SchemaVersion int             `json:"schemaVersion"`
+		Version       int             `json:"version"`
+		Refresh       string          `json:"refresh"`
+		Time          json.RawMessage `json:"time"`
+		Timezone      string          `json:"timezone"`
+		Links         []any           `json:"links"`
+		Annotations   json.RawMessage `json:"annotations"`
+		Templating    struct {
+			List []struct {
+				Name string `json:"name"`
+				Type string `json:"type"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []panel `json:"panels"`
+	}
+	var out []string
+	// The variables carry many of Grafana's fields; they are read apart.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return []string{err.Error()}
+	}
+	vars := top["templating"]
+	top["templating"] = json.RawMessage(`{}`)
+	stripped, err := json.Marshal(top)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(stripped))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&dash); err != nil {
+		return []string{"decode: " + err.Error()}
+	}
+	if err := json.Unmarshal(vars, &dash.Templating); err != nil {
+		return []string{"templating: " + err.Error()}
+	}
+	if dash.SchemaVersion < grafanaMinSchema || dash.SchemaVersion > grafanaMaxSchema {
+		out = append(out, fmt.Sprintf("schemaVersion %d outside %d..%d", dash.SchemaVersion, grafanaMinSchema, grafanaMaxSchema))
+	}
+	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`).MatchString(dash.UID) {
+		out = append(out, fmt.Sprintf("uid %q: 1 to 40 letters, digits, - and _", dash.UID))
+	}
+	defined := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
+	for _, v := range dash.Templating.List {
+		defined[v.Name] = true
+	}
+	if !defined["DS_PROMETHEUS"] {
+		out = append(out, "no DS_PROMETHEUS variable")
+	}
+	ds := source{Type: "prometheus", UID: "${DS_PROMETHEUS}"}
+	ids := map[int]bool{}
+	var cells []gridPos
+	for _, p := range dash.Panels {
+		if p.ID <= 0 || ids[p.ID] {
+			out = append(out, fmt.Sprintf("panel %q: id %d not positive or not unique", p.Title, p.ID))
+		}
+		ids[p.ID] = true
+		g := p.GridPos
+		if g == nil || g.W < 1 || g.H < 1 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+			out = append(out, fmt.Sprintf("panel %q: gridPos %+v outside the 24-column grid", p.Title, g))
+			continue
+		}
+		for _, c := range cells {
+			if g.X < c.X+c.W && c.X < g.X+g.W && g.Y < c.Y+c.H && c.Y < g.Y+g.H {
+				out = append(out, fmt.Sprintf("panel %q: gridPos %+v overlaps %+v", p.Title, *g, c))
+			}
+		}
+		cells = append(cells, *g)
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || *p.Datasource != ds {
+			out = append(out, fmt.Sprintf("panel %q: data source %+v, not the DS_PROMETHEUS variable", p.Title, p.Datasource))
+		}
+		for _, tg := range p.Targets {
+			if tg.Datasource == nil || *tg.Datasource != ds {
+				out = append(out, fmt.Sprintf("panel %q %s: data source %+v, not the DS_PROMETHEUS variable", p.Title, tg.RefID, tg.Datasource))
+			}
+			for _, m := range grafanaVarUse.FindAllStringSubmatch(tg.Expr, -1) {
+				if !defined[m[1]] {
+					out = append(out, fmt.Sprintf("panel %q %s: variable $%s is not defined", p.Title, tg.RefID, m[1]))
+				}
+			}
+		}
+	}
+	return out
 }
