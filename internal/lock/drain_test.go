@@ -88,7 +88,9 @@ func (d *drainFixture) done(t *testing.T, key string) int64 {
 // sequence moves on.
 func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 	t.Parallel()
-	d := newDrainFixture(t, lock.Config{TTL: 300 * time.Millisecond})
+	// A TTL of a second: renewed every third of it, the lease outlives a
+	// renewal that a loaded machine delays by up to two thirds.
+	d := newDrainFixture(t, lock.Config{TTL: time.Second})
 	const key = "SO-drain"
 	pos := reserve(t, d.q, key, 3)
 	lease := d.take(t, key, pos[0])
@@ -111,7 +113,7 @@ func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 		lock.Wait{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 50 * time.Millisecond})
 	require.ErrorIs(t, err, lock.ErrBusy, "the parked holder, run anyway, does not get in either")
 
-	time.Sleep(400 * time.Millisecond) // past the TTL: the renewal goes on
+	time.Sleep(1200 * time.Millisecond) // past the TTL: the renewal goes on
 	require.NoError(t, hold.Err(), "the hold's context lives on")
 	d.requireHeld(t, key, meta, fence)
 
