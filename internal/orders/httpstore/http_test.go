@@ -258,7 +258,9 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 		}
 	}
 	put := func(o orders.Order) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome { return outcomeOf(orders.Result{}, s.Put(ctx, o)) }
+		return func(ctx context.Context, s orderapitest.Backend) outcome {
+			return outcomeOf(orders.Result{}, s.Put(ctx, o))
+		}
 	}
 	get := func(no string) func(context.Context, orderapitest.Backend) outcome {
 		return func(ctx context.Context, s orderapitest.Backend) outcome {
