@@ -280,3 +280,22 @@ func (s apiSpec) requestRef(path string) (ref string, ok bool) {
 	}
 	return op.RequestBody.Content["application/json"].Schema.Ref, true
 }
+
+// The autoscalers of deploy/kubernetes scale the workers on the backlog of
+// every kind's queue, all its shards: a kind whose queue they do not
+// read would pile up without adding a worker. (The manifests' own module,
+// deploy/kubernetes/check, checks the queries' form; this checks that they
+// cover the table.)
+func TestEveryKindScalesTheWorkers(t *testing.T) {
+	for _, path := range []string{
+		"../../deploy/kubernetes/overlays/keda/scaledobject.yaml",
+		"../../deploy/kubernetes/overlays/hpa/prometheus-adapter-values.yaml",
+	} {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, k := range tasks.Kinds() {
+			matcher := fmt.Sprintf(`queue=~"%s(:[0-9]+)?",state="pending"`, k.Queue)
+			assert.Contains(t, string(b), matcher, "%s: no trigger on the pending backlog of %s's queue (every shard)", path, k.Type)
+		}
+	}
+}
