@@ -19,11 +19,8 @@ import (
 // time), archived (with its reason) or pending again; a task in no state to
 // claim is left alone, and two tasks of one queue take one round trip.
 func TestStepClaimsAndEndsAsAsynqDoes(t *testing.T) {
-	db := redistest.New(t)
-	cli := asynq.NewClientFromRedisClient(db.Client)
-	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	const q = "step_test"
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	db, cli, insp := stepQueue(t, q)
 	ctx := t.Context()
 	for _, id := range []string{"ok", "fail", "wait", "archive", "requeue", "norec"} {
 		_, err := cli.Enqueue(asynq.NewTask("t", []byte(`{"id":"`+id+`"}`)), asynq.Queue(q), asynq.TaskID(id),
@@ -107,11 +104,8 @@ func TestStepClaimsAndEndsAsAsynqDoes(t *testing.T) {
 // A task whose lease ended and that was brought back while its run went
 // on is not written for when the run ends: gone.
 func TestStepLeavesARecoveredTaskAlone(t *testing.T) {
-	db := redistest.New(t)
-	cli := asynq.NewClientFromRedisClient(db.Client)
-	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	const q = "step_gone"
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	db, cli, insp := stepQueue(t, q)
 	_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("x"), asynq.Retention(time.Hour))
 	require.NoError(t, err)
 	c, _, err := asynqwire.Step(t.Context(), db.Client, nil, q, "x")
@@ -139,11 +133,8 @@ func withoutMsg(c *asynqwire.Claimed) asynqwire.Claimed {
 // sent in a pipeline after another command it reads what that command
 // wrote (the commit of a store, in the drain of a hold).
 func TestStepWithGuardsAndPeek(t *testing.T) {
-	db := redistest.New(t)
-	cli := asynq.NewClientFromRedisClient(db.Client)
-	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	const q = "step_guard"
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	db, cli, insp := stepQueue(t, q)
 	ctx := t.Context()
 	for _, id := range []string{"a", "b", "c"} {
 		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id), asynq.Retention(time.Hour))
@@ -207,4 +198,14 @@ func TestStepWithGuardsAndPeek(t *testing.T) {
 	c, _, err := asynqwire.StepWith(ctx, db.Client, &asynqwire.Outcome{Task: b}, q, "c", asynqwire.StepOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "c", c.ID)
+}
+
+// stepQueue returns a Redis server, an asynq client and an inspector on
+// it, and deletes queue q at cleanup.
+func stepQueue(t *testing.T, q string) (*redistest.DB, *asynq.Client, *asynq.Inspector) {
+	t.Helper()
+	db := redistest.New(t)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	return db, asynq.NewClientFromRedisClient(db.Client), insp
 }
