@@ -35,8 +35,10 @@ import (
 // own run (its log line, metrics, span and OnDone), records its end in
 // asynq as asynq's processor would (completed with its retention, retried
 // with its backoff, or archived), and goes on, up to Config.DrainMax changes
-// or Config.DrainFor of time. Then it releases the lock and sends the next
-// change to the back of its queue: other orders' changes go first.
+// or Config.DrainFor of time (a quantum). Then, if another task waits in a
+// queue it serves, it releases the lock and sends the next change to the
+// back of its queue: other orders' changes go first. If none waits, the
+// hold goes on for another quantum.
 //
 // A failure ends the hold (the commit of a failed run does not keep the
 // lock), and the failed change backs off in asynq's retry set as a failing
@@ -64,6 +66,8 @@ type hold struct {
 	orderNo string
 	started time.Time
 	count   int       // changes run in the hold, the first included
+	qstart  time.Time // when the hold's quantum began
+	qbase   int       // count when it began
 	next    lock.Turn // the position the running change was taken for
 
 	// fold reads the result of the step that the running change's commit
@@ -84,7 +88,7 @@ func (w *Worker) drains(*run) bool {
 // commit of run first kept (see the comment above), and ends the hold.
 func (w *Worker) drain(ctx context.Context, first *run) {
 	lease := first.kept
-	h := &hold{lease: lease, orderNo: first.OrderNo, started: first.Started, count: 1}
+	h := &hold{lease: lease, orderNo: first.OrderNo, started: first.Started, count: 1, qstart: first.Started}
 	hctx := cmp.Or(lease.HoldContext(), ctx)
 	stopLeases := w.keepLeases(hctx, h)
 	var prev *asynqwire.Outcome
@@ -102,10 +106,13 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 		c := ready
 		ready = nil
 		if c == nil {
-			if h.count >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() || hctx.Err() != nil {
+			if w.stopping.Load() || hctx.Err() != nil || w.spent(h, 0) && w.othersWaiting(hctx, h) {
 				w.yield(ctx, h, next)
 				yielded = true
 				break
+			}
+			if w.spent(h, 0) {
+				h.qstart, h.qbase = time.Now(), h.count // nothing else waits: another quantum
 			}
 			var err error
 			c, err = w.claim(hctx, h, prev, next)
@@ -150,6 +157,28 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 		cancel()
 	}
 	w.cfg.Metrics.observeHold(h.count, yielded)
+}
+
+// spent reports whether hold h has used its quantum (Config.DrainMax
+// changes or Config.DrainFor of time) once ahead more changes have run.
+func (w *Worker) spent(h *hold, ahead int) bool {
+	return h.count-h.qbase+ahead >= w.cfg.DrainMax || time.Since(h.qstart) >= w.cfg.DrainFor
+}
+
+// othersWaiting reports whether a task waits for a worker in the pending
+// list of a queue the Worker serves, so that hold h, its quantum spent,
+// yields to it. When none waits, the order is alone in the line, and its
+// hold goes on for another quantum: releasing it would only cost the order
+// a trip through the queue (up to TaskCheckInterval·1.5 while asynq's
+// processor idles). A failed read counts as a task waiting.
+func (w *Worker) othersWaiting(ctx context.Context, h *hold) bool {
+	waiting, err := asynqwire.AnyPending(ctx, w.rdb, w.served)
+	if err != nil {
+		tracing.Log(ctx, w.log).Warn("could not read whether other changes wait; the hold yields",
+			zap.String("order_no", h.orderNo), zap.Error(err))
+		return true
+	}
+	return waiting
 }
 
 // yield ends a hold whose quantum is spent: it releases the lease, kept for
@@ -224,7 +253,7 @@ func (w *Worker) peekBehind(lease *lock.Lease, pos int64) asynqwire.StepOptions 
 func (w *Worker) foldNext(h *hold, c *asynqwire.Claimed, next lock.Turn) {
 	h.fold = nil
 	if !w.folds || len(c.Peek) != 2 || c.Peek[0] == nil || c.Peek[1] == nil ||
-		h.count+1 >= w.cfg.DrainMax || time.Since(h.started) >= w.cfg.DrainFor || w.stopping.Load() {
+		w.spent(h, 1) || w.stopping.Load() {
 		return
 	}
 	_, label, ok := strings.Cut(*c.Peek[0], " ") // "<taken at> <label>"

@@ -34,10 +34,11 @@ func flood(t *testing.T, p *producer.Producer, no, prefix string, n int) []strin
 	return ids
 }
 
-// A flood of one order's changes drains in holds: each change is one run,
-// in order, most of them taken by the worker that held the order for the
-// change before (Drained); each ends as its own completed asynq task; the
-// holds are bounded by DrainMax and counted.
+// A flood of one order's changes drains in a hold: each change is one run,
+// in order, taken by the worker that held the order for the change before
+// (Drained); each ends as its own completed asynq task. With nothing else
+// waiting in the queues, a quantum (DrainMax) that ends starts another:
+// the hold goes on, and is counted once, never as yielded.
 func TestFloodDrainsInHolds(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-FLOOD")
@@ -75,7 +76,7 @@ func TestFloodDrainsInHolds(t *testing.T) {
 		}
 	}
 	require.Len(t, all, n, "one run per change")
-	require.GreaterOrEqual(t, drained, n-n/quantum-2, "most changes ran in the hold of the one before")
+	require.GreaterOrEqual(t, drained, n-2, "the changes ran in the hold of the one before")
 	requireInSequence(t, e.history("SO-FLOOD"))
 	o, err := e.store.Get(t.Context(), "SO-FLOOD")
 	require.NoError(t, err)
@@ -89,14 +90,61 @@ func TestFloodDrainsInHolds(t *testing.T) {
 
 	// On one Redis, a drained change's commit takes the next change's task
 	// in its own round trip (the store's script and the step in one
-	// pipeline), but for the first two of each hold (the head, whose next
-	// is not yet known, and the first change taken apart) and the last.
-	holds := n/quantum + 1
-	assert.GreaterOrEqual(t, int(folds.n.Load()), n-3*holds, "commits that took the next change")
+	// pipeline), but for the first two of the hold (the head, whose next
+	// is not yet known, and the first change taken apart) and the last of
+	// each quantum.
+	quanta := n/quantum + 1
+	assert.GreaterOrEqual(t, int(folds.n.Load()), n-3*quanta, "commits that took the next change")
 
 	count, yielded := holdMetrics(t, reg)
-	assert.GreaterOrEqual(t, count, uint64(n/quantum), "the holds that drained are counted")
-	assert.GreaterOrEqual(t, yielded, float64(n/quantum-1), "holds that used their quantum yield")
+	assert.Equal(t, uint64(1), count, "one hold drained the order: alone in the line, it never had to yield")
+	assert.Zero(t, yielded, "no hold yielded")
+}
+
+// A hold whose quantum is spent yields when another order's change waits
+// for a worker: with one worker slot and two flooded orders, the orders
+// take turns of at most DrainMax changes each (deficit round robin across
+// orders, in effect) rather than one draining to its end first.
+func TestHoldsYieldToOtherOrders(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-A")
+	e.seed("SO-B")
+	r := newRuns()
+	reg := prometheus.NewRegistry()
+	m, err := worker.NewMetrics(reg)
+	require.NoError(t, err)
+	const n, quantum = 12, 3
+	p := e.producer(producer.Config{})
+	ids := append(flood(t, p, "SO-A", "a", n), flood(t, p, "SO-B", "b", n)...)
+	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, Concurrency: 1, DrainMax: quantum, DrainFor: time.Minute}, nil)
+	for _, id := range ids {
+		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
+	}
+	e.drain(30 * time.Second)
+	requireInSequence(t, e.history("SO-A"))
+	requireInSequence(t, e.history("SO-B"))
+
+	r.mu.Lock()
+	all := append([]worker.Done(nil), r.all...)
+	r.mu.Unlock()
+	require.Len(t, all, 2*n, "one run per change")
+	left := map[string]int{"SO-A": n, "SO-B": n}
+	streak, switches := 0, 0
+	for i, d := range all {
+		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s: %v", d.EventID, d.Err)
+		if i > 0 && d.OrderNo != all[i-1].OrderNo {
+			streak = 0
+			switches++
+		}
+		streak++
+		left[d.OrderNo]--
+		if left["SO-A"] > 0 && left["SO-B"] > 0 {
+			require.LessOrEqual(t, streak, quantum, "run %d: %d changes of %s in a row while the other order waited", i, streak, d.OrderNo)
+		}
+	}
+	assert.GreaterOrEqual(t, switches, 2*n/quantum-2, "the orders took turns")
+	_, yielded := holdMetrics(t, reg)
+	assert.GreaterOrEqual(t, yielded, float64(2*n/quantum-2), "holds that used their quantum while the other order waited yielded")
 }
 
 // countPipelines counts the pipelines of two commands or more a client

@@ -247,13 +247,15 @@ type Config struct {
 	// that holds the order goes on with the order's next change itself
 	// when that change is parked behind it (each still its own asynq task,
 	// completed, logged and counted as its own run), up to DrainMax
-	// changes, the first included, or DrainFor, whichever comes first. It
-	// then releases the lock and sends the next change to the back of its
-	// queue, so that other orders' changes go first. 1 turns the drain
-	// off: each change is then handed back to the queue. Defaults to 100.
+	// changes, the first included, or DrainFor, whichever comes first (a
+	// quantum). It then releases the lock and sends the next change to the
+	// back of its queue, so that other orders' changes go first, if any
+	// task waits in the pending list of a queue it serves; when none does,
+	// the hold goes on for another quantum. 1 turns the drain off: each
+	// change is then handed back to the queue. Defaults to 100.
 	DrainMax int
-	// DrainFor bounds how long one hold drains (see DrainMax). Defaults to
-	// 1s.
+	// DrainFor bounds how long one quantum of a hold drains (see
+	// DrainMax). Defaults to 1s.
 	DrainFor time.Duration
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
@@ -415,6 +417,7 @@ type Worker struct {
 	cfg      Config
 	kinds    tasks.Table    // the kinds of cfg.Kinds: what task types and labels are read against
 	queues   map[string]int // the queues served, shards included, with their weights
+	served   []string       // the keys of queues, sorted
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
@@ -469,6 +472,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
 	_, w.folds = rdb.(*redis.Client)
+	w.served = slices.Sorted(maps.Keys(w.queues))
 	w.turns, err = lock.NewTurns(locker, queueTasks{w}, lock.TurnsConfig{GapWait: cfg.GapWait, Logger: log})
 	if err != nil {
 		_ = locker.Close()

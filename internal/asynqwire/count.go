@@ -68,3 +68,27 @@ func ScanQueues(ctx context.Context, rdb redis.Cmdable, cursor uint64, count int
 	}
 	return names, next, nil
 }
+
+// AnyPending reports whether a task waits in the pending list
+// ([PendingKey]) of any of queues, with one LLEN per queue in one pipeline
+// (on a Cluster, one per master). A drained hold reads it at the end of
+// its quantum: when nothing else waits for a worker, the hold goes on. It
+// returns a wrapped Redis error. It is safe for concurrent use.
+func AnyPending(ctx context.Context, rdb redis.UniversalClient, queues []string) (bool, error) {
+	cmds := make([]*redis.IntCmd, 0, len(queues))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range queues {
+			cmds = append(cmds, p.LLen(ctx, PendingKey(q)))
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("asynqwire: read pending lists: %w", err)
+	}
+	for _, c := range cmds {
+		if c.Val() > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
