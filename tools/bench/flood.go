@@ -97,6 +97,11 @@ type floodRuns struct {
 	took    map[string]time.Duration // the runs' Took, summed
 	applied map[string]time.Time
 	drained int64
+	// want is the changes wait waits for, left how many of them are not yet
+	// applied, and all is closed when none is left.
+	want map[string]bool
+	left int
+	all  chan struct{}
 }
 
 func newFloodRuns() *floodRuns {
@@ -115,32 +120,46 @@ func (f *floodRuns) done(d worker.Done) {
 	if d.Outcome == worker.OutcomeOK {
 		if _, ok := f.applied[d.EventID]; !ok {
 			f.applied[d.EventID] = now
+			if f.want[d.EventID] {
+				f.left--
+				if f.left == 0 {
+					close(f.all)
+				}
+			}
 		}
 	}
 }
 
 // wait waits until every change of ids was applied, ctx ends (its cause),
-// or timeout passes.
+// or timeout passes. It is woken by the run that applies the last of them,
+// not by polling: a ticker in the measured process would wake its runtime
+// at a phase of its own, and delay the simulated work's timers (Go's
+// netpoller waits in whole milliseconds).
 func (f *floodRuns) wait(ctx context.Context, ids []string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	f.mu.Lock()
+	f.want, f.left, f.all = map[string]bool{}, 0, make(chan struct{})
+	for _, id := range ids {
+		if _, ok := f.applied[id]; !ok && !f.want[id] {
+			f.want[id] = true
+			f.left++
+		}
+	}
+	if f.left == 0 {
+		close(f.all)
+	}
+	all := f.all
+	f.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-all:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
 		f.mu.Lock()
-		missing := 0
-		for _, id := range ids {
-			if _, ok := f.applied[id]; !ok {
-				missing++
-			}
-		}
-		f.mu.Unlock()
-		if missing == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d changes not applied after %v", missing, len(ids), timeout)
-		}
-		if err := storehook.Sleep(ctx, 5*time.Millisecond); err != nil {
-			return context.Cause(ctx)
-		}
+		defer f.mu.Unlock()
+		return fmt.Errorf("%d of %d changes not applied after %v", f.left, len(ids), timeout)
 	}
 }
 
