@@ -215,15 +215,17 @@ func TestRunAsItsACLUser(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	// A flood of SO3, accepted before the worker starts: parked behind its
-	// head, then drained in one hold, each commit taking the next change
-	// (the worker's user needs the queue's keys in the store's script).
+	// head, then drained in holds, each commit taking the next change
+	// (the worker's user needs the queue's keys in the store's script),
+	// with quanta of 3 changes, so that the end of a quantum reads the
+	// served queues' pending lists as this user too.
 	const flood = 8
 	for i := range flood {
 		_, err = p.EnqueueModify(ctx, "SO3", tasks.Changes{Address: new(fmt.Sprintf("SO3 #%d", i))}, producer.WithEventID(fmt.Sprintf("f-SO3-%d", i)))
 		require.NoError(t, err)
 	}
 
-	env := map[string]string{"REDIS_URL": worker.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": freeAddr(t), "LOG_LEVEL": "info"}
+	env := map[string]string{"REDIS_URL": worker.URL(), "KEY_PREFIX": db.Prefix, "OPS_ADDR": freeAddr(t), "LOG_LEVEL": "info", "WORKER_DRAIN_MAX": "3"}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	var logs lockedBuffer
@@ -266,5 +268,8 @@ func TestRunAsItsACLUser(t *testing.T) {
 			drained++
 		}
 	}
-	require.Equal(t, flood-1, drained, "SO3's flood drained in the hold of its head")
+	// Two ends of a quantum (after 3 and 6 changes) may yield to the other
+	// orders' changes; the change after a yield starts a hold of its own.
+	require.GreaterOrEqual(t, drained, flood-3, "SO3's flood drained in holds")
+	require.NotContains(t, logs.String(), "could not read whether other changes wait")
 }
