@@ -99,7 +99,11 @@ func TestTraceOfAChangeThatWaitsBehindItsPredecessor(t *testing.T) {
 				return nil
 			})
 		})
-	p := e.producer(producer.Config{TracerProvider: tr})
+	// The second change, accepted while the first runs, is parked; a park
+	// of 1 s (asynq's least) brings it back to wait while the first is
+	// still held in its write. With the default park (30 s) the wait below
+	// raced its own timeout.
+	p := e.producer(producer.Config{TracerProvider: tr, ParkFor: time.Second})
 	up := tr.Tracer("upstream")
 
 	ctx1, s1 := up.Start(t.Context(), "upstream 1")
