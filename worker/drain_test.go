@@ -40,14 +40,8 @@ func flood(t *testing.T, p *producer.Producer, no, prefix string, n int) []strin
 // waiting in the queues, a quantum (DrainMax) that ends starts another:
 // the hold goes on, and is counted once, never as yielded.
 func TestFloodDrainsInHolds(t *testing.T) {
-	e := newEnv(t)
-	e.seed("SO-FLOOD")
-	r := newRuns()
-	reg := prometheus.NewRegistry()
-	m, err := worker.NewMetrics(reg)
-	require.NoError(t, err)
+	e, r, reg, m, p := holdEnv(t, "SO-FLOOD")
 	const n, quantum = 60, 25
-	p := e.producer(producer.Config{})
 	// Accept the flood before any worker runs: every change but the head
 	// is parked.
 	ids := flood(t, p, "SO-FLOOD", "f", n)
@@ -106,15 +100,8 @@ func TestFloodDrainsInHolds(t *testing.T) {
 // take turns of at most DrainMax changes each (deficit round robin across
 // orders, in effect) rather than one draining to its end first.
 func TestHoldsYieldToOtherOrders(t *testing.T) {
-	e := newEnv(t)
-	e.seed("SO-A")
-	e.seed("SO-B")
-	r := newRuns()
-	reg := prometheus.NewRegistry()
-	m, err := worker.NewMetrics(reg)
-	require.NoError(t, err)
+	e, r, reg, m, p := holdEnv(t, "SO-A", "SO-B")
 	const n, quantum = 12, 3
-	p := e.producer(producer.Config{})
 	ids := append(flood(t, p, "SO-A", "a", n), flood(t, p, "SO-B", "b", n)...)
 	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, Concurrency: 1, DrainMax: quantum, DrainFor: time.Minute}, nil)
 	for _, id := range ids {
@@ -145,6 +132,20 @@ func TestHoldsYieldToOtherOrders(t *testing.T) {
 	assert.GreaterOrEqual(t, switches, 2*n/quantum-2, "the orders took turns")
 	_, yielded := holdMetrics(t, reg)
 	assert.GreaterOrEqual(t, yielded, float64(2*n/quantum-2), "holds that used their quantum while the other order waited yielded")
+}
+
+// holdEnv returns a test env with orders nos seeded, a recorder of runs,
+// a registry with the worker's metrics in it, and a producer.
+func holdEnv(t *testing.T, nos ...string) (*env, *runs, *prometheus.Registry, *worker.Metrics, *producer.Producer) {
+	t.Helper()
+	e := newEnv(t)
+	for _, no := range nos {
+		e.seed(no)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := worker.NewMetrics(reg)
+	require.NoError(t, err)
+	return e, newRuns(), reg, m, e.producer(producer.Config{})
 }
 
 // countPipelines counts the pipelines of two commands or more a client
