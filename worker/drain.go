@@ -106,12 +106,13 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 		c := ready
 		ready = nil
 		if c == nil {
-			if w.stopping.Load() || hctx.Err() != nil || w.spent(h, 0) && w.othersWaiting(hctx, h) {
+			spent := w.spent(h, 0)
+			if w.stopping.Load() || hctx.Err() != nil || !renews(ctx, h) || spent && w.othersWaiting(hctx, h) {
 				w.yield(ctx, h, next)
 				yielded = true
 				break
 			}
-			if w.spent(h, 0) {
+			if spent {
 				h.qstart, h.qbase = time.Now(), h.count // nothing else waits: another quantum
 			}
 			var err error
@@ -163,6 +164,19 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 // changes or Config.DrainFor of time) once ahead more changes have run.
 func (w *Worker) spent(h *hold, ahead int) bool {
 	return h.count-h.qbase+ahead >= w.cfg.DrainMax || time.Since(h.qstart) >= w.cfg.DrainFor
+}
+
+// renews reports whether hold h may go on as far as its time allows:
+// while more than half the time from its first run's start to that run's
+// deadline (its task's asynq Timeout or Deadline, in ctx) is left. The
+// hold runs inside the first run's asynq handler, so asynq fails that task
+// at its deadline whatever the hold has applied since, and the drained
+// changes' contexts end there too; yielding at half of it (checked
+// whenever the next change is taken apart, at least once a quantum)
+// leaves the last changes of the hold at least as long.
+func renews(ctx context.Context, h *hold) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) > dl.Sub(h.started)/2
 }
 
 // othersWaiting reports whether a task waits for a worker in the pending

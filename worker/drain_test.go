@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -258,4 +259,33 @@ type hookOnWrite struct {
 func (s *hookOnWrite) Modify(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
 	s.before(ev)
 	return s.backend.Modify(ctx, ev, no, c)
+}
+
+// A hold that nothing else waits for goes on past its quantum, but not to
+// its first run's deadline: the hold runs inside that run's asynq handler,
+// and asynq fails the task at its deadline whatever was applied since. It
+// yields at half the first run's time instead, and the order's next change
+// starts a hold of its own. Every change still runs once, and succeeds.
+func TestAHoldYieldsBeforeItsFirstRunsDeadline(t *testing.T) {
+	e, r, reg, m, _ := holdEnv(t, "SO-LONG")
+	p := e.producer(producer.Config{Timeout: 2 * time.Second})
+	const n, work = 24, 100 * time.Millisecond // 2.4 s of work: past one task's 2 s
+	ids := flood(t, p, "SO-LONG", "l", n)
+	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: 2, DrainFor: time.Minute},
+		func(s orders.Store) orders.Store { return storehook.BeforeWrite(s, storehook.Delay(work)) })
+	for _, id := range ids {
+		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
+	}
+	e.drain(30 * time.Second)
+	r.mu.Lock()
+	all := append([]worker.Done(nil), r.all...)
+	r.mu.Unlock()
+	for _, d := range all {
+		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s ran only once, and succeeded: %v", d.EventID, d.Err)
+	}
+	require.Len(t, all, n, "one run per change")
+	requireInSequence(t, e.history("SO-LONG"))
+	holds, yielded := holdMetrics(t, reg)
+	assert.GreaterOrEqual(t, holds, uint64(2), "the flood took more than one hold")
+	assert.GreaterOrEqual(t, yielded, float64(1), "a hold yielded at half its first run's time")
 }

@@ -251,8 +251,11 @@ type Config struct {
 	// quantum). It then releases the lock and sends the next change to the
 	// back of its queue, so that other orders' changes go first, if any
 	// task waits in the pending list of a queue it serves; when none does,
-	// the hold goes on for another quantum. 1 turns the drain off: each
-	// change is then handed back to the queue. Defaults to 100.
+	// the hold goes on for another quantum. Whatever waits, a hold ends
+	// once half the time of its first change's task (its asynq Timeout or
+	// Deadline) is spent, since asynq fails that task at its deadline. 1
+	// turns the drain off: each change is then handed back to the queue.
+	// Defaults to 100.
 	DrainMax int
 	// DrainFor bounds how long one quantum of a hold drains (see
 	// DrainMax). Defaults to 1s.
