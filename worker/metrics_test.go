@@ -29,7 +29,7 @@ func TestMetricsBoundTaskTypes(t *testing.T) {
 	e.startWorker(worker.Config{Metrics: m}, nil)
 
 	payload := []byte(`{"event_id":"e","order_no":"SO-MET","changes":{"remark":"x"}}`)
-	for i, typ := range []string{strings.Repeat("x", 4096), "order:refund", "order:modify ", "ORDER:MODIFY"} {
+	for i, typ := range []string{strings.Repeat("x", 4096), "order:no-such-kind", "order:modify ", "ORDER:MODIFY"} {
 		e.enqueue(asynq.NewTask(typ, payload), tasks.QueueModify, "hostile-"+string(rune('a'+i)))
 	}
 	e.modify("SO-MET", "evt-ok", tasks.Changes{Remark: new("fine")})

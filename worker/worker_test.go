@@ -293,7 +293,7 @@ func TestMalformedTasksAreArchivedWithReason(t *testing.T) {
 		{"no changes", tasks.TypeModify, tasks.QueueModify, `{"event_id":"e2","order_no":"SO-OK","changes":{}}`, "changes"},
 		{"bad qty", tasks.TypeExchange, tasks.QueueExchange, `{"event_id":"e3","order_no":"SO-OK","items":[{"sku":"A","qty":0}]}`, "items[0].qty"},
 		{"unknown order", tasks.TypeModify, tasks.QueueModify, `{"event_id":"e4","order_no":"SO-NONE","changes":{"remark":"x"}}`, "not found"},
-		{"unknown type", "order:refund", tasks.QueueModify, `{"event_id":"e5","order_no":"SO-OK"}`, "unknown task type"},
+		{"unknown type", "order:no-such-kind", tasks.QueueModify, `{"event_id":"e5","order_no":"SO-OK"}`, "unknown task type"},
 	}
 	// Each task's ID is its event ID, as the contract says (else the
 	// mismatch would be the reason).
@@ -398,7 +398,7 @@ func TestConfigValidation(t *testing.T) {
 		{"unknown queue", worker.Config{Queues: map[string]int{"default": 1}}},
 		{"zero weight", worker.Config{Queues: map[string]int{tasks.QueueModify: 0, tasks.QueueExchange: 1}}},
 		{"min over max", worker.Config{Waits: map[string]worker.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
-		{"wait of an unknown kind", worker.Config{Waits: map[string]worker.Wait{"refund": {Deadline: time.Second}}}},
+		{"wait of an unknown kind", worker.Config{Waits: map[string]worker.Wait{"no-such-kind": {Deadline: time.Second}}}},
 		{"negative gap wait", worker.Config{GapWait: -time.Second}},
 		{"negative schedule bound", worker.Config{MaxScheduleAhead: -time.Second}},
 		{"negative shutdown", worker.Config{ShutdownTimeout: -time.Second}},
