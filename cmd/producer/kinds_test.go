@@ -19,6 +19,7 @@ import (
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -28,15 +29,6 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
-
-// kindSamples holds a valid payload of each kind of the contract, as JSON
-// without order_no (the CLI's -json and the intake's body), for
-// TestEveryKindEverywhere. A kind without one fails it: add one with the
-// kind.
-var kindSamples = map[string]string{
-	tasks.TypeModify:   `{"changes":{"remark":"conformance"}}`,
-	tasks.TypeExchange: `{"items":[{"sku":"B","qty":2}],"reason":"conformance"}`,
-}
 
 // TestEveryKindEverywhere is the kinds table's conformance test: it goes
 // over every kind of tasks.Kinds and checks that each layer has it, so that
@@ -152,14 +144,14 @@ func TestEveryKindEverywhere(t *testing.T) {
 			require.NotNil(t, entry.Apply)
 			require.NoError(t, entry.Wait.Validate())
 
-			sample, ok := kindSamples[k.Type]
-			require.True(t, ok, "add a sample payload of %s to kindSamples", k.Type)
+			// A valid payload of the kind, as JSON without order_no (the
+			// CLI's -json and the intake's body): internal/testkit/kindsample.
+			sample, ok := kindsample.JSON(k)
+			require.True(t, ok, "add a sample payload of %s to internal/testkit/kindsample", k.Type)
 			payload := func(eventID, no string) tasks.Payload {
 				t.Helper()
-				p, err := k.Decode([]byte(sample))
+				p, err := kindsample.Payload(k, eventID, no)
 				require.NoError(t, err)
-				p = p.WithHeader(tasks.Header{EventID: eventID, OrderNo: no})
-				require.NoError(t, p.Validate())
 				return p
 			}
 
