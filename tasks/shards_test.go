@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,20 +23,19 @@ import (
 func TestShardOfGolden(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		orderNo    string
-		crc        uint32
-		of2, of3   int
-		of4, of8   int
-		queue3     string
-		exchQueue3 string
+		orderNo  string
+		crc      uint32
+		of2, of3 int
+		of4, of8 int
+		queue3   string
 	}{
-		{"SO1001", 52386047, 1, 2, 3, 7, "order_modify:2", "order_exchange:2"},
-		{"SO1002", 2585135429, 1, 2, 1, 5, "order_modify:2", "order_exchange:2"},
-		{"SO1003", 3977329107, 1, 0, 3, 3, "order_modify:0", "order_exchange:0"},
-		{"SO123", 233812141, 1, 1, 1, 5, "order_modify:1", "order_exchange:1"},
-		{"SO2001", 296417041, 1, 1, 1, 1, "order_modify:1", "order_exchange:1"},
-		{"order-7", 164682458, 0, 2, 2, 2, "order_modify:2", "order_exchange:2"},
-		{"SO123-X1", 3921167528, 0, 2, 0, 0, "order_modify:2", "order_exchange:2"},
+		{"SO1001", 52386047, 1, 2, 3, 7, "order_modify:2"},
+		{"SO1002", 2585135429, 1, 2, 1, 5, "order_modify:2"},
+		{"SO1003", 3977329107, 1, 0, 3, 3, "order_modify:0"},
+		{"SO123", 233812141, 1, 1, 1, 5, "order_modify:1"},
+		{"SO2001", 296417041, 1, 1, 1, 1, "order_modify:1"},
+		{"order-7", 164682458, 0, 2, 2, 2, "order_modify:2"},
+		{"SO123-X1", 3921167528, 0, 2, 0, 0, "order_modify:2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.orderNo, func(t *testing.T) {
@@ -48,22 +48,29 @@ func TestShardOfGolden(t *testing.T) {
 			assert.Equal(t, tt.of3, tasks.ShardOf(tt.orderNo, 3))
 			assert.Equal(t, tt.of4, tasks.ShardOf(tt.orderNo, 4))
 			assert.Equal(t, tt.of8, tasks.ShardOf(tt.orderNo, 8))
-			assert.Equal(t, tt.queue3, tasks.Modify.QueueFor(tt.orderNo, 3))
-			assert.Equal(t, tt.exchQueue3, tasks.Exchange.QueueFor(tt.orderNo, 3))
+			assert.Equal(t, tt.queue3, tasks.Modify.QueueFor(tt.orderNo, 3), "as docs/scaling.md spells it")
+			// Every kind's: its queue, a colon and the shard.
+			for _, k := range tasks.Kinds() {
+				assert.Equal(t, k.Queue+":"+strconv.Itoa(tt.of3), k.QueueFor(tt.orderNo, 3), k.Type)
+			}
 		})
 	}
 }
 
 func TestOneShardKeepsTheQueueNames(t *testing.T) {
 	t.Parallel()
-	for _, count := range []int{0, 1} {
-		assert.Equal(t, "order_modify", tasks.Modify.QueueFor("SO1001", count))
-		assert.Equal(t, "order_exchange", tasks.Exchange.QueueFor("SO1001", count))
-		assert.Equal(t, []string{"order_modify"}, tasks.Modify.ShardQueues(count))
-	}
+	assert.Equal(t, "order_modify", tasks.Modify.QueueFor("SO1001", 1))
 	var zero tasks.Shards
-	assert.Equal(t, []string{"order_exchange", "order_modify"}, zero.AllQueues(tasks.Kinds()))
-	assert.Equal(t, []string{"order_modify"}, zero.Placements(tasks.Modify, "SO1"))
+	var own []string // every kind's own queue, in the table's order
+	for _, k := range tasks.Kinds() {
+		for _, count := range []int{0, 1} {
+			assert.Equal(t, k.Queue, k.QueueFor("SO1001", count), k.Type)
+			assert.Equal(t, []string{k.Queue}, k.ShardQueues(count), k.Type)
+		}
+		assert.Equal(t, []string{k.Queue}, zero.Placements(k, "SO1"), k.Type)
+		own = append(own, k.Queue)
+	}
+	assert.Equal(t, own, zero.AllQueues(tasks.Kinds()))
 	assert.Equal(t, "1", zero.String())
 }
 
@@ -197,6 +204,8 @@ func TestShardsSpreadOverThreeMasters(t *testing.T) {
 	// The queue names the docs give as examples.
 	assert.True(t, spreads("order_cancels"), "docs/adding-a-task-type.md's example")
 	assert.False(t, spreads("order_cancel"), "a name that does not spread: order_cancel:0 and :1 share a master")
+	assert.True(t, spreads("test_custom_kind"), "cmd/producer's test-only kind (TestACustomKindEndToEnd)")
+	assert.True(t, spreads("test_note_kind"), "worker's test-only kind (TestATestKindGoesThroughProducerAndWorker)")
 	// And the dot form the colon replaced does not.
 	third := func(slot int) int { return slot * 3 / 16384 }
 	assert.Equal(t, third(redisproc.Slot("order_modify.0")), third(redisproc.Slot("order_modify.1")),

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -169,26 +170,47 @@ func TestNewTask_InvalidTrace(t *testing.T) {
 	assert.Equal(t, "trace.traceparent", fe.Field)
 }
 
-// carriers are a payload of each kind of the table, in its order, open
-// for one more member.
-var carriers = []struct {
+// carrier is a valid payload of one kind, open for one more member.
+type carrier struct {
 	kind *tasks.Kind
 	open string
-}{
-	{tasks.Exchange, `{"event_id":"e1","order_no":"SO1","items":[{"sku":"A","qty":1}],`},
-	{tasks.Modify, `{"event_id":"e1","order_no":"SO1","changes":{"remark":"r"},`},
+}
+
+// carriers returns a carrier of each kind of the table, in its order, made
+// from the kind's sample (internal/testkit/kindsample), so that a kind
+// added to the table is covered with no change here.
+func carriers(t *testing.T) []carrier {
+	t.Helper()
+	var out []carrier
+	for _, k := range tasks.Kinds() {
+		sample, ok := kindsample.JSON(k)
+		require.True(t, ok, "add a sample payload of %s to internal/testkit/kindsample", k.Type)
+		own := strings.TrimSpace(sample)
+		require.True(t, strings.HasPrefix(own, "{") && strings.HasSuffix(own, "}"), "the sample of %s is a JSON object: %s", k.Type, sample)
+		open := `{"event_id":"e1","order_no":"SO1",`
+		if own = strings.TrimSpace(own[1 : len(own)-1]); own != "" {
+			open += own + ","
+		}
+		p, err := k.Parse([]byte(strings.TrimSuffix(open, ",") + "}"))
+		require.NoError(t, err, "the carrier of %s is valid without a trace", k.Type)
+		require.Nil(t, p.Header().Trace)
+		out = append(out, carrier{k, open})
+	}
+	return out
 }
 
 func TestCarriersCoverEveryKind(t *testing.T) {
 	t.Parallel()
-	require.Len(t, carriers, len(tasks.Kinds()))
+	cs := carriers(t)
+	require.Len(t, cs, len(tasks.Kinds()))
 	for i, k := range tasks.Kinds() {
-		require.Same(t, k, carriers[i].kind)
+		require.Same(t, k, cs[i].kind)
 	}
 }
 
 func TestParse_Trace(t *testing.T) {
 	t.Parallel()
+	cs := carriers(t)
 	tests := []struct {
 		name  string
 		trace string
@@ -206,7 +228,7 @@ func TestParse_Trace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, c := range carriers {
+			for _, c := range cs {
 				p, err := c.kind.Parse([]byte(c.open + tt.trace + `}`))
 				require.NoError(t, err, c.kind.Type)
 				assert.Equal(t, tt.want, p.Header().Trace, c.kind.Type)
@@ -219,6 +241,7 @@ func TestParse_Trace(t *testing.T) {
 // repeated or mistyped member.
 func TestParse_TraceFieldErrors(t *testing.T) {
 	t.Parallel()
+	cs := carriers(t)
 	tests := []struct {
 		name  string
 		trace string
@@ -246,7 +269,7 @@ func TestParse_TraceFieldErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, c := range carriers {
+			for _, c := range cs {
 				_, err := c.kind.Parse([]byte(c.open + tt.trace + `}`))
 				require.Error(t, err, c.kind.Type)
 				assert.Equal(t, tt.field+": "+tt.msg, err.Error(), c.kind.Type)

@@ -64,7 +64,7 @@ func TestArchivedChangesAreCountedByReason(t *testing.T) {
 		want                 string // task_type/reason
 	}{
 		{"invalid payload", tasks.TypeModify, tasks.QueueModify, "ev-json", []byte(`{"order_no":`), 5, "order:modify/invalid_payload"},
-		{"unknown type", "order:refund", tasks.QueueModify, "ev-refund", modify("ev-refund", "SO-AR"), 5, "unknown/unknown_type"},
+		{"unknown type", "order:no-such-kind", tasks.QueueModify, "ev-no-such-kind", modify("ev-no-such-kind", "SO-AR"), 5, "unknown/unknown_type"},
 		{"misplaced", tasks.TypeModify, tasks.QueueExchange, "ev-misplaced", modify("ev-misplaced", "SO-AR"), 5, "order:modify/misplaced"},
 		{"task ID mismatch", tasks.TypeModify, tasks.QueueModify, "not-ev-id", modify("ev-id", "SO-AR"), 5, "order:modify/task_id_mismatch"},
 		{"bad position", tasks.TypeModify, tasks.QueueModify, "ev-ahead", seqModify("ev-ahead", "SO-AR-SEQ", res.Seq+1000), 5, "order:modify/bad_position"},

@@ -183,7 +183,7 @@ func holdMetrics(t *testing.T, reg *prometheus.Registry) (holds uint64, yielded 
 
 // failOnce fails the first write of each event in fail.
 type failOnce struct {
-	backend
+	*backend
 	mu   sync.Mutex
 	fail map[string]bool
 }
@@ -209,7 +209,7 @@ func TestFailureInAHoldBacksOff(t *testing.T) {
 	p := e.producer(producer.Config{})
 	ids := flood(t, p, "SO-HFAIL", "h", 6)
 	store := &failOnce{fail: map[string]bool{ids[3]: true}}
-	e.startWorker(worker.Config{OnDone: r.add}, func(s orders.Store) orders.Store { store.backend = s.(backend); return store })
+	e.startWorker(worker.Config{OnDone: r.add}, func(s orders.Store) orders.Store { store.backend = s.(*backend); return store })
 	d := r.waitFor(t, ids[3], 30*time.Second, worker.OutcomeError)
 	require.True(t, d.Drained, "it failed in the hold of the one before")
 	d = r.waitFor(t, ids[3], 60*time.Second, worker.OutcomeOK)
@@ -230,7 +230,7 @@ func TestPauseStopsADrainedHold(t *testing.T) {
 	var once atomic.Bool
 	q := e.sequencer()
 	pauseAt := func(s orders.Store) orders.Store {
-		return &hookOnWrite{backend: s.(backend), before: func(ev string) {
+		return &hookOnWrite{backend: s.(*backend), before: func(ev string) {
 			if ev == ids[1] && once.CompareAndSwap(false, true) {
 				_, err := q.Pause(context.WithoutCancel(t.Context()), "SO-HPAUSE", "ops", "checking")
 				assert.NoError(t, err)
@@ -252,7 +252,7 @@ func TestPauseStopsADrainedHold(t *testing.T) {
 
 // hookOnWrite calls before with each modify's event ID before it writes.
 type hookOnWrite struct {
-	backend
+	*backend
 	before func(ev string)
 }
 

@@ -34,7 +34,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		first   = true
 	)
 	stall := func(inner orders.Store) orders.Store {
-		s := inner.(backend)
+		s := inner.(*backend)
 		return &hookStore{backend: s, modify: func(ctx context.Context, ev, no string, c orders.Changes) (orders.Result, error) {
 			mu.Lock()
 			stalled := first && ev == "ev-A"

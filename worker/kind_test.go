@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// notePayload is the payload of order:note, a kind that only this test
-// knows: it appends a note to an order. Seq is its last field, as in the
-// contract's payloads (the producer appends the position to the JSON).
+// notePayload is the payload of test:note-kind, a kind that only this
+// test knows: it appends a note to an order. Its type, name and queue are
+// the test's own (no real kind takes a "test" name; order:note is already
+// a history entry's type). Seq is its last field, as in the contract's
+// payloads (the producer appends the position to the JSON).
 type notePayload struct {
 	EventID string              `json:"event_id"`
 	OrderNo string              `json:"order_no"`
@@ -29,7 +31,7 @@ type notePayload struct {
 // noteKind is the test's kind, made as the contract's are. It is added
 // to the producer and the worker through their Config.Kinds, and nowhere
 // else.
-var noteKind = tasks.NewKind[notePayload]("order:note", "note", "order_note", 2)
+var noteKind = tasks.NewKind[notePayload]("test:note-kind", "test-note-kind", "test_note_kind", 2)
 
 func (p notePayload) Kind() *tasks.Kind { return noteKind }
 
@@ -60,7 +62,7 @@ type applied struct {
 // that each carries a fence no older than the order's last one and that no
 // two writes of one order overlap: the lock's exclusion.
 type noteStore struct {
-	backend
+	*backend
 	mu     sync.Mutex
 	writes map[string][]applied // by order
 	fences map[string]int64     // newest fence by order
@@ -69,7 +71,7 @@ type noteStore struct {
 }
 
 func newNoteStore(inner orders.Store) *noteStore {
-	return &noteStore{backend: inner.(backend), writes: map[string][]applied{}, fences: map[string]int64{},
+	return &noteStore{backend: inner.(*backend), writes: map[string][]applied{}, fences: map[string]int64{},
 		busy: map[string]bool{}, notes: map[string][]string{}}
 }
 
@@ -122,12 +124,12 @@ func (s *noteStore) applied(no string) []applied {
 	return append([]applied(nil), s.writes[no]...)
 }
 
-// noter is the store write of order:note.
+// noter is the store write of test:note-kind.
 type noter interface {
 	Note(ctx context.Context, eventID, no, note string) error
 }
 
-// noteEntry is the worker's entry of order:note.
+// noteEntry is the worker's entry of test:note-kind.
 var noteEntry = worker.NewKind(worker.Wait{}, func(ctx context.Context, store noter, n notePayload) error {
 	return store.Note(ctx, n.EventID, n.OrderNo, n.Note)
 })
@@ -155,7 +157,7 @@ func TestATestKindGoesThroughProducerAndWorker(t *testing.T) {
 		t.Helper()
 		res, err := p.Enqueue(ctx, notePayload{OrderNo: no, Note: text}, append(opts, producer.WithEventID(id))...)
 		require.NoError(t, err)
-		require.Equal(t, "order_note", res.Queue)
+		require.Equal(t, "test_note_kind", res.Queue)
 	}
 	modify := func(id string) {
 		t.Helper()
@@ -233,7 +235,7 @@ func TestNewRefusesAStoreWithoutAKindsWrite(t *testing.T) {
 		{"no write at all", readOnly{e.store}, nil, []string{"order:exchange", "orders.Exchanger", "worker_test.readOnly"}},
 		{"no exchange", modifyOnly{e.store, e.store}, nil, []string{"order:exchange", "orders.Exchanger"}},
 		{"no modify", readOnly{e.store}, onlyKind(t, tasks.Modify), []string{"order:modify", "orders.Modifier"}},
-		{"a program's own write", e.store, append(worker.Kinds(), noteEntry), []string{"order:note", "worker_test.noter"}},
+		{"a program's own write", e.store, append(worker.Kinds(), noteEntry), []string{"test:note-kind", "worker_test.noter"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -32,15 +33,19 @@ func onEachShard(prefix string, count int) []string {
 	return out
 }
 
-// fastWaits are waits short enough for tests that park tasks.
-var fastWaits = map[string]worker.Wait{
-	"modify":   {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 200 * time.Millisecond},
-	"exchange": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 200 * time.Millisecond},
-}
+// fastWaits are waits short enough for tests that park tasks, one for
+// every kind of the worker's table.
+var fastWaits = func() map[string]worker.Wait {
+	out := map[string]worker.Wait{}
+	for _, k := range worker.Kinds() {
+		out[k.Kind.Name] = worker.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 200 * time.Millisecond}
+	}
+	return out
+}()
 
-// A worker with 3 shards serves the 3 shard queues of each kind with the
-// kind's weight, every order's changes land in its shard and apply in
-// sequence, and the metrics show the shards.
+// A worker with 3 shards serves the 3 shard queues of each kind of the
+// table with the kind's whole weight, every order's changes land in its
+// shard and apply in sequence, and the metrics show the shards.
 func TestShardedWorkerServesEveryShard(t *testing.T) {
 	e := newEnv(t)
 	shards := tasks.Shards{Count: 3}
@@ -54,10 +59,15 @@ func TestShardedWorkerServesEveryShard(t *testing.T) {
 		regs = append(regs, reg)
 		w = e.startWorker(worker.Config{Shards: shards, Concurrency: 6, Metrics: m}, slowStore(time.Millisecond))
 	}
-	require.Equal(t, map[string]int{
-		"order_exchange:0": 6, "order_exchange:1": 6, "order_exchange:2": 6,
-		"order_modify:0": 3, "order_modify:1": 3, "order_modify:2": 3,
-	}, w.Queues())
+	wantQueues := map[string]int{}
+	for _, k := range tasks.Kinds() {
+		for _, q := range k.ShardQueues(3) {
+			wantQueues[q] = k.Weight // each shard the kind's whole weight
+		}
+	}
+	require.Len(t, wantQueues, 3*len(tasks.Kinds()))
+	require.Equal(t, wantQueues, w.Queues())
+	require.Equal(t, 3, w.Queues()["order_modify:1"], "order_modify:1 has the modify's weight, 3")
 
 	p := e.producer(producer.Config{Shards: shards})
 	nos := onEachShard("SO-SH", 3)
@@ -80,6 +90,18 @@ func TestShardedWorkerServesEveryShard(t *testing.T) {
 		require.Equal(t, "order_exchange:"+strconv.Itoa(i), res.Queue)
 		_, err = p.EnqueueModify(t.Context(), nos[(i+1)%3]+"-X", tasks.Changes{Remark: new("on the replacement")})
 		require.NoError(t, err)
+	}
+	// And a task of every kind of the table in each of its shards: its
+	// sample (internal/testkit/kindsample), each on an order of its own.
+	for _, k := range tasks.Kinds() {
+		for i, no := range onEachShard("SO-SHK-"+k.Name+"-", 3) {
+			e.seed(no)
+			payload, err := kindsample.Payload(k, fmt.Sprintf("shard-%s-%d", k.Name, i), no)
+			require.NoError(t, err)
+			res, err := p.Enqueue(t.Context(), payload)
+			require.NoError(t, err)
+			require.Equal(t, k.ShardQueue(i, 3), res.Queue)
+		}
 	}
 	e.drain(time.Minute)
 

@@ -348,23 +348,24 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 // and the order page links asynqmon's pages of their tasks.
 func TestAConfiguredKindIsTheDashboards(t *testing.T) {
 	t.Parallel()
-	// A kind of the test's own; its payload is the modify's, which is
-	// enough to place, guard and link its queues.
-	custom := tasks.NewKind[tasks.ModifyPayload]("order:cancel", "cancel", "order_cancels", 4)
+	// A kind of the test's own (a test name, which no real kind takes);
+	// its payload is the modify's, which is enough to place, guard and link
+	// its queues.
+	custom := tasks.NewKind[tasks.ModifyPayload]("test:custom-kind", "test-custom-kind", "test_custom_kind", 4)
 	kinds := append(tasks.Kinds(), custom)
 	shards := tasks.Shards{Count: 3, Draining: []int{1}}
 	queues := newQueueSet(shards, kinds, zap.NewNop())
-	for _, q := range append(custom.ShardQueues(3), "order_cancels") {
+	for _, q := range append(custom.ShardQueues(3), "test_custom_kind") {
 		assert.True(t, queues.defines(q), q)
 	}
-	assert.False(t, newQueueSet(shards, tasks.Kinds(), zap.NewNop()).defines("order_cancels:0"), "not without the kind")
+	assert.False(t, newQueueSet(shards, tasks.Kinds(), zap.NewNop()).defines("test_custom_kind:0"), "not without the kind")
 
 	pages, err := newOrderPages(nil, nil, nil, queues, kinds, "/asynq", false, zap.NewNop())
 	require.NoError(t, err)
-	assert.Equal(t, "/asynq/queues/order_cancels:1/tasks/cancel-1", pages.taskURL("order_cancels:1", "cancel-1"))
-	assert.Equal(t, "/asynq/queues/order_cancels?status=retry", pages.queueURL("order_cancels", "retry"))
-	assert.NotEmpty(t, pages.actions(orderview.Task{TaskID: "cancel-1", Queue: "order_cancels:1", State: "retry"}))
+	assert.Equal(t, "/asynq/queues/test_custom_kind:1/tasks/custom-1", pages.taskURL("test_custom_kind:1", "custom-1"))
+	assert.Equal(t, "/asynq/queues/test_custom_kind?status=retry", pages.queueURL("test_custom_kind", "retry"))
+	assert.NotEmpty(t, pages.actions(orderview.Task{TaskID: "custom-1", Queue: "test_custom_kind:1", State: "retry"}))
 	contract, err := newOrderPages(nil, nil, nil, queues, tasks.Kinds(), "/asynq", false, zap.NewNop())
 	require.NoError(t, err)
-	assert.Equal(t, "#", contract.taskURL("order_cancels:1", "cancel-1"), "no link to the queue of a kind it was not given")
+	assert.Equal(t, "#", contract.taskURL("test_custom_kind:1", "custom-1"), "no link to the queue of a kind it was not given")
 }

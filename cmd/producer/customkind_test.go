@@ -28,10 +28,13 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// cancelPayload is the payload of order:cancel, a kind that only this test
-// knows: cancel an order, with a reason. Seq is its last field, as in the
-// contract's payloads (the producer appends the position to the JSON).
-type cancelPayload struct {
+// customPayload is the payload of test:custom-kind, a kind that only this
+// test knows: it cancels an order, with a reason. Its type, name and queue
+// are the test's own (no real kind takes a "test" name), so that a real
+// order:cancel added to the table does not clash with it. Seq is its last
+// field, as in the contract's payloads (the producer appends the position
+// to the JSON).
+type customPayload struct {
 	EventID string              `json:"event_id"`
 	OrderNo string              `json:"order_no"`
 	Reason  string              `json:"reason"`
@@ -39,48 +42,49 @@ type cancelPayload struct {
 	Seq     int64               `json:"seq,omitempty"`
 }
 
-// cancelKind is the test's kind, made as docs/adding-a-task-type.md's
-// example is (its queue name spreads over three cluster masters). It is
-// handed to the producer (and through it to the intake, its views and
-// actions) and to the worker in their configuration, and nowhere else.
-var cancelKind = tasks.NewKind[cancelPayload]("order:cancel", "cancel", "order_cancels", 4)
+// customKind is the test's kind, made as docs/adding-a-task-type.md's
+// example is (its queue name, test_custom_kind, spreads over three cluster
+// masters: tasks.TestShardsSpreadOverThreeMasters). It is handed to the
+// producer (and through it to the intake, its views and actions) and to
+// the worker in their configuration, and nowhere else.
+var customKind = tasks.NewKind[customPayload]("test:custom-kind", "test-custom-kind", "test_custom_kind", 4)
 
-func (p cancelPayload) Kind() *tasks.Kind { return cancelKind }
+func (p customPayload) Kind() *tasks.Kind { return customKind }
 
-func (p cancelPayload) Header() tasks.Header {
+func (p customPayload) Header() tasks.Header {
 	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
 }
 
-func (p cancelPayload) WithHeader(h tasks.Header) tasks.Payload {
+func (p customPayload) WithHeader(h tasks.Header) tasks.Payload {
 	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
 	return p
 }
 
-func (p cancelPayload) Validate() error {
+func (p customPayload) Validate() error {
 	if !tasks.ValidEventID(p.EventID) || !tasks.ValidOrderNo(p.OrderNo) || p.Reason == "" {
-		return fmt.Errorf("%w: cancel needs an event ID, an order number and a reason: %w", tasks.ErrInvalid, asynq.SkipRetry)
+		return fmt.Errorf("%w: test:custom-kind needs an event ID, an order number and a reason: %w", tasks.ErrInvalid, asynq.SkipRetry)
 	}
 	return nil
 }
 
-// failReason is the reason of a cancel that the test's worker fails to
+// failReason is the reason of a custom-kind task that the test's worker fails to
 // apply, as an upstream that is down would.
 const failReason = "fail: upstream down"
 
-// cancelEntry is the worker's entry of cancelKind. It cancels through an
+// customEntry is the worker's entry of customKind. It cancels through an
 // existing store write (a modify of the remark), so the order's history
 // records the change as an order:modify: the order status must still find
-// the order:cancel task that made it.
-func cancelEntry() worker.Kind {
+// the test:custom-kind task that made it.
+func customEntry() worker.Kind {
 	var wait worker.Wait
 	for _, k := range worker.Kinds() {
 		if k.Kind == tasks.Modify {
 			wait = k.Wait
 		}
 	}
-	return worker.NewKind(wait, func(ctx context.Context, store orders.Modifier, c cancelPayload) error {
+	return worker.NewKind(wait, func(ctx context.Context, store orders.Modifier, c customPayload) error {
 		if c.Reason == failReason {
-			return errors.New("cancel: upstream down")
+			return errors.New("test:custom-kind: upstream down")
 		}
 		remark := "cancelled: " + c.Reason
 		_, err := store.Modify(ctx, c.EventID, c.OrderNo, orders.Changes{Remark: &remark})
@@ -88,7 +92,7 @@ func cancelEntry() worker.Kind {
 	})
 }
 
-// TestACustomKindEndToEnd drives a kind of the test's own, order:cancel,
+// TestACustomKindEndToEnd drives a kind of the test's own, test:custom-kind,
 // through every reader of kinds over the intake (real Redis, real HTTP
 // socket) and a worker: its POST route enqueues it to its own queue, the
 // worker applies it, the order status finds its task by the history entry
@@ -99,18 +103,18 @@ func TestACustomKindEndToEnd(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	ctx := t.Context()
-	kinds := append(tasks.Kinds(), cancelKind)
+	kinds := append(tasks.Kinds(), customKind)
 	require.NoError(t, kinds.Validate())
 
 	store, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	for _, no := range []string{"SO-CANCEL-1", "SO-CANCEL-2"} {
+	for _, no := range []string{"SO-CUSTOM-1", "SO-CUSTOM-2"} {
 		require.NoError(t, store.Put(ctx, orders.Order{No: no, Address: "1 Old Rd", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	}
 
 	done := make(chan worker.Done, 100)
 	w, err := worker.New(db.Client, store, worker.Config{KeyPrefix: db.Prefix, Logger: zaptest.NewLogger(t),
-		Kinds: append(worker.Kinds(), cancelEntry()), TaskCheckInterval: 50 * time.Millisecond,
+		Kinds: append(worker.Kinds(), customEntry()), TaskCheckInterval: 50 * time.Millisecond,
 		OnDone: func(d worker.Done) { done <- d }})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
@@ -166,56 +170,56 @@ func TestACustomKindEndToEnd(t *testing.T) {
 	}
 
 	// The intake's route, from the producer's kinds.
-	assert.Contains(t, intake.Routes(kinds), intake.Route{Method: http.MethodPost, Path: "/v1/orders/{order_no}/cancel", Limited: true})
-	status, body := call(http.MethodPost, "/v1/orders/SO-CANCEL-1/cancel", apiKey, map[string]string{"reason": "customer asked"},
-		map[string]string{intake.HeaderIdempotencyKey: "cancel-1"})
+	assert.Contains(t, intake.Routes(kinds), intake.Route{Method: http.MethodPost, Path: "/v1/orders/{order_no}/test-custom-kind", Limited: true})
+	status, body := call(http.MethodPost, "/v1/orders/SO-CUSTOM-1/test-custom-kind", apiKey, map[string]string{"reason": "customer asked"},
+		map[string]string{intake.HeaderIdempotencyKey: "custom-1"})
 	require.Equal(t, http.StatusAccepted, status, "%s", body)
 	var res producer.Result
 	require.NoError(t, json.Unmarshal(body, &res))
-	assert.Equal(t, "order_cancels", res.Queue)
+	assert.Equal(t, "test_custom_kind", res.Queue)
 	require.Positive(t, res.Seq)
 	// A body the kind refuses is the intake's 400, and nothing is enqueued.
-	status, body = call(http.MethodPost, "/v1/orders/SO-CANCEL-1/cancel", apiKey, map[string]string{},
-		map[string]string{intake.HeaderIdempotencyKey: "cancel-bad"})
+	status, body = call(http.MethodPost, "/v1/orders/SO-CUSTOM-1/test-custom-kind", apiKey, map[string]string{},
+		map[string]string{intake.HeaderIdempotencyKey: "custom-bad"})
 	require.Equal(t, http.StatusBadRequest, status, "%s", body)
 
-	d := waitDone("cancel-1")
+	d := waitDone("custom-1")
 	require.Equal(t, worker.OutcomeOK, d.Outcome, "%v", d.Err)
-	assert.Equal(t, "order_cancels", d.Queue)
+	assert.Equal(t, "test_custom_kind", d.Queue)
 
 	// The order status finds the task by the history entry it wrote, an
-	// order:modify: it looks in the cancel queue too.
-	status, body = call(http.MethodGet, "/v1/orders/SO-CANCEL-1/status", apiKey, nil, nil)
+	// order:modify: it looks in the custom kind's queue too.
+	status, body = call(http.MethodGet, "/v1/orders/SO-CUSTOM-1/status", apiKey, nil, nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	var st orderview.Status
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.NotEmpty(t, st.History)
 	last := st.History[len(st.History)-1]
-	assert.Equal(t, []string{"cancel-1", orders.TypeModify}, []string{last.EventID, last.Type})
+	assert.Equal(t, []string{"custom-1", orders.TypeModify}, []string{last.EventID, last.Type})
 	require.Len(t, st.Tasks, 1, "%+v", st.Tasks)
-	assert.Equal(t, "cancel-1", st.Tasks[0].TaskID)
-	assert.Equal(t, cancelKind.Type, st.Tasks[0].Type)
-	assert.Equal(t, "order_cancels", st.Tasks[0].Queue)
+	assert.Equal(t, "custom-1", st.Tasks[0].TaskID)
+	assert.Equal(t, customKind.Type, st.Tasks[0].Type)
+	assert.Equal(t, "test_custom_kind", st.Tasks[0].Queue)
 	assert.Equal(t, orderview.SourceHistory, st.Tasks[0].Source)
-	assert.Equal(t, res.Seq, st.Tasks[0].Seq, "its position, read from its payload as a cancel")
+	assert.Equal(t, res.Seq, st.Tasks[0].Seq, "its position, read from its payload as a custom-kind task")
 
-	// A cancel that fails is the head of its order: the status and the
-	// blocked list show it, in the cancel queue.
-	status, body = call(http.MethodPost, "/v1/orders/SO-CANCEL-2/cancel", apiKey, map[string]string{"reason": failReason},
-		map[string]string{intake.HeaderIdempotencyKey: "cancel-2"})
+	// A custom-kind task that fails is the head of its order: the status
+	// and the blocked list show it, in the custom kind's queue.
+	status, body = call(http.MethodPost, "/v1/orders/SO-CUSTOM-2/test-custom-kind", apiKey, map[string]string{"reason": failReason},
+		map[string]string{intake.HeaderIdempotencyKey: "custom-2"})
 	require.Equal(t, http.StatusAccepted, status, "%s", body)
 	require.NoError(t, json.Unmarshal(body, &res))
-	d = waitDone("cancel-2")
+	d = waitDone("custom-2")
 	require.Equal(t, worker.OutcomeError, d.Outcome, "%v", d.Err)
 
-	status, body = call(http.MethodGet, "/v1/orders/SO-CANCEL-2/status", apiKey, nil, nil)
+	status, body = call(http.MethodGet, "/v1/orders/SO-CUSTOM-2/status", apiKey, nil, nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	st = orderview.Status{}
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Len(t, st.Sequence.Waiting, 1)
-	assert.Equal(t, []string{"cancel-2", "order_cancels", "retry"},
+	assert.Equal(t, []string{"custom-2", "test_custom_kind", "retry"},
 		[]string{st.Sequence.Waiting[0].TaskID, st.Sequence.Waiting[0].Queue, st.Sequence.Waiting[0].TaskState})
-	assert.Contains(t, st.Summary[0], fmt.Sprintf("Its next change fails: task cancel-2 (order:cancel, position %d)", res.Seq))
+	assert.Contains(t, st.Summary[0], fmt.Sprintf("Its next change fails: task custom-2 (test:custom-kind, position %d)", res.Seq))
 
 	status, body = call(http.MethodGet, "/v1/blocked-orders", apiKey, nil, nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
@@ -223,28 +227,28 @@ func TestACustomKindEndToEnd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &page))
 	var blocked *orderview.BlockedOrder
 	for i := range page.Orders {
-		if page.Orders[i].OrderNo == "SO-CANCEL-2" {
+		if page.Orders[i].OrderNo == "SO-CUSTOM-2" {
 			blocked = &page.Orders[i]
 		}
 	}
 	require.NotNil(t, blocked, "the blocked list: %s", body)
 	assert.Equal(t, orderview.ReasonFailing, blocked.Reason, blocked.Explanation)
 	require.NotNil(t, blocked.Failing)
-	assert.Equal(t, []string{"cancel-2", "order_cancels"}, []string{blocked.Failing.TaskID, blocked.Failing.Queue})
+	assert.Equal(t, []string{"custom-2", "test_custom_kind"}, []string{blocked.Failing.TaskID, blocked.Failing.Queue})
 
-	// The operator skips it: the action finds its task in the cancel
-	// queue and archives it.
-	status, body = call(http.MethodPost, "/v1/orders/SO-CANCEL-2/actions/skip", adminKey, map[string]string{"reason": "cancelled by phone"}, nil)
+	// The operator skips it: the action finds its task in the custom
+	// kind's queue and archives it.
+	status, body = call(http.MethodPost, "/v1/orders/SO-CUSTOM-2/actions/skip", adminKey, map[string]string{"reason": "cancelled by phone"}, nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	var act orderops.Result
 	require.NoError(t, json.Unmarshal(body, &act))
-	assert.Equal(t, []string{"cancel-2", "order_cancels"}, []string{act.TaskID, act.Queue})
-	assert.Equal(t, fmt.Sprintf("task cancel-2 archived and position %d skipped", res.Seq), act.Detail)
-	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo("order_cancels", "cancel-2")
+	assert.Equal(t, []string{"custom-2", "test_custom_kind"}, []string{act.TaskID, act.Queue})
+	assert.Equal(t, fmt.Sprintf("task custom-2 archived and position %d skipped", res.Seq), act.Detail)
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo("test_custom_kind", "custom-2")
 	require.NoError(t, err)
 	assert.Equal(t, asynq.TaskStateArchived, info.State)
 
 	status, body = call(http.MethodGet, "/v1/blocked-orders", apiKey, nil, nil)
 	require.Equal(t, http.StatusOK, status, "%s", body)
-	assert.NotContains(t, string(body), "SO-CANCEL-2", "skipped, the order is no longer blocked")
+	assert.NotContains(t, string(body), "SO-CUSTOM-2", "skipped, the order is no longer blocked")
 }

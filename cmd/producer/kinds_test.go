@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
+	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -28,15 +30,6 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
-
-// kindSamples holds a valid payload of each kind of the contract, as JSON
-// without order_no (the CLI's -json and the intake's body), for
-// TestEveryKindEverywhere. A kind without one fails it: add one with the
-// kind.
-var kindSamples = map[string]string{
-	tasks.TypeModify:   `{"changes":{"remark":"conformance"}}`,
-	tasks.TypeExchange: `{"items":[{"sku":"B","qty":2}],"reason":"conformance"}`,
-}
 
 // TestEveryKindEverywhere is the kinds table's conformance test: it goes
 // over every kind of tasks.Kinds and checks that each layer has it, so that
@@ -152,14 +145,14 @@ func TestEveryKindEverywhere(t *testing.T) {
 			require.NotNil(t, entry.Apply)
 			require.NoError(t, entry.Wait.Validate())
 
-			sample, ok := kindSamples[k.Type]
-			require.True(t, ok, "add a sample payload of %s to kindSamples", k.Type)
+			// A valid payload of the kind, as JSON without order_no (the
+			// CLI's -json and the intake's body): internal/testkit/kindsample.
+			sample, ok := kindsample.JSON(k)
+			require.True(t, ok, "add a sample payload of %s to internal/testkit/kindsample", k.Type)
 			payload := func(eventID, no string) tasks.Payload {
 				t.Helper()
-				p, err := k.Decode([]byte(sample))
+				p, err := kindsample.Payload(k, eventID, no)
 				require.NoError(t, err)
-				p = p.WithHeader(tasks.Header{EventID: eventID, OrderNo: no})
-				require.NoError(t, p.Validate())
 				return p
 			}
 
@@ -282,20 +275,70 @@ func (s apiSpec) requestRef(path string) (ref string, ok bool) {
 }
 
 // The autoscalers of deploy/kubernetes scale the workers on the backlog of
-// every kind's queue, all its shards: a kind whose queue they do not
-// read would pile up without adding a worker. (The manifests' own module,
-// deploy/kubernetes/check, checks the queries' form; this checks that they
-// cover the table.)
+// every kind's queue, all its shards: a kind whose queue they do not read
+// would pile up without adding a worker. They read it in one query whose
+// queue label regular expression names no kind (the kinds' queue naming,
+// order_<name>, and :N for a shard), so that a kind added to the table
+// needs no change there. This checks that the expression, the same in both
+// overlays, matches every queue of every kind of the table under every
+// shard count and the deployment's own QUEUE_SHARDS, and no queue that is
+// not a kind's. (The manifests' own module, deploy/kubernetes/check, checks
+// the queries' form.)
 func TestEveryKindScalesTheWorkers(t *testing.T) {
+	matcher := regexp.MustCompile(`queue=~"([^"]*)",state="pending"`)
+	var expr string
 	for _, path := range []string{
 		"../../deploy/kubernetes/overlays/keda/scaledobject.yaml",
 		"../../deploy/kubernetes/overlays/hpa/prometheus-adapter-values.yaml",
 	} {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
-		for _, k := range tasks.Kinds() {
-			matcher := fmt.Sprintf(`queue=~"%s(:[0-9]+)?",state="pending"`, k.Queue)
-			assert.Contains(t, string(b), matcher, "%s: no trigger on the pending backlog of %s's queue (every shard)", path, k.Type)
+		found := matcher.FindAllStringSubmatch(string(b), -1)
+		require.NotEmpty(t, found, "%s: no query on the pending backlog", path)
+		for _, m := range found {
+			if expr == "" {
+				expr = m[1]
+			}
+			require.Equal(t, expr, m[1], "%s: one queue expression, the same in both overlays", path)
 		}
+	}
+	// Prometheus anchors a label's regular expression at both ends (and
+	// uses Go's RE2 syntax).
+	queues, err := regexp.Compile("^(?:" + expr + ")$")
+	require.NoError(t, err, expr)
+
+	// The queues a deployment's workers serve: every kind's queues under
+	// its QUEUE_SHARDS (the base's ConfigMap), draining counts included.
+	config, err := os.ReadFile("../../deploy/kubernetes/base/config.yaml")
+	require.NoError(t, err)
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	require.NoError(t, yaml.Unmarshal(config, &cm))
+	setting, ok := cm.Data["QUEUE_SHARDS"]
+	require.True(t, ok, "the base's ConfigMap sets QUEUE_SHARDS")
+	deployed, err := tasks.ParseShards(setting)
+	require.NoError(t, err)
+	for _, q := range deployed.AllQueues(tasks.Kinds()) {
+		assert.True(t, queues.MatchString(q), "queue %s, which the deployment serves (QUEUE_SHARDS %s), is not in the autoscalers' backlog (queue=~%q)", q, setting, expr)
+	}
+	// And under any shard count a deployment may set: each kind's own
+	// queue and its shard queues (tasks.Kind.ShardQueues).
+	for _, k := range tasks.Kinds() {
+		var missed []string
+		for n := 1; n <= tasks.MaxShards; n++ {
+			for _, q := range k.ShardQueues(n) {
+				if !queues.MatchString(q) {
+					missed = append(missed, q)
+				}
+			}
+		}
+		assert.Empty(t, missed, "queues of %s the autoscalers do not read (queue=~%q): name its queue as the kinds' are, or widen the expression in both overlays and deploy/kubernetes/check", k.Type, expr)
+	}
+	// Not so wide that it reads queues no worker serves, which would scale
+	// the workers on others' backlogs.
+	for _, q := range []string{"default", "critical", "low", "orders", "order_", "order_modify:", "order_modify:x"} {
+		assert.False(t, queues.MatchString(q), "the autoscalers read queue %s, which no kind has (queue=~%q)", q, expr)
+		assert.Nil(t, tasks.Kinds().OfQueue(q), "%s is no kind's queue", q)
 	}
 }

@@ -120,7 +120,7 @@ func TestRejections(t *testing.T) {
 		task *asynq.Task
 		want error
 	}{
-		{"unknown type", asynq.NewTask("order:refund", []byte(`{}`)), asynq.SkipRetry},
+		{"unknown type", asynq.NewTask("order:no-such-kind", []byte(`{}`)), asynq.SkipRetry},
 		{"bad payload", asynq.NewTask(tasks.TypeModify, []byte(`{"event_id":"e","order_no":"SO1","changes":{},"extra":1}`)), tasks.ErrInvalid},
 		{"closed order", task(t, modify("ev-m", 0, "late")), orders.ErrClosed},
 	}
