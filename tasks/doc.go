@@ -9,13 +9,13 @@
 //
 // # Task types and queues
 //
-// There are two task types, each with its own queue. The queue names are part
-// of the contract: a system that enqueues by hand must use them, because the
-// worker gives [QueueExchange] a higher priority than [QueueModify].
-//
-//	type            queue           payload
-//	order:modify    order_modify    ModifyPayload
-//	order:exchange  order_exchange  ExchangePayload
+// Each task type is a [Kind] of the table [Kinds]: its type name (such as
+// "order:modify"), its queue (such as "order_modify"), its default priority
+// weight and its payload struct (such as [ModifyPayload]). Every kind has
+// its own queue, and every queue name begins with "order_". The queue names
+// are part of the contract: a system that enqueues by hand must use them,
+// because the worker serves each queue with its kind's weight ([Kind.Weight]).
+// The README's task contract lists the kinds with their payloads.
 //
 // # Queue shards
 //

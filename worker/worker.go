@@ -53,7 +53,7 @@
 //
 // worker's API names only public types, so a program in another module can
 // run a Worker around its own order store: implement orders.Store and the
-// write of each kind it serves (orders.Modifier, orders.Exchanger; package
+// write of each kind it serves (such as orders.Modifier; package
 // github.com/orderworker/orderworker/worker/orders states what a store
 // must do), check it with worker/orders/storetest.Run, and pass it to
 // [New] with a Redis client; [New] refuses a kind whose write the store
@@ -141,7 +141,7 @@ type Config struct {
 	// as "order_modify") to its priority weight; every shard queue of the
 	// kind (see Shards) is served with that weight. Another name, a shard
 	// queue's included, is an error. Defaults to every kind of Kinds with
-	// its weight (order_exchange 6, order_modify 3): exchanges first.
+	// its weight (tasks.Kind.Weight; see tasks.Kinds for the contract's).
 	//
 	// Each shard gets the kind's whole weight rather than a part of it:
 	// asynq picks the queue it takes a task from at random with chances
@@ -166,9 +166,10 @@ type Config struct {
 	// before the next one is looked at, by each Worker (the order differs
 	// from one Worker to another).
 	StrictPriority bool
-	// Waits sets, by kind name ("modify", "exchange"), how a task waits for
-	// its order's lock and for its turn; a zero field keeps the kind's
-	// default (see [Kind.Wait]). Defaults to the kinds' defaults.
+	// Waits sets, by kind name (tasks.Kind.Name, such as "modify"), how a
+	// task waits for its order's lock and for its turn; a zero field keeps
+	// the kind's default (see [Kind.Wait]). Defaults to the kinds'
+	// defaults.
 	Waits map[string]Wait
 	// KeyPrefix starts the Redis keys of the orders' locks, fencing tokens
 	// and sequences, which live under KeyPrefix+"lock:" (with the release

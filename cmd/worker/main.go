@@ -1,5 +1,6 @@
-// Command worker runs orderworker's asynq worker: it takes order:modify and
-// order:exchange tasks from Redis and applies each inside its order's lock.
+// Command worker runs orderworker's asynq worker: it takes the tasks of
+// every kind of the contract (tasks.Kinds) from Redis and applies each
+// inside its order's lock.
 // Run it with -h for its settings; every one is also an environment variable.
 package main
 

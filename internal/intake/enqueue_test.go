@@ -7,6 +7,7 @@ import (
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
+	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"io"
 	"net/http"
@@ -68,6 +69,68 @@ func TestEnqueueExchange(t *testing.T) {
 	assert.Equal(t, tasks.TypeExchange, info.Type)
 	assert.JSONEq(t, `{"event_id":"evt-x","order_no":"SO1","items":[{"sku":"B","qty":1}],"new_order_no":"SO1-X","reason":"size","seq":`+
 		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
+}
+
+// kindBody returns the sample body of kind k (internal/testkit/kindsample),
+// failing the test when k has none.
+func kindBody(t *testing.T, k *tasks.Kind) string {
+	t.Helper()
+	body, ok := kindsample.JSON(k)
+	require.True(t, ok, "no sample of %s: add one to internal/testkit/kindsample", k.Type)
+	return body
+}
+
+// kindPath returns the enqueue route of kind k for order orderNo.
+func kindPath(k *tasks.Kind, orderNo string) string {
+	return "/v1/orders/" + orderNo + "/" + k.Name
+}
+
+// TestEnqueueEveryKind enqueues each kind of the table through its route
+// (202), then the same request again (409) and the same key for another
+// order, another payload (422): the answers of every route, so that a
+// kind added to the table has its route covered with no edit here.
+func TestEnqueueEveryKind(t *testing.T) {
+	t.Parallel()
+	for _, k := range tasks.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			body := kindBody(t, k)
+			evt := "evt-" + k.Name
+
+			r := e.post(t, kindPath(k, "SO1"), evt, body)
+			require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+			var res producer.Result
+			r.decode(t, &res)
+			require.Positive(t, res.Seq)
+			assert.Equal(t, producer.Result{TaskID: evt, Queue: k.Queue, EventID: evt, Seq: res.Seq}, res)
+			assert.Equal(t, "/v1/tasks/"+evt, r.header.Get("Location"))
+
+			info, err := e.insp.GetTaskInfo(k.Queue, evt)
+			require.NoError(t, err)
+			assert.Equal(t, k.Type, info.Type)
+			got, err := k.Parse(info.Payload)
+			require.NoError(t, err)
+			assert.Equal(t, tasks.Header{EventID: evt, OrderNo: "SO1", Seq: res.Seq}, got.Header())
+			want, err := kindsample.Payload(k, evt, "SO1")
+			require.NoError(t, err)
+			assert.Equal(t, want.WithHeader(tasks.Header{}), got.WithHeader(tasks.Header{}), "the body's members, as sent")
+
+			r = e.post(t, kindPath(k, "SO1"), evt, body)
+			require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+			eb := r.errorBody(t)
+			assert.Equal(t, codeDuplicate, eb.Error.Code)
+			assert.Equal(t, k.Queue, eb.Queue)
+
+			r = e.post(t, kindPath(k, "SO2"), evt, body)
+			require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
+			eb = r.errorBody(t)
+			assert.Equal(t, codeKeyReused, eb.Error.Code)
+			assert.Equal(t, k.Queue, eb.Queue)
+
+			assert.Equal(t, 1, e.queued(t), "no 409 or 422 enqueues anything")
+		})
+	}
 }
 
 // One key across both types: the second use is refused when it is
@@ -161,7 +224,7 @@ func TestEnqueueRejects(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	const modify, exchange = "/v1/orders/SO1/modify", "/v1/orders/SO1/exchange"
-	tests := []struct {
+	type rejection struct {
 		name   string
 		path   string
 		header map[string]string
@@ -169,7 +232,8 @@ func TestEnqueueRejects(t *testing.T) {
 		status int
 		code   string
 		field  string
-	}{
+	}
+	tests := []rejection{
 		{"not json", modify, nil, `{"changes":`, 400, codeMalformedBody, ""},
 		{"trailing data", modify, nil, modifyBody + `{}`, 400, codeMalformedBody, ""},
 		{"array", modify, nil, `[]`, 400, codeMalformedBody, ""},
@@ -207,6 +271,19 @@ func TestEnqueueRejects(t *testing.T) {
 		{"too large exchange", exchange, nil, `{"reason":"` + strings.Repeat("x", DefaultMaxBody) + `"}`, 413, codeBodyTooLarge, ""},
 		{"no credentials", modify, map[string]string{"Authorization": ""}, modifyBody, 401, codeUnauthorized, ""},
 		{"wrong key", exchange, map[string]string{"Authorization": "Bearer not-a-key-0123456789"}, exchangeBody, 401, codeUnauthorized, ""},
+	}
+	// The refusals every kind's route makes alike, for each kind of the
+	// table, so that a kind added to it has its route's 4xx covered.
+	for _, k := range tasks.Kinds() {
+		path, body := kindPath(k, "SO1"), kindBody(t, k)
+		tests = append(tests, []rejection{
+			{k.Name + " not json", path, nil, body[:len(body)-1], 400, codeMalformedBody, ""},
+			{k.Name + " unknown field", path, nil, `{"not_a_member":1,` + body[1:], 400, codeInvalidField, "not_a_member"},
+			{k.Name + " keys differ", path, nil, `{"event_id":"other",` + body[1:], 400, codeKeyMismatch, "event_id"},
+			{k.Name + " bad order number", kindPath(k, "SO.1"), nil, body, 400, codeInvalidParameter, "order_no"},
+			{k.Name + " text body", path, map[string]string{"Content-Type": "text/plain"}, body, 415, codeUnsupportedMedia, "Content-Type"},
+			{k.Name + " too large", path, nil, body + strings.Repeat(" ", DefaultMaxBody), 413, codeBodyTooLarge, ""},
+		}...)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,10 +13,10 @@
 //
 // # Routes
 //
-//	POST /v1/orders/{order_no}/modify     enqueue an order:modify      202
-//	POST /v1/orders/{order_no}/exchange   enqueue an order:exchange    202
+//	POST /v1/orders/{order_no}/{kind}     enqueue a task of the kind   202
 //
-// (one POST route per task kind the producer enqueues, named by the kind:
+// (one POST route per task kind the producer enqueues, named by the kind's
+// Name, such as /v1/orders/{order_no}/modify for order:modify:
 // producer.Config.Kinds, the contract's tasks.Kinds by default, so a kind
 // of a program's own gets its route as the contract's do)
 //

@@ -150,14 +150,17 @@ func TestUnavailable(t *testing.T) {
 	tests := []struct {
 		method, path, body string
 	}{
-		{http.MethodPost, "/v1/orders/SO1/modify", modifyBody},
-		{http.MethodPost, "/v1/orders/SO1/exchange", exchangeBody},
 		{http.MethodGet, "/v1/orders/SO1", ""},
 		{http.MethodGet, "/v1/orders/SO1/history", ""},
 		{http.MethodGet, "/v1/orders/SO1/status", ""},
 		{http.MethodGet, "/v1/blocked-orders", ""},
 		{http.MethodGet, "/v1/tasks/evt-1", ""},
 		{http.MethodGet, "/readyz", ""},
+	}
+	// Every kind's enqueue route, with the kind's sample: valid, so only
+	// Redis is missing.
+	for _, k := range tasks.Kinds() {
+		tests = append(tests, struct{ method, path, body string }{http.MethodPost, kindPath(k, "SO1"), kindBody(t, k)})
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+tt.path, func(t *testing.T) {

@@ -47,6 +47,7 @@ type operation struct {
 
 // schema is the part of a schema object the tests read.
 type schema struct {
+	Pattern    string               `yaml:"pattern"`
 	Required   []string             `yaml:"required"`
 	Properties map[string]yaml.Node `yaml:"properties"`
 }
@@ -235,6 +236,60 @@ func TestSpecKindRequests(t *testing.T) {
 			assert.Contains(t, s.Components.Schemas, requestSchema(k))
 		})
 	}
+}
+
+// TestSpecKindNames checks the places of the spec that name the kinds
+// against the table: the Queue pattern must match every kind's queue and
+// shard queues and name no other queue, and the task type enums must be
+// the kinds' types (a history entry's, those and the types of the writes
+// no task makes). A kind added to the table fails here until the spec
+// names it.
+func TestSpecKindNames(t *testing.T) {
+	s := loadSpec(t)
+	kinds := tasks.Kinds()
+	fix := func(where string) string {
+		return fmt.Sprintf("name every kind of tasks.Kinds in %s, %s", specPath, where)
+	}
+	t.Run("Queue", func(t *testing.T) {
+		pattern := s.Components.Schemas["Queue"].Pattern
+		re, err := regexp.Compile(pattern)
+		require.NoError(t, err)
+		var queues []string
+		for _, k := range kinds {
+			require.True(t, strings.HasPrefix(k.Queue, "order_"), "%s: a kind's queue begins with order_", k.Queue)
+			queues = append(queues, strings.TrimPrefix(k.Queue, "order_"))
+			var misses []string
+			for _, q := range append(k.ShardQueues(tasks.MaxShards), k.Queue) {
+				if !re.MatchString(q) {
+					misses = append(misses, q)
+				}
+			}
+			assert.Empty(t, misses, "%s matches none of these: %s", pattern, fix("components.schemas.Queue.pattern"))
+		}
+		m := regexp.MustCompile(`^\^order_\(([a-z0-9_|]+)\)`).FindStringSubmatch(pattern)
+		require.NotNil(t, m, "the Queue pattern begins ^order_(<queues without order_, separated by |>): %s", pattern)
+		assert.ElementsMatch(t, queues, strings.Split(m[1], "|"), fix("components.schemas.Queue.pattern"))
+	})
+	enum := func(t *testing.T, schemaName, prop string) []string {
+		t.Helper()
+		node, ok := s.Components.Schemas[schemaName].Properties[prop]
+		require.True(t, ok, "%s.%s missing", schemaName, prop)
+		var p struct {
+			Enum []string `yaml:"enum"`
+		}
+		require.NoError(t, node.Decode(&p))
+		return p.Enum
+	}
+	for _, name := range []string{"Task", "OrderTask"} {
+		t.Run(name, func(t *testing.T) {
+			assert.ElementsMatch(t, kinds.Types(), enum(t, name, "type"), fix("components.schemas."+name+".properties.type.enum"))
+		})
+	}
+	t.Run("HistoryEntry", func(t *testing.T) {
+		want := append(kinds.Types(), orders.TypeCreated, orders.TypePut, orders.TypeNote)
+		assert.ElementsMatch(t, want, enum(t, "HistoryEntry", "type"),
+			fix("components.schemas.HistoryEntry.properties.type.enum")+", with order:created, order:put and order:note")
+	})
 }
 
 // jsonMembers returns the JSON member names of struct type t, sorted, and

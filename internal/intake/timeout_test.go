@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/tasks"
 )
 
 // rawExchange sends head (a request's header block, without the blank line)
@@ -43,9 +45,13 @@ func TestStalledBody(t *testing.T) {
 	tests := []struct {
 		name, path, framing, body string
 	}{
-		{"modify, Content-Length", "/v1/orders/SO1/modify", "Content-Length: 100", "{"},
-		{"exchange, Content-Length", "/v1/orders/SO1/exchange", "Content-Length: 100", "{"},
 		{"modify, chunked", "/v1/orders/SO1/modify", "Transfer-Encoding: chunked", "1\r\n{\r\n"},
+	}
+	// Every kind's enqueue route, so that a kind added to the table has its
+	// route's 408 covered.
+	for _, k := range tasks.Kinds() {
+		tests = append(tests, struct{ name, path, framing, body string }{
+			k.Name + ", Content-Length", kindPath(k, "SO1"), "Content-Length: 100", "{"})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

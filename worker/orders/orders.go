@@ -137,8 +137,8 @@ type Entry struct {
 	// EventID is the event that made the write; empty for a put and a
 	// note.
 	EventID string `json:"event_id"`
-	// Type is one of TypeModify, TypeExchange, TypeCreated, TypePut and
-	// TypeNote.
+	// Type is the type of the write: a task-driven write's task type (such
+	// as TypeModify), or TypeCreated, TypePut or TypeNote.
 	Type string `json:"type"`
 	// Fence is the fencing token the write was made under; 0 for a put
 	// and a note, which are not fenced. The entry that creates a

@@ -220,50 +220,57 @@ func outcomeOf(res orders.Result, err error) outcome {
 	return o
 }
 
+// fullStore is a store with the writes TestHTTPMatchesRedisStore plays.
+type fullStore interface {
+	orders.Store
+	orders.Modifier
+	orders.Exchanger
+}
+
 // TestHTTPMatchesRedisStore plays one script against a Redis store and an
 // HTTP store (over another Redis store) and expects the same outcome from
 // every step.
 func TestHTTPMatchesRedisStore(t *testing.T) {
 	t.Parallel()
 	u := newRefUpstream(t)
-	stores := map[string]orderapitest.Backend{"redis": newOracle(t), "http": u.store(t, Config{})}
+	stores := map[string]fullStore{"redis": newOracle(t), "http": u.store(t, Config{})}
 	items := []orders.Item{{SKU: "x", Qty: 1}}
 	type step struct {
 		name string
-		do   func(ctx context.Context, s orderapitest.Backend) outcome
+		do   func(ctx context.Context, s fullStore) outcome
 	}
-	modify := func(fence int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	modify := func(fence int64, ev, no string, c orders.Changes) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchange := func(fence int64, ev, no string, x orders.Exchange) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	exchange := func(fence int64, ev, no string, x orders.Exchange) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Worker: "w1"}), ev, no, x))
 		}
 	}
-	modifyAt := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	modifyAt := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, c))
 		}
 	}
-	exchangeAt := func(fence, seq int64, ev, no string, x orders.Exchange) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	exchangeAt := func(fence, seq int64, ev, no string, x orders.Exchange) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(s.Exchange(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, Worker: "w1"}), ev, no, x))
 		}
 	}
-	outOfTurn := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	outOfTurn := func(fence, seq int64, ev, no string, c orders.Changes) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(s.Modify(orders.WithWrite(ctx, orders.Write{Fence: fence, Seq: seq, SeqOutOfTurn: true, Worker: "w1"}), ev, no, c))
 		}
 	}
-	put := func(o orders.Order) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	put := func(o orders.Order) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			return outcomeOf(orders.Result{}, s.Put(ctx, o))
 		}
 	}
-	get := func(no string) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	get := func(no string) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			o, err := s.Get(ctx, no)
 			o.UpdatedAt = time.Time{}
 			out := outcomeOf(orders.Result{}, err)
@@ -271,8 +278,8 @@ func TestHTTPMatchesRedisStore(t *testing.T) {
 			return out
 		}
 	}
-	history := func(no string) func(context.Context, orderapitest.Backend) outcome {
-		return func(ctx context.Context, s orderapitest.Backend) outcome {
+	history := func(no string) func(context.Context, fullStore) outcome {
+		return func(ctx context.Context, s fullStore) outcome {
 			h, err := orders.AllHistory(ctx, s, no)
 			for i := range h {
 				h[i].StartedAt, h[i].EndedAt = time.Time{}, time.Time{}
@@ -787,6 +794,34 @@ func (checkingStore) Exchange(ctx context.Context, eventID, orderNo string, x or
 		return orders.Result{}, err
 	}
 	return orders.Result{Order: orders.Order{No: x.NewOrderNo, Status: orders.StatusActive, Items: x.Items}}, nil
+}
+
+// TestHandlerServesTheStoresWrites: the reference server serves the write
+// endpoints of the writes its store implements, and leaves the others
+// unknown paths (a bare 404), so a test store need not implement a write
+// it is not asked for.
+func TestHandlerServesTheStoresWrites(t *testing.T) {
+	t.Parallel()
+	type modifierOnly struct {
+		orders.Store
+		orders.Modifier
+	}
+	h := orderapitest.NewHandler(modifierOnly{Modifier: checkingStore{}})
+	post := func(path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set(HeaderIdempotencyKey, "evt-1")
+		req.Header.Set(HeaderFencingToken, "1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := post("/orders/SO1/modify", `{"remark":"x"}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = post("/orders/SO1/exchange", `{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`)
+	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
+	e := decodeError(rec.Code, rec.Body.Bytes(), "SO1")
+	assert.NotErrorIs(t, e, orders.ErrNotFound, "an unknown path, not a missing order")
+	assert.ErrorIs(t, e, ErrUpstream)
 }
 
 // FuzzHTTPHandler: whatever a client sends, the reference server answers
