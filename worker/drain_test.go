@@ -54,14 +54,7 @@ func TestFloodDrainsInHolds(t *testing.T) {
 	folds := &countPipelines{}
 	e.db.Client.AddHook(folds)
 	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: quantum, DrainFor: time.Minute}, nil)
-	for _, id := range ids {
-		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
-	}
-	e.drain(30 * time.Second)
-
-	r.mu.Lock()
-	all := append([]worker.Done(nil), r.all...)
-	r.mu.Unlock()
+	all := appliedRuns(t, e, r, ids)
 	drained := 0
 	for _, d := range all {
 		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s ran only once, in its turn: %v", d.EventID, d.Err)
@@ -147,6 +140,19 @@ func holdEnv(t *testing.T, nos ...string) (*env, *runs, *prometheus.Registry, *w
 	m, err := worker.NewMetrics(reg)
 	require.NoError(t, err)
 	return e, newRuns(), reg, m, e.producer(producer.Config{})
+}
+
+// appliedRuns waits until every change of ids is applied and the queues
+// are drained, and returns every run r saw.
+func appliedRuns(t *testing.T, e *env, r *runs, ids []string) []worker.Done {
+	t.Helper()
+	for _, id := range ids {
+		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
+	}
+	e.drain(30 * time.Second)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]worker.Done(nil), r.all...)
 }
 
 // countPipelines counts the pipelines of two commands or more a client
@@ -273,13 +279,7 @@ func TestAHoldYieldsBeforeItsFirstRunsDeadline(t *testing.T) {
 	ids := flood(t, p, "SO-LONG", "l", n)
 	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: 2, DrainFor: time.Minute},
 		func(s orders.Store) orders.Store { return storehook.BeforeWrite(s, storehook.Delay(work)) })
-	for _, id := range ids {
-		r.waitFor(t, id, 30*time.Second, worker.OutcomeOK)
-	}
-	e.drain(30 * time.Second)
-	r.mu.Lock()
-	all := append([]worker.Done(nil), r.all...)
-	r.mu.Unlock()
+	all := appliedRuns(t, e, r, ids)
 	for _, d := range all {
 		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s ran only once, and succeeded: %v", d.EventID, d.Err)
 	}
