@@ -15,9 +15,10 @@ import (
 // default priority and how its payload is read. [Kinds] lists the
 // contract's kinds, and every layer (producer, intake, CLI, worker,
 // metrics) reads that one table instead of naming the types itself.
-// Adding a task type means adding its payload struct and its Kind (made
-// with [NewKind]) to the table here, and its entry to the worker's table
-// (worker.Kinds); docs/adding-a-task-type.md walks through it.
+// Adding a task type means adding one file with its payload struct and its
+// Kind (made with [NewKind]), its row in the table here, and its entry to
+// the worker's table (worker.Kinds); docs/adding-a-task-type.md walks
+// through it.
 //
 // A Kind is read-only; its methods are safe for concurrent use.
 type Kind struct {
@@ -80,17 +81,9 @@ func (k *Kind) Parse(b []byte) (Payload, error) {
 // String returns the kind's type.
 func (k *Kind) String() string { return k.Type }
 
-// The kinds of the contract.
-var (
-	// Modify is the kind of [TypeModify] tasks, whose payload is a
-	// [ModifyPayload].
-	Modify = NewKind[ModifyPayload](TypeModify, "modify", QueueModify, 3)
-	// Exchange is the kind of [TypeExchange] tasks, whose payload is an
-	// [ExchangePayload].
-	Exchange = NewKind[ExchangePayload](TypeExchange, "exchange", QueueExchange, 6)
-)
-
-// kinds is the table, in priority order.
+// kinds is the table, in priority order: the one list of the contract's
+// kinds, each declared with its payload in a file of its own
+// (tasks/<kind>.go).
 var kinds = Table{Exchange, Modify}
 
 // Kinds returns every kind of the contract, highest default priority first.
@@ -256,48 +249,6 @@ type Creator interface {
 	// Creates returns the number of the order the task creates.
 	Creates() string
 }
-
-var (
-	_ Payload = ModifyPayload{}
-	_ Payload = ExchangePayload{}
-	_ Creator = ExchangePayload{}
-)
-
-// Kind returns [Modify].
-func (p ModifyPayload) Kind() *Kind { return Modify }
-
-// Header returns the payload's event ID, order number, position and trace
-// context.
-func (p ModifyPayload) Header() Header {
-	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
-}
-
-// WithHeader returns p with h's event ID, order number, position and trace
-// context.
-func (p ModifyPayload) WithHeader(h Header) Payload {
-	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
-	return p
-}
-
-// Kind returns [Exchange].
-func (p ExchangePayload) Kind() *Kind { return Exchange }
-
-// Header returns the payload's event ID, order number, position and trace
-// context.
-func (p ExchangePayload) Header() Header {
-	return Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
-}
-
-// WithHeader returns p with h's event ID, order number, position and trace
-// context.
-func (p ExchangePayload) WithHeader(h Header) Payload {
-	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
-	return p
-}
-
-// Creates returns the replacement order's number (see
-// [ExchangePayload.Replacement]).
-func (p ExchangePayload) Creates() string { return p.Replacement() }
 
 // NewTask validates p and returns a task of p's kind carrying it as JSON.
 // The encoding is deterministic: equal payloads give equal bytes. opts are

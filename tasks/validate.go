@@ -112,25 +112,6 @@ func quote(s string) string {
 	return strconv.Quote(s[:cut]) + "..."
 }
 
-// Validate checks p against the contract (see the package documentation and
-// the field docs). It reports the first problem it finds, in the order of the
-// fields, as a [*FieldError]; nil means p is valid.
-func (p ModifyPayload) Validate() error {
-	if msg := eventIDProblem(p.EventID); msg != "" {
-		return &FieldError{Field: "event_id", Msg: msg}
-	}
-	if msg := orderNoProblem(p.OrderNo); msg != "" {
-		return &FieldError{Field: "order_no", Msg: msg}
-	}
-	if err := p.Changes.validate("changes"); err != nil {
-		return err
-	}
-	if err := p.Trace.validate(); err != nil {
-		return err
-	}
-	return validateSeq(p.Seq)
-}
-
 // validate checks the bounds of a trace context (nil is valid): a
 // traceparent of 1 to MaxTraceparentLen bytes and a tracestate of at most
 // MaxTracestateLen, both printable ASCII, as HTTP header values are. Their
@@ -177,62 +158,6 @@ func validateSeq(seq int64) error {
 		return fieldErr("seq", seqRule+", got %d", seq)
 	}
 	return nil
-}
-
-func (c Changes) validate(path string) error {
-	if c.Address == nil && c.Remark == nil && c.Items == nil {
-		return fieldErr(path, "must set at least one of address, remark and items")
-	}
-	if c.Address != nil {
-		if strings.TrimSpace(*c.Address) == "" {
-			return fieldErr(path+".address", "must not be blank")
-		}
-		if err := text(path+".address", *c.Address, MaxAddressLen, false); err != nil {
-			return err
-		}
-	}
-	if c.Remark != nil {
-		if err := text(path+".remark", *c.Remark, MaxRemarkLen, true); err != nil {
-			return err
-		}
-	}
-	if c.Items != nil {
-		return validateItems(path+".items", c.Items)
-	}
-	return nil
-}
-
-// Validate checks p against the contract (see the package documentation and
-// the field docs). It reports the first problem it finds, in the order of the
-// fields, as a [*FieldError]; nil means p is valid.
-func (p ExchangePayload) Validate() error {
-	if msg := eventIDProblem(p.EventID); msg != "" {
-		return &FieldError{Field: "event_id", Msg: msg}
-	}
-	if msg := orderNoProblem(p.OrderNo); msg != "" {
-		return &FieldError{Field: "order_no", Msg: msg}
-	}
-	if p.Items == nil {
-		return fieldErr("items", "required")
-	}
-	if err := validateItems("items", p.Items); err != nil {
-		return err
-	}
-	if p.NewOrderNo != "" {
-		if msg := orderNoProblem(p.NewOrderNo); msg != "" {
-			return &FieldError{Field: "new_order_no", Msg: msg}
-		}
-		if p.NewOrderNo == p.OrderNo {
-			return fieldErr("new_order_no", "must differ from order_no")
-		}
-	}
-	if err := text("reason", p.Reason, MaxReasonLen, true); err != nil {
-		return err
-	}
-	if err := p.Trace.validate(); err != nil {
-		return err
-	}
-	return validateSeq(p.Seq)
 }
 
 func validateItems(path string, items []Item) error {
