@@ -17,9 +17,6 @@ const (
 	QueueExchange = "order_exchange"
 )
 
-// MaxReasonLen is the longest reason, in bytes.
-const MaxReasonLen = 256
-
 // Exchange is the kind of [TypeExchange] tasks, whose payload is an
 // [ExchangePayload].
 var Exchange = NewKind[ExchangePayload](TypeExchange, "exchange", QueueExchange, 6)

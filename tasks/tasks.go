@@ -5,8 +5,7 @@ import "strings"
 // The limits a payload must respect. Lengths of identifiers count ASCII
 // characters, the length of a SKU counts characters (runes), and the lengths
 // of free text count bytes of UTF-8. The limits of one kind's own fields
-// are declared with its payload: [MaxAddressLen], [MaxRemarkLen] and
-// [MaxReasonLen].
+// are declared with its payload: [MaxAddressLen] and [MaxRemarkLen].
 const (
 	// MaxEventIDLen is the longest event_id, in characters.
 	MaxEventIDLen = 128
@@ -20,6 +19,9 @@ const (
 	MaxQty = 10000
 	// MaxItems is the most entries an items list may have.
 	MaxItems = 100
+	// MaxReasonLen is the longest reason a change gives (an exchange's,
+	// say), in bytes.
+	MaxReasonLen = 256
 	// MaxPayloadBytes is the largest payload the parsers accept, in bytes.
 	// A valid payload is far smaller even with every character escaped; the
 	// limit only bounds the work done on hostile input.
