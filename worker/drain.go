@@ -36,8 +36,9 @@ import (
 // asynq as asynq's processor would (completed with its retention, retried
 // with its backoff, or archived), and goes on, up to Config.DrainMax changes
 // or Config.DrainFor of time (a quantum). Then, if another task waits in a
-// queue it serves, it releases the lock and sends the next change to the
-// back of its queue: other orders' changes go first. If none waits, the
+// queue it serves or more than half its slots are in use, it releases the
+// lock and sends the next change to the back of its queue: other orders'
+// changes go first, and hot orders spread over the workers. Otherwise the
 // hold goes on for another quantum.
 //
 // A failure ends the hold (the commit of a failed run does not keep the
@@ -107,7 +108,7 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 		ready = nil
 		if c == nil {
 			spent := w.spent(h, 0)
-			if w.stopping.Load() || hctx.Err() != nil || !renews(ctx, h) || spent && w.othersWaiting(hctx, h) {
+			if w.stopping.Load() || hctx.Err() != nil || !renews(ctx, h) || spent && (w.busy() || w.othersWaiting(hctx, h)) {
 				w.yield(ctx, h, next)
 				yielded = true
 				break
@@ -177,6 +178,18 @@ func (w *Worker) spent(h *hold, ahead int) bool {
 func renews(ctx context.Context, h *hold) bool {
 	dl, ok := ctx.Deadline()
 	return !ok || time.Until(dl) > dl.Sub(h.started)/2
+}
+
+// busy reports whether more than half of the Worker's slots (its
+// Concurrency) are in use. A busy Worker's holds yield at the end of their
+// quantum even when nothing waits in the queues: the order's next change
+// then goes to whichever worker takes it first, so that hot orders spread
+// over the workers (a worker that took a burst of orders' first changes
+// would otherwise keep them all) rather than stay where they landed. A
+// Worker with room to spare keeps its holds: another quantum costs it
+// nothing, and a release would cost the order a trip through the queue.
+func (w *Worker) busy() bool {
+	return 2*w.slots.Load() > int64(w.cfg.Concurrency)
 }
 
 // othersWaiting reports whether a task waits for a worker in the pending

@@ -289,3 +289,24 @@ func TestAHoldYieldsBeforeItsFirstRunsDeadline(t *testing.T) {
 	assert.GreaterOrEqual(t, holds, uint64(2), "the flood took more than one hold")
 	assert.GreaterOrEqual(t, yielded, float64(1), "a hold yielded at half its first run's time")
 }
+
+// A Worker with more than half its slots in use yields at the end of each
+// quantum even when nothing waits in the queues, so that hot orders spread
+// over the workers rather than stay on the one that took them first: with
+// two slots, both holding a flooded order, the holds yield every DrainMax
+// changes.
+func TestABusyWorkersHoldsYield(t *testing.T) {
+	e, r, reg, m, p := holdEnv(t, "SO-A", "SO-B")
+	const n, quantum = 12, 3
+	ids := append(flood(t, p, "SO-A", "a", n), flood(t, p, "SO-B", "b", n)...)
+	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, Concurrency: 2, DrainMax: quantum, DrainFor: time.Minute}, nil)
+	all := appliedRuns(t, e, r, ids)
+	for _, d := range all {
+		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s: %v", d.EventID, d.Err)
+	}
+	require.Len(t, all, 2*n, "one run per change")
+	requireInSequence(t, e.history("SO-A"))
+	requireInSequence(t, e.history("SO-B"))
+	_, yielded := holdMetrics(t, reg)
+	assert.GreaterOrEqual(t, yielded, float64(2), "the busy worker's holds yielded at the end of their quanta")
+}

@@ -25,7 +25,7 @@ import (
 //	orderworker_stale_fence_total{task_type}              writes the store refused for a stale fence
 //	orderworker_changes_archived_total{task_type,reason}  changes asynq archived: not applied, and never will be by themselves
 //	orderworker_hold_changes                              histogram: changes run in one hold that drained (see Config.DrainMax)
-//	orderworker_holds_yielded_total                       holds that released the order with changes still waiting (a quantum spent while other tasks waited, or half the first task's time)
+//	orderworker_holds_yielded_total                       holds that released the order with changes still waiting (a quantum spent while other tasks waited or the worker was more than half busy, or half the first task's time)
 //	orderworker_token_refreshes_total{result}             upstream token refreshes by this process (result="ok"|"error")
 //	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
@@ -101,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{2, 3, 5, 10, 20, 50, 100, 200, 500},
 		}),
 		holdsYielded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderworker_holds_yielded_total", Help: "Holds that released the order with changes still waiting: their quantum (DrainMax changes or DrainFor) spent while other tasks waited in the queues, or half their first task's time spent.",
+			Name: "orderworker_holds_yielded_total", Help: "Holds that released the order with changes still waiting: their quantum (DrainMax changes or DrainFor) spent while other tasks waited in the queues or more than half the worker's slots were in use, or half their first task's time spent.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait, m.holdChanges, m.holdsYielded} {

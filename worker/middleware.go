@@ -159,6 +159,8 @@ func (w *Worker) observe(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		w.inflight.Add(1)
 		defer w.inflight.Done()
+		w.slots.Add(1)
+		defer w.slots.Add(-1)
 		r := &run{}
 		r.Started = time.Now()
 		r.Type = t.Type()

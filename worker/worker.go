@@ -251,8 +251,9 @@ type Config struct {
 	// changes, the first included, or DrainFor, whichever comes first (a
 	// quantum). It then releases the lock and sends the next change to the
 	// back of its queue, so that other orders' changes go first, if any
-	// task waits in the pending list of a queue it serves; when none does,
-	// the hold goes on for another quantum. Whatever waits, a hold ends
+	// task waits in the pending list of a queue it serves or more than half
+	// its slots (Concurrency) are in use; otherwise the hold goes on for
+	// another quantum. Whatever waits, a hold ends
 	// once half the time of its first change's task (its asynq Timeout or
 	// Deadline) is spent, since asynq fails that task at its deadline. 1
 	// turns the drain off: each change is then handed back to the queue.
@@ -432,6 +433,7 @@ type Worker struct {
 	log      *zap.Logger
 	tracer   trace.Tracer   // nil: tracing off
 	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
+	slots    atomic.Int64   // asynq's slots in use: runs it started (a hold's drained runs take none)
 	stopping atomic.Bool    // Shutdown began: holds drain no more
 	// folds: rdb is one Redis (not a Cluster), where a drained change's
 	// commit also takes the next change's task (see drain.go).
