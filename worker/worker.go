@@ -253,11 +253,10 @@ type Config struct {
 	// back of its queue, so that other orders' changes go first, if any
 	// task waits in the pending list of a queue it serves or more than half
 	// its slots (Concurrency) are in use; otherwise the hold goes on for
-	// another quantum. Whatever waits, a hold ends
-	// once half the time of its first change's task (its asynq Timeout or
-	// Deadline) is spent, since asynq fails that task at its deadline. 1
-	// turns the drain off: each change is then handed back to the queue.
-	// Defaults to 100.
+	// another quantum. Whatever waits, a hold ends once half the time of
+	// its first change's task (its asynq Timeout or Deadline) is spent,
+	// since asynq fails that task at its deadline. 1 turns the drain off:
+	// each change is then handed back to the queue. Defaults to 100.
 	DrainMax int
 	// DrainFor bounds how long one quantum of a hold drains (see
 	// DrainMax). Defaults to 1s.
