@@ -27,7 +27,7 @@ fmt: ## rewrite files with gofmt
 
 bench: ## the benchmarks (not part of test), then tools/bench's side-by-side tables, acceptance cost and targets (about 4 minutes)
 	$(GO) test -run '^$$' -bench . -skip Handoff -benchtime $(BENCHTIME) ./...
-	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./internal/lock
+	$(GO) test -run '^$$' -bench Handoff -benchtime 200x ./worker/keyorder
 	$(GO) run ./tools/bench -json bench.json
 
 bench-replicas: ## throughput with 1, 2 and 4 worker processes

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // An order's backlog is capped (Config.MaxWaiting): a change past it is
@@ -40,7 +40,7 @@ func TestBacklogCap(t *testing.T) {
 			require.NoError(t, err)
 			_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, append(tt.opts, producer.WithEventID("ev-over"))...)
 			require.ErrorIs(t, err, producer.ErrBacklogFull)
-			require.ErrorIs(t, err, lock.ErrFull)
+			require.ErrorIs(t, err, keyorder.ErrFull)
 			require.NotErrorIs(t, err, producer.ErrUnavailable)
 			assert.ErrorContains(t, err, "3 changes of the order wait, the most allowed (MaxWaiting 3)")
 			// An exchange, which also takes its replacement's first position.

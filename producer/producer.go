@@ -74,10 +74,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -101,7 +101,7 @@ const (
 	DefaultMaxWaiting = 10000
 	// DefaultParkFor is the default of [Config.ParkFor]: the workers'
 	// default gap wait (worker.DefaultGapWait).
-	DefaultParkFor = lock.DefaultGapWait
+	DefaultParkFor = keyorder.DefaultGapWait
 	// DefaultMaxScheduleAhead is the default of [Config.MaxScheduleAhead].
 	DefaultMaxScheduleAhead = tasks.DefaultMaxScheduleAhead
 )
@@ -268,8 +268,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("producer: WaitReplicas %d is negative", c.WaitReplicas)
 	case c.WaitTimeout < time.Millisecond:
 		return fmt.Errorf("producer: WaitTimeout %v is less than 1ms", c.WaitTimeout)
-	case c.MaxScheduleAhead < 0 || c.MaxScheduleAhead >= lock.DefaultSeqRetention:
-		return fmt.Errorf("producer: MaxScheduleAhead %v is not between 0 and the sequences' retention %v", c.MaxScheduleAhead, lock.DefaultSeqRetention)
+	case c.MaxScheduleAhead < 0 || c.MaxScheduleAhead >= keyorder.DefaultSeqRetention:
+		return fmt.Errorf("producer: MaxScheduleAhead %v is not between 0 and the sequences' retention %v", c.MaxScheduleAhead, keyorder.DefaultSeqRetention)
 	}
 	if err := c.Shards.Validate(); err != nil {
 		return fmt.Errorf("producer: %w", err)
@@ -287,7 +287,7 @@ type Producer struct {
 	rdb       redis.UniversalClient
 	client    *asynq.Client
 	inspector *asynq.Inspector
-	seq       *lock.Sequencer
+	seq       *keyorder.Sequencer
 	closed    atomic.Bool
 	tracer    trace.Tracer // nil: tracing off
 	// crossSlot is set once Redis refused acceptScript for its keys'
@@ -322,7 +322,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -640,7 +640,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		}
 	}
 	prev, err := p.accept(ctx, h.EventID, me, &at)
-	if full := (*lock.FullError)(nil); errors.As(err, &full) {
+	if full := (*keyorder.FullError)(nil); errors.As(err, &full) {
 		return Result{}, backlogFull(me, h.EventID, full)
 	}
 	if err != nil {
@@ -739,7 +739,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // position's label ("" for none), ARGV[11] its reference, ARGV[12] the cap
 // of the order's positions waiting (0 for none): past it, it writes
 // nothing and answers the error reply "FULL <waiting> <max>"
-// (lock.ReserveError), ARGV[13] until when a parked task waits at most
+// (keyorder.ReserveError), ARGV[13] until when a parked task waits at most
 // (Unix seconds). The replacement's first position is not capped: the
 // exchange's own position was.
 //
@@ -758,7 +758,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // Client does it once per process: a queue missing from that set (lost in
 // a failover, say) makes asynq's Inspector answer ErrQueueNotFound for
 // its tasks, and the workers' gap check would take a task for gone.
-var acceptScript = redis.NewScript(lock.ReserveLua + asynqwire.EnqueueLua + `
+var acceptScript = redis.NewScript(keyorder.ReserveLua + asynqwire.EnqueueLua + `
 local full = seq_full(KEYS[2], ARGV[12])
 if full then return redis.error_reply(full) end
 local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
@@ -800,7 +800,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		asynqwire.RetryKey(msg.Queue)}
 	var createRef string
 	if at.created != "" {
-		createRef = lock.CreationRef(msg.ID)
+		createRef = keyorder.CreationRef(msg.ID)
 		k, _, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
 		if err != nil {
 			return fail(err)
@@ -822,7 +822,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		return acc, wait
 	}
 	acc, wait := run()
-	if lock.NoScript(acc.Err()) {
+	if keyorder.NoScript(acc.Err()) {
 		// Redis lost its script cache (a restart): nothing ran. Load the
 		// script and go again.
 		if err := acceptScript.Load(ctx, p.rdb).Err(); err != nil {
@@ -837,7 +837,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg
 		return Result{}, false, nil
 	}
 	if err != nil {
-		if full := (*lock.FullError)(nil); errors.As(lock.ReserveError(at.orderNo, err), &full) {
+		if full := (*keyorder.FullError)(nil); errors.As(keyorder.ReserveError(at.orderNo, err), &full) {
 			return Result{}, true, backlogFull(me, msg.ID, full)
 		}
 		return fail(err)
@@ -963,9 +963,9 @@ func withCause(ctx context.Context, err error) error {
 // round trip. It returns the claim's earlier holder, nil when the claim is
 // new.
 func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *positions) (*claim, error) {
-	run := func() (*redis.StatusCmd, *lock.ReserveCmd, *lock.ReserveCmd, error) {
+	run := func() (*redis.StatusCmd, *keyorder.ReserveCmd, *keyorder.ReserveCmd, error) {
 		var cl *redis.StatusCmd
-		var own, create *lock.ReserveCmd
+		var own, create *keyorder.ReserveCmd
 		var qerr error
 		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			cl = pipe.SetArgs(ctx, p.claimKey(eventID), me.String(), redis.SetArgs{Mode: "NX", Get: true, TTL: p.cfg.DedupeWindow})
@@ -973,14 +973,14 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 				return qerr
 			}
 			if at.created != "" {
-				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, lock.CreationRef(eventID))
+				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, keyorder.CreationRef(eventID))
 			}
 			return qerr
 		})
 		if qerr != nil {
 			return nil, nil, nil, qerr
 		}
-		if err != nil && !errors.Is(err, redis.Nil) && !lock.NoScript(err) && !errors.Is(lock.ReserveError("", err), lock.ErrFull) {
+		if err != nil && !errors.Is(err, redis.Nil) && !keyorder.NoScript(err) && !errors.Is(keyorder.ReserveError("", err), keyorder.ErrFull) {
 			return nil, nil, nil, err
 		}
 		return cl, own, create, nil
@@ -997,7 +997,7 @@ func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *pos
 		return nil, err
 	}
 	if at.pos, err = own.Pos(); err != nil {
-		if errors.Is(err, lock.ErrFull) {
+		if errors.Is(err, keyorder.ErrFull) {
 			// Nothing of the order's sequence was taken: give back what
 			// was, the replacement's position and a claim made now.
 			if create != nil {
@@ -1047,17 +1047,17 @@ func (p *Producer) releaseClaim(ctx context.Context, eventID string, me claim) {
 }
 
 // backlogFull is the error of a change refused by Config.MaxWaiting.
-func backlogFull(c claim, eventID string, full *lock.FullError) error {
+func backlogFull(c claim, eventID string, full *keyorder.FullError) error {
 	return fmt.Errorf("producer: %s event %q for order %s refused: %d changes of the order wait, the most allowed (MaxWaiting %d); send it again later: %w: %w",
 		c.typ, eventID, c.orderNo, full.Waiting, full.Max, ErrBacklogFull, full)
 }
 
-func noScript(c *lock.ReserveCmd) bool {
+func noScript(c *keyorder.ReserveCmd) bool {
 	if c == nil {
 		return false
 	}
 	_, err := c.Pos()
-	return lock.NoScript(err)
+	return keyorder.NoScript(err)
 }
 
 // voidTimeout bounds a void, which runs even when the caller's context is

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // The tests of Config.WaitReplicas. The failover that it guards against is
@@ -137,7 +137,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	require.ErrorIs(t, err, producer.ErrNotReplicated)
 	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(tasks.QueueModify, db.Prefix+"e0")
 	require.Error(t, err, "no task carries an unconfirmed position")
-	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 	st, err := seq.Status(ctx, no)
 	require.NoError(t, err)

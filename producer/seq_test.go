@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
-func sequencer(t *testing.T, e env) *lock.Sequencer {
+func sequencer(t *testing.T, e env) *keyorder.Sequencer {
 	t.Helper()
-	q, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.p.Config().KeyPrefix + "lock:"})
+	q, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.p.Config().KeyPrefix + "lock:"})
 	require.NoError(t, err)
 	return q
 }

@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // aheadBound is, for a Worker with cfg, how far ahead the task of an order's next change (info, in
@@ -46,7 +46,7 @@ func backoffCeiling(n int) time.Duration {
 // until then. It returns a wrapped Redis error. A task that moved on
 // meanwhile (it ran, or someone moved it) is left alone: it comes, or the
 // next gap check sees it again.
-func (w *Worker) bringForward(ctx context.Context, orderNo string, te *lock.TurnError, info *asynq.TaskInfo, bound time.Duration) error {
+func (w *Worker) bringForward(ctx context.Context, orderNo string, te *keyorder.TurnError, info *asynq.TaskInfo, bound time.Duration) error {
 	moved, state, err := asynqwire.Forward(ctx, w.rdb, info.Queue, info.ID)
 	if err != nil {
 		return fmt.Errorf("bring task %s of position %d forward: %w", info.ID, te.Head, err)

@@ -59,7 +59,7 @@ func TestCmdWorkerBuildsOnWorker(t *testing.T) {
 	require.NoError(t, err)
 	imports := strings.Fields(string(out))
 	require.Contains(t, imports, "github.com/orderworker/orderworker/worker")
-	for _, banned := range []string{"github.com/orderworker/orderworker/internal/lock", "github.com/orderworker/orderworker/producer"} {
+	for _, banned := range []string{"github.com/orderworker/orderworker/worker/keyorder", "github.com/orderworker/orderworker/producer"} {
 		require.NotContains(t, imports, banned)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -38,7 +38,7 @@ const (
 	reasonUnknownType      = "unknown_type"      // a type outside the Worker's kinds
 	reasonMisplaced        = "misplaced"         // on a queue that is none of its placements (another kind's, another shard's)
 	reasonTaskIDMismatch   = "task_id_mismatch"  // its task ID is not its event ID
-	reasonBadPosition      = "bad_position"      // a seq its order's sequence never handed out to it (lock.ErrBadPosition)
+	reasonBadPosition      = "bad_position"      // a seq its order's sequence never handed out to it (keyorder.ErrBadPosition)
 	reasonOutOfBudget      = "out_of_budget"     // it failed more times than its failure budget
 	reasonRetriesExhausted = "retries_exhausted" // asynq's MaxRetry reached on an error that is not a rejection (a task enqueued against tasks.MaxRetry's rule, a deadline)
 	reasonNotFound         = "not_found"         // the store: no such order (orders.ErrNotFound)
@@ -71,7 +71,7 @@ func archiveReason(err error) string {
 		return reasonTaskIDMismatch
 	case errors.Is(err, tasks.ErrInvalid):
 		return reasonInvalidPayload
-	case errors.Is(err, lock.ErrBadPosition):
+	case errors.Is(err, keyorder.ErrBadPosition):
 		return reasonBadPosition
 	case errors.Is(err, orders.ErrNotFound):
 		return reasonNotFound

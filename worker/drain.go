@@ -12,10 +12,10 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -28,7 +28,7 @@ import (
 // unfinished changes of its order is parked (the producer puts its task in
 // asynq's retry set, its position marked parked), and the change before it
 // hands it the turn. When a run in its turn commits, and the order's next
-// change is parked, the commit keeps the order's lock (lock.Lease.Drain):
+// change is parked, the commit keeps the order's lock (keyorder.Lease.Drain):
 // the Worker then takes that change's task out of asynq itself
 // (asynqwire.Step, or in the commit's own round trip: see "The fold"
 // below), runs it in the same hold, with the same fence, as its
@@ -63,13 +63,13 @@ const leaseEvery = asynqwire.LeaseDuration / 3
 
 // hold is a drained hold: the lease kept for the order's next changes.
 type hold struct {
-	lease   *lock.Lease
+	lease   *keyorder.Lease
 	orderNo string
 	started time.Time
-	count   int       // changes run in the hold, the first included
-	qstart  time.Time // when the hold's quantum began
-	qbase   int       // count when it began
-	next    lock.Turn // the position the running change was taken for
+	count   int           // changes run in the hold, the first included
+	qstart  time.Time     // when the hold's quantum began
+	qbase   int           // count when it began
+	next    keyorder.Turn // the position the running change was taken for
 
 	// fold reads the result of the step that the running change's commit
 	// sent (see foldNext), nil when it sent none.
@@ -80,7 +80,7 @@ type hold struct {
 }
 
 // drains reports whether the commit of run r should keep its lease for the
-// order's next change (lock.Lease.Drain).
+// order's next change (keyorder.Lease.Drain).
 func (w *Worker) drains(*run) bool {
 	return w.cfg.DrainMax > 1 && !w.stopping.Load()
 }
@@ -151,7 +151,7 @@ func (w *Worker) drain(ctx context.Context, first *run) {
 	}
 	stopLeases()
 	if prev != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyorder.DefaultSettleTimeout)
 		if _, _, err := asynqwire.Step(sctx, w.rdb, prev, "", ""); err != nil {
 			tracing.Log(ctx, w.log).Warn("could not record a drained change's end in asynq; it runs again once its lease ends, and replays",
 				zap.String("task_id", prev.Task.ID), zap.Error(err))
@@ -210,9 +210,9 @@ func (w *Worker) othersWaiting(ctx context.Context, h *hold) bool {
 
 // yield ends a hold whose quantum is spent: it releases the lease, kept for
 // next, and sends next's task to the back of its queue.
-func (w *Worker) yield(ctx context.Context, h *hold, next lock.Turn) {
+func (w *Worker) yield(ctx context.Context, h *hold, next keyorder.Turn) {
 	w.turns.ReleaseKept(ctx, h.lease)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyorder.DefaultSettleTimeout)
 	defer cancel()
 	if err := requeue.Back(sctx, w.rdb, h.orderNo, w.cfg.Shards, w.kinds, next.Label); err != nil {
 		tracing.Log(ctx, w.log).Warn("could not send the order's next change back to its queue; it comes back after its park delay",
@@ -223,7 +223,7 @@ func (w *Worker) yield(ctx context.Context, h *hold, next lock.Turn) {
 // claim takes the task of position next out of its queue (its order's
 // placements under Config.Shards), ending prev's run in asynq in the same
 // round trip where they share a queue.
-func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, next lock.Turn) (*asynqwire.Claimed, error) {
+func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, next keyorder.Turn) (*asynqwire.Claimed, error) {
 	typ, id, from, ok := w.kinds.ParseLabel(next.Label)
 	if !ok || from != "" {
 		return nil, &asynqwire.NotClaimedError{ID: next.Label, State: "not a task's label"}
@@ -251,7 +251,7 @@ func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, ne
 // queues are on one node, so the commit of a drained change can end its
 // task in asynq and take the next change's task out of its queue in its
 // own round trip: the worker sends the step ([asynqwire.PipeStep]) in a
-// pipeline right after the store's commit script ([lock.CommitStep]),
+// pipeline right after the store's commit script ([keyorder.CommitStep]),
 // guarded so that it writes nothing unless that commit kept the lock for
 // the next position (the lock still the lease's, the sequence done up to
 // the change's position). A drained change then costs one round trip, the
@@ -265,7 +265,7 @@ func (w *Worker) claim(ctx context.Context, h *hold, prev *asynqwire.Outcome, ne
 // peekBehind returns the step options that read, with the claim of
 // position pos, the record and the parked mark of the position after it:
 // none on a Cluster, where the sequence and the queue are in two slots.
-func (w *Worker) peekBehind(lease *lock.Lease, pos int64) asynqwire.StepOptions {
+func (w *Worker) peekBehind(lease *keyorder.Lease, pos int64) asynqwire.StepOptions {
 	if !w.folds || lease.SeqKey() == "" {
 		return asynqwire.StepOptions{}
 	}
@@ -277,7 +277,7 @@ func (w *Worker) peekBehind(lease *lock.Lease, pos int64) asynqwire.StepOptions 
 // next, when the position after it is parked and its task can be taken in
 // the commit's round trip (see the comment above); otherwise it leaves
 // none.
-func (w *Worker) foldNext(h *hold, c *asynqwire.Claimed, next lock.Turn) {
+func (w *Worker) foldNext(h *hold, c *asynqwire.Claimed, next keyorder.Turn) {
 	h.fold = nil
 	if !w.folds || len(c.Peek) != 2 || c.Peek[0] == nil || c.Peek[1] == nil ||
 		w.spent(h, 1) || w.stopping.Load() {
@@ -299,7 +299,7 @@ func (w *Worker) foldNext(h *hold, c *asynqwire.Claimed, next lock.Turn) {
 		return
 	}
 	pos := next.Pos
-	h.lease.SetCommitStep(func(ctx context.Context, pipe redis.Pipeliner, hd *lock.Handoff) {
+	h.lease.SetCommitStep(func(ctx context.Context, pipe redis.Pipeliner, hd *keyorder.Handoff) {
 		if hd.Pos != pos || hd.SeqKey == "" {
 			return
 		}
@@ -353,7 +353,7 @@ func (w *Worker) folded(ctx context.Context, h *hold, prev *asynqwire.Outcome) (
 // putBack returns task c, taken by a commit's step, to the front of its
 // queue, unrun (the hold ends before it: a shutdown, or the lease lost).
 func (w *Worker) putBack(ctx context.Context, c *asynqwire.Claimed) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lock.DefaultSettleTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyorder.DefaultSettleTimeout)
 	defer cancel()
 	if _, _, err := asynqwire.Step(sctx, w.rdb, &asynqwire.Outcome{Task: c, Err: errHoldEnded, Requeue: true}, "", ""); err != nil {
 		tracing.Log(ctx, w.log).Warn("could not put a change taken for the hold back in its queue; it runs once its lease ends",
@@ -365,7 +365,7 @@ func (w *Worker) putBack(ctx context.Context, c *asynqwire.Claimed) {
 var errHoldEnded = errors.New("the hold ended before the change ran")
 
 // labelID returns the task ID of a position's label ("" for none).
-func labelID(kinds tasks.Table, t lock.Turn) string {
+func labelID(kinds tasks.Table, t keyorder.Turn) string {
 	_, id, _, _ := kinds.ParseLabel(t.Label)
 	return id
 }
@@ -419,17 +419,17 @@ func runContext(ctx context.Context, c *asynqwire.Claimed) (context.Context, con
 
 // applyHeld applies payload p of a run of a drained hold, at position turn,
 // under the hold's lease, which its last commit kept for that position.
-func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run, turn lock.Turn, budget int) error {
+func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run, turn keyorder.Turn, budget int) error {
 	h := r.hold
 	if turn != h.next {
 		// Not the position the hold passed on to (the task was refused as
 		// a duplicate and holds another): back to its queue, where it
 		// takes its own turn.
-		return &waitError{err: fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", turn.Pos, h.next.Pos, lock.ErrNotYourTurn), delay: w.busyDelay()}
+		return &waitError{err: fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", turn.Pos, h.next.Pos, keyorder.ErrNotYourTurn), delay: w.busyDelay()}
 	}
 	prev := h.lease.Turn()
 	if err := h.lease.Next(turn); err != nil {
-		return &waitError{err: fmt.Errorf("%w: %w", lock.ErrNotYourTurn, err), delay: w.busyDelay()}
+		return &waitError{err: fmt.Errorf("%w: %w", keyorder.ErrNotYourTurn, err), delay: w.busyDelay()}
 	}
 	r.Locked, r.Fence, r.Mode = true, h.lease.Fence(), ModeTurn
 	// Its "order lock" span: taken in the hold, kept for it by the change

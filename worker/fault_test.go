@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -19,7 +19,7 @@ import (
 )
 
 // A handler that stalls past its lease (as in a long GC pause) has its
-// context cancelled with lock.ErrLost, and the write it makes when it wakes
+// context cancelled with keyorder.ErrLost, and the write it makes when it wakes
 // up — late, under its old fence, after the next holder took the lock but
 // before that holder wrote — is refused by the store. The task then runs
 // again under a fresh lock and is applied exactly once.
@@ -68,15 +68,15 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	// and writes before B has written anything: the store still refuses A,
 	// because B's lock handed out a newer fence.
 	require.NoError(t, e.db.Client.Del(t.Context(), e.db.Prefix+"lock:{SO-P}").Err())
-	other, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	other, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	defer other.Close()
-	leaseB, err := other.Acquire(t.Context(), "SO-P", "B", lock.Wait{})
+	leaseB, err := other.Acquire(t.Context(), "SO-P", "B", keyorder.Wait{})
 	require.NoError(t, err)
 
 	select {
 	case <-ctxA.Done():
-		require.ErrorIs(t, context.Cause(ctxA), lock.ErrLost)
+		require.ErrorIs(t, context.Cause(ctxA), keyorder.ErrLost)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stalled handler's context was not cancelled")
 	}
@@ -88,7 +88,7 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
 	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
-	_, err = e.store.Modify(lock.WithHold(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	_, err = e.store.Modify(keyorder.WithHold(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)

@@ -10,17 +10,17 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"go.uber.org/zap"
 )
 
-// queueTasks is what the Worker's Turns ask of asynq (lock.Tasks): the
+// queueTasks is what the Worker's Turns ask of asynq (keyorder.Tasks): the
 // fate of a head that waits for its task, and bringing parked tasks back.
 type queueTasks struct{ w *Worker }
 
-var _ lock.Tasks = queueTasks{}
+var _ keyorder.Tasks = queueTasks{}
 
 // Wake brings the parked tasks of order orderNo whose labels a release, a
 // skip or a settlement handed back to the front of their queues.
@@ -40,7 +40,7 @@ func (q queueTasks) Wake(ctx context.Context, orderNo string, labels []string) e
 // drain). When the task exists and will run later, it says when; one due
 // further ahead than Config.MaxScheduleAhead allows is brought forward
 // instead (see Worker.bringForward).
-func (q queueTasks) HeadFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
+func (q queueTasks) HeadFate(ctx context.Context, orderNo string, te *keyorder.TurnError) (why string, delay time.Duration, err error) {
 	return q.w.headFate(ctx, orderNo, te)
 }
 
@@ -59,7 +59,7 @@ func (w *Worker) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInf
 // headFate says why the head of te, in order orderNo's sequence, should be
 // skipped ("" when it should not), or, when its task exists, how long
 // before it runs.
-func (w *Worker) headFate(ctx context.Context, orderNo string, te *lock.TurnError) (why string, delay time.Duration, err error) {
+func (w *Worker) headFate(ctx context.Context, orderNo string, te *keyorder.TurnError) (why string, delay time.Duration, err error) {
 	typ, eventID, from, ok := w.kinds.ParseLabel(te.Label)
 	if !ok {
 		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil

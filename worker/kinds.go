@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -154,7 +154,7 @@ type Wait struct {
 
 // DefaultWait returns the default wait of a kind: a random delay of 50ms
 // to 500ms between attempts, for up to 5s.
-func DefaultWait() Wait { return waitOf(lock.DefaultWait) }
+func DefaultWait() Wait { return waitOf(keyorder.DefaultWait) }
 
 // Or returns w with each zero field taken from d.
 func (w Wait) Or(d Wait) Wait { return waitOf(w.lock().Or(d.lock())) }
@@ -172,11 +172,11 @@ func (w Wait) Validate() error {
 }
 
 // lock is w as the lock reads it.
-func (w Wait) lock() lock.Wait {
-	return lock.Wait{MinDelay: w.MinDelay, MaxDelay: w.MaxDelay, Deadline: w.Deadline}
+func (w Wait) lock() keyorder.Wait {
+	return keyorder.Wait{MinDelay: w.MinDelay, MaxDelay: w.MaxDelay, Deadline: w.Deadline}
 }
 
-func waitOf(l lock.Wait) Wait {
+func waitOf(l keyorder.Wait) Wait {
 	return Wait{MinDelay: l.MinDelay, MaxDelay: l.MaxDelay, Deadline: l.Deadline}
 }
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -142,12 +142,12 @@ func (m *Metrics) observeTask(taskType, queue string, err error, took time.Durat
 	if n := ti.Lock.WokenByDelay; n > 0 {
 		m.wakeups.WithLabelValues(taskType, "delay").Add(float64(n))
 	}
-	var busy *lock.BusyError
+	var busy *keyorder.BusyError
 	switch {
 	case errors.As(err, &busy):
 		m.busy.WithLabelValues(taskType).Inc()
 		m.lockWait.WithLabelValues(taskType).Observe(busy.Waited.Seconds())
-	case errors.Is(err, lock.ErrLost):
+	case errors.Is(err, keyorder.ErrLost):
 		m.lost.WithLabelValues(taskType).Inc()
 	}
 	if errors.Is(err, orders.ErrStaleFence) {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -93,7 +93,7 @@ type run struct {
 	hold *hold
 	// kept is set when the run's commit kept its lease for the next
 	// position: the hold goes on with it.
-	kept *lock.Lease
+	kept *keyorder.Lease
 }
 
 type runKey struct{}
@@ -120,13 +120,13 @@ func Outcome(err error) string {
 	switch {
 	case err == nil:
 		return OutcomeOK
-	case errors.Is(err, lock.ErrNotYourTurn):
+	case errors.Is(err, keyorder.ErrNotYourTurn):
 		return OutcomeWaiting
-	case errors.Is(err, lock.ErrBusy):
+	case errors.Is(err, keyorder.ErrBusy):
 		return OutcomeBusy
 	case errors.Is(err, asynq.SkipRetry):
 		return OutcomeRejected
-	case errors.Is(err, lock.ErrLost), errors.Is(err, orders.ErrStaleFence):
+	case errors.Is(err, keyorder.ErrLost), errors.Is(err, orders.ErrStaleFence):
 		return OutcomeLost
 	}
 	return OutcomeError
@@ -265,9 +265,9 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	h := p.Header()
 	r.OrderNo, r.EventID, r.Seq = h.OrderNo, h.EventID, h.Seq
 	label := tasks.PositionLabel(k.Kind.Type, h.EventID)
-	var turn lock.Turn
+	var turn keyorder.Turn
 	if h.Seq > 0 {
-		turn = lock.Turn{Pos: h.Seq, Label: label}
+		turn = keyorder.Turn{Pos: h.Seq, Label: label}
 	}
 	if q := r.Queue; !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
 		err := w.misplaced(k.Kind, h.OrderNo, q)
@@ -311,14 +311,14 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait.lock())
 	endLock(lspan, lease, taken, err)
 	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	switch {
 	case err == nil:
-	case errors.Is(err, lock.ErrBusy):
+	case errors.Is(err, keyorder.ErrBusy):
 		return &waitError{err: err, delay: w.busyDelay()}
 	case errors.As(err, &park):
 		return &waitError{err: park.Err, delay: park.Delay + w.busyDelay()}
-	case errors.Is(err, lock.ErrBadPosition):
+	case errors.Is(err, keyorder.ErrBadPosition):
 		err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
 		return err
@@ -345,7 +345,7 @@ func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 // apply runs the kind's handler inside the lease, and releases it: passing
 // the turn on when the task's work is done (applied, or archived), keeping
 // it when the task will run again.
-func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *lock.Lease, r *run, budget int) (err error) {
+func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, r *run, budget int) (err error) {
 	h := p.Header()
 	wctx := lease.Keep(ctx)
 	defer func() {
@@ -355,7 +355,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 			tracing.Log(ctx, w.log).Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
 			err = fmt.Errorf("panic in the %s handler: %v", k.Kind.Type, v)
 		}
-		if cause := context.Cause(wctx); errors.Is(cause, lock.ErrLost) && err != nil && !errors.Is(err, lock.ErrLost) {
+		if cause := context.Cause(wctx); errors.Is(cause, keyorder.ErrLost) && err != nil && !errors.Is(err, keyorder.ErrLost) {
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
 		err = w.decide(ctx, err, r.Retried, budget)
@@ -371,7 +371,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		}
 		hctx, hspan := w.startSpan(ctx, tracing.SpanHandoff)
 		if hspan.IsRecording() {
-			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == lock.ModeTurn))
+			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == keyorder.ModeTurn))
 		}
 		if _, kept := w.turns.Pass(hctx, lease, final, retryAt, err == nil); kept {
 			r.kept = lease
@@ -392,7 +392,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 		// Only a position applied in its turn moves the order on: a seq
 		// that the order's sequence never handed out (a task enqueued by
 		// hand, its sequence gone) is checked but not recorded.
-		SeqOutOfTurn: lease.Mode() != lock.ModeTurn,
+		SeqOutOfTurn: lease.Mode() != keyorder.ModeTurn,
 		NoResult:     true, // the worker reads only the error
 	})
 	// A Redis store on the lock's Redis also checks the lock's newest fence
@@ -400,7 +400,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *loc
 	// or keeps it for the order's next change, parked, which this hold
 	// then runs (drain.go), while the hold's quantum lasts.
 	lease.Drain(w.drains(r))
-	wctx = lock.WithHold(wctx, lease)
+	wctx = keyorder.WithHold(wctx, lease)
 	err = w.write(wctx, k, p, lease.Fence())
 	// A change of an order that an exchange was to create and did not, or
 	// whose position was skipped: say why.
@@ -449,7 +449,7 @@ func (w *Worker) created(ctx context.Context, p tasks.Payload, err error) {
 // abandon uses up the position of a task that is archived without running
 // in its turn (its work is done: it never will run), and settles the
 // creation it was to make.
-func (w *Worker) abandon(ctx context.Context, h tasks.Header, turn lock.Turn, p tasks.Payload, outcome string) {
+func (w *Worker) abandon(ctx context.Context, h tasks.Header, turn keyorder.Turn, p tasks.Payload, outcome string) {
 	w.turns.Abandon(ctx, h.OrderNo, turn, outcome)
 	w.created(ctx, p, errors.New(outcome))
 }
@@ -457,7 +457,7 @@ func (w *Worker) abandon(ctx context.Context, h tasks.Header, turn lock.Turn, p 
 // clip cuts a string from a task (type, ID, queue) to a length fit for a
 // log line, an error or a lock's meta.
 func clip(s string) string {
-	const limit = lock.MaxMetaLen
+	const limit = keyorder.MaxMetaLen
 	if len(s) > limit {
 		return s[:limit]
 	}

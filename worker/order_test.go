@@ -14,13 +14,13 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,9 +37,9 @@ func (e *env) producer(cfg producer.Config) *producer.Producer {
 }
 
 // sequencer reads and writes the orders' sequences of the test.
-func (e *env) sequencer() *lock.Sequencer {
+func (e *env) sequencer() *keyorder.Sequencer {
 	e.t.Helper()
-	q, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	q, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(e.t, err)
 	return q
 }
@@ -634,7 +634,7 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	e.seed("SO3")
 	waits := make(chan string, 10)
 	c := e.db.NewClient(t)
-	l, err := lock.New(c, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	l, err := keyorder.New(c, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	// SO2 is held: a task that took its lock would wait for it.

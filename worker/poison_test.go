@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +76,7 @@ func TestRawSeqNeverPoisonsAnOrder(t *testing.T) {
 		raw(id, "SO23", strconv.FormatInt(seq, 10))
 		d := r.final(t, id)
 		require.Equal(t, worker.OutcomeRejected, d.Outcome, "%s: %v", id, d.Err)
-		require.ErrorIs(t, d.Err, lock.ErrBadPosition)
+		require.ErrorIs(t, d.Err, keyorder.ErrBadPosition)
 		require.ErrorContains(t, d.Err, "was never handed out")
 		e.waitState(tasks.QueueModify, id, asynq.TaskStateArchived)
 		requireNote(t, e, "SO23", seq, tasks.PositionLabel(tasks.TypeModify, id), "archived: ", "was never handed out")

@@ -3,8 +3,8 @@ package worker_test
 import (
 	"testing"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,9 +12,9 @@ import (
 // Done.Mode is the lease's mode, and Config.LockTTL's default is the lock's.
 func TestPublicNamesMatchTheLock(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, worker.ModeFree, worker.Mode(lock.ModeFree))
-	require.Equal(t, worker.ModeTurn, worker.Mode(lock.ModeTurn))
-	require.Equal(t, worker.ModePassed, worker.Mode(lock.ModePassed))
-	require.Equal(t, lock.DefaultTTL, worker.DefaultLockTTL)
-	require.Equal(t, lock.DefaultPrefix, worker.DefaultKeyPrefix+"lock:")
+	require.Equal(t, worker.ModeFree, worker.Mode(keyorder.ModeFree))
+	require.Equal(t, worker.ModeTurn, worker.Mode(keyorder.ModeTurn))
+	require.Equal(t, worker.ModePassed, worker.Mode(keyorder.ModePassed))
+	require.Equal(t, keyorder.DefaultTTL, worker.DefaultLockTTL)
+	require.Equal(t, keyorder.DefaultPrefix, worker.DefaultKeyPrefix+"lock:")
 }

@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // The spans of a task run, when Config.TracerProvider is set:
@@ -92,7 +92,7 @@ func (w *Worker) startSpan(ctx context.Context, name string) (context.Context, t
 }
 
 // endLock ends the lock's span with how the lock was taken, or why not.
-func endLock(span trace.Span, lease *lock.Lease, taken lock.Taken, err error) {
+func endLock(span trace.Span, lease *keyorder.Lease, taken keyorder.Taken, err error) {
 	if !span.IsRecording() {
 		return
 	}
@@ -104,8 +104,8 @@ func endLock(span trace.Span, lease *lock.Lease, taken lock.Taken, err error) {
 	if taken.Skipped > 0 {
 		span.SetAttributes(attribute.Int("orderworker.skipped", taken.Skipped))
 	}
-	var park *lock.ParkError
-	var busy *lock.BusyError
+	var park *keyorder.ParkError
+	var busy *keyorder.BusyError
 	switch {
 	case err == nil:
 		st := lease.Stats()

@@ -89,9 +89,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -120,7 +120,7 @@ const (
 
 // ErrNoNotices is matched by the error of [Worker.CheckNotices] when the
 // Redis user may not use the lock's release notice channel.
-var ErrNoNotices = lock.ErrNoNotices
+var ErrNoNotices = keyorder.ErrNoNotices
 
 // Config tunes a Worker. The zero value is valid and means all defaults.
 type Config struct {
@@ -425,8 +425,8 @@ type Worker struct {
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
-	lockr    *lock.Locker // the Worker's own: Shutdown closes it
-	turns    *lock.Turns  // the orders' turns, on lockr
+	lockr    *keyorder.Locker // the Worker's own: Shutdown closes it
+	turns    *keyorder.Turns  // the orders' turns, on lockr
 	insp     *asynq.Inspector
 	store    orders.Store
 	log      *zap.Logger
@@ -465,7 +465,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	locker, err := lock.New(rdb, lock.Config{
+	locker, err := keyorder.New(rdb, keyorder.Config{
 		Prefix: cfg.KeyPrefix + "lock:",
 		TTL:    cfg.LockTTL,
 		Logger: cfg.Logger.Named("lock"),
@@ -478,7 +478,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
 	_, w.folds = rdb.(*redis.Client)
 	w.served = slices.Sorted(maps.Keys(w.queues))
-	w.turns, err = lock.NewTurns(locker, queueTasks{w}, lock.TurnsConfig{GapWait: cfg.GapWait, Logger: log})
+	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		_ = locker.Close()
 		return nil, fmt.Errorf("worker: %w", err)
@@ -598,9 +598,9 @@ func (w *Worker) Ping() error {
 // fence and a dead worker's expired asynq lease do not.
 func IsFailure(err error) bool {
 	switch {
-	case errors.Is(err, lock.ErrBusy),
-		errors.Is(err, lock.ErrNotYourTurn),
-		errors.Is(err, lock.ErrLost),
+	case errors.Is(err, keyorder.ErrBusy),
+		errors.Is(err, keyorder.ErrNotYourTurn),
+		errors.Is(err, keyorder.ErrLost),
 		errors.Is(err, orders.ErrStaleFence),
 		errors.Is(err, asynq.ErrLeaseExpired):
 		return false

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -248,7 +248,7 @@ func TestBusyGoesBackWithoutUsingRetries(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-BUSY")
 	// Someone else holds the order.
-	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	l, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	held, err := l.TryAcquire(t.Context(), "SO-BUSY", "order:exchange elsewhere")
@@ -369,7 +369,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	var info *asynq.TaskInfo
 	require.Eventually(t, func() bool {
 		info = e.taskInfo(tasks.QueueModify, "ev-lost")
-		return strings.Contains(info.LastErr, lock.ErrLost.Error())
+		return strings.Contains(info.LastErr, keyorder.ErrLost.Error())
 	}, 30*time.Second, 5*time.Millisecond, "lost lease did not end the handler")
 	require.Zero(t, info.Retried, "a lost lease is not a failure: it spends no retry")
 }
@@ -417,12 +417,12 @@ func TestOutcome(t *testing.T) {
 		want string
 	}{
 		{nil, worker.OutcomeOK},
-		{&lock.BusyError{Key: "k"}, worker.OutcomeBusy},
-		{&lock.TurnError{Key: "k"}, worker.OutcomeWaiting},
+		{&keyorder.BusyError{Key: "k"}, worker.OutcomeBusy},
+		{&keyorder.TurnError{Key: "k"}, worker.OutcomeWaiting},
 		{fmt.Errorf("%w: late", orders.ErrStaleFence), worker.OutcomeLost},
 		{asynq.ErrLeaseExpired, worker.OutcomeError},
 		{fmt.Errorf("x: %w", asynq.SkipRetry), worker.OutcomeRejected},
-		{fmt.Errorf("%w: ctx", lock.ErrLost), worker.OutcomeLost},
+		{fmt.Errorf("%w: ctx", keyorder.ErrLost), worker.OutcomeLost},
 		{errors.New("boom"), worker.OutcomeError},
 	}
 	for _, tt := range tests {

@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // seedScheduled accepts, for each order of nos, a modify (event ID
@@ -46,13 +46,13 @@ func seedScheduled(t *testing.T, db *redistest.DB, nos ...string) {
 	}
 }
 
-// seedHeld holds order no by by for reason with lock.Sequencer.Pause, as
+// seedHeld holds order no by by for reason with keyorder.Sequencer.Pause, as
 // the operator action does, then moves the hold's time back to at (the
 // pause's record, field h of the sequence: {"by","reason","at": ms}, and
 // its index entry), so that the list shows an hour-old hold.
 func seedHeld(t *testing.T, db *redistest.DB, no, by, reason string, at time.Time) {
 	t.Helper()
-	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 	_, err = seq.Pause(t.Context(), no, by, reason)
 	require.NoError(t, err)
@@ -206,11 +206,11 @@ func TestBlockedPageUnderRoot(t *testing.T) {
 	// SOX waits for its creation by exchange X2 of SOY, which waits for
 	// its creation by exchange X1 of SOX; X1m, scheduled, puts SOX among
 	// the list's candidates.
-	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
-	_, err = seq.Reserve(t.Context(), "SOX", tasks.CreationLabel("X2", "SOY"), lock.CreationRef("X2"))
+	_, err = seq.Reserve(t.Context(), "SOX", tasks.CreationLabel("X2", "SOY"), keyorder.CreationRef("X2"))
 	require.NoError(t, err)
-	_, err = seq.Reserve(t.Context(), "SOY", tasks.CreationLabel("X1", "SOX"), lock.CreationRef("X1"))
+	_, err = seq.Reserve(t.Context(), "SOY", tasks.CreationLabel("X1", "SOX"), keyorder.CreationRef("X1"))
 	require.NoError(t, err)
 	seedScheduled(t, db, "SO1")
 	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})

@@ -24,10 +24,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // chromium returns the path of Debian's chromium. It skips the test when
@@ -694,9 +694,9 @@ func (b blockedTab) act(no, action string) (state, text string) {
 
 // pausedOf returns order no's hold as its sequence records it, nil when it
 // is not held.
-func pausedOf(t *testing.T, db *redistest.DB, no string) *lock.Pause {
+func pausedOf(t *testing.T, db *redistest.DB, no string) *keyorder.Pause {
 	t.Helper()
-	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 	st, err := seq.Status(t.Context(), no)
 	require.NoError(t, err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // TestWorkerStartsWhileAClusterMasterFailsOver starts the worker while the
@@ -87,9 +87,9 @@ func TestCheckUntil(t *testing.T) {
 		calls := 0
 		err := checkUntil(t.Context(), 10*time.Second, func(context.Context) error {
 			calls++
-			return lock.ErrNoNotices
+			return keyorder.ErrNoNotices
 		})
-		require.ErrorIs(t, err, lock.ErrNoNotices)
+		require.ErrorIs(t, err, keyorder.ErrNoNotices)
 		require.Equal(t, 1, calls)
 	})
 	t.Run("gives up after the limit with the last error", func(t *testing.T) {

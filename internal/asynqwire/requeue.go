@@ -65,6 +65,43 @@ func Back(ctx context.Context, rdb redis.Scripter, queue, id string) (moved bool
 	return move(ctx, rdb, queue, id, "back")
 }
 
+// InTransit is how long [FrontInTransit] and [BackInTransit] keep trying
+// to move a task that is still active: a task is parked by returning from
+// its run, and asynq moves it to the retry set just after; the call that
+// wakes it may come first.
+const InTransit = 250 * time.Millisecond
+
+// FrontInTransit is [Front], tried again with short pauses for up to
+// [InTransit] while the task is active. It returns the task's state:
+// "moved" when it was moved, "" when the queue has no such task.
+func FrontInTransit(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error) {
+	return whileActive(ctx, rdb, queue, id, "front")
+}
+
+// BackInTransit is [FrontInTransit] with [Back].
+func BackInTransit(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error) {
+	return whileActive(ctx, rdb, queue, id, "back")
+}
+
+func whileActive(ctx context.Context, rdb redis.Scripter, queue, id, where string) (string, error) {
+	pause := 5 * time.Millisecond
+	deadline := time.Now().Add(InTransit)
+	for {
+		_, state, err := move(ctx, rdb, queue, id, where)
+		if err != nil || state != StateActive || time.Now().After(deadline) {
+			return state, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return state, context.Cause(ctx)
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
 func move(ctx context.Context, rdb redis.Scripter, queue, id, where string) (moved bool, state string, err error) {
 	res, err := frontScript.Run(ctx, rdb, []string{TaskKey(queue, id), PendingKey(queue), RetryKey(queue)},
 		id, strconv.FormatInt(time.Now().UnixNano(), 10), where).Text()

@@ -1,5 +1,5 @@
 // Package notice fans the messages of one Redis pub/sub channel out to the
-// local waiters of a process: the lock's release notices (internal/lock)
+// local waiters of a process: the lock's release notices (worker/keyorder)
 // and the token cache's refresh notices (internal/token) both go through
 // it.
 //

@@ -19,10 +19,10 @@
 //     archives as asynq's Inspector ArchiveTask does and refuses an active
 //     task atomically: a head that runs now is refused, and is never both
 //     applied and skipped), then uses up its position
-//     (lock.Sequencer.Skip of the exact record read first: nothing is
+//     (keyorder.Sequencer.Skip of the exact record read first: nothing is
 //     skipped if the head moved on meanwhile), wakes the change parked
 //     behind it, and, for an exchange, settles its replacement's creation
-//     (lock.Turns.Created) so that the replacement's changes go on,
+//     (keyorder.Turns.Created) so that the replacement's changes go on,
 //     rejected with the skip's reason. A replacement's creation (the
 //     head of a replacement order, held by an exchange of another order)
 //     is skipped only when that exchange will never run (its task is
@@ -30,7 +30,7 @@
 //     the exchange to skip or hold instead: skipping the creation would
 //     not stop the exchange, which would create the order after its
 //     changes were rejected.
-//   - Hold pauses the order's sequence (lock.Sequencer.Pause): changes are
+//   - Hold pauses the order's sequence (keyorder.Sequencer.Pause): changes are
 //     still accepted, and the head parks instead of taking its turn. A
 //     change that runs when the hold is set finishes. Changes without a
 //     position (enqueued by hand, not ordered) are not held. A held
@@ -38,7 +38,7 @@
 //     sequence (no change accepted, or none for 7 days) unless the order
 //     store holds it: a hold never makes a key for an order that exists
 //     nowhere.
-//   - Resume ends the hold (lock.Sequencer.Resume) and brings the parked
+//   - Resume ends the hold (keyorder.Sequencer.Resume) and brings the parked
 //     head back at once.
 //
 // Every action is recorded, with its principal and reason, in the order's
@@ -91,10 +91,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -262,9 +262,9 @@ const maxPrincipals = 1024
 type Ops struct {
 	rdb   redis.UniversalClient
 	cfg   Config
-	l     *lock.Locker
-	seq   *lock.Sequencer
-	turns *lock.Turns
+	l     *keyorder.Locker
+	seq   *keyorder.Sequencer
+	turns *keyorder.Turns
 	insp  *asynq.Inspector
 	notes orders.Annotator // nil without a store that keeps notes
 	log   *zap.Logger
@@ -306,14 +306,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	log := cfg.Logger.Named("orderops")
 	// The Locker is only the home of Turns' settlements: Ops never
 	// acquires, so it never subscribes to the notices.
-	l, err := lock.New(rdb, lock.Config{Prefix: cfg.KeyPrefix + "lock:", Logger: log})
+	l, err := keyorder.New(rdb, keyorder.Config{Prefix: cfg.KeyPrefix + "lock:", Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
 	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log,
 		buckets: make(map[string]*rate.Limiter)}
 	o.notes, _ = cfg.Store.(orders.Annotator)
-	o.turns, err = lock.NewTurns(l, wakeTasks{o}, lock.TurnsConfig{Logger: log})
+	o.turns, err = keyorder.NewTurns(l, wakeTasks{o}, keyorder.TurnsConfig{Logger: log, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
@@ -323,10 +323,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 // Close releases what Ops holds; the Redis client stays the caller's.
 func (o *Ops) Close() error { return o.l.Close() }
 
-// wakeTasks is the lock.Tasks of Ops' Turns: it only wakes.
+// wakeTasks is the keyorder.Tasks of Ops' Turns: it only wakes.
 type wakeTasks struct{ o *Ops }
 
-func (w wakeTasks) HeadFate(context.Context, string, *lock.TurnError) (string, time.Duration, error) {
+func (w wakeTasks) HeadFate(context.Context, string, *keyorder.TurnError) (string, time.Duration, error) {
 	return "", 0, nil
 }
 
@@ -480,16 +480,16 @@ func (o *Ops) annotate(ctx context.Context, a Action, req Request, res Result) {
 }
 
 func clip(s string) string {
-	if len(s) > lock.MaxMetaLen {
-		return s[:lock.MaxMetaLen]
+	if len(s) > keyorder.MaxMetaLen {
+		return s[:keyorder.MaxMetaLen]
 	}
 	return s
 }
 
 // headTask is the head of an order's sequence and its task.
 type headTask struct {
-	st     lock.Status
-	pos    lock.Pending
+	st     keyorder.Status
+	pos    keyorder.Pending
 	typ    string
 	id     string
 	from   string // a creation's exchanged order
@@ -690,9 +690,9 @@ func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
 	}
 	p, err := o.seq.Pause(ctx, req.OrderNo, req.By, req.Reason)
 	switch {
-	case errors.Is(err, lock.ErrPaused):
+	case errors.Is(err, keyorder.ErrPaused):
 		return fmt.Errorf("%w: %w", ErrRefused, err)
-	case errors.Is(err, lock.ErrPauseIndex):
+	case errors.Is(err, keyorder.ErrPauseIndex):
 		res.Warning = "the order is held, but the index of held orders could not be written: the blocked list does not show the hold (" + err.Error() + ")"
 		tracing.Log(ctx, o.log).Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
@@ -730,9 +730,9 @@ func (o *Ops) known(ctx context.Context, orderNo string) error {
 func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 	p, st, err := o.seq.Resume(ctx, req.OrderNo)
 	switch {
-	case errors.Is(err, lock.ErrNotPaused):
+	case errors.Is(err, keyorder.ErrNotPaused):
 		return fmt.Errorf("%w: order %s is not on hold", ErrRefused, req.OrderNo)
-	case errors.Is(err, lock.ErrPauseIndex):
+	case errors.Is(err, keyorder.ErrPauseIndex):
 		res.Warning = "the order is resumed, but the index of held orders could not be written: the blocked list still shows the hold (" + err.Error() + ")"
 		tracing.Log(ctx, o.log).Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:

@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
@@ -25,6 +24,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -37,7 +37,7 @@ type env struct {
 	store *redisstore.Store
 	p     *producer.Producer
 	ops   *orderops.Ops
-	seq   *lock.Sequencer
+	seq   *keyorder.Sequencer
 	insp  *asynq.Inspector
 
 	mu   sync.Mutex
@@ -63,7 +63,7 @@ func newEnv(t *testing.T, hook storehook.Hook) *env {
 	e.ops, err = orderops.New(db.NewClient(t), orderops.Config{KeyPrefix: db.Prefix, Logger: zaptest.NewLogger(t), Store: store})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.ops.Close()) })
-	e.seq, err = lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	e.seq, err = keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 
 	var ws orders.Store = store
@@ -147,7 +147,7 @@ func (e *env) waitApplied(no string, want ...string) {
 
 // logEntry returns the sequence log's last entry of kind whose reason has
 // text.
-func (e *env) logEntry(kind, text string) lock.Settled {
+func (e *env) logEntry(kind, text string) keyorder.Settled {
 	e.t.Helper()
 	st, err := e.seq.Status(e.t.Context(), "SO1")
 	require.NoError(e.t, err)
@@ -157,7 +157,7 @@ func (e *env) logEntry(kind, text string) lock.Settled {
 		}
 	}
 	e.t.Fatalf("no %s entry with %q in %+v", kind, text, st.Log)
-	return lock.Settled{}
+	return keyorder.Settled{}
 }
 
 // note returns the order's last history note whose detail starts with

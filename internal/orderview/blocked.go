@@ -14,8 +14,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // The blocked-orders list answers, without an order number: which orders
@@ -36,7 +36,7 @@ import (
 //   - the scheduled set of every queue: a head that runs only later;
 //   - the expired leases of every queue: a task active on a worker that is
 //     gone;
-//   - the orders an operator holds (the index of holds, lock.Sequencer.PausedKeys).
+//   - the orders an operator holds (the index of holds, keyorder.Sequencer.PausedKeys).
 //
 // Each task is mapped to its order by its payload's order_no (and an
 // exchange also to the order it creates); the orders are deduplicated, and
@@ -74,7 +74,7 @@ const (
 	// but not applied until it is resumed. See BlockedOrder.Hold.
 	ReasonHeld = "held"
 	// ReasonUnreadable is an order among the candidates that cannot be
-	// read: its sequence is malformed (lock.ErrMalformed: written by hand,
+	// read: its sequence is malformed (keyorder.ErrMalformed: written by hand,
 	// say), one of its keys has the wrong Redis type (WRONGTYPE), or any
 	// other read of it failed (a task asynq cannot read, a task of a queue
 	// asynq does not list: asynqwire.ErrQueueUnlisted). It is listed, with
@@ -452,7 +452,7 @@ func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld 
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
 	b := &BlockedOrder{OrderNo: no, Waiting: st.Waiting}
-	var head *lock.Pending
+	var head *keyorder.Pending
 	if st.Exists && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 && !st.Pending[0].Reserved.IsZero() {
 		head = &st.Pending[0]
 		pos := position(*head, st.Done)
@@ -665,9 +665,9 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 }
 
 // held fills b as held, from the pause of its sequence (st.Paused, see
-// lock.Pause), or, when the index lists it but the sequence has no pause
+// keyorder.Pause), or, when the index lists it but the sequence has no pause
 // (the index is best effort), from the index's time (heldMS, Unix ms).
-func (r *Reader) held(now time.Time, b *BlockedOrder, st lock.Status, heldMS int64) (*BlockedOrder, error) {
+func (r *Reader) held(now time.Time, b *BlockedOrder, st keyorder.Status, heldMS int64) (*BlockedOrder, error) {
 	h := &Hold{At: time.UnixMilli(heldMS).UTC()}
 	if p := st.Paused; p != nil {
 		h.By, h.Reason, h.At = p.By, p.Reason, p.At

@@ -10,12 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // BenchmarkBlocked reads the blocked list among 100,000 orders, each with a
@@ -64,7 +64,7 @@ func BenchmarkBlocked(b *testing.B) {
 func seedSequences(tb testing.TB, rdb redis.UniversalClient, prefix string, n int) {
 	tb.Helper()
 	ctx := context.Background()
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
 	require.NoError(tb, err)
 	require.NoError(tb, seq.LoadScripts(ctx))
 	for start := 0; start < n; start += 1000 {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -23,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -316,13 +316,13 @@ func TestBlockedCycleHeldAndStaleLock(t *testing.T) {
 	e := newEnv(t, orderview.Config{})
 	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
 	ctx := t.Context()
-	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(b.rdb, keyorder.SeqConfig{Prefix: b.prefix + "lock:"})
 	require.NoError(t, err)
 	// SOX waits for its creation by exchange X2 of SOY, which waits for its
 	// creation by exchange X1 of SOX.
-	_, err = seq.Reserve(ctx, "SOX", tasks.CreationLabel("X2", "SOY"), lock.CreationRef("X2"))
+	_, err = seq.Reserve(ctx, "SOX", tasks.CreationLabel("X2", "SOY"), keyorder.CreationRef("X2"))
 	require.NoError(t, err)
-	_, err = seq.Reserve(ctx, "SOY", tasks.CreationLabel("X1", "SOX"), lock.CreationRef("X1"))
+	_, err = seq.Reserve(ctx, "SOY", tasks.CreationLabel("X1", "SOX"), keyorder.CreationRef("X1"))
 	require.NoError(t, err)
 	b.modify(t, "SOX", "X1m", producer.WithProcessIn(time.Hour)) // puts SOX among the candidates
 
@@ -384,7 +384,7 @@ func TestBlockedListsAnUnreadableSequence(t *testing.T) {
 	e := newEnv(t, orderview.Config{})
 	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
 	ctx := t.Context()
-	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(b.rdb, keyorder.SeqConfig{Prefix: b.prefix + "lock:"})
 	require.NoError(t, err)
 	b.put(t, "SOBAD", "SOOK")
 	b.modify(t, "SOBAD", "B1", producer.WithProcessIn(time.Hour))
@@ -409,7 +409,7 @@ func TestBlockedListsAWronglyTypedSequence(t *testing.T) {
 	e := newEnv(t, orderview.Config{})
 	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
 	ctx := t.Context()
-	seq, err := lock.NewSequencer(b.rdb, lock.SeqConfig{Prefix: b.prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(b.rdb, keyorder.SeqConfig{Prefix: b.prefix + "lock:"})
 	require.NoError(t, err)
 	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO21", "SO22")
 	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: e.db.Prefix})

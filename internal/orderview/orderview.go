@@ -5,7 +5,7 @@
 // dashboard serve the same views from it, so they never disagree.
 //
 // It only reads: the order store (worker/orders), the order's sequence
-// and lock (internal/lock), asynq's tasks by queue and ID (in their
+// and lock (worker/keyorder), asynq's tasks by queue and ID (in their
 // placements under the shard setting, tasks.Shards), and, for the blocked
 // list, bounded pages of asynq's retry and scheduled sets and expired
 // leases (through internal/asynqwire). It never scans the keyspace, and it
@@ -25,8 +25,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -62,8 +62,8 @@ type Config struct {
 	HistoryLen int
 	// MaxPositions is how many of the positions waiting in a sequence
 	// Status lists and looks the tasks of up: it reads them as one page
-	// (lock.SeqConfig.StatusPage) and counts the others, so a view costs
-	// the same whatever the backlog. At most lock.MaxStatusPage (1000).
+	// (keyorder.SeqConfig.StatusPage) and counts the others, so a view costs
+	// the same whatever the backlog. At most keyorder.MaxStatusPage (1000).
 	// Defaults to 50.
 	MaxPositions int
 	// Now is the clock Status measures ages with. Defaults to time.Now.
@@ -96,15 +96,15 @@ type Reader struct {
 	cfg   Config
 	rdb   redis.UniversalClient
 	store orders.Store
-	seq   *lock.Sequencer
-	head  *lock.Sequencer // the same sequences, read one position deep
+	seq   *keyorder.Sequencer
+	head  *keyorder.Sequencer // the same sequences, read one position deep
 	insp  *asynq.Inspector
 }
 
 // New returns a Reader of the orders in store whose sequences, locks and
 // tasks live in rdb. It fills the zero fields of cfg with their defaults.
 // It returns an error for a nil dependency, a bad prefix, a negative field
-// of cfg, a MaxPositions above lock.MaxStatusPage, or Kinds that do not
+// of cfg, a MaxPositions above keyorder.MaxStatusPage, or Kinds that do not
 // validate (matching tasks.ErrKinds).
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, error) {
 	if store == nil {
@@ -116,8 +116,8 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if cfg.GapWait < 0 || cfg.HistoryLen < 0 || cfg.MaxPositions < 0 || cfg.BlockedAfter < 0 || cfg.BlockedScan < 0 {
 		return nil, fmt.Errorf("orderview: negative setting in %+v", cfg)
 	}
-	if cfg.MaxPositions > lock.MaxStatusPage {
-		return nil, fmt.Errorf("orderview: MaxPositions %d is above %d", cfg.MaxPositions, lock.MaxStatusPage)
+	if cfg.MaxPositions > keyorder.MaxStatusPage {
+		return nil, fmt.Errorf("orderview: MaxPositions %d is above %d", cfg.MaxPositions, keyorder.MaxStatusPage)
 	}
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
@@ -142,11 +142,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
 	}
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: cfg.MaxPositions})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: cfg.MaxPositions})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	head, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: 1})
+	head, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: 1})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
@@ -176,7 +176,7 @@ type History struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Skipped are the latest skipped positions of the order's sequence,
 	// oldest first (the sequence remembers the last 20 settlements, and
-	// only while it lives: see lock.SeqConfig.Retention). Never nil.
+	// only while it lives: see keyorder.SeqConfig.Retention). Never nil.
 	Skipped []Skip `json:"skipped"`
 }
 

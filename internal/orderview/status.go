@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -526,7 +526,7 @@ func (r *Reader) entryQueues(e *orders.Entry, orderNo string, o *orders.Order) [
 }
 
 // position reads a pending record of the sequence whose cursor is done.
-func position(p lock.Pending, done int64) Position {
+func position(p keyorder.Pending, done int64) Position {
 	pos := Position{Seq: p.Pos, Next: p.Pos == done+1, Label: p.Label, ReservedAt: p.Reserved, RetryAt: p.RetryAt}
 	switch kind, reason, _ := strings.Cut(p.Record, " "); kind {
 	case "v":
@@ -581,7 +581,7 @@ func payloadSeq(kinds tasks.Table, info *asynq.TaskInfo) int64 {
 
 // task describes a task found through rf, read as a kind of kinds, for a sequence whose head is
 // head (0 when there is no sequence) and a lock held by holder.
-func task(kinds tasks.Table, info *asynq.TaskInfo, rf ref, head int64, holder lock.Holder) Task {
+func task(kinds tasks.Table, info *asynq.TaskInfo, rf ref, head int64, holder keyorder.Holder) Task {
 	t := Task{
 		TaskID: info.ID, Queue: info.Queue, Type: info.Type, Seq: payloadSeq(kinds, info), State: info.State.String(),
 		Source: rf.source, Retried: info.Retried, MaxRetry: tasks.FailureBudget(info.MaxRetry),
@@ -596,7 +596,7 @@ func task(kinds tasks.Table, info *asynq.TaskInfo, rf ref, head int64, holder lo
 }
 
 // taskNote says what task t means for its order.
-func taskNote(t Task, rf ref, head int64, holder lock.Holder) string {
+func taskNote(t Task, rf ref, head int64, holder keyorder.Holder) string {
 	due := ""
 	if !t.NextProcessAt.IsZero() {
 		due = " at " + t.NextProcessAt.Format(time.RFC3339)

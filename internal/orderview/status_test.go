@@ -13,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
@@ -21,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -158,7 +158,7 @@ func TestStatusOfAGapAndAHeldLock(t *testing.T) {
 	now := time.Now()
 	e := newEnv(t, orderview.Config{GapWait: time.Minute, Now: func() time.Time { return now }})
 	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO-G", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
-	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	l, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	ghost := tasks.PositionLabel(tasks.TypeModify, "ev-ghost")
@@ -169,7 +169,7 @@ func TestStatusOfAGapAndAHeldLock(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	r, err := p.EnqueueModify(t.Context(), "SO-G", tasks.Changes{Remark: new("behind")}, producer.WithEventID("ev-behind"))
 	require.NoError(t, err)
-	lease, err := l.Acquire(t.Context(), "SO-G", "order:exchange ev-holder", lock.Wait{})
+	lease, err := l.Acquire(t.Context(), "SO-G", "order:exchange ev-holder", keyorder.Wait{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lease.Release(t.Context()) })
 
@@ -295,10 +295,10 @@ func TestStatusFindsTasksInTheirShards(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p3.EnqueueExchange(t.Context(), "SO123", []tasks.Item{{SKU: "A", Qty: 1}}, producer.WithEventID("x"), producer.WithNewOrderNo("SO123-X"))
 	require.NoError(t, err)
-	l, err := lock.New(e.db.Client, lock.Config{Prefix: e.db.Prefix + "lock:"})
+	l, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	lease, err := l.Acquire(t.Context(), "SO1001", "order:modify old", lock.Wait{})
+	lease, err := l.Acquire(t.Context(), "SO1001", "order:modify old", keyorder.Wait{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lease.Release(t.Context()) })
 
@@ -374,7 +374,7 @@ func TestStatusOfALongBacklogIsOnePage(t *testing.T) {
 	assert.Len(t, st.Sequence.Waiting, orderview.DefaultMaxPositions)
 	assert.LessOrEqual(t, calls.Total(), int64(2*orderview.DefaultMaxPositions), "a page's commands at most: %v", calls)
 
-	_, err = orderview.New(e.db.Client, e.store, orderview.Config{MaxPositions: lock.MaxStatusPage + 1})
+	_, err = orderview.New(e.db.Client, e.store, orderview.Config{MaxPositions: keyorder.MaxStatusPage + 1})
 	require.ErrorContains(t, err, "MaxPositions")
 }
 
@@ -433,7 +433,7 @@ func TestStatusLeadsWithTheHold(t *testing.T) {
 	e := newEnv(t, orderview.Config{})
 	ctx := t.Context()
 	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO41")
-	seq, err := lock.NewSequencer(e.db.Client, lock.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
 	pause, err := seq.Pause(ctx, "SO41", "ops@example.com", "customer asked")
 	require.NoError(t, err)

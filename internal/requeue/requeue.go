@@ -17,7 +17,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
@@ -25,9 +24,8 @@ import (
 )
 
 // InTransit is how long [Labels] keeps trying to bring back a task that is
-// still active: a task is parked by returning from its run, and asynq moves
-// it to the retry set just after; the call that wakes it may come first.
-const InTransit = 250 * time.Millisecond
+// still active (asynqwire.InTransit).
+const InTransit = asynqwire.InTransit
 
 // Labels brings back the holders of parked positions of order orderNo's
 // sequence, given by their labels (tasks.PositionLabel) in the order of
@@ -43,17 +41,17 @@ const InTransit = 250 * time.Millisecond
 // looked at in vain while a count drains. It returns the first Redis
 // error, after trying every label.
 func Labels(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string) error {
-	return move(ctx, rdb, orderNo, shards, kinds, labels, asynqwire.Front)
+	return move(ctx, rdb, orderNo, shards, kinds, labels, asynqwire.FrontInTransit)
 }
 
 // Back is [Labels] for one label, whose task goes to the back of its queue
 // (asynqwire.Back): last in line, behind the other orders' tasks waiting
 // there.
 func Back(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, label string) error {
-	return move(ctx, rdb, orderNo, shards, kinds, []string{label}, asynqwire.Back)
+	return move(ctx, rdb, orderNo, shards, kinds, []string{label}, asynqwire.BackInTransit)
 }
 
-type mover func(ctx context.Context, rdb redis.Scripter, queue, id string) (bool, string, error)
+type mover func(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error)
 
 func move(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string, to mover) error {
 	var first error
@@ -63,7 +61,7 @@ func move(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.
 			continue
 		}
 		for _, queue := range shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)) {
-			state, err := whileActive(ctx, rdb, queue, id, to)
+			state, err := to(ctx, rdb, queue, id)
 			if err != nil {
 				first = cmp.Or(first, err)
 			}
@@ -76,26 +74,4 @@ func move(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.
 		}
 	}
 	return first
-}
-
-// whileActive is move (Front or Back), tried again with short pauses for up to
-// InTransit while the task is active. It returns the task's state, "moved"
-// when it was moved, "" when the queue has no such task.
-func whileActive(ctx context.Context, rdb redis.Scripter, queue, id string, move mover) (string, error) {
-	pause := 5 * time.Millisecond
-	deadline := time.Now().Add(InTransit)
-	for {
-		_, state, err := move(ctx, rdb, queue, id)
-		if err != nil || state != asynqwire.StateActive || time.Now().After(deadline) {
-			return state, err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return state, context.Cause(ctx)
-		}
-		pause = min(2*pause, 50*time.Millisecond)
-	}
 }

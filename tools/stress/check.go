@@ -13,9 +13,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
@@ -89,7 +89,7 @@ func (r *results) violations() int {
 
 // check reads asynq's view of every enqueued task and every order's
 // history, and cross-checks them.
-func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, seq *lock.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
+func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, seq *keyorder.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
 	r := &results{tasks: l.tasks, outcomes: map[string]outcome{}, archivedBy: map[string]int{}, unfinished: map[string]int{}}
 	queues, err := orderQueues(insp)
 	if err != nil {
@@ -255,7 +255,7 @@ func exchangeOf(hist []orders.Entry) (orders.Entry, bool) {
 // them, every order ends as a replay of its applied changes in sequence
 // order, no sequence is left waiting, and no position was skipped whose task
 // existed.
-func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *lock.Sequencer, l *load, nos []string, hist map[string][]orders.Entry) error {
+func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *keyorder.Sequencer, l *load, nos []string, hist map[string][]orders.Entry) error {
 	byEvent := map[string]enqueued{}
 	for _, t := range l.tasks {
 		byEvent[t.EventID] = t

@@ -11,12 +11,12 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/config"
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).
@@ -279,7 +279,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "note: %v\n", err)
 	}
 
-	seq, err := lock.NewSequencer(rdb, lock.SeqConfig{Prefix: prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
 	if err != nil {
 		return err
 	}

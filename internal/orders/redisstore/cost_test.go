@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -82,12 +82,12 @@ func BenchmarkScriptCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	locker, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
+	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer locker.Close()
-	seq, err := lock.NewSequencer(db.Client, lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", lock.Turn{Pos: p, Label: label}, lock.Wait{Deadline: time.Second})
+		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", keyorder.Turn{Pos: p, Label: label}, keyorder.Wait{Deadline: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -153,9 +153,9 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 		}
 		pos[i] = p
 	})
-	leases := make([]*lock.Lease, n)
+	leases := make([]*keyorder.Lease, n)
 	measure("acquire", func(i int) {
-		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", lock.Turn{Pos: pos[i], Label: label(i)}, lock.Wait{Deadline: time.Second})
+		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", keyorder.Turn{Pos: pos[i], Label: label(i)}, keyorder.Wait{Deadline: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,10 +172,10 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 
 // commit applies a modify under lease l with its hand-off, as the worker
 // does, and releases l (a no-op after the hand-off).
-func commit(b *testing.B, s *Store, l *lock.Lease, event, no string, pos int64) {
+func commit(b *testing.B, s *Store, l *keyorder.Lease, event, no string, pos int64) {
 	b.Helper()
 	r := "ring " + event
-	ctx := lock.WithHold(orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
+	ctx := keyorder.WithHold(orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
 		StartedAt: time.Now(), Seq: pos, NoResult: true}), l)
 	if _, err := s.Modify(ctx, event, no, orders.Changes{Remark: &r}); err != nil {
 		b.Fatal(err)

@@ -4,11 +4,11 @@
 // orders.Annotator (the notes of the operator actions); the model, the
 // errors and the checks are package orders'.
 //
-// On the Redis that also holds the per-order lock (internal/lock), it can
-// save a round trip per task: given the writer's lock hold (lock.WithHold),
+// On the Redis that also holds the per-order lock (worker/keyorder), it can
+// save a round trip per task: given the writer's lock hold (keyorder.WithHold),
 // it refuses a fence older than the lock's newest and releases the lock, and
 // passes the order's turn on, in the script that commits a modify. That is
-// the only tie between this store and the lock, and the [lock.Hold]
+// the only tie between this store and the lock, and the [keyorder.Hold]
 // interface names it.
 package redisstore
 
@@ -25,8 +25,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
@@ -309,7 +309,7 @@ end
 // applyScript applies one fenced event to an existing, active order: a
 // modify, or the first half of an exchange (closing the order). When it is
 // given the order lock's hash, it also releases the lock (owner-checked,
-// with lock.CommitLua) before it returns, whatever the outcome: the
+// with keyorder.CommitLua) before it returns, whatever the outcome: the
 // caller's work ends with this write. Given the order's sequence too, it
 // passes the caller's turn on unless the write was refused as stale (a
 // missing order, a closed one, a replay and an applied change all end the
@@ -329,7 +329,7 @@ end
 // ARGV[17] "1" to record the position (ARGV[8]) as the order's newest and
 // in the history, "0" to only check it (a change run out of its turn:
 // orders.Write.SeqOutOfTurn), ARGV[18] "1" to keep the lock for a parked
-// next holder when the change is applied (lock.Handoff.Keep, lock_commit's
+// next holder when the change is applied (keyorder.Handoff.Keep, lock_commit's
 // keep), ARGV[19...] field, value pairs to set on the order.
 //
 // The lock's newest fence (KEYS[6]) is read only when the caller no longer
@@ -351,7 +351,7 @@ end
 //	{"stale", newest fence}          older than the order's or the lock's newest
 //	{"ok", record, fields...}       applied: fence stored, version bumped,
 //	                                history appended, the record kept
-var applyScript = redis.NewScript(luaLib + lock.CommitLua + `
+var applyScript = redis.NewScript(luaLib + keyorder.CommitLua + `
 local function apply(held)
   local st = redis.call('HMGET', KEYS[1], 'status', 'exchanged_to', 'fence', 'seq', 'version')
   if not st[1] then return {'notfound'} end
@@ -942,8 +942,8 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
 	tag := "{" + orderNo + "}"
 	var lockFenceKey string
-	var h *lock.Handoff
-	if hold, ok := lock.HoldFrom(ctx); ok {
+	var h *keyorder.Handoff
+	if hold, ok := keyorder.HoldFrom(ctx); ok {
 		lockFenceKey = hold.FenceKey()
 		// A write whose work ends with this script commits the hand-off
 		// in it; one with more steps after it (an exchange still creates

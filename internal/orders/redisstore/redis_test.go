@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/orderworker/orderworker/worker/orders/storetest"
 )
@@ -710,8 +710,8 @@ func TestConcurrentModifies(t *testing.T) {
 // fenceKeyOnly is a lock hold that offers its fence key and no hand-off.
 type fenceKeyOnly string
 
-func (k fenceKeyOnly) FenceKey() string     { return string(k) }
-func (fenceKeyOnly) Handoff() *lock.Handoff { return nil }
+func (k fenceKeyOnly) FenceKey() string         { return string(k) }
+func (fenceKeyOnly) Handoff() *keyorder.Handoff { return nil }
 
 // A former lock holder's write is refused as soon as the lock hands out a
 // newer fence, even before the new holder has written to the order.
@@ -726,7 +726,7 @@ func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	r := "late"
 
 	withFenceKey := func(fence int64, key string) context.Context {
-		return lock.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
+		return keyorder.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
 	}
 	old := withFenceKey(100, fenceKey)
 	_, err = s.Modify(old, "ev-old", "SO1", orders.Changes{Remark: &r})
@@ -751,11 +751,11 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
-	locker, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix + "lock:"})
+	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
-	write := func(l *lock.Lease) context.Context {
-		return lock.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
+	write := func(l *keyorder.Lease) context.Context {
+		return keyorder.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 

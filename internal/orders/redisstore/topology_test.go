@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -28,11 +28,11 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	ctx := t.Context()
 	s, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
-	locker, err := lock.New(rdb, lock.Config{Prefix: prefix + "lock:"})
+	locker, err := keyorder.New(rdb, keyorder.Config{Prefix: prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
-	write := func(l *lock.Lease) context.Context {
-		return lock.WithHold(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
+	write := func(l *keyorder.Lease) context.Context {
+		return keyorder.WithHold(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
 

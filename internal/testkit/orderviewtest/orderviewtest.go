@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -126,7 +126,7 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 	for n < len(want) {
 		select {
 		case d := <-done:
-			var te *lock.TurnError
+			var te *keyorder.TurnError
 			ok := false
 			switch d.EventID {
 			case s.Applied:

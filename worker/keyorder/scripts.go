@@ -1,4 +1,4 @@
-package lock
+package keyorder
 
 import "github.com/redis/go-redis/v9"
 

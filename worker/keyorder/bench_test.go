@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,14 +34,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	c := db.NewClient(b)
 	hook := &countHook{}
 	c.AddHook(hook)
-	l, err := lock.New(c, lock.Config{Prefix: db.Prefix + "lock:"})
+	l, err := keyorder.New(c, keyorder.Config{Prefix: db.Prefix + "lock:"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
 	ctx := context.Background()
 	// Load the scripts so NOSCRIPT fallbacks do not count.
-	lease, err := l.Acquire(ctx, "warm", "", lock.Wait{})
+	lease, err := l.Acquire(ctx, "warm", "", keyorder.Wait{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
-		lease, err := l.Acquire(ctx, "SO-"+strconv.Itoa(i%1000), "bench", lock.Wait{})
+		lease, err := l.Acquire(ctx, "SO-"+strconv.Itoa(i%1000), "bench", keyorder.Wait{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,9 +74,9 @@ type contender func(ctx context.Context, who int) (release func())
 func BenchmarkHandoff(b *testing.B) {
 	b.Run("lock=orderworker", func(b *testing.B) {
 		db := redistest.New(b)
-		lockers := make([]*lock.Locker, 4)
+		lockers := make([]*keyorder.Locker, 4)
 		for i := range lockers {
-			l, err := lock.New(db.NewClient(b), lock.Config{Prefix: db.Prefix + "lock:"})
+			l, err := keyorder.New(db.NewClient(b), keyorder.Config{Prefix: db.Prefix + "lock:"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -84,7 +84,7 @@ func BenchmarkHandoff(b *testing.B) {
 			lockers[i] = l
 		}
 		runHandoff(b, func(ctx context.Context, who int) func() {
-			lease, err := lockers[who].Acquire(ctx, "SO-hot", "c"+strconv.Itoa(who), lock.Wait{Deadline: 30 * time.Second})
+			lease, err := lockers[who].Acquire(ctx, "SO-hot", "c"+strconv.Itoa(who), keyorder.Wait{Deadline: 30 * time.Second})
 			if err != nil {
 				return nil
 			}
@@ -209,7 +209,7 @@ func BenchmarkStatus(b *testing.B) {
 		b.Run("waiting="+strconv.Itoa(n), func(b *testing.B) {
 			db := redistest.New(b)
 			c := db.NewClient(b)
-			q := newSequencer(b, c, db, lock.SeqConfig{})
+			q := newSequencer(b, c, db, keyorder.SeqConfig{})
 			backlog(b, q, c, "SO-bench", n)
 			hook := &countHook{}
 			c.AddHook(hook)

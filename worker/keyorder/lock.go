@@ -1,4 +1,4 @@
-// Package lock is a mutual-exclusion lock per key on Redis, with fencing
+// Package keyorder is a mutual-exclusion lock per key on Redis, with fencing
 // tokens, self-renewing leases and waiting that is woken by release notices.
 //
 // It knows nothing of orders or task queues: a key is any short string.
@@ -53,7 +53,7 @@
 // whose holder will never come), passes it on when the work ends, and
 // settles the positions of holders that end without their turn. The
 // worker's middleware reads as: [Turns.Take], run, commit, [Turns.Pass].
-package lock
+package keyorder
 
 import (
 	"cmp"
@@ -79,20 +79,20 @@ import (
 var (
 	// ErrBusy is matched by the [*BusyError] that Acquire returns when the
 	// key was still held at the wait deadline.
-	ErrBusy = errors.New("lock: key is held")
+	ErrBusy = errors.New("keyorder: key is held")
 	// ErrNotHeld is returned by Release when the lock is no longer held by
 	// the lease (it expired and may have been taken by someone else, or it
 	// was already released). Nothing is deleted then.
-	ErrNotHeld = errors.New("lock: not held")
+	ErrNotHeld = errors.New("keyorder: not held")
 	// ErrLost is the cause of a kept lease's context cancellation when a
 	// renewal found the lock gone or taken, or when renewals kept failing
 	// until the lease may have expired.
-	ErrLost = errors.New("lock: lease lost")
+	ErrLost = errors.New("keyorder: lease lost")
 	// ErrInvalidKey is returned for an empty or too long key, or one with a
 	// brace (braces would break the Redis Cluster hash tag).
-	ErrInvalidKey = errors.New("lock: invalid key")
+	ErrInvalidKey = errors.New("keyorder: invalid key")
 	// ErrClosed is returned by Acquire after the Locker was closed.
-	ErrClosed = errors.New("lock: locker closed")
+	ErrClosed = errors.New("keyorder: locker closed")
 )
 
 // DefaultPrefix is the default of Config.Prefix and SeqConfig.Prefix.
@@ -108,7 +108,7 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("lock: %s held by %q (lease %v left) after waiting %v",
+	return fmt.Sprintf("keyorder: %s held by %q (lease %v left) after waiting %v",
 		e.Key, e.Holder, e.TTL.Round(time.Millisecond), e.Waited.Round(time.Millisecond))
 }
 
@@ -159,9 +159,9 @@ func (w Wait) Or(d Wait) Wait {
 func (w Wait) Validate() error {
 	switch {
 	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
-		return fmt.Errorf("lock: negative wait %+v", w)
+		return fmt.Errorf("keyorder: negative wait %+v", w)
 	case w.MinDelay > w.MaxDelay:
-		return fmt.Errorf("lock: wait min delay %v above max delay %v", w.MinDelay, w.MaxDelay)
+		return fmt.Errorf("keyorder: wait min delay %v above max delay %v", w.MinDelay, w.MaxDelay)
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ type Locker struct {
 // New returns a Locker on rdb. It returns an error when cfg is invalid.
 func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	if rdb == nil {
-		return nil, errors.New("lock: nil redis client")
+		return nil, errors.New("keyorder: nil redis client")
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.SeqRetention = cmp.Or(cfg.SeqRetention, DefaultSeqRetention)
@@ -245,13 +245,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 	}
 	switch {
 	case cfg.TTL < 3*time.Millisecond:
-		return nil, fmt.Errorf("lock: TTL %v too short", cfg.TTL)
+		return nil, fmt.Errorf("keyorder: TTL %v too short", cfg.TTL)
 	case cfg.FenceRetention < cfg.TTL:
-		return nil, fmt.Errorf("lock: fence retention %v shorter than TTL %v", cfg.FenceRetention, cfg.TTL)
+		return nil, fmt.Errorf("keyorder: fence retention %v shorter than TTL %v", cfg.FenceRetention, cfg.TTL)
 	case cfg.ReleaseTimeout < 0:
-		return nil, fmt.Errorf("lock: negative release timeout %v", cfg.ReleaseTimeout)
+		return nil, fmt.Errorf("keyorder: negative release timeout %v", cfg.ReleaseTimeout)
 	case strings.ContainsAny(cfg.Prefix, "{}"):
-		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
+		return nil, fmt.Errorf("keyorder: prefix %q has a brace", cfg.Prefix)
 	}
 	if err := cfg.Wait.Validate(); err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func checkKey(key, meta string) error {
 	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
 		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
 	case len(meta) > MaxMetaLen:
-		return fmt.Errorf("lock: meta of %d bytes, at most %d", len(meta), MaxMetaLen)
+		return fmt.Errorf("keyorder: meta of %d bytes, at most %d", len(meta), MaxMetaLen)
 	}
 	return nil
 }
@@ -617,7 +617,7 @@ func (l *Locker) register(ctx context.Context, key string, pos int64) (*notice.W
 // Acquire; later calls only report.
 func (l *Locker) CheckNotices(ctx context.Context) error {
 	if err := l.notices.Check(ctx); err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return fmt.Errorf("keyorder: %w", err)
 	}
 	return nil
 }
@@ -634,7 +634,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	if err := l.notices.Close(); err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return fmt.Errorf("keyorder: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package lock
+package keyorder
 
 import (
 	"cmp"
@@ -45,17 +45,17 @@ const MaxLabelLen = 256
 // ErrNotYourTurn is matched by the [*TurnError] that AcquireTurn returns
 // when the position was not yet next at the wait deadline, or when the head
 // position looks stuck.
-var ErrNotYourTurn = errors.New("lock: not this position's turn")
+var ErrNotYourTurn = errors.New("keyorder: not this position's turn")
 
 // ErrBadPosition is returned by AcquireTurn for a position that is not the
 // caller's: never handed out, voided, or reserved under another label.
 // Waiting cannot help.
-var ErrBadPosition = errors.New("lock: not the caller's position")
+var ErrBadPosition = errors.New("keyorder: not the caller's position")
 
 // ErrFull is returned by a reservation refused because the sequence
 // already has [SeqConfig.MaxWaiting] positions waiting (handed out and not
 // finished); a *FullError carries the numbers.
-var ErrFull = errors.New("lock: too many positions waiting")
+var ErrFull = errors.New("keyorder: too many positions waiting")
 
 // FullError is a reservation refused by [SeqConfig.MaxWaiting]. It matches
 // [ErrFull] with errors.Is.
@@ -66,7 +66,7 @@ type FullError struct {
 }
 
 func (e *FullError) Error() string {
-	return fmt.Sprintf("lock: %s has %d positions waiting, the most allowed (%d)", e.Key, e.Waiting, e.Max)
+	return fmt.Sprintf("keyorder: %s has %d positions waiting, the most allowed (%d)", e.Key, e.Waiting, e.Max)
 }
 
 // Is reports whether target is ErrFull.
@@ -99,10 +99,10 @@ type TurnError struct {
 
 func (e *TurnError) Error() string {
 	if p := e.Paused; p != nil {
-		return fmt.Sprintf("lock: %s position %d is next, but the sequence is on hold since %s by %s: %s",
+		return fmt.Sprintf("keyorder: %s position %d is next, but the sequence is on hold since %s by %s: %s",
 			e.Key, e.Pos, p.At.Format(time.RFC3339), p.By, p.Reason)
 	}
-	s := fmt.Sprintf("lock: %s position %d waits for position %d (%q, reserved %v ago)",
+	s := fmt.Sprintf("keyorder: %s position %d waits for position %d (%q, reserved %v ago)",
 		e.Key, e.Pos, e.Head, e.Label, e.Age.Round(time.Millisecond))
 	if e.Retry > 0 {
 		s += fmt.Sprintf(", which runs again in %v", e.Retry.Round(time.Millisecond))
@@ -159,20 +159,20 @@ type Sequencer struct {
 // nil or cfg is invalid.
 func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) {
 	if rdb == nil {
-		return nil, errors.New("lock: nil redis client")
+		return nil, errors.New("keyorder: nil redis client")
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultSeqRetention)
 	cfg.StatusPage = cmp.Or(cfg.StatusPage, DefaultStatusPage)
 	switch {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
-		return nil, fmt.Errorf("lock: prefix %q has a brace", cfg.Prefix)
+		return nil, fmt.Errorf("keyorder: prefix %q has a brace", cfg.Prefix)
 	case cfg.Retention < time.Second:
-		return nil, fmt.Errorf("lock: sequence retention %v is under 1s", cfg.Retention)
+		return nil, fmt.Errorf("keyorder: sequence retention %v is under 1s", cfg.Retention)
 	case cfg.MaxWaiting < 0:
-		return nil, fmt.Errorf("lock: MaxWaiting %d is negative", cfg.MaxWaiting)
+		return nil, fmt.Errorf("keyorder: MaxWaiting %d is negative", cfg.MaxWaiting)
 	case cfg.StatusPage < 1 || cfg.StatusPage > MaxStatusPage:
-		return nil, fmt.Errorf("lock: StatusPage %d, want 1 to %d", cfg.StatusPage, MaxStatusPage)
+		return nil, fmt.Errorf("keyorder: StatusPage %d, want 1 to %d", cfg.StatusPage, MaxStatusPage)
 	}
 	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention,
 		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage}, nil
@@ -189,9 +189,9 @@ func checkLabel(key, label, ref string) error {
 	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
 		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
 	case label == "" || len(label) > MaxLabelLen:
-		return fmt.Errorf("lock: label of %d bytes, want 1 to %d", len(label), MaxLabelLen)
+		return fmt.Errorf("keyorder: label of %d bytes, want 1 to %d", len(label), MaxLabelLen)
 	case len(ref) > MaxLabelLen:
-		return fmt.Errorf("lock: reference of %d bytes, at most %d", len(ref), MaxLabelLen)
+		return fmt.Errorf("keyorder: reference of %d bytes, at most %d", len(ref), MaxLabelLen)
 	}
 	return nil
 }
@@ -243,7 +243,7 @@ func NoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "
 // plain [Sequencer.Reserve] loads them by itself.
 func (q *Sequencer) LoadScripts(ctx context.Context) error {
 	if err := reserveScript.Load(ctx, q.rdb).Err(); err != nil {
-		return fmt.Errorf("lock: load scripts: %w", err)
+		return fmt.Errorf("keyorder: load scripts: %w", err)
 	}
 	return nil
 }
@@ -490,7 +490,7 @@ func (q *Sequencer) Status(ctx context.Context, key string) (Status, error) {
 // ErrMalformed is matched by the error of [Sequencer.Status] for a
 // sequence whose hash it cannot read (written by hand, or by a version
 // that wrote it otherwise).
-var ErrMalformed = errors.New("lock: malformed sequence")
+var ErrMalformed = errors.New("keyorder: malformed sequence")
 
 // parseStatus reads the reply of statusScript, run with page.
 func parseStatus(res []any, page int) (Status, error) {

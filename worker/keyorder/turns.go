@@ -1,4 +1,4 @@
-package lock
+package keyorder
 
 import (
 	"cmp"
@@ -42,6 +42,9 @@ type TurnsConfig struct {
 	// Logger receives what goes wrong in those writes (the work's outcome
 	// stands either way) and the skips. Defaults to discarding.
 	Logger *zap.Logger
+	// KeyField names the key in those log lines. Defaults to "key" (the
+	// order domain logs "order_no").
+	KeyField string
 }
 
 // DefaultGapWait is the default of [TurnsConfig.GapWait].
@@ -95,13 +98,14 @@ type Turns struct {
 // holders. It returns an error for a nil argument or a negative setting.
 func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 	if l == nil || tasks == nil {
-		return nil, errors.New("lock: turns need a locker and tasks")
+		return nil, errors.New("keyorder: turns need a locker and tasks")
 	}
 	if cfg.GapWait < 0 || cfg.SettleTimeout < 0 {
-		return nil, errors.New("lock: turns: GapWait and SettleTimeout must not be negative")
+		return nil, errors.New("keyorder: turns: GapWait and SettleTimeout must not be negative")
 	}
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
+	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -191,7 +195,7 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 		return false, 0, fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
 	}
 	if st.Done {
-		tracing.Log(ctx, t.log).Warn("position skipped", zap.String("order_no", key), zap.Int64("seq", te.Head),
+		tracing.Log(ctx, t.log).Warn("position skipped", zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head),
 			zap.String("label", te.Label), zap.String("reason", why))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
@@ -279,7 +283,7 @@ func (t *Turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
 	if err != nil {
 		tracing.Log(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
-			zap.String("order_no", key), zap.Int64("seq", turn.Pos), zap.Error(err))
+			zap.String(t.cfg.KeyField, key), zap.Int64("seq", turn.Pos), zap.Error(err))
 	}
 	t.wake(ctx, key, st.Wake)
 }
@@ -293,7 +297,7 @@ func (t *Turns) Note(ctx context.Context, key string, pos int64, label, reason s
 	defer cancel()
 	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
 		tracing.Log(ctx, t.log).Warn("could not note the archived task in its order's sequence",
-			zap.String("order_no", key), zap.Int64("seq", pos), zap.Error(err))
+			zap.String(t.cfg.KeyField, key), zap.Int64("seq", pos), zap.Error(err))
 	}
 }
 
@@ -322,7 +326,7 @@ func (t *Turns) Created(ctx context.Context, created, creator, by string, err er
 	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
 	if serr != nil {
 		tracing.Log(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
-			zap.String("order_no", created), zap.String("event_id", creator), zap.Error(serr))
+			zap.String(t.cfg.KeyField, created), zap.String("event_id", creator), zap.Error(serr))
 	}
 	t.wake(ctx, created, st.Wake)
 }
@@ -393,7 +397,7 @@ func (t *Turns) wake(ctx context.Context, key string, labels []string) {
 	defer cancel()
 	if err := t.tasks.Wake(ctx, key, labels); err != nil {
 		tracing.Log(ctx, t.log).Warn("could not bring parked tasks back; they come back after their park delay",
-			zap.String("order_no", key), zap.Strings("labels", labels), zap.Error(err))
+			zap.String(t.cfg.KeyField, key), zap.Strings("labels", labels), zap.Error(err))
 	}
 }
 

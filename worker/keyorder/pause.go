@@ -1,4 +1,4 @@
-package lock
+package keyorder
 
 import (
 	"context"
@@ -28,17 +28,17 @@ import (
 
 // ErrPaused is returned by [Sequencer.Pause] for a sequence paused already;
 // a *PausedError carries that pause.
-var ErrPaused = errors.New("lock: sequence is paused already")
+var ErrPaused = errors.New("keyorder: sequence is paused already")
 
 // ErrNotPaused is returned by [Sequencer.Resume] for a sequence that is not
 // paused.
-var ErrNotPaused = errors.New("lock: sequence is not paused")
+var ErrNotPaused = errors.New("keyorder: sequence is not paused")
 
 // ErrPauseIndex is matched by the error Pause and Resume return when the
 // pause itself was set or ended but the index of paused keys (PausedKey)
 // could not be updated: the pause holds, and the index is stale for that
 // key until the next pause or resume of it.
-var ErrPauseIndex = errors.New("lock: the index of paused keys was not updated")
+var ErrPauseIndex = errors.New("keyorder: the index of paused keys was not updated")
 
 // Pause is a paused sequence's pause: who paused it, why, and when (Redis
 // clock).
@@ -56,7 +56,7 @@ type PausedError struct {
 }
 
 func (e *PausedError) Error() string {
-	return fmt.Sprintf("lock: %s is on hold already, since %s by %s: %s", e.Key, e.Pause.At.Format(time.RFC3339), e.Pause.By, e.Pause.Reason)
+	return fmt.Sprintf("keyorder: %s is on hold already, since %s by %s: %s", e.Key, e.Pause.At.Format(time.RFC3339), e.Pause.By, e.Pause.Reason)
 }
 
 // Is reports whether target is ErrPaused.
@@ -156,7 +156,7 @@ type PausedSince struct {
 // returns Redis errors, wrapped.
 func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]PausedSince, error) {
 	if offset < 0 || limit <= 0 {
-		return nil, fmt.Errorf("lock: paused keys from %d, %d of them", offset, limit)
+		return nil, fmt.Errorf("keyorder: paused keys from %d, %d of them", offset, limit)
 	}
 	zs, err := q.rdb.ZRangeWithScores(ctx, q.PausedKey(), offset, offset+limit-1).Result()
 	if err != nil {

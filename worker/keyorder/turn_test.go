@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -10,24 +10,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
 // slow is a wait policy whose random delay is far longer than any test: a
 // waiter that gets its turn in time was woken by a notice.
-var slow = lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute}
+var slow = keyorder.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute}
 
-func reserve(t *testing.T, q *lock.Sequencer, key string, n int) []lock.Turn {
+func reserve(t *testing.T, q *keyorder.Sequencer, key string, n int) []keyorder.Turn {
 	t.Helper()
-	turns := make([]lock.Turn, n)
+	turns := make([]keyorder.Turn, n)
 	for i := range turns {
 		label := "m ev-" + strconv.Itoa(i)
 		pos, err := q.Reserve(t.Context(), key, label, "")
 		require.NoError(t, err)
-		turns[i] = lock.Turn{Pos: pos, Label: label}
+		turns[i] = keyorder.Turn{Pos: pos, Label: label}
 		if i > 0 {
 			require.Equal(t, turns[i-1].Pos+1, pos, "positions of one key are consecutive")
 		}
@@ -68,10 +68,10 @@ func (c *caller) wake(labels []string) {
 
 // acquire takes turn's lock, parking as long as it has to. parked counts
 // the times it was parked.
-func (c *caller) acquire(ctx context.Context, l *lock.Locker, key, meta string, turn lock.Turn, w lock.Wait) (lease *lock.Lease, parked int, err error) {
+func (c *caller) acquire(ctx context.Context, l *keyorder.Locker, key, meta string, turn keyorder.Turn, w keyorder.Wait) (lease *keyorder.Lease, parked int, err error) {
 	for {
 		lease, err := l.AcquireTurn(ctx, key, meta, turn, w)
-		var te *lock.TurnError
+		var te *keyorder.TurnError
 		if !errors.As(err, &te) {
 			return lease, parked, err
 		}
@@ -88,7 +88,7 @@ func (c *caller) acquire(ctx context.Context, l *lock.Locker, key, meta string, 
 }
 
 // release releases lease, finished, and brings back the holders it calls.
-func (c *caller) release(ctx context.Context, lease *lock.Lease) error {
+func (c *caller) release(ctx context.Context, lease *keyorder.Lease) error {
 	lease.Finish()
 	err := lease.Release(ctx)
 	c.wake(lease.Wake())
@@ -100,9 +100,9 @@ func (c *caller) release(ctx context.Context, lease *lock.Lease) error {
 func TestTurnsEnterInPositionOrder(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	lockers := make([]*lock.Locker, 4)
+	lockers := make([]*keyorder.Locker, 4)
 	for i := range lockers {
-		lockers[i] = newLockerOn(t, db.NewClient(t), db, lock.Config{})
+		lockers[i] = newLockerOn(t, db.NewClient(t), db, keyorder.Config{})
 	}
 	q := lockers[0].Sequencer()
 	turns := reserve(t, q, "SO-order", 30)
@@ -115,9 +115,9 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			lease, _, err := c.acquire(ctx, lockers[i%len(lockers)], "SO-order", "w"+strconv.Itoa(i), turns[i],
-				lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
+				keyorder.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
 			require.NoError(t, err)
-			require.Equal(t, lock.ModeTurn, lease.Mode())
+			require.Equal(t, keyorder.ModeTurn, lease.Mode())
 			mu.Lock()
 			entered = append(entered, lease.Turn().Pos)
 			mu.Unlock()
@@ -143,18 +143,18 @@ func TestTurnsEnterInPositionOrder(t *testing.T) {
 func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-wake", 4)
 	other, err := l.Acquire(t.Context(), "SO-wake", "unordered", slow)
 	require.NoError(t, err)
 
 	type result struct {
-		lease *lock.Lease
+		lease *keyorder.Lease
 		err   error
 	}
 	waiting := make(chan string, 4)
-	l2 := newLocker(t, db, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
-	acquire := func(meta string, turn lock.Turn) <-chan result {
+	l2 := newLocker(t, db, keyorder.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
+	acquire := func(meta string, turn keyorder.Turn) <-chan result {
 		ch := make(chan result, 1)
 		go func() {
 			lease, err := l2.AcquireTurn(t.Context(), "SO-wake", meta, turn, slow)
@@ -171,10 +171,10 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 		default:
 		}
 	}
-	parked := func(meta string, turn lock.Turn, head lock.Turn) {
+	parked := func(meta string, turn keyorder.Turn, head keyorder.Turn) {
 		t.Helper()
 		_, err := l.AcquireTurn(t.Context(), "SO-wake", meta, turn, slow)
-		var te *lock.TurnError
+		var te *keyorder.TurnError
 		require.ErrorAs(t, err, &te, meta)
 		require.True(t, te.Parked, "%s is not next: parked at once", meta)
 		require.Equal(t, head.Pos, te.Head, meta)
@@ -190,7 +190,7 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	require.Empty(t, other.Wake(), "an unordered release calls nobody back")
 	r := recvTimeout(t, first)
 	require.NoError(t, r.err)
-	require.Equal(t, lock.ModeTurn, r.lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, r.lease.Mode())
 	require.Equal(t, 1, r.lease.Stats().WokenByNotice, "woken by the release's notice")
 
 	r.lease.Finish()
@@ -199,21 +199,21 @@ func TestFinishWakesOnlyTheNextInLine(t *testing.T) {
 	parked("third", turns[2], turns[1])
 	second, err := l.AcquireTurn(t.Context(), "SO-wake", "second", turns[1], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, second.Mode())
+	require.Equal(t, keyorder.ModeTurn, second.Mode())
 	second.Finish()
 	require.NoError(t, second.Release(t.Context()))
 	require.Equal(t, []string{turns[2].Label}, second.Wake(), "the third is next now; the fourth stays parked")
 
 	third, err := l.AcquireTurn(t.Context(), "SO-wake", "third", turns[2], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, third.Mode())
+	require.Equal(t, keyorder.ModeTurn, third.Mode())
 	parked("fourth", turns[3], turns[2])
 	third.Finish()
 	require.NoError(t, third.Release(t.Context()))
 	require.Equal(t, []string{turns[3].Label}, third.Wake(), "the fourth is called back once it is next")
 	fourth, err := l.AcquireTurn(t.Context(), "SO-wake", "fourth", turns[3], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, fourth.Mode())
+	require.Equal(t, keyorder.ModeTurn, fourth.Mode())
 	fourth.Finish()
 	require.NoError(t, fourth.Release(t.Context()))
 	require.Empty(t, fourth.Wake())
@@ -235,17 +235,17 @@ func recvTimeout[T any](t *testing.T, ch <-chan T) T {
 func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-stay", 2)
 	first, err := l.AcquireTurn(t.Context(), "SO-stay", "first", turns[0], slow)
 	require.NoError(t, err)
 	first.RetryAt(time.Now().Add(time.Hour))
 	require.NoError(t, first.Release(t.Context()))
 
-	_, err = l.AcquireTurn(t.Context(), "SO-stay", "second", turns[1], lock.Wait{Deadline: 10 * time.Second})
-	var te *lock.TurnError
+	_, err = l.AcquireTurn(t.Context(), "SO-stay", "second", turns[1], keyorder.Wait{Deadline: 10 * time.Second})
+	var te *keyorder.TurnError
 	require.ErrorAs(t, err, &te)
-	require.ErrorIs(t, err, lock.ErrNotYourTurn)
+	require.ErrorIs(t, err, keyorder.ErrNotYourTurn)
 	require.True(t, te.Parked, "it gave up waiting: parked, to be called back")
 	require.Equal(t, turns[0].Pos, te.Head)
 	require.Equal(t, turns[0].Label, te.Label)
@@ -254,7 +254,7 @@ func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
 
 	again, err := l.AcquireTurn(t.Context(), "SO-stay", "first again", turns[0], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, again.Mode())
+	require.Equal(t, keyorder.ModeTurn, again.Mode())
 	again.Finish()
 	require.NoError(t, again.Release(t.Context()))
 	require.Equal(t, []string{turns[1].Label}, again.Wake(), "the parked second is called back")
@@ -268,7 +268,7 @@ func TestUnfinishedTurnStaysAndSaysWhen(t *testing.T) {
 func TestVoidedPositionsArePassed(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-void", 4)
 	st0, err := q.Void(t.Context(), "SO-void", turns[1].Pos, turns[1].Label, "enqueue refused: duplicate")
@@ -281,9 +281,9 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st0.Done)
 
-	lease, err := l.AcquireTurn(t.Context(), "SO-void", "third", turns[2], lock.Wait{Deadline: time.Second})
+	lease, err := l.AcquireTurn(t.Context(), "SO-void", "third", turns[2], keyorder.Wait{Deadline: time.Second})
 	require.NoError(t, err, "positions 1 and 2 were voided")
-	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, lease.Mode())
 	lease.Finish()
 	require.NoError(t, lease.Release(t.Context()))
 
@@ -293,7 +293,7 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 	require.Len(t, st.Log, 2)
 	require.Equal(t, turns[1].Pos, st.Log[0].Pos)
 	require.Equal(t, "enqueue refused: duplicate", st.Log[0].Reason)
-	_, err = l.AcquireTurn(t.Context(), "SO-void", "voided one", turns[1], lock.Wait{Deadline: time.Second})
+	_, err = l.AcquireTurn(t.Context(), "SO-void", "voided one", turns[1], keyorder.Wait{Deadline: time.Second})
 	require.NoError(t, err, "a passed position is granted at once, unordered")
 }
 
@@ -302,7 +302,7 @@ func TestVoidedPositionsArePassed(t *testing.T) {
 func TestFinishPassesAVoidAhead(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-ahead", 4)
 	first, err := l.AcquireTurn(t.Context(), "SO-ahead", "first", turns[0], slow)
@@ -312,7 +312,7 @@ func TestFinishPassesAVoidAhead(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err = l.AcquireTurn(t.Context(), "SO-ahead", "fourth", turns[3], slow)
-	var te *lock.TurnError
+	var te *keyorder.TurnError
 	require.ErrorAs(t, err, &te)
 	require.True(t, te.Parked)
 
@@ -322,9 +322,9 @@ func TestFinishPassesAVoidAhead(t *testing.T) {
 	st, err := q.Status(t.Context(), "SO-ahead")
 	require.NoError(t, err)
 	require.Equal(t, turns[2].Pos, st.Done, "the cursor passed the voided positions")
-	third, err := l.AcquireTurn(t.Context(), "SO-ahead", "fourth", turns[3], lock.Wait{Deadline: time.Second})
+	third, err := l.AcquireTurn(t.Context(), "SO-ahead", "fourth", turns[3], keyorder.Wait{Deadline: time.Second})
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, third.Mode())
+	require.Equal(t, keyorder.ModeTurn, third.Mode())
 	third.Finish()
 	require.NoError(t, third.Release(t.Context()))
 }
@@ -335,12 +335,12 @@ func TestFinishPassesAVoidAhead(t *testing.T) {
 func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-skip", 3)
-	var te *lock.TurnError
+	var te *keyorder.TurnError
 	for _, i := range []int{2, 1} {
-		_, err := l.AcquireTurn(t.Context(), "SO-skip", "waiter", turns[i], lock.Wait{Deadline: time.Millisecond})
+		_, err := l.AcquireTurn(t.Context(), "SO-skip", "waiter", turns[i], keyorder.Wait{Deadline: time.Millisecond})
 		require.ErrorAs(t, err, &te)
 		require.Equal(t, turns[0].Pos, te.Head)
 		require.True(t, te.Parked, "not next: parked at once")
@@ -362,7 +362,7 @@ func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 
 	second, err := l.AcquireTurn(t.Context(), "SO-skip", "second", turns[1], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, second.Mode())
+	require.Equal(t, keyorder.ModeTurn, second.Mode())
 	second.Finish()
 	require.NoError(t, second.Release(t.Context()))
 	require.Equal(t, []string{turns[2].Label}, second.Wake(), "the parked third is called back once it is next")
@@ -375,13 +375,13 @@ func TestSkipOnlyTheHeadAsSeen(t *testing.T) {
 func TestStuckHeadReturnsEarly(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-stuck", 2)
 	time.Sleep(150 * time.Millisecond) // the head is stuck
 	start := time.Now()
 	_, err := l.AcquireTurn(t.Context(), "SO-stuck", "second", turns[1],
-		lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute, StuckAfter: 100 * time.Millisecond})
-	var te *lock.TurnError
+		keyorder.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute, StuckAfter: 100 * time.Millisecond})
+	var te *keyorder.TurnError
 	require.ErrorAs(t, err, &te)
 	require.True(t, te.Parked)
 	require.Equal(t, turns[0].Pos, te.Head)
@@ -393,20 +393,20 @@ func TestStuckHeadReturnsEarly(t *testing.T) {
 func TestPositionsThatAreNotTheCallers(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	turns := reserve(t, l.Sequencer(), "SO-bad", 1)
 	tests := []struct {
 		name string
-		turn lock.Turn
+		turn keyorder.Turn
 	}{
-		{"never handed out", lock.Turn{Pos: turns[0].Pos + 5, Label: "m x"}},
-		{"another label", lock.Turn{Pos: turns[0].Pos, Label: "m someone-else"}},
-		{"no label", lock.Turn{Pos: turns[0].Pos}},
+		{"never handed out", keyorder.Turn{Pos: turns[0].Pos + 5, Label: "m x"}},
+		{"another label", keyorder.Turn{Pos: turns[0].Pos, Label: "m someone-else"}},
+		{"no label", keyorder.Turn{Pos: turns[0].Pos}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := l.AcquireTurn(t.Context(), "SO-bad", "x", tt.turn, slow)
-			require.ErrorIs(t, err, lock.ErrBadPosition)
+			require.ErrorIs(t, err, keyorder.ErrBadPosition)
 		})
 	}
 }
@@ -416,13 +416,13 @@ func TestPositionsThatAreNotTheCallers(t *testing.T) {
 func TestExpiredSequenceStartsAbove(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	old := reserve(t, q, "SO-expired", 3)
 	require.NoError(t, db.Client.Del(t.Context(), q.SeqKey("SO-expired")).Err())
 	lease, err := l.AcquireTurn(t.Context(), "SO-expired", "late", old[2], slow)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModePassed, lease.Mode())
+	require.Equal(t, keyorder.ModePassed, lease.Mode())
 	require.NoError(t, lease.Release(t.Context()))
 	pos, err := q.Reserve(t.Context(), "SO-expired", "m new", "")
 	require.NoError(t, err)
@@ -434,12 +434,12 @@ func TestExpiredSequenceStartsAbove(t *testing.T) {
 func TestFinishAheadByReference(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	first := reserve(t, q, "SO-ref", 1)[0]
 	created, err := q.Reserve(t.Context(), "SO-ref", "c ev-x SO-from", "c:ev-x")
 	require.NoError(t, err)
-	third := lock.Turn{Label: "m ev-3"}
+	third := keyorder.Turn{Label: "m ev-3"}
 	third.Pos, err = q.Reserve(t.Context(), "SO-ref", third.Label, "")
 	require.NoError(t, err)
 	st0, err := q.Finish(t.Context(), "SO-ref", 0, "", "c:ev-x", "created")
@@ -460,7 +460,7 @@ func TestFinishAheadByReference(t *testing.T) {
 	require.NoError(t, lease.Release(t.Context()))
 	lease, err = l.AcquireTurn(t.Context(), "SO-ref", "third", third, slow)
 	require.NoError(t, err, "the finished creation is passed")
-	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, lease.Mode())
 	require.NoError(t, lease.Release(t.Context()))
 }
 
@@ -472,7 +472,7 @@ func TestReservationsRaceToDistinctPositions(t *testing.T) {
 	seen := map[int64]bool{}
 	var wg sync.WaitGroup
 	for c := range 8 {
-		q, err := lock.NewSequencer(db.NewClient(t), lock.SeqConfig{Prefix: db.Prefix + "lock:"})
+		q, err := keyorder.NewSequencer(db.NewClient(t), keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 		require.NoError(t, err)
 		wg.Go(func() {
 			for i := range 25 {
@@ -497,10 +497,10 @@ func TestReservationsRaceToDistinctPositions(t *testing.T) {
 func TestPanicInDoReleases(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	func() {
 		defer func() { require.NotNil(t, recover()) }()
-		_ = l.Do(t.Context(), "SO-panic", "panicker", lock.Wait{}, func(context.Context, *lock.Lease) error {
+		_ = l.Do(t.Context(), "SO-panic", "panicker", keyorder.Wait{}, func(context.Context, *keyorder.Lease) error {
 			panic("boom")
 		})
 	}()
@@ -523,27 +523,27 @@ func TestNoticesRefusedByACL(t *testing.T) {
 		"~*", "+@all", "resetchannels").Err())
 	rdb := redisClient(t, "redis://worker:secret-pass@"+srv.Addr()+"/0")
 	waiting := make(chan string, 4)
-	l, err := lock.New(rdb, lock.Config{
-		Wait:   lock.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+	l, err := keyorder.New(rdb, keyorder.Config{
+		Wait:   keyorder.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		OnWait: func(_, meta, _ string) { waiting <- meta },
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	err = l.CheckNotices(t.Context())
-	require.ErrorIs(t, err, lock.ErrNoNotices)
+	require.ErrorIs(t, err, keyorder.ErrNoNotices)
 	require.ErrorContains(t, err, "&ow:lock:released")
 
 	turns := reserve(t, l.Sequencer(), "SO-acl", 2)
-	other, err := l.Acquire(t.Context(), "SO-acl", "unordered", lock.Wait{})
+	other, err := l.Acquire(t.Context(), "SO-acl", "unordered", keyorder.Wait{})
 	require.NoError(t, err)
 	type result struct {
-		lease *lock.Lease
+		lease *keyorder.Lease
 		err   error
 	}
-	acquire := func(meta string, turn lock.Turn) <-chan result {
+	acquire := func(meta string, turn keyorder.Turn) <-chan result {
 		ch := make(chan result, 1)
 		go func() {
-			lease, err := l.AcquireTurn(t.Context(), "SO-acl", meta, turn, lock.Wait{Deadline: 20 * time.Second})
+			lease, err := l.AcquireTurn(t.Context(), "SO-acl", meta, turn, keyorder.Wait{Deadline: 20 * time.Second})
 			ch <- result{lease, err}
 		}()
 		require.Equal(t, meta, recvTimeout(t, waiting), "%s waits, marked for a notice", meta)
@@ -553,11 +553,11 @@ func TestNoticesRefusedByACL(t *testing.T) {
 	require.NoError(t, other.Release(t.Context()), "the refused notice does not fail the release")
 	r := recvTimeout(t, first)
 	require.NoError(t, r.err, "the waiter for the next position polls its way in")
-	require.Equal(t, lock.ModeTurn, r.lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, r.lease.Mode())
 
 	// The first's turn passes on while a waiter marked the lock: the
 	// release publishes, and is refused.
-	unordered := acquire("unordered again", lock.Turn{})
+	unordered := acquire("unordered again", keyorder.Turn{})
 	r.lease.Finish()
 	require.NoError(t, r.lease.Release(t.Context()), "the refused notice does not fail the turn's release")
 	u := recvTimeout(t, unordered)
@@ -566,7 +566,7 @@ func TestNoticesRefusedByACL(t *testing.T) {
 	require.NoError(t, u.lease.Release(t.Context()))
 	r2 := recvTimeout(t, second)
 	require.NoError(t, r2.err, "the turn was passed on: the second is next, and polls its way in")
-	require.Equal(t, lock.ModeTurn, r2.lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, r2.lease.Mode())
 	r2.lease.Finish()
 	require.NoError(t, r2.lease.Release(t.Context()))
 }
@@ -586,15 +586,15 @@ func redisClient(t *testing.T, url string) *redis.Client {
 func TestNoteAndHolder(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	q := l.Sequencer()
 	turns := reserve(t, q, "SO-note", 2)
 
 	h, err := q.Holder(t.Context(), "SO-note")
 	require.NoError(t, err)
-	require.Equal(t, lock.Holder{}, h, "free")
+	require.Equal(t, keyorder.Holder{}, h, "free")
 
-	lease, err := l.AcquireTurn(t.Context(), "SO-note", "order:modify ev-0", turns[0], lock.Wait{Deadline: time.Second})
+	lease, err := l.AcquireTurn(t.Context(), "SO-note", "order:modify ev-0", turns[0], keyorder.Wait{Deadline: time.Second})
 	require.NoError(t, err)
 	h, err = q.Holder(t.Context(), "SO-note")
 	require.NoError(t, err)
@@ -613,11 +613,11 @@ func TestNoteAndHolder(t *testing.T) {
 	require.Len(t, st.Pending, 1)
 	require.Len(t, st.Log, 1)
 	e := st.Log[0]
-	require.Equal(t, lock.Settled{Pos: turns[0].Pos, At: e.At, Kind: "note", Label: turns[0].Label, Reason: "archived: order closed"}, e)
+	require.Equal(t, keyorder.Settled{Pos: turns[0].Pos, At: e.At, Kind: "note", Label: turns[0].Label, Reason: "archived: order closed"}, e)
 	require.False(t, e.Skipped())
 	require.WithinDuration(t, time.Now(), e.At, time.Minute)
 
-	require.ErrorIs(t, q.Note(t.Context(), "SO-note", -1, "m x", "bad position"), lock.ErrBadPosition)
+	require.ErrorIs(t, q.Note(t.Context(), "SO-note", -1, "m x", "bad position"), keyorder.ErrBadPosition)
 	require.NoError(t, db.Client.PExpire(t.Context(), q.SeqKey("SO-note"), time.Minute).Err())
 	require.NoError(t, q.Note(t.Context(), "SO-note", 0, "m x", "archived: no position"))
 	st, err = q.Status(t.Context(), "SO-note")

@@ -1,4 +1,4 @@
-package lock
+package keyorder
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // errReleased cancels a kept lease's context once the lease is released.
-var errReleased = errors.New("lock: lease released")
+var errReleased = errors.New("keyorder: lease released")
 
 // Stats describes how a lease was acquired.
 type Stats struct {
@@ -163,7 +163,7 @@ func (s *Lease) Next(turn Turn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released || s.kept != turn || turn.Pos == 0 {
-		return fmt.Errorf("lock: lease of %s was not kept for position %d", s.key, turn.Pos)
+		return fmt.Errorf("keyorder: lease of %s was not kept for position %d", s.key, turn.Pos)
 	}
 	s.turn, s.kept = turn, Turn{}
 	s.finished, s.retryAt, s.wake = false, time.Time{}, ""

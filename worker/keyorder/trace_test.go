@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // traced returns a context under a recording span, a function that ends
@@ -57,14 +57,14 @@ func eventAttrs(events []sdktrace.Event, name string) []map[attribute.Key]attrib
 func TestTurnWaitsAreSpanEventsNamingThePredecessor(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	pos := reserve(t, l.Sequencer(), "SO-tr", 3)
 
 	first, err := l.AcquireTurn(t.Context(), "SO-tr", "first", pos[0], quick)
 	require.NoError(t, err)
 
 	ctx, events, running := traced(t)
-	var te *lock.TurnError
+	var te *keyorder.TurnError
 	_, err = l.AcquireTurn(ctx, "SO-tr", "third", pos[2], quick)
 	require.ErrorAs(t, err, &te)
 	require.True(t, te.Parked, "the third parks behind the first")
@@ -85,7 +85,7 @@ func TestTurnWaitsAreSpanEventsNamingThePredecessor(t *testing.T) {
 	other, err := l.Acquire(t.Context(), "SO-tr", "order:note ev-x", quick)
 	require.NoError(t, err)
 	waiting := make(chan struct{})
-	l2 := newLocker(t, db, lock.Config{OnWait: func(string, string, string) { close(waiting) }})
+	l2 := newLocker(t, db, keyorder.Config{OnWait: func(string, string, string) { close(waiting) }})
 	attempts := make(chan int, 1)
 	got := make(chan error, 1)
 	go func() {
@@ -127,7 +127,7 @@ func TestTurnWaitsAreSpanEventsNamingThePredecessor(t *testing.T) {
 func TestBusyWaitIsASpanEvent(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	held, err := l.Acquire(t.Context(), "SO-busy", "order:modify ev-holder", quick)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, held.Release(t.Context())) }()
@@ -136,7 +136,7 @@ func TestBusyWaitIsASpanEvent(t *testing.T) {
 	short := quick
 	short.Deadline = 50 * time.Millisecond
 	_, err = l.Acquire(ctx, "SO-busy", "order:modify ev-waiter", short)
-	require.ErrorIs(t, err, lock.ErrBusy)
+	require.ErrorIs(t, err, keyorder.ErrBusy)
 	busy := eventAttrs(events(), "order busy")
 	require.Len(t, busy, 1, "one event for one holder, however many attempts")
 	require.Equal(t, "order:modify ev-holder", busy[0]["orderworker.holder"].AsString())
@@ -147,14 +147,14 @@ func TestBusyWaitIsASpanEvent(t *testing.T) {
 func TestSkipAndWakeAreSpanEvents(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "its task is gone", 0, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "its task is gone", 0, nil }}
 	turns := newTurns(t, l, f, 50*time.Millisecond)
 	pos := reserve(t, l.Sequencer(), "SO-skip", 2)
 
 	ctx, events, _ := traced(t)
 	lease, _, err := turns.Take(ctx, "SO-skip", "second", pos[1], quick)
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	for errors.As(err, &park) {
 		lease, _, err = turns.Take(ctx, "SO-skip", "second", pos[1], quick)
 	}

@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -9,41 +9,41 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // drainFixture is a Locker, its Turns and the fake queue behind them.
 type drainFixture struct {
 	db    *redistest.DB
-	l     *lock.Locker
-	q     *lock.Sequencer
+	l     *keyorder.Locker
+	q     *keyorder.Sequencer
 	f     *fakeTasks
-	turns *lock.Turns
+	turns *keyorder.Turns
 }
 
-func newDrainFixture(t *testing.T, cfg lock.Config) *drainFixture {
+func newDrainFixture(t *testing.T, cfg keyorder.Config) *drainFixture {
 	t.Helper()
 	db := redistest.New(t)
 	l := newLocker(t, db, cfg)
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "", 0, nil }}
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", 0, nil }}
 	return &drainFixture{db: db, l: l, q: l.Sequencer(), f: f, turns: newTurns(t, l, f, time.Minute)}
 }
 
 // take takes turn's lock, which must be its turn.
-func (d *drainFixture) take(t *testing.T, key string, turn lock.Turn) *lock.Lease {
+func (d *drainFixture) take(t *testing.T, key string, turn keyorder.Turn) *keyorder.Lease {
 	t.Helper()
 	lease, _, err := d.turns.Take(t.Context(), key, "holder of "+turn.Label, turn, quick)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, lease.Mode())
 	return lease
 }
 
 // park tries turn, which is not next: its holder parks at once.
-func (d *drainFixture) park(t *testing.T, key string, turn lock.Turn) {
+func (d *drainFixture) park(t *testing.T, key string, turn keyorder.Turn) {
 	t.Helper()
 	_, _, err := d.turns.Take(t.Context(), key, "holder of "+turn.Label, turn, quick)
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	require.ErrorAs(t, err, &park)
 	require.True(t, park.Err.Parked, "%s is parked", turn.Label)
 }
@@ -58,9 +58,9 @@ func (d *drainFixture) requireHeld(t *testing.T, key, meta string, fence int64) 
 	require.Equal(t, meta, h.Meta)
 	require.Equal(t, fence, h.Fence)
 	start := time.Now()
-	_, err = d.l.AcquireTurn(t.Context(), key, "unordered", lock.Turn{},
-		lock.Wait{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 50 * time.Millisecond})
-	var busy *lock.BusyError
+	_, err = d.l.AcquireTurn(t.Context(), key, "unordered", keyorder.Turn{},
+		keyorder.Wait{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 50 * time.Millisecond})
+	var busy *keyorder.BusyError
 	require.ErrorAs(t, err, &busy, "the lock is still held")
 	require.Equal(t, meta, busy.Holder)
 	require.Less(t, time.Since(start), 5*time.Second)
@@ -90,7 +90,7 @@ func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 	t.Parallel()
 	// A TTL of a second: renewed every third of it, the lease outlives a
 	// renewal that a loaded machine delays by up to two thirds.
-	d := newDrainFixture(t, lock.Config{TTL: time.Second})
+	d := newDrainFixture(t, keyorder.Config{TTL: time.Second})
 	const key = "SO-drain"
 	pos := reserve(t, d.q, key, 3)
 	lease := d.take(t, key, pos[0])
@@ -110,8 +110,8 @@ func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 	require.Equal(t, pos[0].Pos, d.done(t, key), "the first's turn is finished")
 	d.requireHeld(t, key, meta, fence)
 	_, err := d.l.AcquireTurn(t.Context(), key, "holder of "+pos[1].Label, pos[1],
-		lock.Wait{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 50 * time.Millisecond})
-	require.ErrorIs(t, err, lock.ErrBusy, "the parked holder, run anyway, does not get in either")
+		keyorder.Wait{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 50 * time.Millisecond})
+	require.ErrorIs(t, err, keyorder.ErrBusy, "the parked holder, run anyway, does not get in either")
 
 	time.Sleep(1200 * time.Millisecond) // past the TTL: the renewal goes on
 	require.NoError(t, hold.Err(), "the hold's context lives on")
@@ -120,7 +120,7 @@ func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 	require.NoError(t, lease.Next(pos[1]))
 	require.Equal(t, pos[1], lease.Turn())
 	require.Equal(t, fence, lease.Fence(), "the same fence")
-	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, lease.Mode())
 	_, ok = lease.Kept()
 	require.False(t, ok, "moved on: kept for nobody now")
 	require.Equal(t, hold, lease.HoldContext())
@@ -134,7 +134,7 @@ func TestDrainKeepsTheLockForAParkedNext(t *testing.T) {
 	require.Equal(t, []string{pos[2].Label}, d.f.wokenLabels())
 	require.Equal(t, pos[1].Pos, d.done(t, key), "the second's turn is finished")
 	require.Error(t, hold.Err(), "the hold ended with the release")
-	require.NotErrorIs(t, context.Cause(hold), lock.ErrLost)
+	require.NotErrorIs(t, context.Cause(hold), keyorder.ErrLost)
 	d.requireFree(t, key)
 	third := d.take(t, key, pos[2])
 	require.Greater(t, third.Fence(), fence)
@@ -163,7 +163,7 @@ func TestDrainDoesNotKeep(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := newDrainFixture(t, lock.Config{})
+			d := newDrainFixture(t, keyorder.Config{})
 			const key = "SO-nodrain"
 			pos := reserve(t, d.q, key, 2)
 			lease := d.take(t, key, pos[0])
@@ -194,7 +194,7 @@ func TestDrainDoesNotKeep(t *testing.T) {
 			if tt.pause {
 				// Called back, the next holder parks again on the pause.
 				_, _, err := d.turns.Take(t.Context(), key, "holder of "+pos[1].Label, pos[1], quick)
-				var park *lock.ParkError
+				var park *keyorder.ParkError
 				require.ErrorAs(t, err, &park)
 				require.NotNil(t, park.Err.Paused)
 			}
@@ -204,7 +204,7 @@ func TestDrainDoesNotKeep(t *testing.T) {
 
 // keep takes pos[0], parks pos[1] and passes pos[0]'s turn on with Drain:
 // the lease is kept for pos[1].
-func (d *drainFixture) keep(t *testing.T, key string, pos []lock.Turn) *lock.Lease {
+func (d *drainFixture) keep(t *testing.T, key string, pos []keyorder.Turn) *keyorder.Lease {
 	t.Helper()
 	lease := d.take(t, key, pos[0])
 	d.park(t, key, pos[1])
@@ -222,7 +222,7 @@ func TestReleaseOfAKeptLease(t *testing.T) {
 	t.Parallel()
 	t.Run("Release calls the next back", func(t *testing.T) {
 		t.Parallel()
-		d := newDrainFixture(t, lock.Config{})
+		d := newDrainFixture(t, keyorder.Config{})
 		const key = "SO-kept"
 		pos := reserve(t, d.q, key, 2)
 		lease := d.keep(t, key, pos)
@@ -237,7 +237,7 @@ func TestReleaseOfAKeptLease(t *testing.T) {
 	})
 	t.Run("ReleaseKept calls nobody", func(t *testing.T) {
 		t.Parallel()
-		d := newDrainFixture(t, lock.Config{})
+		d := newDrainFixture(t, keyorder.Config{})
 		const key = "SO-kept"
 		pos := reserve(t, d.q, key, 2)
 		lease := d.keep(t, key, pos)
@@ -253,7 +253,7 @@ func TestReleaseOfAKeptLease(t *testing.T) {
 // Lease.Next moves a lease only onto the position it was kept for, once.
 func TestLeaseNextRefusesATurnItWasNotKeptFor(t *testing.T) {
 	t.Parallel()
-	d := newDrainFixture(t, lock.Config{})
+	d := newDrainFixture(t, keyorder.Config{})
 	const key = "SO-next"
 	pos := reserve(t, d.q, key, 3)
 
@@ -264,7 +264,7 @@ func TestLeaseNextRefusesATurnItWasNotKeptFor(t *testing.T) {
 	require.Error(t, unkept.Next(pos[1]), "released")
 
 	lease := d.keep(t, key, pos)
-	for _, turn := range []lock.Turn{
+	for _, turn := range []keyorder.Turn{
 		{},
 		pos[0],
 		pos[2],
@@ -290,7 +290,7 @@ func TestLeaseNextRefusesATurnItWasNotKeptFor(t *testing.T) {
 
 // parkingReserve is the producer's acceptance, as far as the sequence
 // goes: seq_reserve with park.
-var parkingReserve = redis.NewScript(lock.ReserveLua + `
+var parkingReserve = redis.NewScript(keyorder.ReserveLua + `
 local pos, full, parked = seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1')
 if not pos then return redis.error_reply(full) end
 local p = 0
@@ -298,7 +298,7 @@ if parked then p = 1 end
 return {pos, p}
 `)
 
-func reserveParking(t *testing.T, d *drainFixture, key, label, ref string, park bool) (lock.Turn, bool) {
+func reserveParking(t *testing.T, d *drainFixture, key, label, ref string, park bool) (keyorder.Turn, bool) {
 	t.Helper()
 	s, ttl, max, err := d.q.ReserveArgs(key, label, ref)
 	require.NoError(t, err)
@@ -311,7 +311,7 @@ func reserveParking(t *testing.T, d *drainFixture, key, label, ref string, park 
 	ps, _ := res[0].(string)
 	p, err := strconv.ParseInt(ps, 10, 64)
 	require.NoError(t, err)
-	return lock.Turn{Pos: p, Label: label}, res[1] == int64(1)
+	return keyorder.Turn{Pos: p, Label: label}, res[1] == int64(1)
 }
 
 // A reservation with park (the producer's acceptance) marks a position
@@ -321,7 +321,7 @@ func reserveParking(t *testing.T, d *drainFixture, key, label, ref string, park 
 // hands out are not parked.
 func TestReservationParksBehindTheUnfinished(t *testing.T) {
 	t.Parallel()
-	d := newDrainFixture(t, lock.Config{})
+	d := newDrainFixture(t, keyorder.Config{})
 	const key = "SO-accept"
 	first, parked := reserveParking(t, d, key, "m ev-0", "", true)
 	require.False(t, parked, "the first of a sequence is next")
@@ -333,7 +333,7 @@ func TestReservationParksBehindTheUnfinished(t *testing.T) {
 	require.NoError(t, err)
 	plain, err := d.q.Reserve(t.Context(), key, "m ev-3", "")
 	require.NoError(t, err)
-	third := lock.Turn{Pos: plain, Label: "m ev-3"}
+	third := keyorder.Turn{Pos: plain, Label: "m ev-3"}
 	require.Equal(t, second.Pos+2, third.Pos)
 
 	lease := d.take(t, key, first)
@@ -364,13 +364,13 @@ func TestReservationParksBehindTheUnfinished(t *testing.T) {
 // lease's position), and it is sent only while the lease drains.
 func TestCommitStepRunsRightAfterTheCommit(t *testing.T) {
 	t.Parallel()
-	d := newDrainFixture(t, lock.Config{TTL: 5 * time.Second})
+	d := newDrainFixture(t, keyorder.Config{TTL: 5 * time.Second})
 	type seen struct {
 		owner, done *redis.StringCmd
-		h           *lock.Handoff
+		h           *keyorder.Handoff
 	}
-	step := func(into *[]seen) lock.CommitStep {
-		return func(ctx context.Context, pipe redis.Pipeliner, h *lock.Handoff) {
+	step := func(into *[]seen) keyorder.CommitStep {
+		return func(ctx context.Context, pipe redis.Pipeliner, h *keyorder.Handoff) {
 			*into = append(*into, seen{owner: pipe.HGet(ctx, h.Key, "owner"), done: pipe.HGet(ctx, h.SeqKey, "d"), h: h})
 		}
 	}

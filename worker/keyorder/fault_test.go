@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,17 +22,17 @@ func TestClientPauseDuringRelease(t *testing.T) {
 	db := redistest.New(t)
 	db.RequireProcess(t, "CLIENT PAUSE")
 	const ttl = 1500 * time.Millisecond
-	holder := newLockerOn(t, db.NewClient(t), db, lock.Config{TTL: ttl, ReleaseTimeout: 300 * time.Millisecond})
-	waiter := newLockerOn(t, db.NewClient(t), db, lock.Config{TTL: ttl})
+	holder := newLockerOn(t, db.NewClient(t), db, keyorder.Config{TTL: ttl, ReleaseTimeout: 300 * time.Millisecond})
+	waiter := newLockerOn(t, db.NewClient(t), db, keyorder.Config{TTL: ttl})
 	lease, err := holder.TryAcquire(t.Context(), "SO-pause", "holder")
 	require.NoError(t, err)
 	acquiredAt := time.Now()
 
-	got := make(chan *lock.Lease, 1)
+	got := make(chan *keyorder.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
 		l, err := waiter.Acquire(t.Context(), "SO-pause", "waiter",
-			lock.Wait{MinDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond, Deadline: 20 * time.Second})
+			keyorder.Wait{MinDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond, Deadline: 20 * time.Second})
 		if err != nil {
 			errc <- err
 			return
@@ -47,7 +47,7 @@ func TestClientPauseDuringRelease(t *testing.T) {
 	require.NoError(t, admin.Do(t.Context(), "CLIENT", "PAUSE", 1000, "ALL").Err())
 	err = lease.Release(t.Context())
 	require.Error(t, err, "release cannot complete while Redis is paused")
-	require.NotErrorIs(t, err, lock.ErrNotHeld)
+	require.NotErrorIs(t, err, keyorder.ErrNotHeld)
 
 	select {
 	case l := <-got:
@@ -73,7 +73,7 @@ func TestAcquireNotStalledBySubscription(t *testing.T) {
 	p := redistest.Dedicated(t)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	l, err := lock.New(rdb, lock.Config{})
+	l, err := keyorder.New(rdb, keyorder.Config{})
 	require.NoError(t, err)
 	require.NoError(t, rdb.Ping(t.Context()).Err(), "a pooled connection for the acquire scripts")
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
@@ -85,7 +85,7 @@ func TestAcquireNotStalledBySubscription(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			defer cancel()
-			_, err := l.Acquire(ctx, "SO-stall-"+strconv.Itoa(i), "waiter", lock.Wait{})
+			_, err := l.Acquire(ctx, "SO-stall-"+strconv.Itoa(i), "waiter", keyorder.Wait{})
 			errs <- err
 		}()
 	}
@@ -111,16 +111,16 @@ func TestResubscriptionWakesWaiters(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	waiting := make(chan string, 1)
-	l, err := lock.New(rdb, lock.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
+	l, err := keyorder.New(rdb, keyorder.Config{OnWait: func(_, meta, _ string) { waiting <- meta }})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	_, err = l.TryAcquire(t.Context(), "SO-resub", "holder")
 	require.NoError(t, err)
 
-	got := make(chan *lock.Lease, 1)
+	got := make(chan *keyorder.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
-		lease, err := l.Acquire(t.Context(), "SO-resub", "waiter", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
+		lease, err := l.Acquire(t.Context(), "SO-resub", "waiter", keyorder.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
 		if err != nil {
 			errc <- err
 			return

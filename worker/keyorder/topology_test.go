@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -10,18 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // The tests in this file run the lock on a real Redis Cluster and a real
 // Sentinel group, with clients built by redisconn from URLs as the binaries
 // build theirs.
 
-func topologyLocker(t *testing.T, c redis.UniversalClient, prefix string) *lock.Locker {
+func topologyLocker(t *testing.T, c redis.UniversalClient, prefix string) *keyorder.Locker {
 	t.Helper()
-	l, err := lock.New(c, lock.Config{Prefix: prefix + "lock:"})
+	l, err := keyorder.New(c, keyorder.Config{Prefix: prefix + "lock:"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l
@@ -31,17 +31,17 @@ func topologyLocker(t *testing.T, c redis.UniversalClient, prefix string) *lock.
 // random delays (so only a release notice can wake it in time), releases
 // once the waiter has marked the lock, and requires the waiter to be woken
 // by the notice with a newer fence. rdb reads the lock hash.
-func handOver(t *testing.T, rdb redis.UniversalClient, holder, waiter *lock.Locker, prefix, key string) {
+func handOver(t *testing.T, rdb redis.UniversalClient, holder, waiter *keyorder.Locker, prefix, key string) {
 	t.Helper()
 	ctx := t.Context()
 	held, err := holder.TryAcquire(ctx, key, "holder")
 	require.NoError(t, err)
 	require.NoError(t, held.Refresh(ctx), "renewal on %s", key)
 
-	got := make(chan *lock.Lease, 1)
+	got := make(chan *keyorder.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
-		lease, err := waiter.Acquire(ctx, key, "waiter", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
+		lease, err := waiter.Acquire(ctx, key, "waiter", keyorder.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
 		if err != nil {
 			errc <- err
 			return

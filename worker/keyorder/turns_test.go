@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -11,20 +11,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // fakeTasks is the queue's side of a Turns in these tests: it answers
 // HeadFate from fate and records what Wake was handed.
 type fakeTasks struct {
 	mu    sync.Mutex
-	fate  func(te *lock.TurnError) (string, time.Duration, error)
+	fate  func(te *keyorder.TurnError) (string, time.Duration, error)
 	asked []int64
 	woken []string
 }
 
-func (f *fakeTasks) HeadFate(_ context.Context, _ string, te *lock.TurnError) (string, time.Duration, error) {
+func (f *fakeTasks) HeadFate(_ context.Context, _ string, te *keyorder.TurnError) (string, time.Duration, error) {
 	f.mu.Lock()
 	f.asked = append(f.asked, te.Head)
 	f.mu.Unlock()
@@ -45,11 +45,11 @@ func (f *fakeTasks) wokenLabels() []string {
 }
 
 // quick waits a few milliseconds between tries and gives up after a while.
-var quick = lock.Wait{MinDelay: 2 * time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 10 * time.Second}
+var quick = keyorder.Wait{MinDelay: 2 * time.Millisecond, MaxDelay: 5 * time.Millisecond, Deadline: 10 * time.Second}
 
-func newTurns(t *testing.T, l *lock.Locker, f *fakeTasks, gapWait time.Duration) *lock.Turns {
+func newTurns(t *testing.T, l *keyorder.Locker, f *fakeTasks, gapWait time.Duration) *keyorder.Turns {
 	t.Helper()
-	turns, err := lock.NewTurns(l, f, lock.TurnsConfig{GapWait: gapWait})
+	turns, err := keyorder.NewTurns(l, f, keyorder.TurnsConfig{GapWait: gapWait})
 	require.NoError(t, err)
 	return turns
 }
@@ -60,19 +60,19 @@ func newTurns(t *testing.T, l *lock.Locker, f *fakeTasks, gapWait time.Duration)
 func TestTurnsSkipAHeadThatWillNotCome(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "its task is gone", 0, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "its task is gone", 0, nil }}
 	turns := newTurns(t, l, f, 50*time.Millisecond)
 	pos := reserve(t, l.Sequencer(), "SO-gap", 2)
 
 	lease, taken, err := turns.Take(t.Context(), "SO-gap", "second", pos[1], quick)
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	for errors.As(err, &park) { // parked until the head has waited GapWait
 		lease, taken, err = turns.Take(t.Context(), "SO-gap", "second", pos[1], quick)
 	}
 	require.NoError(t, err)
 	require.Equal(t, 1, taken.Skipped)
-	require.Equal(t, lock.ModeTurn, lease.Mode())
+	require.Equal(t, keyorder.ModeTurn, lease.Mode())
 	turns.Pass(t.Context(), lease, true, time.Time{}, true)
 
 	st, err := l.Sequencer().Status(t.Context(), "SO-gap")
@@ -89,17 +89,17 @@ func TestTurnsSkipAHeadThatWillNotCome(t *testing.T) {
 func TestTurnsParkBehindAHeadThatRunsLater(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "", time.Hour, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", time.Hour, nil }}
 	const gapWait = 50 * time.Millisecond
 	turns := newTurns(t, l, f, gapWait)
 	pos := reserve(t, l.Sequencer(), "SO-later", 2)
 
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	for {
 		_, _, err := turns.Take(t.Context(), "SO-later", "second", pos[1], quick)
 		require.ErrorAs(t, err, &park)
-		require.ErrorIs(t, err, lock.ErrNotYourTurn)
+		require.ErrorIs(t, err, keyorder.ErrNotYourTurn)
 		require.LessOrEqual(t, park.Delay, gapWait)
 		f.mu.Lock()
 		asked := len(f.asked)
@@ -130,8 +130,8 @@ func TestTurnsParkBehindAHeadThatRunsLater(t *testing.T) {
 func TestTurnsPassWakesTheParked(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "", 0, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", 0, nil }}
 	turns := newTurns(t, l, f, time.Minute)
 	pos := reserve(t, l.Sequencer(), "SO-pass", 4)
 
@@ -140,7 +140,7 @@ func TestTurnsPassWakesTheParked(t *testing.T) {
 	// The second and the fourth are parked at once (not next).
 	for _, i := range []int{1, 3} {
 		_, _, err = turns.Take(t.Context(), "SO-pass", "waiter", pos[i], quick)
-		var park *lock.ParkError
+		var park *keyorder.ParkError
 		require.ErrorAs(t, err, &park)
 		require.True(t, park.Err.Parked)
 		require.Equal(t, pos[0].Pos, park.Err.Head)
@@ -165,7 +165,7 @@ func TestTurnsPassWakesTheParked(t *testing.T) {
 	require.Equal(t, []string{pos[1].Label, pos[3].Label}, f.wokenLabels(), "the fourth is called back once it is next")
 	fourth, _, err := turns.Take(t.Context(), "SO-pass", "fourth", pos[3], quick)
 	require.NoError(t, err)
-	require.Equal(t, lock.ModeTurn, fourth.Mode())
+	require.Equal(t, keyorder.ModeTurn, fourth.Mode())
 	turns.Pass(t.Context(), fourth, true, time.Time{}, true)
 }
 
@@ -175,8 +175,8 @@ func TestTurnsPassWakesTheParked(t *testing.T) {
 func TestTurnsAbandonAndCreation(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "", 0, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", 0, nil }}
 	turns := newTurns(t, l, f, time.Minute)
 	q := l.Sequencer()
 	pos := reserve(t, q, "SO-ab", 2)
@@ -194,7 +194,7 @@ func TestTurnsAbandonAndCreation(t *testing.T) {
 		{"created", "SO-new1", "ex-1", nil, ""},
 		{"rejected", "SO-new2", "ex-2", errors.New("order SO-x is closed"), "exchange ex-2 of SO-x was rejected: order SO-x is closed"},
 	} {
-		_, err := q.Reserve(t.Context(), tt.created, "x ex", lock.CreationRef(tt.creator))
+		_, err := q.Reserve(t.Context(), tt.created, "x ex", keyorder.CreationRef(tt.creator))
 		require.NoError(t, err, tt.name)
 		turns.Created(t.Context(), tt.created, tt.creator, "exchange "+tt.creator+" of SO-x", tt.err)
 		why, err := turns.NotCreated(t.Context(), tt.created, nil)
@@ -212,11 +212,11 @@ func TestTurnsAbandonAndCreation(t *testing.T) {
 func TestNotCreatedAndSkippedNameTheSkip(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	turns := newTurns(t, l, &fakeTasks{}, time.Minute)
 	q := l.Sequencer()
 	ctx := t.Context()
-	pos, err := q.Reserve(ctx, "SO-sk", "create ex-1", lock.CreationRef("ex-1"))
+	pos, err := q.Reserve(ctx, "SO-sk", "create ex-1", keyorder.CreationRef("ex-1"))
 	require.NoError(t, err)
 	later := reserve(t, q, "SO-sk", 1)[0]
 	st, err := q.Status(ctx, "SO-sk")
@@ -254,11 +254,11 @@ func TestNotCreatedAndSkippedNameTheSkip(t *testing.T) {
 func TestNewTurnsRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	_, err := lock.NewTurns(nil, &fakeTasks{}, lock.TurnsConfig{})
+	l := newLocker(t, db, keyorder.Config{})
+	_, err := keyorder.NewTurns(nil, &fakeTasks{}, keyorder.TurnsConfig{})
 	require.Error(t, err)
-	_, err = lock.NewTurns(l, nil, lock.TurnsConfig{})
+	_, err = keyorder.NewTurns(l, nil, keyorder.TurnsConfig{})
 	require.Error(t, err)
-	_, err = lock.NewTurns(l, &fakeTasks{}, lock.TurnsConfig{GapWait: -1})
+	_, err = keyorder.NewTurns(l, &fakeTasks{}, keyorder.TurnsConfig{GapWait: -1})
 	require.Error(t, err)
 }

@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -11,28 +11,28 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
-func newSequencer(tb testing.TB, rdb redis.UniversalClient, db *redistest.DB, cfg lock.SeqConfig) *lock.Sequencer {
+func newSequencer(tb testing.TB, rdb redis.UniversalClient, db *redistest.DB, cfg keyorder.SeqConfig) *keyorder.Sequencer {
 	tb.Helper()
 	cfg.Prefix = db.Prefix + "lock:"
-	q, err := lock.NewSequencer(rdb, cfg)
+	q, err := keyorder.NewSequencer(rdb, cfg)
 	require.NoError(tb, err)
 	return q
 }
 
 // backlog reserves n positions of key's sequence in pipelines, as a busy
 // order's producer would, and returns the first.
-func backlog(tb testing.TB, q *lock.Sequencer, rdb redis.UniversalClient, key string, n int) int64 {
+func backlog(tb testing.TB, q *keyorder.Sequencer, rdb redis.UniversalClient, key string, n int) int64 {
 	tb.Helper()
 	ctx := context.Background()
 	require.NoError(tb, q.LoadScripts(ctx))
 	var first int64
 	for start := 0; start < n; start += 500 {
 		pipe := rdb.Pipeline()
-		var cmds []*lock.ReserveCmd
+		var cmds []*keyorder.ReserveCmd
 		for i := start; i < min(start+500, n); i++ {
 			c, err := q.ReserveIn(ctx, pipe, key, "m ev-"+strconv.Itoa(i), "")
 			require.NoError(tb, err)
@@ -91,7 +91,7 @@ func (h *cmdHook) take() []string {
 func TestStatusOfAForgedBacklogIsOnePage(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	q := newSequencer(t, db.Client, db, lock.SeqConfig{})
+	q := newSequencer(t, db.Client, db, keyorder.SeqConfig{})
 	sk := q.SeqKey("SO50")
 	fields := []any{"n", "20000000", "d", "0"}
 	for pos := 1; pos <= 30; pos++ {
@@ -106,7 +106,7 @@ func TestStatusOfAForgedBacklogIsOnePage(t *testing.T) {
 	require.Equal(t, int64(20000000), st.Waiting)
 	require.Equal(t, int64(20000000), st.Last)
 	require.Zero(t, st.Done)
-	require.Len(t, st.Pending, lock.DefaultStatusPage)
+	require.Len(t, st.Pending, keyorder.DefaultStatusPage)
 	for i, p := range st.Pending {
 		require.Equal(t, int64(i+1), p.Pos)
 		require.Equal(t, "m ev-"+strconv.Itoa(i+1), p.Label)
@@ -129,7 +129,7 @@ func TestStatusOfAForgedBacklogRunsAFewCommands(t *testing.T) {
 	p := redistest.Dedicated(t)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	q, err := lock.NewSequencer(rdb, lock.SeqConfig{})
+	q, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{})
 	require.NoError(t, err)
 	fields := []any{"n", "20000000", "d", "0"}
 	for pos := 1; pos <= 30; pos++ {
@@ -137,12 +137,12 @@ func TestStatusOfAForgedBacklogRunsAFewCommands(t *testing.T) {
 	}
 	require.NoError(t, rdb.HSet(t.Context(), q.SeqKey("SO50"), fields...).Err())
 
-	var st lock.Status
+	var st keyorder.Status
 	calls := redistest.CallsDuring(t, rdb, func() {
 		st, err = q.Status(t.Context(), "SO50")
 	})
 	require.NoError(t, err)
-	require.Len(t, st.Pending, lock.DefaultStatusPage)
+	require.Len(t, st.Pending, keyorder.DefaultStatusPage)
 	scripts := calls["evalsha_ro"] + calls["eval_ro"]
 	require.LessOrEqual(t, scripts, int64(2), "one script (sent whole after NOSCRIPT): %v", calls)
 	delete(calls, "evalsha_ro")
@@ -154,7 +154,7 @@ func TestStatusOfAForgedBacklogRunsAFewCommands(t *testing.T) {
 func TestStatusOfMalformedAndMissingSequences(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	q := newSequencer(t, db.Client, db, lock.SeqConfig{})
+	q := newSequencer(t, db.Client, db, keyorder.SeqConfig{})
 	tests := []struct {
 		name   string
 		fields []any
@@ -175,13 +175,13 @@ func TestStatusOfMalformedAndMissingSequences(t *testing.T) {
 	}
 	st, err := q.Status(t.Context(), "SO-never")
 	require.NoError(t, err)
-	require.Equal(t, lock.Status{}, st)
+	require.Equal(t, keyorder.Status{}, st)
 }
 
 func TestStatusHonoursContext(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	q := newSequencer(t, db.Client, db, lock.SeqConfig{})
+	q := newSequencer(t, db.Client, db, keyorder.SeqConfig{})
 	backlog(t, q, db.Client, "SO-ctx", 3)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -193,11 +193,11 @@ func TestStatusHonoursContext(t *testing.T) {
 func TestStatusPage(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	for _, page := range []int{-1, lock.MaxStatusPage + 1} {
-		_, err := lock.NewSequencer(db.Client, lock.SeqConfig{StatusPage: page})
+	for _, page := range []int{-1, keyorder.MaxStatusPage + 1} {
+		_, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{StatusPage: page})
 		require.ErrorContains(t, err, "StatusPage", "page %d", page)
 	}
-	q := newSequencer(t, db.Client, db, lock.SeqConfig{StatusPage: 5})
+	q := newSequencer(t, db.Client, db, keyorder.SeqConfig{StatusPage: 5})
 	first := backlog(t, q, db.Client, "SO-page", 12)
 	_, err := q.Void(t.Context(), "SO-page", first+1, "m ev-1", "refused")
 	require.NoError(t, err)
@@ -226,7 +226,7 @@ func TestStatusCostsTheSameWhateverTheBacklog(t *testing.T) {
 	rdb := redisClient(t, srv.URL())
 	hook := &cmdHook{}
 	rdb.AddHook(hook)
-	q := newSequencer(t, rdb, db, lock.SeqConfig{})
+	q := newSequencer(t, rdb, db, keyorder.SeqConfig{})
 	for _, n := range []int{10, 3000} {
 		key := "SO-cost-" + strconv.Itoa(n)
 		backlog(t, q, rdb, key, n)
@@ -239,7 +239,7 @@ func TestStatusCostsTheSameWhateverTheBacklog(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"evalsha_ro"}, hook.take(), "%d waiting: one round trip, one command", n)
 		require.Equal(t, int64(n), st.Waiting)
-		require.Len(t, st.Pending, min(n, lock.DefaultStatusPage))
+		require.Len(t, st.Pending, min(n, keyorder.DefaultStatusPage))
 		stats := commandStats(t, admin)
 		delete(stats, "config|resetstat")
 		require.Equal(t, map[string]int{"evalsha_ro": 1, "pttl": 1, "hmget": 2}, stats, "%d waiting", n)
@@ -270,11 +270,11 @@ func commandStats(t *testing.T, rdb *redis.Client) map[string]int {
 func TestStatusAsAReadOnlyUser(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	q := newSequencer(t, db.Client, db, lock.SeqConfig{})
+	q := newSequencer(t, db.Client, db, keyorder.SeqConfig{})
 	first := backlog(t, q, db.Client, "SO-ro", 3)
 	ro := db.AsUser(t, "resetkeys", "+@all", "%R~"+db.Prefix+"*")
 	require.Error(t, ro.Client.HSet(t.Context(), q.SeqKey("SO-ro"), "d", "0").Err(), "the user may not write")
-	qro := newSequencer(t, ro.Client, db, lock.SeqConfig{})
+	qro := newSequencer(t, ro.Client, db, keyorder.SeqConfig{})
 	for range 2 { // loads the script with EVAL_RO, then runs it by its SHA
 		st, err := qro.Status(t.Context(), "SO-ro")
 		require.NoError(t, err)

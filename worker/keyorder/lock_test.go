@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -19,15 +19,15 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
 
 // newLocker returns a Locker isolated to the test, closed at cleanup.
-func newLocker(t *testing.T, db *redistest.DB, cfg lock.Config) *lock.Locker {
+func newLocker(t *testing.T, db *redistest.DB, cfg keyorder.Config) *keyorder.Locker {
 	t.Helper()
 	return newLockerOn(t, db.Client, db, cfg)
 }
 
-func newLockerOn(t *testing.T, c redis.UniversalClient, db *redistest.DB, cfg lock.Config) *lock.Locker {
+func newLockerOn(t *testing.T, c redis.UniversalClient, db *redistest.DB, cfg keyorder.Config) *keyorder.Locker {
 	t.Helper()
 	cfg.Prefix = db.Prefix + "lock:"
-	l, err := lock.New(c, cfg)
+	l, err := keyorder.New(c, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l
@@ -37,9 +37,9 @@ func TestExactlyOneWinnerAmongRacers(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	const racers = 100
-	lockers := make([]*lock.Locker, 10) // ten "processes", each its own pool
+	lockers := make([]*keyorder.Locker, 10) // ten "processes", each its own pool
 	for i := range lockers {
-		lockers[i] = newLockerOn(t, db.NewClient(t), db, lock.Config{})
+		lockers[i] = newLockerOn(t, db.NewClient(t), db, keyorder.Config{})
 	}
 	var wins atomic.Int32
 	var leases sync.Map
@@ -50,7 +50,7 @@ func TestExactlyOneWinnerAmongRacers(t *testing.T) {
 			<-start
 			lease, err := lockers[i%len(lockers)].TryAcquire(t.Context(), "SO-race", "racer "+strconv.Itoa(i))
 			if err != nil {
-				require.ErrorIs(t, err, lock.ErrBusy)
+				require.ErrorIs(t, err, keyorder.ErrBusy)
 				return
 			}
 			wins.Add(1)
@@ -61,7 +61,7 @@ func TestExactlyOneWinnerAmongRacers(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int32(1), wins.Load())
 	leases.Range(func(_, v any) bool {
-		require.NoError(t, v.(*lock.Lease).Release(t.Context()))
+		require.NoError(t, v.(*keyorder.Lease).Release(t.Context()))
 		return true
 	})
 }
@@ -75,11 +75,11 @@ func TestCounterUnderLockLosesNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		c := db.NewClient(t) // a connection pool of its own
-		l := newLockerOn(t, c, db, lock.Config{Wait: lock.Wait{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute}})
+		l := newLockerOn(t, c, db, keyorder.Config{Wait: keyorder.Wait{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Deadline: time.Minute}})
 		wg.Go(func() {
 			for i := range each {
-				err := l.Do(t.Context(), "SO-counter", "worker "+strconv.Itoa(w)+" #"+strconv.Itoa(i), lock.Wait{},
-					func(ctx context.Context, _ *lock.Lease) error {
+				err := l.Do(t.Context(), "SO-counter", "worker "+strconv.Itoa(w)+" #"+strconv.Itoa(i), keyorder.Wait{},
+					func(ctx context.Context, _ *keyorder.Lease) error {
 						if inside.Add(1) != 1 {
 							overlaps.Add(1)
 						}
@@ -105,20 +105,20 @@ func TestCounterUnderLockLosesNothing(t *testing.T) {
 func TestReleaseAfterExpiryDeletesNothing(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	short := newLocker(t, db, lock.Config{TTL: 100 * time.Millisecond})
-	l := newLocker(t, db, lock.Config{})
+	short := newLocker(t, db, keyorder.Config{TTL: 100 * time.Millisecond})
+	l := newLocker(t, db, keyorder.Config{})
 	a, err := short.TryAcquire(t.Context(), "SO-expire", "a")
 	require.NoError(t, err)
-	b, err := l.Acquire(t.Context(), "SO-expire", "b", lock.Wait{Deadline: 5 * time.Second})
+	b, err := l.Acquire(t.Context(), "SO-expire", "b", keyorder.Wait{Deadline: 5 * time.Second})
 	require.NoError(t, err, "b takes over once a's lease ends")
 
-	require.ErrorIs(t, a.Release(t.Context()), lock.ErrNotHeld)
+	require.ErrorIs(t, a.Release(t.Context()), keyorder.ErrNotHeld)
 	_, err = l.TryAcquire(t.Context(), "SO-expire", "c")
-	var busy *lock.BusyError
+	var busy *keyorder.BusyError
 	require.ErrorAs(t, err, &busy, "a's late release must not free b's lock")
 	require.Equal(t, "b", busy.Holder)
 	require.NoError(t, b.Release(t.Context()))
-	require.ErrorIs(t, b.Release(t.Context()), lock.ErrNotHeld, "second release")
+	require.ErrorIs(t, b.Release(t.Context()), keyorder.ErrNotHeld, "second release")
 }
 
 // Seed bug: in one path the release deleted only when the key existed, and a
@@ -127,11 +127,11 @@ func TestReleaseAfterExpiryDeletesNothing(t *testing.T) {
 func TestReleaseOfVanishedLockIsNotHeld(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	a, err := l.TryAcquire(t.Context(), "SO-gone", "a")
 	require.NoError(t, err)
 	require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-gone}").Err())
-	require.ErrorIs(t, a.Release(t.Context()), lock.ErrNotHeld)
+	require.ErrorIs(t, a.Release(t.Context()), keyorder.ErrNotHeld)
 }
 
 // Seed bug: a waiter slept a random 0–1000 ms between checks. A waiter here is
@@ -140,15 +140,15 @@ func TestWaiterWokenByReleaseNotice(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	waits := make(chan string, 1)
-	l := newLocker(t, db, lock.Config{OnWait: func(key, meta, holder string) { waits <- key + " " + meta + " " + holder }})
+	l := newLocker(t, db, keyorder.Config{OnWait: func(key, meta, holder string) { waits <- key + " " + meta + " " + holder }})
 	holder, err := l.TryAcquire(t.Context(), "SO-wake", "exchange")
 	require.NoError(t, err)
 
-	got := make(chan *lock.Lease, 1)
+	got := make(chan *keyorder.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
 		lease, err := l.Acquire(t.Context(), "SO-wake", "modify",
-			lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
+			keyorder.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: 2 * time.Minute})
 		if err != nil {
 			errc <- err
 			return
@@ -180,15 +180,15 @@ func TestWaiterWokenByReleaseNotice(t *testing.T) {
 func TestWaiterWithoutNoticeAcquiresWithinMaxDelay(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	_, err := l.TryAcquire(t.Context(), "SO-quiet", "exchange")
 	require.NoError(t, err)
 
-	got := make(chan *lock.Lease, 1)
+	got := make(chan *keyorder.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
 		lease, err := l.Acquire(t.Context(), "SO-quiet", "modify",
-			lock.Wait{MinDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
+			keyorder.Wait{MinDelay: 20 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: time.Minute})
 		if err != nil {
 			errc <- err
 			return
@@ -216,14 +216,14 @@ func TestWaiterWithoutNoticeAcquiresWithinMaxDelay(t *testing.T) {
 func TestDeadlineReturnsBusyNamingHolder(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	holder, err := l.TryAcquire(t.Context(), "SO-busy", "order:exchange task-1")
 	require.NoError(t, err)
 	lease, err := l.Acquire(t.Context(), "SO-busy", "order:modify task-2",
-		lock.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 30 * time.Millisecond, Deadline: 200 * time.Millisecond})
+		keyorder.Wait{MinDelay: 10 * time.Millisecond, MaxDelay: 30 * time.Millisecond, Deadline: 200 * time.Millisecond})
 	require.Nil(t, lease)
-	require.ErrorIs(t, err, lock.ErrBusy)
-	var busy *lock.BusyError
+	require.ErrorIs(t, err, keyorder.ErrBusy)
+	var busy *keyorder.BusyError
 	require.ErrorAs(t, err, &busy)
 	require.Equal(t, "order:exchange task-1", busy.Holder)
 	require.Equal(t, "SO-busy", busy.Key)
@@ -236,7 +236,7 @@ func TestDeadlineReturnsBusyNamingHolder(t *testing.T) {
 func TestAcquireHonoursContext(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	holder, err := l.TryAcquire(t.Context(), "SO-ctx", "exchange")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, holder.Release(t.Context())) }()
@@ -245,7 +245,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := l.Acquire(ctx, "SO-ctx", "modify", lock.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: time.Hour})
+		_, err := l.Acquire(ctx, "SO-ctx", "modify", keyorder.Wait{MinDelay: time.Minute, MaxDelay: time.Minute, Deadline: time.Hour})
 		errc <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -263,11 +263,11 @@ func TestAcquireHonoursContext(t *testing.T) {
 func TestTakeoverWhenHolderDies(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	dead := newLockerOn(t, db.NewClient(t), db, lock.Config{TTL: 200 * time.Millisecond})
-	live := newLocker(t, db, lock.Config{TTL: 200 * time.Millisecond})
+	dead := newLockerOn(t, db.NewClient(t), db, keyorder.Config{TTL: 200 * time.Millisecond})
+	live := newLocker(t, db, keyorder.Config{TTL: 200 * time.Millisecond})
 	a, err := dead.TryAcquire(t.Context(), "SO-dead", "crashed worker")
 	require.NoError(t, err) // never released, never renewed
-	b, err := live.Acquire(t.Context(), "SO-dead", "next", lock.Wait{Deadline: 5 * time.Second})
+	b, err := live.Acquire(t.Context(), "SO-dead", "next", keyorder.Wait{Deadline: 5 * time.Second})
 	require.NoError(t, err)
 	require.Greater(t, b.Fence(), a.Fence())
 	require.NoError(t, b.Release(t.Context()))
@@ -280,8 +280,8 @@ func TestKeptLeaseOutlivesTTL(t *testing.T) {
 	// TTL/3, with retries at a quarter of what is left before the lease
 	// ends): a stall longer than the lease loses any lease-based lock.
 	ttl := 3 * time.Second
-	l := newLocker(t, db, lock.Config{TTL: ttl})
-	other := newLocker(t, db, lock.Config{TTL: ttl})
+	l := newLocker(t, db, keyorder.Config{TTL: ttl})
+	other := newLocker(t, db, keyorder.Config{TTL: ttl})
 	lease, err := l.TryAcquire(t.Context(), "SO-keep", "long task")
 	require.NoError(t, err)
 	ctx := lease.Keep(t.Context())
@@ -289,7 +289,7 @@ func TestKeptLeaseOutlivesTTL(t *testing.T) {
 	until := time.Now().Add(2 * ttl)
 	for time.Now().Before(until) {
 		_, err := other.TryAcquire(t.Context(), "SO-keep", "intruder")
-		require.ErrorIs(t, err, lock.ErrBusy)
+		require.ErrorIs(t, err, keyorder.ErrBusy)
 		require.NoError(t, ctx.Err())
 	}
 	require.NoError(t, lease.Release(t.Context()))
@@ -314,18 +314,18 @@ func TestRenewalFailureCancelsWithErrLost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := redistest.New(t)
-			l := newLocker(t, db, lock.Config{TTL: 90 * time.Millisecond})
+			l := newLocker(t, db, keyorder.Config{TTL: 90 * time.Millisecond})
 			lease, err := l.TryAcquire(t.Context(), "SO-lost", "victim")
 			require.NoError(t, err)
 			ctx := lease.Keep(t.Context())
 			tt.steal(t, db, db.Prefix+"lock:{SO-lost}")
 			select {
 			case <-ctx.Done():
-				require.ErrorIs(t, context.Cause(ctx), lock.ErrLost)
+				require.ErrorIs(t, context.Cause(ctx), keyorder.ErrLost)
 			case <-time.After(5 * time.Second):
 				t.Fatal("lost lease did not cancel the work")
 			}
-			require.ErrorIs(t, lease.Release(t.Context()), lock.ErrNotHeld)
+			require.ErrorIs(t, lease.Release(t.Context()), keyorder.ErrNotHeld)
 		})
 	}
 }
@@ -333,21 +333,21 @@ func TestRenewalFailureCancelsWithErrLost(t *testing.T) {
 func TestDoWrapsErrLost(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{TTL: 90 * time.Millisecond})
-	err := l.Do(t.Context(), "SO-do", "victim", lock.Wait{}, func(ctx context.Context, lease *lock.Lease) error {
+	l := newLocker(t, db, keyorder.Config{TTL: 90 * time.Millisecond})
+	err := l.Do(t.Context(), "SO-do", "victim", keyorder.Wait{}, func(ctx context.Context, lease *keyorder.Lease) error {
 		require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{SO-do}").Err())
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	require.ErrorIs(t, err, lock.ErrLost)
+	require.ErrorIs(t, err, keyorder.ErrLost)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
 func TestFenceStrictlyIncreases(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	short := newLocker(t, db, lock.Config{TTL: 50 * time.Millisecond})
+	l := newLocker(t, db, keyorder.Config{})
+	short := newLocker(t, db, keyorder.Config{TTL: 50 * time.Millisecond})
 	lockKey, fenceKey := db.Prefix+"lock:{SO-fence}", db.Prefix+"lock:{SO-fence}:fence"
 	var last int64
 	next := func(how string) {
@@ -356,7 +356,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 		if how == "left to expire" {
 			by = short
 		}
-		lease, err := by.Acquire(t.Context(), "SO-fence", how, lock.Wait{Deadline: 5 * time.Second})
+		lease, err := by.Acquire(t.Context(), "SO-fence", how, keyorder.Wait{Deadline: 5 * time.Second})
 		require.NoError(t, err)
 		require.Greater(t, lease.Fence(), last, how)
 		last = lease.Fence()
@@ -386,21 +386,21 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	for _, key := range []string{"", "a{b", "a}b", string(make([]byte, lock.MaxKeyLen+1))} {
+	l := newLocker(t, db, keyorder.Config{})
+	for _, key := range []string{"", "a{b", "a}b", string(make([]byte, keyorder.MaxKeyLen+1))} {
 		_, err := l.TryAcquire(t.Context(), key, "")
-		require.ErrorIs(t, err, lock.ErrInvalidKey)
+		require.ErrorIs(t, err, keyorder.ErrInvalidKey)
 	}
 }
 
 func TestAcquireAfterClose(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l, err := lock.New(db.Client, lock.Config{Prefix: db.Prefix})
+	l, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
-	_, err = l.Acquire(t.Context(), "SO-closed", "", lock.Wait{})
-	require.ErrorIs(t, err, lock.ErrClosed)
+	_, err = l.Acquire(t.Context(), "SO-closed", "", keyorder.Wait{})
+	require.ErrorIs(t, err, keyorder.ErrClosed)
 }
 
 func TestNewValidates(t *testing.T) {
@@ -408,16 +408,16 @@ func TestNewValidates(t *testing.T) {
 	db := redistest.New(t)
 	tests := []struct {
 		name string
-		cfg  lock.Config
+		cfg  keyorder.Config
 	}{
-		{"min above max", lock.Config{Wait: lock.Wait{MinDelay: time.Second, MaxDelay: time.Millisecond}}},
-		{"negative deadline", lock.Config{Wait: lock.Wait{Deadline: -time.Second}}},
-		{"brace in prefix", lock.Config{Prefix: "x{"}},
-		{"retention under ttl", lock.Config{TTL: time.Hour, FenceRetention: time.Minute}},
+		{"min above max", keyorder.Config{Wait: keyorder.Wait{MinDelay: time.Second, MaxDelay: time.Millisecond}}},
+		{"negative deadline", keyorder.Config{Wait: keyorder.Wait{Deadline: -time.Second}}},
+		{"brace in prefix", keyorder.Config{Prefix: "x{"}},
+		{"retention under ttl", keyorder.Config{TTL: time.Hour, FenceRetention: time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := lock.New(db.Client, tt.cfg)
+			_, err := keyorder.New(db.Client, tt.cfg)
 			require.Error(t, err)
 		})
 	}

@@ -1,4 +1,4 @@
-package lock_test
+package keyorder_test
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/lock"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // A paused sequence still hands out positions, but its head parks instead
@@ -18,8 +18,8 @@ import (
 func TestPauseParksTheHeadUntilResume(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
-	f := &fakeTasks{fate: func(*lock.TurnError) (string, time.Duration, error) { return "", 0, nil }}
+	l := newLocker(t, db, keyorder.Config{})
+	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", 0, nil }}
 	turns := newTurns(t, l, f, time.Minute)
 	seq := l.Sequencer()
 	ctx := t.Context()
@@ -29,9 +29,9 @@ func TestPauseParksTheHeadUntilResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "alice", p.By)
 	_, err = seq.Pause(ctx, "SO-hold", "bob", "again")
-	var pe *lock.PausedError
+	var pe *keyorder.PausedError
 	require.ErrorAs(t, err, &pe)
-	require.ErrorIs(t, err, lock.ErrPaused)
+	require.ErrorIs(t, err, keyorder.ErrPaused)
 	require.Equal(t, "alice", pe.Pause.By)
 
 	// Accepted while paused: the reservation keeps the sequence persisted.
@@ -41,9 +41,9 @@ func TestPauseParksTheHeadUntilResume(t *testing.T) {
 	require.Equal(t, time.Duration(-1), ttl, "a paused sequence does not expire")
 
 	_, _, err = turns.Take(ctx, "SO-hold", "first", pos[0], quick)
-	var park *lock.ParkError
+	var park *keyorder.ParkError
 	require.ErrorAs(t, err, &park)
-	require.ErrorIs(t, err, lock.ErrNotYourTurn)
+	require.ErrorIs(t, err, keyorder.ErrNotYourTurn)
 	require.NotNil(t, park.Err.Paused)
 	require.Equal(t, "customer called", park.Err.Paused.Reason)
 	require.True(t, park.Err.Parked)
@@ -69,12 +69,12 @@ func TestPauseParksTheHeadUntilResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, keys)
 	_, _, err = seq.Resume(ctx, "SO-hold")
-	require.ErrorIs(t, err, lock.ErrNotPaused)
+	require.ErrorIs(t, err, keyorder.ErrNotPaused)
 
 	for i, p := range pos {
 		lease, _, err := turns.Take(ctx, "SO-hold", "holder", p, quick)
 		require.NoError(t, err, "position %d", i)
-		require.Equal(t, lock.ModeTurn, lease.Mode())
+		require.Equal(t, keyorder.ModeTurn, lease.Mode())
 		turns.Pass(ctx, lease, true, time.Time{}, true)
 	}
 }
@@ -84,7 +84,7 @@ func TestPauseParksTheHeadUntilResume(t *testing.T) {
 func TestPauseBeforeAnyChange(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l := newLocker(t, db, lock.Config{})
+	l := newLocker(t, db, keyorder.Config{})
 	seq := l.Sequencer()
 	ctx := t.Context()
 	_, err := seq.Pause(ctx, "SO-new", "ops", "audit")
@@ -99,7 +99,7 @@ func TestPauseBeforeAnyChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl)
 	_, err = l.AcquireTurn(ctx, "SO-new", "m", pos[0], quick)
-	var te *lock.TurnError
+	var te *keyorder.TurnError
 	require.True(t, errors.As(err, &te) && te.Paused != nil, "got %v", err)
 
 	free, err := l.TryAcquire(ctx, "SO-new", "by hand")
