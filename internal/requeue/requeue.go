@@ -23,10 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// InTransit is how long [Labels] keeps trying to bring back a task that is
-// still active (asynqwire.InTransit).
-const InTransit = asynqwire.InTransit
-
 // Labels brings back the holders of parked positions of order orderNo's
 // sequence, given by their labels (tasks.PositionLabel) in the order of
 // their positions: for each, the task of that event in its placement under
@@ -35,7 +31,7 @@ const InTransit = asynqwire.InTransit
 // the exchanged order, whose queue holds the exchange). The first ends up
 // first in line (they are moved in reverse order, each to the front). A
 // task still active (on its way to being parked) is tried again, with
-// short pauses, for up to InTransit. Labels are read against kinds (the
+// short pauses, for up to asynqwire.InTransit. Labels are read against kinds (the
 // caller's: tasks.Kinds, or a worker's configured kinds); a label that
 // names no task of them is ignored. It costs one round trip per label, plus one per placement
 // looked at in vain while a count drains. It returns the first Redis
