@@ -1,0 +1,333 @@
+package keyorder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/orderworker/orderworker/internal/asynqwire"
+)
+
+// ErrStaleFence is for a store to wrap when it refuses a write whose fence
+// is older than one it has seen (see [Run].Fence): the run lost its key to
+// a newer holder. A [Runner] counts it as no failure, like [ErrLost].
+var ErrStaleFence = errors.New("keyorder: stale fence")
+
+// RunnerConfig tunes a [Runner]. Key is required; the rest defaults.
+type RunnerConfig struct {
+	// Key returns the key of a task: the string its Client.Enqueue was
+	// given (1 to MaxKeyLen bytes, without braces). An error archives the
+	// task with the reason (asynq.SkipRetry).
+	Key func(*asynq.Task) (string, error)
+	// Prefix must be the [ClientConfig.Prefix] of the Clients that enqueue.
+	// Defaults to DefaultPrefix ("ow:lock:").
+	Prefix string
+	// Wait is how long a task waits for its key's lock and its turn before
+	// it goes back to its queue (no retry spent). Defaults to DefaultWait.
+	Wait Wait
+	// TTL is the lease of a key's lock, renewed every TTL/3 while the
+	// handler runs. Defaults to DefaultTTL (30 s).
+	TTL time.Duration
+	// GapWait is how long the head of a key's sequence waits for its task
+	// before the Runner asks asynq whether it will come, and skips it when
+	// it will not. Defaults to DefaultGapWait (30 s).
+	GapWait time.Duration
+	// BusyRetryMin and BusyRetryMax bound the random delay after which a
+	// task that only waited runs again. Default 100 ms and 1 s.
+	BusyRetryMin, BusyRetryMax time.Duration
+	// Logger receives the skips and what goes wrong after a run (the run's
+	// outcome stands either way). Defaults to discarding.
+	Logger *zap.Logger
+}
+
+// Runner runs asynq tasks enqueued by a [Client] one key at a time, in the
+// order of their positions, each under its key's lock with a fencing token
+// ([RunFrom]). Wrap the handlers with [Runner.Handler], and give the asynq
+// server [Runner.ServerConfig]: a task that waits for its turn then spends
+// no retry, and a failing task blocks the tasks behind it while it backs
+// off, then is archived past its failure budget, and the next one runs.
+//
+// A Runner is safe for concurrent use. It owns one Pub/Sub subscription
+// (the release notices) from its first run to Close; rdb stays the
+// caller's to close.
+type Runner struct {
+	rdb   redis.UniversalClient
+	l     *Locker
+	turns *Turns
+	insp  *asynq.Inspector
+	cfg   RunnerConfig
+}
+
+// NewRunner returns a Runner on rdb. It returns an error when cfg.Key is
+// nil or a setting is out of range.
+func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
+	if rdb == nil || cfg.Key == nil {
+		return nil, errors.New("keyorder: NewRunner needs a Redis client and RunnerConfig.Key")
+	}
+	if cfg.BusyRetryMin == 0 {
+		cfg.BusyRetryMin = 100 * time.Millisecond
+	}
+	if cfg.BusyRetryMax == 0 {
+		cfg.BusyRetryMax = time.Second
+	}
+	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
+		return nil, fmt.Errorf("keyorder: RunnerConfig: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
+	}
+	cfg.Wait = cfg.Wait.Or(DefaultWait)
+	if err := cfg.Wait.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	l, err := New(rdb, Config{Prefix: cfg.Prefix, TTL: cfg.TTL, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}
+	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close stops the Runner's subscription, once the asynq server has shut
+// down. The Redis client stays the caller's.
+func (r *Runner) Close() error { return r.l.Close() }
+
+// ServerConfig returns c with the Runner's IsFailure and RetryDelayFunc,
+// which the asynq server running its handlers must use.
+func (r *Runner) ServerConfig(c asynq.Config) asynq.Config {
+	c.IsFailure = IsFailure
+	c.RetryDelayFunc = r.RetryDelay
+	return c
+}
+
+// IsFailure is asynq's Config.IsFailure for tasks run by a Runner: a task
+// that waited for its turn or its key's lock, or lost its key mid-run
+// ([ErrLost], [ErrStaleFence]), did not fail.
+func IsFailure(err error) bool {
+	switch {
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrNotYourTurn), errors.Is(err, ErrLost),
+		errors.Is(err, ErrStaleFence), errors.Is(err, asynq.ErrLeaseExpired):
+		return false
+	}
+	return true
+}
+
+// RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner:
+// the delay the run chose (how long a parked task stays away, the backoff
+// of a failure, taken when it failed so that the tasks behind it wait as
+// long), or asynq's default backoff.
+func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
+	var later *laterError
+	switch {
+	case errors.As(err, &later):
+		return later.delay
+	case !IsFailure(err):
+		return r.busyDelay()
+	}
+	return asynq.DefaultRetryDelayFunc(n, err, t)
+}
+
+func (r *Runner) busyDelay() time.Duration {
+	lo, hi := r.cfg.BusyRetryMin, r.cfg.BusyRetryMax
+	return lo + rand.N(hi-lo+1)
+}
+
+// laterError is a run that goes back to its queue for delay: a wait (no
+// failure), or a failure within its budget.
+type laterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *laterError) Error() string { return e.err.Error() }
+func (e *laterError) Unwrap() error { return e.err }
+
+// Run is what a handler wrapped by [Runner.Handler] learns of its run.
+type Run struct {
+	// Key is the task's key, Pos its position (0 for a task without one,
+	// which runs under the lock but without order).
+	Key string
+	Pos int64
+	// Fence is the fencing token of this hold of the key's lock: greater
+	// than any token handed out for the key before. A store must refuse a
+	// write whose fence is older than one it has seen (and wrap
+	// ErrStaleFence), since a holder that stalled past its lease may
+	// still be running.
+	Fence int64
+}
+
+type runKey struct{}
+
+// RunFrom returns the [Run] of a handler's context, and false outside a
+// Runner's handler.
+func RunFrom(ctx context.Context) (Run, bool) {
+	r, ok := ctx.Value(runKey{}).(Run)
+	return r, ok
+}
+
+// Handler wraps next so that the tasks of one key run one at a time, in
+// the order of their positions, under the key's lock:
+//
+//   - A task whose turn has not come waits (woken when its predecessor
+//     finishes), or goes back to its queue, parked, to be called back when
+//     its turn comes. Neither spends a retry.
+//   - next runs with the lease kept alive; [RunFrom] gives it the key, the
+//     position and the fence. When the lease is lost mid-run, next's
+//     context is cancelled with cause [ErrLost].
+//   - When next succeeds, or is archived (asynq.SkipRetry, or past its
+//     failure budget: asynq's MaxRetry), the turn passes to the next
+//     position. When next fails within its budget, the turn stays: the
+//     tasks behind it wait while it backs off.
+//   - A head whose task will never come (deleted, never enqueued,
+//     archived before its turn) is skipped after RunnerConfig.GapWait.
+//   - A task without a position (enqueued by asynq's own Client) runs
+//     under the lock, unordered.
+//
+// A task whose key or position cannot be read is archived with the reason.
+func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		queue, _ := asynq.GetQueueName(ctx)
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		key, err := r.cfg.Key(t)
+		if err == nil {
+			err = checkKey(key, "")
+		}
+		if err != nil {
+			return fmt.Errorf("keyorder: task %s: its key: %w: %w", clip(id), err, asynq.SkipRetry)
+		}
+		pos, err := Position(t.Payload())
+		if err != nil {
+			return fmt.Errorf("keyorder: task %s of %s: %w: %w", clip(id), key, err, asynq.SkipRetry)
+		}
+		var turn Turn
+		if pos > 0 {
+			turn = Turn{Pos: pos, Label: Label(queue, id)}
+		}
+		wait := r.cfg.Wait
+		if retried >= maxRetry {
+			// asynq archives such a task on any error, a wait included:
+			// it waits for its turn until its own deadline.
+			if dl, ok := ctx.Deadline(); ok {
+				wait.Deadline = max(time.Until(dl)-time.Second, wait.Deadline)
+			}
+		}
+		lease, _, err := r.turns.Take(ctx, key, clip(t.Type()+" "+id), turn, wait)
+		var park *ParkError
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrBusy):
+			return &laterError{err: err, delay: r.busyDelay()}
+		case errors.As(err, &park):
+			return &laterError{err: park.Err, delay: park.Delay + r.busyDelay()}
+		case errors.Is(err, ErrBadPosition):
+			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+			r.turns.Note(ctx, key, pos, turn.Label, "archived: "+err.Error())
+			return err
+		default:
+			return err
+		}
+		return r.run(ctx, t, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, max(maxRetry-1, 0))
+	})
+}
+
+// run runs next inside lease and passes the turn on when the task's work
+// is done (applied or archived), keeping it when the task will run again.
+func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *Lease, run Run, retried, budget int) (err error) {
+	wctx := lease.Keep(ctx)
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(t.Type()), v)
+		}
+		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		if err != nil && !errors.Is(err, asynq.SkipRetry) && IsFailure(err) && ctx.Err() == nil {
+			if retried >= budget {
+				err = fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
+			} else {
+				err = &laterError{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, t)}
+			}
+		}
+		// When asynq's context is done (deadline, shutdown), asynq decides
+		// without reading err: the turn stays.
+		final := ctx.Err() == nil && (err == nil || errors.Is(err, asynq.SkipRetry))
+		var retryAt time.Time
+		var later *laterError
+		if !final && errors.As(err, &later) {
+			retryAt = time.Now().Add(later.delay)
+		}
+		r.turns.Pass(ctx, lease, final, retryAt, err == nil)
+		if final && err != nil && run.Pos > 0 {
+			r.turns.Note(ctx, run.Key, run.Pos, lease.Turn().Label, "archived: "+err.Error())
+		}
+	}()
+	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), t)
+}
+
+// queueTasks is what a Runner's Turns ask of asynq: a position's label
+// names its task's queue and ID ([Label]).
+type queueTasks struct{ r *Runner }
+
+// Wake brings the parked tasks of labels to the front of their queues.
+func (q queueTasks) Wake(ctx context.Context, _ string, labels []string) error {
+	return wakeLabels(ctx, q.r.rdb, labels)
+}
+
+// HeadFate says why the head of key's sequence, which waited for its task
+// longer than GapWait, will never take its turn ("" when it will come).
+func (q queueTasks) HeadFate(ctx context.Context, _ string, te *TurnError) (string, time.Duration, error) {
+	queue, id, ok := parseLabel(te.Label)
+	if !ok {
+		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
+	}
+	info, _, err := asynqwire.TaskInfo(ctx, q.r.insp, q.r.rdb, queue, id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", id, queue), 0, nil
+	case err != nil:
+		return "", 0, fmt.Errorf("read task %s of position %d: %w", id, te.Head, err)
+	}
+	if pos, err := Position(info.Payload); err == nil && pos != te.Head {
+		return fmt.Sprintf("task %s holds position %d, not this one", id, pos), 0, nil
+	}
+	switch info.State {
+	case asynq.TaskStateArchived:
+		return fmt.Sprintf("task %s was archived: %s", id, clip(info.LastErr)), 0, nil
+	case asynq.TaskStateCompleted:
+		return fmt.Sprintf("task %s completed without passing its turn on", id), 0, nil
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
+	}
+	return "", 0, nil // pending, active or aggregating: it comes
+}
+
+// wakeLabels brings the parked tasks of labels ([Label]) to the front of
+// their queues, the first first. It returns the first Redis error, after
+// trying every label.
+func wakeLabels(ctx context.Context, rdb redis.Scripter, labels []string) error {
+	var first error
+	for _, label := range slices.Backward(labels) {
+		queue, id, ok := parseLabel(label)
+		if !ok {
+			continue
+		}
+		if _, err := asynqwire.FrontInTransit(ctx, rdb, queue, id); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
