@@ -87,8 +87,8 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 		return lateErr != nil
 	}, 30*time.Second, time.Millisecond, "A's late write never came")
 
-	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B"}
-	_, err = e.store.Modify(keyorder.WithHold(orders.WithWrite(t.Context(), wB), leaseB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
+	wB := orders.Write{Fence: leaseB.Fence(), Worker: "B", Commit: leaseB}
+	_, err = e.store.Modify(orders.WithWrite(t.Context(), wB), "ev-B", "SO-P", orders.Changes{Remark: &remarkB})
 	require.NoError(t, err)
 	require.NoError(t, leaseB.Release(t.Context()))
 	e.drain(30 * time.Second)

@@ -394,13 +394,14 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 		// hand, its sequence gone) is checked but not recorded.
 		SeqOutOfTurn: lease.Mode() != keyorder.ModeTurn,
 		NoResult:     true, // the worker reads only the error
+		// A Redis store on the lock's Redis also checks the lock's newest
+		// fence and releases the lock, passing the turn on, with a
+		// modify's commit; or keeps it for the order's next change,
+		// parked, which this hold then runs (drain.go), while the hold's
+		// quantum lasts.
+		Commit: lease,
 	})
-	// A Redis store on the lock's Redis also checks the lock's newest fence
-	// and releases the lock, passing the turn on, with a modify's commit;
-	// or keeps it for the order's next change, parked, which this hold
-	// then runs (drain.go), while the hold's quantum lasts.
 	lease.Drain(w.drains(r))
-	wctx = keyorder.WithHold(wctx, lease)
 	err = w.write(wctx, k, p, lease.Fence())
 	// A change of an order that an exchange was to create and did not, or
 	// whose position was skipped: say why.

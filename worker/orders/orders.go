@@ -35,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // Status is the state of an order.
@@ -454,6 +455,11 @@ type Write struct {
 	// leave it zero and save reading the order back (the Redis store does).
 	// Defaults to false.
 	NoResult bool
+	// Commit is the engine's hook for a store on the lock's own Redis
+	// (keyorder.Commit): with it, the store also checks the lock's newest
+	// fence and commits the hand-off of the order's turn in its write's
+	// last script. nil means none; stores that cannot use it ignore it.
+	Commit keyorder.Commit
 }
 
 type writeKey struct{}

@@ -175,8 +175,8 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 func commit(b *testing.B, s *Store, l *keyorder.Lease, event, no string, pos int64) {
 	b.Helper()
 	r := "ring " + event
-	ctx := keyorder.WithHold(orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
-		StartedAt: time.Now(), Seq: pos, NoResult: true}), l)
+	ctx := orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",
+		StartedAt: time.Now(), Seq: pos, NoResult: true, Commit: l})
 	if _, err := s.Modify(ctx, event, no, orders.Changes{Remark: &r}); err != nil {
 		b.Fatal(err)
 	}

@@ -5,11 +5,11 @@
 // errors and the checks are package orders'.
 //
 // On the Redis that also holds the per-order lock (worker/keyorder), it can
-// save a round trip per task: given the writer's lock hold (keyorder.WithHold),
-// it refuses a fence older than the lock's newest and releases the lock, and
-// passes the order's turn on, in the script that commits a modify. That is
-// the only tie between this store and the lock, and the [keyorder.Hold]
-// interface names it.
+// save a round trip per task: given the engine's commit hook with the write
+// (orders.Write.Commit), it refuses a fence older than the lock's newest
+// and releases the lock, and passes the order's turn on, in the script that
+// commits a modify. That hook is the only tie between this store and the
+// lock, and the [keyorder.Commit] interface names it.
 package redisstore
 
 import (
@@ -943,7 +943,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	tag := "{" + orderNo + "}"
 	var lockFenceKey string
 	var h *keyorder.Handoff
-	if hold, ok := keyorder.HoldFrom(ctx); ok {
+	if hold := w.Commit; hold != nil {
 		lockFenceKey = hold.FenceKey()
 		// A write whose work ends with this script commits the hand-off
 		// in it; one with more steps after it (an exchange still creates

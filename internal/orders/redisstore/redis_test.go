@@ -726,7 +726,7 @@ func TestLockFenceKeyShutsOutFormerHolder(t *testing.T) {
 	r := "late"
 
 	withFenceKey := func(fence int64, key string) context.Context {
-		return keyorder.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: fence}), fenceKeyOnly(key))
+		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Commit: fenceKeyOnly(key)})
 	}
 	old := withFenceKey(100, fenceKey)
 	_, err = s.Modify(old, "ev-old", "SO1", orders.Changes{Remark: &r})
@@ -755,7 +755,7 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *keyorder.Lease) context.Context {
-		return keyorder.WithHold(orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence()}), l)
+		return orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence(), Commit: l})
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 

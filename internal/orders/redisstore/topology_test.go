@@ -32,7 +32,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *keyorder.Lease) context.Context {
-		return keyorder.WithHold(orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w"}), l)
+		return orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w", Commit: l})
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
 
