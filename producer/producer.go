@@ -476,8 +476,8 @@ func (p *Producer) enqueueTraced(ctx context.Context, payload tasks.Payload, o o
 		}
 		span.End()
 	}()
-	if tc := tracing.Inject(ctx); tc != nil { // a provider that records nothing gives none: keep the caller's
-		h.Trace = tc
+	if tp, ts := tracing.Inject(ctx); tp != "" { // a provider that records nothing gives none: keep the caller's
+		h.Trace = &tasks.TraceContext{Traceparent: tp, Tracestate: ts}
 	}
 	return p.enqueue(ctx, payload.WithHeader(h), o)
 }

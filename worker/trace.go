@@ -40,7 +40,11 @@ func (w *Worker) startRun(ctx context.Context, t *asynq.Task, r *run) (context.C
 	if len(t.Payload()) <= tasks.MaxPayloadBytes { // a larger one is refused unread
 		_ = json.Unmarshal(t.Payload(), &carried) // best effort: no trace, a new one
 	}
-	ctx, parent := tracing.Extract(ctx, carried.Trace)
+	var tp, ts string
+	if carried.Trace != nil {
+		tp, ts = carried.Trace.Traceparent, carried.Trace.Tracestate
+	}
+	ctx, parent := tracing.Extract(ctx, tp, ts)
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(

@@ -10,7 +10,7 @@
 // all, so that the hot path does not even build a span's attributes.
 //
 // The trace context crosses the queue as the payload's "trace" field
-// (tasks.TraceContext), in the W3C Trace Context format, whatever
+// (tasks.TraceContext, carried as two strings), in the W3C Trace Context format, whatever
 // propagators the process has installed: it is part of the task contract,
 // which a system that enqueues by hand can follow.
 package tracing
@@ -25,8 +25,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 	"go.uber.org/zap"
-
-	"github.com/orderworker/orderworker/tasks"
 )
 
 // ScopeName is the instrumentation scope of orderworker's own spans.
@@ -102,36 +100,41 @@ const (
 // MessagingSystem is the messaging.system of the queue's spans.
 const MessagingSystem = "asynq"
 
-// Inject returns ctx's span context as a task's trace context, or nil
-// when ctx has no valid span context. A tracestate longer than
-// tasks.MaxTracestateLen is dropped (the W3C allows dropping entries), so
-// that the result always passes the payload's validation.
-func Inject(ctx context.Context) *tasks.TraceContext {
+// MaxTracestateLen is the longest tracestate [Inject] gives: a task
+// payload's bound (tasks.MaxTracestateLen; a test holds them equal).
+const MaxTracestateLen = 512
+
+// Inject returns ctx's span context as W3C trace context (a task's
+// tasks.TraceContext), or "" for both when ctx has no valid span context.
+// A tracestate longer than [MaxTracestateLen] is dropped (the W3C allows
+// dropping entries), so that the result always passes the payload's
+// validation.
+func Inject(ctx context.Context) (traceparent, tracestate string) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return nil
+		return "", ""
 	}
 	c := propagation.MapCarrier{}
 	Propagator.Inject(ctx, c)
-	tc := &tasks.TraceContext{Traceparent: c["traceparent"], Tracestate: c["tracestate"]}
-	if tc.Traceparent == "" {
-		return nil
+	traceparent, tracestate = c["traceparent"], c["tracestate"]
+	if traceparent == "" {
+		return "", ""
 	}
-	if len(tc.Tracestate) > tasks.MaxTracestateLen {
-		tc.Tracestate = ""
+	if len(tracestate) > MaxTracestateLen {
+		tracestate = ""
 	}
-	return tc
+	return traceparent, tracestate
 }
 
-// Extract returns ctx carrying tc's remote span context, and that span
-// context (invalid when tc is nil or does not read as W3C trace context:
-// the task then starts a new trace).
-func Extract(ctx context.Context, tc *tasks.TraceContext) (context.Context, trace.SpanContext) {
-	if tc == nil {
+// Extract returns ctx carrying the remote span context of traceparent and
+// tracestate, and that span context (invalid when traceparent is "" or
+// does not read as W3C trace context: the task then starts a new trace).
+func Extract(ctx context.Context, traceparent, tracestate string) (context.Context, trace.SpanContext) {
+	if traceparent == "" {
 		return ctx, trace.SpanContext{}
 	}
-	c := propagation.MapCarrier{"traceparent": tc.Traceparent}
-	if tc.Tracestate != "" {
-		c["tracestate"] = tc.Tracestate
+	c := propagation.MapCarrier{"traceparent": traceparent}
+	if tracestate != "" {
+		c["tracestate"] = tracestate
 	}
 	// Extracted on its own, so that a value that does not read leaves ctx
 	// as it was rather than taking ctx's own span for the remote one.
@@ -182,7 +185,7 @@ func ExtractEnv(ctx context.Context, getenv func(string) string) context.Context
 	if tp == "" {
 		return ctx
 	}
-	ctx, _ = Extract(ctx, &tasks.TraceContext{Traceparent: tp, Tracestate: getenv("TRACESTATE")})
+	ctx, _ = Extract(ctx, tp, getenv("TRACESTATE"))
 	return ctx
 }
 

@@ -54,14 +54,14 @@ func TestInjectExtractRoundTrip(t *testing.T) {
 	defer span.End()
 	sc := span.SpanContext()
 
-	tc := tracing.Inject(ctx)
+	tc := inject(ctx)
 	require.NotNil(t, tc)
 	assert.Equal(t, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", tc.Traceparent)
 	assert.Equal(t, "vendor=x,other=y", tc.Tracestate)
 	require.NoError(t, tasks.ModifyPayload{EventID: "e", OrderNo: "SO1",
 		Changes: tasks.Changes{Remark: new("r")}, Trace: tc}.Validate(), "a payload carries it as it is")
 
-	got, gotSC := tracing.Extract(t.Context(), tc)
+	got, gotSC := extract(t.Context(), tc)
 	assert.True(t, gotSC.IsValid())
 	assert.True(t, gotSC.IsRemote())
 	assert.True(t, gotSC.IsSampled())
@@ -82,21 +82,21 @@ func TestInjectUnsampled(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 	ctx, span := tp.Tracer("test").Start(t.Context(), "send")
 	defer span.End()
-	tc := tracing.Inject(ctx)
+	tc := inject(ctx)
 	require.NotNil(t, tc)
 	assert.True(t, strings.HasSuffix(tc.Traceparent, "-00"), tc.Traceparent)
-	_, sc := tracing.Extract(t.Context(), tc)
+	_, sc := extract(t.Context(), tc)
 	assert.True(t, sc.IsValid())
 	assert.False(t, sc.IsSampled())
 }
 
 func TestInjectWithoutSpan(t *testing.T) {
 	t.Parallel()
-	assert.Nil(t, tracing.Inject(t.Context()))
+	assert.Nil(t, inject(t.Context()))
 	// A span that is not valid (a no-op tracer's without a parent).
 	ctx, span := noop.NewTracerProvider().Tracer("test").Start(t.Context(), "send")
 	defer span.End()
-	assert.Nil(t, tracing.Inject(ctx))
+	assert.Nil(t, inject(ctx))
 }
 
 // A tracestate longer than tasks.MaxTracestateLen is dropped, the
@@ -114,7 +114,7 @@ func TestInjectDropsALongTracestate(t *testing.T) {
 	defer span.End()
 	require.Equal(t, long, span.SpanContext().TraceState().String(), "the span has it")
 
-	tc := tracing.Inject(ctx)
+	tc := inject(ctx)
 	require.NotNil(t, tc)
 	assert.Empty(t, tc.Tracestate)
 	assert.Contains(t, tc.Traceparent, span.SpanContext().SpanID().String())
@@ -126,7 +126,7 @@ func TestInjectDropsALongTracestate(t *testing.T) {
 	require.Len(t, exact, tasks.MaxTracestateLen)
 	ctx, span2 := tracer.Start(remoteParent(t, exact), "send")
 	defer span2.End()
-	assert.Equal(t, exact, tracing.Inject(ctx).Tracestate)
+	assert.Equal(t, exact, inject(ctx).Tracestate)
 }
 
 // What does not read as W3C trace context gives an invalid span context
@@ -150,7 +150,7 @@ func TestExtractInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, sc := tracing.Extract(t.Context(), tt.tc)
+			ctx, sc := extract(t.Context(), tt.tc)
 			require.NotNil(t, ctx)
 			assert.False(t, sc.IsValid())
 			assert.False(t, trace.SpanContextFromContext(ctx).IsValid())
@@ -163,7 +163,7 @@ func TestExtractInvalid(t *testing.T) {
 // drops the state.
 func TestExtractBadTracestate(t *testing.T) {
 	t.Parallel()
-	_, sc := tracing.Extract(t.Context(), &tasks.TraceContext{
+	_, sc := extract(t.Context(), &tasks.TraceContext{
 		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		Tracestate:  "not a=valid,,,=state",
 	})
@@ -256,4 +256,27 @@ func TestLimitStartAttributes(t *testing.T) {
 	require.Len(t, got.Links(), 1)
 	assert.Equal(t, short.SpanContext().SpanID(), got.Links()[0].SpanContext.SpanID())
 	assert.False(t, got.Parent().IsValid())
+}
+
+// inject and extract carry a span context in a task's trace context, as
+// the producer and the worker do.
+func inject(ctx context.Context) *tasks.TraceContext {
+	tp, ts := tracing.Inject(ctx)
+	if tp == "" {
+		return nil
+	}
+	return &tasks.TraceContext{Traceparent: tp, Tracestate: ts}
+}
+
+func extract(ctx context.Context, tc *tasks.TraceContext) (context.Context, trace.SpanContext) {
+	if tc == nil {
+		return tracing.Extract(ctx, "", "")
+	}
+	return tracing.Extract(ctx, tc.Traceparent, tc.Tracestate)
+}
+
+// The bound Inject keeps to is the payloads'.
+func TestMaxTracestateLenIsThePayloads(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, tasks.MaxTracestateLen, tracing.MaxTracestateLen)
 }
