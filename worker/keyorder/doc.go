@@ -1,0 +1,108 @@
+// Package keyorder runs asynq tasks one key at a time, in the order they
+// were accepted: an engine for any asynq (github.com/hibiken/asynq v0.25.1)
+// user whose tasks must not interleave per key (an account's postings, an
+// order's changes, a device's commands) and must apply in order.
+//
+// It knows keys, positions, tasks and fences, never what a key stands for.
+// orderworker's order domain (package worker) is built on it, with one key
+// per order number; examples/ledger posts entries per account on it alone.
+//
+// # Use
+//
+// Enqueue with a [Client] instead of asynq's Client, naming the key; wrap
+// the handlers with a [Runner]; give the asynq server the Runner's
+// [Runner.ServerConfig]; read the fence in the handler with [RunFrom]:
+//
+//	c, _ := keyorder.NewClient(rdb, keyorder.ClientConfig{})
+//	c.Enqueue(ctx, "acct-42", asynq.NewTask("ledger:post", payload), asynq.Queue("ledger"))
+//
+//	r, _ := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
+//	defer r.Close()
+//	mux := asynq.NewServeMux()
+//	mux.Handle("ledger:post", r.Handler(asynq.HandlerFunc(post)))
+//	srv := asynq.NewServerFromRedisClient(rdb, r.ServerConfig(asynq.Config{Queues: map[string]int{"ledger": 1}}))
+//
+// The example of [Runner] runs as a program; examples/ledger is a whole
+// module with its store and tests.
+//
+// # Guarantees
+//
+//   - Order of acceptance. Each Enqueue takes the next position of its
+//     key's sequence, in Redis, in the script that enqueues the task: a
+//     task enqueued after another one's Enqueue returned runs after it,
+//     whatever the hosts' clocks say and however many processes enqueue.
+//     The Runner runs position n only once n−1 was applied, archived or
+//     skipped.
+//   - One at a time per key. A task runs under its key's lock: acquire and
+//     release are owner-checked scripts, and the lease renews itself every
+//     TTL/3 while the handler runs. A handler whose lease is lost has its
+//     context cancelled with cause [ErrLost].
+//   - Fencing. Every hold of a key's lock has a fencing token strictly
+//     greater than any handed out for the key before, even after the key
+//     was idle and its lock expired ([Run].Fence). A store that refuses an
+//     older fence than it has seen ([ErrStaleFence]) is safe from a holder
+//     that stalled past its lease; the lock alone cannot be (see Limits).
+//   - Waiting is free. A task whose turn has not come waits, woken by the
+//     release of the task before it, or goes back to its queue parked and
+//     is called back when its turn comes. Neither spends a retry, whatever
+//     asynq.MaxRetry the task carries (even 0).
+//   - Failures block their key, boundedly. A failing task keeps its turn
+//     and backs off; the tasks behind it wait. Past its failure budget
+//     (asynq.MaxRetry) it is archived with the reason, and the next runs.
+//   - No position is lost. A position whose task will never come (its
+//     enqueue failed, it was deleted, archived before its turn) is skipped
+//     once the Runner is sure, after [RunnerConfig].GapWait, and the skip
+//     is logged in the key's sequence.
+//   - Operators act per key: [Runner.Hold], [Runner.Resume],
+//     [Runner.Skip] and [Runner.Retry], and [Runner.Blocked] lists the keys
+//     that do not move, without scanning the keyspace.
+//   - Redis Cluster: every script touches one key's slot (the keys carry
+//     the hash tag {key}); on a Cluster, Enqueue takes the position and
+//     then enqueues, in two round trips.
+//
+// # Limits
+//
+// A lease is time-based: a holder that stalls (GC pause, network partition)
+// past its TTL can still believe it holds the lock for up to TTL/3 before
+// the renewal notices. A single Redis can also lose a lock on failover to a
+// replica that had not yet received it. Neither can be fixed by the lock
+// alone, which is why every write downstream must carry the fencing token
+// and the store must refuse a token older than one it has seen.
+//
+// Order is per key: keys run concurrently and in no order among each other.
+// A task enqueued with asynq's own Client carries no position and runs
+// under its key's lock, unordered. A key is serial by design: its tasks
+// run no faster than one handler after another.
+//
+// # What it costs
+//
+// Measured against plain asynq in one run (BenchmarkRunner, two cores):
+// see the figures in docs/engine.md. Per task, the Runner adds the lock's
+// acquire and release scripts (the turn check rides in them) to asynq's
+// own round trips, and Enqueue is one script, as asynq's Client's enqueue
+// is. A task behind its key's head costs a park and a call back. The
+// order domain's worker goes further on the same engine: a Redis store's
+// commit script passes the turn on ([Commit]), and a hot key's next tasks
+// run in the same hold (package worker's DrainMax).
+//
+// # The parts
+//
+// [Client] and [Runner] are built on the parts below them, which a domain
+// with more to do (the order domain does) uses directly:
+//
+//   - [Locker]: the per-key lock, with fencing tokens, self-renewing
+//     leases and waiting woken by release notices (one shared Pub/Sub
+//     subscription per Locker, fanned out to its local waiters).
+//   - [Sequencer]: the per-key sequence of positions, reserved at
+//     acceptance ([ReserveLua] for a script that also enqueues), with its
+//     log, its pause and its status.
+//   - [Turns]: the one owner of the turns on the holders' side: it takes a
+//     turn (waiting, parking a position too far back, and skipping a head
+//     whose task will never come, which it learns from [Tasks]), passes it
+//     on when the work ends, and settles the positions of holders that end
+//     without their turn. A handler reads as: [Turns.Take], run, commit,
+//     [Turns.Pass].
+//   - [Commit]: the hook a store on the lock's own Redis is handed with a
+//     write, to check the lock's newest fence and pass the turn on in its
+//     commit script ([CommitLua]).
+package keyorder
