@@ -595,18 +595,10 @@ func (w *Worker) Ping() error {
 
 // IsFailure reports whether a handler error counts against the task's
 // failure budget: waiting (for the lock or the turn), a lost lease, a stale
-// fence and a dead worker's expired asynq lease do not.
-func IsFailure(err error) bool {
-	switch {
-	case errors.Is(err, keyorder.ErrBusy),
-		errors.Is(err, keyorder.ErrNotYourTurn),
-		errors.Is(err, keyorder.ErrLost),
-		errors.Is(err, orders.ErrStaleFence),
-		errors.Is(err, asynq.ErrLeaseExpired):
-		return false
-	}
-	return true
-}
+// fence and a dead worker's expired asynq lease do not. It is the engine's
+// rule (keyorder.IsFailure; orders.ErrStaleFence
+// matches keyorder.ErrStaleFence).
+func IsFailure(err error) bool { return keyorder.IsFailure(err) }
 
 // retryDelay gives a task that only waited the delay it chose, a task that
 // lost its order to another holder or whose worker died a short random

@@ -435,5 +435,10 @@ func TestOutcome(t *testing.T) {
 			failure = false // a dead worker's task: not the task's failure
 		}
 		require.Equal(t, failure, worker.IsFailure(tt.err), "%v", tt.err)
+		require.Equal(t, failure, keyorder.IsFailure(tt.err), "the engine's rule is the worker's: %v", tt.err)
 	}
+	// The order stores' stale fence is the engine's.
+	require.ErrorIs(t, fmt.Errorf("write: %w", orders.ErrStaleFence), keyorder.ErrStaleFence)
+	require.ErrorIs(t, fmt.Errorf("write: %w", orders.ErrStaleFence), orders.ErrStaleFence)
+	require.NotErrorIs(t, keyorder.ErrStaleFence, orders.ErrStaleFence)
 }

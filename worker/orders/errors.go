@@ -3,7 +3,18 @@ package orders
 import (
 	"errors"
 	"fmt"
+
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
+
+// staleFence is [ErrStaleFence]: the order domain's name for the engine's
+// keyorder.ErrStaleFence.
+type staleFence struct{}
+
+func (staleFence) Error() string { return "orders: stale fence" }
+
+// Is reports whether target is keyorder.ErrStaleFence.
+func (staleFence) Is(target error) bool { return target == keyorder.ErrStaleFence }
 
 var (
 	// ErrNotFound is returned when the order does not exist.
@@ -12,8 +23,9 @@ var (
 	// ErrStaleFence is returned by a write whose fence is older than the
 	// newest fence the store has seen for the order: the writer's lock has
 	// passed to someone else. Nothing was written. The work must run again
-	// under a fresh lock, so it is not [Permanent].
-	ErrStaleFence = errors.New("orders: stale fence")
+	// under a fresh lock, so it is not [Permanent]. It also matches the
+	// engine's keyorder.ErrStaleFence, which counts it as no failure.
+	ErrStaleFence error = staleFence{}
 
 	// ErrClosed is returned by a write to an order that is exchanged or
 	// cancelled. The error is a [*ClosedError], which names the replacement.
