@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/orderworker/orderworker => ../..
 
 require (
-	github.com/hibiken/asynq v0.26.0
+	github.com/hibiken/asynq v0.25.1
 	github.com/orderworker/orderworker v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
