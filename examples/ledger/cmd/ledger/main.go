@@ -8,11 +8,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"time"
 
@@ -111,11 +113,19 @@ func run(ctx context.Context) error {
 			return err
 		}
 		fmt.Printf("\n%s: balance %s\n", name, cents(a.Balance))
-		for _, p := range a.Entries {
-			fmt.Printf("  #%d %-3s %8s -> %8s  %s\n", p.Seq, p.EntryID, cents(p.Amount), cents(p.Balance), p.Memo)
-		}
+		refused := map[string]bool{}
 		for _, p := range a.Refused {
-			fmt.Printf("  #%d %-3s %8s refused: the balance was %s  %s\n", p.Seq, p.EntryID, cents(p.Amount), cents(p.Balance), p.Memo)
+			refused[p.EntryID] = true
+		}
+		// Applied and refused, in the order they ran: their positions'.
+		all := append(slices.Clone(a.Entries), a.Refused...)
+		slices.SortFunc(all, func(x, y ledger.Posted) int { return cmp.Compare(x.Seq, y.Seq) })
+		for _, p := range all {
+			if refused[p.EntryID] {
+				fmt.Printf("  %-3s %8s   refused (balance %s)  %s\n", p.EntryID, cents(p.Amount), cents(p.Balance), p.Memo)
+				continue
+			}
+			fmt.Printf("  %-3s %8s -> %8s            %s\n", p.EntryID, cents(p.Amount), cents(p.Balance), p.Memo)
 		}
 	}
 	return nil
