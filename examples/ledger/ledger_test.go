@@ -270,6 +270,71 @@ func TestRepostIsADuplicate(t *testing.T) {
 	require.ErrorIs(t, err, asynq.SkipRetry, "outside a Runner there is no fence")
 }
 
+// A post that fails (not a refusal: say the store is unreachable) holds
+// its account: the entries behind it wait while it backs off, and run in
+// order after it. With asynq.MaxRetry(0), one failure archives it and the
+// next entry runs.
+func TestAFailureHoldsItsAccount(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	var once sync.Map // entry IDs run once, by either worker
+	failSecond := func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			if _, ran := once.LoadOrStore(id, true); !ran && strings.HasSuffix(id, "-2") {
+				return errors.New("injected: the store is unreachable")
+			}
+			return next.ProcessTask(ctx, task)
+		})
+	}
+	runner := env.workerWith(t, 4, failSecond)
+	env.workerWith(t, 4, failSecond)
+	poster := env.poster(t)
+	for _, acct := range []string{"held", "budget0"} {
+		var opts []asynq.Option
+		if acct == "budget0" {
+			opts = append(opts, asynq.MaxRetry(0))
+		}
+		for i := 1; i <= 4; i++ {
+			_, err := poster.Post(t.Context(), ledger.Entry{Account: acct, EntryID: acct + "-" + strconv.Itoa(i), Amount: int64(i)}, opts...)
+			require.NoError(t, err)
+		}
+	}
+
+	// budget0-2 failed once, out of its budget: archived, and the rest ran.
+	env.waitDecided(t, []string{"budget0"}, 3)
+	a, err := env.store.Account(t.Context(), "budget0")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"budget0-1", "budget0-3", "budget0-4"}, ids(a.Entries))
+	info, err := asynq.NewInspectorFromRedisClient(env.rdb).GetTaskInfo(env.queue, "budget0-2")
+	require.NoError(t, err)
+	assert.Equal(t, asynq.TaskStateArchived, info.State)
+	assert.Contains(t, info.LastErr, "injected")
+
+	// held-2 backs off (asynq's default backoff, 15 s or more), and
+	// held-3 and held-4 wait behind it.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		h, err := runner.Head(t.Context(), "held")
+		if assert.NoError(ct, err) {
+			assert.Equal(ct, "held-2", h.TaskID)
+			assert.Equal(ct, asynq.TaskStateRetry.String(), h.State)
+			assert.Equal(ct, 1, h.Retried)
+		}
+	}, 30*time.Second, 20*time.Millisecond)
+	a, err = env.store.Account(t.Context(), "held")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"held-1"}, ids(a.Entries), "nothing behind the failed entry ran")
+
+	// The operator runs it now: it and the entries behind it run, in order.
+	require.NoError(t, runner.Retry(t.Context(), "held"))
+	env.waitDecided(t, []string{"held"}, 4)
+	a, err = env.store.Account(t.Context(), "held")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"held-1", "held-2", "held-3", "held-4"}, ids(a.Entries))
+	assert.Equal(t, int64(10), a.Balance)
+	env.waitQueue(t, 1)
+}
+
 func ids(ps []ledger.Posted) []string {
 	out := []string{}
 	for _, p := range ps {
@@ -370,6 +435,13 @@ func (e *env) poster(t *testing.T) *ledger.Poster {
 // all stopped when the test ends.
 func (e *env) worker(t *testing.T, n int) {
 	t.Helper()
+	e.workerWith(t, n, nil)
+}
+
+// workerWith is worker with wrap (when not nil) between the Runner's
+// handler and the store's. It returns the Runner.
+func (e *env) workerWith(t *testing.T, n int, wrap func(asynq.Handler) asynq.Handler) *keyorder.Runner {
+	t.Helper()
 	opt, err := redis.ParseURL(e.url)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
@@ -377,7 +449,11 @@ func (e *env) worker(t *testing.T, n int) {
 	require.NoError(t, err)
 	store := ledger.NewStore(rdb, ledger.StoreConfig{Prefix: e.prefix})
 	mux := asynq.NewServeMux()
-	mux.Handle(ledger.TypePost, runner.Handler(store.Handler()))
+	h := store.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	mux.Handle(ledger.TypePost, runner.Handler(h))
 	srv := asynq.NewServerFromRedisClient(rdb, runner.ServerConfig(asynq.Config{
 		Concurrency:       n,
 		Queues:            map[string]int{e.queue: 1},
@@ -390,6 +466,7 @@ func (e *env) worker(t *testing.T, n int) {
 		assert.NoError(t, runner.Close())
 		_ = rdb.Close()
 	})
+	return runner
 }
 
 // waitDecided waits until the accounts' applied and refused entries
