@@ -143,8 +143,9 @@ func NewPoster(c *keyorder.Client, cfg PosterConfig) *Poster {
 // Post enqueues e as a [TypePost] task with key e.Account and task ID
 // e.EntryID, in the Poster's queue. An entry posted after another one's
 // Post returned, to the same account, is applied after it. opts are
-// asynq's options, after the Poster's (asynq.MaxRetry, asynq.Timeout,
-// ...; asynq.Unique and asynq.Group are refused by keyorder).
+// asynq's options (asynq.MaxRetry, asynq.Timeout, ...); the Poster's queue
+// and e.EntryID override an asynq.Queue or asynq.TaskID among them, and
+// keyorder refuses asynq.Unique and asynq.Group.
 //
 // It returns an error matching [ErrInvalid] for an invalid entry,
 // asynq.ErrTaskIDConflict when the queue holds a task with e.EntryID
@@ -159,7 +160,7 @@ func (p *Poster) Post(ctx context.Context, e Entry, opts ...asynq.Option) (keyor
 	if err != nil {
 		return keyorder.Enqueued{}, fmt.Errorf("ledger: encode entry %s: %w", e.EntryID, err)
 	}
-	all := append([]asynq.Option{asynq.Queue(p.queue), asynq.TaskID(e.EntryID)}, opts...)
+	all := append(opts[:len(opts):len(opts)], asynq.Queue(p.queue), asynq.TaskID(e.EntryID))
 	enq, err := p.c.Enqueue(ctx, e.Account, asynq.NewTask(TypePost, payload), all...)
 	if err != nil {
 		return keyorder.Enqueued{}, fmt.Errorf("ledger: post entry %s to %s: %w", e.EntryID, e.Account, err)
