@@ -313,7 +313,9 @@ type Result struct {
 //
 // The caller owns rdb: it may share it with other users, and closes it after
 // the Producer is done; the Producer never closes it. It returns an error when
-// rdb is nil or a field of cfg breaks its documented rules.
+// rdb is nil or a field of cfg breaks its documented rules, and when the
+// program links another asynq release than v0.25.1, whose private Redis
+// layout orderworker relies on.
 func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if rdb == nil {
 		return nil, errors.New("producer: nil Redis client")
@@ -321,6 +323,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if err := asynqwire.CheckVersion(); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
 	}
 	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {

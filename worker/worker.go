@@ -450,7 +450,9 @@ type Worker struct {
 // closes them after Shutdown; the Worker owns its lock and stops it in
 // Shutdown. It returns an error when rdb or store is nil or cfg is
 // invalid, and one matching [ErrNoWrite], naming the kind and the
-// interface, when store lacks a kind's write (see [Kind.Check]).
+// interface, when store lacks a kind's write (see [Kind.Check]), and one
+// when the program links another asynq release than v0.25.1, whose private
+// Redis layout orderworker relies on.
 func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -458,6 +460,9 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	if rdb == nil || store == nil {
 		return nil, errors.New("worker: nil redis client or store")
+	}
+	if err := asynqwire.CheckVersion(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	for _, k := range cfg.Kinds {
 		if err := k.Check(store); err != nil {
