@@ -249,7 +249,7 @@ func options(opts []asynq.Option) (enqueueOptions, error) {
 const defaultMaxRetry = 25
 
 // positionless checks that payload is a JSON object without a "seq" member,
-// and returns it trimmed of surrounding space.
+// and returns it trimmed of surrounding space (an empty object as "{}").
 func positionless(payload []byte) ([]byte, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &members); err != nil || members == nil {
@@ -257,6 +257,10 @@ func positionless(payload []byte) ([]byte, error) {
 	}
 	if _, ok := members[SeqField]; ok {
 		return nil, ErrPayload
+	}
+	if len(members) == 0 {
+		// "{ }" and the like: the position is appended to "{}" exactly.
+		return []byte("{}"), nil
 	}
 	return bytes.TrimSpace(payload), nil
 }
