@@ -266,3 +266,42 @@ func FuzzPosition(f *testing.F) {
 		require.Equal(t, int64(17), pos)
 	})
 }
+
+// TestEnqueueLeftPositionIsSkipped breaks the two-step path between its
+// steps: a Client whose Redis user may write the sequences but not asynq's
+// keys takes a position and fails to enqueue. The position stays, and the
+// Runners skip it after GapWait: the next task runs.
+func TestEnqueueLeftPositionIsSkipped(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	const gapWait = 300 * time.Millisecond
+	seqOnly := db.AsUser(t, "~"+db.Prefix+"*", "+@all")
+	broken := newClient(t, seqOnly.Client, db.Prefix, keyorder.ClientConfig{ParkFor: gapWait})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: gapWait})
+	enqueue(t, c, "K", 1)
+	_, err := broken.Enqueue(t.Context(), "K", asynq.NewTask("order", payload(t, "K", 2)), asynq.ProcessIn(time.Millisecond))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "NOPERM")
+	enqueue(t, c, "K", 3)
+
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: gapWait})
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "task 3 was blocked by the left position")
+	require.Equal(t, []int{1, 3}, rc.succeeded("K"))
+}
+
+// TestEnqueueRefusesABlankType: asynq's Client refuses a task of a blank
+// type; Enqueue must too, on both paths, before it takes a position.
+func TestEnqueueRefusesABlankType(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	for _, typ := range []string{"", "  "} {
+		for _, opts := range [][]asynq.Option{nil, {asynq.ProcessIn(time.Hour)}} {
+			_, err := c.Enqueue(t.Context(), "K", asynq.NewTask(typ, []byte(`{}`)), opts...)
+			require.Error(t, err, "type %q, options %v", typ, opts)
+		}
+	}
+	require.Zero(t, dbsize(t, db), "a refused Enqueue wrote")
+}
