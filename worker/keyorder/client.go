@@ -104,7 +104,8 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // the member "seq" ([SeqField]). A [Runner] runs key's tasks one at a time
 // in the order of their positions.
 //
-// t's payload must be a JSON object without a "seq" member ([ErrPayload]).
+// t's type must not be blank, and its payload must be a JSON object
+// without a "seq" member ([ErrPayload]).
 // opts are asynq's options. asynq.Queue (default "default") must not hold
 // a space. asynq.TaskID defaults to a random UUID; an ID its queue holds
 // already is refused with asynq.ErrTaskIDConflict, and takes no position.
@@ -127,6 +128,10 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ...asynq.Option) (Enqueued, error) {
 	if t == nil {
 		return Enqueued{}, errors.New("keyorder: Enqueue: nil task")
+	}
+	if strings.TrimSpace(t.Type()) == "" {
+		// asynq's Client refuses it too: refused first, it takes no position.
+		return Enqueued{}, errors.New("keyorder: Enqueue: the task type must not be blank")
 	}
 	o, err := options(opts)
 	if err != nil {
