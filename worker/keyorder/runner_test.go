@@ -509,3 +509,41 @@ func TestRunnerArchivesATaskWhoseKeyErrs(t *testing.T) {
 	enqueue(t, c, "K", 5)
 	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "task 5 never ran")
 }
+
+// TestRunnerPassesTheTurnOfATaskDoneForGood: a handler's asynq.SkipRetry
+// (archived) and asynq.RevokeTask (deleted), within budget, and a panic
+// past a budget of 0, end the task for good, and the turn passes at once:
+// with a GapWait of a minute, the next task runs well before it.
+func TestRunnerPassesTheTurnOfATaskDoneForGood(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		maxRetry int
+		fail     func() error
+	}{
+		{"SkipRetry", 3, func() error { return fmt.Errorf("bad input: %w", asynq.SkipRetry) }},
+		{"RevokeTask", 3, func() error { return fmt.Errorf("not wanted: %w", asynq.RevokeTask) }},
+		{"panic", 0, func() error { panic("handler panics") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := redistest.New(t)
+			r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: time.Minute})
+			rc := newRecorder()
+			var runs atomic.Int32
+			startServer(t, db.Client, r, 2, rc.wrap(func(_ context.Context, b body, _ keyorder.Run) error {
+				if b.N == 1 {
+					runs.Add(1)
+					return tc.fail()
+				}
+				return nil
+			}))
+			c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+			enqueue(t, c, "K", 1, asynq.MaxRetry(tc.maxRetry))
+			enqueue(t, c, "K", 2, asynq.MaxRetry(tc.maxRetry))
+			require.Eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, 10*time.Second, 5*time.Millisecond,
+				"task 2 waited for the gap check")
+			require.Equal(t, int32(1), runs.Load())
+		})
+	}
+}
