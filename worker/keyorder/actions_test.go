@@ -176,3 +176,30 @@ func TestSkipAMissingHead(t *testing.T) {
 	require.NoError(t, r.Skip(ctx, "K", "deleted by hand"))
 	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "task 2 did not run after the skip")
 }
+
+// TestHoldWhileTheHeadRuns: the running task ends, and the next one waits
+// for Resume.
+func TestHoldWhileTheHeadRuns(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	rc := newRecorder()
+	started, open := make(chan struct{}), make(chan struct{})
+	var calls sync.Map
+	startServerCounting(t, db.Client, r, 4, rc.wrap(gate("K", 1, started, open)), &calls)
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	ctx := t.Context()
+	enqueue(t, c, "K", 1)
+	enqueue(t, c, "K", 2)
+	<-started
+	require.NoError(t, r.Hold(ctx, "K", "ops", "stop after this one"))
+	close(open)
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "the running task did not end")
+	eventually(t, func() bool {
+		h, err := r.Head(ctx, "K")
+		return callsOf(&calls, "K", 2) > 0 && err == nil && h.State == "retry"
+	}, "task 2 never came back to wait")
+	require.Equal(t, []int{1}, rc.succeeded("K"), "a task of a held key ran")
+	require.NoError(t, r.Resume(ctx, "K"))
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "task 2 did not run after Resume")
+}

@@ -171,16 +171,6 @@ func (rc *recorder) succeeded(key string) []int {
 	return out
 }
 
-func (rc *recorder) count(key string, n int) int {
-	c := 0
-	for _, r := range rc.all() {
-		if r.Key == key && r.N == n {
-			c++
-		}
-	}
-	return c
-}
-
 func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, append([]any{msg}, args...)...)
@@ -545,5 +535,34 @@ func TestRunnerPassesTheTurnOfATaskDoneForGood(t *testing.T) {
 				"task 2 waited for the gap check")
 			require.Equal(t, int32(1), runs.Load())
 		})
+	}
+}
+
+// TestRunnerOrdersOnSentinel runs the one-script path on a Sentinel
+// group's master (a failover client is a *redis.Client).
+func TestRunnerOrdersOnSentinel(t *testing.T) {
+	t.Parallel()
+	db := redistest.NewSentinel(t)
+	rc := newRecorder()
+	for range 2 {
+		rdb := db.NewClient(t)
+		r := newRunner(t, rdb, db.Prefix, keyorder.RunnerConfig{})
+		startServer(t, rdb, r, 3, rc.wrap(nil))
+	}
+	c := newClient(t, db.NewClient(t), db.Prefix, keyorder.ClientConfig{})
+	const each = 20
+	for i := range each {
+		for _, k := range []string{"A", "B"} {
+			enqueue(t, c, k, i)
+		}
+	}
+	eventually(t, func() bool { return len(rc.all()) == 2*each }, "not every task ran")
+	require.Empty(t, rc.overlaps)
+	for _, k := range []string{"A", "B"} {
+		want := make([]int, each)
+		for i := range want {
+			want[i] = i
+		}
+		require.Equal(t, want, rc.succeeded(k))
 	}
 }
