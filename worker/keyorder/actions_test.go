@@ -203,3 +203,25 @@ func TestHoldWhileTheHeadRuns(t *testing.T) {
 	require.NoError(t, r.Resume(ctx, "K"))
 	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "task 2 did not run after Resume")
 }
+
+// TestRetryRunsAScheduledHeadNow: a head enqueued to run in an hour runs
+// at once on Retry, and the task behind it after it.
+func TestRetryRunsAScheduledHeadNow(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	ctx := t.Context()
+	e1 := enqueue(t, c, "K", 1, asynq.ProcessIn(time.Hour))
+	enqueue(t, c, "K", 2)
+	h, err := r.Head(ctx, "K")
+	require.NoError(t, err)
+	require.Equal(t, "scheduled", h.State)
+	require.Equal(t, e1.Pos, h.Pos)
+	require.Equal(t, int64(2), h.Waiting)
+	require.NoError(t, r.Retry(ctx, "K"))
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "the tasks did not run after Retry")
+	require.Equal(t, []int{1, 2}, rc.succeeded("K"))
+}
