@@ -566,3 +566,38 @@ func TestRunnerOrdersOnSentinel(t *testing.T) {
 		require.Equal(t, want, rc.succeeded(k))
 	}
 }
+
+// TestRunnerTimeoutCountsAgainstTheBudget: a run that outlives its
+// asynq.Timeout fails (asynq counts it, without the Runner's say), so a
+// task of budget 0 whose run timed out is archived before it runs again,
+// and the turn passes at once.
+func TestRunnerTimeoutCountsAgainstTheBudget(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: time.Minute})
+	rc := newRecorder()
+	var runs atomic.Int32
+	startServer(t, db.Client, r, 2, rc.wrap(func(ctx context.Context, b body, _ keyorder.Run) error {
+		if b.N == 1 {
+			runs.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}))
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	e1 := enqueue(t, c, "K", 1, asynq.MaxRetry(0), asynq.Timeout(time.Second))
+	enqueue(t, c, "K", 2)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	eventually(t, func() bool {
+		info, err := insp.GetTaskInfo(e1.Queue, e1.TaskID)
+		if err == nil && info.State == asynq.TaskStateRetry {
+			_ = insp.RunTask(e1.Queue, e1.TaskID) // skip asynq's backoff
+		}
+		return err == nil && info.State == asynq.TaskStateArchived
+	}, "the task that timed out was never archived")
+	require.Equal(t, int32(1), runs.Load(), "a task of budget 0 ran again after its run timed out")
+	requireState(t, db.Client, e1, asynq.TaskStateArchived, "budget")
+	require.Eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, 10*time.Second, 5*time.Millisecond,
+		"task 2 waited for the gap check")
+}
