@@ -587,7 +587,7 @@ func TestRunnerTimeoutCountsAgainstTheBudget(t *testing.T) {
 	}))
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
 	e1 := enqueue(t, c, "K", 1, asynq.MaxRetry(0), asynq.Timeout(time.Second))
-	enqueue(t, c, "K", 2)
+	e2 := enqueue(t, c, "K", 2, asynq.Retention(time.Hour))
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 	eventually(t, func() bool {
 		info, err := insp.GetTaskInfo(e1.Queue, e1.TaskID)
@@ -600,4 +600,5 @@ func TestRunnerTimeoutCountsAgainstTheBudget(t *testing.T) {
 	requireState(t, db.Client, e1, asynq.TaskStateArchived, "budget")
 	require.Eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, 10*time.Second, 5*time.Millisecond,
 		"task 2 waited for the gap check")
+	requireState(t, db.Client, e2, asynq.TaskStateCompleted, "")
 }
