@@ -188,7 +188,9 @@ func RunFrom(ctx context.Context) (Run, bool) {
 //     context is cancelled with cause [ErrLost].
 //   - When next succeeds, is archived (asynq.SkipRetry, or past its
 //     failure budget: asynq's MaxRetry) or revoked (asynq.RevokeTask: asynq
-//     deletes the task), the turn passes to the next position. When next fails within its budget, the turn stays: the
+//     deletes the task), the turn passes to the next position. A run that
+//     outlives its deadline fails too: a task past its budget so is
+//     archived in its turn without running again. When next fails within its budget, the turn stays: the
 //     tasks behind it wait while it backs off.
 //   - A head whose task will never come (deleted, never enqueued,
 //     archived before its turn) is skipped after RunnerConfig.GapWait.
@@ -240,7 +242,16 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		default:
 			return err
 		}
-		return r.run(ctx, t, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, max(maxRetry-1, 0))
+		budget, h := max(maxRetry-1, 0), next
+		if pos > 0 && retried > budget {
+			// Failed past its budget already, by runs asynq counted
+			// without us (a run that outlived its deadline): archived in
+			// its turn, which passes on, rather than run again.
+			h = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+				return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
+			})
+		}
+		return r.run(ctx, t, h, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, budget)
 	})
 }
 
