@@ -104,7 +104,8 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // the member "seq" ([SeqField]). A [Runner] runs key's tasks one at a time
 // in the order of their positions.
 //
-// t's payload must be a JSON object without a "seq" member ([ErrPayload]).
+// t's type must not be blank, and its payload must be a JSON object
+// without a "seq" member ([ErrPayload]).
 // opts are asynq's options. asynq.Queue (default "default") must not hold
 // a space. asynq.TaskID defaults to a random UUID; an ID its queue holds
 // already is refused with asynq.ErrTaskIDConflict, and takes no position.
@@ -127,6 +128,10 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ...asynq.Option) (Enqueued, error) {
 	if t == nil {
 		return Enqueued{}, errors.New("keyorder: Enqueue: nil task")
+	}
+	if strings.TrimSpace(t.Type()) == "" {
+		// asynq's Client refuses it too: refused first, it takes no position.
+		return Enqueued{}, errors.New("keyorder: Enqueue: the task type must not be blank")
 	}
 	o, err := options(opts)
 	if err != nil {
@@ -249,7 +254,7 @@ func options(opts []asynq.Option) (enqueueOptions, error) {
 const defaultMaxRetry = 25
 
 // positionless checks that payload is a JSON object without a "seq" member,
-// and returns it trimmed of surrounding space.
+// and returns it trimmed of surrounding space (an empty object as "{}").
 func positionless(payload []byte) ([]byte, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &members); err != nil || members == nil {
@@ -257,6 +262,10 @@ func positionless(payload []byte) ([]byte, error) {
 	}
 	if _, ok := members[SeqField]; ok {
 		return nil, ErrPayload
+	}
+	if len(members) == 0 {
+		// "{ }" and the like: the position is appended to "{}" exactly.
+		return []byte("{}"), nil
 	}
 	return bytes.TrimSpace(payload), nil
 }

@@ -40,3 +40,10 @@ func (l *Locker) DoTurn(ctx context.Context, key, meta string, turn Turn, w Wait
 	}()
 	return fn(wctx, lease)
 }
+
+// WithSeq and Positionless expose the payload rewriting of Client.Enqueue
+// to the fuzz tests.
+var (
+	WithSeq      = withSeq
+	Positionless = positionless
+)

@@ -186,9 +186,11 @@ func RunFrom(ctx context.Context) (Run, bool) {
 //   - next runs with the lease kept alive; [RunFrom] gives it the key, the
 //     position and the fence. When the lease is lost mid-run, next's
 //     context is cancelled with cause [ErrLost].
-//   - When next succeeds, or is archived (asynq.SkipRetry, or past its
-//     failure budget: asynq's MaxRetry), the turn passes to the next
-//     position. When next fails within its budget, the turn stays: the
+//   - When next succeeds, is archived (asynq.SkipRetry, or past its
+//     failure budget: asynq's MaxRetry) or revoked (asynq.RevokeTask: asynq
+//     deletes the task), the turn passes to the next position. A run that
+//     outlives its deadline fails too: a task past its budget so is
+//     archived in its turn without running again. When next fails within its budget, the turn stays: the
 //     tasks behind it wait while it backs off.
 //   - A head whose task will never come (deleted, never enqueued,
 //     archived before its turn) is skipped after RunnerConfig.GapWait.
@@ -240,7 +242,16 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		default:
 			return err
 		}
-		return r.run(ctx, t, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, max(maxRetry-1, 0))
+		budget, h := max(maxRetry-1, 0), next
+		if pos > 0 && retried > budget {
+			// Failed past its budget already, by runs asynq counted
+			// without us (a run that outlived its deadline): archived in
+			// its turn, which passes on, rather than run again.
+			h = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+				return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
+			})
+		}
+		return r.run(ctx, t, h, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, budget)
 	})
 }
 
@@ -255,7 +266,10 @@ func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lea
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
-		if err != nil && !errors.Is(err, asynq.SkipRetry) && IsFailure(err) && ctx.Err() == nil {
+		// asynq archives a task whose error is SkipRetry and deletes one
+		// whose error is RevokeTask, whatever its budget: it is done.
+		gone := errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask)
+		if err != nil && !gone && IsFailure(err) && ctx.Err() == nil {
 			if retried >= budget {
 				err = fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
 			} else {
@@ -264,7 +278,7 @@ func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lea
 		}
 		// When asynq's context is done (deadline, shutdown), asynq decides
 		// without reading err: the turn stays.
-		final := ctx.Err() == nil && (err == nil || errors.Is(err, asynq.SkipRetry))
+		final := ctx.Err() == nil && (err == nil || gone || errors.Is(err, asynq.SkipRetry))
 		var retryAt time.Time
 		var later *laterError
 		if !final && errors.As(err, &later) {
@@ -272,7 +286,11 @@ func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lea
 		}
 		r.turns.Pass(ctx, lease, final, retryAt, err == nil)
 		if final && err != nil && run.Pos > 0 {
-			r.turns.Note(ctx, run.Key, run.Pos, lease.Turn().Label, "archived: "+err.Error())
+			outcome := "archived: "
+			if errors.Is(err, asynq.RevokeTask) {
+				outcome = "revoked: "
+			}
+			r.turns.Note(ctx, run.Key, run.Pos, lease.Turn().Label, outcome+err.Error())
 		}
 	}()
 	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), t)
