@@ -168,7 +168,9 @@ type Blocked struct {
 // head backs off) and among the keys on hold, at most limit tasks read per
 // queue. It never scans the keyspace: its cost is that of the tasks
 // waiting in those sets. A key whose head waits for a task that will not
-// come, with nothing behind it, is not listed.
+// come, with nothing behind it, is not listed. The keys come oldest head
+// first. It returns an error for a limit below 1, and Redis errors,
+// wrapped.
 func (r *Runner) Blocked(ctx context.Context, queues []string, limit int64) ([]Blocked, error) {
 	keys := map[string]bool{}
 	var order []string

@@ -38,8 +38,10 @@ type ClientConfig struct {
 	MaxWaiting int64
 	// ParkFor is the longest a task accepted behind unfinished tasks of its
 	// key waits parked before asynq brings it back by itself (the task
-	// before it calls it back as soon as its turn comes). Defaults to
-	// DefaultGapWait (30 s).
+	// before it calls it back as soon as its turn comes). A gap (a position
+	// whose task will never come) is found when the task behind it comes
+	// back, so keep ParkFor at most the Runners' RunnerConfig.GapWait.
+	// Defaults to DefaultGapWait (30 s), the GapWait's default.
 	ParkFor time.Duration
 }
 
@@ -58,10 +60,14 @@ type Client struct {
 }
 
 // NewClient returns a Client that enqueues on rdb. It returns an error for
-// a negative setting.
+// a negative setting, and when the program links another asynq release
+// than v0.25.1, whose private Redis layout the Client writes.
 func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("keyorder: NewClient needs a Redis client")
+	}
+	if err := asynqwire.CheckVersion(); err != nil {
+		return nil, fmt.Errorf("keyorder: %w", err)
 	}
 	if cfg.MaxWaiting < 0 || cfg.ParkFor < 0 {
 		return nil, errors.New("keyorder: ClientConfig: MaxWaiting and ParkFor must not be negative")
@@ -121,7 +127,9 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // with asynq.ProcessIn, asynq.ProcessAt or asynq.Deadline, it takes the
 // position, then enqueues with asynq's Client; when that enqueue fails
 // otherwise than by a conflict, the position stays, and the Runners skip
-// it once they are sure no task holds it (see [TurnsConfig.GapWait]).
+// it once they are sure no task holds it (see [TurnsConfig.GapWait]). A
+// task scheduled later holds its key's later tasks until it has run:
+// schedule no further ahead than the key may wait.
 //
 // It returns a [*FullError] past ClientConfig.MaxWaiting, and Redis and
 // asynq errors, wrapped.

@@ -37,8 +37,14 @@ type RunnerConfig struct {
 	TTL time.Duration
 	// GapWait is how long the head of a key's sequence waits for its task
 	// before the Runner asks asynq whether it will come, and skips it when
-	// it will not. Defaults to DefaultGapWait (30 s).
+	// it will not. The head is looked at when a task behind it comes back
+	// from its park: keep the Clients' ClientConfig.ParkFor at most
+	// GapWait. Defaults to DefaultGapWait (30 s).
 	GapWait time.Duration
+	// RetryDelay is the backoff of a failed task after n failures, chosen
+	// when it fails (the tasks behind it wait as long). Defaults to
+	// asynq.DefaultRetryDelayFunc.
+	RetryDelay asynq.RetryDelayFunc
 	// BusyRetryMin and BusyRetryMax bound the random delay after which a
 	// task that only waited runs again. Default 100 ms and 1 s.
 	BusyRetryMin, BusyRetryMax time.Duration
@@ -66,10 +72,18 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner on rdb. It returns an error when cfg.Key is
-// nil or a setting is out of range.
+// nil or a setting is out of range, and when the program links another
+// asynq release than v0.25.1, whose private Redis layout the Runner reads
+// and writes.
 func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	if rdb == nil || cfg.Key == nil {
 		return nil, errors.New("keyorder: NewRunner needs a Redis client and RunnerConfig.Key")
+	}
+	if err := asynqwire.CheckVersion(); err != nil {
+		return nil, fmt.Errorf("keyorder: %w", err)
+	}
+	if cfg.RetryDelay == nil {
+		cfg.RetryDelay = asynq.DefaultRetryDelayFunc
 	}
 	if cfg.BusyRetryMin == 0 {
 		cfg.BusyRetryMin = 100 * time.Millisecond
@@ -127,7 +141,7 @@ func IsFailure(err error) bool {
 // RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner:
 // the delay the run chose (how long a parked task stays away, the backoff
 // of a failure, taken when it failed so that the tasks behind it wait as
-// long), or asynq's default backoff.
+// long), or RunnerConfig.RetryDelay.
 func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var later *laterError
 	switch {
@@ -136,7 +150,7 @@ func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 	case !IsFailure(err):
 		return r.busyDelay()
 	}
-	return asynq.DefaultRetryDelayFunc(n, err, t)
+	return r.cfg.RetryDelay(n, err, t)
 }
 
 func (r *Runner) busyDelay() time.Duration {
@@ -195,7 +209,10 @@ func RunFrom(ctx context.Context) (Run, bool) {
 //   - A head whose task will never come (deleted, never enqueued,
 //     archived before its turn) is skipped after RunnerConfig.GapWait.
 //   - A task without a position (enqueued by asynq's own Client) runs
-//     under the lock, unordered.
+//     under the lock, unordered. Its failure budget is its asynq MaxRetry
+//     less one, as for a Client's task (whose asynq MaxRetry the Client
+//     sets one above the budget asked for): one try is kept for a wait,
+//     which asynq would otherwise archive once its retries are spent.
 //
 // A task whose key or position cannot be read is archived with the reason.
 func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
@@ -273,7 +290,7 @@ func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lea
 			if retried >= budget {
 				err = fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
 			} else {
-				err = &laterError{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, t)}
+				err = &laterError{err: err, delay: r.cfg.RetryDelay(retried, err, t)}
 			}
 		}
 		// When asynq's context is done (deadline, shutdown), asynq decides

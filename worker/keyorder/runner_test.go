@@ -602,3 +602,33 @@ func TestRunnerTimeoutCountsAgainstTheBudget(t *testing.T) {
 		"task 2 waited for the gap check")
 	requireState(t, db.Client, e2, asynq.TaskStateCompleted, "")
 }
+
+// RunnerConfig.RetryDelay sets a failure's backoff: a head that fails twice
+// with a 50 ms backoff runs again by itself, and the tasks behind it wait
+// for it, then run in order.
+func TestRunnerRetryDelayIsTheConfigs(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	var asked atomic.Int32
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{
+		RetryDelay: func(n int, err error, _ *asynq.Task) time.Duration {
+			if errors.Is(err, keyorder.ErrNotYourTurn) || errors.Is(err, keyorder.ErrBusy) {
+				t.Errorf("RetryDelay asked for a wait: %v", err)
+			}
+			asked.Add(1)
+			return 50 * time.Millisecond
+		},
+	})
+	rc := newRecorder()
+	var runs atomic.Int32
+	startServer(t, db.Client, r, 4, rc.wrap(failFirst(1, 2, &runs)))
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	for n := 1; n <= 3; n++ {
+		enqueue(t, c, "K", n, asynq.MaxRetry(5))
+	}
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 3 }, "the tasks did not all run")
+	require.Equal(t, []int{1, 2, 3}, rc.succeeded("K"))
+	require.Equal(t, int32(3), runs.Load())
+	require.Equal(t, int32(2), asked.Load(), "one backoff per failure")
+	require.Empty(t, rc.overlaps)
+}
