@@ -69,6 +69,11 @@
 // alone, which is why every write downstream must carry the fencing token
 // and the store must refuse a token older than one it has seen.
 //
+// asynq delivers at least once: a task whose run ended but whose end asynq
+// did not record (its worker died just after) runs again, after its turn
+// ([Run].Mode is then ModePassed). Handlers must be idempotent; a store
+// that applies each task ID once is (examples/ledger's does).
+//
 // Order is per key: keys run concurrently and in no order among each other.
 // A task enqueued with asynq's own Client carries no position and runs
 // under its key's lock, unordered. A key is serial by design: its tasks

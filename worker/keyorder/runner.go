@@ -180,6 +180,12 @@ type Run struct {
 	// ErrStaleFence), since a holder that stalled past its lease may
 	// still be running.
 	Fence int64
+	// Mode says how the lock was granted: [ModeTurn] in the position's
+	// turn; [ModePassed] for a position already passed (the task ran
+	// before and asynq runs it again: asynq delivers at least once, so a
+	// handler must be idempotent, as a store that dedupes by task ID is);
+	// [ModeFree] for a task without a position.
+	Mode Mode
 }
 
 type runKey struct{}
@@ -268,7 +274,7 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 				return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
 			})
 		}
-		return r.run(ctx, t, h, lease, Run{Key: key, Pos: pos, Fence: lease.Fence()}, retried, budget)
+		return r.run(ctx, t, h, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, retried, budget)
 	})
 }
 

@@ -114,6 +114,7 @@ type ran struct {
 	N     int
 	Pos   int64
 	Fence int64
+	Mode  keyorder.Mode
 	OK    bool
 }
 
@@ -148,7 +149,7 @@ func (rc *recorder) wrap(fn func(ctx context.Context, b body, run keyorder.Run) 
 		}
 		rc.mu.Lock()
 		rc.inside[run.Key]--
-		rc.runs = append(rc.runs, ran{Key: run.Key, N: b.N, Pos: run.Pos, Fence: run.Fence, OK: err == nil})
+		rc.runs = append(rc.runs, ran{Key: run.Key, N: b.N, Pos: run.Pos, Fence: run.Fence, Mode: run.Mode, OK: err == nil})
 		rc.mu.Unlock()
 		return err
 	}
@@ -234,6 +235,7 @@ func TestRunnerOrdersKeysAcrossServersAndClients(t *testing.T) {
 				continue
 			}
 			require.True(t, r.OK)
+			require.Equal(t, keyorder.ModeTurn, r.Mode, "key %s: task %d ran out of its turn", k, r.N)
 			require.Equal(t, want, r.Pos, "key %s ran out of order", k)
 			require.Equal(t, posOf[k][r.N], r.Pos, "key %s: task %d ran with another position", k, r.N)
 			require.Greater(t, r.Fence, fence, "key %s: fences must increase", k)
@@ -457,6 +459,7 @@ func TestRunnerRunsATaskWithoutPositionUnderTheLock(t *testing.T) {
 	run := got.Load().(keyorder.Run)
 	require.Equal(t, "K", run.Key)
 	require.Zero(t, run.Pos)
+	require.Equal(t, keyorder.ModeFree, run.Mode)
 	require.Greater(t, run.Fence, lease.Fence())
 }
 
