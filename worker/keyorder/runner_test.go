@@ -635,3 +635,50 @@ func TestRunnerRetryDelayIsTheConfigs(t *testing.T) {
 	require.Equal(t, int32(2), asked.Load(), "one backoff per failure")
 	require.Empty(t, rc.overlaps)
 }
+
+// A handler whose lease is lost mid-run (its lock deleted, as a Redis
+// failover can lose it) sees its context cancelled with cause ErrLost; the
+// task goes back without spending a retry, keeps its turn, and runs again
+// with a newer fence, before the task behind it.
+func TestRunnerLostLeaseRunsAgainInItsTurn(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{TTL: 600 * time.Millisecond})
+	started := make(chan keyorder.Run, 1)
+	var cause atomic.Value
+	var runs atomic.Int32
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(func(ctx context.Context, b body, run keyorder.Run) error {
+		if b.N != 1 || runs.Add(1) > 1 {
+			return nil
+		}
+		started <- run
+		<-ctx.Done()
+		cause.Store(context.Cause(ctx))
+		return ctx.Err()
+	}))
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	e1 := enqueue(t, c, "K", 1, asynq.MaxRetry(0))
+	enqueue(t, c, "K", 2, asynq.MaxRetry(0))
+	var first keyorder.Run
+	select {
+	case first = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("task 1 never started")
+	}
+	// The lock's key is "<prefix>{K}": delete it, as a failover might.
+	require.NoError(t, db.Client.Del(t.Context(), db.Prefix+"lock:{K}").Err())
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "the tasks did not both run")
+	require.ErrorIs(t, cause.Load().(error), keyorder.ErrLost)
+	require.Equal(t, []int{1, 2}, rc.succeeded("K"), "task 2 ran before task 1 took its turn again")
+	var again ran
+	for _, x := range rc.all() {
+		if x.N == 1 && x.OK {
+			again = x
+		}
+	}
+	require.Greater(t, again.Fence, first.Fence, "the second run holds a newer fence")
+	require.Equal(t, keyorder.ModeTurn, again.Mode)
+	_, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo(e1.Queue, e1.TaskID)
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "task 1 completed: a lost lease spent no retry of its budget of 0")
+}
