@@ -159,7 +159,9 @@ func waitDecided(ctx context.Context, store *ledger.Store, accounts []string, wa
 }
 
 // cleanup deletes what the run wrote: the accounts and the keyorder keys
-// (all under prefix), the queue and asynq's counters of it.
+// (all under prefix) and the queue, through asynq's Inspector. asynq's
+// daily counters of the queue stay until they expire: only asynq's own
+// code spells its keys.
 func cleanup(rdb *redis.Client, queue, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -168,13 +170,11 @@ func cleanup(rdb *redis.Client, queue, prefix string) {
 	if err := insp.DeleteQueue(queue, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		errs = append(errs, err)
 	}
-	for _, pattern := range []string{prefix + "*", "asynq:{" + queue + "}:*"} { // the latter: asynq's counters
-		iter := rdb.Scan(ctx, 0, pattern, 100).Iterator()
-		for iter.Next(ctx) {
-			errs = append(errs, rdb.Del(ctx, iter.Val()).Err())
-		}
-		errs = append(errs, iter.Err())
+	iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		errs = append(errs, rdb.Del(ctx, iter.Val()).Err())
 	}
+	errs = append(errs, iter.Err())
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintln(os.Stderr, "ledger: cleanup:", err)
 	}
