@@ -160,8 +160,8 @@ func waitDecided(ctx context.Context, store *ledger.Store, accounts []string, wa
 
 // cleanup deletes what the run wrote: the accounts and the keyorder keys
 // (all under prefix) and the queue, through asynq's Inspector. asynq's
-// daily counters of the queue stay until they expire: only asynq's own
-// code spells its keys.
+// counters of the queue stay (the daily ones expire, the two running
+// totals do not): only asynq's own code spells its keys.
 func cleanup(rdb *redis.Client, queue, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
