@@ -22,8 +22,10 @@
 //	mux.Handle("ledger:post", r.Handler(asynq.HandlerFunc(post)))
 //	srv := asynq.NewServerFromRedisClient(rdb, r.ServerConfig(asynq.Config{Queues: map[string]int{"ledger": 1}}))
 //
-// The example of [Runner] runs as a program; examples/ledger is a whole
-// module with its store and tests.
+// The example of [Runner] is a whole program (the tests compile it; it
+// needs a Redis to run). examples/ledger is a module on the engine alone,
+// with a fence-checking store, tests, and a program to run against any
+// Redis (go run ./cmd/ledger there).
 //
 // # Guarantees
 //
