@@ -46,13 +46,20 @@ func newOrderAPI(t *testing.T, db *redistest.DB, down ...string) *orderAPI {
 // eventID.
 func (a *orderAPI) write(t *testing.T, eventID string) http.Header {
 	t.Helper()
-	for _, r := range a.RequestsWith(httpstore.HeaderIdempotencyKey, eventID) {
-		if r.Method == http.MethodPost {
-			return r.Header
+	var hdr http.Header
+	// The reference server records a request once its handler has
+	// answered, just after the write reached the oracle: a test that saw
+	// the write in the oracle waits for the record.
+	require.Eventually(t, func() bool {
+		for _, r := range a.RequestsWith(httpstore.HeaderIdempotencyKey, eventID) {
+			if r.Method == http.MethodPost {
+				hdr = r.Header
+				return true
+			}
 		}
-	}
-	t.Fatalf("the upstream saw no write with Idempotency-Key %s", eventID)
-	return nil
+		return false
+	}, 10*time.Second, time.Millisecond, "the upstream saw no write with Idempotency-Key %s", eventID)
+	return hdr
 }
 
 // lockedBuffer is a log sink that is safe to write from many goroutines.

@@ -178,7 +178,15 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		rec := Request{Method: r.Method, Path: r.URL.Path, Token: tok, Header: r.Header.Clone()}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		// The request is recorded as its answer starts, before any of it
+		// reaches the client: a caller that has the answer finds the
+		// record.
+		sw := &statusWriter{ResponseWriter: w, answer: func(status int) {
+			rec.Status, rec.Response = status, w.Header().Clone()
+			s.mu.Lock()
+			s.requests = append(s.requests, rec)
+			s.mu.Unlock()
+		}}
 		// "", "api", "orders", no, ...
 		parts := strings.Split(r.URL.Path, "/")
 		switch {
@@ -189,22 +197,33 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		default:
 			next.ServeHTTP(sw, r)
 		}
-		rec.Status, rec.Response = sw.status, w.Header().Clone()
-		s.mu.Lock()
-		s.requests = append(s.requests, rec)
-		s.mu.Unlock()
+		sw.start(http.StatusOK) // a handler that wrote nothing answers 200
 	})
 }
 
-// statusWriter records the status of an answer.
+// statusWriter calls answer with the status of an answer, once, as the
+// answer starts: before the header is written.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	answer  func(status int)
+	started bool
+}
+
+func (w *statusWriter) start(status int) {
+	if !w.started {
+		w.started = true
+		w.answer(status)
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
+	w.start(code)
 	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.start(http.StatusOK)
+	return w.ResponseWriter.Write(b)
 }
 
 func apiError(code, msg string) map[string]any {
