@@ -90,12 +90,8 @@ func (w *Worker) headFate(ctx context.Context, orderNo string, te *keyorder.Turn
 			}
 		}
 	}
-	switch info.State {
-	case asynq.TaskStateArchived:
-		return fmt.Sprintf("task %s was archived: %s", eventID, clip(info.LastErr)), 0, nil
-	case asynq.TaskStateCompleted:
-		return fmt.Sprintf("task %s completed without passing its turn on", eventID), 0, nil
-	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+	why, later := keyorder.TaskFate(info)
+	if later {
 		delay := time.Until(info.NextProcessAt)
 		if bound := aheadBound(w.cfg, info); delay > bound {
 			// No producer schedules this far: bring it forward rather
@@ -104,5 +100,5 @@ func (w *Worker) headFate(ctx context.Context, orderNo string, te *keyorder.Turn
 		}
 		return "", max(delay, time.Millisecond), nil
 	}
-	return "", 0, nil // pending, active or aggregating: it comes
+	return why, 0, nil // "" for a pending, active or aggregating task: it comes
 }

@@ -345,15 +345,29 @@ func (q queueTasks) HeadFate(ctx context.Context, _ string, te *TurnError) (stri
 	if pos, err := Position(info.Payload); err == nil && pos != te.Head {
 		return fmt.Sprintf("task %s holds position %d, not this one", id, pos), 0, nil
 	}
-	switch info.State {
-	case asynq.TaskStateArchived:
-		return fmt.Sprintf("task %s was archived: %s", id, clip(info.LastErr)), 0, nil
-	case asynq.TaskStateCompleted:
-		return fmt.Sprintf("task %s completed without passing its turn on", id), 0, nil
-	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+	why, later := TaskFate(info)
+	if later {
 		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
 	}
-	return "", 0, nil // pending, active or aggregating: it comes
+	return why, 0, nil
+}
+
+// TaskFate reads, from its asynq state, the fate of the task that holds
+// the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
+// take its turn (archived, or completed without passing it on), "" when
+// it will; later says it runs only at info.NextProcessAt (scheduled, or
+// backing off in the retry set). A pending, active or aggregating task
+// comes.
+func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
+	switch info.State {
+	case asynq.TaskStateArchived:
+		return fmt.Sprintf("task %s was archived: %s", info.ID, clip(info.LastErr)), false
+	case asynq.TaskStateCompleted:
+		return fmt.Sprintf("task %s completed without passing its turn on", info.ID), false
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		return "", true
+	}
+	return "", false
 }
 
 // wakeLabels brings the parked tasks of labels ([Label]) to the front of
