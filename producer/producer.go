@@ -755,7 +755,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 // change before it hands it the turn: the worker that holds the order goes
 // on with it in the same hold, or calls it back to the front of the queue.
 //
-// The script appends the position to the payload's JSON as its last field,
+// The script appends the position to the payload's JSON as its last field (seq_splice),
 // which is how the payloads encode it (TestSeqSpliceMatchesTheEncoding
 // pins that for every kind).
 //
@@ -772,8 +772,7 @@ if asynq_exists(KEYS[3]) then return {'exists'} end
 local pos, _, parked = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '', 0, true)
 local created = ''
 if ARGV[10] ~= '' then created = seq_reserve(KEYS[7], ARGV[10], ARGV[4], ARGV[11], 0, false) end
-local payload = string.sub(ARGV[6], 1, -2) .. ',"seq":' .. pos .. '}'
-local msg = asynq_message(ARGV[5], payload)
+local msg = asynq_message(ARGV[5], seq_splice(ARGV[6], pos))
 if parked then
   asynq_park(KEYS[3], KEYS[6], KEYS[5], ARGV[7], ARGV[8], msg, ARGV[13])
 else

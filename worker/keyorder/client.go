@@ -206,11 +206,7 @@ local full = seq_full(KEYS[1], ARGV[8])
 if full then return redis.error_reply(full) end
 if asynq_exists(KEYS[2]) then return 0 end
 local pos, _, parked = seq_reserve(KEYS[1], ARGV[1], ARGV[2], '', 0, true)
-local body = ARGV[4]
-local payload
-if body == '{}' then payload = '{"seq":' .. pos .. '}'
-else payload = string.sub(body, 1, -2) .. ',"seq":' .. pos .. '}' end
-local msg = asynq_message(ARGV[3], payload)
+local msg = asynq_message(ARGV[3], seq_splice(ARGV[4], pos))
 if parked then
   asynq_park(KEYS[2], KEYS[5], KEYS[4], ARGV[5], ARGV[6], msg, ARGV[9])
 else
@@ -279,7 +275,7 @@ func positionless(payload []byte) ([]byte, error) {
 }
 
 // withSeq appends the member "seq": pos to body, a JSON object trimmed of
-// space, as enqueueScript does.
+// space, as seq_splice does in a script ([ReserveLua]).
 func withSeq(body []byte, pos int64) []byte {
 	out := make([]byte, 0, len(body)+24)
 	out = append(out, body[:len(body)-1]...)

@@ -397,11 +397,18 @@ return 1
 //	seq_full(s, max)
 //
 // which returns that message when s is full, and nil otherwise, for a
-// script that must check before its other writes. A script of another
+// script that must check before its other writes, and
+//
+//	seq_splice(body, pos)
+//
+// which returns body, a JSON object trimmed of space and without a "seq"
+// member, with "seq": pos appended as its last member ([SeqField]: how a
+// task carries its position). A script of another
 // package includes it to take a position in the round trip that does more
 // with it (the producer's acceptance); s must be among that script's KEYS,
 // and [Sequencer.ReserveArgs] gives it, ttl and max. It defines num too (see
-// above) and seq_full, and nothing else. [Sequencer.Reserve] runs it alone.
+// above), seq_full and seq_splice, and nothing else. [Sequencer.Reserve]
+// runs it alone.
 //
 // A sequence that does not exist starts at Redis TIME in microseconds, so a
 // sequence that expired and starts again hands out positions above every
@@ -453,6 +460,11 @@ local function seq_reserve(s, label, ttl, ref, max, park)
     redis.call('PEXPIRE', s, ttl)
   end
   return pos, nil, parked
+end
+
+local function seq_splice(body, pos)
+  if body == '{}' then return '{"seq":' .. pos .. '}' end
+  return string.sub(body, 1, -2) .. ',"seq":' .. pos .. '}'
 end
 `
 
