@@ -53,10 +53,16 @@ type Kind struct {
 // left to the handler. wait is the kind's default wait; a zero field
 // means DefaultWait's.
 //
+// A store that lacks S but forwards changes (orders.Forwarder, as the
+// HTTP store does) is given the task's change instead of running handle:
+// the kind's type and name, the event ID, the order number and the
+// payload's own members (tasks.Body). A store that has S is always
+// given the write.
+//
 // P is a value type (a struct, as the contract's payloads are) whose Kind
 // method works on its zero value. [New] refuses an entry whose store
-// lacks S, naming the kind and S, and one whose kind reads another
-// payload type than P.
+// lacks S (and does not forward), naming the kind and S, and one whose
+// kind reads another payload type than P.
 func NewKind[P tasks.Payload, S any](wait Wait, handle func(ctx context.Context, store S, p P) error) Kind {
 	var zero P
 	return Kind{
@@ -65,24 +71,40 @@ func NewKind[P tasks.Payload, S any](wait Wait, handle func(ctx context.Context,
 		write: reflect.TypeFor[S](),
 		has: func(store orders.Store) bool {
 			_, ok := store.(S)
-			return ok
+			_, fwd := store.(orders.Forwarder)
+			return ok || fwd
 		},
 		payload: func(p tasks.Payload) bool {
 			_, ok := p.(P)
 			return ok
 		},
 		apply: func(ctx context.Context, store orders.Store, p tasks.Payload) error {
-			s, ok := store.(S)
-			if !ok {
-				return fmt.Errorf("%s: %T does not implement %s: %w", kindOf(zero), store, reflect.TypeFor[S](), ErrNoWrite)
-			}
 			pp, ok := p.(P)
 			if !ok {
 				return fmt.Errorf("%s: payload %T is not a %T: %w", kindOf(zero), p, zero, asynq.SkipRetry)
 			}
-			return handle(ctx, s, pp)
+			if s, ok := store.(S); ok {
+				return handle(ctx, s, pp)
+			}
+			if f, ok := store.(orders.Forwarder); ok {
+				return forward(ctx, f, pp)
+			}
+			return fmt.Errorf("%s: %T does not implement %s: %w", kindOf(zero), store, reflect.TypeFor[S](), ErrNoWrite)
 		},
 	}
+}
+
+// forward passes p's change on to a store that forwards changes: the
+// task type, the kind's name, the header's event ID and order number,
+// and the payload's own members as the body.
+func forward(ctx context.Context, f orders.Forwarder, p tasks.Payload) error {
+	k, h := p.Kind(), p.Header()
+	body, err := tasks.Body(p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", k, err)
+	}
+	_, err = f.Forward(ctx, orders.Change{Type: k.Type, Name: k.Name, EventID: h.EventID, OrderNo: h.OrderNo, Body: body})
+	return err
 }
 
 // kindOf returns the kind that payload p names, or nil when its Kind
@@ -105,8 +127,8 @@ var ErrNoWrite = errors.New("worker: the store lacks the kind's write")
 func (k Kind) Write() reflect.Type { return k.write }
 
 // Check returns nil when the entry was made by [NewKind], its kind reads
-// payloads of its handler's type and store implements the kind's write.
-// Otherwise it returns an error naming the kind (and, for a store that
+// payloads of its handler's type and store implements the kind's write
+// (or forwards changes: orders.Forwarder). Otherwise it returns an error naming the kind (and, for a store that
 // lacks the write, matching [ErrNoWrite] and naming the interface). New
 // checks every kind of Config.Kinds with it.
 func (k Kind) Check(store orders.Store) error {
@@ -120,15 +142,16 @@ func (k Kind) Check(store orders.Store) error {
 		return fmt.Errorf("worker: kind %s reads %T payloads, which its handler does not take", k.Kind, p)
 	}
 	if !k.has(store) {
-		return fmt.Errorf("worker: kind %s needs a store that implements %s, and %T does not: %w", k.Kind, k.write, store, ErrNoWrite)
+		return fmt.Errorf("worker: kind %s needs a store that implements %s (or orders.Forwarder), and %T does neither: %w", k.Kind, k.write, store, ErrNoWrite)
 	}
 	return nil
 }
 
 // Apply runs the kind's handler on payload p and store, as a Worker does
 // inside the order's lock (ctx must carry the fenced orders.Write). It
-// returns the handler's error; an error matching [ErrNoWrite] when store
-// lacks the kind's write; and one matching asynq.SkipRetry when p is not
+// returns the handler's error (or, for a store that lacks the kind's
+// write and forwards changes, the forward's); an error matching
+// [ErrNoWrite] when store has neither; and one matching asynq.SkipRetry when p is not
 // of the handler's payload type. Package workertest runs a task through
 // it with the Worker's rules.
 func (k Kind) Apply(ctx context.Context, store orders.Store, p tasks.Payload) error {
@@ -206,7 +229,8 @@ func modify(ctx context.Context, store orders.Modifier, m tasks.ModifyPayload) e
 // their default waits: the default of [Config.Kinds].
 func Kinds() []Kind { return append([]Kind(nil), kinds...) }
 
-// KindsFor returns the entries of [Kinds] whose write store implements, in
+// KindsFor returns the entries of [Kinds] whose write store implements
+// (all of them for a store that forwards changes: orders.Forwarder), in
 // Kinds' order, with their default waits: the Config.Kinds of a Worker
 // around a store that serves some kinds only. Such a Worker does not
 // serve the other kinds' queues, and a kind added to the contract later

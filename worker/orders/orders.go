@@ -3,7 +3,9 @@
 // interface that order changes are written to, the package's errors, and
 // the [Write] that carries a write's fence to the store. A store
 // implements [Store] (reads and puts) and one small interface per write:
-// [Modifier], [Exchanger], and the optional [Annotator]. The module's
+// [Modifier], [Exchanger], and the optional [Annotator]; or, for a store
+// that passes changes on to the system that owns the orders, one
+// [Forwarder] for every kind. The module's
 // own backends (the Redis store, the embedded default and the
 // verification oracle for the others; the HTTP store of the company's
 // order API, docs/upstream-order-api.md) are not importable; a program of
@@ -28,6 +30,7 @@ package orders
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -277,6 +280,38 @@ type Exchanger interface {
 	// It returns the errors of Modify, and ErrConflict, changing nothing,
 	// when B's number is taken by an unrelated order.
 	Exchange(ctx context.Context, eventID, orderNo string, x Exchange) (Result, error)
+}
+
+// Forwarder is implemented by a [Store] that passes a change on to the
+// system that owns the orders, which applies it: the HTTP store, whose
+// upstream API applies every kind's change itself. A Worker applies a
+// task of a kind whose write the store lacks (a kind added to the
+// contract, or a program's own) by forwarding it, so such a store serves
+// every kind with no method per write. A store that has the kind's write
+// (as the HTTP store has [Modifier] and [Exchanger]) is given the write
+// instead. It keeps the rules of every fenced write (see [Store]).
+type Forwarder interface {
+	// Forward applies c to order c.OrderNo once per c.EventID, under the
+	// fence of the Write in ctx. Result.Order is the order as the change
+	// left it (zero when Write.NoResult allows). It returns the errors of
+	// [Modifier.Modify], and ErrInvalid for a change the owner refuses.
+	Forward(ctx context.Context, c Change) (Result, error)
+}
+
+// Change is one task's change as a [Forwarder] passes it on.
+type Change struct {
+	// Type is the task type, as "order:cancel": the type of the history
+	// entry the change writes.
+	Type string
+	// Name is the kind's name, as "cancel": the intake's path segment and
+	// the upstream's.
+	Name string
+	// EventID is the event's ID (the idempotency key) and OrderNo the
+	// order it changes.
+	EventID, OrderNo string
+	// Body is the task's payload without its header (tasks.Body): the
+	// kind's own members, a JSON object, as the intake's route takes them.
+	Body json.RawMessage
 }
 
 // Annotator is implemented by a [Store] that can record a note in an

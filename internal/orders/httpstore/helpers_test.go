@@ -47,10 +47,17 @@ type refUpstream struct {
 
 func newRefUpstream(t testing.TB) *refUpstream {
 	t.Helper()
+	return newRefUpstreamOf(t, func(oracle *redisstore.Store) http.Handler { return orderapitest.NewHandler(oracle) })
+}
+
+// newRefUpstreamOf is newRefUpstream serving the handler api makes of the
+// oracle.
+func newRefUpstreamOf(t testing.TB, api func(oracle *redisstore.Store) http.Handler) *refUpstream {
+	t.Helper()
 	db := redistest.New(t)
 	oracle, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
 	require.NoError(t, err)
-	return &refUpstream{Server: upstreamtest.New(t, orderapitest.NewHandler(oracle)), db: db, oracle: oracle}
+	return &refUpstream{Server: upstreamtest.New(t, api(oracle)), db: db, oracle: oracle}
 }
 
 // apiRequest is what the upstream saw of one API request.

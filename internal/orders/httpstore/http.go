@@ -222,7 +222,11 @@ type Store struct {
 	idle func()
 }
 
-var _ orders.Store = (*Store)(nil)
+var (
+	_ orders.Modifier  = (*Store)(nil)
+	_ orders.Exchanger = (*Store)(nil)
+	_ orders.Forwarder = (*Store)(nil)
+)
 
 // New returns a store that calls the order API at baseURL (an absolute
 // http or https URL, possibly with a path such as https://host/v1; the
@@ -277,7 +281,7 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 func (s *Store) CloseIdleConnections() { s.idle() }
 
 // orderPath is the path of order no, with suffix ("", "/history",
-// "/modify" or "/exchange").
+// "/modify", "/exchange" or a forwarded kind's "/<name>").
 func (s *Store) orderPath(no, suffix string) string {
 	return s.base + "/orders/" + url.PathEscape(no) + suffix
 }
@@ -438,6 +442,52 @@ func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.
 		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
 	return orders.Result{Order: o, Replayed: replayed}, nil
+}
+
+// Forward passes a change of a kind that the store has no write of its
+// own for (neither Modify nor Exchange) on to the upstream, once per
+// c.EventID, under the fence of the [orders.Write] in ctx: POST
+// /orders/{no}/{name}, with c.Body (the payload's own members) as the
+// body and the write headers. The upstream applies the kind's change.
+// Result.Order is the order as the upstream's answer has it.
+//
+// Before sending, it returns orders.ErrNoFence without a fenced Write, and
+// orders.ErrInvalid for a malformed order number, an event ID that does
+// not fit a header, a name that is not one path segment (or is
+// "history") and a body that is not a JSON object; then the upstream
+// errors listed on [Store].
+func (s *Store) Forward(ctx context.Context, c orders.Change) (orders.Result, error) {
+	w, err := orders.FencedWrite(ctx)
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("%s %s: %w", c.Name, c.OrderNo, err)
+	}
+	if err := checkChange(c); err != nil {
+		return orders.Result{}, fmt.Errorf("%s %s: %w", c.Name, c.OrderNo, err)
+	}
+	var o orders.Order
+	replayed, err := s.call(ctx, http.MethodPost, c.OrderNo, "/"+c.Name, writeHeader(c.EventID, w), c.Body, &o, checkOrder(&o, c.OrderNo))
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("%s %s: %w", c.Name, c.OrderNo, err)
+	}
+	return orders.Result{Order: o, Replayed: replayed}, nil
+}
+
+// checkChange checks what Forward sends: the order number, the event ID,
+// the name as a path segment and the body as a JSON object.
+func checkChange(c orders.Change) error {
+	if err := orders.CheckOrderNo(c.OrderNo); err != nil {
+		return err
+	}
+	if err := checkHeaderEventID(c.EventID); err != nil {
+		return err
+	}
+	if c.Name == "" || c.Name == "." || c.Name == ".." || c.Name == "history" || url.PathEscape(c.Name) != c.Name {
+		return fmt.Errorf("kind name %q is not a path segment of its own: %w", c.Name, orders.ErrInvalid)
+	}
+	if b := bytes.TrimSpace(c.Body); len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return fmt.Errorf("the body of %s is not a JSON object: %w", c.Type, orders.ErrInvalid)
+	}
+	return nil
 }
 
 func checkHeaderEventID(eventID string) error {

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -96,11 +98,20 @@ const MaxRequest = 1 << 20
 // wrong URL, not as a missing order). So a test store implements only the
 // writes it is asked for.
 //
+// Every other kind of kinds (worker.Kinds() when none are given) whose
+// write store implements gets the API's endpoint of a forwarded change,
+// POST /orders/{no}/{name}: its body (the payload's own members) is
+// decoded and validated as the kind's payload, and the kind's handler
+// runs on store (worker.Kind.Apply) under the headers' fence. Its answer
+// is the order as the write left it, with Idempotent-Replayed when the
+// write left the order's version as it was (only a replay does: every
+// applied write bumps it).
+//
 // It does not authenticate (wrap it in a handler that checks the Bearer
 // token), reads request bodies of up to 1 MiB, and rejects unknown JSON
 // fields. Error messages carry the store's error text. It is safe for
 // concurrent use if store is.
-func NewHandler(store orders.Store) http.Handler {
+func NewHandler(store orders.Store, kinds ...worker.Kind) http.Handler {
 	h := &apiHandler{store: store}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders/{no}", h.get)
@@ -114,7 +125,66 @@ func NewHandler(store orders.Store) http.Handler {
 		func(s orders.Exchanger, ctx context.Context, eventID, no string, b exchangeBody) (orders.Result, error) {
 			return s.Exchange(ctx, eventID, no, orders.Exchange(b))
 		})
+	if len(kinds) == 0 {
+		kinds = worker.Kinds()
+	}
+	for _, k := range kinds {
+		if k.Kind == nil || k.Kind.Name == "modify" || k.Kind.Name == "exchange" || k.Check(store) != nil {
+			continue
+		}
+		mux.HandleFunc("POST /orders/{no}/"+k.Kind.Name, func(w http.ResponseWriter, r *http.Request) {
+			h.forwarded(w, r, k)
+		})
+	}
 	return mux
+}
+
+// forwarded serves the endpoint of a kind that the API has no route of
+// its own for, as the HTTP store forwards it (orders.Forwarder): the body
+// is the payload's own members, the headers give the event ID and the
+// order number comes from the path. It runs the kind's handler on the
+// store under the write headers' fence, and answers with the order as the
+// write left it, with Idempotent-Replayed when the write left its version
+// as it was (every applied write bumps it; only a replay does not).
+func (h *apiHandler) forwarded(w http.ResponseWriter, r *http.Request, k worker.Kind) {
+	var body json.RawMessage
+	if !readAPIBody(w, r, &body) {
+		return
+	}
+	p, err := k.Kind.Decode(body)
+	if err == nil && p.Header() != (tasks.Header{}) {
+		err = errors.New("the body carries members of the task's header (event_id, order_no, seq, trace)")
+	}
+	if err != nil {
+		writeAPIJSON(w, http.StatusBadRequest, apiError(codeInvalid, "request body: "+err.Error()))
+		return
+	}
+	ctx, eventID, err := writeContext(r)
+	if err != nil {
+		writeHeaderError(w, err)
+		return
+	}
+	no := r.PathValue("no")
+	p = p.WithHeader(tasks.Header{EventID: eventID, OrderNo: no})
+	if err := p.Validate(); err != nil {
+		writeAPIError(w, fmt.Errorf("%w: %w", err, orders.ErrInvalid))
+		return
+	}
+	before, err := h.store.Get(ctx, no)
+	if err != nil && !errors.Is(err, orders.ErrNotFound) {
+		writeAPIError(w, err)
+		return
+	}
+	if err := k.Apply(ctx, h.store, p); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	after, err := h.store.Get(ctx, no)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeAPIResult(w, orders.Result{Order: after, Replayed: after.Version == before.Version})
 }
 
 // handleWrite serves the write endpoint pattern with write when store

@@ -11,9 +11,11 @@
 package upstreamtest
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -84,10 +86,15 @@ type Request struct {
 	Token string
 	// Header is the request's header.
 	Header http.Header
+	// Body is the request's body, its first 1 MiB.
+	Body []byte
 	// Status is the answer's status; Response its header.
 	Status   int
 	Response http.Header
 }
+
+// maxBody is the most of a request's body a Request records.
+const maxBody = 1 << 20
 
 // New starts the upstream, stopped at the test's cleanup. api serves the
 // order API under APIPath (with the prefix stripped) to requests with a
@@ -178,6 +185,15 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		rec := Request{Method: r.Method, Path: r.URL.Path, Token: tok, Header: r.Header.Clone()}
+		// The body is read for the record (up to maxBody bytes) and handed
+		// on whole.
+		if r.Body != nil {
+			rec.Body, _ = io.ReadAll(io.LimitReader(r.Body, maxBody))
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(rec.Body), r.Body), r.Body}
+		}
 		// The request is recorded as its answer starts, before any of it
 		// reaches the client: a caller that has the answer finds the
 		// record.
