@@ -45,11 +45,22 @@ type operation struct {
 	Responses   map[string]yaml.Node   `yaml:"responses"`
 }
 
-// schema is the part of a schema object the tests read.
+// schema is the part of a schema object the tests read: the members, and
+// the constraints TestSpecConstraintsMatchValidate holds the payloads to.
 type schema struct {
-	Pattern    string               `yaml:"pattern"`
-	Required   []string             `yaml:"required"`
-	Properties map[string]yaml.Node `yaml:"properties"`
+	Ref           string               `yaml:"$ref"`
+	Type          string               `yaml:"type"`
+	Pattern       string               `yaml:"pattern"`
+	Required      []string             `yaml:"required"`
+	Properties    map[string]yaml.Node `yaml:"properties"`
+	Items         yaml.Node            `yaml:"items"`
+	MinLength     *int                 `yaml:"minLength"`
+	MaxLength     *int                 `yaml:"maxLength"`
+	MinItems      *int                 `yaml:"minItems"`
+	MaxItems      *int                 `yaml:"maxItems"`
+	MinProperties *int                 `yaml:"minProperties"`
+	Minimum       *float64             `yaml:"minimum"`
+	Maximum       *float64             `yaml:"maximum"`
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
