@@ -206,8 +206,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 	defer opened.Close()
 	store := opened.Store
+	var kinds []worker.Kind // the default, worker.Kinds()
 	if c.SimulateWork > 0 {
-		store = storehook.BeforeWrite(store, storehook.Delay(c.SimulateWork))
+		kinds = storehook.Kinds(kinds, storehook.Delay(c.SimulateWork))
 	}
 
 	waits := make(map[string]worker.Wait, len(c.Waits))
@@ -215,6 +216,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		waits[name] = *w
 	}
 	w, err := worker.New(rdb, store, worker.Config{
+		Kinds:           kinds,
 		KeyPrefix:       c.Prefix,
 		LockTTL:         c.LockTTL,
 		Metrics:         metrics,
