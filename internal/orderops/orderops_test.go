@@ -297,6 +297,7 @@ func TestSkip(t *testing.T) {
 	e.modify("s-2", "two")
 	e.modify("s-3", "three")
 	e.waitRun("s-1", worker.OutcomeError)
+	e.waitState(tasks.QueueModify, "s-1", asynq.TaskStateRetry) // no longer active: a skip refuses a running head
 
 	_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave"})
 	require.ErrorIs(t, err, orderops.ErrInvalid, "skip needs a reason")
@@ -332,6 +333,7 @@ func TestSkipAnExchangeSettlesItsCreation(t *testing.T) {
 	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("x-2"))
 	require.NoError(t, err)
 	e.waitRun("x-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "x-1", asynq.TaskStateRetry) // no longer active: a skip refuses a running head
 
 	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "erin", Reason: "wrong items"})
 	require.NoError(t, err)
