@@ -33,14 +33,12 @@ func TestArchivedChangesAreCountedByReason(t *testing.T) {
 		"ev-refused":   fmt.Errorf("upstream said 422: %w", orders.ErrInvalid),
 		"ev-other":     fmt.Errorf("a kind's own rejection: %w", asynq.SkipRetry),
 	}
-	failing := func(s orders.Store) orders.Store {
-		return storehook.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error { return fail[ev] })
-	}
+	failing := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error { return fail[ev] })
 	reg := prometheus.NewRegistry()
 	m, err := worker.NewMetrics(reg)
 	require.NoError(t, err)
 	r := newRuns()
-	e.startWorker(worker.Config{Metrics: m, OnDone: r.add}, failing)
+	e.startWorker(worker.Config{Metrics: m, OnDone: r.add, Kinds: failing}, nil)
 
 	// SO-AR-SEQ gets a live sequence; SO-AR-X is exchanged (closed).
 	p := e.producer(producer.Config{})

@@ -277,8 +277,8 @@ func TestAHoldYieldsBeforeItsFirstRunsDeadline(t *testing.T) {
 	p := e.producer(producer.Config{Timeout: 2 * time.Second})
 	const n, work = 24, 100 * time.Millisecond // 2.4 s of work: past one task's 2 s
 	ids := flood(t, p, "SO-LONG", "l", n)
-	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: 2, DrainFor: time.Minute},
-		func(s orders.Store) orders.Store { return storehook.BeforeWrite(s, storehook.Delay(work)) })
+	e.startWorker(worker.Config{OnDone: r.add, Metrics: m, DrainMax: 2, DrainFor: time.Minute,
+		Kinds: storehook.Kinds(nil, storehook.Delay(work))}, nil)
 	all := appliedRuns(t, e, r, ids)
 	for _, d := range all {
 		require.Equal(t, worker.OutcomeOK, d.Outcome, "%s ran only once, and succeeded: %v", d.EventID, d.Err)

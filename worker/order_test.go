@@ -165,11 +165,9 @@ func requireInSequence(t *testing.T, hist []orders.Entry) {
 	}
 }
 
-// slowStore makes every write take d, so that tasks pile up behind a hot
-// order.
-func slowStore(d time.Duration) func(orders.Store) orders.Store {
-	return func(s orders.Store) orders.Store { return storehook.BeforeWrite(s, storehook.Delay(d)) }
-}
+// slowKinds are the kinds whose every write takes d, so that tasks pile
+// up behind a hot order.
+func slowKinds(d time.Duration) []worker.Kind { return storehook.Kinds(nil, storehook.Delay(d)) }
 
 // Changes sent one after another apply in the order they were sent, across
 // several workers, even when many wait behind one hot order.
@@ -177,7 +175,7 @@ func TestChangesApplyInAcceptanceOrder(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-SEQ")
 	for range 3 {
-		e.startWorker(worker.Config{Concurrency: 6}, slowStore(2*time.Millisecond))
+		e.startWorker(worker.Config{Concurrency: 6, Kinds: slowKinds(2 * time.Millisecond)}, nil)
 	}
 	p := e.producer(producer.Config{})
 	const n = 40
@@ -258,8 +256,8 @@ func TestMaxRetryZeroWaitsWithoutBeingArchived(t *testing.T) {
 			Concurrency:  4,
 			Waits:        map[string]worker.Wait{"modify": {MinDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond, Deadline: 20 * time.Millisecond}},
 			BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 20 * time.Millisecond,
-			OnDone: r.add,
-		}, slowStore(30*time.Millisecond))
+			OnDone: r.add, Kinds: slowKinds(30 * time.Millisecond),
+		}, nil)
 	}
 	p := e.producer(producer.Config{MaxRetry: -1})
 	const n = 12
@@ -451,7 +449,7 @@ func TestExchangeInTheMiddleOfASequence(t *testing.T) {
 	e.seed("SO-MID")
 	r := newRuns()
 	for range 2 {
-		e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add}, slowStore(20*time.Millisecond))
+		e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add, Kinds: slowKinds(20 * time.Millisecond)}, nil)
 	}
 	p := e.producer(producer.Config{})
 	send := func(id string, f func() (producer.Result, error)) {
@@ -500,22 +498,20 @@ func TestModifyOfAReplacementBeingCreated(t *testing.T) {
 	e.seed("SO-RC")
 	gate := make(chan struct{})
 	var gated atomic.Bool
-	hold := func(s orders.Store) orders.Store {
-		return storehook.BeforeWrite(s, func(ctx context.Context, typ, ev, no string) error {
-			if typ == orders.TypeExchange && gated.CompareAndSwap(false, true) {
-				select {
-				case <-gate:
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
+	hold := storehook.Kinds(nil, func(ctx context.Context, typ, ev, no string) error {
+		if typ == tasks.TypeExchange && gated.CompareAndSwap(false, true) {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return context.Cause(ctx)
 			}
-			return nil
-		})
-	}
+		}
+		return nil
+	})
 	r := newRuns()
-	e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add,
+	e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add, Kinds: hold,
 		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
-		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, hold)
+		BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, nil)
 	p := e.producer(producer.Config{})
 	_, err := p.EnqueueExchange(t.Context(), "SO-RC", []tasks.Item{{SKU: "N", Qty: 1}}, producer.WithEventID("x1"), producer.WithNewOrderNo("SO-RC-B"))
 	require.NoError(t, err)
@@ -550,17 +546,15 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-FAIL")
 	var fails atomic.Int32
-	failing := func(s orders.Store) orders.Store {
-		return storehook.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
-			if ev == "doomed" {
-				fails.Add(1)
-				return errors.New("upstream said 500")
-			}
-			return nil
-		})
-	}
+	failing := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error {
+		if ev == "doomed" {
+			fails.Add(1)
+			return errors.New("upstream said 500")
+		}
+		return nil
+	})
 	r := newRuns()
-	e.startWorker(worker.Config{OnDone: r.add}, failing)
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: failing}, nil)
 	p := e.producer(producer.Config{})
 	_, err := p.EnqueueModify(t.Context(), "SO-FAIL", tasks.Changes{Remark: new("x")}, producer.WithEventID("doomed"), producer.WithMaxRetry(1))
 	require.NoError(t, err)
@@ -602,16 +596,14 @@ func TestPanicReleasesTheOrder(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-PANIC")
 	var panicked atomic.Bool
-	boom := func(s orders.Store) orders.Store {
-		return storehook.BeforeWrite(s, func(_ context.Context, _, ev, _ string) error {
-			if ev == "boom" && panicked.CompareAndSwap(false, true) {
-				panic("handler bug")
-			}
-			return nil
-		})
-	}
+	boom := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error {
+		if ev == "boom" && panicked.CompareAndSwap(false, true) {
+			panic("handler bug")
+		}
+		return nil
+	})
 	r := newRuns()
-	e.startWorker(worker.Config{OnDone: r.add}, boom)
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: boom}, nil)
 	p := e.producer(producer.Config{})
 	_, err := p.EnqueueModify(t.Context(), "SO-PANIC", tasks.Changes{Remark: new("b")}, producer.WithEventID("boom"))
 	require.NoError(t, err)

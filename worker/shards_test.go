@@ -57,7 +57,7 @@ func TestShardedWorkerServesEveryShard(t *testing.T) {
 		m, err := worker.NewMetrics(reg)
 		require.NoError(t, err)
 		regs = append(regs, reg)
-		w = e.startWorker(worker.Config{Shards: shards, Concurrency: 6, Metrics: m}, slowStore(time.Millisecond))
+		w = e.startWorker(worker.Config{Shards: shards, Concurrency: 6, Metrics: m, Kinds: slowKinds(time.Millisecond)}, nil)
 	}
 	wantQueues := map[string]int{}
 	for _, k := range tasks.Kinds() {
@@ -191,7 +191,7 @@ func TestShardCountChangeLosesNothing(t *testing.T) {
 	r := newRuns()
 	start := func(s tasks.Shards) *worker.Worker {
 		return e.startWorker(worker.Config{Shards: s, Concurrency: 4, OnDone: r.add, Waits: fastWaits,
-			BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond}, slowStore(2*time.Millisecond))
+			BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond, Kinds: slowKinds(2 * time.Millisecond)}, nil)
 	}
 	var sent []string // event IDs, in the order they were accepted
 	last := map[string]string{}

@@ -21,7 +21,6 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
-	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // tracer is an SDK tracer provider whose ended spans the test reads.
@@ -86,19 +85,18 @@ func TestTraceOfAChangeThatWaitsBehindItsPredecessor(t *testing.T) {
 			once.Do(func() { close(waits) })
 		}
 	}
-	e.startWorker(worker.Config{Concurrency: 4, TracerProvider: tr, OnDone: r.add, OnLockWait: onWait, Logger: zap.New(core)},
-		func(s orders.Store) orders.Store {
-			return storehook.BeforeWrite(s, func(ctx context.Context, _, ev, _ string) error {
-				if ev == "ev-first" {
-					close(inWrite)
-					select {
-					case <-release:
-					case <-ctx.Done():
-					}
-				}
-				return nil
-			})
-		})
+	held := storehook.Kinds(nil, func(ctx context.Context, _, ev, _ string) error {
+		if ev == "ev-first" {
+			close(inWrite)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	e.startWorker(worker.Config{Concurrency: 4, TracerProvider: tr, OnDone: r.add, OnLockWait: onWait, Logger: zap.New(core),
+		Kinds: held}, nil)
 	// The second change, accepted while the first runs, is parked; a park
 	// of 1 s (asynq's least) brings it back to wait while the first is
 	// still held in its write. With the default park (30 s) the wait below
@@ -245,9 +243,8 @@ func TestTraceEndsTheWriteSpanOnAPanic(t *testing.T) {
 	e.seed("SO-TP")
 	tr := newTracer(t)
 	r := newRuns()
-	e.startWorker(worker.Config{TracerProvider: tr, OnDone: r.add}, func(s orders.Store) orders.Store {
-		return storehook.BeforeWrite(s, func(context.Context, string, string, string) error { panic("handler bug") })
-	})
+	e.startWorker(worker.Config{TracerProvider: tr, OnDone: r.add,
+		Kinds: storehook.Kinds(nil, func(context.Context, string, string, string) error { panic("handler bug") })}, nil)
 	e.modify("SO-TP", "ev-panic", tasks.Changes{Remark: new("x")})
 	d := r.waitFor(t, "ev-panic", 30*time.Second)
 	require.Equal(t, worker.OutcomeError, d.Outcome)

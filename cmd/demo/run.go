@@ -92,8 +92,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer opened.Close()
 	base := opened.Store
 	exchanging := make(chan struct{})
-	store := storehook.BeforeWrite(base, work(tl, c.Hold, c.Work, exchanging))
-	w, err := worker.New(rdb, store, worker.Config{
+	w, err := worker.New(rdb, base, worker.Config{
+		Kinds:       storehook.Kinds(nil, work(tl, c.Hold, c.Work, exchanging)),
 		Concurrency: 8, Logger: log, ID: "demo-worker", OnDone: tl.finished, OnLockWait: tl.waiting,
 		TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TracerProvider: tp,
@@ -245,7 +245,7 @@ func work(tl *timeline, hold, work time.Duration, exchanging chan struct{}) stor
 		w, _ := orders.WriteFrom(ctx)
 		tl.printf("%-9s %-22s has the lock of %s (fence %d)", "locked", ev, no, w.Fence)
 		d := work
-		if typ == orders.TypeExchange {
+		if typ == tasks.TypeExchange {
 			once.Do(func() { close(exchanging) })
 			d = hold
 		}

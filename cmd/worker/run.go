@@ -63,18 +63,30 @@ func declare(s *config.Set, c *settings) {
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", "127.0.0.1:9090", "listen address of /healthz, /readyz and /metrics; off to disable; the default listens on this host's loopback only: :9090 (or 0.0.0.0:9090) listens on every interface, as probes and scrapes of a container need")
 	s.StringList(&c.MetricsTokens, "metrics-tokens", "METRICS_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters, one of which /metrics then requires (several allow rotation); empty: /metrics is open. /healthz and /readyz stay open").Secret()
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
-	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues)
+	s.String(&c.Queues, "queues", "WORKER_QUEUES", defaultQueues(), "queues to serve with their priority weights; with shards, every shard of a queue has its weight").Check(checkQueues).
+		DocDefault("each kind's queue at the kind's weight (`worker -h` shows them)")
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues), served and accepted: "+config.ShardsForms+"; the same on every process")
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
 	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", worker.DefaultLockTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
+	// One setting of each family per kind; the doc shows each family as
+	// one row, so that a kind added with the default wait changes nothing
+	// in it.
+	const perKind = "; one per kind of the worker's table, named by the kind's name (worker -h lists them)"
+	def := worker.DefaultWait()
+	waitMin := &config.Family[time.Duration]{Flag: "<kind>-wait-min", Env: "<KIND>_WAIT_MIN", Default: def.MinDelay,
+		Usage: "shortest random delay of a task of the kind waiting for its order or its turn" + perKind}
+	waitMax := &config.Family[time.Duration]{Flag: "<kind>-wait-max", Env: "<KIND>_WAIT_MAX", Default: def.MaxDelay,
+		Usage: "longest random delay of a task of the kind waiting for its order or its turn" + perKind}
+	waitDeadline := &config.Family[time.Duration]{Flag: "<kind>-wait-deadline", Env: "<KIND>_WAIT_DEADLINE", Default: def.Deadline,
+		Usage: "how long a task of the kind waits for its order or its turn before going back to the queue (not a failure)" + perKind}
 	c.Waits = make(map[string]*worker.Wait)
 	for _, k := range worker.Kinds() {
 		w := new(worker.Wait)
 		c.Waits[k.Kind.Name] = w
 		flag, env, name := k.Kind.Name+"-wait-", strings.ToUpper(k.Kind.Name)+"_WAIT_", k.Kind.Name
-		s.Duration(&w.MinDelay, flag+"min", env+"MIN", k.Wait.MinDelay, "shortest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration])
-		s.Duration(&w.MaxDelay, flag+"max", env+"MAX", k.Wait.MaxDelay, "longest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration])
-		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration])
+		s.Duration(&w.MinDelay, flag+"min", env+"MIN", k.Wait.MinDelay, "shortest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration]).Of(waitMin, name)
+		s.Duration(&w.MaxDelay, flag+"max", env+"MAX", k.Wait.MaxDelay, "longest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration]).Of(waitMax, name)
+		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration]).Of(waitDeadline, name)
 	}
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", worker.DefaultGapWait, "how long an order's next position may stay without its task before the tasks behind it check with asynq and skip it if the task does not exist").Check(config.Positive[time.Duration])
 	s.Int(&c.DrainMax, "drain-max", "WORKER_DRAIN_MAX", worker.DefaultDrainMax, "most changes of one order a worker runs in one quantum of a hold of its lock, the first included, before it lets other orders go first (when none waits and the worker has more than half its slots free, the hold goes on); 1 turns the drain off").Check(config.Positive[int])
@@ -206,8 +218,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 	defer opened.Close()
 	store := opened.Store
+	var kinds []worker.Kind // the default, worker.Kinds()
 	if c.SimulateWork > 0 {
-		store = storehook.BeforeWrite(store, storehook.Delay(c.SimulateWork))
+		kinds = storehook.Kinds(kinds, storehook.Delay(c.SimulateWork))
 	}
 
 	waits := make(map[string]worker.Wait, len(c.Waits))
@@ -215,6 +228,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		waits[name] = *w
 	}
 	w, err := worker.New(rdb, store, worker.Config{
+		Kinds:           kinds,
 		KeyPrefix:       c.Prefix,
 		LockTTL:         c.LockTTL,
 		Metrics:         metrics,

@@ -148,6 +148,8 @@ type setting struct {
 	current                func() string           // the current value as shown
 	validate               func() error            // the Var's checks
 	err                    *Error                  // the first parse error
+	fam                    *family                 // the family it is a member of (Var.Of), or nil
+	docDef                 string                  // the default Markdown shows instead of def (Var.DocDefault)
 }
 
 // Var is one declared setting whose value has type T. Its methods configure
@@ -156,6 +158,7 @@ type Var[T any] struct {
 	s      *setting
 	p      *T
 	checks []func(T) error
+	format func(T) string // a value as the usage text shows it
 }
 
 // NewSet returns an empty Set for the binary name (used in the usage text).
@@ -186,7 +189,7 @@ func register[T any](s *Set, p *T, flagName, env, kind, usage string, def T, for
 		}
 	}
 	*p = def
-	v := &Var[T]{p: p}
+	v := &Var[T]{p: p, format: format}
 	st := &setting{
 		flag: flagName, env: env, usage: usage, kind: kind,
 		def:    format(def),
@@ -484,24 +487,16 @@ func (s *Set) WriteUsage(w io.Writer) {
 }
 
 // Markdown returns the settings as a Markdown table for a doc:
-// | flag | env | default | meaning |. A secret's default shows as "(secret)".
+// | flag | env | default | meaning |, one row per setting in declaration
+// order, but one row per family (see [Var.Of]). A secret's default shows
+// as "(secret)", an empty one as "(none)", and one set by [Var.DocDefault]
+// as that text.
 func (s *Set) Markdown() string {
 	var b strings.Builder
 	b.WriteString("| flag | env | default | meaning |\n")
 	b.WriteString("|---|---|---|---|\n")
-	for _, st := range s.settings {
-		env := "—"
-		if st.env != "" {
-			env = "`" + st.env + "`"
-		}
-		def := "`" + mdEscape(st.def) + "`"
-		switch {
-		case st.secret:
-			def = "(secret)"
-		case st.def == "":
-			def = "(none)"
-		}
-		fmt.Fprintf(&b, "| `-%s` | %s | %s | %s |\n", st.flag, env, def, mdEscape(st.usage))
+	for _, r := range s.markdownRows() {
+		b.WriteString(r)
 	}
 	return b.String()
 }

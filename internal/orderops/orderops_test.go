@@ -45,7 +45,7 @@ type env struct {
 	ran  chan struct{} // closed and replaced on every run
 }
 
-// newEnv starts a worker whose store goes through hook (nil for none).
+// newEnv starts a worker whose writes run hook first (nil for none).
 func newEnv(t *testing.T, hook storehook.Hook) *env {
 	t.Helper()
 	db := redistest.New(t)
@@ -66,11 +66,8 @@ func newEnv(t *testing.T, hook storehook.Hook) *env {
 	e.seq, err = keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
 
-	var ws orders.Store = store
-	if hook != nil {
-		ws = storehook.BeforeWrite(store, hook)
-	}
-	w, err := worker.New(db.NewClient(t), ws, worker.Config{
+	w, err := worker.New(db.NewClient(t), store, worker.Config{
+		Kinds:     storehook.Kinds(nil, hook),
 		KeyPrefix: db.Prefix, LockTTL: 5 * time.Second, Logger: zaptest.NewLogger(t),
 		DelayedTaskCheckInterval: 100 * time.Millisecond, TaskCheckInterval: 100 * time.Millisecond,
 		OnDone: e.add,
@@ -300,6 +297,7 @@ func TestSkip(t *testing.T) {
 	e.modify("s-2", "two")
 	e.modify("s-3", "three")
 	e.waitRun("s-1", worker.OutcomeError)
+	e.waitState(tasks.QueueModify, "s-1", asynq.TaskStateRetry) // no longer active: a skip refuses a running head
 
 	_, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "dave"})
 	require.ErrorIs(t, err, orderops.ErrInvalid, "skip needs a reason")
@@ -335,6 +333,7 @@ func TestSkipAnExchangeSettlesItsCreation(t *testing.T) {
 	_, err = e.p.EnqueueModify(ctx, "SO2", tasks.Changes{Remark: &remark}, producer.WithEventID("x-2"))
 	require.NoError(t, err)
 	e.waitRun("x-1", worker.OutcomeError)
+	e.waitState(tasks.QueueExchange, "x-1", asynq.TaskStateRetry) // no longer active: a skip refuses a running head
 
 	res, err := e.ops.Do(ctx, orderops.Skip, orderops.Request{OrderNo: "SO1", By: "erin", Reason: "wrong items"})
 	require.NoError(t, err)
@@ -419,18 +418,22 @@ func TestHoldOfAnUnknownOrderAndNoNoteWithoutAnAnnotator(t *testing.T) {
 	_, err = e.store.History(ctx, "SO9", orders.HistoryQuery{})
 	require.ErrorIs(t, err, orders.ErrNotFound, "a note never creates an order")
 
-	plain, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: storehook.BeforeWrite(e.store, nil)})
+	plain, err := orderops.New(e.db.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: noteless{e.store}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, plain.Close()) })
 	_, err = plain.Do(ctx, orderops.Hold, orderops.Request{OrderNo: "SO1", By: "alice", Reason: "no notes"})
 	require.NoError(t, err, "SO1 has no change yet, but the store holds it")
 	h, err := orders.AllHistory(ctx, e.store, "SO1")
 	require.NoError(t, err)
-	require.Len(t, h, 1, "only the put: the wrapped store keeps no notes")
+	require.Len(t, h, 1, "only the put: the noteless store keeps no notes")
 	st, err := e.seq.Status(ctx, "SO1")
 	require.NoError(t, err)
 	require.NotNil(t, st.Paused, "the hold took effect")
 }
+
+// noteless is an order store that keeps no notes: it has orders.Store's
+// methods only (no orders.Annotator).
+type noteless struct{ orders.Store }
 
 // A flood of actions by one principal is refused past its burst, with
 // when to try again, before anything is read or written; another

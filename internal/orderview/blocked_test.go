@@ -116,15 +116,15 @@ func (e *blockedEnv) exchange(t *testing.T, no, id, newNo string) {
 // failing heads run again on their backoff (15s or more) meanwhile.
 func (e *blockedEnv) run(t *testing.T, fail map[string]bool, want map[string]string) {
 	t.Helper()
-	failing := storehook.BeforeWrite(e.store, func(_ context.Context, _, ev, _ string) error {
+	failing := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error {
 		if fail[ev] {
 			return errors.New("upstream said 503 for " + ev)
 		}
 		return nil
 	})
 	done := make(chan worker.Done, 1000)
-	w, err := worker.New(e.rdb, failing, worker.Config{
-		KeyPrefix: e.prefix, Shards: e.shards, GapWait: testGapWait, LockTTL: 5 * time.Second,
+	w, err := worker.New(e.rdb, e.store, worker.Config{
+		Kinds: failing, KeyPrefix: e.prefix, Shards: e.shards, GapWait: testGapWait, LockTTL: 5 * time.Second,
 		Logger: zaptest.NewLogger(t), TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 50 * time.Millisecond,
 		OnDone: func(d worker.Done) {
 			select {

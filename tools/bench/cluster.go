@@ -237,7 +237,8 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	if err != nil {
 		return r, err
 	}
-	w, err := worker.New(rdb, storehook.BeforeWrite(wstore, storehook.Delay(c.ClusterWork)), worker.Config{
+	w, err := worker.New(rdb, wstore, worker.Config{
+		Kinds:       storehook.Kinds(nil, storehook.Delay(c.ClusterWork)),
 		KeyPrefix:   prefix,
 		Concurrency: c.ClusterConcurrency,
 		Shards:      shards,

@@ -318,7 +318,8 @@ func runFlood(ctx context.Context, opts *redisconn.Options, c settings) (floodRe
 		return r, err
 	}
 	runs := newFloodRuns()
-	w, err := worker.New(rdb, storehook.BeforeWrite(store, storehook.Delay(c.FloodWork)), worker.Config{
+	w, err := worker.New(rdb, store, worker.Config{
+		Kinds:     storehook.Kinds(nil, storehook.Delay(c.FloodWork)),
 		KeyPrefix: prefix, Concurrency: c.FloodConcurrency, ID: "bench-flood", OnDone: runs.done, Metrics: m,
 	})
 	if err != nil {

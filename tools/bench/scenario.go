@@ -672,7 +672,8 @@ func startSystem(ctx context.Context, rdb redis.UniversalClient, sc scenario) (*
 				_ = traced.Close(context.WithoutCancel(ctx))
 			}
 		}
-		w, err := worker.New(rdb, storehook.BeforeWrite(store, storehook.Delay(work)), cfg)
+		cfg.Kinds = storehook.Kinds(cfg.Kinds, storehook.Delay(work))
+		w, err := worker.New(rdb, store, cfg)
 		if err != nil {
 			closeTraced()
 			return nil, err

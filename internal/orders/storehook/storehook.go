@@ -1,78 +1,51 @@
-// Package storehook wraps an orders.Store so that a hook runs before every
-// write: the work inside the order's lock takes time, fails or is observed.
-// It serves the testing aids and dev tools (cmd/worker's
+// Package storehook runs a hook before every store write of the worker's
+// kinds: the work inside the order's lock takes time, fails or is
+// observed. It serves the testing aids and dev tools (cmd/worker's
 // WORKER_SIMULATE_WORK, the demo's timeline, the benchmarks) and the tests.
-// It is not an order store of its own and holds no state; production code
-// paths other than those testing aids do not use it (the lint's depguard
-// rules say which packages may import it).
+// It wraps the worker's kind entries (worker.Kind.Before), not the store,
+// so it is the same for every kind and a kind added to the table needs no
+// change here. It holds no state; production code paths other than those
+// testing aids do not use it (the lint's depguard rules say which packages
+// may import it).
 package storehook
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
 )
 
 // Hook runs before a write; typ is the write's kind (its task type, as
-// orders.TypeModify). A non-nil error is returned instead of writing.
+// tasks.TypeModify), eventID and orderNo the task's. A non-nil error is
+// returned instead of writing.
 type Hook func(ctx context.Context, typ, eventID, orderNo string) error
 
-// Store is an order store whose writes run a hook first. It implements
-// orders.Store and every write of the contract (orders.Modifier,
-// orders.Exchanger): a write that s itself lacks returns an error
-// naming the missing interface, after the hook. The notes of an orders.Annotator are not passed on: a hooked
-// store keeps no notes. A test in this package runs every kind of
-// worker.Kinds through a hooked store, so a write added to the contract
-// without its method here fails it.
-type Store struct {
-	orders.Store
-	s    orders.Store
-	hook Hook
-}
-
-// BeforeWrite returns a Store that runs hook before every write of s
-// (inside the order's lock, when the caller holds it) and writes only if
-// the hook returns nil. Reads and Put go straight to s. A nil hook runs
-// nothing. It is safe for concurrent use if s and hook are.
-func BeforeWrite(s orders.Store, hook Hook) *Store { return &Store{Store: s, s: s, hook: hook} }
-
-var (
-	_ orders.Modifier  = (*Store)(nil)
-	_ orders.Exchanger = (*Store)(nil)
-)
-
-// before runs the hook of a write of kind typ.
-func (h *Store) before(ctx context.Context, typ, eventID, orderNo string) error {
-	if h.hook == nil {
-		return nil
+// Kinds returns a copy of kinds whose handlers run hook before their store
+// write: inside the order's lock, in the task's turn, with the fenced
+// write in ctx (see worker.Kind.Before). A write runs only if the hook
+// returns nil; the hook's error is the handler's. A nil kinds stands for
+// worker.Kinds(), the default of worker.Config.Kinds, so that
+// Config.Kinds = Kinds(Config.Kinds, hook) hooks whatever the Worker would
+// serve; an empty (non-nil) kinds gives an empty list. A nil hook returns
+// the entries unchanged. kinds itself is not changed. The hook must be
+// safe for concurrent use: a Worker runs tasks concurrently.
+func Kinds(kinds []worker.Kind, hook Hook) []worker.Kind {
+	if kinds == nil {
+		kinds = worker.Kinds()
 	}
-	return h.hook(ctx, typ, eventID, orderNo)
-}
-
-// Modify runs the hook, then s's Modify.
-func (h *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Changes) (orders.Result, error) {
-	if err := h.before(ctx, orders.TypeModify, eventID, orderNo); err != nil {
-		return orders.Result{}, err
+	out := make([]worker.Kind, len(kinds))
+	for i, k := range kinds {
+		out[i] = k
+		if hook != nil {
+			out[i] = k.Before(func(ctx context.Context, p tasks.Payload) error {
+				h := p.Header()
+				return hook(ctx, p.Kind().Type, h.EventID, h.OrderNo)
+			})
+		}
 	}
-	m, ok := h.s.(orders.Modifier)
-	if !ok {
-		return orders.Result{}, fmt.Errorf("storehook: %T lacks orders.Modifier", h.s)
-	}
-	return m.Modify(ctx, eventID, orderNo, c)
-}
-
-// Exchange runs the hook, then s's Exchange.
-func (h *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.Exchange) (orders.Result, error) {
-	if err := h.before(ctx, orders.TypeExchange, eventID, orderNo); err != nil {
-		return orders.Result{}, err
-	}
-	e, ok := h.s.(orders.Exchanger)
-	if !ok {
-		return orders.Result{}, fmt.Errorf("storehook: %T lacks orders.Exchanger", h.s)
-	}
-	return e.Exchange(ctx, eventID, orderNo, x)
+	return out
 }
 
 // Delay returns a Hook that waits d, or until ctx ends (returning its cause),

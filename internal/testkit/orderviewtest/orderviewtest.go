@@ -59,7 +59,7 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, orders.Order{No: no, Address: "1 Old Rd", Items: []orders.Item{{SKU: "TEA", Qty: 2}}}))
 
-	failing := storehook.BeforeWrite(store, func(_ context.Context, _, ev, _ string) error {
+	failing := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error {
 		switch ev {
 		case s.Retried:
 			return errors.New(FailRetried)
@@ -69,7 +69,8 @@ func Build(t testing.TB, rdb redis.UniversalClient, prefix, no string) Scenario 
 		return nil
 	})
 	done := make(chan worker.Done, 1000)
-	w, err := worker.New(rdb, failing, worker.Config{
+	w, err := worker.New(rdb, store, worker.Config{
+		Kinds:                    failing,
 		KeyPrefix:                prefix,
 		LockTTL:                  5 * time.Second,
 		Logger:                   zaptest.NewLogger(t),
