@@ -203,7 +203,7 @@ func TestOverlays(t *testing.T) {
 			// each must be a setting of at least one.
 			for _, o := range byKind["ConfigMap"] {
 				for k := range o.value.(*corev1.ConfigMap).Data {
-					if !settings["worker"][k] && !settings["intake"][k] && !settings["dashboard"][k] && !slices.Contains(manifestOnly, k) {
+					if !settings["worker"].has(k) && !settings["intake"].has(k) && !settings["dashboard"].has(k) && !slices.Contains(manifestOnly, k) {
 						t.Errorf("ConfigMap %s: %s is no process's setting", o.name, k)
 					}
 				}
@@ -258,7 +258,7 @@ var shutdownEnv = map[string]string{
 // (to compose REDIS_URL), which no binary reads.
 var manifestOnly = []string{"REDIS_ADDR", "REDIS_PASSWORD"}
 
-func checkDeployment(t *testing.T, d *appsv1.Deployment, settings map[string]map[string]bool) {
+func checkDeployment(t *testing.T, d *appsv1.Deployment, settings map[string]documented) {
 	t.Helper()
 	component := d.Spec.Template.Labels["app.kubernetes.io/component"]
 	sel := d.Spec.Selector.MatchLabels
@@ -281,7 +281,7 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, settings map[string]map
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
-		if !settings[component][e.Name] && !slices.Contains(manifestOnly, e.Name) {
+		if !settings[component].has(e.Name) && !slices.Contains(manifestOnly, e.Name) {
 			t.Errorf("%s: env %s is not in the %s's settings table: a misspelling, or a setting of another process, which the %s would ignore", d.Name, e.Name, component, component)
 		}
 	}
@@ -528,14 +528,42 @@ func checkHPA(t *testing.T, hpas []object) {
 	}
 }
 
+// documented is the environment variables of one component's settings
+// table. A row of a family of settings, one per kind (`<KIND>_WAIT_MIN`),
+// stands for the variable of every kind: the kinds are the worker's, which
+// this module does not import.
+type documented map[string]bool
+
+// kindFamily is the placeholder of a family row's variable, and kindEnv
+// what a kind's name is in a variable's.
+const kindFamily = "<KIND>_"
+
+var kindEnv = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// has reports whether the table lists name, itself or through a family
+// row (any kind name in upper case before the row's suffix).
+func (d documented) has(name string) bool {
+	if d[name] {
+		return true
+	}
+	for k := range d {
+		suffix, ok := strings.CutPrefix(k, kindFamily)
+		kind, found := strings.CutSuffix(name, "_"+suffix)
+		if ok && found && kindEnv.MatchString(kind) {
+			return true
+		}
+	}
+	return false
+}
+
 // documentedSettings returns, by component, every environment variable
 // its settings table in the docs lists (the tables the binaries' own
 // tests keep equal to what they read), and for the worker and the intake
 // the tracing variables.
-func documentedSettings(t *testing.T) map[string]map[string]bool {
+func documentedSettings(t *testing.T) map[string]documented {
 	t.Helper()
-	row := regexp.MustCompile("(?m)^\\| (?:`-[a-z-]+` \\| )?`([A-Z][A-Z0-9_]+)`")
-	table := func(file, marker string) map[string]bool {
+	row := regexp.MustCompile("(?m)^\\| (?:`-[a-z<>-]+` \\| )?`((?:<KIND>_)?[A-Z][A-Z0-9_]+)`")
+	table := func(file, marker string) documented {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -549,7 +577,7 @@ func documentedSettings(t *testing.T) map[string]map[string]bool {
 			}
 			text = text[b:e]
 		}
-		out := map[string]bool{}
+		out := documented{}
 		for _, m := range row.FindAllStringSubmatch(text, -1) {
 			if marker != "" || strings.HasPrefix(m[1], "OTEL_") {
 				out[m[1]] = true
@@ -559,7 +587,7 @@ func documentedSettings(t *testing.T) map[string]map[string]bool {
 	}
 	ops := "../../../docs/operations.md"
 	tracing := table(ops, "")
-	out := map[string]map[string]bool{
+	out := map[string]documented{
 		"worker":    table(ops, "worker-settings"),
 		"intake":    table(ops, "intake-settings"),
 		"dashboard": table("../../../cmd/dashboard/README.md", "settings"),
@@ -573,6 +601,9 @@ func documentedSettings(t *testing.T) map[string]map[string]bool {
 		if !out[c][must] || !out[c]["REDIS_URL"] || (c != "dashboard" && !out[c]["OTEL_SERVICE_NAME"]) {
 			t.Fatalf("the parse of the %s's settings table missed %s", c, must)
 		}
+	}
+	if !out["worker"].has("MODIFY_WAIT_DEADLINE") || out["worker"].has("WAIT_DEADLINE") || out["worker"].has("modify_WAIT_DEADLINE") {
+		t.Fatal("the worker's per-kind rows (<KIND>_WAIT_DEADLINE) are not read as a family")
 	}
 	return out
 }
