@@ -16,9 +16,9 @@ import (
 // contract's kinds, and every layer (producer, intake, CLI, worker,
 // metrics) reads that one table instead of naming the types itself.
 // Adding a task type means adding one file with its payload struct and its
-// Kind (made with [NewKind]), its row in the table here, and its entry to
-// the worker's table (worker.Kinds); docs/adding-a-task-type.md walks
-// through it.
+// Kind (made with [NewKind], with its example: [WithExample]), its row in
+// the table here, and its entry to the worker's table (worker.Kinds);
+// docs/adding-a-task-type.md walks through it.
 //
 // A Kind is read-only; its methods are safe for concurrent use.
 type Kind struct {
@@ -46,18 +46,18 @@ type Kind struct {
 // KindOption is an option of [NewKind]: [WithExample].
 type KindOption func(*Kind)
 
-// WithExample gives the kind an example, members: a JSON object of the
-// kind's own members only, without event_id, order_no, trace and seq (as
-// the intake takes a request's body and the CLI its -json), which is a
-// valid payload of the kind once an event ID and an order number are
-// added, and which, when the kind creates orders, names no order of its
-// own (an exchange's replacement is derived from its order's number).
-// [Table.Validate] checks it. [Kind.Example] returns it and
-// [Kind.ExamplePayload] fills it in: the CLI's help shows it, and the
-// tests that go over every kind of a table (the conformance test, the
-// store conformance suite, the intake's route tests) take it as the
-// kind's request. Every kind of [Kinds] has one; a kind of a program's
-// own needs none, except for those tests.
+// WithExample gives the kind an example request, members: a JSON object
+// of the kind's own members, without event_id, order_no, trace and seq,
+// as the intake takes a request's body and the CLI its -json. With an
+// event ID and an order number added it must be a valid payload of the
+// kind, and a kind that creates orders must leave the number of the order
+// it creates to be derived (an exchange's example names no new_order_no),
+// so that the example on two orders creates two orders; [Table.Validate]
+// checks both. [Kind.Example] returns it, [Kind.ExamplePayload] fills it
+// in. The CLI's help shows it, and the tests that go over every kind (the
+// conformance test, the store conformance suite, the intake's route
+// tests) take it as the kind's request. Every kind of [Kinds] has one; a
+// kind of a program's own works without, except in those tests.
 func WithExample(members string) KindOption {
 	return func(k *Kind) { k.example = members }
 }
