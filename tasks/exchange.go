@@ -18,8 +18,10 @@ const (
 )
 
 // Exchange is the kind of [TypeExchange] tasks, whose payload is an
-// [ExchangePayload].
-var Exchange = NewKind[ExchangePayload](TypeExchange, "exchange", QueueExchange, 6)
+// [ExchangePayload]. Its example names no replacement: the replacement's
+// number is derived from the order's (see [ReplacementOrderNo]).
+var Exchange = NewKind[ExchangePayload](TypeExchange, "exchange", QueueExchange, 6,
+	WithExample(`{"items":[{"sku":"shirt-l","qty":2}],"reason":"wrong size"}`))
 
 var (
 	_ Payload = ExchangePayload{}

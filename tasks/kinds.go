@@ -16,9 +16,9 @@ import (
 // contract's kinds, and every layer (producer, intake, CLI, worker,
 // metrics) reads that one table instead of naming the types itself.
 // Adding a task type means adding one file with its payload struct and its
-// Kind (made with [NewKind]), its row in the table here, and its entry to
-// the worker's table (worker.Kinds); docs/adding-a-task-type.md walks
-// through it.
+// Kind (made with [NewKind], with its example: [WithExample]), its row in
+// the table here, and its entry to the worker's table (worker.Kinds);
+// docs/adding-a-task-type.md walks through it.
 //
 // A Kind is read-only; its methods are safe for concurrent use.
 type Kind struct {
@@ -39,17 +39,40 @@ type Kind struct {
 	decode func(b []byte) (Payload, error)
 	// zero is the kind's zero payload.
 	zero Payload
+	// example is the kind's example (see WithExample), or "".
+	example string
+}
+
+// KindOption is an option of [NewKind]: [WithExample].
+type KindOption func(*Kind)
+
+// WithExample gives the kind an example request, members: a JSON object
+// of the kind's own members, without event_id, order_no, trace and seq,
+// as the intake takes a request's body and the CLI its -json. With an
+// event ID and an order number added it must be a valid payload of the
+// kind, and a kind that creates orders must leave the number of the order
+// it creates to be derived (an exchange's example names no new_order_no),
+// so that the example on two orders creates two orders; [Table.Validate]
+// checks both. [Kind.Example] returns it, [Kind.ExamplePayload] fills it
+// in. The CLI's help shows it, and the tests that go over every kind (the
+// conformance test, the store conformance suite, the intake's route
+// tests) take it as the kind's request. Every kind of [Kinds] has one; a
+// kind of a program's own works without, except in those tests.
+func WithExample(members string) KindOption {
+	return func(k *Kind) { k.example = members }
 }
 
 // NewKind returns the kind of task type typ whose payloads are of type P,
-// named name, queued to queue with default weight weight. P's Kind method
-// must return the kind NewKind returned (the payload names its kind), and
-// the kind must pass [Table.Validate] in its table. The contract's kinds
-// are made with it, and so can a program (or a test) with a kind of its
-// own, which it hands to the producer and the worker in their Config.
-func NewKind[P Payload](typ, name, queue string, weight int) *Kind {
+// named name, queued to queue with default weight weight, with opts
+// applied (by default the kind has no example; see [WithExample]). P's
+// Kind method must return the kind NewKind returned (the payload names its
+// kind), and the kind must pass [Table.Validate] in its table. The
+// contract's kinds are made with it, and so can a program (or a test) with
+// a kind of its own, which it hands to the producer and the worker in
+// their Config.
+func NewKind[P Payload](typ, name, queue string, weight int, opts ...KindOption) *Kind {
 	var zero P
-	return &Kind{Type: typ, Name: name, Queue: queue, Weight: weight, zero: zero,
+	k := &Kind{Type: typ, Name: name, Queue: queue, Weight: weight, zero: zero,
 		decode: func(b []byte) (Payload, error) {
 			var p P
 			if err := decode(b, &p); err != nil {
@@ -57,6 +80,39 @@ func NewKind[P Payload](typ, name, queue string, weight int) *Kind {
 			}
 			return p, nil
 		}}
+	for _, opt := range opts {
+		opt(k)
+	}
+	return k
+}
+
+// ErrNoExample is matched by the error of [Kind.ExamplePayload] for a
+// kind made without [WithExample].
+var ErrNoExample = errors.New("tasks: the kind has no example")
+
+// Example returns the kind's example (see [WithExample]), a JSON object of
+// the kind's own members, or "" when it has none.
+func (k *Kind) Example() string { return k.example }
+
+// ExamplePayload returns the kind's example (see [WithExample]) carrying
+// eventID and orderNo, decoded and validated: a valid payload of the kind,
+// for a test, a demo or a help text. It returns an error matching
+// [ErrNoExample] when the kind has no example, and the error of
+// [Kind.Parse] (matching [ErrInvalid]) when the example, eventID or
+// orderNo is not valid.
+func (k *Kind) ExamplePayload(eventID, orderNo string) (Payload, error) {
+	if k.example == "" {
+		return nil, fmt.Errorf("%s: %w (give it one with tasks.WithExample)", k.Type, ErrNoExample)
+	}
+	p, err := k.decode([]byte(k.example))
+	if err != nil {
+		return nil, fmt.Errorf("the example of %s: %w", k.Type, err)
+	}
+	p = p.WithHeader(Header{EventID: eventID, OrderNo: orderNo})
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("the example of %s: %w", k.Type, err)
+	}
+	return p, nil
 }
 
 // Decode decodes a payload of the kind strictly (see [Parse] for what
@@ -162,7 +218,10 @@ var ErrKinds = errors.New("tasks: bad kinds table")
 // a-z, 0-9, '_' and '-' (it is a URL path segment and a command), a queue
 // without [ShardSep] or braces, and a positive weight; that no two kinds
 // share a type, a name or a queue; and that at most one kind creates
-// orders. Its errors match [ErrKinds].
+// orders. A kind's example, when it has one (see [WithExample]), must
+// give a valid payload with an event ID and an order number added, and,
+// for a kind that creates orders, must not name the order it creates. A
+// kind without an example passes. Its errors match [ErrKinds].
 func (t Table) Validate() error {
 	seen := map[string]bool{}
 	for i, k := range t {
@@ -191,6 +250,33 @@ func (t Table) Validate() error {
 		if _, ok := k.zero.(Creator); ok && t.Creator() != k {
 			return fmt.Errorf("%w: %s and %s both create orders; a creation label names one", ErrKinds, t.Creator(), k)
 		}
+		if err := k.checkExample(); err != nil {
+			return fmt.Errorf("%w: %w", ErrKinds, err)
+		}
+	}
+	return nil
+}
+
+// checkExample returns an error when k has an example that is not valid
+// with an event ID and an order number added, or that names the order it
+// creates: two requests of the example on two orders would create the
+// same one.
+func (k *Kind) checkExample() error {
+	if k.example == "" {
+		return nil
+	}
+	var created []string
+	for _, no := range []string{"SO-EXAMPLE-1", "SO-EXAMPLE-2"} {
+		p, err := k.ExamplePayload("example-1", no)
+		if err != nil {
+			return err
+		}
+		if c, ok := p.(Creator); ok {
+			created = append(created, c.Creates())
+		}
+	}
+	if len(created) == 2 && created[0] == created[1] {
+		return fmt.Errorf("the example of %s creates order %s whatever its order: leave the order it creates to be derived", k.Type, created[0])
 	}
 	return nil
 }

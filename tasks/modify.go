@@ -21,8 +21,9 @@ const (
 )
 
 // Modify is the kind of [TypeModify] tasks, whose payload is a
-// [ModifyPayload].
-var Modify = NewKind[ModifyPayload](TypeModify, "modify", QueueModify, 3)
+// [ModifyPayload]. Its example sets the remark.
+var Modify = NewKind[ModifyPayload](TypeModify, "modify", QueueModify, 3,
+	WithExample(`{"changes":{"remark":"leave at the door"}}`))
 
 var _ Payload = ModifyPayload{}
 

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -177,16 +176,16 @@ type carrier struct {
 }
 
 // carriers returns a carrier of each kind of the table, in its order, made
-// from the kind's sample (internal/testkit/kindsample), so that a kind
+// from the kind's example (tasks.WithExample), so that a kind
 // added to the table is covered with no change here.
 func carriers(t *testing.T) []carrier {
 	t.Helper()
 	var out []carrier
 	for _, k := range tasks.Kinds() {
-		sample, ok := kindsample.JSON(k)
-		require.True(t, ok, "add a sample payload of %s to internal/testkit/kindsample", k.Type)
+		sample := k.Example()
+		require.NotEmpty(t, sample, "give %s an example (tasks.WithExample)", k.Type)
 		own := strings.TrimSpace(sample)
-		require.True(t, strings.HasPrefix(own, "{") && strings.HasSuffix(own, "}"), "the sample of %s is a JSON object: %s", k.Type, sample)
+		require.True(t, strings.HasPrefix(own, "{") && strings.HasSuffix(own, "}"), "the example of %s is a JSON object: %s", k.Type, sample)
 		open := `{"event_id":"e1","order_no":"SO1",`
 		if own = strings.TrimSpace(own[1 : len(own)-1]); own != "" {
 			open += own + ","

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -92,11 +91,11 @@ func TestShardedWorkerServesEveryShard(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// And a task of every kind of the table in each of its shards: its
-	// sample (internal/testkit/kindsample), each on an order of its own.
+	// example (tasks.Kind.ExamplePayload), each on an order of its own.
 	for _, k := range tasks.Kinds() {
 		for i, no := range onEachShard("SO-SHK-"+k.Name+"-", 3) {
 			e.seed(no)
-			payload, err := kindsample.Payload(k, fmt.Sprintf("shard-%s-%d", k.Name, i), no)
+			payload, err := k.ExamplePayload(fmt.Sprintf("shard-%s-%d", k.Name, i), no)
 			require.NoError(t, err)
 			res, err := p.Enqueue(t.Context(), payload)
 			require.NoError(t, err)

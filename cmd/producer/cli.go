@@ -31,12 +31,16 @@ import (
 )
 
 // usage is the help text: one enqueue command per kind of kinds (see
-// kindCommands), then the other commands.
+// kindCommands), with the kind's example when it takes JSON, then the
+// other commands.
 func usage(kinds tasks.Table) string {
 	var b strings.Builder
 	b.WriteString("Usage: producer [settings] <command> [flags] [args]\n\nCommands:\n")
 	for _, c := range kindCommands(kinds) {
 		fmt.Fprintf(&b, "  %s <order_no> %s\n        enqueue an %s task\n", c.kind.Name, c.flags, c.kind.Type)
+		if c.example != "" {
+			fmt.Fprintf(&b, "        e.g. -json '%s'\n", c.example)
+		}
 	}
 	return b.String() + otherCommands
 }
@@ -283,9 +287,10 @@ func parseCommand(fs *flag.FlagSet, args []string) (string, error) {
 // enqueueCommand is the CLI command that enqueues a task of one kind,
 // named by the kind.
 type enqueueCommand struct {
-	kind  *tasks.Kind
-	flags string // its flags, for the usage
-	run   func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error)
+	kind    *tasks.Kind
+	flags   string // its flags, for the usage
+	example string // an example of its -json, for the usage, or ""
+	run     func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error)
 }
 
 // handFlags are the enqueue commands with flags for the fields of their
@@ -325,7 +330,7 @@ func kindCommand(kinds tasks.Table, name string) (enqueueCommand, bool) {
 // JSON (-json), as the intake takes its body: order_no from the argument,
 // and no seq.
 func jsonCommand(k *tasks.Kind) enqueueCommand {
-	return enqueueCommand{flags: "-json PAYLOAD [-event-id ID]",
+	return enqueueCommand{flags: "-json PAYLOAD [-event-id ID]", example: k.Example(),
 		run: func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
 			fs := flag.NewFlagSet(k.Name, flag.ContinueOnError)
 			body := fs.String("json", "{}", "the payload as JSON, without order_no")

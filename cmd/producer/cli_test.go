@@ -295,3 +295,14 @@ func TestCLIOrderBlocked(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "none")
 }
+
+// The help of a kind's JSON command shows the kind's example, when it has
+// one.
+func TestUsageShowsTheKindsExample(t *testing.T) {
+	t.Parallel()
+	with := tasks.NewKind[tasks.ModifyPayload]("test:with", "test-with", "test_with", 1, tasks.WithExample(`{"changes":{"remark":"r"}}`))
+	without := tasks.NewKind[tasks.ModifyPayload]("test:without", "test-without", "test_without", 1)
+	help := usage(tasks.Table{with, without})
+	require.Contains(t, help, "  test-with <order_no> -json PAYLOAD [-event-id ID]\n        enqueue an test:with task\n        e.g. -json '{\"changes\":{\"remark\":\"r\"}}'\n")
+	require.Contains(t, help, "  test-without <order_no> -json PAYLOAD [-event-id ID]\n        enqueue an test:without task\n  ")
+}

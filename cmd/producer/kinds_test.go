@@ -20,7 +20,6 @@ import (
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -146,12 +145,13 @@ func TestEveryKindEverywhere(t *testing.T) {
 			require.NoError(t, entry.Wait.Validate())
 
 			// A valid payload of the kind, as JSON without order_no (the
-			// CLI's -json and the intake's body): internal/testkit/kindsample.
-			sample, ok := kindsample.JSON(k)
-			require.True(t, ok, "add a sample payload of %s to internal/testkit/kindsample", k.Type)
+			// CLI's -json and the intake's body): the kind's example
+			// (tasks.WithExample).
+			sample := k.Example()
+			require.NotEmpty(t, sample, "give %s an example (tasks.WithExample)", k.Type)
 			payload := func(eventID, no string) tasks.Payload {
 				t.Helper()
-				p, err := kindsample.Payload(k, eventID, no)
+				p, err := k.ExamplePayload(eventID, no)
 				require.NoError(t, err)
 				return p
 			}

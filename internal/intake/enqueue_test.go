@@ -7,7 +7,6 @@ import (
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"io"
 	"net/http"
@@ -71,12 +70,12 @@ func TestEnqueueExchange(t *testing.T) {
 		strconv.FormatInt(res.Seq, 10)+`}`, string(info.Payload))
 }
 
-// kindBody returns the sample body of kind k (internal/testkit/kindsample),
+// kindBody returns the example body of kind k (tasks.WithExample),
 // failing the test when k has none.
 func kindBody(t *testing.T, k *tasks.Kind) string {
 	t.Helper()
-	body, ok := kindsample.JSON(k)
-	require.True(t, ok, "no sample of %s: add one to internal/testkit/kindsample", k.Type)
+	body := k.Example()
+	require.NotEmpty(t, body, "%s has no example: give it one with tasks.WithExample", k.Type)
 	return body
 }
 
@@ -112,7 +111,7 @@ func TestEnqueueEveryKind(t *testing.T) {
 			got, err := k.Parse(info.Payload)
 			require.NoError(t, err)
 			assert.Equal(t, tasks.Header{EventID: evt, OrderNo: "SO1", Seq: res.Seq}, got.Header())
-			want, err := kindsample.Payload(k, evt, "SO1")
+			want, err := k.ExamplePayload(evt, "SO1")
 			require.NoError(t, err)
 			assert.Equal(t, want.WithHeader(tasks.Header{}), got.WithHeader(tasks.Header{}), "the body's members, as sent")
 

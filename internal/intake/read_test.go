@@ -157,7 +157,7 @@ func TestUnavailable(t *testing.T) {
 		{http.MethodGet, "/v1/tasks/evt-1", ""},
 		{http.MethodGet, "/readyz", ""},
 	}
-	// Every kind's enqueue route, with the kind's sample: valid, so only
+	// Every kind's enqueue route, with the kind's example: valid, so only
 	// Redis is missing.
 	for _, k := range tasks.Kinds() {
 		tests = append(tests, struct{ method, path, body string }{http.MethodPost, kindPath(k, "SO1"), kindBody(t, k)})

@@ -9,15 +9,21 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 )
 
-// Every kind of the table has a valid sample, of its own kind.
-func TestEveryKindHasASample(t *testing.T) {
+// The samples are the kinds' examples.
+func TestSamplesAreTheKindsExamples(t *testing.T) {
 	t.Parallel()
 	for _, k := range tasks.Kinds() {
+		s, ok := kindsample.JSON(k)
+		require.True(t, ok)
+		require.Equal(t, k.Example(), s)
 		p, err := kindsample.Payload(k, "ev-1", "SO1")
 		require.NoError(t, err)
 		require.Same(t, k, p.Kind())
 		require.Equal(t, tasks.Header{EventID: "ev-1", OrderNo: "SO1"}, p.Header())
 	}
-	_, ok := kindsample.JSON(tasks.NewKind[tasks.ModifyPayload]("test:none", "test-none", "test_none", 1))
-	require.False(t, ok, "a kind outside the contract has no sample")
+	none := tasks.NewKind[tasks.ModifyPayload]("test:none", "test-none", "test_none", 1)
+	_, ok := kindsample.JSON(none)
+	require.False(t, ok, "a kind made without an example has no sample")
+	_, err := kindsample.Payload(none, "ev-1", "SO1")
+	require.ErrorIs(t, err, tasks.ErrNoExample)
 }

@@ -10,6 +10,16 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
+// The rules of the exchange write, orders.Exchanger.
+var _ = rules(
+	rule{name: "Exchange", test: testExchange},
+	rule{name: "ExchangeDerivedNumber", test: testExchangeDerived},
+	rule{name: "ExchangeRetryCompletes", test: testExchangeRetry},
+	rule{name: "ExchangeRefusals", test: testExchangeRefusals},
+	rule{name: "ExchangeStaleFenceRefused", test: testExchangeStale},
+	rule{name: "ClosedOrderRefused", test: testClosed},
+)
+
 // An exchange closes A as exchanged to B and creates B, active, with the
 // new items and A's address and remark; A keeps its items. Both histories
 // carry the event and the fence.

@@ -13,26 +13,33 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
+// The rules of fencing.
+var _ = rules(
+	rule{name: "WriteWithoutFence", ofWrites: testWriteWithoutFence},
+	rule{name: "StaleFenceRefused", test: testStaleFence},
+	rule{name: "EqualFenceAllowed", test: testEqualFence},
+	rule{name: "ConcurrentWrites", test: testConcurrent},
+)
+
 // A store never writes unfenced: no Write, or a fence that is not
 // positive, is ErrNoFence.
 //
 // It runs for every fenced write the store implements.
-func testWriteWithoutFence(t *testing.T, s orders.Store) {
-	eachWrite(t, s, func(t *testing.T, w write) {
-		no := "SO-" + w.name
+func testWriteWithoutFence(t *testing.T, s orders.Store, ws []write) {
+	eachWrite(t, s, ws, func(t *testing.T, w write) {
+		no := "SO-" + w.name()
 		Seed(t, s, no)
 		for _, ctx := range []context.Context{
 			t.Context(),
 			orders.WithWrite(t.Context(), orders.Write{Worker: "w"}),
 			orders.WithWrite(t.Context(), orders.Write{Fence: -1}),
 		} {
-			_, err := w.do(ctx, s, "evt-1", no)
+			err := w.do(t, ctx, s, "evt-1", no)
 			assert.ErrorIs(t, err, orders.ErrNoFence)
 			assert.True(t, orders.Permanent(err))
 		}
 		assert.Equal(t, int64(1), get(t, s, no).Version)
-		_, err := s.Get(t.Context(), no+"-X")
-		assert.ErrorIs(t, err, orders.ErrNotFound, "an unfenced write created nothing")
+		createdNothing(t, s, w, "evt-1", no)
 	})
 }
 

@@ -9,6 +9,12 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
+// The rules of the modify write, orders.Modifier.
+var _ = rules(
+	rule{name: "Modify", test: testModify},
+	rule{name: "ModifyInvalid", test: testModifyInvalid},
+)
+
 // A modify sets the fields it names, keeps the others, bumps the version
 // and appends an entry with the event, the fence and the writer.
 func testModify(t *testing.T, s orders.Store) {

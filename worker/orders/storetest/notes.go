@@ -10,6 +10,13 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
+// The rules of notes, orders.Annotator.
+var _ = rules(
+	rule{name: "AnnotatorNotes", test: testAnnotate},
+	rule{name: "AnnotatorKeepsWrites", test: testAnnotateKeepsWrites},
+	rule{name: "AnnotatorKeepsRules", test: testAnnotateKeepsRules},
+)
+
 // annotator returns s as an orders.Annotator, or skips t.
 func annotator(t *testing.T, s orders.Store) orders.Annotator {
 	t.Helper()

@@ -11,6 +11,13 @@ import (
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
+// The rules of an order's positions.
+var _ = rules(
+	rule{name: "OlderPositionPassed", test: testPassed},
+	rule{name: "OlderPositionPassedExchange", test: testPassedExchange},
+	rule{name: "SeqOutOfTurnNotRecorded", test: testOutOfTurn},
+)
+
 // An order never moves back in its sequence: a write whose position is not
 // after the newest applied fails with ErrPassed (Permanent) and writes
 // nothing, while a replay is still a replay and a write without a position

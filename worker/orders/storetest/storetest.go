@@ -11,11 +11,19 @@
 //
 // The rules are grouped by area, one file each: reads and puts (every
 // store), fencing, dedupe, positions, and the rules of each write
-// ([orders.Modifier], [orders.Exchanger], [orders.Annotator]). A rule
-// runs only when the store implements the writes it needs, and is skipped
-// (with the interface named) otherwise: a store that serves some kinds
-// only passes the rules of its writes. The rules of every fenced write
-// (no fence, an unknown order) run for each write the store implements.
+// ([orders.Modifier], [orders.Exchanger], [orders.Annotator]). Each file
+// registers its own rules (see rules), so that a write added to the
+// contract adds its file and edits none. A rule runs only when the store
+// implements the writes it needs, and is skipped (with the interface
+// named) otherwise: a store that serves some kinds only passes the rules
+// of its writes.
+//
+// The rules of every fenced write (no fence, an unknown order, an event
+// ID reused) run for each kind of the worker's table (worker.Kinds, or
+// the kinds given to [RunKinds]) whose write the store implements: they
+// apply the kind's example (tasks.WithExample) through the kind's
+// handler (worker.Kind.Apply), as a Worker would, so a kind added to the
+// table is covered with no edit here.
 //
 // It checks behaviour only through the contract's interfaces. It does not
 // check what a store may do its own way: the history entries' Detail
@@ -30,66 +38,90 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // Run checks the store that newStore returns against the contract of
 // package orders, in parallel subtests: the rules of orders.Store and of
-// each write the store implements. newStore is called once per subtest,
-// possibly from several goroutines at once; each call must return a store
-// of its own that holds no orders (a fresh one, or one on its own key
-// prefix or schema), cleaned up with t.Cleanup as needed.
+// each write the store implements, the rules of every fenced write for
+// each kind of worker.Kinds() whose write it implements. newStore is
+// called once per subtest, possibly from several goroutines at once; each
+// call must return a store of its own that holds no orders (a fresh one,
+// or one on its own key prefix or schema), cleaned up with t.Cleanup as
+// needed.
 func Run(t *testing.T, newStore func(t *testing.T) orders.Store) {
 	t.Helper()
-	for _, tt := range []struct {
-		name string
-		test func(t *testing.T, s orders.Store)
-	}{
-		// reads.go: every store.
-		{"PutAndGet", testPutAndGet},
-		{"PutInvalid", testPutInvalid},
-		{"NotFound", testNotFound},
-		{"HistoryPages", testHistoryPages},
-		// fencing.go
-		{"WriteWithoutFence", testWriteWithoutFence},
-		{"StaleFenceRefused", testStaleFence},
-		{"EqualFenceAllowed", testEqualFence},
-		{"ConcurrentWrites", testConcurrent},
-		// dedupe.go
-		{"DedupeReturnsRecordedOutcome", testDedupe},
-		{"DedupeAfterClose", testDedupeAfterClose},
-		{"EventReusedIsConflict", testEventReused},
-		{"PutKeepsFenceAndEvents", testPutKeeps},
-		// positions.go
-		{"OlderPositionPassed", testPassed},
-		{"OlderPositionPassedExchange", testPassedExchange},
-		{"SeqOutOfTurnNotRecorded", testOutOfTurn},
-		// modify.go
-		{"Modify", testModify},
-		{"ModifyInvalid", testModifyInvalid},
-		// exchange.go
-		{"Exchange", testExchange},
-		{"ExchangeDerivedNumber", testExchangeDerived},
-		{"ExchangeRetryCompletes", testExchangeRetry},
-		{"ExchangeRefusals", testExchangeRefusals},
-		{"ExchangeStaleFenceRefused", testExchangeStale},
-		{"ClosedOrderRefused", testClosed},
-		// notes.go
-		{"AnnotatorNotes", testAnnotate},
-		{"AnnotatorKeepsWrites", testAnnotateKeepsWrites},
-		{"AnnotatorKeepsWriteRules", testAnnotateKeepsRules},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
+	RunKinds(t, newStore, worker.Kinds())
+}
+
+// RunKinds is [Run] with the rules of every fenced write run for each of
+// kinds whose write the store implements, rather than for worker.Kinds():
+// a program with kinds of its own passes the list it gives its Worker
+// (Config.Kinds), so that its writes are held to the rules too. Each
+// kind's write is made with the kind's example (tasks.WithExample); a
+// kind whose write the store implements and that has no example fails
+// its subtests.
+func RunKinds(t *testing.T, newStore func(t *testing.T) orders.Store, kinds []worker.Kind) {
+	t.Helper()
+	ws := make([]write, len(kinds))
+	for i, k := range kinds {
+		ws[i] = write{k}
+	}
+	seen := map[string]bool{}
+	for _, r := range suite {
+		if seen[r.name] || (r.test == nil) == (r.ofWrites == nil) {
+			t.Fatalf("storetest: rule %q is registered twice, or with both or neither of test and ofWrites", r.name)
+		}
+		seen[r.name] = true
+		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
-			tt.test(t, newStore(t))
+			if r.ofWrites != nil {
+				r.ofWrites(t, newStore(t), ws)
+				return
+			}
+			r.test(t, newStore(t))
 		})
 	}
+}
+
+// rule is one rule of the suite, a subtest of Run named name: test
+// checks it on a fresh store, or, for a rule of every fenced write,
+// ofWrites does, given the fenced writes the suite runs with (see
+// eachWrite). Exactly one of test and ofWrites is set.
+type rule struct {
+	name     string
+	test     func(t *testing.T, s orders.Store)
+	ofWrites func(t *testing.T, s orders.Store, ws []write)
+}
+
+// suite is every rule registered with rules, in the order of
+// registration.
+var suite []rule
+
+// rules registers rs, the rules of one area, with the suite: each file of
+// the suite registers its own, in a package-level
+//
+//	var _ = rules(rule{name: "Modify", test: testModify}, ...)
+//
+// Run runs them in the order of registration: the go command hands a
+// package's files to the compiler sorted by name, and package variables
+// are initialised file by file in that order, so the rules run in the
+// order of their files' names, then of their declaration in the file,
+// the same on every run. It returns the number of rules registered so
+// far. Names are unique; Run fails on a name registered twice.
+func rules(rs ...rule) int {
+	suite = append(suite, rs...)
+	return len(suite)
 }
 
 // need returns s as the write interface W, or skips t, naming W: a rule
@@ -103,40 +135,72 @@ func need[W any](t *testing.T, s orders.Store) W {
 	return w
 }
 
-// write is one fenced write of the contract, as the rules of every fenced
-// write make it: has reports whether a store implements it, and do makes
-// a valid request of it on order no by event eventID. A write added to
-// the contract adds its row to writes.
+// write is the fenced write of one kind, as the rules of every fenced
+// write make it: the kind's handler (worker.Kind.Apply) applying the
+// kind's example.
 type write struct {
-	name string
-	has  func(s orders.Store) bool
-	do   func(ctx context.Context, s orders.Store, eventID, no string) (orders.Result, error)
+	kind worker.Kind
 }
 
-// implements reports whether s implements W.
-func implements[W any](s orders.Store) bool {
-	_, ok := s.(W)
-	return ok
-}
+// name is the write's kind's name, its subtest's name.
+func (w write) name() string { return w.kind.Kind.Name }
 
-// writes are the contract's fenced writes.
-var writes = []write{
-	{"Modify", implements[orders.Modifier], func(ctx context.Context, s orders.Store, eventID, no string) (orders.Result, error) {
-		return s.(orders.Modifier).Modify(ctx, eventID, no, orders.Changes{Remark: new("by " + eventID)})
-	}},
-	{"Exchange", implements[orders.Exchanger], func(ctx context.Context, s orders.Store, eventID, no string) (orders.Result, error) {
-		return s.(orders.Exchanger).Exchange(ctx, eventID, no, orders.Exchange{Items: newItems, NewOrderNo: no + "-X"})
-	}},
-}
-
-// eachWrite runs f in a subtest for each write of the contract that s
-// implements; the others' subtests are skipped.
-func eachWrite(t *testing.T, s orders.Store, f func(t *testing.T, w write)) {
+// has reports whether s implements the kind's write. It fails t when the
+// kind's entry is not one a Worker would take (see worker.Kind.Check).
+func (w write) has(t *testing.T, s orders.Store) bool {
 	t.Helper()
-	for _, w := range writes {
-		t.Run(w.name, func(t *testing.T) {
-			if !w.has(s) {
-				t.Skipf("the store does not implement the %s write", w.name)
+	err := w.kind.Check(s)
+	if errors.Is(err, worker.ErrNoWrite) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// payload returns the kind's example as a request by event eventID on
+// order no, failing t when the kind has no valid example.
+func (w write) payload(t *testing.T, eventID, no string) tasks.Payload {
+	t.Helper()
+	p, err := w.kind.Kind.ExamplePayload(eventID, no)
+	require.NoError(t, err, "the rules of every fenced write make a request of %s from its example", w.kind.Kind)
+	return p
+}
+
+// do makes the write of the kind's example, by event eventID on order no,
+// under ctx, and returns the store's error.
+func (w write) do(t *testing.T, ctx context.Context, s orders.Store, eventID, no string) error {
+	t.Helper()
+	return w.kind.Apply(ctx, s, w.payload(t, eventID, no))
+}
+
+// creates returns the order that do(eventID, no) creates, or "" when the
+// kind creates none (see tasks.Creator).
+func (w write) creates(t *testing.T, eventID, no string) string {
+	t.Helper()
+	if c, ok := w.payload(t, eventID, no).(tasks.Creator); ok {
+		return c.Creates()
+	}
+	return ""
+}
+
+// createdNothing fails t when the order that w's request by event eventID
+// on order no would create (an exchange's replacement) exists.
+func createdNothing(t *testing.T, s orders.Store, w write, eventID, no string) {
+	t.Helper()
+	if c := w.creates(t, eventID, no); c != "" {
+		_, err := s.Get(t.Context(), c)
+		assert.ErrorIs(t, err, orders.ErrNotFound, "the refused %s left order %s behind", w.kind.Kind, c)
+	}
+}
+
+// eachWrite runs f in a subtest, named by the kind, for each write of ws
+// that s implements; the others' subtests are skipped.
+func eachWrite(t *testing.T, s orders.Store, ws []write, f func(t *testing.T, w write)) {
+	t.Helper()
+	for _, w := range ws {
+		t.Run(w.name(), func(t *testing.T) {
+			if !w.has(t, s) {
+				t.Skipf("the store does not implement the write of %s (%s)", w.kind.Kind, w.kind.Write())
 			}
 			f(t, w)
 		})
