@@ -282,7 +282,7 @@ func TestParse_TraceFieldErrors(t *testing.T) {
 	}
 }
 
-// Body is a payload's own members: for every kind, the sample (which has
+// Body is a payload's own members: for every kind, the example (which has
 // no header members) comes back from a payload that carries all four,
 // and the kind reads it back into that payload once the header is added.
 func TestBodyIsTheKindsOwnMembers(t *testing.T) {
@@ -290,9 +290,8 @@ func TestBodyIsTheKindsOwnMembers(t *testing.T) {
 	h := tasks.Header{EventID: "ev-1", OrderNo: "SO1", Seq: 42, Trace: &tasks.TraceContext{Traceparent: traceparent}}
 	for _, k := range tasks.Kinds() {
 		t.Run(k.Name, func(t *testing.T) {
-			sample, ok := kindsample.JSON(k)
-			require.True(t, ok)
-			p, err := kindsample.Payload(k, h.EventID, h.OrderNo)
+			sample := k.Example()
+			p, err := k.ExamplePayload(h.EventID, h.OrderNo)
 			require.NoError(t, err)
 			p = p.WithHeader(h)
 			body, err := tasks.Body(p)

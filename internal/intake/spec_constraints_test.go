@@ -17,14 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/tasks"
 )
 
 // TestSpecConstraintsMatchValidate checks, for every kind of the table,
 // that the payload's Validate accepts a body exactly when the kind's
 // request schema does, at the limits the schema states. It starts from
-// the kind's sample (internal/testkit/kindsample), makes a value from the
+// the kind's example (tasks.WithExample), makes a value from the
 // schema for each member the sample leaves out, and tries every member,
 // nested objects and the first entry of lists included: left out (refused
 // when required), and values at and beyond its limits: lengths where the
@@ -47,8 +46,8 @@ func TestSpecConstraintsMatchValidate(t *testing.T) {
 			t.Parallel()
 			root, ok := s.Components.Schemas[requestSchema(k)]
 			require.True(t, ok, "schema %s missing", requestSchema(k))
-			sample, ok := kindsample.JSON(k)
-			require.True(t, ok, "no sample of %s: add one to internal/testkit/kindsample", k.Type)
+			sample := k.Example()
+			require.NotEmpty(t, sample, "%s has no example: give it one with tasks.WithExample", k.Type)
 			var doc map[string]any
 			require.NoError(t, json.Unmarshal([]byte(sample), &doc))
 			c := &constraints{t: t, s: s, k: k, root: root, re: map[string]*regexp.Regexp{}}
@@ -287,7 +286,7 @@ func (c *constraints) example(sc schema, path []any) any {
 		v = m
 	}
 	require.True(c.t, v != nil && c.ok(sc, v),
-		"%s: cannot make a value the spec accepts; give the kind's sample (internal/testkit/kindsample) one", fieldName(path))
+		"%s: cannot make a value the spec accepts; give the kind's example (tasks.WithExample) one", fieldName(path))
 	return v
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
-	"github.com/orderworker/orderworker/internal/testkit/kindsample"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -55,7 +54,7 @@ func TestKindsRunTheHookBeforeEveryKindsWrite(t *testing.T) {
 			w, err := workertest.New(store, workertest.Config{Kinds: storehook.Kinds(nil, hook)})
 			require.NoError(t, err)
 			run := func(ev string) error {
-				p, err := kindsample.Payload(k.Kind, ev, no)
+				p, err := k.Kind.ExamplePayload(ev, no)
 				require.NoError(t, err)
 				return w.Work(t.Context(), p).Err
 			}
