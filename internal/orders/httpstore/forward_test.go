@@ -3,8 +3,6 @@ package httpstore
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -167,19 +165,11 @@ func TestForwardedEndpointRefusals(t *testing.T) {
 	db := newOracle(t)
 	require.NoError(t, db.Put(t.Context(), orders.Order{No: "SO1", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	h := orderapitest.NewHandler(cancelStore{db}, cancelEntry)
-	post := func(path, body string) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, strings.NewReader(body))
-		req.Header.Set(HeaderIdempotencyKey, "evt-1")
-		req.Header.Set(HeaderFencingToken, "1")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
 	for _, body := range []string{`{"reason":"x","order_no":"SO1"}`, `{"reason":"x","seq":3}`, `{"reason":"x","unknown":1}`, `[]`} {
-		rec := post("/orders/SO1/test-cancel", body)
+		rec := postWrite(t, h, "/orders/SO1/test-cancel", body)
 		assert.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", body, rec.Body.String())
 	}
-	rec := post("/orders/SO1/test-cancel", `{"reason":"x"}`)
+	rec := postWrite(t, h, "/orders/SO1/test-cancel", `{"reason":"x"}`)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
 	without := newRefUpstream(t) // the contract's kinds only

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,4 +183,16 @@ func newCanned(t testing.TB, status int, header http.Header, body string) *canne
 func orderJSON(no string) string {
 	b, _ := json.Marshal(orders.Order{No: no, Status: orders.StatusActive, Items: []orders.Item{{SKU: "a", Qty: 1}}, Version: 2, UpdatedAt: time.Now()})
 	return string(b)
+}
+
+// postWrite sends h a write of event evt-1 under fence 1 to path with
+// body, as the HTTP store would, and returns the answer.
+func postWrite(t testing.TB, h http.Handler, path, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set(HeaderIdempotencyKey, "evt-1")
+	req.Header.Set(HeaderFencingToken, "1")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }

@@ -807,17 +807,9 @@ func TestHandlerServesTheStoresWrites(t *testing.T) {
 		orders.Modifier
 	}
 	h := orderapitest.NewHandler(modifierOnly{Modifier: checkingStore{}})
-	post := func(path, body string) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, strings.NewReader(body))
-		req.Header.Set(HeaderIdempotencyKey, "evt-1")
-		req.Header.Set(HeaderFencingToken, "1")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
-	rec := post("/orders/SO1/modify", `{"remark":"x"}`)
+	rec := postWrite(t, h, "/orders/SO1/modify", `{"remark":"x"}`)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	rec = post("/orders/SO1/exchange", `{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`)
+	rec = postWrite(t, h, "/orders/SO1/exchange", `{"items":[{"sku":"x","qty":1}],"new_order_no":"SO2"}`)
 	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
 	e := decodeError(rec.Code, rec.Body.Bytes(), "SO1")
 	assert.NotErrorIs(t, e, orders.ErrNotFound, "an unknown path, not a missing order")
