@@ -156,13 +156,25 @@ func TestEveryKindEverywhere(t *testing.T) {
 				return p
 			}
 
-			// Each order store applies it.
+			// Each order store applies it: a write of the order's, with its
+			// history entry of the kind's type (a store whose write did
+			// nothing fails here).
 			for _, s := range stores {
 				no := "SO-KIND-" + k.Name + "-" + s.name
 				seed(s.seed, no)
+				before, err := s.store.Get(ctx, no)
+				require.NoError(t, err)
+				ev := "kind-" + k.Name + "-" + s.name
 				wctx := orders.WithWrite(ctx, orders.Write{Fence: 1, Worker: "conformance"})
-				require.NoError(t, entry.Apply(wctx, s.store, payload("kind-"+k.Name+"-"+s.name, no)),
+				require.NoError(t, entry.Apply(wctx, s.store, payload(ev, no)),
 					"the %s store applies %s", s.name, k.Type)
+				h, err := orders.AllHistory(ctx, s.store, no)
+				require.NoError(t, err)
+				require.Greater(t, len(h), 1)
+				last := h[len(h)-1]
+				assert.Equal(t, k.Type, last.Type, "the %s store's history entry of %s", s.name, k.Type)
+				assert.Equal(t, ev, last.EventID, "the %s store's history entry of %s", s.name, k.Type)
+				assert.Equal(t, before.Version+1, last.Version, "the %s store's write of %s bumped the version", s.name, k.Type)
 			}
 
 			// The intake's route.

@@ -185,14 +185,17 @@ type Result struct {
 // Store is what every order store implements, whatever kinds of change it
 // applies: reading an order and its history, and putting an order for
 // seeding and administration. The writes that tasks make are each their
-// own small interface ([Modifier], [Exchanger], and [Annotator] for the
-// notes of operator actions), so that adding a kind of change adds an
-// interface rather than a method every store must write: a store
-// implements the writes of the kinds it serves, and a Worker refuses at
-// start a kind whose write its store lacks (see worker.New). The module's
-// Redis store implements them all, its HTTP store every write but
-// Annotator, and so may a store of your own: storetest.Run checks the
-// rules below, each write's only when the store implements it.
+// own small interface (such as [Modifier] and [Exchanger], and
+// [Annotator] for the notes of operator actions), so that adding a kind
+// of change adds an interface rather than a method every store must
+// write: a store implements the writes of the kinds it serves, and a
+// Worker refuses at start a kind whose write its store lacks (see
+// worker.New), unless the store is a [Forwarder], which passes any
+// kind's change on to the system that owns the orders. The module's
+// Redis store implements every write; its HTTP store implements Modifier
+// and Exchanger and forwards the other kinds. A store of your own
+// implements the writes it serves: storetest.Run checks the rules below,
+// each write's only when the store implements it.
 //
 // Implementations are safe for concurrent use. The errors are those of
 // this package, wrapped with context; match them with errors.Is and
