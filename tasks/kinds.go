@@ -46,7 +46,7 @@ type Kind struct {
 // KindOption is an option of [NewKind]: [WithExample].
 type KindOption func(*Kind)
 
-// WithExample gives the kind an example request, members: a JSON object
+// WithExample gives the kind an example request body, members: a JSON object
 // of the kind's own members, without event_id, order_no, trace and seq,
 // as the intake takes a request's body and the CLI its -json. With an
 // event ID and an order number added it must be a valid payload of the
