@@ -204,7 +204,7 @@ func TestShardsSpreadOverThreeMasters(t *testing.T) {
 	// The queue names the docs give as examples.
 	assert.True(t, spreads("order_cancels"), "docs/adding-a-task-type.md's example")
 	assert.False(t, spreads("order_cancel"), "a name that does not spread: order_cancel:0 and :1 share a master")
-	assert.True(t, spreads("test_custom_kind"), "cmd/producer's test-only kind (TestACustomKindEndToEnd)")
+	assert.True(t, spreads("test_custom_kind"), "the test-only kind of internal/testkit/testkind (TestACustomKindEndToEnd)")
 	assert.True(t, spreads("test_note_kind"), "worker's test-only kind (TestATestKindGoesThroughProducerAndWorker)")
 	// And the dot form the colon replaced does not.
 	third := func(slot int) int { return slot * 3 / 16384 }

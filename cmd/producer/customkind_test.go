@@ -22,50 +22,18 @@ import (
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/internal/testkit/testkind"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// customPayload is the payload of test:custom-kind, a kind that only this
-// test knows: it cancels an order, with a reason. Its type, name and queue
-// are the test's own (no real kind takes a "test" name), so that a real
-// order:cancel added to the table does not clash with it. Seq is its last
-// field, as in the contract's payloads (the producer appends the position
-// to the JSON).
-type customPayload struct {
-	EventID string              `json:"event_id"`
-	OrderNo string              `json:"order_no"`
-	Reason  string              `json:"reason"`
-	Trace   *tasks.TraceContext `json:"trace,omitempty"`
-	Seq     int64               `json:"seq,omitempty"`
-}
-
-// customKind is the test's kind, made as docs/adding-a-task-type.md's
-// example is (its queue name, test_custom_kind, spreads over three cluster
-// masters: tasks.TestShardsSpreadOverThreeMasters). It is handed to the
-// producer (and through it to the intake, its views and actions) and to
-// the worker in their configuration, and nowhere else.
-var customKind = tasks.NewKind[customPayload]("test:custom-kind", "test-custom-kind", "test_custom_kind", 4)
-
-func (p customPayload) Kind() *tasks.Kind { return customKind }
-
-func (p customPayload) Header() tasks.Header {
-	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
-}
-
-func (p customPayload) WithHeader(h tasks.Header) tasks.Payload {
-	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
-	return p
-}
-
-func (p customPayload) Validate() error {
-	if !tasks.ValidEventID(p.EventID) || !tasks.ValidOrderNo(p.OrderNo) || p.Reason == "" {
-		return fmt.Errorf("%w: test:custom-kind needs an event ID, an order number and a reason: %w", tasks.ErrInvalid, asynq.SkipRetry)
-	}
-	return nil
-}
+// customKind is the test's kind, test:custom-kind (package testkind), made
+// as docs/adding-a-task-type.md's example is. It is handed to the producer
+// (and through it to the intake, its views and actions) and to the worker
+// in their configuration, and nowhere else.
+var customKind = testkind.Kind
 
 // failReason is the reason of a custom-kind task that the test's worker fails to
 // apply, as an upstream that is down would.
@@ -82,7 +50,7 @@ func customEntry() worker.Kind {
 			wait = k.Wait
 		}
 	}
-	return worker.NewKind(wait, func(ctx context.Context, store orders.Modifier, c customPayload) error {
+	return worker.NewKind(wait, func(ctx context.Context, store orders.Modifier, c testkind.Payload) error {
 		if c.Reason == failReason {
 			return errors.New("test:custom-kind: upstream down")
 		}

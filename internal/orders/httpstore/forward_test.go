@@ -10,40 +10,15 @@ import (
 
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/orderapitest"
+	"github.com/orderworker/orderworker/internal/testkit/testkind"
 	"github.com/orderworker/orderworker/internal/testkit/upstreamtest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
-// cancelPayload is the payload of test:forward-cancel, a kind that only
-// these tests know and that the HTTP store has no write of its own for.
-type cancelPayload struct {
-	EventID string              `json:"event_id"`
-	OrderNo string              `json:"order_no"`
-	Reason  string              `json:"reason"`
-	Trace   *tasks.TraceContext `json:"trace,omitempty"`
-	Seq     int64               `json:"seq,omitempty"`
-}
-
-var cancelKind = tasks.NewKind[cancelPayload]("test:forward-cancel", "test-cancel", "test_forward_cancel", 1)
-
-func (p cancelPayload) Kind() *tasks.Kind { return cancelKind }
-func (p cancelPayload) Header() tasks.Header {
-	return tasks.Header{EventID: p.EventID, OrderNo: p.OrderNo, Seq: p.Seq, Trace: p.Trace}
-}
-func (p cancelPayload) WithHeader(h tasks.Header) tasks.Payload {
-	p.EventID, p.OrderNo, p.Seq, p.Trace = h.EventID, h.OrderNo, h.Seq, h.Trace
-	return p
-}
-func (p cancelPayload) Validate() error {
-	if p.Reason == "" {
-		return &tasks.FieldError{Field: "reason", Msg: "required"}
-	}
-	return nil
-}
-
-// canceller is the store write of test:forward-cancel.
+// canceller is the store write of test:custom-kind (testkind), which the
+// HTTP store has no write of its own for.
 type canceller interface {
 	Cancel(ctx context.Context, eventID, no, reason string) (orders.Result, error)
 }
@@ -56,7 +31,7 @@ func (s cancelStore) Cancel(ctx context.Context, eventID, no, reason string) (or
 	return s.Modify(ctx, eventID, no, orders.Changes{Remark: &reason})
 }
 
-var cancelEntry = worker.NewKind(worker.Wait{}, func(ctx context.Context, s canceller, p cancelPayload) error {
+var cancelEntry = worker.NewKind(worker.Wait{}, func(ctx context.Context, s canceller, p testkind.Payload) error {
 	_, err := s.Cancel(ctx, p.EventID, p.OrderNo, p.Reason)
 	return err
 })
@@ -77,7 +52,7 @@ func TestForwardAKindWithoutAWrite(t *testing.T) {
 	require.Len(t, worker.KindsFor(s), len(worker.Kinds()))
 	require.NoError(t, db.Put(t.Context(), orders.Order{No: "SO1", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 
-	p := cancelPayload{EventID: "ev-1", OrderNo: "SO1", Reason: "customer <asked>", Seq: 7,
+	p := testkind.Payload{EventID: "ev-1", OrderNo: "SO1", Reason: "customer <asked>", Seq: 7,
 		Trace: &tasks.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	at := func(fence, seq int64) context.Context {
 		return orders.WithWrite(t.Context(), orders.Write{Fence: fence, Seq: seq, Worker: "w-1"})
@@ -93,24 +68,24 @@ func TestForwardAKindWithoutAWrite(t *testing.T) {
 
 	reqs := up.RequestsWith(HeaderIdempotencyKey, "ev-1")
 	require.Len(t, reqs, 1)
-	assert.Equal(t, upstreamtest.APIPath+"/orders/SO1/test-cancel", reqs[0].Path)
+	assert.Equal(t, upstreamtest.APIPath+"/orders/SO1/test-custom-kind", reqs[0].Path)
 	assert.Equal(t, `{"reason":"customer <asked>"}`, string(reqs[0].Body), "the payload's own members only")
 	assert.Equal(t, "7", reqs[0].Header.Get(HeaderSequence))
 
 	// A repeat is a replay: applied once, answered as such.
-	res, err := s.Forward(at(baseFence, 7), orders.Change{Type: cancelKind.Type, Name: cancelKind.Name,
+	res, err := s.Forward(at(baseFence, 7), orders.Change{Type: testkind.Kind.Type, Name: testkind.Kind.Name,
 		EventID: "ev-1", OrderNo: "SO1", Body: []byte(`{"reason":"customer <asked>"}`)})
 	require.NoError(t, err)
 	assert.True(t, res.Replayed)
 	assert.Equal(t, int64(2), res.Order.Version)
 
 	// The rules of a fenced write hold through the forward.
-	p2 := cancelPayload{EventID: "ev-2", OrderNo: "SO1", Reason: "late"}
+	p2 := testkind.Payload{EventID: "ev-2", OrderNo: "SO1", Reason: "late"}
 	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence-1, 0), s, p2), orders.ErrStaleFence)
 	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence, 7), s, p2), orders.ErrPassed)
-	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence, 0), s, cancelPayload{EventID: "ev-1", OrderNo: "SO1", Reason: "other"}), orders.ErrConflict)
-	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence, 0), s, cancelPayload{EventID: "ev-3", OrderNo: "SO-NONE", Reason: "x"}), orders.ErrNotFound)
-	err = cancelEntry.Apply(at(baseFence, 0), s, cancelPayload{EventID: "ev-4", OrderNo: "SO1"})
+	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence, 0), s, testkind.Payload{EventID: "ev-1", OrderNo: "SO1", Reason: "other"}), orders.ErrConflict)
+	assert.ErrorIs(t, cancelEntry.Apply(at(baseFence, 0), s, testkind.Payload{EventID: "ev-3", OrderNo: "SO-NONE", Reason: "x"}), orders.ErrNotFound)
+	err = cancelEntry.Apply(at(baseFence, 0), s, testkind.Payload{EventID: "ev-4", OrderNo: "SO1"})
 	assert.ErrorIs(t, err, orders.ErrInvalid, "the upstream validates the kind's payload")
 	assert.True(t, orders.Permanent(err))
 	o, err = db.Get(t.Context(), "SO1")
@@ -166,17 +141,17 @@ func TestForwardedEndpointRefusals(t *testing.T) {
 	require.NoError(t, db.Put(t.Context(), orders.Order{No: "SO1", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	h := orderapitest.NewHandler(cancelStore{db}, cancelEntry)
 	for _, body := range []string{`{"reason":"x","order_no":"SO1"}`, `{"reason":"x","seq":3}`, `{"reason":"x","unknown":1}`, `[]`} {
-		rec := postWrite(t, h, "/orders/SO1/test-cancel", body)
+		rec := postWrite(t, h, "/orders/SO1/test-custom-kind", body)
 		assert.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", body, rec.Body.String())
 	}
-	rec := postWrite(t, h, "/orders/SO1/test-cancel", `{"reason":"x"}`)
+	rec := postWrite(t, h, "/orders/SO1/test-custom-kind", `{"reason":"x"}`)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 
 	without := newRefUpstream(t) // the contract's kinds only
 	s := without.store(t, Config{})
 	require.NoError(t, without.oracle.Put(t.Context(), orders.Order{No: "SO1", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	err := cancelEntry.Apply(orders.WithWrite(t.Context(), orders.Write{Fence: baseFence}), s,
-		cancelPayload{EventID: "ev-9", OrderNo: "SO1", Reason: "x"})
+		testkind.Payload{EventID: "ev-9", OrderNo: "SO1", Reason: "x"})
 	assert.ErrorIs(t, err, ErrUpstream)
 	assert.NotErrorIs(t, err, orders.ErrNotFound)
 	assert.False(t, orders.Permanent(err), "retried: the upstream may deploy the kind's endpoint")
