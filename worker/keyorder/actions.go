@@ -25,8 +25,9 @@ var ErrNothingToDo = errors.New("keyorder: the action does not apply")
 type Head struct {
 	Key string
 	Pos int64
-	// Queue and TaskID name the head's task ("" for a position reserved
-	// otherwise than by a Client).
+	// TaskID names the head's task, and Queue the queue that holds it
+	// (see RunnerConfig.Locate): "" when the label names no task, and
+	// Queue "" when no queue holds it.
 	Queue, TaskID string
 	// State is the task's asynq state ("pending", "retry", ...), "missing"
 	// when asynq has no such task.
@@ -61,15 +62,10 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 	}
 	p := st.Pending[0]
 	h.Pos, h.Since, h.record = p.Pos, p.Reserved, p.Record
-	queue, id, ok := parseLabel(p.Label)
-	if !ok {
-		h.State = StateMissing
-		return h, nil
-	}
+	queue, id, info, err := r.find(ctx, key, p.Label)
 	h.Queue, h.TaskID = queue, id
-	info, _, err := asynqwire.TaskInfo(ctx, r.insp, r.rdb, queue, id)
 	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+	case errors.Is(err, errNoTask), errors.Is(err, asynq.ErrTaskNotFound):
 		h.State = StateMissing
 	case err != nil:
 		return h, fmt.Errorf("keyorder: task %s of %s's head: %w", id, key, err)
@@ -101,7 +97,7 @@ func (r *Runner) Resume(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return wakeLabels(ctx, r.rdb, st.Wake)
+	return r.turns.tasks.Wake(ctx, key, st.Wake)
 }
 
 // Retry runs the head's task of key now, when it backs off after a
@@ -151,7 +147,7 @@ func (r *Runner) Skip(ctx context.Context, key, reason string) error {
 	if err != nil {
 		return err
 	}
-	return wakeLabels(ctx, r.rdb, st.Wake)
+	return r.turns.tasks.Wake(ctx, key, st.Wake)
 }
 
 // Blocked is a key whose head has not moved: on hold, failing (its task

@@ -180,7 +180,7 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultSettleTimeout)
 			defer cancel()
 			if st, verr := c.seq.Void(vctx, key, pos, label, "the enqueue was refused as a duplicate"); verr == nil {
-				_ = wakeLabels(vctx, c.rdb, st.Wake)
+				_ = moveLabels(vctx, c.rdb, clientLabel, key, st.Wake, asynqwire.FrontInTransit)
 			}
 		}
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s at position %d: %w", o.id, key, pos, err)

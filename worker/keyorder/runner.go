@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -48,9 +49,27 @@ type RunnerConfig struct {
 	// BusyRetryMin and BusyRetryMax bound the random delay after which a
 	// task that only waited runs again. Default 100 ms and 1 s.
 	BusyRetryMin, BusyRetryMax time.Duration
+	// Locate returns where the task of a position of key waits: the queues
+	// to look in, in order, and its task ID, given the position's label;
+	// ok is false for a label that names no task. The Runner looks a task
+	// up there to wake it, to tell the fate of a head, to run it in a
+	// hold, and for the actions. It must be safe for concurrent use.
+	// Defaults to reading a [Client]'s label ([Label]): its one queue. A
+	// program whose labels say less (a key's tasks spread over shard
+	// queues, say) gives its own.
+	Locate func(key, label string) (queues []string, taskID string, ok bool)
 	// Logger receives the skips and what goes wrong after a run (the run's
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
+}
+
+// clientLabel is RunnerConfig.Locate's default: a [Client]'s label.
+func clientLabel(_, label string) ([]string, string, bool) {
+	queue, id, ok := parseLabel(label)
+	if !ok {
+		return nil, "", false
+	}
+	return []string{queue}, id, true
 }
 
 // Runner runs asynq tasks enqueued by a [Client] one key at a time, in the
@@ -100,6 +119,9 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Locate == nil {
+		cfg.Locate = clientLabel
 	}
 	l, err := New(rdb, Config{Prefix: cfg.Prefix, TTL: cfg.TTL, Logger: cfg.Logger})
 	if err != nil {
@@ -320,25 +342,23 @@ func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lea
 }
 
 // queueTasks is what a Runner's Turns ask of asynq: a position's label
-// names its task's queue and ID ([Label]).
+// names its task (RunnerConfig.Locate).
 type queueTasks struct{ r *Runner }
 
 // Wake brings the parked tasks of labels to the front of their queues.
-func (q queueTasks) Wake(ctx context.Context, _ string, labels []string) error {
-	return wakeLabels(ctx, q.r.rdb, labels)
+func (q queueTasks) Wake(ctx context.Context, key string, labels []string) error {
+	return moveLabels(ctx, q.r.rdb, q.r.cfg.Locate, key, labels, asynqwire.FrontInTransit)
 }
 
 // HeadFate says why the head of key's sequence, which waited for its task
 // longer than GapWait, will never take its turn ("" when it will come).
-func (q queueTasks) HeadFate(ctx context.Context, _ string, te *TurnError) (string, time.Duration, error) {
-	queue, id, ok := parseLabel(te.Label)
-	if !ok {
-		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
-	}
-	info, _, err := asynqwire.TaskInfo(ctx, q.r.insp, q.r.rdb, queue, id)
+func (q queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
+	_, id, info, err := q.r.find(ctx, key, te.Label)
 	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", id, queue), 0, nil
+	case errors.Is(err, errNoTask):
+		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
+	case errors.Is(err, asynq.ErrTaskNotFound):
+		return fmt.Sprintf("task %s is not in its queue: never enqueued, refused, or deleted", id), 0, nil
 	case err != nil:
 		return "", 0, fmt.Errorf("read task %s of position %d: %w", id, te.Head, err)
 	}
@@ -350,6 +370,28 @@ func (q queueTasks) HeadFate(ctx context.Context, _ string, te *TurnError) (stri
 		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
 	}
 	return why, 0, nil
+}
+
+// errNoTask is find's error for a label that names no task.
+var errNoTask = errors.New("keyorder: the label names no task")
+
+// find reads the task of a position of key, given its label, in each of
+// the queues RunnerConfig.Locate gives, and returns the queue it is in
+// and its ID. It returns an error matching asynq.ErrTaskNotFound when no
+// queue holds it, and errNoTask when the label names no task.
+func (r *Runner) find(ctx context.Context, key, label string) (queue, id string, info *asynq.TaskInfo, err error) {
+	queues, id, ok := r.cfg.Locate(key, label)
+	if !ok || len(queues) == 0 {
+		return "", id, nil, errNoTask
+	}
+	for _, q := range queues {
+		info, _, err = asynqwire.TaskInfo(ctx, r.insp, r.rdb, q, id)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		return q, id, info, err
+	}
+	return "", id, nil, fmt.Errorf("task %s in %s: %w", id, strings.Join(queues, ", "), asynq.ErrTaskNotFound)
 }
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
@@ -370,18 +412,27 @@ func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
 	return "", false
 }
 
-// wakeLabels brings the parked tasks of labels ([Label]) to the front of
-// their queues, the first first. It returns the first Redis error, after
-// trying every label.
-func wakeLabels(ctx context.Context, rdb redis.Scripter, labels []string) error {
+// moveLabels moves the tasks of positions of key, given by their labels in
+// the order of their positions, with to (to the front of their queues, or
+// the back), so that the first ends up first in line: each is looked for
+// in the queues locate gives, until one holds it. It returns the first
+// Redis error, after trying every label.
+func moveLabels(ctx context.Context, rdb redis.Scripter, locate func(key, label string) ([]string, string, bool), key string, labels []string,
+	to func(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error)) error {
 	var first error
 	for _, label := range slices.Backward(labels) {
-		queue, id, ok := parseLabel(label)
+		queues, id, ok := locate(key, label)
 		if !ok {
 			continue
 		}
-		if _, err := asynqwire.FrontInTransit(ctx, rdb, queue, id); err != nil && first == nil {
-			first = err
+		for _, queue := range queues {
+			state, err := to(ctx, rdb, queue, id)
+			if err != nil && first == nil {
+				first = err
+			}
+			if err != nil || state != "" {
+				break // found there (or failed): not in another queue
+			}
 		}
 	}
 	return first
