@@ -1,12 +1,17 @@
 package keyorder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -58,6 +63,18 @@ type RunnerConfig struct {
 	// program whose labels say less (a key's tasks spread over shard
 	// queues, say) gives its own.
 	Locate func(key, label string) (queues []string, taskID string, ok bool)
+	// DrainMax and DrainFor bound a hold of a hot key's lock (see
+	// [Turns.Drain]): after a task of a key succeeds in its turn, when the
+	// key's next task is parked, the Runner keeps the lock, takes that
+	// task out of its queue itself and runs it in the same hold, with the
+	// same fence, up to DrainMax tasks (the first included) or DrainFor
+	// of time; then it lets other keys' tasks go first when any waits in
+	// the server's queues or more than half its slots are in use, and
+	// goes on otherwise. A hot key then costs about one round trip per
+	// task instead of a trip through its queue. Defaults DefaultDrainMax
+	// (100) and DefaultDrainFor (1 s); a DrainMax of 1 turns it off.
+	DrainMax int
+	DrainFor time.Duration
 	// Logger receives the skips and what goes wrong after a run (the run's
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
@@ -88,6 +105,13 @@ type Runner struct {
 	turns *Turns
 	insp  *asynq.Inspector
 	cfg   RunnerConfig
+	hold  HoldConfig
+
+	handlers    sync.Map     // task type -> the handler that ran it, for the holds
+	seen        sync.Map     // queue -> true: the queues tasks came from
+	served      atomic.Value // []string: the server's queues, from ServerConfig
+	concurrency atomic.Int64 // the server's Concurrency, from ServerConfig
+	slots       atomic.Int64 // runs that asynq started and that have not ended
 }
 
 // NewRunner returns a Runner on rdb. It returns an error when cfg.Key is
@@ -110,6 +134,9 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	if cfg.BusyRetryMax == 0 {
 		cfg.BusyRetryMax = time.Second
 	}
+	if cfg.DrainMax < 0 || cfg.DrainFor < 0 {
+		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
+	}
 	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
 	}
@@ -128,6 +155,10 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}
+	r.hold = HoldConfig{
+		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
+		IsFailure: IsFailure, RetryDelay: r.RetryDelay, Busy: r.busy, Queues: r.queues,
+	}
 	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger})
 	if err != nil {
 		_ = l.Close()
@@ -141,11 +172,41 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 func (r *Runner) Close() error { return r.l.Close() }
 
 // ServerConfig returns c with the Runner's IsFailure and RetryDelayFunc,
-// which the asynq server running its handlers must use.
+// which the asynq server running its handlers must use. The Runner also
+// reads c's Queues and Concurrency (asynq's defaults when unset), for its
+// holds (see RunnerConfig.DrainMax): a Runner never given the server's
+// config counts the queues its tasks came from as the server's, and the
+// server as never busy.
 func (r *Runner) ServerConfig(c asynq.Config) asynq.Config {
 	c.IsFailure = IsFailure
 	c.RetryDelayFunc = r.RetryDelay
+	queues := slices.Sorted(maps.Keys(c.Queues))
+	if len(queues) == 0 {
+		queues = []string{"default"} // asynq's default
+	}
+	r.served.Store(queues)
+	r.concurrency.Store(int64(cmp.Or(c.Concurrency, runtime.NumCPU())))
 	return c
+}
+
+// queues returns the queues of the server, for the holds: those of
+// ServerConfig, or else those its tasks came from.
+func (r *Runner) queues() []string {
+	if qs, ok := r.served.Load().([]string); ok {
+		return qs
+	}
+	var qs []string
+	r.seen.Range(func(q, _ any) bool {
+		qs = append(qs, q.(string))
+		return true
+	})
+	return qs
+}
+
+// busy reports whether more than half of the server's slots are in use.
+func (r *Runner) busy() bool {
+	n := r.concurrency.Load()
+	return n > 0 && 2*r.slots.Load() > n
 }
 
 // IsFailure is asynq's Config.IsFailure for tasks run by a Runner: a task
@@ -208,6 +269,10 @@ type Run struct {
 	// handler must be idempotent, as a store that dedupes by task ID is);
 	// [ModeFree] for a task without a position.
 	Mode Mode
+	// Held is 0 for a run that asynq started, and n for a run that the
+	// hold of the key's lock took out of its queue after n runs (see
+	// RunnerConfig.DrainMax): it runs with the same fence as they did.
+	Held int
 }
 
 type runKey struct{}
@@ -245,20 +310,22 @@ func RunFrom(ctx context.Context) (Run, bool) {
 // A task whose key or position cannot be read is archived with the reason.
 func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		started := time.Now()
+		r.slots.Add(1)
+		defer r.slots.Add(-1)
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		key, err := r.cfg.Key(t)
-		if err == nil {
-			err = checkKey(key, "")
+		if _, ok := r.handlers.Load(t.Type()); !ok {
+			r.handlers.Store(t.Type(), next)
 		}
-		if err != nil {
-			return fmt.Errorf("keyorder: task %s: its key: %w: %w", clip(id), err, asynq.SkipRetry)
+		if _, ok := r.seen.Load(queue); !ok {
+			r.seen.Store(queue, true)
 		}
-		pos, err := Position(t.Payload())
+		key, pos, err := r.position(t, id)
 		if err != nil {
-			return fmt.Errorf("keyorder: task %s of %s: %w: %w", clip(id), key, err, asynq.SkipRetry)
+			return err
 		}
 		var turn Turn
 		if pos > 0 {
@@ -287,23 +354,74 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		default:
 			return err
 		}
-		budget, h := max(maxRetry-1, 0), next
-		if pos > 0 && retried > budget {
-			// Failed past its budget already, by runs asynq counted
-			// without us (a run that outlived its deadline): archived in
-			// its turn, which passes on, rather than run again.
-			h = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-				return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
-			})
+		err = r.run(ctx, t, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, retried, maxRetry)
+		if _, kept := lease.Kept(); kept {
+			// The turn passed on while the lock was kept, for the key's
+			// next task, parked: run it, and those after it, in this hold.
+			r.turns.Drain(ctx, lease, started, &r.hold)
 		}
-		return r.run(ctx, t, h, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, retried, budget)
+		return err
 	})
 }
 
+// position reads the key and the position of task id, t; an error, which
+// archives the task, says why they cannot be read.
+func (r *Runner) position(t *asynq.Task, id string) (string, int64, error) {
+	key, err := r.cfg.Key(t)
+	if err == nil {
+		err = checkKey(key, "")
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("keyorder: task %s: its key: %w: %w", clip(id), err, asynq.SkipRetry)
+	}
+	pos, err := Position(t.Payload())
+	if err != nil {
+		return "", 0, fmt.Errorf("keyorder: task %s of %s: %w: %w", clip(id), key, err, asynq.SkipRetry)
+	}
+	return key, pos, nil
+}
+
+// runHeld is the Runner's HoldConfig.Run: it runs task t, which a hold
+// took out of its queue for position held.Turn, with the handler that ran
+// its type before, in the hold's lease.
+func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
+	key, pos, err := r.position(t, held.ID)
+	if err != nil {
+		return err
+	}
+	h, ok := r.handlers.Load(t.Type())
+	switch {
+	case !ok:
+		err = fmt.Errorf("no handler of the Runner has run a %s task yet", clip(t.Type()))
+	case key != held.Lease.Key() || pos != held.Turn.Pos:
+		err = fmt.Errorf("task of %s holds position %d, not %d of %s, which the hold passed on to", key, pos, held.Turn.Pos, held.Lease.Key())
+	default:
+		err = held.Lease.Next(held.Turn)
+	}
+	if err != nil {
+		// Back to its queue, where it takes its turn as any task does.
+		return &laterError{err: fmt.Errorf("%w: %w", ErrNotYourTurn, err), delay: r.busyDelay()}
+	}
+	run := Run{Key: key, Pos: pos, Fence: held.Lease.Fence(), Mode: ModeTurn, Held: held.Runs}
+	return r.run(ctx, t, h.(asynq.Handler), held.Lease, run, held.Retried, held.MaxRetry)
+}
+
 // run runs next inside lease and passes the turn on when the task's work
-// is done (applied or archived), keeping it when the task will run again.
-func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *Lease, run Run, retried, budget int) (err error) {
+// is done (applied or archived), keeping it when the task will run again,
+// and keeping the lock when the key's next task is parked (see
+// RunnerConfig.DrainMax).
+func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *Lease, run Run, retried, maxRetry int) (err error) {
+	budget := max(maxRetry-1, 0)
+	if run.Pos > 0 && retried > budget {
+		// Failed past its budget already, by runs asynq counted without
+		// us (a run that outlived its deadline): archived in its turn,
+		// which passes on, rather than run again.
+		next = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
+		})
+	}
 	wctx := lease.Keep(ctx)
+	lease.Drain(r.hold.Drains())
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(t.Type()), v)
