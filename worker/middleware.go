@@ -88,9 +88,9 @@ type LockStats struct {
 type run struct {
 	Done
 	maxRetry int // the task's asynq MaxRetry
-	// hold is set for a run of a drained hold (the lease kept for its
+	// held is set for a run of a drained hold (the lease kept for its
 	// position, see drain.go); nil for a run that takes its own lock.
-	hold *hold
+	held *keyorder.Held
 	// kept is set when the run's commit kept its lease for the next
 	// position: the hold goes on with it.
 	kept *keyorder.Lease
@@ -288,7 +288,7 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 
 	maxRetry := r.maxRetry
-	if r.hold != nil {
+	if r.held != nil {
 		// A run of a drained hold: the lock is held in its turn already.
 		return w.applyHeld(ctx, k, p, r, turn, tasks.FailureBudget(maxRetry))
 	}
@@ -401,7 +401,7 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 		// quantum lasts.
 		Commit: lease,
 	})
-	lease.Drain(w.drains(r))
+	lease.Drain(w.hold.Drains())
 	err = w.write(wctx, k, p, lease.Fence())
 	// A change of an order that an exchange was to create and did not, or
 	// whose position was skipped: say why.

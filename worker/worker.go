@@ -430,13 +430,11 @@ type Worker struct {
 	insp     *asynq.Inspector
 	store    orders.Store
 	log      *zap.Logger
-	tracer   trace.Tracer   // nil: tracing off
-	inflight sync.WaitGroup // handler runs; asynq stops waiting for them at its shutdown timeout
-	slots    atomic.Int64   // asynq's slots in use: runs it started (a hold's drained runs take none)
-	stopping atomic.Bool    // Shutdown began: holds drain no more
-	// folds: rdb is one Redis (not a Cluster), where a drained change's
-	// commit also takes the next change's task (see drain.go).
-	folds bool
+	tracer   trace.Tracer        // nil: tracing off
+	inflight sync.WaitGroup      // handler runs; asynq stops waiting for them at its shutdown timeout
+	slots    atomic.Int64        // asynq's slots in use: runs it started (a hold's drained runs take none)
+	stopping atomic.Bool         // Shutdown began: holds drain no more
+	hold     keyorder.HoldConfig // how the Worker's holds drain an order (drain.go)
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -481,7 +479,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
-	_, w.folds = rdb.(*redis.Client)
+	w.hold = w.holdConfig()
 	w.served = slices.Sorted(maps.Keys(w.queues))
 	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no"})
 	if err != nil {

@@ -94,6 +94,12 @@ type HoldConfig struct {
 	// Stopping reports that the server shuts down: the hold ends before
 	// its next task. Defaults to never.
 	Stopping func() bool
+	// Failed, when set, is called with the error of each run of the hold
+	// that failed (held tells its retries so far), before its end is
+	// recorded in asynq, as asynq calls its Config.ErrorHandler; not for
+	// a run that goes back to its queue because the hold's first run was
+	// cancelled (a shutdown).
+	Failed func(ctx context.Context, t *asynq.Task, held Held, err error)
 }
 
 // Held is what [HoldConfig.Run] learns of a task that a hold took out of
@@ -269,6 +275,10 @@ func (h *hold) othersWaiting(ctx context.Context) bool {
 // yield ends a hold whose quantum is spent: it releases the lease, kept
 // for next, and sends next's task to the back of its queue.
 func (h *hold) yield(ctx context.Context, next Turn) {
+	if _, _, ok := h.cfg.Locate(h.key, next.Label); !ok {
+		h.t.Release(ctx, h.lease) // no task of a queue to send back: call its holder back
+		return
+	}
 	h.t.ReleaseKept(ctx, h.lease)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
@@ -439,9 +449,13 @@ var errHoldEnded = errors.New("keyorder: the hold ended before the task ran")
 // asynq ends at a shutdown.
 func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.Outcome {
 	rctx, cancel := runContext(hctx, c)
+	defer cancel()
 	t := asynq.NewTask(c.Type, c.Payload)
-	err := h.cfg.Run(rctx, t, Held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count})
-	cancel()
+	held := Held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
+	err := h.cfg.Run(rctx, t, held)
+	if err != nil && ctx.Err() == nil && h.cfg.Failed != nil {
+		h.cfg.Failed(rctx, t, held, err)
+	}
 	out := &asynqwire.Outcome{Task: c, Err: err}
 	switch {
 	case err == nil, errors.Is(err, asynq.RevokeTask):
