@@ -87,10 +87,16 @@
 // see the figures in docs/engine.md. Per task, the Runner adds the lock's
 // acquire and release scripts (the turn check rides in them) to asynq's
 // own round trips, and Enqueue is one script, as asynq's Client's enqueue
-// is. A task behind its key's head costs a park and a call back. The
-// order domain's worker goes further on the same engine: a Redis store's
-// commit script passes the turn on ([Commit]), and a hot key's next tasks
-// run in the same hold (package worker's DrainMax).
+// is. A task behind its key's head is parked; when its turn comes while
+// the task before it succeeds, the Runner keeps the key's lock and runs it
+// in the same hold ([RunnerConfig].DrainMax, [Turns.Drain]), taking it out
+// of asynq in the round trip that passes the turn on: a hot key's tasks
+// then cost about one round trip each, and run about as fast as plain
+// asynq runs unordered tasks. A parked task whose predecessor failed, or
+// whose hold yielded to other keys, is called back through its queue
+// instead. The order domain's worker goes one step further on the same
+// engine: a Redis store's commit script also passes the turn on
+// ([Commit]).
 //
 // # The parts
 //
@@ -112,4 +118,7 @@
 //   - [Commit]: the hook a store on the lock's own Redis is handed with a
 //     write, to check the lock's newest fence and pass the turn on in its
 //     commit script ([CommitLua]).
+//   - [Turns.Drain]: the hold of a hot key, which runs the key's parked
+//     tasks under the lock that their predecessor's commit kept
+//     ([HoldConfig] says where a task is and how to run it).
 package keyorder

@@ -96,6 +96,16 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // no retry, and a failing task blocks the tasks behind it while it backs
 // off, then is archived past its failure budget, and the next one runs.
 //
+// A hot key's tasks run in holds of its lock (see RunnerConfig.DrainMax):
+// the handler of the task that took the lock goes on with the key's next
+// tasks, parked behind it, each run with the handler that ran its type
+// before in this Runner ([Run].Held says so). Wrapping asynq's ServeMux
+// as a whole (srv.Run(r.Handler(mux))) lets a hold run every type; a task
+// of a type not yet run goes back to its queue and runs from there. asynq
+// counts a hold as the run of its first task: a hold ends at half that
+// task's timeout, and a shutdown that cancels it puts that task back in
+// its queue, to run again as a passed position (ModePassed).
+//
 // A Runner is safe for concurrent use. It owns one Pub/Sub subscription
 // (the release notices) from its first run to Close; rdb stays the
 // caller's to close.
@@ -299,6 +309,10 @@ func RunFrom(ctx context.Context) (Run, bool) {
 //     outlives its deadline fails too: a task past its budget so is
 //     archived in its turn without running again. When next fails within its budget, the turn stays: the
 //     tasks behind it wait while it backs off.
+//   - When next succeeds in its turn and the key's next task is parked,
+//     the turn passes on while the lock is kept, and that task, and those
+//     after it, run in this hold before the handler returns (see
+//     RunnerConfig.DrainMax and the Runner's doc).
 //   - A head whose task will never come (deleted, never enqueued,
 //     archived before its turn) is skipped after RunnerConfig.GapWait.
 //   - A task without a position (enqueued by asynq's own Client) runs
