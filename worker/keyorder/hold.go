@@ -73,8 +73,9 @@ type HoldConfig struct {
 	// is a wait: the task goes back to its queue), runs the handler, and
 	// passes the turn on ([Turns.Pass]), with [Lease.Drain] set so that the
 	// hold goes on. ctx ends with the task's timeout or deadline, and when
-	// the hold's lease is lost. It returns the run's error, as an asynq
-	// handler would.
+	// the hold's lease is lost; in it, asynq.GetTaskID, GetQueueName,
+	// GetRetryCount and GetMaxRetry report t's, as in a run asynq started.
+	// It returns the run's error, as an asynq handler would.
 	Run func(ctx context.Context, t *asynq.Task, held Held) error
 	// IsFailure and RetryDelay are the asynq server's (asynq.Config),
 	// which decide the end of a run that failed, as asynq's processor
@@ -450,6 +451,9 @@ var errHoldEnded = errors.New("keyorder: the hold ended before the task ran")
 func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.Outcome {
 	rctx, cancel := runContext(hctx, c)
 	defer cancel()
+	// asynq's getters (asynq.GetTaskID, ...) report c, not the hold's
+	// first task, whose run's context this derives from.
+	rctx, _ = asynqwire.TaskContext(rctx, c)
 	t := asynq.NewTask(c.Type, c.Payload)
 	held := Held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
 	err := h.cfg.Run(rctx, t, held)
