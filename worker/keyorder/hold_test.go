@@ -1,8 +1,10 @@
 package keyorder_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,8 +40,8 @@ func seq(n int) []int {
 }
 
 // A hot key's tasks after the first run in the first one's hold, in
-// order, each as its own run with the hold's fence, and asynq records each
-// one's end.
+// order, each as its own run with the hold's fence (asynq's getters
+// report its own task), and asynq records each one's end.
 func TestRunnerDrainsAHotKey(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
@@ -48,9 +50,18 @@ func TestRunnerDrainsAHotKey(t *testing.T) {
 	es := hotKey(t, c, "K", n)
 	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
 	rc := newRecorder()
-	startServer(t, db.Client, r, 4, rc.wrap(nil))
+	var ids sync.Map // task number -> what asynq.GetTaskID said in its run
+	startServer(t, db.Client, r, 4, rc.wrap(func(ctx context.Context, b body, _ keyorder.Run) error {
+		id, _ := asynq.GetTaskID(ctx)
+		ids.Store(b.N, id)
+		return nil
+	}))
 	eventually(t, func() bool { return len(rc.succeeded("K")) == n }, "the tasks did not all run")
 	require.Equal(t, seq(n), rc.succeeded("K"))
+	for i, e := range es {
+		id, _ := ids.Load(i + 1)
+		require.Equal(t, e.TaskID, id, "task %d: asynq.GetTaskID in its run", i+1)
+	}
 	runs := rc.all()
 	require.Len(t, runs, n, "a task ran more than once")
 	for i, x := range runs {
