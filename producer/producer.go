@@ -64,7 +64,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -288,10 +287,11 @@ type Producer struct {
 	client    *asynq.Client
 	inspector *asynq.Inspector
 	seq       *keyorder.Sequencer
+	ordered   *keyorder.Client // the engine's one-script enqueue (acceptAtOnce)
 	closed    atomic.Bool
 	tracer    trace.Tracer // nil: tracing off
-	// crossSlot is set once Redis refused acceptScript for its keys'
-	// slots (a proxy that spreads one address over shards): the producer
+	// crossSlot is set once Redis refused the one-script enqueue for its
+	// keys' slots (a proxy that spreads one address over shards): the producer
 	// then takes the two-step way.
 	crossSlot atomic.Bool
 }
@@ -331,12 +331,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	ordered, err := keyorder.NewClient(rdb, keyorder.ClientConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0)), ParkFor: cfg.ParkFor})
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
 	return &Producer{
 		cfg:       cfg,
 		rdb:       rdb,
 		client:    asynq.NewClientFromRedisClient(rdb),
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		seq:       seq,
+		ordered:   ordered,
 		tracer:    tracing.Tracer(cfg.TracerProvider),
 	}, nil
 }
@@ -637,9 +642,10 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		maxRetry = *o.maxRetry
 	}
 	if _, one := p.rdb.(*redis.Client); one && o.processIn == 0 && !p.crossSlot.Load() {
-		msg := asynqwire.Message{Type: kind.Type, ID: h.EventID, Queue: queue,
-			MaxRetry: tasks.MaxRetry(maxRetry), Timeout: p.cfg.Timeout, Retention: p.cfg.Retention}
-		r, done, err := p.acceptAtOnce(ctx, me, at, msg, body)
+		// The engine adds the one try a wait keeps (tasks.MaxRetry).
+		r, done, err := p.acceptAtOnce(ctx, me, at, h.EventID, asynq.NewTask(kind.Type, body), []asynq.Option{
+			asynq.Queue(queue), asynq.TaskID(h.EventID), asynq.MaxRetry(maxRetry),
+			asynq.Timeout(p.cfg.Timeout), asynq.Retention(p.cfg.Retention)})
 		if done || err != nil {
 			return r, err
 		}
@@ -718,156 +724,68 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
 }
 
-// acceptScript accepts a new change on one Redis in one step: it claims
-// the event ID, takes the change's position (and an exchange's first
-// position of its replacement order) and enqueues the task carrying the
-// position, as asynq's Client would. The task's payload is the change's
-// JSON without a position with "seq" put last: the bytes tasks.NewTask
-// encodes, since Seq is the payloads' last field.
-//
-// Nothing is written when the claim exists already (the same change sent
-// again, or its event ID used for another change): it returns {"claimed",
-// the claim}, and the caller takes the general path, which tells the two
-// apart. When the queue holds a task with the event's ID (one whose claim
-// has expired), it claims the ID, takes no position and returns
-// {"exists"}. Otherwise it returns {"ok", position, the replacement's
-// position or ""}.
-//
-// KEYS[1] the claim, KEYS[2] the order's sequence, KEYS[3] the task's hash,
-// KEYS[4] the queue's pending list, KEYS[5] asynq's set of queues, KEYS[6]
-// the queue's retry set, KEYS[7] the replacement's sequence (an exchange
-// only)
-// ARGV[1] the claim's value, ARGV[2] the dedupe window in ms, ARGV[3] the
-// position's label, ARGV[4] the sequences' retention in ms, ARGV[5] the
-// task message's head, ARGV[6] the payload without a position, ARGV[7] the
-// queue, ARGV[8] the task ID, ARGV[9] now in ns, ARGV[10] the replacement
-// position's label ("" for none), ARGV[11] its reference, ARGV[12] the cap
-// of the order's positions waiting (0 for none): past it, it writes
-// nothing and answers the error reply "FULL <waiting> <max>"
-// (keyorder.ReserveError), ARGV[13] until when a parked task waits at most
-// (Unix seconds). The replacement's first position is not capped: the
-// exchange's own position was.
+// acceptAtOnce accepts a new change on one Redis in one step, in one round
+// trip, with the engine's one-script enqueue (keyorder.Client's
+// EnqueueAtOnce): it claims the event ID, takes the change's position (and
+// an exchange's first position of its replacement order, linked) and
+// enqueues the task carrying the position, as asynq's Client would. The
+// task's payload is body, the change's JSON without a position, with
+// "seq" put last by the script: the bytes tasks.NewTask encodes, since Seq
+// is the payloads' last field (TestSeqSpliceMatchesTheEncoding pins that
+// for every kind). With [Config.WaitReplicas], the WAIT rides in the same
+// pipeline (the position and the task are written together, so one WAIT
+// covers both).
 //
 // Only the head of an order waits in the queue: a change accepted behind
-// earlier changes of its order that are not finished is parked (its
-// position marked so by seq_reserve, its task put in the queue's retry set
-// rather than its pending list, until ARGV[13] at the latest), and the
-// change before it hands it the turn: the worker that holds the order goes
-// on with it in the same hold, or calls it back to the front of the queue.
+// earlier changes of its order that are not finished is parked (in the
+// queue's retry set, for up to Config.ParkFor), and the change before it
+// hands it the turn: the worker that holds the order goes on with it in
+// the same hold, or calls it back to the front of the queue.
 //
-// The script appends the position to the payload's JSON as its last field (seq_splice),
-// which is how the payloads encode it (TestSeqSpliceMatchesTheEncoding
-// pins that for every kind).
-//
-// It adds the queue to asynq's set of queues every time, where asynq's
-// Client does it once per process: a queue missing from that set (lost in
-// a failover, say) makes asynq's Inspector answer ErrQueueNotFound for
-// its tasks, and the workers' gap check would take a task for gone.
-var acceptScript = redis.NewScript(keyorder.ReserveLua + asynqwire.EnqueueLua + `
-local full = seq_full(KEYS[2], ARGV[12])
-if full then return redis.error_reply(full) end
-local prev = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
-if prev then return {'claimed', prev} end
-if asynq_exists(KEYS[3]) then return {'exists'} end
-local pos, _, parked = seq_reserve(KEYS[2], ARGV[3], ARGV[4], '', 0, true)
-local created = ''
-if ARGV[10] ~= '' then created = seq_reserve(KEYS[7], ARGV[10], ARGV[4], ARGV[11], 0, false) end
-local msg = asynq_message(ARGV[5], seq_splice(ARGV[6], pos))
-if parked then
-  asynq_park(KEYS[3], KEYS[6], KEYS[5], ARGV[7], ARGV[8], msg, ARGV[13])
-else
-  asynq_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[7], ARGV[8], msg, ARGV[9])
-end
-return {'ok', pos, created}
-`)
-
-// acceptAtOnce accepts a new change with acceptScript, in one round trip:
-// with [Config.WaitReplicas], the WAIT rides in the same pipeline (the
-// position and the task are written together, so one WAIT covers both).
-// body is the payload's JSON without a position. It reports done false,
-// having written nothing, when the event ID was claimed before, or when
-// Redis refused the script's keys as in different slots (a proxy in front
-// of shards; the producer then keeps to the two-step way): the caller then
-// takes the general path. Its errors are the caller's to return.
-func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, msg asynqwire.Message, body []byte) (r Result, done bool, err error) {
-	fail := func(err error) (Result, bool, error) {
-		return Result{}, true, &unavailableError{fmt.Errorf("producer: accept %s event %q for order %s: %w", me.typ, msg.ID, me.orderNo, withCause(ctx, err))}
-	}
-	if len(body) < 2 || body[0] != '{' || body[1] == '}' || body[len(body)-1] != '}' {
-		return fail(fmt.Errorf("payload %q is not a JSON object with fields", body)) // unreachable: a valid payload has an event ID
-	}
-	seqKey, ttl, maxWaiting, err := p.seq.ReserveArgs(at.orderNo, at.label, "")
-	if err != nil {
-		return fail(err)
-	}
-	keys := []string{p.claimKey(msg.ID), seqKey, asynqwire.TaskKey(msg.Queue, msg.ID), asynqwire.PendingKey(msg.Queue), asynqwire.AllQueues,
-		asynqwire.RetryKey(msg.Queue)}
-	var createRef string
+// It reports done false, having written nothing, when the event ID was
+// claimed before, or when Redis refused the script's keys as in different
+// slots (a proxy in front of shards; the producer then keeps to the
+// two-step way): the caller then takes the general path. When the queue
+// holds a task with the event's ID (one whose claim has expired), the
+// event ID is claimed, no position is taken, and the change is the
+// duplicate of that task. Its errors are the caller's to return.
+func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, eventID string, task *asynq.Task, opts []asynq.Option) (r Result, done bool, err error) {
+	x := keyorder.AtOnce{Label: at.label, Claim: p.claimKey(eventID), ClaimValue: me.String(), ClaimTTL: p.cfg.DedupeWindow}
 	if at.created != "" {
-		createRef = keyorder.CreationRef(msg.ID)
-		k, _, _, err := p.seq.ReserveArgs(at.created, at.createLabel, createRef)
-		if err != nil {
-			return fail(err)
-		}
-		keys = append(keys, k)
+		x.Link, x.LinkLabel, x.LinkRef = at.created, at.createLabel, keyorder.CreationRef(eventID)
 	}
-	now := time.Now()
-	args := []any{me.String(), p.cfg.DedupeWindow.Milliseconds(), at.label, ttl, msg.Head(), body,
-		msg.Queue, msg.ID, now.UnixNano(), at.createLabel, createRef, maxWaiting, now.Add(p.cfg.ParkFor).Unix()}
-	run := func() (acc, wait *redis.Cmd) {
-		if p.cfg.WaitReplicas == 0 {
-			return acceptScript.EvalSha(ctx, p.rdb, keys, args...), nil
-		}
-		_, _ = p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			acc = acceptScript.EvalSha(ctx, pipe, keys, args...)
+	var wait *redis.Cmd
+	if p.cfg.WaitReplicas > 0 {
+		x.Pipe = func(pipe redis.Pipeliner) {
 			wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
-			return nil
-		}) // each command keeps its own error
-		return acc, wait
-	}
-	acc, wait := run()
-	if keyorder.NoScript(acc.Err()) {
-		// Redis lost its script cache (a restart): nothing ran. Load the
-		// script and go again.
-		if err := acceptScript.Load(ctx, p.rdb).Err(); err != nil {
-			return fail(err)
 		}
-		acc, wait = run()
 	}
-	res, err := acc.StringSlice()
-	if redis.HasErrorPrefix(err, "CROSSSLOT") {
+	e, err := p.ordered.EnqueueAtOnce(ctx, at.orderNo, task, x, opts...)
+	var full *keyorder.FullError
+	switch {
+	case errors.Is(err, keyorder.ErrNotAtOnce):
 		// Refused before it ran: this Redis spreads keys over shards.
 		p.crossSlot.Store(true)
 		return Result{}, false, nil
-	}
-	if err != nil {
-		if full := (*keyorder.FullError)(nil); errors.As(keyorder.ReserveError(at.orderNo, err), &full) {
-			return Result{}, true, backlogFull(me, msg.ID, full)
-		}
-		return fail(err)
-	}
-	switch {
-	case len(res) == 2 && res[0] == "claimed":
+	case errors.Is(err, keyorder.ErrClaimed):
 		return Result{}, false, nil
-	case len(res) == 1 && res[0] == "exists":
-		dup := p.duplicate(ctx, me.typ, &me, msg.ID, me.fp)
-		if err := p.replicated(ctx, msg.Queue); err != nil {
-			return Result{}, true, p.notConfirmed(me, msg.ID, err)
+	case errors.As(err, &full):
+		return Result{}, true, backlogFull(me, eventID, full)
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		dup := p.duplicate(ctx, me.typ, &me, eventID, me.fp)
+		if err := p.replicated(ctx, dup.Queue); err != nil {
+			return Result{}, true, p.notConfirmed(me, eventID, err)
 		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, true, dup
-	case len(res) != 3 || res[0] != "ok":
-		return fail(fmt.Errorf("unexpected reply %q", res))
-	}
-	pos, err := strconv.ParseInt(res[1], 10, 64)
-	if err != nil || pos <= 0 {
-		return fail(fmt.Errorf("bad position %q", res[1]))
+	case err != nil:
+		return Result{}, true, &unavailableError{fmt.Errorf("producer: accept %s event %q for order %s: %w", me.typ, eventID, me.orderNo, withCause(ctx, err))}
 	}
 	if wait != nil {
 		if err := p.waited(wait); err != nil {
-			return Result{}, true, p.notConfirmed(me, msg.ID, err)
+			return Result{}, true, p.notConfirmed(me, eventID, err)
 		}
 	}
-	return Result{TaskID: msg.ID, Queue: msg.Queue, EventID: msg.ID, Seq: pos}, true, nil
+	return Result{TaskID: e.TaskID, Queue: e.Queue, EventID: eventID, Seq: e.Pos}, true, nil
 }
 
 // notConfirmed wraps an error of [Producer.replicated] for the caller.

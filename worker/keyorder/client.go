@@ -2,6 +2,7 @@ package keyorder
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,8 @@ type Enqueued struct {
 	// that position.
 	Key string
 	Pos int64
+	// LinkPos is the position that [AtOnce].Link reserved (0 for none).
+	LinkPos int64
 }
 
 // Label returns the label a [Client] reserves a task's position under: its
@@ -150,23 +153,12 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 		return Enqueued{}, err
 	}
 	label := Label(o.queue, o.id)
-	seqKey, ttl, maxWaiting, err := c.seq.ReserveArgs(key, label, "")
-	if err != nil {
-		return Enqueued{}, err
-	}
 	if _, one := c.rdb.(*redis.Client); one && !o.later {
-		msg := asynqwire.Message{Type: t.Type(), ID: o.id, Queue: o.queue, MaxRetry: o.maxRetry + 1, Timeout: o.timeout, Retention: o.retention}
-		keys := []string{seqKey, asynqwire.TaskKey(o.queue, o.id), asynqwire.PendingKey(o.queue), asynqwire.AllQueues, asynqwire.RetryKey(o.queue)}
-		now := time.Now()
-		args := []any{label, ttl, msg.Head(), body, o.queue, o.id, now.UnixNano(), maxWaiting, now.Add(c.cfg.ParkFor).Unix()}
-		res, err := enqueueScript.Run(ctx, c.rdb, keys, args...).Int64()
-		switch {
-		case err != nil:
-			return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, ReserveError(key, err))
-		case res == 0:
-			return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
+		e, err := c.atOnce(ctx, key, t.Type(), body, o, AtOnce{Label: label})
+		if errors.Is(err, errExists) {
+			err = fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
 		}
-		return Enqueued{TaskID: o.id, Queue: o.queue, Key: key, Pos: res}, nil
+		return e, err
 	}
 	pos, err := c.seq.Reserve(ctx, key, label, "")
 	if err != nil {
@@ -188,31 +180,215 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 	return Enqueued{TaskID: o.id, Queue: o.queue, Key: key, Pos: pos}, nil
 }
 
+// AtOnce is what [Client.EnqueueAtOnce] writes in its one script besides
+// the task and its position. The zero value adds nothing.
+type AtOnce struct {
+	// Label is the label of the task's position, which a Runner's
+	// RunnerConfig.Locate reads back. Defaults to [Label] of the task's
+	// queue and ID.
+	Label string
+	// Claim, when not "", is a Redis key that the script sets to
+	// ClaimValue for ClaimTTL (at least 1 ms) when it does not exist, before
+	// anything else: when it exists, the script writes nothing and
+	// EnqueueAtOnce returns a [*ClaimedError] with its value. A task ID
+	// that its queue holds already is claimed all the same (and
+	// EnqueueAtOnce returns asynq.ErrTaskIDConflict, having taken no
+	// position): a producer that dedupes by an ID of its own claims it so.
+	Claim, ClaimValue string
+	ClaimTTL          time.Duration
+	// Link, when not "", is another key whose next position the script
+	// reserves too, under LinkLabel and LinkRef (see
+	// [Sequencer.Reserve]): not capped by MaxWaiting, and never parked
+	// (Enqueued.LinkPos). A task that opens another key's sequence (the
+	// order domain's exchange, which creates an order) holds its first
+	// position so.
+	Link, LinkLabel, LinkRef string
+	// Pipe, when set, queues commands to run right after the script, in
+	// its round trip (a WAIT for replicas, say); the caller reads their
+	// results. It is called again when the script has to be loaded first.
+	Pipe func(redis.Pipeliner)
+}
+
+// ErrNotAtOnce is matched by the error of [Client.EnqueueAtOnce] when it
+// cannot enqueue in one script, having written nothing: on a Cluster
+// client, with asynq.ProcessIn, ProcessAt or Deadline, or when Redis
+// refuses the script's keys as in different slots (a proxy in front of
+// shards). [Client.Enqueue] then takes two steps.
+var ErrNotAtOnce = errors.New("keyorder: not enqueued in one script")
+
+// ErrClaimed is matched by a [*ClaimedError].
+var ErrClaimed = errors.New("keyorder: claimed already")
+
+// ClaimedError is the error of [Client.EnqueueAtOnce] when [AtOnce].Claim
+// exists: nothing was written. Value is the claim's.
+type ClaimedError struct {
+	Key, Value string
+}
+
+func (e *ClaimedError) Error() string        { return "keyorder: " + e.Key + " is claimed already" }
+func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
+
+// errExists is atOnce's error for a task ID its queue holds already.
+var errExists = errors.New("keyorder: the queue holds the task ID already")
+
+// EnqueueAtOnce enqueues t for key, as [Client.Enqueue] does on one Redis,
+// in one script and one round trip, with x's claim, linked reservation
+// and piped commands in it: the one way a position is reserved and its
+// task enqueued together, for the Client and for a producer that needs
+// more in that step. opts are asynq's, as for Enqueue.
+//
+// It returns an error matching [ErrNotAtOnce] when it cannot (nothing is
+// written: take two steps), a [*ClaimedError] when x.Claim exists, an
+// error matching asynq.ErrTaskIDConflict when the queue holds the task ID
+// already (x.Claim, if any, is then set, and no position is taken), a
+// [*FullError] past ClientConfig.MaxWaiting, [ErrPayload], and Redis
+// errors, wrapped.
+func (c *Client) EnqueueAtOnce(ctx context.Context, key string, t *asynq.Task, x AtOnce, opts ...asynq.Option) (Enqueued, error) {
+	if t == nil || strings.TrimSpace(t.Type()) == "" {
+		return Enqueued{}, errors.New("keyorder: EnqueueAtOnce: nil task or blank type")
+	}
+	o, err := options(opts)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	if _, one := c.rdb.(*redis.Client); !one || o.later {
+		return Enqueued{}, ErrNotAtOnce
+	}
+	body, err := positionless(t.Payload())
+	if err != nil {
+		return Enqueued{}, err
+	}
+	e, err := c.atOnce(ctx, key, t.Type(), body, o, x)
+	if errors.Is(err, errExists) {
+		err = fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
+	}
+	return e, err
+}
+
+// atOnce runs enqueueScript for key's task of type typ and payload body
+// (positionless), of options o, with x.
+func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enqueueOptions, x AtOnce) (Enqueued, error) {
+	label := cmp.Or(x.Label, Label(o.queue, o.id))
+	seqKey, ttl, maxWaiting, err := c.seq.reserveArgs(key, label, "")
+	if err != nil {
+		return Enqueued{}, err
+	}
+	claimKey, linkKey := seqKey, seqKey // unused keys stand in the key's own slot
+	if x.Claim != "" {
+		if x.ClaimTTL < time.Millisecond {
+			return Enqueued{}, fmt.Errorf("keyorder: claim %s: TTL %v is under 1ms", x.Claim, x.ClaimTTL)
+		}
+		claimKey = x.Claim
+	}
+	if x.Link != "" {
+		if linkKey, _, _, err = c.seq.reserveArgs(x.Link, x.LinkLabel, x.LinkRef); err != nil {
+			return Enqueued{}, err
+		}
+	}
+	msg := asynqwire.Message{Type: typ, ID: o.id, Queue: o.queue, MaxRetry: o.maxRetry + 1, Timeout: o.timeout, Retention: o.retention}
+	keys := []string{seqKey, asynqwire.TaskKey(o.queue, o.id), asynqwire.PendingKey(o.queue), asynqwire.AllQueues, asynqwire.RetryKey(o.queue), claimKey, linkKey}
+	now := time.Now()
+	args := []any{label, ttl, msg.Head(), body, o.queue, o.id, now.UnixNano(), maxWaiting, now.Add(c.cfg.ParkFor).Unix(),
+		x.ClaimValue, x.ClaimTTL.Milliseconds(), x.Link, x.LinkLabel, x.LinkRef}
+	if x.Claim == "" {
+		args[9] = ""
+	}
+	run := func() *redis.Cmd {
+		if x.Pipe == nil {
+			return enqueueScript.EvalSha(ctx, c.rdb, keys, args...)
+		}
+		var cmd *redis.Cmd
+		_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			cmd = enqueueScript.EvalSha(ctx, pipe, keys, args...)
+			x.Pipe(pipe)
+			return nil
+		}) // each command keeps its own error
+		return cmd
+	}
+	cmd := run()
+	if NoScript(cmd.Err()) {
+		// Redis lost its script cache (a restart): nothing ran.
+		if err := enqueueScript.Load(ctx, c.rdb).Err(); err != nil {
+			return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, err)
+		}
+		cmd = run()
+	}
+	res, err := cmd.Slice()
+	switch {
+	case redis.HasErrorPrefix(err, "CROSSSLOT"):
+		return Enqueued{}, fmt.Errorf("%w: %w", ErrNotAtOnce, err)
+	case err != nil:
+		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, ReserveError(key, err))
+	case len(res) == 2 && res[0] == "claimed":
+		v, _ := res[1].(string)
+		return Enqueued{}, &ClaimedError{Key: x.Claim, Value: v}
+	case len(res) == 1 && res[0] == "exists":
+		return Enqueued{}, errExists
+	case len(res) != 3 || res[0] != "ok":
+		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: unexpected reply %v", o.id, key, res)
+	}
+	// seq_reserve's positions may come as integers or as strings.
+	pos, err := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+	if err != nil || pos <= 0 {
+		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: bad position %v", o.id, key, res[1])
+	}
+	var link int64
+	if x.Link != "" {
+		if link, err = strconv.ParseInt(fmt.Sprint(res[2]), 10, 64); err != nil || link <= 0 {
+			return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: bad linked position %v", o.id, key, res[2])
+		}
+	}
+	return Enqueued{TaskID: o.id, Queue: o.queue, Key: key, Pos: pos, LinkPos: link}, nil
+}
+
 // enqueueScript takes the next position of a key and enqueues the task
-// carrying it, as asynq's Client would, in one step. It returns the
-// position, or 0, having written nothing, when the queue holds a task with
-// the ID already. A task behind unfinished positions of its key is parked
-// in the queue's retry set until ARGV[9] at the latest (seq_reserve marks
-// it so), and called back by the task before it.
+// carrying it, as asynq's Client would, in one step: the one script that
+// does so (the Client's Enqueue and a producer's EnqueueAtOnce). A task
+// behind unfinished positions of its key is parked in the queue's retry
+// set until ARGV[9] at the latest (seq_reserve marks it so), and called
+// back by the task before it. The task's payload is the JSON without a
+// position with "seq" put last (seq_splice).
+//
+// Past the cap of positions waiting it writes nothing and answers the
+// error reply "FULL <waiting> <max>" (ReserveError). With a claim
+// (ARGV[10] not ""), it sets it first, and writes nothing more when it
+// exists: {"claimed", its value}. When the queue holds a task with the ID,
+// it takes no position: {"exists"}. Otherwise it returns {"ok", position,
+// the linked key's position or ""}.
+//
+// It adds the queue to asynq's set of queues every time, where asynq's
+// Client does it once per process: a queue missing from that set (lost in
+// a failover, say) makes asynq's Inspector answer ErrQueueNotFound for its
+// tasks, and a Runner's gap check would take a task for gone.
 //
 // KEYS[1] the sequence, KEYS[2] the task's hash, KEYS[3] the queue's
 // pending list, KEYS[4] asynq's set of queues, KEYS[5] the queue's retry
-// set. ARGV[1] the label, ARGV[2] the sequence's retention in ms, ARGV[3]
-// the task message's head, ARGV[4] the payload without a position, ARGV[5]
-// the queue, ARGV[6] the task ID, ARGV[7] now in ns, ARGV[8] the cap of
-// positions waiting, ARGV[9] until when a parked task waits (Unix s).
-var enqueueScript = redis.NewScript(ReserveLua + asynqwire.EnqueueLua + `
+// set, KEYS[6] the claim (KEYS[1] for none), KEYS[7] the linked key's
+// sequence (KEYS[1] for none). ARGV[1] the label, ARGV[2] the sequences'
+// retention in ms, ARGV[3] the task message's head, ARGV[4] the payload
+// without a position, ARGV[5] the queue, ARGV[6] the task ID, ARGV[7] now
+// in ns, ARGV[8] the cap of positions waiting (0 for none), ARGV[9] until
+// when a parked task waits (Unix s), ARGV[10] the claim's value ("" for
+// none), ARGV[11] its TTL in ms, ARGV[12] the linked key ("" for none),
+// ARGV[13] its label, ARGV[14] its reference.
+var enqueueScript = redis.NewScript(reserveLua + asynqwire.EnqueueLua + `
 local full = seq_full(KEYS[1], ARGV[8])
 if full then return redis.error_reply(full) end
-if asynq_exists(KEYS[2]) then return 0 end
+if ARGV[10] ~= '' then
+  local prev = redis.call('SET', KEYS[6], ARGV[10], 'NX', 'GET', 'PX', ARGV[11])
+  if prev then return {'claimed', prev} end
+end
+if asynq_exists(KEYS[2]) then return {'exists'} end
 local pos, _, parked = seq_reserve(KEYS[1], ARGV[1], ARGV[2], '', 0, true)
+local linked = ''
+if ARGV[12] ~= '' then linked = seq_reserve(KEYS[7], ARGV[13], ARGV[2], ARGV[14], 0, false) end
 local msg = asynq_message(ARGV[3], seq_splice(ARGV[4], pos))
 if parked then
   asynq_park(KEYS[2], KEYS[5], KEYS[4], ARGV[5], ARGV[6], msg, ARGV[9])
 else
   asynq_enqueue(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[6], msg, ARGV[7])
 end
-return pos
+return {'ok', pos, linked}
 `)
 
 // enqueueOptions are the asynq options Enqueue reads.
@@ -275,7 +451,7 @@ func positionless(payload []byte) ([]byte, error) {
 }
 
 // withSeq appends the member "seq": pos to body, a JSON object trimmed of
-// space, as seq_splice does in a script ([ReserveLua]).
+// space, as seq_splice does in a script (reserveLua).
 func withSeq(body []byte, pos int64) []byte {
 	out := make([]byte, 0, len(body)+24)
 	out = append(out, body[:len(body)-1]...)

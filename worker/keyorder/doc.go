@@ -106,9 +106,12 @@
 //   - [Locker]: the per-key lock, with fencing tokens, self-renewing
 //     leases and waiting woken by release notices (one shared Pub/Sub
 //     subscription per Locker, fanned out to its local waiters).
-//   - [Sequencer]: the per-key sequence of positions, reserved at
-//     acceptance ([ReserveLua] for a script that also enqueues), with its
-//     log, its pause and its status.
+//   - [Sequencer]: the per-key sequence of positions, with its log, its
+//     pause and its status. Its Lua is the engine's alone: a position is
+//     reserved and its task enqueued together only by the Client's one
+//     script ([Client.EnqueueAtOnce], which also takes a producer's claim
+//     and a linked position), and passed on only by the engine's lock
+//     scripts and a store's commit through [Commit].
 //   - [Turns]: the one owner of the turns on the holders' side: it takes a
 //     turn (waiting, parking a position too far back, and skipping a head
 //     whose task will never come, which it learns from [Tasks]), passes it

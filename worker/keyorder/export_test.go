@@ -47,3 +47,11 @@ var (
 	WithSeq      = withSeq
 	Positionless = positionless
 )
+
+// ReserveLua and ReserveArgs let the tests write a reservation script of
+// their own (the Client's is the product's one).
+const ReserveLua = reserveLua
+
+func (q *Sequencer) ReserveArgs(key, label, ref string) (string, int64, int64, error) {
+	return q.reserveArgs(key, label, ref)
+}

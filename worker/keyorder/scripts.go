@@ -377,7 +377,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// ReserveLua defines the Lua function
+// reserveLua defines the Lua function
 //
 //	seq_reserve(s, label, ttl, ref, max, park)
 //
@@ -403,19 +403,19 @@ return 1
 //
 // which returns body, a JSON object trimmed of space and without a "seq"
 // member, with "seq": pos appended as its last member ([SeqField]: how a
-// task carries its position). A script of another
-// package includes it to take a position in the round trip that does more
-// with it (the producer's acceptance); s must be among that script's KEYS,
-// and [Sequencer.ReserveArgs] gives it, ttl and max. It defines num too (see
-// above), seq_full and seq_splice, and nothing else. [Sequencer.Reserve]
-// runs it alone.
+// task carries its position). The Client's enqueueScript includes it to
+// take a position in the round trip that enqueues its task (and a
+// producer's claim and linked position: [Client.EnqueueAtOnce]); s must be
+// among the script's KEYS, and Sequencer.reserveArgs gives it, ttl and
+// max. It defines num too (see above), seq_full and seq_splice, and
+// nothing else. [Sequencer.Reserve] runs it alone.
 //
 // A sequence that does not exist starts at Redis TIME in microseconds, so a
 // sequence that expired and starts again hands out positions above every
 // position of its earlier life (as long as that life handed out fewer
 // positions than it lasted microseconds, which one script per position
 // guarantees).
-const ReserveLua = numLua + `
+const reserveLua = numLua + `
 local function seq_full(s, max)
   max = tonumber(max) or 0
   if max <= 0 then return nil end
@@ -477,7 +477,7 @@ end
 //
 // Returns the position, as decimal, or the error reply "FULL <waiting>
 // <max>".
-var reserveScript = redis.NewScript(ReserveLua + `
+var reserveScript = redis.NewScript(reserveLua + `
 local pos, full = seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 if not pos then return redis.error_reply(full) end
 return pos

@@ -221,7 +221,7 @@ func (c *ReserveCmd) Pos() (int64, error) {
 	return pos, nil
 }
 
-// fullError reads the FULL error reply of seq_reserve (see [ReserveLua]):
+// fullError reads the FULL error reply of seq_reserve (see reserveLua):
 // "FULL <waiting> <max>". It returns nil for any other error.
 func fullError(key string, err error) *FullError {
 	if !redis.HasErrorPrefix(err, "FULL") {
@@ -263,13 +263,13 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 	return &ReserveCmd{cmd: cmd, key: key}, nil
 }
 
-// ReserveArgs checks a reservation of key's sequence under label and ref,
+// reserveArgs checks a reservation of key's sequence under label and ref,
 // as [Sequencer.ReserveIn] does, and returns what a script that calls
-// seq_reserve (see [ReserveLua]) passes it: the sequence's Redis key, to
+// seq_reserve (see reserveLua) passes it: the sequence's Redis key, to
 // put among the script's KEYS, its retention in milliseconds and the cap
 // of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
 // turns seq_reserve's FULL error into [ErrFull] with [ReserveError].
-func (q *Sequencer) ReserveArgs(key, label, ref string) (seqKey string, ttlMS, maxWaiting int64, err error) {
+func (q *Sequencer) reserveArgs(key, label, ref string) (seqKey string, ttlMS, maxWaiting int64, err error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return "", 0, 0, err
 	}
