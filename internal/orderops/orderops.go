@@ -10,36 +10,48 @@
 // a change that runs in its turn writes under its fence. No action writes
 // the order itself.
 //
+// The actions on the head are keyorder's operator actions: an Ops builds
+// on a keyorder.Runner whose keys are order numbers and which finds a
+// position's task where the workers place it (RunnerConfig.Locate is
+// requeue.Locate: the placements of the task's kind under Config.Shards,
+// the exchanged order's for a creation). The Runner reads the head and its
+// task (Runner.Head), runs it now (Runner.RetryHead), archives it and uses
+// up its position (Runner.SkipHead), and wakes the parked changes
+// (Runner.Wake); orderops adds what is the order domain's: the checks and
+// refusals below, in its own words, the creation rules of an exchange, and
+// the records. It never runs a task, so the Runner never subscribes to
+// anything.
+//
 //   - Retry runs the head's task (the change whose turn it is) at once, when
-//     it waits in asynq's retry or scheduled set: asynq's Inspector RunTask,
-//     which refuses an active or pending task atomically. The task then
-//     takes its turn as any other run does.
+//     it waits in asynq's retry or scheduled set: keyorder.Runner.RetryHead,
+//     asynq's Inspector RunTask, which refuses an active or pending task
+//     atomically. The task then takes its turn as any other run does.
 //   - Skip archives the head's task with the operator's reason as its
-//     last error ("skipped by <who>: <reason>"; asynqwire.Archive, which
-//     archives as asynq's Inspector ArchiveTask does and refuses an active
-//     task atomically: a head that runs now is refused, and is never both
-//     applied and skipped), then uses up its position
-//     (keyorder.Sequencer.Skip of the exact record read first: nothing is
-//     skipped if the head moved on meanwhile), wakes the change parked
-//     behind it, and, for an exchange, settles its replacement's creation
-//     (keyorder.Turns.Created) so that the replacement's changes go on,
-//     rejected with the skip's reason. A replacement's creation (the
-//     head of a replacement order, held by an exchange of another order)
-//     is skipped only when that exchange will never run (its task is
-//     gone, archived or completed); otherwise the skip is refused, naming
-//     the exchange to skip or hold instead: skipping the creation would
-//     not stop the exchange, which would create the order after its
-//     changes were rejected.
-//   - Hold pauses the order's sequence (keyorder.Sequencer.Pause): changes are
-//     still accepted, and the head parks instead of taking its turn. A
-//     change that runs when the hold is set finishes. Changes without a
-//     position (enqueued by hand, not ordered) are not held. A held
-//     sequence never expires, so hold refuses an order that has no
-//     sequence (no change accepted, or none for 7 days) unless the order
-//     store holds it: a hold never makes a key for an order that exists
-//     nowhere.
+//     last error ("skipped by <who>: <reason>"), then uses up its position
+//     (keyorder.Runner.SkipHead: the archive, as asynq's Inspector
+//     ArchiveTask does, refuses an active task atomically, so a head that
+//     runs now is refused, and is never both applied and skipped; the skip
+//     is of the exact record read first, so nothing is skipped if the head
+//     moved on meanwhile), wakes the change parked behind it, and, for an
+//     exchange, settles its replacement's creation (keyorder.Turns.Created,
+//     the Runner's) so that the replacement's changes go on, rejected with
+//     the skip's reason. A replacement's creation (the head of a
+//     replacement order, held by an exchange of another order) is skipped
+//     only when that exchange will never run (its task is gone, archived
+//     or completed); otherwise the skip is refused, naming the exchange to
+//     skip or hold instead: skipping the creation would not stop the
+//     exchange, which would create the order after its changes were
+//     rejected.
+//   - Hold pauses the order's sequence (keyorder.Sequencer.Pause, the
+//     Runner's Sequencer): changes are still accepted, and the head parks
+//     instead of taking its turn. A change that runs when the hold is set
+//     finishes. Changes without a position (enqueued by hand, not ordered)
+//     are not held. A held sequence never expires, so hold refuses an
+//     order that has no sequence (no change accepted, or none for 7 days)
+//     unless the order store holds it: a hold never makes a key for an
+//     order that exists nowhere.
 //   - Resume ends the hold (keyorder.Sequencer.Resume) and brings the parked
-//     head back at once.
+//     head back at once (keyorder.Runner.Wake).
 //
 // Every action is recorded, with its principal and reason, in the order's
 // sequence log (skip as the skip's own entry, the others as entries of
@@ -260,22 +272,22 @@ const maxPrincipals = 1024
 // Ops performs operator actions. It is safe for concurrent use; it holds
 // no connection of its own and starts no goroutine. Close it when done.
 type Ops struct {
-	rdb   redis.UniversalClient
-	cfg   Config
-	l     *keyorder.Locker
-	seq   *keyorder.Sequencer
-	turns *keyorder.Turns
-	insp  *asynq.Inspector
-	notes orders.Annotator // nil without a store that keeps notes
-	log   *zap.Logger
+	rdb    redis.UniversalClient
+	cfg    Config
+	run    *keyorder.Runner // the actions on the head; never runs a task
+	seq    *keyorder.Sequencer
+	locate func(orderNo, label string) ([]string, string, bool)
+	notes  orders.Annotator // nil without a store that keeps notes
+	log    *zap.Logger
 
 	mu      sync.Mutex
 	buckets map[string]*rate.Limiter // by principal
 }
 
 // New returns an Ops on rdb, the workers' Redis. It returns an error for a
-// nil client or an invalid cfg (Kinds that do not validate: an error
-// matching tasks.ErrKinds).
+// nil client, an invalid cfg (Kinds that do not validate: an error
+// matching tasks.ErrKinds), and a program that links another asynq release
+// than the one keyorder reads the Redis layout of (keyorder.NewRunner).
 func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if rdb == nil {
 		return nil, errors.New("orderops: nil redis client")
@@ -304,35 +316,38 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 		return nil, fmt.Errorf("orderops: rate %v and burst %d must be positive", float64(cfg.Rate), cfg.Burst)
 	}
 	log := cfg.Logger.Named("orderops")
-	// The Locker is only the home of Turns' settlements: Ops never
-	// acquires, so it never subscribes to the notices.
-	l, err := keyorder.New(rdb, keyorder.Config{Prefix: cfg.KeyPrefix + "lock:", Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("orderops: %w", err)
-	}
-	o := &Ops{rdb: rdb, cfg: cfg, l: l, seq: l.Sequencer(), insp: asynq.NewInspectorFromRedisClient(rdb), log: log,
-		buckets: make(map[string]*rate.Limiter)}
+	o := &Ops{rdb: rdb, cfg: cfg, locate: requeue.Locate(cfg.Shards, cfg.Kinds), log: log, buckets: make(map[string]*rate.Limiter)}
 	o.notes, _ = cfg.Store.(orders.Annotator)
-	o.turns, err = keyorder.NewTurns(l, wakeTasks{o}, keyorder.TurnsConfig{Logger: log, KeyField: "order_no"})
+	// The Runner is only the home of the actions on the head and of the
+	// settlements: Ops never runs a task, so it never subscribes to the
+	// release notices. It finds a task where the workers place it.
+	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: orderNoOf(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
+		Locate: o.locate, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
+	o.run, o.seq = run, run.Sequencer()
 	return o, nil
 }
 
+// orderNoOf returns the keyorder.RunnerConfig.Key of the tasks of kinds:
+// the order number of the payload.
+func orderNoOf(kinds tasks.Table) func(*asynq.Task) (string, error) {
+	return func(t *asynq.Task) (string, error) {
+		k := kinds.Of(t.Type())
+		if k == nil {
+			return "", fmt.Errorf("orderops: task type %q is not a configured kind", t.Type())
+		}
+		p, err := k.Parse(t.Payload())
+		if err != nil {
+			return "", fmt.Errorf("orderops: %s payload: %w", t.Type(), err)
+		}
+		return p.Header().OrderNo, nil
+	}
+}
+
 // Close releases what Ops holds; the Redis client stays the caller's.
-func (o *Ops) Close() error { return o.l.Close() }
-
-// wakeTasks is the keyorder.Tasks of Ops' Turns: it only wakes.
-type wakeTasks struct{ o *Ops }
-
-func (w wakeTasks) HeadFate(context.Context, string, *keyorder.TurnError) (string, time.Duration, error) {
-	return "", 0, nil
-}
-
-func (w wakeTasks) Wake(ctx context.Context, orderNo string, labels []string) error {
-	return requeue.Labels(ctx, w.o.rdb, orderNo, w.o.cfg.Shards, w.o.cfg.Kinds, labels)
-}
+func (o *Ops) Close() error { return o.run.Close() }
 
 // check validates req for a.
 func check(a Action, req Request) error {
@@ -486,55 +501,29 @@ func clip(s string) string {
 	return s
 }
 
-// headTask is the head of an order's sequence and its task.
-type headTask struct {
-	st     keyorder.Status
-	pos    keyorder.Pending
-	typ    string
-	id     string
-	from   string // a creation's exchanged order
-	queues []string
-	queue  string          // where the task was found
-	info   *asynq.TaskInfo // nil when asynq has no such task
-}
-
-// head reads the head of orderNo's sequence and looks its task up. It
-// returns ErrRefused when nothing waits.
-func (o *Ops) head(ctx context.Context, orderNo string) (headTask, error) {
-	st, err := o.seq.Status(ctx, orderNo)
-	if err != nil {
-		return headTask{}, fmt.Errorf("orderops: %w", err)
-	}
-	h := headTask{st: st}
-	if !st.Exists || st.Waiting == 0 || len(st.Pending) == 0 || st.Pending[0].Pos != st.Done+1 || st.Pending[0].Label == "" {
+// head reads the head of orderNo's sequence and looks its task up
+// (keyorder.Runner.Head). It returns ErrRefused when nothing waits.
+func (o *Ops) head(ctx context.Context, orderNo string) (keyorder.Head, error) {
+	h, err := o.run.Head(ctx, orderNo)
+	switch {
+	case errors.Is(err, keyorder.ErrNothingToDo):
 		return h, fmt.Errorf("%w: no change of order %s waits: nothing to act on", ErrRefused, orderNo)
-	}
-	h.pos = st.Pending[0]
-	typ, id, from, ok := o.cfg.Kinds.ParseLabel(h.pos.Label)
-	if !ok {
-		return h, nil // a label that names no task: only a skip applies
-	}
-	h.typ, h.id, h.from = typ, id, from
-	h.queues = o.cfg.Shards.Placements(o.cfg.Kinds.Of(typ), cmp.Or(from, orderNo))
-	h.queue = h.queues[0]
-	for _, q := range h.queues {
-		info, _, err := asynqwire.TaskInfo(ctx, o.insp, o.rdb, q, id)
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			continue
-		}
-		if err != nil {
-			return h, fmt.Errorf("orderops: task %s in %s: %w", id, q, err)
-		}
-		h.info, h.queue = info, q
-		break
+	case err != nil:
+		return h, fmt.Errorf("orderops: %w", err)
 	}
 	return h, nil
 }
 
-func (h headTask) result(res *Result) {
-	res.Seq, res.TaskID = h.pos.Pos, h.id
-	if h.id != "" {
-		res.Queue = h.queue
+// result names head h and its task in res: the queue that holds the task,
+// or, when none does, its first placement.
+func (o *Ops) result(h keyorder.Head, res *Result) {
+	res.Seq, res.TaskID = h.Pos, h.TaskID
+	if h.TaskID == "" {
+		return
+	}
+	res.Queue = h.Queue
+	if queues, _, ok := o.locate(h.Key, h.Label); res.Queue == "" && ok && len(queues) > 0 {
+		res.Queue = queues[0]
 	}
 }
 
@@ -544,99 +533,85 @@ func (o *Ops) retry(ctx context.Context, req Request, res *Result) error {
 	if err != nil {
 		return err
 	}
-	h.result(res)
-	if p := h.st.Paused; p != nil {
+	o.result(h, res)
+	if p := h.Held; p != nil {
 		return fmt.Errorf("%w: order %s is on hold (by %s: %s): resume it, and its head runs at once", ErrRefused, req.OrderNo, p.By, p.Reason)
 	}
-	if h.info == nil {
-		return fmt.Errorf("%w: the head (position %d, %s) has no task: it will not come; skip it", ErrRefused, h.pos.Pos, h.pos.Label)
-	}
-	switch h.info.State {
-	case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-	case asynq.TaskStateActive:
-		return fmt.Errorf("%w: the head's task %s runs right now", ErrRefused, h.id)
-	case asynq.TaskStatePending:
-		return fmt.Errorf("%w: the head's task %s is already due: it runs as soon as a worker is free", ErrRefused, h.id)
+	switch h.State {
+	case asynq.TaskStateRetry.String(), asynq.TaskStateScheduled.String():
+	case keyorder.StateMissing:
+		return fmt.Errorf("%w: the head (position %d, %s) has no task: it will not come; skip it", ErrRefused, h.Pos, h.Label)
+	case asynq.TaskStateActive.String():
+		return fmt.Errorf("%w: the head's task %s runs right now", ErrRefused, h.TaskID)
+	case asynq.TaskStatePending.String():
+		return fmt.Errorf("%w: the head's task %s is already due: it runs as soon as a worker is free", ErrRefused, h.TaskID)
 	default:
-		return fmt.Errorf("%w: the head's task %s is %s: it will not run again; skip it so the order goes on", ErrRefused, h.id, h.info.State)
+		return fmt.Errorf("%w: the head's task %s is %s: it will not run again; skip it so the order goes on", ErrRefused, h.TaskID, h.State)
 	}
-	if err := o.insp.RunTask(h.queue, h.id); err != nil {
+	if err := o.run.RetryHead(ctx, h); err != nil {
 		if errors.Is(err, asynq.ErrTaskNotFound) {
-			return fmt.Errorf("%w: the head's task %s is gone", ErrRefused, h.id)
+			return fmt.Errorf("%w: the head's task %s is gone", ErrRefused, h.TaskID)
 		}
 		// asynq refuses an active or pending task atomically: it started
 		// meanwhile.
-		return fmt.Errorf("%w: the head's task %s could not be run now (it may have started meanwhile): %w", ErrRefused, h.id, err)
+		return fmt.Errorf("%w: the head's task %s could not be run now (it may have started meanwhile): %w", ErrRefused, h.TaskID, err)
 	}
-	res.Detail = fmt.Sprintf("task %s (position %d) moved from %s to pending: it runs next", h.id, h.pos.Pos, h.info.State)
-	o.record(ctx, req.OrderNo, h.pos.Pos, h.pos.Label, audit(Retry, req))
+	res.Detail = fmt.Sprintf("task %s (position %d) moved from %s to pending: it runs next", h.TaskID, h.Pos, h.State)
+	o.record(ctx, req.OrderNo, h.Pos, h.Label, audit(Retry, req))
 	return nil
 }
 
-// skip archives the head's task and uses up its position.
+// skip archives the head's task and uses up its position
+// (keyorder.Runner.SkipHead), once the order's rules allow it.
 func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	h, err := o.head(ctx, req.OrderNo)
 	if err != nil {
 		return err
 	}
-	h.result(res)
+	o.result(h, res)
 	why := audit(Skip, req)
-	archived := false
+	typ, _, from, _ := o.cfg.Kinds.ParseLabel(h.Label)
 	switch {
-	case h.from != "":
+	case from != "":
 		// A replacement's creation: its task is the exchange of another
 		// order, which a skip here would not stop.
-		if err := o.creationSkippable(ctx, req.OrderNo, h); err != nil {
+		if err := o.creationSkippable(ctx, req.OrderNo, h, typ, from); err != nil {
 			return err
 		}
-	case h.info == nil:
-		// No task: a gap, skipped now rather than after the gap wait.
-	case h.info.State == asynq.TaskStateActive:
-		return fmt.Errorf("%w: the head's task %s runs right now; wait for it to end (or cancel it in asynqmon) and skip again if it fails", ErrRefused, h.id)
-	case h.info.State == asynq.TaskStateArchived || h.info.State == asynq.TaskStateCompleted:
-	default:
-		// The archive refuses an active task in the same script that
-		// moves it, as asynq's does: once archived, the task never runs,
-		// so the position is never both applied and skipped. The reason
-		// becomes the archived task's last error.
-		ok, state, err := asynqwire.Archive(ctx, o.rdb, h.queue, h.id, why)
-		switch {
-		case err != nil:
-			return fmt.Errorf("orderops: archive the head's task %s: %w", h.id, err)
-		case ok:
-			archived = true
-		case state == asynqwire.StateActive:
-			return fmt.Errorf("%w: the head's task %s started meanwhile and runs right now; wait for it to end and skip again if it fails", ErrRefused, h.id)
-		case state == asynqwire.StateGone, state == "archived", state == "completed":
-			// Gone or ended meanwhile: the position is settled below, or
-			// was settled by its run (then nothing more is skipped).
-		default:
-			return fmt.Errorf("%w: the head's task %s could not be archived: asynq has it %s", ErrRefused, h.id, state)
-		}
+	case h.State == asynq.TaskStateActive.String():
+		return fmt.Errorf("%w: the head's task %s runs right now; wait for it to end (or cancel it in asynqmon) and skip again if it fails", ErrRefused, h.TaskID)
 	}
-	st, err := o.seq.Skip(ctx, req.OrderNo, h.pos.Pos, h.pos.Record, why)
-	if err != nil {
+	// The archive refuses an active task in the same script that moves
+	// it, as asynq's does: once archived, the task never runs, so the
+	// position is never both applied and skipped. The reason becomes the
+	// archived task's last error.
+	sk, err := o.run.SkipHead(ctx, h, why)
+	var se *keyorder.StateError
+	switch {
+	case errors.As(err, &se) && se.State == asynqwire.StateActive:
+		return fmt.Errorf("%w: the head's task %s started meanwhile and runs right now; wait for it to end and skip again if it fails", ErrRefused, h.TaskID)
+	case errors.As(err, &se):
+		return fmt.Errorf("%w: the head's task %s could not be archived: asynq has it %s", ErrRefused, h.TaskID, se.State)
+	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
-	if !st.Done {
+	if !sk.Done {
 		// The head moved on between the read and the skip: settled by
 		// someone else (the gap check, which skips an archived head, or
 		// another operator). Its task, if archived above, stays archived.
-		res.Detail = fmt.Sprintf("position %d was settled meanwhile; nothing more to skip", h.pos.Pos)
+		res.Detail = fmt.Sprintf("position %d was settled meanwhile; nothing more to skip", h.Pos)
 		return nil
 	}
-	o.wake(ctx, req.OrderNo, st.Wake)
-	res.Detail = fmt.Sprintf("position %d skipped", h.pos.Pos)
-	if archived {
-		res.Detail = fmt.Sprintf("task %s archived and position %d skipped", h.id, h.pos.Pos)
+	o.wake(ctx, req.OrderNo, sk.Wake)
+	res.Detail = fmt.Sprintf("position %d skipped", h.Pos)
+	if sk.Archived {
+		res.Detail = fmt.Sprintf("task %s archived and position %d skipped", h.TaskID, h.Pos)
 	}
-	if h.info != nil && h.from == "" {
-		if k := o.cfg.Kinds.Of(h.info.Type); k != nil {
-			if p, err := k.Parse(h.info.Payload); err == nil {
-				if c, ok := p.(tasks.Creator); ok {
-					o.turns.Created(ctx, c.Creates(), h.id, "exchange "+h.id+" of "+req.OrderNo, errors.New(why))
-					res.Detail += "; the creation of " + c.Creates() + " it was to make is settled as not made"
-				}
+	if k := o.cfg.Kinds.Of(h.Type); k != nil && from == "" {
+		if p, err := k.Parse(h.Payload); err == nil {
+			if c, ok := p.(tasks.Creator); ok {
+				o.run.Turns().Created(ctx, c.Creates(), h.TaskID, "exchange "+h.TaskID+" of "+req.OrderNo, errors.New(why))
+				res.Detail += "; the creation of " + c.Creates() + " it was to make is settled as not made"
 			}
 		}
 	}
@@ -644,23 +619,24 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 }
 
 // creationSkippable refuses the skip of h, the head of orderNo that is its
-// creation by exchange h.id of order h.from, while that exchange's task
-// may still run: skipping the creation would not stop the exchange, which
-// would create orderNo after the changes waiting for it had been rejected
-// as changes of an unknown order. The exchange is what to skip or hold. A
-// creation whose exchange will never run (its task is gone, archived or
-// completed) may be skipped: the workers' gap check would skip it too.
-func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h headTask) error {
-	if h.info == nil || SkipsCreation(h.info.State.String()) {
+// creation by exchange h.TaskID (of type typ) of order from, while that
+// exchange's task may still run: skipping the creation would not stop the
+// exchange, which would create orderNo after the changes waiting for it
+// had been rejected as changes of an unknown order. The exchange is what
+// to skip or hold. A creation whose exchange will never run (its task is
+// gone, archived or completed) may be skipped: the workers' gap check
+// would skip it too.
+func (o *Ops) creationSkippable(ctx context.Context, orderNo string, h keyorder.Head, typ, from string) error {
+	if SkipsCreation(h.State) {
 		return nil
 	}
 	where := ""
-	if st, err := o.seq.Status(ctx, h.from); err == nil && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 &&
-		st.Pending[0].Label != tasks.PositionLabel(h.typ, h.id) {
-		where = fmt.Sprintf(" (it is not at the head of %s yet: that is position %d, %s)", h.from, st.Pending[0].Pos, st.Pending[0].Label)
+	if st, err := o.seq.Status(ctx, from); err == nil && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 &&
+		st.Pending[0].Label != tasks.PositionLabel(typ, h.TaskID) {
+		where = fmt.Sprintf(" (it is not at the head of %s yet: that is position %d, %s)", from, st.Pending[0].Pos, st.Pending[0].Label)
 	}
 	return fmt.Errorf("%w: position %d of %s is its creation by exchange %s of order %s, whose task is %s: skipping the creation would not stop the exchange, which would still create %s after the changes waiting for it were rejected; skip or hold that exchange (order %s) instead%s",
-		ErrRefused, h.pos.Pos, orderNo, h.id, h.from, h.info.State, orderNo, h.from, where)
+		ErrRefused, h.Pos, orderNo, h.TaskID, from, h.State, orderNo, from, where)
 }
 
 // SkipsCreation reports whether a skip of a replacement's creation goes
@@ -750,7 +726,7 @@ func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
 	if len(labels) == 0 {
 		return
 	}
-	if err := (wakeTasks{o}).Wake(ctx, orderNo, labels); err != nil {
+	if err := o.run.Wake(ctx, orderNo, labels); err != nil {
 		tracing.Log(ctx, o.log).Warn("could not bring the parked changes back; they come back after their park delay",
 			zap.String("order_no", orderNo), zap.Error(err))
 	}

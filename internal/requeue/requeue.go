@@ -47,16 +47,35 @@ func Back(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.
 	return move(ctx, rdb, orderNo, shards, kinds, []string{label}, asynqwire.BackInTransit)
 }
 
+// Locate returns where the task of a position of an order's sequence
+// waits, given the position's label (tasks.PositionLabel or
+// tasks.CreationLabel), read against kinds: its placements under shards
+// (tasks.Shards.Placements of its kind for the order, or, for a creation,
+// for the exchanged order, whose queue holds the exchange) and its task ID;
+// ok is false for a label that names no task of kinds. It is the placement
+// [Labels] and [Back] look in, in the form of keyorder's
+// RunnerConfig.Locate. The function is safe for concurrent use.
+func Locate(shards tasks.Shards, kinds tasks.Table) func(orderNo, label string) (queues []string, taskID string, ok bool) {
+	return func(orderNo, label string) ([]string, string, bool) {
+		typ, id, from, ok := kinds.ParseLabel(label)
+		if !ok {
+			return nil, "", false
+		}
+		return shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)), id, true
+	}
+}
+
 type mover func(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error)
 
 func move(ctx context.Context, rdb redis.Scripter, orderNo string, shards tasks.Shards, kinds tasks.Table, labels []string, to mover) error {
 	var first error
+	locate := Locate(shards, kinds)
 	for _, label := range slices.Backward(labels) {
-		typ, id, from, ok := kinds.ParseLabel(label)
+		queues, id, ok := locate(orderNo, label)
 		if !ok {
 			continue
 		}
-		for _, queue := range shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)) {
+		for _, queue := range queues {
 			state, err := to(ctx, rdb, queue, id)
 			if err != nil {
 				first = cmp.Or(first, err)

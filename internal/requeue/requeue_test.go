@@ -51,3 +51,28 @@ func TestLabelsLooksInEveryPlacement(t *testing.T) {
 	require.Equal(t, "parked", front("order_modify"), "found in the placement under the draining count")
 	require.Equal(t, "c", front("order_modify:2"))
 }
+
+// Locate gives a label's task ID and its placements: the order's shard
+// under each count, and for a creation, the exchanged order's (whose queue
+// holds the exchange); a label that names no task of the kinds is not
+// located.
+func TestLocate(t *testing.T) {
+	t.Parallel()
+	shards := tasks.Shards{Count: 3, Draining: []int{1}}
+	locate := requeue.Locate(shards, tasks.Kinds())
+	queues, id, ok := locate("SO1001", tasks.PositionLabel(tasks.TypeModify, "ev-1"))
+	require.True(t, ok)
+	require.Equal(t, "ev-1", id)
+	require.Equal(t, shards.Placements(tasks.Modify, "SO1001"), queues)
+	require.Contains(t, queues, "order_modify", "the placement under the draining count")
+
+	queues, id, ok = locate("SO2", tasks.CreationLabel("x-1", "SO1001"))
+	require.True(t, ok)
+	require.Equal(t, "x-1", id)
+	require.Equal(t, shards.Placements(tasks.Exchange, "SO1001"), queues, "the exchanged order's placements")
+
+	for _, label := range []string{"", "order:modify", "order:unknown ev-1", "order:create x-1"} {
+		_, _, ok := locate("SO1001", label)
+		require.False(t, ok, "%q", label)
+	}
+}

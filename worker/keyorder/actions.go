@@ -15,6 +15,12 @@ import (
 // The operator's actions on a key, and the blocked-keys read. They act on
 // the key's sequence and the asynq task at its head, on a Runner's Redis,
 // and are safe for concurrent use with the Runners and each other.
+//
+// Each action by key ([Runner.Retry], [Runner.Skip]) reads the head
+// ([Runner.Head]) and acts on exactly what it read ([Runner.RetryHead],
+// [Runner.SkipHead]): a program whose actions check more than the
+// Runner's, or say why in its own words, reads the head, checks it, and
+// acts on the same Head.
 
 // ErrNothingToDo is matched by the error of an action that does not apply
 // to the key as it is: nothing waits, the head's task runs right now, the
@@ -25,6 +31,9 @@ var ErrNothingToDo = errors.New("keyorder: the action does not apply")
 type Head struct {
 	Key string
 	Pos int64
+	// Label is the label the position was reserved under (for a
+	// [Client]'s, [Label]).
+	Label string
 	// TaskID names the head's task, and Queue the queue that holds it
 	// (see RunnerConfig.Locate): "" when the label names no task, and
 	// Queue "" when no queue holds it.
@@ -36,6 +45,10 @@ type Head struct {
 	// error.
 	Retried int
 	LastErr string
+	// Type and Payload are the task's type and payload: "" and nil when
+	// State is StateMissing.
+	Type    string
+	Payload []byte
 	// Since is when the position was handed out.
 	Since time.Time
 	// Held is the key's hold, nil when it is not on hold.
@@ -61,7 +74,7 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 		return h, fmt.Errorf("%w: nothing of %s waits", ErrNothingToDo, key)
 	}
 	p := st.Pending[0]
-	h.Pos, h.Since, h.record = p.Pos, p.Reserved, p.Record
+	h.Pos, h.Label, h.Since, h.record = p.Pos, p.Label, p.Reserved, p.Record
 	queue, id, info, err := r.find(ctx, key, p.Label)
 	h.Queue, h.TaskID = queue, id
 	switch {
@@ -71,6 +84,7 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 		return h, fmt.Errorf("keyorder: task %s of %s's head: %w", id, key, err)
 	default:
 		h.State, h.Retried, h.LastErr = info.State.String(), info.Retried, info.LastErr
+		h.Type, h.Payload = info.Type, info.Payload
 	}
 	return h, nil
 }
@@ -97,7 +111,7 @@ func (r *Runner) Resume(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return r.turns.tasks.Wake(ctx, key, st.Wake)
+	return r.Wake(ctx, key, st.Wake)
 }
 
 // Retry runs the head's task of key now, when it backs off after a
@@ -106,49 +120,157 @@ func (r *Runner) Resume(ctx context.Context, key string) error {
 // already, or will never run again (skip it instead).
 func (r *Runner) Retry(ctx context.Context, key string) error {
 	h, err := r.Head(ctx, key)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case h.Held != nil:
-		return fmt.Errorf("%w: %s is on hold: resume it, and its head runs at once", ErrNothingToDo, key)
-	case h.State != asynq.TaskStateRetry.String() && h.State != asynq.TaskStateScheduled.String():
-		return fmt.Errorf("%w: the head's task of %s is %s", ErrNothingToDo, key, h.State)
 	}
-	if err := r.insp.RunTask(h.Queue, h.TaskID); err != nil {
+	err = r.RetryHead(ctx, h)
+	if err != nil && !errors.Is(err, ErrNothingToDo) && ctx.Err() == nil {
 		return fmt.Errorf("%w: the head's task %s could not be run now (it may have started meanwhile): %w", ErrNothingToDo, h.TaskID, err)
 	}
-	return nil
+	return err
+}
+
+// RetryHead runs the task of h, a head as [Runner.Head] read it, now, with
+// asynq's Inspector.RunTask (which moves a task of the retry or scheduled
+// set to pending, and refuses any other atomically). It is [Runner.Retry]
+// for a caller that read and checked the head itself: it runs h's task,
+// whatever the head is now.
+//
+// It returns an error matching [ErrNothingToDo], and runs nothing, when h
+// is on hold or its task neither backs off nor is scheduled (as h says),
+// and ctx's error when ctx is done. Otherwise it returns RunTask's error
+// as it is: asynq refuses a task that started or came due since h was
+// read, and returns an error matching asynq.ErrTaskNotFound for one that
+// is gone.
+func (r *Runner) RetryHead(ctx context.Context, h Head) error {
+	switch {
+	case h.Held != nil:
+		return fmt.Errorf("%w: %s is on hold: resume it, and its head runs at once", ErrNothingToDo, h.Key)
+	case h.State != asynq.TaskStateRetry.String() && h.State != asynq.TaskStateScheduled.String():
+		return fmt.Errorf("%w: the head's task of %s is %s", ErrNothingToDo, h.Key, h.State)
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	}
+	return r.insp.RunTask(h.Queue, h.TaskID)
 }
 
 // Skip gives up the head of key: it archives the head's task with reason
 // (unless it is archived, completed or missing already) and passes the
 // turn on, so the next task runs. It refuses, with an error matching
-// [ErrNothingToDo], a head whose task runs right now: a task is never both
-// run and skipped.
+// [ErrNothingToDo] (a *[StateError]), a head whose task runs right now: a
+// task is never both run and skipped.
 func (r *Runner) Skip(ctx context.Context, key, reason string) error {
 	h, err := r.Head(ctx, key)
 	if err != nil {
 		return err
 	}
-	switch h.State {
-	case StateMissing, asynq.TaskStateArchived.String(), asynq.TaskStateCompleted.String():
-	case asynq.TaskStateActive.String():
-		return fmt.Errorf("%w: the head's task %s of %s runs right now", ErrNothingToDo, h.TaskID, key)
-	default:
-		ok, state, err := asynqwire.Archive(ctx, r.rdb, h.Queue, h.TaskID, "skipped: "+reason)
-		switch {
-		case err != nil:
-			return fmt.Errorf("keyorder: archive the head's task %s of %s: %w", h.TaskID, key, err)
-		case !ok && state == asynqwire.StateActive:
-			return fmt.Errorf("%w: the head's task %s of %s started meanwhile", ErrNothingToDo, h.TaskID, key)
-		}
-	}
-	st, err := r.l.Sequencer().Skip(ctx, key, h.Pos, h.record, "skipped: "+reason)
+	sk, err := r.SkipHead(ctx, h, "skipped: "+reason)
 	if err != nil {
 		return err
 	}
-	return r.turns.tasks.Wake(ctx, key, st.Wake)
+	return r.Wake(ctx, key, sk.Wake)
 }
+
+// Skipped is what [Runner.SkipHead] did.
+type Skipped struct {
+	// Archived is true when the skip archived the head's task (it was not
+	// missing, archived or completed already).
+	Archived bool
+	// Done is false when the head had moved on since it was read (someone
+	// else settled it, or its task passed its turn on): nothing was
+	// skipped then, and a task archived by the skip stays archived.
+	Done bool
+	// Wake are the labels of the positions whose parked holders the skip
+	// called: bring them back with [Runner.Wake].
+	Wake []string
+}
+
+// SkipHead gives up h, a head as [Runner.Head] read it, with reason as it
+// is: the last error of the archived task and the reason of the skip in
+// the sequence's log (see [Status].Log). It is [Runner.Skip] for a caller
+// that read and checked the head itself, and words the reason itself.
+//
+// It archives h's task unless h has it missing, archived or completed
+// (the archive refuses, atomically, a task that runs: a task is never both
+// run and skipped), then skips h's position if it is still the head with
+// the same record (see [Sequencer.Skip]). It does not bring the parked
+// holders back: pass Skipped.Wake to [Runner.Wake].
+//
+// It returns a *[StateError] (matching [ErrNothingToDo]), and changes
+// nothing, when h has its task active, and when asynq refuses to archive
+// the task: it runs (it started since h was read) or waits in a group.
+// Other errors are Redis' and asynq's, wrapped.
+func (r *Runner) SkipHead(ctx context.Context, h Head, reason string) (Skipped, error) {
+	var sk Skipped
+	switch h.State {
+	case StateMissing, asynq.TaskStateArchived.String(), asynq.TaskStateCompleted.String():
+	case asynq.TaskStateActive.String():
+		return sk, &StateError{Key: h.Key, TaskID: h.TaskID, State: h.State}
+	default:
+		ok, state, err := asynqwire.Archive(ctx, r.rdb, h.Queue, h.TaskID, reason)
+		switch {
+		case err != nil:
+			return sk, fmt.Errorf("keyorder: archive the head's task %s of %s: %w", h.TaskID, h.Key, err)
+		case ok:
+			sk.Archived = true
+		case state == asynqwire.StateGone, state == asynq.TaskStateArchived.String(), state == asynq.TaskStateCompleted.String():
+			// Gone or ended meanwhile: the position is skipped below, or
+			// was passed on by the task's run (then nothing is skipped).
+		default:
+			return sk, &StateError{Key: h.Key, TaskID: h.TaskID, State: state}
+		}
+	}
+	st, err := r.l.Sequencer().Skip(ctx, h.Key, h.Pos, h.record, reason)
+	if err != nil {
+		return sk, err
+	}
+	sk.Done, sk.Wake = st.Done, st.Wake
+	return sk, nil
+}
+
+// StateError is the error of an action on a key's head that asynq refused
+// for the state the head's task was in when the action went to move it,
+// which may have changed since the head was read: "active" (it runs right
+// now) or "grouped" (it waits in a group to be aggregated). It matches
+// [ErrNothingToDo].
+type StateError struct {
+	Key, TaskID string
+	// State is the task's state, as asynq's Redis has it.
+	State string
+}
+
+func (e *StateError) Error() string {
+	if e.State == asynqwire.StateActive {
+		return fmt.Sprintf("%v: the head's task %s of %s runs right now", ErrNothingToDo, e.TaskID, e.Key)
+	}
+	return fmt.Sprintf("%v: the head's task %s of %s is %s: asynq does not let it move", ErrNothingToDo, e.TaskID, e.Key, e.State)
+}
+
+// Is reports whether target is ErrNothingToDo.
+func (e *StateError) Is(target error) bool { return target == ErrNothingToDo }
+
+// Wake brings the parked tasks of positions of key, given by their labels
+// in the order of their positions (a [Settlement]'s Wake), to the front of
+// their queues, so that they run next rather than after their park delay:
+// the first ends up first in line. Each is looked for in the queues
+// RunnerConfig.Locate gives; a task still active (on its way to its park)
+// is tried again for a moment. A label that names no task, and a task no
+// queue holds, are passed over. It returns the first Redis error, after
+// trying every label; such a failure only costs the tasks their park
+// delay.
+func (r *Runner) Wake(ctx context.Context, key string, labels []string) error {
+	return r.turns.tasks.Wake(ctx, key, labels)
+}
+
+// Sequencer returns the Sequencer of the Runner's keys (its prefix), for
+// the reads and records of a program's own actions: [Sequencer.Status],
+// [Sequencer.Pause], [Sequencer.Record].
+func (r *Runner) Sequencer() *Sequencer { return r.l.Sequencer() }
+
+// Turns returns the Runner's Turns, for the settlements a program makes
+// outside a run, such as [Turns.Created]: they wake the parked holders
+// through the Runner ([Runner.Wake]).
+func (r *Runner) Turns() *Turns { return r.turns }
 
 // Blocked is a key whose head has not moved: on hold, failing (its task
 // backs off after failures), or waiting for a task that will not come

@@ -2,7 +2,9 @@ package keyorder_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -224,4 +228,170 @@ func TestRetryRunsAScheduledHeadNow(t *testing.T) {
 	require.NoError(t, r.Retry(ctx, "K"))
 	eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, "the tasks did not run after Retry")
 	require.Equal(t, []int{1, 2}, rc.succeeded("K"))
+}
+
+// shardLocate is a RunnerConfig.Locate that looks a Client's task up in
+// queue "elsewhere" first, then in the queue its label names: a program
+// whose tasks may wait in more than one queue.
+func shardLocate(_, label string) ([]string, string, bool) {
+	queue, id, ok := strings.Cut(label, " ")
+	return []string{"elsewhere", queue}, id, ok
+}
+
+// TestSkipHeadActsOnTheHeadRead: a program reads the head (found through
+// its Locate), checks it itself, and skips it with a reason in its own
+// words; a second skip of the same read finds the head moved on and skips
+// nothing.
+func TestSkipHeadActsOnTheHeadRead(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{Locate: shardLocate})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	ctx := t.Context()
+	e1 := enqueue(t, c, "K", 1, asynq.Queue("shard"))
+	e2 := enqueue(t, c, "K", 2, asynq.Queue("shard"))
+
+	h, err := r.Head(ctx, "K")
+	require.NoError(t, err)
+	require.Equal(t, keyorder.Label("shard", e1.TaskID), h.Label)
+	require.Equal(t, "shard", h.Queue, "found in the second queue Locate gives")
+	require.Equal(t, e1.TaskID, h.TaskID)
+	require.Equal(t, "pending", h.State)
+	require.Equal(t, "order", h.Type)
+	var b body
+	require.NoError(t, json.Unmarshal(h.Payload, &b))
+	require.Equal(t, body{Key: "K", N: 1, Seq: e1.Pos}, b)
+	require.ErrorIs(t, r.RetryHead(ctx, h), keyorder.ErrNothingToDo, "a pending task is due already")
+
+	sk, err := r.SkipHead(ctx, h, "skipped by ops: poison")
+	require.NoError(t, err)
+	require.True(t, sk.Archived)
+	require.True(t, sk.Done)
+	requireState(t, db.Client, e1, asynq.TaskStateArchived, "")
+	info, err := asynq.NewInspectorFromRedisClient(db.Client).GetTaskInfo("shard", e1.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, "skipped by ops: poison", info.LastErr, "the reason as given")
+	st, err := r.Sequencer().Status(ctx, "K")
+	require.NoError(t, err)
+	require.Equal(t, keyorder.Settled{Pos: e1.Pos, At: st.Log[len(st.Log)-1].At, Kind: "skip", Label: h.Label, Reason: "skipped by ops: poison"},
+		st.Log[len(st.Log)-1])
+
+	again, err := r.SkipHead(ctx, h, "skipped by ops: again")
+	require.NoError(t, err)
+	require.Equal(t, keyorder.Skipped{}, again, "the head moved on: nothing more is skipped")
+	next, err := r.Head(ctx, "K")
+	require.NoError(t, err)
+	require.Equal(t, e2.Pos, next.Pos)
+}
+
+// TestSkipHeadAndRetryHeadOfARunningOrGoneTask: asynq's refusals reach the
+// caller: a task that started since the head was read is not archived (a
+// *StateError), and a task deleted since is not run (asynq's
+// ErrTaskNotFound, not the Runner's refusal).
+func TestSkipHeadAndRetryHeadOfARunningOrGoneTask(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	ctx := t.Context()
+	e1 := enqueue(t, c, "K", 1, asynq.ProcessIn(time.Hour))
+	enqueue(t, c, "K", 2)
+	h, err := r.Head(ctx, "K")
+	require.NoError(t, err)
+	require.Equal(t, "scheduled", h.State)
+
+	require.NoError(t, asynq.NewInspectorFromRedisClient(db.Client).DeleteTask(e1.Queue, e1.TaskID))
+	err = r.RetryHead(ctx, h)
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+	require.NotErrorIs(t, err, keyorder.ErrNothingToDo, "asynq's own error, for the caller to word")
+
+	// A task that runs: K's head, held in its handler.
+	started, open := make(chan struct{}), make(chan struct{})
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(gate("L", 1, started, open)))
+	enqueue(t, c, "L", 1)
+	enqueue(t, c, "L", 2)
+	<-started
+	lh, err := r.Head(ctx, "L")
+	require.NoError(t, err)
+	require.Equal(t, "active", lh.State)
+	var se *keyorder.StateError
+	_, err = r.SkipHead(ctx, lh, "no")
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, "active", se.State)
+	// A head read just before its task started: asynq's archive refuses it.
+	lh.State = "pending"
+	_, err = r.SkipHead(ctx, lh, "no")
+	require.ErrorAs(t, err, &se)
+	require.ErrorIs(t, err, keyorder.ErrNothingToDo)
+	require.Equal(t, "active", se.State)
+	requireState(t, db.Client, keyorder.Enqueued{Queue: lh.Queue, TaskID: lh.TaskID}, asynq.TaskStateActive, "")
+	st, err := r.Sequencer().Status(ctx, "L")
+	require.NoError(t, err)
+	require.Empty(t, st.Log, "nothing was skipped")
+	close(open)
+	eventually(t, func() bool { return len(rc.succeeded("L")) == 2 }, "L's tasks did not run")
+}
+
+// TestWakeLooksWhereLocateSays: Wake brings a position's task to the front
+// of the queue Locate finds it in.
+func TestWakeLooksWhereLocateSays(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{Locate: shardLocate})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	ctx := t.Context()
+	enqueue(t, c, "A", 1, asynq.Queue("shard"))
+	e := enqueue(t, c, "K", 1, asynq.Queue("shard"))
+	front := func() string {
+		id, err := db.Client.LIndex(ctx, "asynq:{shard}:pending", -1).Result()
+		require.NoError(t, err)
+		return id
+	}
+	require.NotEqual(t, e.TaskID, front())
+	require.NoError(t, r.Wake(ctx, "K", []string{keyorder.Label("shard", e.TaskID), keyorder.Label("shard", "absent"), "no task"}))
+	require.Equal(t, e.TaskID, front(), "first in line")
+}
+
+// TestTurnsOfARunnerSettleACreation: a settlement made outside a run on the
+// Runner's Turns (a creation that another key's task reserved) lets the
+// task parked behind it run at once, through the Runner's wake.
+func TestTurnsOfARunnerSettleACreation(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	// A GapWait of a minute: only the settlement lets task 1 run.
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: time.Minute})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: time.Minute})
+	ctx := t.Context()
+	_, err := r.Sequencer().Reserve(ctx, "NEW", "creation ev1", keyorder.CreationRef("ev1"))
+	require.NoError(t, err)
+	e := enqueue(t, c, "NEW", 1)
+	requireState(t, db.Client, e, asynq.TaskStateRetry, "") // parked behind the creation
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+
+	settled := time.Now()
+	r.Turns().Created(ctx, "NEW", "ev1", "ev1 of OLD", nil)
+	eventually(t, func() bool { return len(rc.succeeded("NEW")) == 1 }, "task 1 did not run after the creation")
+	require.Less(t, time.Since(settled), 10*time.Second, "the creation did not bring task 1 back promptly")
+
+}
+
+// TestRunnerLogsTheKeyAsKeyField: a missing head skipped by the gap check
+// is logged with the key named as RunnerConfig.KeyField says.
+func TestRunnerLogsTheKeyAsKeyField(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	const gapWait = 100 * time.Millisecond
+	core, logs := observer.New(zap.WarnLevel)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: gapWait, KeyField: "account", Logger: zap.New(core)})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: gapWait})
+	gone := enqueue(t, c, "G", 1, asynq.ProcessIn(time.Hour))
+	require.NoError(t, asynq.NewInspectorFromRedisClient(db.Client).DeleteTask(gone.Queue, gone.TaskID))
+	enqueue(t, c, "G", 2)
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	eventually(t, func() bool { return len(rc.succeeded("G")) == 1 }, "G's task 2 did not run after its gap")
+	skips := logs.FilterMessage("position skipped").FilterField(zap.String("account", "G")).All()
+	require.NotEmpty(t, skips, "no skip logged with the key as account: %v", logs.All())
 }

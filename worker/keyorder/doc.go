@@ -57,7 +57,9 @@
 //     is logged in the key's sequence.
 //   - Operators act per key: [Runner.Hold], [Runner.Resume],
 //     [Runner.Skip] and [Runner.Retry], and [Runner.Blocked] lists the keys
-//     that do not move, without scanning the keyspace.
+//     that do not move, without scanning the keyspace. A program with
+//     rules of its own reads the head ([Runner.Head]), checks it, and acts
+//     on what it read ([Runner.SkipHead], [Runner.RetryHead]).
 //   - Redis Cluster: every script touches one key's slot (the keys carry
 //     the hash tag {key}); on a Cluster, Enqueue takes the position and
 //     then enqueues, in two round trips.

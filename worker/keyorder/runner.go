@@ -78,6 +78,9 @@ type RunnerConfig struct {
 	// Logger receives the skips and what goes wrong after a run (the run's
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
+	// KeyField names the key in the log lines of the key's turns (see
+	// TurnsConfig.KeyField). Defaults to "key".
+	KeyField string
 }
 
 // clientLabel is RunnerConfig.Locate's default: a [Client]'s label.
@@ -169,7 +172,7 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
 		IsFailure: IsFailure, RetryDelay: r.RetryDelay, Busy: r.busy, Queues: r.queues,
 	}
-	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger})
+	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
