@@ -288,6 +288,7 @@ type Producer struct {
 	inspector *asynq.Inspector
 	seq       *keyorder.Sequencer
 	ordered   *keyorder.Client // the engine's one-script enqueue (acceptAtOnce)
+	locate    keyorder.Locate  // where a position's task waits (requeue.Locate)
 	closed    atomic.Bool
 	tracer    trace.Tracer // nil: tracing off
 	// crossSlot is set once Redis refused the one-script enqueue for its
@@ -342,6 +343,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		seq:       seq,
 		ordered:   ordered,
+		locate:    requeue.Locate(cfg.Shards, cfg.Kinds),
 		tracer:    tracing.Tracer(cfg.TracerProvider),
 	}, nil
 }
@@ -996,11 +998,11 @@ func (p *Producer) void(ctx context.Context, at positions, why string) {
 	// now has it (see the worker's parking).
 	if at.pos > 0 {
 		st, _ := p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
-		_ = requeue.Labels(ctx, p.rdb, at.orderNo, p.cfg.Shards, p.cfg.Kinds, st.Wake)
+		_ = keyorder.Wake(ctx, p.rdb, p.locate, at.orderNo, st.Wake)
 	}
 	if at.createPos > 0 {
 		st, _ := p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
-		_ = requeue.Labels(ctx, p.rdb, at.created, p.cfg.Shards, p.cfg.Kinds, st.Wake)
+		_ = keyorder.Wake(ctx, p.rdb, p.locate, at.created, st.Wake)
 	}
 }
 

@@ -68,18 +68,14 @@ func (w *Worker) holdConfig() keyorder.HoldConfig {
 }
 
 // locateChange is the holds' Locate: the placements of a change's task
-// under Config.Shards. A replacement's creation, whose position is held
-// by an exchange of another order, is no change to take in a hold.
+// under Config.Shards (requeue.Locate). A replacement's creation, whose
+// position is held by an exchange of another order, is no change to take
+// in a hold.
 func (w *Worker) locateChange(orderNo, label string) ([]string, string, bool) {
-	typ, id, from, ok := w.kinds.ParseLabel(label)
-	if !ok || from != "" {
+	if _, _, from, ok := w.kinds.ParseLabel(label); !ok || from != "" {
 		return nil, "", false
 	}
-	k := w.kinds.Of(typ)
-	if k == nil {
-		return nil, "", false
-	}
-	return w.cfg.Shards.Placements(k, orderNo), id, true
+	return w.locate(orderNo, label)
 }
 
 // drain goes on with the order's next changes under the lease that the

@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -249,7 +250,7 @@ func TestPauseStopsADrainedHold(t *testing.T) {
 	require.NotEqual(t, worker.OutcomeOK, d.Outcome, "the paused order's next change does not run: %+v", d)
 	_, st, err := q.Resume(t.Context(), "SO-HPAUSE")
 	require.NoError(t, err)
-	require.NoError(t, requeue.Labels(t.Context(), e.db.Client, "SO-HPAUSE", tasks.Shards{}, tasks.Kinds(), st.Wake))
+	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, requeue.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HPAUSE", st.Wake))
 	for _, id := range ids[2:] {
 		r.waitFor(t, id, 60*time.Second, worker.OutcomeOK)
 	}

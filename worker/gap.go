@@ -10,7 +10,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"go.uber.org/zap"
@@ -25,7 +24,7 @@ var _ keyorder.Tasks = queueTasks{}
 // Wake brings the parked tasks of order orderNo whose labels a release, a
 // skip or a settlement handed back to the front of their queues.
 func (q queueTasks) Wake(ctx context.Context, orderNo string, labels []string) error {
-	return requeue.Labels(ctx, q.w.rdb, orderNo, q.w.cfg.Shards, q.w.kinds, labels)
+	return keyorder.Wake(ctx, q.w.rdb, q.w.locate, orderNo, labels)
 }
 
 // HeadFate is the gap check: it looks at the head of an order's sequence,

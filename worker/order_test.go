@@ -761,7 +761,7 @@ func TestHoldParksWithoutArchivingAtMaxRetryZero(t *testing.T) {
 
 	_, st, err := q.Resume(t.Context(), "SO-HOLD")
 	require.NoError(t, err)
-	require.NoError(t, requeue.Labels(t.Context(), e.db.Client, "SO-HOLD", tasks.Shards{}, tasks.Kinds(), st.Wake))
+	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, requeue.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HOLD", st.Wake))
 	r.waitFor(t, "hold-1", 30*time.Second, worker.OutcomeOK)
 	r.waitFor(t, "hold-2", 30*time.Second, worker.OutcomeOK)
 	archived, err := e.insp.ListArchivedTasks(tasks.QueueModify)

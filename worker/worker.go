@@ -89,6 +89,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -435,6 +436,7 @@ type Worker struct {
 	slots    atomic.Int64        // asynq's slots in use: runs it started (a hold's drained runs take none)
 	stopping atomic.Bool         // Shutdown began: holds drain no more
 	hold     keyorder.HoldConfig // how the Worker's holds drain an order (drain.go)
+	locate   keyorder.Locate     // where a position's task waits (requeue.Locate of its shards and kinds)
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -479,6 +481,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
+	w.locate = requeue.Locate(cfg.Shards, w.kinds)
 	w.hold = w.holdConfig()
 	w.served = slices.Sorted(maps.Keys(w.queues))
 	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no"})

@@ -8,17 +8,18 @@ import (
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }
 
-// Labels looks a parked task up in each of its placements: while a shard
-// count drains, a task of order SO1001 may wait in the queue it was placed
-// in under the old count (order_modify) rather than in its shard under the
-// new one (order_modify:2).
-func TestLabelsLooksInEveryPlacement(t *testing.T) {
+// The engine's wake, given Locate, looks a parked task up in each of its
+// placements: while a shard count drains, a task of order SO1001 may wait
+// in the queue it was placed in under the old count (order_modify) rather
+// than in its shard under the new one (order_modify:2).
+func TestWakeLooksInEveryPlacement(t *testing.T) {
 	db := redistest.New(t)
 	cli := asynq.NewClientFromRedisClient(db.Client)
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
@@ -45,9 +46,9 @@ func TestLabelsLooksInEveryPlacement(t *testing.T) {
 	require.Equal(t, "a", front("order_modify"))
 
 	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}
-	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3}, tasks.Kinds(), labels))
+	require.NoError(t, keyorder.Wake(ctx, db.Client, requeue.Locate(tasks.Shards{Count: 3}, tasks.Kinds()), "SO1001", labels))
 	require.Equal(t, "a", front("order_modify"), "without the draining count, the old queue is not looked at")
-	require.NoError(t, requeue.Labels(ctx, db.Client, "SO1001", tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Kinds(), labels))
+	require.NoError(t, keyorder.Wake(ctx, db.Client, requeue.Locate(tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Kinds()), "SO1001", labels))
 	require.Equal(t, "parked", front("order_modify"), "found in the placement under the draining count")
 	require.Equal(t, "c", front("order_modify:2"))
 }

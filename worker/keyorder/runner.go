@@ -547,12 +547,37 @@ func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
 	return "", false
 }
 
+// Locate is where the task of a position of key waits, given its label:
+// the queues to look in, in order, and its task ID; ok is false for a
+// label that names no task (see RunnerConfig.Locate). nil means a
+// [Client]'s labels ([Label]).
+type Locate = func(key, label string) (queues []string, taskID string, ok bool)
+
+// Wake brings the parked tasks of positions of key, given by their labels
+// in the order of their positions (a settlement's or a release's Wake), to
+// the front of their queues on rdb, so that they run next rather than
+// after the queues' backlog: the first ends up first in line. Each is
+// looked for in the queues locate gives (nil: a Client's label); a task
+// still active (on its way to its park) is tried again for a moment. A
+// label that names no task, and a task no queue holds, are passed over.
+// It returns the first Redis error, after trying every label; such a
+// failure only costs the tasks their park delay. It is for a program that
+// settles positions without a [Runner] (a producer that voids the
+// positions of an enqueue refused): a Runner wakes its own
+// ([Runner.Wake]).
+func Wake(ctx context.Context, rdb redis.Scripter, locate Locate, key string, labels []string) error {
+	if locate == nil {
+		locate = clientLabel
+	}
+	return moveLabels(ctx, rdb, locate, key, labels, asynqwire.FrontInTransit)
+}
+
 // moveLabels moves the tasks of positions of key, given by their labels in
 // the order of their positions, with to (to the front of their queues, or
 // the back), so that the first ends up first in line: each is looked for
 // in the queues locate gives, until one holds it. It returns the first
 // Redis error, after trying every label.
-func moveLabels(ctx context.Context, rdb redis.Scripter, locate func(key, label string) ([]string, string, bool), key string, labels []string,
+func moveLabels(ctx context.Context, rdb redis.Scripter, locate Locate, key string, labels []string,
 	to func(ctx context.Context, rdb redis.Scripter, queue, id string) (string, error)) error {
 	var first error
 	for _, label := range slices.Backward(labels) {
