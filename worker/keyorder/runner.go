@@ -103,8 +103,10 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // the handler of the task that took the lock goes on with the key's next
 // tasks, parked behind it, each run with the handler that ran its type
 // before in this Runner ([Run].Held says so). Wrapping asynq's ServeMux
-// as a whole (srv.Run(r.Handler(mux))) lets a hold run every type; a task
-// of a type not yet run goes back to its queue and runs from there. asynq
+// as a whole (srv.Run(r.Handler(mux))) lets a hold run every type, with
+// the mux's middleware; a task of a type not yet run goes back to its
+// queue and runs from there, and what wraps the Runner's handler sees only
+// a hold's first task. asynq
 // counts a hold as the run of its first task: a hold ends at half that
 // task's timeout, and a shutdown that cancels it puts that task back in
 // its queue, to run again as a passed position (ModePassed).
