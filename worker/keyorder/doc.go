@@ -11,7 +11,8 @@
 //
 // Enqueue with a [Client] instead of asynq's Client, naming the key; wrap
 // the handlers with a [Runner]; give the asynq server the Runner's
-// [Runner.ServerConfig]; read the fence in the handler with [RunFrom]:
+// [Runner.ServerConfig]; read the fence in the handler with [RunFrom];
+// call [Runner.Stop] before the server's Shutdown:
 //
 //	c, _ := keyorder.NewClient(rdb, keyorder.ClientConfig{})
 //	c.Enqueue(ctx, "acct-42", asynq.NewTask("ledger:post", payload), asynq.Queue("ledger"))

@@ -62,5 +62,8 @@ func ExampleRunner() {
 	if err := srv.Start(mux); err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Shutdown()
+	defer func() {
+		r.Stop() // the holds end before their next task
+		srv.Shutdown()
+	}()
 }

@@ -256,3 +256,38 @@ func TestRunnerHoldEndsAtShutdown(t *testing.T) {
 		}
 	}
 }
+
+// Stop ends a hold before its next task: a shutdown after it ends the
+// server's runs in time, and no task runs twice.
+func TestRunnerStopEndsTheHolds(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	const n = 6
+	hotKey(t, c, "K", n)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	rc := newRecorder()
+	started, open := make(chan struct{}), make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
+		Concurrency: 2, LogLevel: asynq.FatalLevel, ShutdownTimeout: 10 * time.Second,
+		TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 20 * time.Millisecond,
+	}))
+	require.NoError(t, srv.Start(r.Handler(rc.wrap(gate("K", 3, started, open)))))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("task 3 never started")
+	}
+	r.Stop()
+	close(open)
+	srv.Shutdown() // the hold ends after task 3: well within the timeout
+	require.Equal(t, []int{1, 2, 3}, rc.succeeded("K"))
+
+	r2 := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	startServer(t, db.Client, r2, 2, rc.wrap(nil))
+	eventually(t, func() bool { return len(rc.succeeded("K")) >= n }, "the tasks did not all run after the restart")
+	require.Equal(t, seq(n), rc.succeeded("K"), "a task ran twice")
+	for _, x := range rc.all() {
+		require.Equal(t, keyorder.ModeTurn, x.Mode, "task %d", x.N)
+	}
+}

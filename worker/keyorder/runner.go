@@ -127,6 +127,7 @@ type Runner struct {
 	served      atomic.Value // []string: the server's queues, from ServerConfig
 	concurrency atomic.Int64 // the server's Concurrency, from ServerConfig
 	slots       atomic.Int64 // runs that asynq started and that have not ended
+	stopping    atomic.Bool  // Stop: the holds end before their next task
 }
 
 // NewRunner returns a Runner on rdb. It returns an error when cfg.Key is
@@ -172,7 +173,7 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}
 	r.hold = HoldConfig{
 		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
-		IsFailure: IsFailure, RetryDelay: r.RetryDelay, Busy: r.busy, Queues: r.queues,
+		IsFailure: IsFailure, RetryDelay: r.RetryDelay, Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
 	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField})
 	if err != nil {
@@ -182,9 +183,20 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	return r, nil
 }
 
-// Close stops the Runner's subscription, once the asynq server has shut
-// down. The Redis client stays the caller's.
-func (r *Runner) Close() error { return r.l.Close() }
+// Stop ends the Runner's holds (see RunnerConfig.DrainMax) before their
+// next task, and starts none: call it before the asynq server's Shutdown,
+// so that a hold does not outlive the server's ShutdownTimeout (asynq
+// would then put the hold's first task back in its queue, to run again).
+// A task that a hold had taken and not run goes back to the front of its
+// queue. Stop is safe to call more than once, and from any goroutine.
+func (r *Runner) Stop() { r.stopping.Store(true) }
+
+// Close stops the Runner's holds and its subscription, once the asynq
+// server has shut down. The Redis client stays the caller's.
+func (r *Runner) Close() error {
+	r.Stop()
+	return r.l.Close()
+}
 
 // ServerConfig returns c with the Runner's IsFailure and RetryDelayFunc,
 // which the asynq server running its handlers must use. The Runner also

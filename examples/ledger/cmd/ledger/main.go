@@ -102,7 +102,10 @@ func run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start the worker: %w", err)
 	}
-	defer srv.Shutdown()
+	defer func() {
+		runner.Stop() // the holds end before their next entry
+		srv.Shutdown()
+	}()
 
 	if err := waitDecided(ctx, store, accounts, len(entries)); err != nil {
 		return err
