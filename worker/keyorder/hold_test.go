@@ -208,86 +208,69 @@ func TestRunnerHoldOfATypeNotRunYet(t *testing.T) {
 	require.Empty(t, rc.overlaps)
 }
 
-// A hold ends at a shutdown: the tasks it had not run stay in asynq and
-// run, in order, on the next server; the one whose run the shutdown
-// cancelled runs again in its turn.
-func TestRunnerHoldEndsAtShutdown(t *testing.T) {
+// A hold ends at a shutdown, and the tasks it had not run stay in asynq
+// and run, in order, on the next server. Without Stop, the shutdown
+// cancels the held run past its timeout: asynq puts the hold's first task
+// back, and it runs again (as a passed position: asynq delivers at least
+// once). With Stop first, the hold ends before its next task, well within
+// the timeout, and no task runs twice.
+func TestRunnerHoldAtShutdown(t *testing.T) {
 	t.Parallel()
-	db := redistest.New(t)
-	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
-	const n = 6
-	hotKey(t, c, "K", n)
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
-	rc := newRecorder()
-	started, open := make(chan struct{}), make(chan struct{})
-	srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
-		Concurrency: 2, LogLevel: asynq.FatalLevel, ShutdownTimeout: 100 * time.Millisecond,
-		TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 20 * time.Millisecond,
-	}))
-	require.NoError(t, srv.Start(r.Handler(rc.wrap(gate("K", 3, started, open)))))
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("task 3 never started")
-	}
-	srv.Shutdown() // cancels task 3's run, in task 1's hold, past its timeout
-	close(open)
-	require.Equal(t, []int{1, 2}, rc.succeeded("K"))
-
-	r2 := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
-	startServer(t, db.Client, r2, 2, rc.wrap(nil))
-	inTurn := func() (ns []int) {
-		for _, x := range rc.all() {
-			if x.OK && x.Mode == keyorder.ModeTurn {
-				ns = append(ns, x.N)
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprint("Stop=", stop), func(t *testing.T) {
+			t.Parallel()
+			db := redistest.New(t)
+			c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+			const n = 6
+			hotKey(t, c, "K", n)
+			r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+			rc := newRecorder()
+			started, open := make(chan struct{}), make(chan struct{})
+			timeout := 100 * time.Millisecond
+			if stop {
+				timeout = 10 * time.Second
 			}
-		}
-		return ns
-	}
-	eventually(t, func() bool { return len(inTurn()) == n }, "the tasks did not all run after the restart")
-	require.Equal(t, seq(n), inTurn())
-	// asynq puts task 1, whose run (the hold's first) outlived the
-	// shutdown's timeout, back in its queue: it runs again, as a passed
-	// position (asynq delivers at least once).
-	for _, x := range rc.all() {
-		if x.Mode != keyorder.ModeTurn {
-			require.Equal(t, 1, x.N, "task %d ran again: %+v", x.N, x)
-			require.Equal(t, keyorder.ModePassed, x.Mode)
-		}
-	}
-}
+			srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
+				Concurrency: 2, LogLevel: asynq.FatalLevel, ShutdownTimeout: timeout,
+				TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 20 * time.Millisecond,
+			}))
+			require.NoError(t, srv.Start(r.Handler(rc.wrap(gate("K", 3, started, open)))))
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("task 3 never started")
+			}
+			want := []int{1, 2}
+			if stop {
+				r.Stop()
+				close(open)
+				srv.Shutdown()
+				want = []int{1, 2, 3}
+			} else {
+				srv.Shutdown() // cancels task 3's run, in task 1's hold
+				close(open)
+			}
+			require.Equal(t, want, rc.succeeded("K"))
 
-// Stop ends a hold before its next task: a shutdown after it ends the
-// server's runs in time, and no task runs twice.
-func TestRunnerStopEndsTheHolds(t *testing.T) {
-	t.Parallel()
-	db := redistest.New(t)
-	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
-	const n = 6
-	hotKey(t, c, "K", n)
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
-	rc := newRecorder()
-	started, open := make(chan struct{}), make(chan struct{})
-	srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
-		Concurrency: 2, LogLevel: asynq.FatalLevel, ShutdownTimeout: 10 * time.Second,
-		TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: 20 * time.Millisecond,
-	}))
-	require.NoError(t, srv.Start(r.Handler(rc.wrap(gate("K", 3, started, open)))))
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("task 3 never started")
-	}
-	r.Stop()
-	close(open)
-	srv.Shutdown() // the hold ends after task 3: well within the timeout
-	require.Equal(t, []int{1, 2, 3}, rc.succeeded("K"))
-
-	r2 := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
-	startServer(t, db.Client, r2, 2, rc.wrap(nil))
-	eventually(t, func() bool { return len(rc.succeeded("K")) >= n }, "the tasks did not all run after the restart")
-	require.Equal(t, seq(n), rc.succeeded("K"), "a task ran twice")
-	for _, x := range rc.all() {
-		require.Equal(t, keyorder.ModeTurn, x.Mode, "task %d", x.N)
+			r2 := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+			startServer(t, db.Client, r2, 2, rc.wrap(nil))
+			inTurn := func() (ns []int) {
+				for _, x := range rc.all() {
+					if x.OK && x.Mode == keyorder.ModeTurn {
+						ns = append(ns, x.N)
+					}
+				}
+				return ns
+			}
+			eventually(t, func() bool { return len(inTurn()) == n }, "the tasks did not all run after the restart")
+			require.Equal(t, seq(n), inTurn())
+			for _, x := range rc.all() {
+				if x.Mode != keyorder.ModeTurn {
+					require.False(t, stop, "task %d ran again after a Stop: %+v", x.N, x)
+					require.Equal(t, 1, x.N, "task %d ran again: %+v", x.N, x)
+					require.Equal(t, keyorder.ModePassed, x.Mode)
+				}
+			}
+		})
 	}
 }
