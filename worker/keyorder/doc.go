@@ -42,9 +42,11 @@
 //     context cancelled with cause [ErrLost].
 //   - Fencing. Every hold of a key's lock has a fencing token strictly
 //     greater than any handed out for the key before, even after the key
-//     was idle and its lock expired ([Run].Fence). A store that refuses an
-//     older fence than it has seen ([ErrStaleFence]) is safe from a holder
-//     that stalled past its lease; the lock alone cannot be (see Limits).
+//     was idle and its lock expired ([Run].Fence); the tasks a hold runs
+//     one after another share its fence. A store that refuses an older
+//     fence than it has seen ([ErrStaleFence]), and takes an equal one, is
+//     safe from a holder that stalled past its lease; the lock alone cannot
+//     be (see Limits).
 //   - Waiting is free. A task whose turn has not come waits, woken by the
 //     release of the task before it, or goes back to its queue parked and
 //     is called back when its turn comes. Neither spends a retry, whatever
