@@ -89,18 +89,6 @@ func archiveReason(err error) string {
 	return reasonOther
 }
 
-// archives reports whether asynq archives a task whose run ended with err,
-// as asynq v0.25.1's processor decides (handleFailedMessage): a revoked
-// task is dropped; a run whose asynq lease expired is left to the
-// recoverer; any other error archives the task when it is a rejection
-// (asynq.SkipRetry) or the task's retries reached its MaxRetry.
-func archives(err error, retried, maxRetry int) bool {
-	if errors.Is(err, asynq.RevokeTask) || errors.Is(err, asynq.ErrLeaseExpired) {
-		return false
-	}
-	return errors.Is(err, asynq.SkipRetry) || retried >= maxRetry
-}
-
 // countArchived is asynq's ErrorHandler: asynq calls it with the error of
 // every failed run, just before it retries or archives the task (errors
 // of the handler, and asynq's own: the run's deadline, its lease), with
@@ -108,7 +96,7 @@ func archives(err error, retried, maxRetry int) bool {
 func (w *Worker) countArchived(ctx context.Context, t *asynq.Task, err error) {
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	if !archives(err, retried, maxRetry) {
+	if !keyorder.Archives(err, retried, maxRetry) {
 		return
 	}
 	w.cfg.Metrics.observeArchived(w.taskTypeLabel(t.Type()), archiveReason(err))

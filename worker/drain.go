@@ -60,7 +60,7 @@ func (w *Worker) holdConfig() keyorder.HoldConfig {
 		Queues:     func() []string { return w.served },
 		Stopping:   w.stopping.Load,
 		Failed: func(_ context.Context, t *asynq.Task, held keyorder.Held, err error) {
-			if archives(err, held.Retried, held.MaxRetry) {
+			if keyorder.Archives(err, held.Retried, held.MaxRetry) {
 				w.cfg.Metrics.observeArchived(w.taskTypeLabel(t.Type()), archiveReason(err))
 			}
 		},

@@ -154,11 +154,7 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 	}
 	label := Label(o.queue, o.id)
 	if _, one := c.rdb.(*redis.Client); one && !o.later {
-		e, err := c.atOnce(ctx, key, t.Type(), body, o, AtOnce{Label: label})
-		if errors.Is(err, errExists) {
-			err = fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
-		}
-		return e, err
+		return c.atOnce(ctx, key, t.Type(), body, o, AtOnce{Label: label})
 	}
 	pos, err := c.seq.Reserve(ctx, key, label, "")
 	if err != nil {
@@ -172,7 +168,7 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultSettleTimeout)
 			defer cancel()
 			if st, verr := c.seq.Void(vctx, key, pos, label, "the enqueue was refused as a duplicate"); verr == nil {
-				_ = moveLabels(vctx, c.rdb, clientLabel, key, st.Wake, asynqwire.FrontInTransit)
+				_ = Wake(vctx, c.rdb, nil, key, st.Wake)
 			}
 		}
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s at position %d: %w", o.id, key, pos, err)
@@ -228,9 +224,6 @@ type ClaimedError struct {
 func (e *ClaimedError) Error() string        { return "keyorder: " + e.Key + " is claimed already" }
 func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 
-// errExists is atOnce's error for a task ID its queue holds already.
-var errExists = errors.New("keyorder: the queue holds the task ID already")
-
 // EnqueueAtOnce enqueues t for key, as [Client.Enqueue] does on one Redis,
 // in one script and one round trip, with x's claim, linked reservation
 // and piped commands in it: the one way a position is reserved and its
@@ -258,11 +251,7 @@ func (c *Client) EnqueueAtOnce(ctx context.Context, key string, t *asynq.Task, x
 	if err != nil {
 		return Enqueued{}, err
 	}
-	e, err := c.atOnce(ctx, key, t.Type(), body, o, x)
-	if errors.Is(err, errExists) {
-		err = fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
-	}
-	return e, err
+	return c.atOnce(ctx, key, t.Type(), body, o, x)
 }
 
 // atOnce runs enqueueScript for key's task of type typ and payload body
@@ -323,7 +312,7 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 		v, _ := res[1].(string)
 		return Enqueued{}, &ClaimedError{Key: x.Claim, Value: v}
 	case len(res) == 1 && res[0] == "exists":
-		return Enqueued{}, errExists
+		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
 	case len(res) != 3 || res[0] != "ok":
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: unexpected reply %v", o.id, key, res)
 	}

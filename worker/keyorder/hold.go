@@ -66,7 +66,7 @@ type HoldConfig struct {
 	For time.Duration
 	// Locate returns where the task of a position of key waits, given its
 	// label (see RunnerConfig.Locate).
-	Locate func(key, label string) (queues []string, taskID string, ok bool)
+	Locate Locate
 	// Run runs task t, which the hold took out of its queue, as its own
 	// run in held.Turn: it moves the hold's lease on to that position
 	// ([Lease.Next]; an error there, or a task that holds another position,
@@ -226,12 +226,7 @@ func (t *Turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg 
 	}
 	stopLeases()
 	if prev != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.SettleTimeout)
-		if _, _, err := asynqwire.Step(sctx, t.l.rdb, prev, "", ""); err != nil {
-			tracing.Log(ctx, t.log).Warn("could not record a drained task's end in asynq; it runs again once its lease ends, and replays",
-				zap.String("task_id", prev.Task.ID), zap.Error(err))
-		}
-		cancel()
+		h.settle(ctx, prev)
 	}
 	return h.count, yielded
 }
@@ -485,9 +480,10 @@ func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.O
 }
 
 // Archives reports whether asynq archives a task whose run returned err
-// after retried failures of its maxRetry: on asynq.SkipRetry, or once its
-// retries are spent, but never a revoked task, nor one whose lease expired
-// (asynq's recoverer retries it).
+// after retried failures of its maxRetry, as asynq v0.25.1's processor
+// decides (handleFailedMessage): on asynq.SkipRetry, or once its retries
+// are spent; never a task that succeeded, a revoked one (asynq drops it),
+// nor one whose lease expired (asynq's recoverer retries it).
 func Archives(err error, retried, maxRetry int) bool {
 	if err == nil || errors.Is(err, asynq.RevokeTask) || errors.Is(err, asynq.ErrLeaseExpired) {
 		return false

@@ -62,7 +62,7 @@ type RunnerConfig struct {
 	// Defaults to reading a [Client]'s label ([Label]): its one queue. A
 	// program whose labels say less (a key's tasks spread over shard
 	// queues, say) gives its own.
-	Locate func(key, label string) (queues []string, taskID string, ok bool)
+	Locate Locate
 	// DrainMax and DrainFor bound a hold of a hot key's lock (see
 	// [Turns.Drain]): after a task of a key succeeds in its turn, when the
 	// key's next task is parked, the Runner keeps the lock, takes that
