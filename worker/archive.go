@@ -17,7 +17,6 @@ var (
 	errUnknownType    = errors.New("worker: unknown task type")
 	errMisplaced      = errors.New("worker: task on a queue outside its placements")
 	errTaskIDMismatch = errors.New("worker: task ID is not the event ID")
-	errOutOfBudget    = errors.New("worker: out of its failure budget")
 )
 
 // tagged is an error that also matches a sentinel which classifies it;
@@ -61,7 +60,7 @@ var archiveReasons = []string{
 // last failure, whatever it was.
 func archiveReason(err error) string {
 	switch {
-	case errors.Is(err, errOutOfBudget):
+	case errors.Is(err, keyorder.ErrOutOfBudget):
 		return reasonOutOfBudget
 	case errors.Is(err, errUnknownType):
 		return reasonUnknownType

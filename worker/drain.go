@@ -55,7 +55,7 @@ func (w *Worker) holdConfig() keyorder.HoldConfig {
 		Locate:     w.locateChange,
 		Run:        w.runHeld,
 		IsFailure:  IsFailure,
-		RetryDelay: w.retryDelay,
+		RetryDelay: w.turns.RetryDelay,
 		Busy:       w.busy,
 		Queues:     func() []string { return w.served },
 		Stopping:   w.stopping.Load,
@@ -107,29 +107,30 @@ func (w *Worker) runHeld(ctx context.Context, t *asynq.Task, held keyorder.Held)
 	return w.observed(ctx, t, r, asynq.HandlerFunc(w.process))
 }
 
-// applyHeld applies payload p of a run of a drained hold, at position turn,
-// under the hold's lease, which its last commit kept for that position.
-func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run, turn keyorder.Turn, budget int) error {
+// applyHeld applies payload p of a run of a drained hold, at the position
+// of tr, under the hold's lease, which its last commit kept for that
+// position.
+func (w *Worker) applyHeld(ctx context.Context, k *Kind, p tasks.Payload, r *run, tr *keyorder.TaskRun) error {
 	held := r.held
-	if turn != held.Turn {
+	if tr.Turn != held.Turn {
 		// Not the position the hold passed on to (the task was refused as
 		// a duplicate and holds another): back to its queue, where it
 		// takes its own turn.
-		return &waitError{err: fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", turn.Pos, held.Turn.Pos, keyorder.ErrNotYourTurn), delay: w.busyDelay()}
+		return w.turns.Later(fmt.Errorf("task holds position %d, not %d, which the hold passed on to: %w", tr.Turn.Pos, held.Turn.Pos, keyorder.ErrNotYourTurn))
 	}
 	prev := held.Lease.Turn()
-	if err := held.Lease.Next(turn); err != nil {
-		return &waitError{err: fmt.Errorf("%w: %w", keyorder.ErrNotYourTurn, err), delay: w.busyDelay()}
+	if err := held.Lease.Next(tr.Turn); err != nil {
+		return w.turns.Later(fmt.Errorf("%w: %w", keyorder.ErrNotYourTurn, err))
 	}
 	r.Locked, r.Fence, r.Mode = true, held.Lease.Fence(), ModeTurn
 	// Its "order lock" span: taken in the hold, kept for it by the change
 	// before, with the hold's fence; no wait.
 	if _, span := w.startSpan(ctx, tracing.SpanLock); span.IsRecording() {
-		span.SetAttributes(tracing.AttrOrderNo.String(held.Lease.Key()), tracing.AttrSeq.Int64(turn.Pos),
+		span.SetAttributes(tracing.AttrOrderNo.String(held.Lease.Key()), tracing.AttrSeq.Int64(tr.Turn.Pos),
 			tracing.AttrFence.Int64(r.Fence), tracing.AttrLockMode.String(string(ModeTurn)),
 			attribute.Int64("orderworker.lock.waited_ms", 0), attribute.Int("orderworker.hold.changes", held.Runs))
 		span.AddEvent(tracing.EventInHold, trace.WithAttributes(tracing.AttrHeadSeq.Int64(prev.Pos), tracing.AttrHead.String(prev.Label)))
 		span.End()
 	}
-	return w.apply(ctx, k, p, held.Lease, r, budget)
+	return w.apply(ctx, k, p, held.Lease, r, tr)
 }

@@ -132,26 +132,6 @@ func Outcome(err error) string {
 	return OutcomeError
 }
 
-// waitError is a task that only waited (for the lock or its turn): it goes
-// back to its queue after delay, without spending a retry.
-type waitError struct {
-	err   error
-	delay time.Duration
-}
-
-func (e *waitError) Error() string { return e.err.Error() }
-func (e *waitError) Unwrap() error { return e.err }
-
-// failure is a failed run that will be retried after delay, chosen when it
-// failed so that the positions behind it can wait just as long.
-type failure struct {
-	err   error
-	delay time.Duration
-}
-
-func (e *failure) Error() string { return e.err.Error() }
-func (e *failure) Unwrap() error { return e.err }
-
 // observe is the outermost layer: it writes the one log line of each task
 // run, records its metrics and calls OnDone. Task errors are logged here and
 // nowhere else.
@@ -287,48 +267,26 @@ func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 
-	maxRetry := r.maxRetry
+	tr := keyorder.TaskRun{Key: h.OrderNo, Turn: turn, Meta: clip(k.Kind.Type + " " + r.TaskID), Label: label,
+		Task: t, Retried: r.Retried, MaxRetry: r.maxRetry}
 	if r.held != nil {
 		// A run of a drained hold: the lock is held in its turn already.
-		return w.applyHeld(ctx, k, p, r, turn, tasks.FailureBudget(maxRetry))
+		return w.applyHeld(ctx, k, p, r, &tr)
 	}
-	// asynq archives a task that returns any error once its retries reach
-	// MaxRetry, even a wait: such a task (enqueued by hand against
-	// tasks.MaxRetry's rule) waits for its turn until its own deadline.
-	lastChance := r.Retried >= maxRetry
-	wait := w.cfg.Waits[k.Kind.Name]
-	if lastChance {
-		if dl, ok := ctx.Deadline(); ok {
-			wait.Deadline = max(time.Until(dl)-time.Second, wait.Deadline)
-		}
-	}
-	meta := clip(k.Kind.Type + " " + r.TaskID)
-
 	lctx, lspan := w.startSpan(ctx, tracing.SpanLock)
 	if lspan.IsRecording() {
 		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
 	}
-	lease, taken, err := w.turns.Take(lctx, h.OrderNo, meta, turn, wait.lock())
+	lease, taken, err := w.turns.TakeTask(lctx, &tr, w.cfg.Waits[k.Kind.Name].lock())
 	endLock(lspan, lease, taken, err)
 	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
-	var park *keyorder.ParkError
-	switch {
-	case err == nil:
-	case errors.Is(err, keyorder.ErrBusy):
-		return &waitError{err: err, delay: w.busyDelay()}
-	case errors.As(err, &park):
-		return &waitError{err: park.Err, delay: park.Delay + w.busyDelay()}
-	case errors.Is(err, keyorder.ErrBadPosition):
-		err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
-		return err
-	default:
+	if err != nil {
 		return err
 	}
 	st := lease.Stats()
 	st.Waited += taken.Waited // waits of earlier rounds (a skipped head)
 	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), Mode(lease.Mode()), LockStats(st)
-	return w.apply(ctx, k, p, lease, r, tasks.FailureBudget(maxRetry))
+	return w.apply(ctx, k, p, lease, r, &tr)
 }
 
 // misplaced is the error of a task of kind k for order orderNo found on
@@ -345,7 +303,7 @@ func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 // apply runs the kind's handler inside the lease, and releases it: passing
 // the turn on when the task's work is done (applied, or archived), keeping
 // it when the task will run again.
-func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, r *run, budget int) (err error) {
+func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, r *run, tr *keyorder.TaskRun) (err error) {
 	h := p.Header()
 	wctx := lease.Keep(ctx)
 	defer func() {
@@ -355,29 +313,20 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 			tracing.Log(ctx, w.log).Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
 			err = fmt.Errorf("panic in the %s handler: %v", k.Kind.Type, v)
 		}
-		if cause := context.Cause(wctx); errors.Is(cause, keyorder.ErrLost) && err != nil && !errors.Is(err, keyorder.ErrLost) {
-			err = fmt.Errorf("%w: %w", cause, err)
-		}
-		err = w.decide(ctx, err, r.Retried, budget)
-		// When asynq's context for the run is done (its deadline, a
-		// shutdown, a cancel from the dashboard), asynq decides what
-		// becomes of the task without reading this error: the turn stays,
-		// and the task, if it is archived, is skipped by the gap check.
-		final := ctx.Err() == nil && (err == nil || errors.Is(err, asynq.SkipRetry))
-		var retryAt time.Time
-		var f *failure
-		if !final && errors.As(err, &f) {
-			retryAt = time.Now().Add(f.delay)
-		}
+		// The engine decides what asynq gets and passes the turn on when
+		// the change's work is done. When asynq's context for the run is
+		// done (its deadline, a shutdown, a cancel from the dashboard),
+		// asynq decides what becomes of the task without reading this
+		// error: the turn stays, and the task, if it is archived, is
+		// skipped by the gap check.
 		hctx, hspan := w.startSpan(ctx, tracing.SpanHandoff)
+		var final bool
+		err, final = w.turns.EndTask(hctx, wctx, lease, tr, err)
 		if hspan.IsRecording() {
 			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == keyorder.ModeTurn))
 		}
-		if _, kept := w.turns.Pass(hctx, lease, final, retryAt, err == nil); kept {
+		if _, kept := lease.Kept(); kept {
 			r.kept = lease
-		}
-		if final && err != nil {
-			w.turns.Note(hctx, h.OrderNo, h.Seq, tasks.PositionLabel(k.Kind.Type, h.EventID), "archived: "+err.Error())
 		}
 		if final {
 			w.created(hctx, p, err)
@@ -420,19 +369,6 @@ func (w *Worker) write(ctx context.Context, k *Kind, p tasks.Payload, fence int6
 		span.SetAttributes(tracing.AttrOrderNo.String(p.Header().OrderNo), tracing.AttrFence.Int64(fence))
 	}
 	return k.Apply(ctx, w.store, p)
-}
-
-// decide turns a handler error into what asynq gets: a failure within the
-// budget carries its retry delay; one past it is archived with the reason.
-// An error of a run whose context asynq ended passes as it is.
-func (w *Worker) decide(ctx context.Context, err error, retried, budget int) error {
-	if err == nil || errors.Is(err, asynq.SkipRetry) || !IsFailure(err) || ctx.Err() != nil {
-		return err
-	}
-	if retried >= budget {
-		return tag(fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry), errOutOfBudget)
-	}
-	return &failure{err: err, delay: asynq.DefaultRetryDelayFunc(retried, err, nil)}
 }
 
 // created settles the creation a change of p's kind was to make (an

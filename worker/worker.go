@@ -77,7 +77,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -482,13 +481,14 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.locate = requeue.Locate(cfg.Shards, w.kinds)
-	w.hold = w.holdConfig()
 	w.served = slices.Sorted(maps.Keys(w.queues))
-	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no"})
+	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no",
+		BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = locker.Close()
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	w.hold = w.holdConfig()
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   maps.Clone(w.queues),
@@ -498,7 +498,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
 		IsFailure:                IsFailure,
 		ErrorHandler:             asynq.ErrorHandlerFunc(w.countArchived),
-		RetryDelayFunc:           w.retryDelay,
+		RetryDelayFunc:           w.turns.RetryDelay,
 		Logger:                   cfg.Logger.Named("asynq").Sugar(),
 		LogLevel:                 asynq.WarnLevel,
 	})
@@ -605,27 +605,3 @@ func (w *Worker) Ping() error {
 // rule (keyorder.IsFailure; orders.ErrStaleFence
 // matches keyorder.ErrStaleFence).
 func IsFailure(err error) bool { return keyorder.IsFailure(err) }
-
-// retryDelay gives a task that only waited the delay it chose, a task that
-// lost its order to another holder or whose worker died a short random
-// delay, and a failed task the delay chosen when it failed (asynq's
-// exponential backoff).
-func (w *Worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	var wait *waitError
-	var fail *failure
-	switch {
-	case errors.As(err, &wait):
-		return wait.delay
-	case errors.As(err, &fail):
-		return fail.delay
-	case !IsFailure(err):
-		return w.busyDelay()
-	}
-	return asynq.DefaultRetryDelayFunc(n, err, t)
-}
-
-// busyDelay is a random delay between BusyRetryMin and BusyRetryMax.
-func (w *Worker) busyDelay() time.Duration {
-	lo, hi := w.cfg.BusyRetryMin, w.cfg.BusyRetryMax
-	return lo + rand.N(hi-lo+1)
-}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -141,20 +140,8 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("keyorder: %w", err)
 	}
-	if cfg.RetryDelay == nil {
-		cfg.RetryDelay = asynq.DefaultRetryDelayFunc
-	}
-	if cfg.BusyRetryMin == 0 {
-		cfg.BusyRetryMin = 100 * time.Millisecond
-	}
-	if cfg.BusyRetryMax == 0 {
-		cfg.BusyRetryMax = time.Second
-	}
 	if cfg.DrainMax < 0 || cfg.DrainFor < 0 {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
-	}
-	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
-		return nil, fmt.Errorf("keyorder: RunnerConfig: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
 	}
 	cfg.Wait = cfg.Wait.Or(DefaultWait)
 	if err := cfg.Wait.Validate(); err != nil {
@@ -171,14 +158,15 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}
-	r.hold = HoldConfig{
-		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
-		IsFailure: IsFailure, RetryDelay: r.RetryDelay, Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
-	}
-	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField})
+	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
+		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = l.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w (RunnerConfig)", err)
+	}
+	r.hold = HoldConfig{
+		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
+		IsFailure: IsFailure, RetryDelay: r.turns.RetryDelay, Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
 	return r, nil
 }
@@ -206,7 +194,7 @@ func (r *Runner) Close() error {
 // server as never busy.
 func (r *Runner) ServerConfig(c asynq.Config) asynq.Config {
 	c.IsFailure = IsFailure
-	c.RetryDelayFunc = r.RetryDelay
+	c.RetryDelayFunc = r.turns.RetryDelay
 	queues := slices.Sorted(maps.Keys(c.Queues))
 	if len(queues) == 0 {
 		queues = []string{"default"} // asynq's default
@@ -248,35 +236,13 @@ func IsFailure(err error) bool {
 	return true
 }
 
-// RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner:
-// the delay the run chose (how long a parked task stays away, the backoff
-// of a failure, taken when it failed so that the tasks behind it wait as
-// long), or RunnerConfig.RetryDelay.
+// RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner
+// ([Turns.RetryDelay]): the delay the run chose (how long a parked task
+// stays away, the backoff of a failure, taken when it failed so that the
+// tasks behind it wait as long), or RunnerConfig.RetryDelay.
 func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
-	var later *laterError
-	switch {
-	case errors.As(err, &later):
-		return later.delay
-	case !IsFailure(err):
-		return r.busyDelay()
-	}
-	return r.cfg.RetryDelay(n, err, t)
+	return r.turns.RetryDelay(n, err, t)
 }
-
-func (r *Runner) busyDelay() time.Duration {
-	lo, hi := r.cfg.BusyRetryMin, r.cfg.BusyRetryMax
-	return lo + rand.N(hi-lo+1)
-}
-
-// laterError is a run that goes back to its queue for delay: a wait (no
-// failure), or a failure within its budget.
-type laterError struct {
-	err   error
-	delay time.Duration
-}
-
-func (e *laterError) Error() string { return e.err.Error() }
-func (e *laterError) Unwrap() error { return e.err }
 
 // Run is what a handler wrapped by [Runner.Handler] learns of its run.
 type Run struct {
@@ -358,34 +324,16 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		if err != nil {
 			return err
 		}
-		var turn Turn
+		tr := TaskRun{Key: key, Meta: clip(t.Type() + " " + id), Task: t, Retried: retried, MaxRetry: maxRetry}
 		if pos > 0 {
-			turn = Turn{Pos: pos, Label: Label(queue, id)}
+			tr.Turn = Turn{Pos: pos, Label: Label(queue, id)}
+			tr.Label = tr.Turn.Label
 		}
-		wait := r.cfg.Wait
-		if retried >= maxRetry {
-			// asynq archives such a task on any error, a wait included:
-			// it waits for its turn until its own deadline.
-			if dl, ok := ctx.Deadline(); ok {
-				wait.Deadline = max(time.Until(dl)-time.Second, wait.Deadline)
-			}
-		}
-		lease, _, err := r.turns.Take(ctx, key, clip(t.Type()+" "+id), turn, wait)
-		var park *ParkError
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrBusy):
-			return &laterError{err: err, delay: r.busyDelay()}
-		case errors.As(err, &park):
-			return &laterError{err: park.Err, delay: park.Delay + r.busyDelay()}
-		case errors.Is(err, ErrBadPosition):
-			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-			r.turns.Note(ctx, key, pos, turn.Label, "archived: "+err.Error())
-			return err
-		default:
+		lease, _, err := r.turns.TakeTask(ctx, &tr, r.cfg.Wait)
+		if err != nil {
 			return err
 		}
-		err = r.run(ctx, t, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, retried, maxRetry)
+		err = r.run(ctx, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, &tr)
 		if _, kept := lease.Kept(); kept {
 			// The turn passed on while the lock was kept, for the key's
 			// next task, parked: run it, and those after it, in this hold.
@@ -431,63 +379,33 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
 	}
 	if err != nil {
 		// Back to its queue, where it takes its turn as any task does.
-		return &laterError{err: fmt.Errorf("%w: %w", ErrNotYourTurn, err), delay: r.busyDelay()}
+		return r.turns.Later(fmt.Errorf("%w: %w", ErrNotYourTurn, err))
 	}
 	run := Run{Key: key, Pos: pos, Fence: held.Lease.Fence(), Mode: ModeTurn, Held: held.Runs}
-	return r.run(ctx, t, h.(asynq.Handler), held.Lease, run, held.Retried, held.MaxRetry)
+	tr := TaskRun{Key: key, Turn: held.Turn, Label: held.Turn.Label, Task: t, Retried: held.Retried, MaxRetry: held.MaxRetry}
+	return r.run(ctx, h.(asynq.Handler), held.Lease, run, &tr)
 }
 
-// run runs next inside lease and passes the turn on when the task's work
-// is done (applied or archived), keeping it when the task will run again,
-// and keeping the lock when the key's next task is parked (see
-// RunnerConfig.DrainMax).
-func (r *Runner) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *Lease, run Run, retried, maxRetry int) (err error) {
-	budget := max(maxRetry-1, 0)
-	if run.Pos > 0 && retried > budget {
+// run runs next inside lease and ends tr's run ([Turns.EndTask]): the
+// turn passes on when the task's work is done (applied or archived), and
+// stays when the task will run again; the lock is kept when the key's next
+// task is parked (see RunnerConfig.DrainMax).
+func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run Run, tr *TaskRun) (err error) {
+	if skip := tr.OutOfBudget(); skip != nil {
 		// Failed past its budget already, by runs asynq counted without
 		// us (a run that outlived its deadline): archived in its turn,
 		// which passes on, rather than run again.
-		next = asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-			return fmt.Errorf("keyorder: failed %d times (a run that outlived its deadline included), out of its failure budget of %d retries: %w", retried, budget, asynq.SkipRetry)
-		})
+		next = asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return skip })
 	}
 	wctx := lease.Keep(ctx)
 	lease.Drain(r.hold.Drains())
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(t.Type()), v)
+			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(tr.Task.Type()), v)
 		}
-		if cause := context.Cause(wctx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
-			err = fmt.Errorf("%w: %w", cause, err)
-		}
-		// asynq archives a task whose error is SkipRetry and deletes one
-		// whose error is RevokeTask, whatever its budget: it is done.
-		gone := errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask)
-		if err != nil && !gone && IsFailure(err) && ctx.Err() == nil {
-			if retried >= budget {
-				err = fmt.Errorf("failed %d times, out of its failure budget of %d retries: %w: %w", retried+1, budget, err, asynq.SkipRetry)
-			} else {
-				err = &laterError{err: err, delay: r.cfg.RetryDelay(retried, err, t)}
-			}
-		}
-		// When asynq's context is done (deadline, shutdown), asynq decides
-		// without reading err: the turn stays.
-		final := ctx.Err() == nil && (err == nil || gone || errors.Is(err, asynq.SkipRetry))
-		var retryAt time.Time
-		var later *laterError
-		if !final && errors.As(err, &later) {
-			retryAt = time.Now().Add(later.delay)
-		}
-		r.turns.Pass(ctx, lease, final, retryAt, err == nil)
-		if final && err != nil && run.Pos > 0 {
-			outcome := "archived: "
-			if errors.Is(err, asynq.RevokeTask) {
-				outcome = "revoked: "
-			}
-			r.turns.Note(ctx, run.Key, run.Pos, lease.Turn().Label, outcome+err.Error())
-		}
+		err, _ = r.turns.EndTask(ctx, wctx, lease, tr, err)
 	}()
-	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), t)
+	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
 }
 
 // queueTasks is what a Runner's Turns ask of asynq: a position's label

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -45,6 +46,14 @@ type TurnsConfig struct {
 	// KeyField names the key in those log lines. Defaults to "key" (the
 	// order domain logs "order_no").
 	KeyField string
+	// RetryDelay is the backoff of a failed task after n failures, chosen
+	// by [Turns.EndTask] when it fails (the tasks behind it wait as long).
+	// Defaults to asynq.DefaultRetryDelayFunc.
+	RetryDelay asynq.RetryDelayFunc
+	// BusyRetryMin and BusyRetryMax bound the random delay after which a
+	// task that only waited, or lost its key, runs again (see
+	// [Turns.TakeTask] and [Turns.RetryDelay]). Default 100 ms and 1 s.
+	BusyRetryMin, BusyRetryMax time.Duration
 }
 
 // DefaultGapWait is the default of [TurnsConfig.GapWait].
@@ -52,6 +61,13 @@ const DefaultGapWait = 30 * time.Second
 
 // DefaultSettleTimeout is the default of [TurnsConfig.SettleTimeout].
 const DefaultSettleTimeout = 5 * time.Second
+
+// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
+// [TurnsConfig].BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
+const (
+	DefaultBusyRetryMin = 100 * time.Millisecond
+	DefaultBusyRetryMax = time.Second
+)
 
 // ParkError is returned by [Turns.Take] for a holder that goes back to its
 // queue for Delay without its turn: its position is too far back, its
@@ -102,6 +118,14 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 	}
 	if cfg.GapWait < 0 || cfg.SettleTimeout < 0 {
 		return nil, errors.New("keyorder: turns: GapWait and SettleTimeout must not be negative")
+	}
+	cfg.BusyRetryMin = cmp.Or(cfg.BusyRetryMin, DefaultBusyRetryMin)
+	cfg.BusyRetryMax = cmp.Or(cfg.BusyRetryMax, max(DefaultBusyRetryMax, cfg.BusyRetryMin))
+	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
+		return nil, fmt.Errorf("keyorder: turns: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
+	}
+	if cfg.RetryDelay == nil {
+		cfg.RetryDelay = asynq.DefaultRetryDelayFunc
 	}
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
