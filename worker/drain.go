@@ -50,15 +50,13 @@ const (
 // holdConfig is how the Worker's holds drain an order (keyorder.Turns.Drain).
 func (w *Worker) holdConfig() keyorder.HoldConfig {
 	return keyorder.HoldConfig{
-		Max:        w.cfg.DrainMax,
-		For:        w.cfg.DrainFor,
-		Locate:     w.locateChange,
-		Run:        w.runHeld,
-		IsFailure:  IsFailure,
-		RetryDelay: w.turns.RetryDelay,
-		Busy:       w.busy,
-		Queues:     func() []string { return w.served },
-		Stopping:   w.stopping.Load,
+		Max:      w.cfg.DrainMax,
+		For:      w.cfg.DrainFor,
+		Locate:   w.locateChange,
+		Run:      w.runHeld,
+		Busy:     w.busy,
+		Queues:   func() []string { return w.served },
+		Stopping: w.stopping.Load,
 		Failed: func(_ context.Context, t *asynq.Task, held keyorder.Held, err error) {
 			if keyorder.Archives(err, held.Retried, held.MaxRetry) {
 				w.cfg.Metrics.observeArchived(w.taskTypeLabel(t.Type()), archiveReason(err))

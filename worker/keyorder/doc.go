@@ -121,8 +121,12 @@
 //     turn (waiting, parking a position too far back, and skipping a head
 //     whose task will never come, which it learns from [Tasks]), passes it
 //     on when the work ends, and settles the positions of holders that end
-//     without their turn. A handler reads as: [Turns.Take], run, commit,
-//     [Turns.Pass].
+//     without their turn. A task's run reads as [Turns.TakeTask], run,
+//     commit, [Turns.EndTask]: those two decide what asynq gets (a wait
+//     spends no retry, a failure backs off within its budget and is
+//     archived past it, with [ErrOutOfBudget]), for the [Runner] and for
+//     a program that wraps its handlers itself ([Turns.RetryDelay] is then
+//     its server's RetryDelayFunc, [IsFailure] its IsFailure).
 //   - [Commit]: the hook a store on the lock's own Redis is handed with a
 //     write, to check the lock's newest fence and pass the turn on in its
 //     commit script ([CommitLua]).

@@ -70,19 +70,15 @@ type HoldConfig struct {
 	// Run runs task t, which the hold took out of its queue, as its own
 	// run in held.Turn: it moves the hold's lease on to that position
 	// ([Lease.Next]; an error there, or a task that holds another position,
-	// is a wait: the task goes back to its queue), runs the handler, and
-	// passes the turn on ([Turns.Pass]), with [Lease.Drain] set so that the
-	// hold goes on. ctx ends with the task's timeout or deadline, and when
+	// is a wait: the task goes back to its queue, [Turns.Later]), runs
+	// the handler, and ends the run ([Turns.EndTask]), with [Lease.Drain]
+	// set so that the hold goes on. Its error is read with the engine's
+	// [IsFailure] and [Turns.RetryDelay], as the server's are
+	// (Runner.ServerConfig). ctx ends with the task's timeout or deadline, and when
 	// the hold's lease is lost; in it, asynq.GetTaskID, GetQueueName,
 	// GetRetryCount and GetMaxRetry report t's, as in a run asynq started.
 	// It returns the run's error, as an asynq handler would.
 	Run func(ctx context.Context, t *asynq.Task, held Held) error
-	// IsFailure and RetryDelay are the asynq server's (asynq.Config),
-	// which decide the end of a run that failed, as asynq's processor
-	// would. Defaults asynq's: every error is a failure, and
-	// asynq.DefaultRetryDelayFunc.
-	IsFailure  func(error) bool
-	RetryDelay asynq.RetryDelayFunc
 	// Busy reports whether more than half of the server's slots are in
 	// use: a busy server's holds yield at the end of their quantum even
 	// when no task waits, so that hot keys spread over the servers.
@@ -124,11 +120,10 @@ func (c *HoldConfig) Drains() bool {
 	return c.max() > 1 && (c.Stopping == nil || !c.Stopping())
 }
 
-func (c *HoldConfig) max() int                 { return cmp.Or(c.Max, DefaultDrainMax) }
-func (c *HoldConfig) quantum() time.Duration   { return cmp.Or(c.For, DefaultDrainFor) }
-func (c *HoldConfig) stopping() bool           { return c.Stopping != nil && c.Stopping() }
-func (c *HoldConfig) busy() bool               { return c.Busy != nil && c.Busy() }
-func (c *HoldConfig) isFailure(err error) bool { return c.IsFailure == nil || c.IsFailure(err) }
+func (c *HoldConfig) max() int               { return cmp.Or(c.Max, DefaultDrainMax) }
+func (c *HoldConfig) quantum() time.Duration { return cmp.Or(c.For, DefaultDrainFor) }
+func (c *HoldConfig) stopping() bool         { return c.Stopping != nil && c.Stopping() }
+func (c *HoldConfig) busy() bool             { return c.Busy != nil && c.Busy() }
 
 // hold is a drained hold: the lease kept for the key's next tasks.
 type hold struct {
@@ -469,12 +464,11 @@ func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.O
 	case Archives(err, c.Retried, c.MaxRetry):
 		out.Archive = true
 	default:
-		out.Failure = h.cfg.isFailure(err)
-		delay := asynq.DefaultRetryDelayFunc
-		if h.cfg.RetryDelay != nil {
-			delay = h.cfg.RetryDelay
-		}
-		out.RetryAt = time.Now().Add(delay(c.Retried, err, t))
+		// The server's IsFailure and RetryDelayFunc are the engine's
+		// (Runner.ServerConfig): a wait is no failure, and backs off as
+		// long as its run chose.
+		out.Failure = IsFailure(err)
+		out.RetryAt = time.Now().Add(h.t.RetryDelay(c.Retried, err, t))
 	}
 	return out
 }

@@ -166,7 +166,7 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	}
 	r.hold = HoldConfig{
 		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
-		IsFailure: IsFailure, RetryDelay: r.turns.RetryDelay, Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
+		Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
 	return r, nil
 }

@@ -98,8 +98,10 @@ type Taken struct {
 // side: it takes a key's lock in a position's turn (waiting, parking, and
 // skipping a head whose holder will never come, which it learns from
 // [Tasks]), passes the turn on when the work ends, and settles the
-// positions of holders that end without their turn. The worker's
-// middleware reads as: [Turns.Take], run, commit, [Turns.Pass].
+// positions of holders that end without their turn. A run of an asynq
+// task reads as [Turns.TakeTask], run (the store's commit may pass the
+// turn on, see [Commit]), [Turns.EndTask]: the [Runner]'s, and the order
+// domain's worker's, which adds its spans and metrics around them.
 //
 // A Turns is safe for concurrent use. It starts no goroutine.
 type Turns struct {
