@@ -189,14 +189,3 @@ func TestTaskRunOutOfBudget(t *testing.T) {
 	require.ErrorIs(t, err, asynq.SkipRetry)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 }
-
-func TestTurnsConfigBusyRetry(t *testing.T) {
-	t.Parallel()
-	db := redistest.New(t)
-	l := newLocker(t, db, keyorder.Config{})
-	f := &fakeTasks{fate: func(*keyorder.TurnError) (string, time.Duration, error) { return "", 0, nil }}
-	_, err := keyorder.NewTurns(l, f, keyorder.TurnsConfig{BusyRetryMin: time.Second, BusyRetryMax: time.Millisecond})
-	require.ErrorContains(t, err, "BusyRetryMin")
-	_, err = keyorder.NewTurns(l, f, keyorder.TurnsConfig{BusyRetryMin: 3 * time.Second})
-	require.NoError(t, err, "a min above the default max raises the max")
-}

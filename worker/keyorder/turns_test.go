@@ -261,4 +261,8 @@ func TestNewTurnsRefusesBadInput(t *testing.T) {
 	require.Error(t, err)
 	_, err = keyorder.NewTurns(l, &fakeTasks{}, keyorder.TurnsConfig{GapWait: -1})
 	require.Error(t, err)
+	_, err = keyorder.NewTurns(l, &fakeTasks{}, keyorder.TurnsConfig{BusyRetryMin: time.Second, BusyRetryMax: time.Millisecond})
+	require.ErrorContains(t, err, "BusyRetryMin")
+	_, err = keyorder.NewTurns(l, &fakeTasks{}, keyorder.TurnsConfig{BusyRetryMin: 3 * time.Second})
+	require.NoError(t, err, "a min above the default max raises the max")
 }
