@@ -179,6 +179,15 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 // queue. Stop is safe to call more than once, and from any goroutine.
 func (r *Runner) Stop() { r.stopping.Store(true) }
 
+// CheckNotices makes sure that the Redis user may publish and subscribe to
+// the Runner's release notice channel (RunnerConfig.Prefix+"released"),
+// which wakes the tasks that wait for a key's lock or turn. When it may
+// not, it turns the notices off for this Runner (waiters then poll with
+// their random delays, which is slower but correct) and returns an error
+// matching [ErrNoNotices] that names the channel the user's ACL needs.
+// Call it before the asynq server starts; later calls only report.
+func (r *Runner) CheckNotices(ctx context.Context) error { return r.l.CheckNotices(ctx) }
+
 // Close stops the Runner's holds and its subscription, once the asynq
 // server has shut down. The Redis client stays the caller's.
 func (r *Runner) Close() error {
