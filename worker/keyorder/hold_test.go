@@ -48,7 +48,13 @@ func TestRunnerDrainsAHotKey(t *testing.T) {
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
 	const n = 30
 	es := hotKey(t, c, "K", n)
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	holds := make(chan keyorder.HoldDone, 10)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{OnHold: func(h keyorder.HoldDone) {
+		select {
+		case holds <- h:
+		default: // more holds than expected: the check below fails
+		}
+	}})
 	rc := newRecorder()
 	var ids sync.Map // task number -> what asynq.GetTaskID said in its run
 	startServer(t, db.Client, r, 4, rc.wrap(func(ctx context.Context, b body, _ keyorder.Run) error {
@@ -79,6 +85,16 @@ func TestRunnerDrainsAHotKey(t *testing.T) {
 	}
 	h, err := r.Head(t.Context(), "K")
 	require.ErrorIs(t, err, keyorder.ErrNothingToDo, "head %+v", h)
+	select {
+	case hd := <-holds:
+		require.Equal(t, "K", hd.Key)
+		require.Equal(t, n, hd.Runs, "OnHold: one hold ran every task")
+		require.False(t, hd.Yielded)
+		require.Positive(t, hd.Took)
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnHold was not called")
+	}
+	require.Empty(t, holds, "OnHold called for more than one hold")
 }
 
 // DrainMax 1 turns the drain off: each task runs from its queue.
@@ -113,7 +129,12 @@ func TestRunnerHoldYieldsAfterItsQuantum(t *testing.T) {
 	for i := range 5 {
 		enqueue(t, c, fmt.Sprint("other", i), 1)
 	}
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{DrainMax: quantum})
+	var yielded atomic.Int32
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{DrainMax: quantum, OnHold: func(h keyorder.HoldDone) {
+		if h.Key == "K" && h.Yielded {
+			yielded.Add(1)
+		}
+	}})
 	rc := newRecorder()
 	// One slot, in use by the hold's first run: the server is busy.
 	startServer(t, db.Client, r, 1, rc.wrap(nil))
@@ -130,6 +151,7 @@ func TestRunnerHoldYieldsAfterItsQuantum(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, holds, n/quantum, "the holds did not yield")
+	require.Positive(t, yielded.Load(), "OnHold: no hold said it yielded")
 	require.Empty(t, rc.overlaps)
 }
 

@@ -74,12 +74,34 @@ type RunnerConfig struct {
 	// (100) and DefaultDrainFor (1 s); a DrainMax of 1 turns it off.
 	DrainMax int
 	DrainFor time.Duration
+	// OnHold, when set, is called as each hold of a key's lock ends (see
+	// DrainMax), on the goroutine of the hold's first run, with what the
+	// hold did: for metrics (how many tasks a hold runs, how often holds
+	// yield). It must not block. Defaults to nil.
+	OnHold func(HoldDone)
 	// Logger receives the skips and what goes wrong after a run (the run's
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
 	// KeyField names the key in the log lines of the key's turns (see
 	// TurnsConfig.KeyField). Defaults to "key".
 	KeyField string
+}
+
+// HoldDone describes a hold of a key's lock that ended, for
+// [RunnerConfig].OnHold.
+type HoldDone struct {
+	// Key is the key held.
+	Key string
+	// Runs counts the hold's runs, its first included.
+	Runs int
+	// Yielded says the hold ended with a task of the key still to run,
+	// sent back to its queue: its quantum was spent while others waited
+	// or the server was busy, half its first task's time was spent, or
+	// the Runner stopped. A hold that ends with the key's tasks, with a
+	// failure, or with a task it could not take did not yield.
+	Yielded bool
+	// Took is how long the hold lasted, from its first run's start.
+	Took time.Duration
 }
 
 // clientLabel is RunnerConfig.Locate's default: a [Client]'s label.
@@ -346,7 +368,10 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		if _, kept := lease.Kept(); kept {
 			// The turn passed on while the lock was kept, for the key's
 			// next task, parked: run it, and those after it, in this hold.
-			r.turns.Drain(ctx, lease, started, &r.hold)
+			runs, yielded := r.turns.Drain(ctx, lease, started, &r.hold)
+			if r.cfg.OnHold != nil {
+				r.cfg.OnHold(HoldDone{Key: key, Runs: runs, Yielded: yielded, Took: time.Since(started)})
+			}
 		}
 		return err
 	})
