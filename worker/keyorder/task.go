@@ -55,9 +55,15 @@ func (tr *TaskRun) Budget() int { return max(tr.MaxRetry-1, 0) }
 type laterError struct {
 	err   error
 	delay time.Duration
+	text  string // the error's text, when not err's
 }
 
-func (e *laterError) Error() string { return e.err.Error() }
+func (e *laterError) Error() string {
+	if e.text != "" {
+		return e.text
+	}
+	return e.err.Error()
+}
 func (e *laterError) Unwrap() error { return e.err }
 
 // budgetError is the error of a task past its failure budget: its text is
@@ -124,7 +130,10 @@ func (t *Turns) TakeTask(ctx context.Context, tr *TaskRun, w Wait) (*Lease, Take
 	case errors.Is(err, ErrBusy):
 		return nil, taken, t.Later(err)
 	case errors.As(err, &park):
-		return nil, taken, &laterError{err: park, delay: park.Delay + t.busyDelay()}
+		// The park stays in the chain (errors.As finds it, for a span's
+		// event); asynq records the wait's own text as the task's last
+		// error, without the park's delay, which RetryDelay reads.
+		return nil, taken, &laterError{err: park, delay: park.Delay + t.busyDelay(), text: park.Err.Error()}
 	case errors.Is(err, ErrBadPosition):
 		err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		t.Note(ctx, tr.Key, tr.Turn.Pos, tr.Turn.Label, "archived: "+err.Error())

@@ -144,6 +144,7 @@ func TestTakeTaskWaits(t *testing.T) {
 	var park *keyorder.ParkError
 	require.ErrorAs(t, err, &park)
 	require.ErrorIs(t, err, keyorder.ErrNotYourTurn)
+	require.Equal(t, park.Err.Error(), err.Error(), "the text asynq records is the wait's")
 	require.False(t, keyorder.IsFailure(err))
 	d := turns.RetryDelay(0, err, tr.Task)
 	require.True(t, d >= park.Delay+10*time.Millisecond && d <= park.Delay+20*time.Millisecond, "park %v, delay %v", park.Delay, d)
