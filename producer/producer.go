@@ -284,11 +284,8 @@ func (c Config) validate() error {
 type Producer struct {
 	cfg       Config
 	rdb       redis.UniversalClient
-	client    *asynq.Client
 	inspector *asynq.Inspector
-	seq       *keyorder.Sequencer
-	ordered   *keyorder.Client // the engine's one-script enqueue (acceptAtOnce)
-	locate    keyorder.Locate  // where a position's task waits (requeue.Locate)
+	ordered   *keyorder.Client // the engine's enqueue: one script (acceptAtOnce), or a reservation and its enqueue
 	closed    atomic.Bool
 	tracer    trace.Tracer // nil: tracing off
 	// crossSlot is set once Redis refused the one-script enqueue for its
@@ -328,22 +325,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
-	if err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
-	ordered, err := keyorder.NewClient(rdb, keyorder.ClientConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0)), ParkFor: cfg.ParkFor})
+	ordered, err := keyorder.NewClient(rdb, keyorder.ClientConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0)), ParkFor: cfg.ParkFor,
+		Locate: requeue.Locate(cfg.Shards, cfg.Kinds)})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	return &Producer{
 		cfg:       cfg,
 		rdb:       rdb,
-		client:    asynq.NewClientFromRedisClient(rdb),
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
-		seq:       seq,
 		ordered:   ordered,
-		locate:    requeue.Locate(cfg.Shards, cfg.Kinds),
 		tracer:    tracing.Tracer(cfg.TracerProvider),
 	}, nil
 }
@@ -615,13 +606,12 @@ func (p *Producer) claimKey(eventID string) string {
 	return p.cfg.KeyPrefix + "event:{" + eventID + "}"
 }
 
-// positions are the positions one acceptance took.
+// positions are the positions one acceptance takes: its order's, and the
+// first of the order an exchange creates.
 type positions struct {
 	orderNo, label string
-	pos            int64
 	created        string // the order the task creates, or ""
 	createLabel    string
-	createPos      int64
 }
 
 // enqueue accepts a valid payload. On one Redis (or a Sentinel's master) a
@@ -652,7 +642,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 			return r, err
 		}
 	}
-	prev, err := p.accept(ctx, h.EventID, me, &at)
+	res, prev, err := p.accept(ctx, h.EventID, me, at)
 	if full := (*keyorder.FullError)(nil); errors.As(err, &full) {
 		return Result{}, backlogFull(me, h.EventID, full)
 	}
@@ -662,7 +652,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	if prev != nil && !prev.same(me) {
 		// The event ID was taken for another change: refuse it before
 		// anything is enqueued.
-		p.void(ctx, at, "the event ID was taken for another change")
+		_ = res.Void(ctx, "the event ID was taken for another change")
 		dup := p.duplicate(ctx, kind.Type, prev, h.EventID, "")
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
 	}
@@ -670,7 +660,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	// carries them: a task enqueued on a new master with a position only
 	// the old one handed out would be refused there.
 	if err := p.replicated(ctx, h.OrderNo, at.created); err != nil {
-		p.void(ctx, at, "the positions were not confirmed by the replicas")
+		_ = res.Void(ctx, "the positions were not confirmed by the replicas")
 		return Result{}, p.notConfirmed(me, h.EventID, err)
 	}
 	if prev != nil && len(p.cfg.Shards.Draining) > 0 && ctx.Err() == nil {
@@ -678,7 +668,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		// a task ID only within one queue, so look for the task where the
 		// counts that drain put it.
 		if dup := p.heldElsewhere(kind, h, queue, me.fp); dup != nil {
-			p.void(ctx, at, "the enqueue was refused as a duplicate")
+			_ = res.Void(ctx, "the enqueue was refused as a duplicate")
 			if err := p.replicated(ctx, dup.Queue); err != nil {
 				return Result{}, p.notConfirmed(me, h.EventID, err)
 			}
@@ -686,28 +676,23 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 		}
 	}
 
-	h.Seq = at.pos
-	payload = payload.WithHeader(h)
-	task, err := tasks.NewTask(payload)
-	if err != nil {
-		p.void(ctx, at, "invalid payload")
-		return Result{}, err
-	}
+	// The engine adds the one try a wait keeps (tasks.MaxRetry), and puts
+	// the position last in the payload, as tasks.NewTask encodes it.
 	opts := []asynq.Option{
 		asynq.Queue(queue),
 		asynq.TaskID(h.EventID),
-		asynq.MaxRetry(tasks.MaxRetry(maxRetry)),
+		asynq.MaxRetry(maxRetry),
 		asynq.Timeout(p.cfg.Timeout),
 		asynq.Retention(p.cfg.Retention),
 	}
 	if o.processIn > 0 {
 		opts = append(opts, asynq.ProcessIn(o.processIn))
 	}
-	info, err := p.client.EnqueueContext(ctx, task, opts...)
+	e, err := res.Enqueue(ctx, asynq.NewTask(kind.Type, body), opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		// The refusal is certain: no task carries the positions just taken.
-		p.void(ctx, at, "the enqueue was refused as a duplicate")
+		// The refusal is certain: no task carries the positions just
+		// taken, and the engine gave them back.
 		dup := p.duplicate(ctx, kind.Type, &me, h.EventID, me.fp)
 		// The task it duplicates may exist on this master only (an old
 		// master after a failover): confirm it as an accepted change.
@@ -715,6 +700,8 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 			return Result{}, p.notConfirmed(me, h.EventID, err)
 		}
 		return Result{TaskID: dup.TaskID, Queue: dup.Queue, EventID: dup.EventID, Seq: dup.Seq}, dup
+	case errors.Is(err, keyorder.ErrPayload):
+		return Result{}, err // unreachable: encode writes a JSON object without "seq"
 	case err != nil:
 		// The task may or may not exist now: leave the positions to the
 		// worker, which skips them once it is sure that no task holds them.
@@ -723,7 +710,7 @@ func (p *Producer) enqueue(ctx context.Context, payload tasks.Payload, o options
 	if err := p.replicated(ctx, queue); err != nil {
 		return Result{}, p.notConfirmed(me, h.EventID, err)
 	}
-	return Result{TaskID: info.ID, Queue: info.Queue, EventID: h.EventID, Seq: at.pos}, nil
+	return Result{TaskID: e.TaskID, Queue: e.Queue, EventID: h.EventID, Seq: e.Pos}, nil
 }
 
 // acceptAtOnce accepts a new change on one Redis in one step, in one round
@@ -884,126 +871,29 @@ func withCause(ctx context.Context, err error) error {
 }
 
 // accept claims the event ID for me and takes the positions of at, in one
-// round trip. It returns the claim's earlier holder, nil when the claim is
-// new.
-func (p *Producer) accept(ctx context.Context, eventID string, me claim, at *positions) (*claim, error) {
-	run := func() (*redis.StatusCmd, *keyorder.ReserveCmd, *keyorder.ReserveCmd, error) {
-		var cl *redis.StatusCmd
-		var own, create *keyorder.ReserveCmd
-		var qerr error
-		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			cl = pipe.SetArgs(ctx, p.claimKey(eventID), me.String(), redis.SetArgs{Mode: "NX", Get: true, TTL: p.cfg.DedupeWindow})
-			if own, qerr = p.seq.ReserveIn(ctx, pipe, at.orderNo, at.label, ""); qerr != nil {
-				return qerr
-			}
-			if at.created != "" {
-				create, qerr = p.seq.ReserveIn(ctx, pipe, at.created, at.createLabel, keyorder.CreationRef(eventID))
-			}
-			return qerr
-		})
-		if qerr != nil {
-			return nil, nil, nil, qerr
-		}
-		if err != nil && !errors.Is(err, redis.Nil) && !keyorder.NoScript(err) && !errors.Is(keyorder.ReserveError("", err), keyorder.ErrFull) {
-			return nil, nil, nil, err
-		}
-		return cl, own, create, nil
+// round trip (the engine's reservation, keyorder.Client.Reserve). It
+// returns the reservation and the claim's earlier holder, nil when the
+// claim is new. On an error it has given back what it took.
+func (p *Producer) accept(ctx context.Context, eventID string, me claim, at positions) (*keyorder.Reservation, *claim, error) {
+	x := keyorder.AtOnce{Label: at.label, Claim: p.claimKey(eventID), ClaimValue: me.String(), ClaimTTL: p.cfg.DedupeWindow}
+	if at.created != "" {
+		x.Link, x.LinkLabel, x.LinkRef = at.created, at.createLabel, keyorder.CreationRef(eventID)
 	}
-	cl, own, create, err := run()
-	if err == nil && (noScript(own) || noScript(create)) {
-		// Redis lost its script cache (a restart): load and go again. The
-		// claim is ours by then, and claiming again returns it.
-		if err = p.seq.LoadScripts(ctx); err == nil {
-			cl, own, create, err = run()
-		}
-	}
+	res, err := p.ordered.Reserve(ctx, at.orderNo, x)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if at.pos, err = own.Pos(); err != nil {
-		if errors.Is(err, keyorder.ErrFull) {
-			// Nothing of the order's sequence was taken: give back what
-			// was, the replacement's position and a claim made now.
-			if create != nil {
-				if pos, cerr := create.Pos(); cerr == nil {
-					p.void(ctx, positions{created: at.created, createLabel: at.createLabel, createPos: pos}, "the order's backlog is full")
-				}
-			}
-			if _, cerr := cl.Result(); errors.Is(cerr, redis.Nil) {
-				p.releaseClaim(ctx, eventID, me)
-			}
-		}
-		return nil, err
+	if res.Claimed == "" {
+		return res, nil, nil
 	}
-	if create != nil {
-		if at.createPos, err = create.Pos(); err != nil {
-			p.void(ctx, *at, "reservation failed")
-			return nil, err
-		}
-	}
-	prev, err := cl.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, nil
-	case err != nil:
-		p.void(ctx, *at, "claim failed")
-		return nil, err
-	}
-	c := parseClaim(prev)
-	return &c, nil
-}
-
-// releaseScript deletes an event's claim if it still holds the value
-// ARGV[1].
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// releaseClaim gives up the claim of eventID that me made, when a change
-// was refused before anything else was written. A failure leaves the claim
-// to expire (the same change sent again still passes it) and is not the
-// caller's problem.
-func (p *Producer) releaseClaim(ctx context.Context, eventID string, me claim) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
-	defer cancel()
-	_ = releaseScript.Run(ctx, p.rdb, []string{p.claimKey(eventID)}, me.String()).Err()
+	c := parseClaim(res.Claimed)
+	return res, &c, nil
 }
 
 // backlogFull is the error of a change refused by Config.MaxWaiting.
 func backlogFull(c claim, eventID string, full *keyorder.FullError) error {
 	return fmt.Errorf("producer: %s event %q for order %s refused: %d changes of the order wait, the most allowed (MaxWaiting %d); send it again later: %w: %w",
 		c.typ, eventID, c.orderNo, full.Waiting, full.Max, ErrBacklogFull, full)
-}
-
-func noScript(c *keyorder.ReserveCmd) bool {
-	if c == nil {
-		return false
-	}
-	_, err := c.Pos()
-	return keyorder.NoScript(err)
-}
-
-// voidTimeout bounds a void, which runs even when the caller's context is
-// done.
-const voidTimeout = 5 * time.Second
-
-// void gives up the positions of at, whose task will never exist. A void
-// that fails is not the caller's problem: the worker skips the positions
-// after its gap wait, once it sees that no task holds them.
-func (p *Producer) void(ctx context.Context, at positions, why string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voidTimeout)
-	defer cancel()
-	// A void of the head passes the turn on: bring back a parked task that
-	// now has it (see the worker's parking).
-	if at.pos > 0 {
-		st, _ := p.seq.Void(ctx, at.orderNo, at.pos, at.label, why)
-		_ = keyorder.Wake(ctx, p.rdb, p.locate, at.orderNo, st.Wake)
-	}
-	if at.createPos > 0 {
-		st, _ := p.seq.Void(ctx, at.created, at.createPos, at.createLabel, why)
-		_ = keyorder.Wake(ctx, p.rdb, p.locate, at.created, st.Wake)
-	}
 }
 
 // duplicate reads the task that holds eventID's task ID in the queue of

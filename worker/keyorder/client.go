@@ -44,6 +44,12 @@ type ClientConfig struct {
 	// back, so keep ParkFor at most the Runners' RunnerConfig.GapWait.
 	// Defaults to DefaultGapWait (30 s), the GapWait's default.
 	ParkFor time.Duration
+	// Locate returns where the task of a position of key waits, given its
+	// label (see RunnerConfig.Locate): a void of a key's head (an enqueue
+	// refused after its position was taken) wakes the parked task it
+	// hands the turn to there. Defaults to reading a Client's label
+	// ([Label]); it must be the Runners' RunnerConfig.Locate.
+	Locate Locate
 }
 
 // Client enqueues asynq tasks that take the next position of a key's
@@ -137,18 +143,8 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // It returns a [*FullError] past ClientConfig.MaxWaiting, and Redis and
 // asynq errors, wrapped.
 func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ...asynq.Option) (Enqueued, error) {
-	if t == nil {
-		return Enqueued{}, errors.New("keyorder: Enqueue: nil task")
-	}
-	if strings.TrimSpace(t.Type()) == "" {
-		// asynq's Client refuses it too: refused first, it takes no position.
-		return Enqueued{}, errors.New("keyorder: Enqueue: the task type must not be blank")
-	}
-	o, err := options(opts)
-	if err != nil {
-		return Enqueued{}, err
-	}
-	body, err := positionless(t.Payload())
+	// Refused before anything is written: it takes no position.
+	o, body, err := checkTask(t, opts)
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -156,24 +152,11 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 	if _, one := c.rdb.(*redis.Client); one && !o.later {
 		return c.atOnce(ctx, key, t.Type(), body, o, AtOnce{Label: label})
 	}
-	pos, err := c.seq.Reserve(ctx, key, label, "")
+	res, err := c.Reserve(ctx, key, AtOnce{Label: label})
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, err)
 	}
-	task := asynq.NewTask(t.Type(), withSeq(body, pos))
-	all := append(opts[:len(opts):len(opts)], asynq.Queue(o.queue), asynq.TaskID(o.id), asynq.MaxRetry(o.maxRetry+1))
-	if _, err := c.asynq.EnqueueContext(ctx, task, all...); err != nil {
-		if errors.Is(err, asynq.ErrTaskIDConflict) {
-			// Certain: no task holds the position. Free it now.
-			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultSettleTimeout)
-			defer cancel()
-			if st, verr := c.seq.Void(vctx, key, pos, label, "the enqueue was refused as a duplicate"); verr == nil {
-				_ = Wake(vctx, c.rdb, nil, key, st.Wake)
-			}
-		}
-		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s at position %d: %w", o.id, key, pos, err)
-	}
-	return Enqueued{TaskID: o.id, Queue: o.queue, Key: key, Pos: pos}, nil
+	return res.Enqueue(ctx, asynq.NewTask(t.Type(), body), append(opts[:len(opts):len(opts)], asynq.TaskID(o.id))...)
 }
 
 // AtOnce is what [Client.EnqueueAtOnce] writes in its one script besides
@@ -237,19 +220,12 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 // [*FullError] past ClientConfig.MaxWaiting, [ErrPayload], and Redis
 // errors, wrapped.
 func (c *Client) EnqueueAtOnce(ctx context.Context, key string, t *asynq.Task, x AtOnce, opts ...asynq.Option) (Enqueued, error) {
-	if t == nil || strings.TrimSpace(t.Type()) == "" {
-		return Enqueued{}, errors.New("keyorder: EnqueueAtOnce: nil task or blank type")
-	}
-	o, err := options(opts)
+	o, body, err := checkTask(t, opts)
 	if err != nil {
 		return Enqueued{}, err
 	}
 	if _, one := c.rdb.(*redis.Client); !one || o.later {
 		return Enqueued{}, ErrNotAtOnce
-	}
-	body, err := positionless(t.Payload())
-	if err != nil {
-		return Enqueued{}, err
 	}
 	return c.atOnce(ctx, key, t.Type(), body, o, x)
 }
@@ -295,7 +271,7 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 		return cmd
 	}
 	cmd := run()
-	if NoScript(cmd.Err()) {
+	if noScriptErr(cmd.Err()) {
 		// Redis lost its script cache (a restart): nothing ran.
 		if err := enqueueScript.Load(ctx, c.rdb).Err(); err != nil {
 			return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, err)
@@ -307,7 +283,7 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 	case redis.HasErrorPrefix(err, "CROSSSLOT"):
 		return Enqueued{}, fmt.Errorf("%w: %w", ErrNotAtOnce, err)
 	case err != nil:
-		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, ReserveError(key, err))
+		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, reserveError(key, err))
 	case len(res) == 2 && res[0] == "claimed":
 		v, _ := res[1].(string)
 		return Enqueued{}, &ClaimedError{Key: x.Claim, Value: v}
@@ -339,7 +315,7 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 // position with "seq" put last (seq_splice).
 //
 // Past the cap of positions waiting it writes nothing and answers the
-// error reply "FULL <waiting> <max>" (ReserveError). With a claim
+// error reply "FULL <waiting> <max>" (reserveError). With a claim
 // (ARGV[10] not ""), it sets it first, and writes nothing more when it
 // exists: {"claimed", its value}. When the queue holds a task with the ID,
 // it takes no position: {"exists"}. Otherwise it returns {"ok", position,

@@ -392,7 +392,7 @@ return 1
 // or a decimal string) is above 0 and s already has max positions waiting
 // (handed out, not finished), it hands out nothing and returns nil and the
 // message "FULL <waiting> <max>", for the script to return as an error
-// reply (redis.error_reply), which [ReserveError] reads. It also defines
+// reply (redis.error_reply), which reserveError reads. It also defines
 //
 //	seq_full(s, max)
 //

@@ -203,9 +203,9 @@ type ReserveCmd struct {
 	key string
 }
 
-// Pos returns the position handed out, or the reservation's error. An error
-// matching NoScript means Redis did not have the script loaded; see
-// [Sequencer.ReserveIn].
+// Pos returns the position handed out, or the reservation's error. An
+// error that starts with NOSCRIPT means Redis did not have the script
+// loaded; see [Sequencer.ReserveIn].
 func (c *ReserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
@@ -234,10 +234,10 @@ func fullError(key string, err error) *FullError {
 	return e
 }
 
-// NoScript reports whether err says that Redis lacked a script that a
+// noScriptErr reports whether err says that Redis lacked a script that a
 // pipelined call ran by its SHA; run [Sequencer.LoadScripts] and the
 // pipeline again.
-func NoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+func noScriptErr(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // LoadScripts loads the scripts that [Sequencer.ReserveIn] runs by SHA. A
 // plain [Sequencer.Reserve] loads them by itself.
@@ -253,14 +253,21 @@ func (q *Sequencer) LoadScripts(ctx context.Context) error {
 // for), with an optional reference (ref, unique within the key) under which
 // [Sequencer.Finish] can find the position again. It lets a caller reserve
 // positions of several keys, and run other commands, in one round trip.
-// The script runs by its SHA: when Pos reports [NoScript], load the scripts
-// and run the pipeline again.
+// The script runs by its SHA: when Pos reports NOSCRIPT, load the scripts
+// and run the pipeline again. It is for seeding many positions at once
+// (tests, tools); a program that accepts tasks reserves with
+// [Client.Reserve], which also enqueues, voids and claims.
 func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*ReserveCmd, error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return nil, err
 	}
+	return q.reserveIn(ctx, pipe, key, label, ref), nil
+}
+
+// reserveIn is ReserveIn of a label and ref already checked.
+func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *ReserveCmd {
 	cmd := reserveScript.EvalSha(ctx, pipe, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref, q.maxWaiting)
-	return &ReserveCmd{cmd: cmd, key: key}, nil
+	return &ReserveCmd{cmd: cmd, key: key}
 }
 
 // reserveArgs checks a reservation of key's sequence under label and ref,
@@ -268,7 +275,7 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 // seq_reserve (see reserveLua) passes it: the sequence's Redis key, to
 // put among the script's KEYS, its retention in milliseconds and the cap
 // of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
-// turns seq_reserve's FULL error into [ErrFull] with [ReserveError].
+// turns seq_reserve's FULL error into [ErrFull] with reserveError.
 func (q *Sequencer) reserveArgs(key, label, ref string) (seqKey string, ttlMS, maxWaiting int64, err error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return "", 0, 0, err
@@ -276,9 +283,9 @@ func (q *Sequencer) reserveArgs(key, label, ref string) (seqKey string, ttlMS, m
 	return q.SeqKey(key), q.retention.Milliseconds(), q.maxWaiting, nil
 }
 
-// ReserveError returns the *FullError that err, the error of a script
+// reserveError returns the *FullError that err, the error of a script
 // calling seq_reserve on key's sequence, carries, or err itself.
-func ReserveError(key string, err error) error {
+func reserveError(key string, err error) error {
 	if full := fullError(key, err); full != nil {
 		return full
 	}
@@ -287,7 +294,9 @@ func ReserveError(key string, err error) error {
 
 // Reserve hands out the next position of key's sequence under label, as
 // ReserveIn does, in one round trip. Positions of one key strictly increase
-// in the order the reservations reach Redis.
+// in the order the reservations reach Redis. A position reserved here has
+// no task: it is a gap until the Runners skip it (tests and tools make
+// gaps so); a program that accepts tasks reserves with a [Client].
 func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64, error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return 0, err
