@@ -184,7 +184,9 @@ type AtOnce struct {
 	Link, LinkLabel, LinkRef string
 	// Pipe, when set, queues commands to run right after the script, in
 	// its round trip (a WAIT for replicas, say); the caller reads their
-	// results. It is called again when the script has to be loaded first.
+	// results. EnqueueAtOnce calls it again when the script has to be
+	// loaded first; [Client.Reserve] calls it once, in its first round
+	// trip.
 	Pipe func(redis.Pipeliner)
 }
 

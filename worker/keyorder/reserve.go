@@ -43,7 +43,9 @@ type Reservation struct {
 // when it does not exist, and runs x.Pipe's commands, in one round trip:
 // a pipeline, so that the keys may live on different Cluster nodes (and
 // the claim is set before the positions are taken, but not atomically
-// with them). It loads the engine's script when Redis lost it.
+// with them). When a master lost the engine's script, it loads it and
+// takes again, in a second round trip, only what that master refused
+// (x.Pipe's commands run once, in the first).
 //
 // Past ClientConfig.MaxWaiting it returns a [*FullError], having given
 // back the linked position and the claim it set. It returns Redis errors,
@@ -65,36 +67,35 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 	}
 	var claim *redis.StatusCmd
 	var own, link *ReserveCmd
-	run := func() error {
-		_, err := c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			if x.Claim != "" {
-				claim = pipe.SetArgs(ctx, x.Claim, x.ClaimValue, redis.SetArgs{Mode: "NX", Get: true, TTL: x.ClaimTTL})
-			}
-			own = c.seq.reserveIn(ctx, pipe, key, x.Label, "")
-			if x.Link != "" {
-				link = c.seq.reserveIn(ctx, pipe, x.Link, x.LinkLabel, x.LinkRef)
-			}
-			if x.Pipe != nil {
-				x.Pipe(pipe)
-			}
-			return nil
-		}) // each command keeps its own error, read below
-		return err
-	}
-	_ = run()
-	if noScript(own) || noScript(link) {
-		// Redis lost its script cache (a restart): load it and go again.
-		// A claim set by the first round is ours: claiming again returns
-		// its value, which is then taken for new.
-		first := claim
-		if err := c.seq.LoadScripts(ctx); err != nil {
-			return nil, err
+	_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		if x.Claim != "" {
+			claim = pipe.SetArgs(ctx, x.Claim, x.ClaimValue, redis.SetArgs{Mode: "NX", Get: true, TTL: x.ClaimTTL})
 		}
-		_ = run()
-		if first != nil {
-			if _, err := first.Result(); errors.Is(err, redis.Nil) && claim.Val() == x.ClaimValue {
-				claim = first
-			}
+		own = c.seq.reserveIn(ctx, pipe, key, x.Label, "")
+		if x.Link != "" {
+			link = c.seq.reserveIn(ctx, pipe, x.Link, x.LinkLabel, x.LinkRef)
+		}
+		if x.Pipe != nil {
+			x.Pipe(pipe)
+		}
+		return nil
+	}) // each command keeps its own error, read below
+	var loadErr error
+	if againOwn, againLink := noScript(own), noScript(link); againOwn || againLink {
+		// A master lost its script cache (a restart, a replica promoted
+		// in a failover): load the script and take again only what that
+		// master refused. On a Cluster the other key may live on a master
+		// that ran it: taking that again would leave a position behind.
+		if loadErr = c.seq.LoadScripts(ctx); loadErr == nil {
+			_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				if againOwn {
+					own = c.seq.reserveIn(ctx, pipe, key, x.Label, "")
+				}
+				if againLink {
+					link = c.seq.reserveIn(ctx, pipe, x.Link, x.LinkLabel, x.LinkRef)
+				}
+				return nil
+			})
 		}
 	}
 	r := &Reservation{Key: key, Label: x.Label, Link: x.Link, LinkLabel: x.LinkLabel, c: c}
@@ -122,7 +123,7 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 			linkErr = fmt.Errorf("keyorder: linked %w", linkErr)
 		}
 	}
-	err = cmp.Or(err, linkErr, claimErr)
+	err = cmp.Or(loadErr, err, linkErr, claimErr)
 	if err != nil {
 		// Nothing will hold what was taken: give it back.
 		why := "reservation failed"

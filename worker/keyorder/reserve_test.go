@@ -2,6 +2,7 @@ package keyorder_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -164,4 +165,38 @@ func TestReserveRefusesBadInput(t *testing.T) {
 	require.Equal(t, before, dbsize(t, db))
 	_, err := c.Reserve(t.Context(), "", keyorder.AtOnce{Label: "l"})
 	require.Error(t, err, "a blank key")
+}
+
+// On a Cluster, a master that lost the engine's script (a replica promoted
+// in a failover starts without it) refuses the reservation of its key
+// only: the linked key's, taken on another master in the same round trip,
+// is not taken a second time when the script is loaded again.
+func TestReserveOnClusterWhenOneMasterLostTheScript(t *testing.T) {
+	t.Parallel()
+	db := redistest.DedicatedCluster(t)
+	keys := db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprint("RK-", i) })
+	own, link := keys[0], keys[1]
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	for _, k := range keys[:2] { // the script on both masters, and a position waiting on each
+		_, err := c.Reserve(t.Context(), k, keyorder.AtOnce{Label: "warm"})
+		require.NoError(t, err)
+	}
+	master, err := db.Client.MasterForKey(t.Context(), seq.SeqKey(own))
+	require.NoError(t, err)
+	require.NoError(t, master.ScriptFlush(t.Context()).Err())
+	other, err := db.Client.MasterForKey(t.Context(), seq.SeqKey(link))
+	require.NoError(t, err)
+	require.NotEqual(t, master.Options().Addr, other.Options().Addr, "the keys share a master")
+
+	res, err := c.Reserve(t.Context(), own, keyorder.AtOnce{Label: "k", Link: link, LinkLabel: "creation", LinkRef: "c:k"})
+	require.NoError(t, err)
+	require.Positive(t, res.Pos)
+	require.Positive(t, res.LinkPos)
+	for k, want := range map[string]int64{own: 2, link: 2} {
+		st, err := seq.Status(t.Context(), k)
+		require.NoError(t, err)
+		require.Equal(t, want, st.Waiting, "%s: positions waiting (a position taken twice leaves a gap)", k)
+	}
 }
