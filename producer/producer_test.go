@@ -225,6 +225,41 @@ func TestWithMaxRetry(t *testing.T) {
 	assert.Equal(t, 1, info.MaxRetry)
 }
 
+// A change scheduled for later is accepted in two steps (the engine's
+// Reserve, then its enqueue): it carries the same retry rule as one
+// accepted in one script (its budget plus the spare try for waiting, one
+// at a budget of 0 or below) and its position as the payload's seq.
+func TestTwoStepsRetriesAndPosition(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		cfg  producer.Config
+		opts []producer.Option
+		want int
+	}{
+		{"default", producer.Config{}, nil, producer.DefaultMaxRetry + 1},
+		{"MaxRetry 0", producer.Config{}, []producer.Option{producer.WithMaxRetry(0)}, 1},
+		{"Config.MaxRetry -1", producer.Config{MaxRetry: -1}, nil, 1},
+		{"MaxRetry 3", producer.Config{}, []producer.Option{producer.WithMaxRetry(3)}, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, tt.cfg)
+			opts := append([]producer.Option{producer.WithEventID("later"), producer.WithProcessIn(time.Hour)}, tt.opts...)
+			res, err := e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, opts...)
+			require.NoError(t, err)
+			info, err := e.insp.GetTaskInfo("order_modify", "later")
+			require.NoError(t, err)
+			assert.Equal(t, asynq.TaskStateScheduled, info.State)
+			assert.Equal(t, tt.want, info.MaxRetry)
+			p, err := tasks.Modify.Parse(info.Payload)
+			require.NoError(t, err)
+			assert.Positive(t, res.Seq)
+			assert.Equal(t, res.Seq, p.Header().Seq, "the payload carries the position the result reports")
+		})
+	}
+}
+
 func TestWithProcessIn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, producer.Config{})

@@ -190,6 +190,14 @@ type AtOnce struct {
 	Pipe func(redis.Pipeliner)
 }
 
+// checkClaim refuses a claim whose TTL Redis cannot keep (under 1 ms).
+func (x *AtOnce) checkClaim() error {
+	if x.Claim != "" && x.ClaimTTL < time.Millisecond {
+		return fmt.Errorf("keyorder: claim %s: TTL %v is under 1ms", x.Claim, x.ClaimTTL)
+	}
+	return nil
+}
+
 // ErrNotAtOnce is matched by the error of [Client.EnqueueAtOnce] when it
 // cannot enqueue in one script, having written nothing: on a Cluster
 // client, with asynq.ProcessIn, ProcessAt or Deadline, or when Redis
@@ -241,10 +249,10 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 		return Enqueued{}, err
 	}
 	claimKey, linkKey := seqKey, seqKey // unused keys stand in the key's own slot
+	if err := x.checkClaim(); err != nil {
+		return Enqueued{}, err
+	}
 	if x.Claim != "" {
-		if x.ClaimTTL < time.Millisecond {
-			return Enqueued{}, fmt.Errorf("keyorder: claim %s: TTL %v is under 1ms", x.Claim, x.ClaimTTL)
-		}
 		claimKey = x.Claim
 	}
 	if x.Link != "" {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -62,8 +61,8 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 			return nil, err
 		}
 	}
-	if x.Claim != "" && x.ClaimTTL < time.Millisecond {
-		return nil, fmt.Errorf("keyorder: claim %s: TTL %v is under 1ms", x.Claim, x.ClaimTTL)
+	if err := x.checkClaim(); err != nil {
+		return nil, err
 	}
 	var claim *redis.StatusCmd
 	var own, link *ReserveCmd
@@ -164,8 +163,9 @@ return 0
 //
 // When asynq refuses the task ID as one its queue holds already
 // (asynq.ErrTaskIDConflict), or Enqueue refuses t or opts, no task holds
-// the positions, and Enqueue voids them. Another failure leaves them: the task may or may not exist,
-// and the Runners skip them once they are sure no task holds them.
+// the positions, and Enqueue voids them. Another failure leaves them: the
+// task may or may not exist, and the Runners skip them once they are sure
+// no task holds them.
 func (r *Reservation) Enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (Enqueued, error) {
 	o, body, err := checkTask(t, opts)
 	if err != nil {
