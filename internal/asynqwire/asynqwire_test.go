@@ -278,3 +278,25 @@ func TestFinishedAndPausedKeys(t *testing.T) {
 	assert.EqualValues(t, 1, n, "the Inspector's pause writes PausedKey")
 	require.NoError(t, insp.UnpauseQueue(q))
 }
+
+// TaskQueues names the queues that hold a task, in the order asked, on
+// one Redis and across the masters of a Cluster.
+func TestTaskQueuesFindsATaskByID(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{redistest.New(t).Client, redistest.NewCluster(t).Client} {
+		ctx := t.Context()
+		cli := asynq.NewClientFromRedisClient(rdb)
+		insp := asynq.NewInspectorFromRedisClient(rdb)
+		const a, b, c = "asynqwire_tq_a", "asynqwire_tq_b", "asynqwire_tq_c"
+		t.Cleanup(func() { _ = insp.DeleteQueue(b, true); _ = insp.DeleteQueue(c, true) })
+		for _, q := range []string{b, c} {
+			_, err := cli.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("x"))
+			require.NoError(t, err)
+		}
+		got, err := asynqwire.TaskQueues(ctx, rdb, []string{c, a, b}, "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{c, b}, got)
+		got, err = asynqwire.TaskQueues(ctx, rdb, []string{a, b}, "none")
+		require.NoError(t, err)
+		assert.Empty(t, got)
+	}
+}

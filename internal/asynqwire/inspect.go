@@ -73,3 +73,28 @@ func LookTaskInfo(ctx context.Context, insp *asynq.Inspector, rdb redis.Cmdable,
 	}
 	return nil, fmt.Errorf("asynqwire: task %s exists in queue %s: %w", id, queue, ErrQueueUnlisted)
 }
+
+// TaskQueues returns those of queues that hold task id (whose hash
+// [TaskKey] exists), in the order given, with one pipelined EXISTS per
+// queue: one round trip (on a Cluster, one per master). It only reads. It
+// is for a task whose queue is not known, such as the holder of a lock,
+// known by its ID. It returns a wrapped Redis error. It is safe for
+// concurrent use.
+func TaskQueues(ctx context.Context, rdb redis.Cmdable, queues []string, id string) ([]string, error) {
+	exists := make([]*redis.IntCmd, len(queues))
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			exists[i] = p.Exists(ctx, TaskKey(q, id))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("asynqwire: look for task %s: %w", id, err)
+	}
+	var out []string
+	for i, q := range queues {
+		if exists[i].Val() > 0 {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}

@@ -321,29 +321,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	// The Runner is only the home of the actions on the head and of the
 	// settlements: Ops never runs a task, so it never subscribes to the
 	// release notices. It finds a task where the workers place it.
-	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: orderNoOf(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
+	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
 		Locate: o.locate, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
 	o.run, o.seq = run, run.Sequencer()
 	return o, nil
-}
-
-// orderNoOf returns the keyorder.RunnerConfig.Key of the tasks of kinds:
-// the order number of the payload.
-func orderNoOf(kinds tasks.Table) func(*asynq.Task) (string, error) {
-	return func(t *asynq.Task) (string, error) {
-		k := kinds.Of(t.Type())
-		if k == nil {
-			return "", fmt.Errorf("orderops: task type %q is not a configured kind", t.Type())
-		}
-		p, err := k.Parse(t.Payload())
-		if err != nil {
-			return "", fmt.Errorf("orderops: %s payload: %w", t.Type(), err)
-		}
-		return p.Header().OrderNo, nil
-	}
 }
 
 // Close releases what Ops holds; the Redis client stays the caller's.
@@ -515,16 +499,9 @@ func (o *Ops) head(ctx context.Context, orderNo string) (keyorder.Head, error) {
 }
 
 // result names head h and its task in res: the queue that holds the task,
-// or, when none does, its first placement.
+// or, when none does, its first placement (keyorder.Head.Queue).
 func (o *Ops) result(h keyorder.Head, res *Result) {
-	res.Seq, res.TaskID = h.Pos, h.TaskID
-	if h.TaskID == "" {
-		return
-	}
-	res.Queue = h.Queue
-	if queues, _, ok := o.locate(h.Key, h.Label); res.Queue == "" && ok && len(queues) > 0 {
-		res.Queue = queues[0]
-	}
+	res.Seq, res.TaskID, res.Queue = h.Pos, h.TaskID, h.Queue
 }
 
 // retry runs the head's task now.

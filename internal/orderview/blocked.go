@@ -8,12 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 )
@@ -23,31 +21,23 @@ import (
 // the head of its sequence has waited longer than Config.BlockedAfter (or
 // an operator holds it).
 //
-// # How it finds them without scanning
+// It is the engine's blocked-keys read (keyorder.Runner.Blocked), in the
+// order domain's words. The engine finds the keys without scanning: it
+// reads at most Config.BlockedScan tasks of the retry set, the scheduled
+// set and the expired leases of every queue of the deployment
+// (tasks.Shards AllQueues), and as many held orders; it maps each task to
+// its order by its payload's order_no (and an exchange also to the order
+// it creates), and reads only those orders: each one's sequence, one
+// position deep, and its head's task. Its cost grows with the tasks that
+// wait in those sets, not with the orders; past the bound the page says
+// Truncated. An order whose head waits for a task that will not come,
+// with nothing behind it yet, holds no change back and is not listed
+// until one comes.
 //
-// It reads only what asynq already keeps about the tasks that are not
-// moving, never the keyspace and never the orders that are fine:
-//
-//   - the retry set of every queue of the deployment (tasks.Shards
-//     AllQueues): a task that waits behind a head that is not done is
-//     parked there by its worker (an error that is no failure, which asynq
-//     v0.25.1 puts in the retry set with the worker's delay and without
-//     counting it), and a head that failed backs off there;
-//   - the scheduled set of every queue: a head that runs only later;
-//   - the expired leases of every queue: a task active on a worker that is
-//     gone;
-//   - the orders an operator holds (the index of holds, keyorder.Sequencer.PausedKeys).
-//
-// Each task is mapped to its order by its payload's order_no (and an
-// exchange also to the order it creates); the orders are deduplicated, and
-// only they are read: each one's sequence, one position deep, and its
-// head's task, to say why. Its cost grows with the tasks that wait in those
-// sets, at most Config.BlockedScan per set and queue, not with the orders;
-// past the bound the page says Truncated.
-//
-// An order is listed only once something of it sits in one of those sets:
-// an order whose head waits for a task that will not come, with nothing
-// behind it yet, holds no change back and is not listed until one comes.
+// What it adds to the engine's read: the creation of a replacement, whose
+// head waits for an exchange of another order (the chain of creations), a
+// sentence that says what holds each order up and what ends it, the
+// reasons' counts, and paging.
 
 // The reasons of a [BlockedOrder]. Their set is closed and small: the
 // dashboard's gauge orderworker_orders_blocked has one series per reason.
@@ -77,7 +67,7 @@ const (
 	// read: its sequence is malformed (keyorder.ErrMalformed: written by hand,
 	// say), one of its keys has the wrong Redis type (WRONGTYPE), or any
 	// other read of it failed (a task asynq cannot read, a task of a queue
-	// asynq does not list: asynqwire.ErrQueueUnlisted). It is listed, with
+	// asynq does not list). It is listed, with
 	// the error in its explanation, rather than failing the whole list and
 	// hiding every other blocked order. Its age is 0.
 	ReasonUnreadable = "unreadable"
@@ -102,8 +92,6 @@ const (
 	MaxBlockedLimit = 1000
 	// maxCreationHops bounds how far Blocked follows a chain of creations.
 	maxCreationHops = 8
-	// blockedWorkers bounds the orders Blocked reads at once.
-	blockedWorkers = 16
 )
 
 // ErrBadQuery is returned by Blocked for a limit out of range or a reason
@@ -278,19 +266,27 @@ func (r *Reader) Blocked(ctx context.Context, q BlockedQuery) (BlockedPage, erro
 		return BlockedPage{}, err
 	}
 	now := r.cfg.Now().UTC()
-	cands, held, truncated, err := r.candidates(ctx, now)
+	found, err := r.run.Blocked(ctx, keyorder.BlockedQuery{Queues: r.cfg.Shards.AllQueues(r.cfg.Kinds),
+		Scan: int64(r.cfg.BlockedScan), After: r.cfg.BlockedAfter, Now: now, Linked: r.creates})
 	if err != nil {
-		return BlockedPage{}, err
+		return BlockedPage{}, fmt.Errorf("orderview: blocked orders: %w", err)
 	}
-	all, err := r.classifyAll(ctx, now, cands, held)
-	if err != nil {
-		return BlockedPage{}, err
+	all := make([]BlockedOrder, 0, len(found.Keys))
+	for _, k := range found.Keys {
+		b, err := r.blockedOrder(ctx, now, k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return BlockedPage{}, fmt.Errorf("orderview: blocked orders: %w", ctx.Err())
+			}
+			b = unreadable(now, k.Head.Key, err)
+		}
+		all = append(all, b)
 	}
 	slices.SortFunc(all, func(a, b BlockedOrder) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.OrderNo, b.OrderNo))
 	})
 	page := BlockedPage{At: now, BlockedAfterMS: r.cfg.BlockedAfter.Milliseconds(), Orders: []BlockedOrder{},
-		Counts: map[string]int{}, Candidates: len(cands), Truncated: truncated}
+		Counts: map[string]int{}, Candidates: found.Candidates, Truncated: found.Truncated}
 	for _, reason := range Reasons() {
 		page.Counts[reason] = 0
 	}
@@ -339,243 +335,85 @@ func parseBlockedCursor(s string) (*blockedCursor, error) {
 	return &blockedCursor{ms: ms, no: no}, nil
 }
 
-// candidates returns the orders that may be blocked, each once, in the
-// order found: those of the tasks in the retry and scheduled sets and the
-// expired leases of every queue, and the held ones (with their hold's
-// time, Unix ms). truncated says a set had more than BlockedScan.
-func (r *Reader) candidates(ctx context.Context, now time.Time) (out []string, held map[string]int64, truncated bool, err error) {
-	queues := r.cfg.Shards.AllQueues(r.cfg.Kinds)
-	limit := int64(r.cfg.BlockedScan)
-	seen := map[string]bool{}
-	add := func(no string) {
-		if tasks.ValidOrderNo(no) && !seen[no] {
-			seen[no] = true
-			out = append(out, no)
-		}
+// creates returns the order a task of a configured kind creates (an
+// exchange's replacement), whose head waits for it: the engine's
+// BlockedQuery.Linked.
+func (r *Reader) creates(t *asynq.Task) []string {
+	k := r.cfg.Kinds.Of(t.Type())
+	if k == nil {
+		return nil
 	}
-	for _, set := range []string{asynqwire.SetRetry, asynqwire.SetScheduled, "lease"} {
-		var found []asynqwire.SetTask
-		var more bool
-		if set == "lease" {
-			found, more, err = asynqwire.ExpiredLeases(ctx, r.rdb, queues, now, limit)
-		} else {
-			found, more, err = asynqwire.SetTasks(ctx, r.rdb, set, queues, limit)
-		}
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("orderview: blocked orders: %w", err)
-		}
-		truncated = truncated || more
-		for _, t := range found {
-			k := r.cfg.Kinds.Of(t.Type)
-			if k == nil || t.Payload == nil {
-				continue // not a configured kind, or gone meanwhile
-			}
-			p, err := k.Decode(t.Payload)
-			if err != nil {
-				continue
-			}
-			add(p.Header().OrderNo)
-			if c, ok := p.(tasks.Creator); ok {
-				add(c.Creates()) // a replacement that waits for this exchange
-			}
-		}
-	}
-	zs, err := r.seq.PausedKeys(ctx, 0, limit+1)
+	p, err := k.Decode(t.Payload())
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("orderview: held orders: %w", err)
+		return nil
 	}
-	if int64(len(zs)) > limit {
-		truncated, zs = true, zs[:limit]
+	if c, ok := p.(tasks.Creator); ok && c.Creates() != "" {
+		return []string{c.Creates()}
 	}
-	held = make(map[string]int64, len(zs))
-	for _, z := range zs {
-		held[z.Key] = z.Since.UnixMilli()
-		add(z.Key)
-	}
-	return out, held, truncated, nil
-}
-
-// classifyAll classifies the candidates, blockedWorkers at a time, and
-// returns the blocked ones. An order that cannot be read is listed as
-// unreadable (see [ReasonUnreadable]); only ctx's end fails the whole list.
-func (r *Reader) classifyAll(ctx context.Context, now time.Time, cands []string, held map[string]int64) ([]BlockedOrder, error) {
-	results := make([]*BlockedOrder, len(cands))
-	sem := make(chan struct{}, blockedWorkers)
-	var wg sync.WaitGroup
-	for i, no := range cands {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			heldMS, isHeld := held[no]
-			b, err := r.classify(ctx, now, no, isHeld, heldMS)
-			if err != nil && ctx.Err() == nil {
-				// One order that cannot be read (a sequence written by
-				// hand, a key of the wrong type, a task asynq cannot
-				// read) must not hide every other blocked order: it is
-				// listed as unreadable, with the error.
-				b = unreadable(now, no, err)
-			}
-			results[i] = b
-		})
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("orderview: blocked orders: %w", err)
-	}
-	var out []BlockedOrder
-	for _, b := range results {
-		if b != nil {
-			out = append(out, *b)
-		}
-	}
-	return out, nil
+	return nil
 }
 
 // unreadable is order no, listed as ReasonUnreadable for err, the error
 // that reading it met.
-func unreadable(now time.Time, no string, err error) *BlockedOrder {
-	return &BlockedOrder{OrderNo: no, Reason: ReasonUnreadable, Since: now,
+func unreadable(now time.Time, no string, err error) BlockedOrder {
+	return BlockedOrder{OrderNo: no, Reason: ReasonUnreadable, Since: now,
 		Explanation: "It cannot be read: " + strings.TrimSuffix(err.Error(), ".") + ". Look at it with producer order status, and at its keys in Redis."}
 }
 
-// classify reads order no's sequence one position deep and its head's
-// task, and returns the order as blocked, or nil when it is not.
-func (r *Reader) classify(ctx context.Context, now time.Time, no string, isHeld bool, heldMS int64) (*BlockedOrder, error) {
-	st, err := r.head.Status(ctx, no)
-	if err != nil {
-		return nil, fmt.Errorf("orderview: %w", err)
+// blockedOrder says, in the order domain's words, why k, a key the engine
+// found blocked, is: an order whose head is the creation of a replacement
+// waits for its exchange (following the chain of creations); the others
+// are the engine's reasons, explained.
+func (r *Reader) blockedOrder(ctx context.Context, now time.Time, k keyorder.Blocked) (BlockedOrder, error) {
+	h := k.Head
+	if k.Reason == keyorder.BlockedUnreadable {
+		return unreadable(now, h.Key, k.Err), nil
 	}
-	b := &BlockedOrder{OrderNo: no, Waiting: st.Waiting}
-	var head *keyorder.Pending
-	if st.Exists && len(st.Pending) > 0 && st.Pending[0].Pos == st.Done+1 && !st.Pending[0].Reserved.IsZero() {
-		head = &st.Pending[0]
-		pos := position(*head, st.Done)
-		b.Head, b.Since = &pos, head.Reserved
+	b := BlockedOrder{OrderNo: h.Key, Waiting: h.Waiting, Since: k.Since.UTC(), AgeMS: max(now.Sub(k.Since), 0).Milliseconds()}
+	if h.Pos > 0 {
+		b.Head = &Position{Seq: h.Pos, Next: true, State: PositionReserved, Label: h.Label, TaskID: h.TaskID,
+			Queue: h.Queue, TaskState: h.State, ReservedAt: h.Since, RetryAt: h.RetryAt}
 	}
-	if isHeld || st.Paused != nil {
-		return r.held(now, b, st, heldMS)
+	if k.Reason == keyorder.BlockedHeld {
+		r.held(&b, h.Held)
+		return b, nil
 	}
-	if head == nil || now.Sub(head.Reserved) < r.cfg.BlockedAfter {
-		// Nothing waits, the cursor is about to pass a settled head, or the
-		// head has not waited long enough.
-		return nil, nil
+	if _, id, from, ok := r.cfg.Kinds.ParseLabel(h.Label); ok && from != "" {
+		return b, r.creation(ctx, &b, id, from)
 	}
-	b.AgeMS = now.Sub(b.Since).Milliseconds()
-	typ, id, from, ok := r.cfg.Kinds.ParseLabel(head.Label)
-	if !ok {
-		b.Reason, b.Gap = ReasonGap, r.gap(now, *b.Head, nil)
+	switch k.Reason {
+	case keyorder.BlockedGap:
+		b.Reason, b.Gap = ReasonGap, r.gapOf(now, *b.Head, k.Fate)
 		b.Explanation = r.gapExplanation(b.Gap)
-		return b, nil
-	}
-	if from != "" {
-		return b, r.creation(ctx, b, id, from)
-	}
-	b.Head.TaskID = id
-	rf := ref{queues: r.cfg.Shards.Placements(r.cfg.Kinds.Of(typ), no), id: id, typ: typ, source: SourcePosition}
-	b.Head.Queue = rf.queues[0]
-	info, err := r.lookupOne(ctx, rf)
-	if err != nil {
-		return nil, err
-	}
-	b.Head.TaskState = TaskMissing
-	if info != nil {
-		b.Head.TaskState, b.Head.Queue = info.State.String(), info.Queue
-	}
-	if g := r.gap(now, *b.Head, info); g != nil {
-		b.Reason, b.Gap, b.Explanation = ReasonGap, g, r.gapExplanation(g)
-		return b, nil
-	}
-	switch {
-	case info.State == asynq.TaskStateRetry && info.Retried > 0:
-		f := &Failing{TaskID: id, Queue: info.Queue, LastError: info.LastErr, LastFailedAt: utc(info.LastFailedAt),
-			Retried: info.Retried, MaxRetry: tasks.FailureBudget(info.MaxRetry), NextRunAt: utc(info.NextProcessAt)}
+	case keyorder.BlockedFailing:
+		f := &Failing{TaskID: h.TaskID, Queue: h.Queue, LastError: h.LastErr, LastFailedAt: utc(h.LastFailedAt),
+			Retried: h.Retried, MaxRetry: tasks.FailureBudget(h.MaxRetry), NextRunAt: utc(h.NextRunAt)}
 		b.Reason, b.Failing = ReasonFailing, f
 		b.Explanation = fmt.Sprintf("Its next change, task %s, failed %d time(s) of the %d allowed (%s); it runs again at %s. Past its budget it is archived and the order goes on; or retry it now, or skip it.",
-			id, f.Retried, f.MaxRetry+1, f.LastError, f.NextRunAt.Format(time.RFC3339))
-		return b, nil
-	case info.State == asynq.TaskStateScheduled:
-		b.Reason, b.Scheduled = ReasonScheduled, &Scheduled{TaskID: id, Queue: info.Queue, RunAt: utc(info.NextProcessAt)}
+			h.TaskID, f.Retried, f.MaxRetry+1, f.LastError, f.NextRunAt.Format(time.RFC3339))
+	case keyorder.BlockedScheduled:
+		b.Reason, b.Scheduled = ReasonScheduled, &Scheduled{TaskID: h.TaskID, Queue: h.Queue, RunAt: utc(h.NextRunAt)}
 		b.Explanation = fmt.Sprintf("Its next change, task %s, is scheduled to run at %s; the changes behind it wait until then.",
-			id, b.Scheduled.RunAt.Format(time.RFC3339))
-		return b, nil
-	}
-	stale, err := r.staleLock(ctx, now, no, typ, info)
-	if err != nil || stale != nil {
-		if stale != nil {
-			b.Reason, b.Lock = ReasonLockStale, stale
-			b.Explanation = staleExplanation(stale)
+			h.TaskID, b.Scheduled.RunAt.Format(time.RFC3339))
+	case keyorder.BlockedStale:
+		s := k.Stale
+		b.Reason, b.Lock = ReasonLockStale, &StaleLock{Holder: s.Holder, LockLeaseMS: s.HolderTTL.Milliseconds(),
+			TaskID: s.TaskID, Queue: s.Queue, TaskState: s.State, LeaseEndedAt: utc(s.LeaseEnded)}
+		b.Explanation = staleExplanation(b.Lock)
+	case keyorder.BlockedWaiting:
+		b.Reason = ReasonWaiting
+		switch h.State {
+		case asynq.TaskStateActive.String():
+			b.Explanation = fmt.Sprintf("Its next change, task %s, is running (on a live worker) and has not finished.", h.TaskID)
+		case asynq.TaskStatePending.String():
+			b.Explanation = fmt.Sprintf("Its next change, task %s, is pending in queue %s: the workers do not keep up with the queue, or it is paused.", h.TaskID, h.Queue)
+		default:
+			b.Explanation = fmt.Sprintf("Its next change, task %s, is %s in queue %s and comes back to run by itself.", h.TaskID, h.State, h.Queue)
 		}
-		return b, err
-	}
-	b.Reason = ReasonWaiting
-	switch info.State {
-	case asynq.TaskStateActive:
-		b.Explanation = fmt.Sprintf("Its next change, task %s, is running (on a live worker) and has not finished.", id)
-	case asynq.TaskStatePending:
-		b.Explanation = fmt.Sprintf("Its next change, task %s, is pending in queue %s: the workers do not keep up with the queue, or it is paused.", id, info.Queue)
 	default:
-		b.Explanation = fmt.Sprintf("Its next change, task %s, is %s in queue %s and comes back to run by itself.", id, info.State, info.Queue)
+		return b, fmt.Errorf("orderview: the engine's reason %q is none of the list's", k.Reason)
 	}
 	return b, nil
-}
-
-// staleLock says whether order no is held up by a worker that is gone:
-// the head's task (of type typ, info) active with its asynq lease ended,
-// or the lock held by a task that is no longer running.
-func (r *Reader) staleLock(ctx context.Context, now time.Time, no, typ string, info *asynq.TaskInfo) (*StaleLock, error) {
-	holder, err := r.seq.Holder(ctx, no)
-	if err != nil {
-		return nil, fmt.Errorf("orderview: %w", err)
-	}
-	sl := &StaleLock{TaskID: info.ID, Queue: info.Queue, TaskState: info.State.String()}
-	if holder.Held {
-		sl.Holder, sl.LockLeaseMS = holder.Meta, holder.TTL.Milliseconds()
-	}
-	if info.State == asynq.TaskStateActive {
-		end, ok, err := asynqwire.LeaseEnd(ctx, r.rdb, info.Queue, info.ID)
-		if err != nil {
-			return nil, fmt.Errorf("orderview: %w", err)
-		}
-		if ok && end.Before(now) {
-			sl.LeaseEndedAt = end
-			return sl, nil
-		}
-	}
-	if !holder.Held || holder.Meta == typ+" "+info.ID {
-		return nil, nil
-	}
-	htyp, hid, _, ok := r.cfg.Kinds.ParseLabel(holder.Meta)
-	if !ok {
-		return nil, nil
-	}
-	hr := ref{queues: r.cfg.Shards.Placements(r.cfg.Kinds.Of(htyp), no), id: hid, typ: htyp, source: SourceLock}
-	hinfo, err := r.lookupOne(ctx, hr)
-	if err != nil {
-		return nil, err
-	}
-	sl.TaskID, sl.Queue, sl.TaskState = hid, hr.queues[0], TaskMissing
-	if hinfo == nil {
-		return sl, nil
-	}
-	sl.Queue, sl.TaskState = hinfo.Queue, hinfo.State.String()
-	if hinfo.State != asynq.TaskStateActive {
-		return sl, nil
-	}
-	end, ok, err := asynqwire.LeaseEnd(ctx, r.rdb, hinfo.Queue, hid)
-	if err != nil {
-		return nil, fmt.Errorf("orderview: %w", err)
-	}
-	if ok && end.Before(now) {
-		sl.LeaseEndedAt = end
-		return sl, nil
-	}
-	return nil, nil // the holder runs
 }
 
 func staleExplanation(sl *StaleLock) string {
@@ -604,21 +442,12 @@ func (r *Reader) gapExplanation(g *Gap) string {
 // creation fills b, whose head is the creation of b's order by exchange
 // id of order from, following the chain of creations.
 func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string) error {
-	c := &Creation{Exchange: id, From: from, Chain: []string{b.OrderNo}}
+	// The engine found the exchange where the creation's label says
+	// (b.Head: a creation label reads back only against a table with a
+	// creator).
+	c := &Creation{Exchange: id, From: from, Chain: []string{b.OrderNo}, ExchangeState: b.Head.TaskState}
 	b.Reason, b.Creation = ReasonCreation, c
-	// A creation label reads back only against a table with a creator.
 	creator := r.cfg.Kinds.Creator()
-	xr := ref{queues: r.cfg.Shards.Placements(creator, from), id: id, typ: creator.Type, source: SourcePosition}
-	info, err := r.lookupOne(ctx, xr)
-	if err != nil {
-		return err
-	}
-	c.ExchangeState = TaskMissing
-	b.Head.TaskID, b.Head.Queue, b.Head.TaskState = id, xr.queues[0], TaskMissing
-	if info != nil {
-		c.ExchangeState = info.State.String()
-		b.Head.Queue, b.Head.TaskState = info.Queue, c.ExchangeState
-	}
 	seen := map[string]bool{b.OrderNo: true}
 	var hops []string
 	exchange, of := id, from
@@ -664,17 +493,12 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 	return nil
 }
 
-// held fills b as held, from the pause of its sequence (st.Paused, see
-// keyorder.Pause), or, when the index lists it but the sequence has no pause
-// (the index is best effort), from the index's time (heldMS, Unix ms).
-func (r *Reader) held(now time.Time, b *BlockedOrder, st keyorder.Status, heldMS int64) (*BlockedOrder, error) {
-	h := &Hold{At: time.UnixMilli(heldMS).UTC()}
-	if p := st.Paused; p != nil {
-		h.By, h.Reason, h.At = p.By, p.Reason, p.At
-	}
-	b.Reason, b.Hold, b.Since = ReasonHeld, h, h.At
-	b.AgeMS = max(now.Sub(b.Since), 0).Milliseconds()
+// held fills b as held by p, the pause of its sequence (or, when the
+// index of holds lists it but the sequence has no pause, the index's time:
+// see keyorder.Blocked).
+func (r *Reader) held(b *BlockedOrder, p *keyorder.Pause) {
+	h := &Hold{By: p.By, Reason: p.Reason, At: p.At.UTC()}
+	b.Reason, b.Hold = ReasonHeld, h
 	b.Explanation = fmt.Sprintf("Held by %s since %s (%s): its changes are accepted but not applied until it is resumed; %s wait.",
 		cmp.Or(h.By, "an operator"), h.At.Format(time.RFC3339), cmp.Or(h.Reason, "no reason given"), Count(b.Waiting))
-	return b, nil
 }

@@ -5,11 +5,11 @@
 // dashboard serve the same views from it, so they never disagree.
 //
 // It only reads: the order store (worker/orders), the order's sequence
-// and lock (worker/keyorder), asynq's tasks by queue and ID (in their
-// placements under the shard setting, tasks.Shards), and, for the blocked
-// list, bounded pages of asynq's retry and scheduled sets and expired
-// leases (through internal/asynqwire). It never scans the keyspace, and it
-// is not on any hot path.
+// and lock (worker/keyorder), and asynq's tasks by queue and ID (in their
+// placements under the shard setting, tasks.Shards). The blocked list is
+// the engine's blocked-keys read (keyorder.Runner.Blocked), in the order
+// domain's words. It never scans the keyspace, and it is not on any hot
+// path.
 package orderview
 
 import (
@@ -25,6 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -99,6 +100,10 @@ type Reader struct {
 	seq   *keyorder.Sequencer
 	head  *keyorder.Sequencer // the same sequences, read one position deep
 	insp  *asynq.Inspector
+	// run is the engine's blocked-keys read, with the order domain's keys
+	// and labels; it never runs a task, so it never subscribes to
+	// anything and needs no Close.
+	run *keyorder.Runner
 }
 
 // New returns a Reader of the orders in store whose sequences, locks and
@@ -150,8 +155,14 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
+	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
+		Locate: requeue.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
+	if err != nil {
+		return nil, fmt.Errorf("orderview: %w", err)
+	}
 	// The inspector shares rdb and closes nothing of it.
-	return &Reader{cfg: cfg, rdb: rdb, store: store, seq: seq, head: head, insp: asynq.NewInspectorFromRedisClient(rdb)}, nil
+	return &Reader{cfg: cfg, rdb: rdb, store: store, seq: seq, head: head, insp: asynq.NewInspectorFromRedisClient(rdb),
+		run: run}, nil
 }
 
 // Skip is a position of an order's sequence that was given up without its

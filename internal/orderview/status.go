@@ -471,20 +471,6 @@ func (r *Reader) lookup(ctx context.Context, refs []ref) (found map[string]*asyn
 	return found, unlisted, nil
 }
 
-// lookupOne reads the task rf names, as lookup does: nil when asynq does
-// not have it, and an error matching asynqwire.ErrQueueUnlisted when it
-// exists in a queue asynq does not list.
-func (r *Reader) lookupOne(ctx context.Context, rf ref) (*asynq.TaskInfo, error) {
-	found, unlisted, err := r.lookup(ctx, []ref{rf})
-	if err != nil {
-		return nil, err
-	}
-	if q, ok := unlisted[rf.key()]; ok {
-		return nil, fmt.Errorf("orderview: task %s in %s: %w", rf.id, q, asynqwire.ErrQueueUnlisted)
-	}
-	return found[rf.key()], nil
-}
-
 // entryQueues returns the queues where the task that made history entry e
 // of order orderNo (o, nil when the store has none) may be, most likely
 // first. An entry's type is the store's record of the write, which need
@@ -560,6 +546,11 @@ func (r *Reader) gap(now time.Time, p Position, info *asynq.TaskInfo) *Gap {
 		}
 		return nil
 	}
+	return r.gapOf(now, p, why)
+}
+
+// gapOf is head p as a gap, whose task will not come for why.
+func (r *Reader) gapOf(now time.Time, p Position, why string) *Gap {
 	age := max(now.Sub(p.ReservedAt), 0)
 	return &Gap{Seq: p.Seq, Label: p.Label, TaskID: p.TaskID, Reason: why, ReservedAt: p.ReservedAt,
 		AgeMS: age.Milliseconds(), GapWaitMS: r.cfg.GapWait.Milliseconds(), LeftMS: max(r.cfg.GapWait-age, 0).Milliseconds()}

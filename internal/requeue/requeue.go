@@ -1,18 +1,24 @@
-// Package requeue says where the task of a position of an order's
-// sequence waits, for the engine to bring it back to the front of its
-// queue (keyorder.Wake, RunnerConfig.Locate) or run it in a hold. The
+// Package requeue maps the order domain onto the engine's keys and labels:
+// which order a task is of ([OrderNo], RunnerConfig.Key), and where the
+// task of a position of an order's sequence waits ([Locate]), for the
+// engine to bring it back to the front of its queue (keyorder.Wake,
+// RunnerConfig.Locate), run it in a hold, or read it. The
 // worker parks a task whose turn in its order's sequence has not come in
 // asynq's retry set, with a long delay; when the turn comes, whoever
 // passed it on (a worker's commit, a producer's void, an operator's skip)
 // has the engine call it back, so the task runs next instead of after the
 // whole backlog.
 //
-// It is not part of the engine: which queues a label's task may be in is
-// orderworker's policy (the labels and placements of package tasks).
+// It is not part of the engine: a task's order, and which queues a label's
+// task may be in, are orderworker's policy (the payloads, labels and
+// placements of package tasks).
 package requeue
 
 import (
 	"cmp"
+	"fmt"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -35,5 +41,23 @@ func Locate(shards tasks.Shards, kinds tasks.Table) keyorder.Locate {
 			return nil, "", false
 		}
 		return shards.Placements(kinds.Of(typ), cmp.Or(from, orderNo)), id, true
+	}
+}
+
+// OrderNo returns the engine's key of a task of kinds (RunnerConfig.Key):
+// the order number of its payload. It returns an error for a task of no
+// kind of kinds and for a payload its kind refuses. The function is safe
+// for concurrent use.
+func OrderNo(kinds tasks.Table) func(*asynq.Task) (string, error) {
+	return func(t *asynq.Task) (string, error) {
+		k := kinds.Of(t.Type())
+		if k == nil {
+			return "", fmt.Errorf("task type %q is not a configured kind", t.Type())
+		}
+		p, err := k.Parse(t.Payload())
+		if err != nil {
+			return "", fmt.Errorf("%s payload: %w", t.Type(), err)
+		}
+		return p.Header().OrderNo, nil
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -66,9 +67,10 @@ func TestTheEngineAsNarrowRedisUsers(t *testing.T) {
 	paused := enqueue(t, c, "PAUSED", 1)
 	reader := newRunner(t, readUser.Client, db.Prefix, keyorder.RunnerConfig{})
 	eventually(t, func() bool {
-		blocked, err := reader.Blocked(t.Context(), []string{"default"}, 100)
+		blocked, err := reader.Blocked(t.Context(), keyorder.BlockedQuery{Queues: []string{"default"}, After: time.Nanosecond})
 		require.NoError(t, err, "the blocked read needs only read rights")
-		return len(blocked) == 1 && blocked[0].Key == "PAUSED" && blocked[0].Reason == "held" && blocked[0].TaskID == paused.TaskID
+		bs := blocked.Keys
+		return len(bs) == 1 && bs[0].Head.Key == "PAUSED" && bs[0].Reason == "held" && bs[0].Head.TaskID == paused.TaskID
 	}, "the key on hold is not listed")
 	require.Len(t, rc.succeeded("PAUSED"), 0, "a task of a key on hold ran")
 }

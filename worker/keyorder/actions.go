@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -35,22 +34,28 @@ type Head struct {
 	// [Client]'s, [Label]).
 	Label string
 	// TaskID names the head's task, and Queue the queue that holds it
-	// (see RunnerConfig.Locate): "" when the label names no task, and
-	// Queue "" when no queue holds it.
+	// or, when none does, the first it may be in (see
+	// RunnerConfig.Locate): both "" when the label names no task.
 	Queue, TaskID string
 	// State is the task's asynq state ("pending", "retry", ...), "missing"
 	// when asynq has no such task.
 	State string
 	// Retried and LastErr are the task's failures so far and its last
-	// error.
-	Retried int
-	LastErr string
+	// error, LastFailedAt when it failed last; MaxRetry is the retries
+	// asynq allows it.
+	Retried, MaxRetry int
+	LastErr           string
+	LastFailedAt      time.Time
+	// NextRunAt is when asynq runs the task next: for a task in the
+	// retry or scheduled set, when it leaves it.
+	NextRunAt time.Time
 	// Type and Payload are the task's type and payload: "" and nil when
 	// State is StateMissing.
 	Type    string
 	Payload []byte
-	// Since is when the position was handed out.
-	Since time.Time
+	// Since is when the position was handed out, and RetryAt, when its
+	// task said so after a failure, when it runs again.
+	Since, RetryAt time.Time
 	// Held is the key's hold, nil when it is not on hold.
 	Held *Pause
 	// Waiting counts the positions waiting, the head included.
@@ -65,26 +70,19 @@ const StateMissing = "missing"
 // Head reads the head of key's sequence and its task. It returns an error
 // matching [ErrNothingToDo] when nothing of key waits.
 func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
-	st, err := r.l.Sequencer().Status(ctx, key)
+	st, err := r.headSeq.Status(ctx, key)
 	if err != nil {
 		return Head{}, err
 	}
 	h := Head{Key: key, Held: st.Paused, Waiting: st.Waiting}
-	if !st.Exists || st.Waiting == 0 || len(st.Pending) == 0 || st.Pending[0].Pos != st.Done+1 || st.Pending[0].Label == "" {
+	if !headOf(st, &h) {
 		return h, fmt.Errorf("%w: nothing of %s waits", ErrNothingToDo, key)
 	}
-	p := st.Pending[0]
-	h.Pos, h.Label, h.Since, h.record = p.Pos, p.Label, p.Reserved, p.Record
-	queue, id, info, err := r.find(ctx, key, p.Label)
-	h.Queue, h.TaskID = queue, id
-	switch {
-	case errors.Is(err, errNoTask), errors.Is(err, asynq.ErrTaskNotFound):
+	switch _, err := r.look(ctx, &h, true); {
+	case errors.Is(err, errNoTask):
 		h.State = StateMissing
 	case err != nil:
-		return h, fmt.Errorf("keyorder: task %s of %s's head: %w", id, key, err)
-	default:
-		h.State, h.Retried, h.LastErr = info.State.String(), info.Retried, info.LastErr
-		h.Type, h.Payload = info.Type, info.Payload
+		return h, fmt.Errorf("keyorder: %s's head: %w", key, err)
 	}
 	return h, nil
 }
@@ -271,70 +269,3 @@ func (r *Runner) Sequencer() *Sequencer { return r.l.Sequencer() }
 // outside a run, such as [Turns.Created]: they wake the parked holders
 // through the Runner ([Runner.Wake]).
 func (r *Runner) Turns() *Turns { return r.turns }
-
-// Blocked is a key whose head has not moved: on hold, failing (its task
-// backs off after failures), or waiting for a task that will not come
-// (missing, archived: the Runners skip it after their GapWait).
-type Blocked struct {
-	Head
-	// Reason is "held", "failing" or "gap".
-	Reason string
-}
-
-// Blocked lists the blocked keys found in the retry sets of queues (where
-// the tasks behind a head that does not move wait parked, and a failing
-// head backs off) and among the keys on hold, at most limit tasks read per
-// queue. It never scans the keyspace: its cost is that of the tasks
-// waiting in those sets. A key whose head waits for a task that will not
-// come, with nothing behind it, is not listed. The keys come oldest head
-// first. It returns an error for a limit below 1, and Redis errors,
-// wrapped.
-func (r *Runner) Blocked(ctx context.Context, queues []string, limit int64) ([]Blocked, error) {
-	keys := map[string]bool{}
-	var order []string
-	add := func(k string) {
-		if !keys[k] {
-			keys[k] = true
-			order = append(order, k)
-		}
-	}
-	held, err := r.l.Sequencer().PausedKeys(ctx, 0, limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range held {
-		add(p.Key)
-	}
-	waiting, _, err := asynqwire.SetTasks(ctx, r.rdb, asynqwire.SetRetry, queues, limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range waiting {
-		if t.Payload == nil {
-			continue
-		}
-		if k, err := r.cfg.Key(asynq.NewTask(t.Type, t.Payload)); err == nil && checkKey(k, "") == nil {
-			add(k)
-		}
-	}
-	var out []Blocked
-	for _, k := range order {
-		h, err := r.Head(ctx, k)
-		if errors.Is(err, ErrNothingToDo) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case h.Held != nil:
-			out = append(out, Blocked{Head: h, Reason: "held"})
-		case h.State == asynq.TaskStateRetry.String() && h.Retried > 0:
-			out = append(out, Blocked{Head: h, Reason: "failing"})
-		case h.State == StateMissing || h.State == asynq.TaskStateArchived.String() || h.State == asynq.TaskStateCompleted.String():
-			out = append(out, Blocked{Head: h, Reason: "gap"})
-		}
-	}
-	slices.SortStableFunc(out, func(a, b Blocked) int { return a.Since.Compare(b.Since) })
-	return out, nil
-}

@@ -60,7 +60,7 @@
 //     is logged in the key's sequence.
 //   - Operators act per key: [Runner.Hold], [Runner.Resume],
 //     [Runner.Skip] and [Runner.Retry], and [Runner.Blocked] lists the keys
-//     that do not move, without scanning the keyspace. A program with
+//     that do not move, and why, without scanning the keyspace. A program with
 //     rules of its own reads the head ([Runner.Head]), checks it, and acts
 //     on what it read ([Runner.SkipHead], [Runner.RetryHead]).
 //   - Redis Cluster: every script touches one key's slot (the keys carry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Do and DoTurn run fn under a lease: the lock's own tests use them; the
@@ -54,4 +55,10 @@ const ReserveLua = reserveLua
 
 func (q *Sequencer) ReserveArgs(key, label, ref string) (string, int64, int64, error) {
 	return q.reserveArgs(key, label, ref)
+}
+
+// HeadFate is what the Runner's Turns learn of the head pos of key's
+// sequence, reserved under label, once it has waited longer than GapWait.
+func (r *Runner) HeadFate(ctx context.Context, key string, pos int64, label string) (string, time.Duration, error) {
+	return queueTasks{r}.HeadFate(ctx, key, &TurnError{Key: key, Head: pos, Pos: pos + 1, Label: label})
 }

@@ -139,9 +139,11 @@ type Runner struct {
 	rdb   redis.UniversalClient
 	l     *Locker
 	turns *Turns
-	insp  *asynq.Inspector
-	cfg   RunnerConfig
-	hold  HoldConfig
+	// headSeq reads the sequences one position deep, for Head and Blocked.
+	headSeq *Sequencer
+	insp    *asynq.Inspector
+	cfg     RunnerConfig
+	hold    HoldConfig
 
 	handlers    sync.Map     // task type -> the handler that ran it, for the holds
 	seen        sync.Map     // queue -> true: the queues tasks came from
@@ -179,7 +181,7 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}
+	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg, headSeq: l.Sequencer().paged(1)}
 	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
@@ -459,18 +461,17 @@ func (q queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (st
 	case errors.Is(err, errNoTask):
 		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
 	case errors.Is(err, asynq.ErrTaskNotFound):
-		return fmt.Sprintf("task %s is not in its queue: never enqueued, refused, or deleted", id), 0, nil
+		return q.r.fate(key, te.Head, te.Label, nil), 0, nil
 	case err != nil:
 		return "", 0, fmt.Errorf("read task %s of position %d: %w", id, te.Head, err)
 	}
-	if pos, err := Position(info.Payload); err == nil && pos != te.Head {
-		return fmt.Sprintf("task %s holds position %d, not this one", id, pos), 0, nil
+	if why := q.r.fate(key, te.Head, te.Label, info); why != "" {
+		return why, 0, nil
 	}
-	why, later := TaskFate(info)
-	if later {
+	if _, later := TaskFate(info); later {
 		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
 	}
-	return why, 0, nil
+	return "", 0, nil
 }
 
 // errNoTask is find's error for a label that names no task.

@@ -178,6 +178,14 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage}, nil
 }
 
+// paged returns a copy of q whose Status reads n positions after the
+// cursor.
+func (q *Sequencer) paged(n int) *Sequencer {
+	c := *q
+	c.statusPage = n
+	return &c
+}
+
 // SeqKey returns the Redis key of key's sequence. It carries the key's hash
 // tag.
 func (q *Sequencer) SeqKey(key string) string { return q.prefix + "{" + key + "}:seq" }

@@ -1,0 +1,498 @@
+package keyorder
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/orderworker/orderworker/internal/asynqwire"
+)
+
+// The blocked-keys read ([Runner.Blocked]) answers, without a key: which
+// keys' heads do not move, why, and since when.
+//
+// # How it finds them without scanning
+//
+// It reads only what asynq already keeps about the tasks that are not
+// moving, never the keyspace and never the keys that are fine:
+//
+//   - the retry set of each queue of [BlockedQuery].Queues: a task that
+//     waits behind a head that is not done is parked there (an error that
+//     is no failure, which asynq v0.25.1 puts in the retry set with the
+//     Runner's delay and without counting it), and a head that failed
+//     backs off there;
+//   - the scheduled set of each queue: a head that runs only later;
+//   - the expired leases of each queue: a task active on a worker that is
+//     gone;
+//   - the keys on hold (the index of holds, [Sequencer.PausedKeys]).
+//
+// Each task is mapped to its key (RunnerConfig.Key), and to the keys it
+// linked ([BlockedQuery].Linked); the keys are deduplicated, and only they
+// are read: each one's sequence, one position deep, its head's task, and,
+// when that task runs, the key's lock. Its cost grows with the tasks that
+// wait in those sets, at most BlockedQuery.Scan per set and queue, not with
+// the keys; past the bound the result says Truncated.
+//
+// A key is found only once something of it sits in one of those sets: a
+// key whose head waits for a task that will not come, with nothing behind
+// it yet, holds nothing back and is not listed until something comes.
+
+// The reasons of a [Blocked] key. Their set is closed.
+const (
+	// BlockedHeld is a key on hold ([Runner.Hold]): its tasks are accepted
+	// and none runs until [Runner.Resume].
+	BlockedHeld = "held"
+	// BlockedFailing is a head whose task failed and backs off in asynq's
+	// retry set: past its failure budget it is archived and the key goes
+	// on.
+	BlockedFailing = "failing"
+	// BlockedGap is a head whose task will not come (never enqueued,
+	// deleted, archived, completed without its turn, or holding another
+	// position): Blocked.Fate says which. The Runners skip it when their
+	// GapWait ends.
+	BlockedGap = "gap"
+	// BlockedStale is a key held up by a worker that is gone: the head's
+	// task is active in asynq with its lease ended, or the key's lock is
+	// held by a task that no longer runs. Blocked.Stale says which.
+	BlockedStale = "stale"
+	// BlockedScheduled is a head whose task is scheduled to run later.
+	BlockedScheduled = "scheduled"
+	// BlockedWaiting is a head whose task exists and will run, but has
+	// not for longer than BlockedQuery.After: pending in a queue the
+	// workers do not keep up with (or a paused one), parked, or running
+	// for that long. Head.State says which.
+	BlockedWaiting = "waiting"
+	// BlockedUnreadable is a key among the candidates that could not be
+	// read: its sequence is malformed (written by hand, say: [ErrMalformed]),
+	// one of its keys has the wrong Redis type, or its head's task cannot
+	// be read (a task of a queue asynq does not list). It is listed, with
+	// Blocked.Err, rather than failing the whole read and hiding every
+	// other blocked key.
+	BlockedUnreadable = "unreadable"
+)
+
+// BlockedReasons returns every reason of a [Blocked] key, in the order
+// their constants are documented.
+func BlockedReasons() []string {
+	return []string{BlockedHeld, BlockedFailing, BlockedGap, BlockedStale, BlockedScheduled, BlockedWaiting, BlockedUnreadable}
+}
+
+// The defaults of a [BlockedQuery].
+const (
+	// DefaultBlockedScan is the default of BlockedQuery.Scan.
+	DefaultBlockedScan = 2000
+	// DefaultBlockedAfter is the default of BlockedQuery.After.
+	DefaultBlockedAfter = time.Minute
+	// blockedReaders bounds the keys Blocked reads at once.
+	blockedReaders = 16
+)
+
+// BlockedQuery says what [Runner.Blocked] reads.
+type BlockedQuery struct {
+	// Queues are the queues whose retry and scheduled sets and expired
+	// leases it reads: every queue the keys' tasks may be in. Required.
+	Queues []string
+	// Scan bounds the read: at most Scan tasks of each set of each queue,
+	// and Scan keys on hold; past it, BlockedKeys.Truncated. Defaults to
+	// DefaultBlockedScan (2000).
+	Scan int64
+	// After is how long a head may wait, from when its position was
+	// handed out, before its key counts as blocked. A key on hold counts
+	// at once. Defaults to DefaultBlockedAfter (1 minute); set it to a
+	// nanosecond to see every head that is not moving.
+	After time.Duration
+	// Now is the time ages are measured against. Defaults to time.Now().
+	Now time.Time
+	// Linked, when set, returns the other keys a task took a position in
+	// besides its own ([AtOnce].Link): their heads may wait for it, so
+	// they are read too. A key it returns that is not valid is passed
+	// over.
+	Linked func(*asynq.Task) []string
+}
+
+// BlockedKeys is what [Runner.Blocked] found.
+type BlockedKeys struct {
+	// At is the time the ages were measured against (BlockedQuery.Now).
+	At time.Time
+	// Keys are the blocked keys, by Since, then key. Never nil.
+	Keys []Blocked
+	// Candidates counts the keys read: those of the tasks found in the
+	// sets, and those on hold.
+	Candidates int
+	// Truncated says a set, or the index of holds, held more than
+	// BlockedQuery.Scan entries, of which only the first were read: there
+	// may be blocked keys that Keys does not show.
+	Truncated bool
+}
+
+// Blocked is a key whose head has not moved.
+type Blocked struct {
+	// Head is the key's head and its task, as [Runner.Head] reads it, but
+	// without writing anything. Head.Key is always set; Head.Pos is 0 for
+	// a key on hold with nothing waiting, and for an unreadable one.
+	Head Head
+	// Reason is one of [BlockedReasons].
+	Reason string
+	// Since is when the key stopped moving: when its head's position was
+	// handed out, or for a key on hold when it was held. For an
+	// unreadable key it is BlockedKeys.At.
+	Since time.Time
+	// Fate says, for BlockedGap, why the head's task will not come.
+	Fate string
+	// Stale is, for BlockedStale, the task that holds the key up.
+	Stale *Stale
+	// Err is, for BlockedUnreadable, the error that reading the key met.
+	Err error
+}
+
+// Stale is the task that holds up a [BlockedStale] key.
+type Stale struct {
+	// Holder is the meta of the key's lock's holder, and HolderTTL the
+	// lock's lease left (it expires by itself at 0): "" and 0 when the
+	// lock is free.
+	Holder    string
+	HolderTTL time.Duration
+	// TaskID, Queue and State are the stale task's: the head's task, active
+	// on a worker that is gone, or the lock holder's task, which no longer
+	// runs (State is [StateMissing] when no queue of the query holds it).
+	TaskID, Queue, State string
+	// LeaseEnded is when asynq's lease of the task ended, when it is
+	// active: asynq's recoverer takes it back after that.
+	LeaseEnded time.Time
+}
+
+// Blocked reads the keys whose head does not move: held, failing, waiting
+// for a task that will not come, held up by a worker that is gone,
+// scheduled for later, or waiting for longer than q.After; see the
+// comment above [BlockedHeld] for how it finds them without scanning the
+// keyspace. It only reads, so a Redis user that may only read the
+// sequences and asynq's queues may call it. It reads up to 16 keys at
+// once, and is safe for concurrent use.
+//
+// A key that cannot be read is listed as [BlockedUnreadable], whatever the
+// error, so that one bad key never hides the others. It returns an error
+// for a query without queues or with a negative bound, ctx's error, and
+// the Redis errors of the reads that are not one key's (the sets, the
+// index of holds), wrapped.
+func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, error) {
+	if len(q.Queues) == 0 || q.Scan < 0 || q.After < 0 {
+		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: want queues and no negative bound, got %d queues, scan %d, after %v",
+			len(q.Queues), q.Scan, q.After)
+	}
+	q.Scan = cmp.Or(q.Scan, DefaultBlockedScan)
+	q.After = cmp.Or(q.After, DefaultBlockedAfter)
+	if q.Now.IsZero() {
+		q.Now = time.Now()
+	}
+	cands, held, truncated, err := r.candidates(ctx, q)
+	if err != nil {
+		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: %w", err)
+	}
+	results := make([]*Blocked, len(cands))
+	sem := make(chan struct{}, blockedReaders)
+	var wg sync.WaitGroup
+	for i, key := range cands {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b, err := r.blocked(ctx, q, key, held[key])
+			if err != nil && ctx.Err() == nil {
+				b = &Blocked{Head: Head{Key: key}, Reason: BlockedUnreadable, Since: q.Now, Err: err}
+			}
+			results[i] = b
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: %w", err)
+	}
+	out := BlockedKeys{At: q.Now, Keys: []Blocked{}, Candidates: len(cands), Truncated: truncated}
+	for _, b := range results {
+		if b != nil {
+			out.Keys = append(out.Keys, *b)
+		}
+	}
+	slices.SortFunc(out.Keys, func(a, b Blocked) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Head.Key, b.Head.Key))
+	})
+	return out, nil
+}
+
+// candidates returns the keys that may be blocked, each once, in the order
+// found: those of the tasks in the retry and scheduled sets and the expired
+// leases of q's queues, and the held ones (with when the index says they
+// were held). truncated says a set had more than q.Scan.
+func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, held map[string]time.Time, truncated bool, err error) {
+	seen := map[string]bool{}
+	add := func(key string) {
+		if checkKey(key, "") == nil && !seen[key] {
+			seen[key] = true
+			out = append(out, key)
+		}
+	}
+	for _, set := range []string{asynqwire.SetRetry, asynqwire.SetScheduled, "lease"} {
+		var found []asynqwire.SetTask
+		var more bool
+		if set == "lease" {
+			found, more, err = asynqwire.ExpiredLeases(ctx, r.rdb, q.Queues, q.Now, q.Scan)
+		} else {
+			found, more, err = asynqwire.SetTasks(ctx, r.rdb, set, q.Queues, q.Scan)
+		}
+		if err != nil {
+			return nil, nil, false, err
+		}
+		truncated = truncated || more
+		for _, st := range found {
+			if st.Payload == nil {
+				continue // gone meanwhile
+			}
+			t := asynq.NewTask(st.Type, st.Payload)
+			if key, err := r.cfg.Key(t); err == nil {
+				add(key)
+			}
+			if q.Linked != nil {
+				for _, key := range q.Linked(t) {
+					add(key)
+				}
+			}
+		}
+	}
+	ps, err := r.l.Sequencer().PausedKeys(ctx, 0, q.Scan+1)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if int64(len(ps)) > q.Scan {
+		truncated, ps = true, ps[:q.Scan]
+	}
+	held = make(map[string]time.Time, len(ps))
+	for _, p := range ps {
+		held[p.Key] = p.Since
+		add(p.Key)
+	}
+	return out, held, truncated, nil
+}
+
+// blocked reads key, a candidate, and returns it as blocked, or nil when
+// it is not. heldSince is when the index of holds says it was held (zero
+// when it does not list it).
+func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string, heldSince time.Time) (*Blocked, error) {
+	st, err := r.headSeq.Status(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	b := &Blocked{Head: Head{Key: key, Held: st.Paused, Waiting: st.Waiting}}
+	hasHead := headOf(st, &b.Head)
+	if st.Paused != nil || !heldSince.IsZero() {
+		if b.Head.Held == nil {
+			// The index is best effort: it lists a hold the sequence
+			// no longer has (a hold whose sequence expired, say).
+			b.Head.Held = &Pause{At: heldSince}
+		}
+		b.Reason, b.Since = BlockedHeld, b.Head.Held.At
+		if hasHead {
+			if _, err := r.look(ctx, &b.Head, false); err != nil && !errors.Is(err, errNoTask) {
+				return nil, err
+			}
+		}
+		return b, nil
+	}
+	if !hasHead || q.Now.Sub(b.Head.Since) < q.After {
+		// Nothing waits, the cursor is about to pass a settled head, or
+		// the head has not waited long enough.
+		return nil, nil
+	}
+	b.Since = b.Head.Since
+	info, err := r.look(ctx, &b.Head, false)
+	switch {
+	case errors.Is(err, errNoTask):
+		b.Reason, b.Fate = BlockedGap, fmt.Sprintf("its label %q names no task", clip(b.Head.Label))
+		return b, nil
+	case err != nil:
+		return nil, err
+	}
+	if why := r.fate(key, b.Head.Pos, b.Head.Label, info); why != "" {
+		b.Reason, b.Fate = BlockedGap, why
+		return b, nil
+	}
+	switch {
+	case info.State == asynq.TaskStateRetry && info.Retried > 0:
+		b.Reason = BlockedFailing
+		return b, nil
+	case info.State == asynq.TaskStateScheduled:
+		b.Reason = BlockedScheduled
+		return b, nil
+	}
+	stale, err := r.stale(ctx, q, b.Head, info)
+	if err != nil {
+		return nil, err
+	}
+	if stale != nil {
+		b.Reason, b.Stale = BlockedStale, stale
+		return b, nil
+	}
+	b.Reason = BlockedWaiting
+	return b, nil
+}
+
+// headOf fills h with the head of st, a sequence read at least one
+// position deep, and reports whether there is one: a position right after
+// the cursor that waits for its task.
+func headOf(st Status, h *Head) bool {
+	if !st.Exists || st.Waiting == 0 || len(st.Pending) == 0 || st.Pending[0].Pos != st.Done+1 || st.Pending[0].Label == "" {
+		return false
+	}
+	p := st.Pending[0]
+	h.Pos, h.Label, h.Since, h.RetryAt, h.record = p.Pos, p.Label, p.Reserved, p.RetryAt, p.Record
+	return true
+}
+
+// look reads the task of h's position and fills h with it; it returns nil
+// info when no queue holds it (h.State is then [StateMissing]), errNoTask
+// when the label names no task, and an error for a task it cannot read.
+// With relist, a task of a queue that asynq's set of queues lost (a
+// failover) lists its queue again (asynqwire.TaskInfo); without, it only
+// reads, and such a task is an error (asynqwire.LookTaskInfo).
+func (r *Runner) look(ctx context.Context, h *Head, relist bool) (*asynq.TaskInfo, error) {
+	queues, id, ok := r.cfg.Locate(h.Key, h.Label)
+	if !ok || len(queues) == 0 {
+		return nil, errNoTask
+	}
+	h.TaskID, h.Queue, h.State = id, queues[0], StateMissing
+	for _, q := range queues {
+		var info *asynq.TaskInfo
+		var err error
+		if relist {
+			info, _, err = asynqwire.TaskInfo(ctx, r.insp, r.rdb, q, id)
+		} else {
+			info, err = asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, id)
+		}
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task %s in %s: %w", id, q, err)
+		}
+		h.fill(info)
+		return info, nil
+	}
+	return nil, nil
+}
+
+// fill sets h's task fields from info.
+func (h *Head) fill(info *asynq.TaskInfo) {
+	h.Queue, h.State, h.Retried, h.MaxRetry, h.LastErr = info.Queue, info.State.String(), info.Retried, info.MaxRetry, info.LastErr
+	h.Type, h.Payload, h.NextRunAt, h.LastFailedAt = info.Type, info.Payload, info.NextProcessAt, info.LastFailedAt
+}
+
+// fate says why the task of key's position pos, reserved under label and
+// read as info (nil when no queue holds it), will never take its turn; ""
+// when it will. A task whose payload holds another position of key will
+// not; one that holds a position of another key (key was its
+// [AtOnce].Link) settles key's position from there, and comes.
+func (r *Runner) fate(key string, pos int64, label string, info *asynq.TaskInfo) string {
+	queues, id, _ := r.cfg.Locate(key, label)
+	if info == nil {
+		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", id, strings.Join(queues, " or "))
+	}
+	if p, err := Position(info.Payload); err == nil && p != pos {
+		if own, err := r.cfg.Key(asynq.NewTask(info.Type, info.Payload)); err == nil && own == key {
+			return fmt.Sprintf("task %s holds position %d, not this one", id, p)
+		}
+	}
+	why, _ := TaskFate(info)
+	return why
+}
+
+// stale says whether key, whose head h's task (info) exists and neither
+// fails nor is scheduled, is held up by a worker that is gone: h's task
+// active with its asynq lease ended, or the key's lock held by a task that
+// no longer runs: one no queue of q holds, one that is not active, or one
+// active with its lease ended. A holder whose meta does not read "<task
+// type> <task ID>" (the Runner's and the worker's) is taken as running.
+func (r *Runner) stale(ctx context.Context, q BlockedQuery, h Head, info *asynq.TaskInfo) (*Stale, error) {
+	holder, err := r.l.Sequencer().Holder(ctx, h.Key)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stale{TaskID: h.TaskID, Queue: info.Queue, State: info.State.String()}
+	if holder.Held {
+		s.Holder, s.HolderTTL = holder.Meta, holder.TTL
+	}
+	if ended, err := r.leaseEnded(ctx, q.Now, info); err != nil || !ended.IsZero() {
+		s.LeaseEnded = ended
+		return s, err
+	}
+	_, id, ok := strings.Cut(holder.Meta, " ")
+	if !holder.Held || !ok || id == "" || id == info.ID {
+		return nil, nil
+	}
+	queue, hinfo, err := r.lookAnywhere(ctx, append([]string{info.Queue}, q.Queues...), id)
+	if err != nil {
+		return nil, err
+	}
+	s.TaskID, s.Queue, s.State = id, queue, StateMissing
+	if hinfo == nil {
+		return s, nil
+	}
+	s.State = hinfo.State.String()
+	if hinfo.State != asynq.TaskStateActive {
+		return s, nil
+	}
+	if s.LeaseEnded, err = r.leaseEnded(ctx, q.Now, hinfo); err != nil || !s.LeaseEnded.IsZero() {
+		return s, err
+	}
+	return nil, nil // the holder runs
+}
+
+// leaseEnded returns when asynq's lease of info's task ended, when it is
+// active and the lease ended before now; the zero time otherwise.
+func (r *Runner) leaseEnded(ctx context.Context, now time.Time, info *asynq.TaskInfo) (time.Time, error) {
+	if info.State != asynq.TaskStateActive {
+		return time.Time{}, nil
+	}
+	end, ok, err := asynqwire.LeaseEnd(ctx, r.rdb, info.Queue, info.ID)
+	if err != nil || !ok || !end.Before(now) {
+		return time.Time{}, err
+	}
+	return end, nil
+}
+
+// lookAnywhere finds task id in the first of queues that holds it, and
+// reads it there; it returns the first queue and nil info when none holds
+// it.
+func (r *Runner) lookAnywhere(ctx context.Context, queues []string, id string) (string, *asynq.TaskInfo, error) {
+	var uniq []string
+	for _, q := range queues {
+		if !slices.Contains(uniq, q) {
+			uniq = append(uniq, q)
+		}
+	}
+	holding, err := asynqwire.TaskQueues(ctx, r.rdb, uniq, id)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, q := range holding {
+		info, err := asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, id)
+		if errors.Is(err, asynq.ErrTaskNotFound) {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return q, nil, fmt.Errorf("task %s in %s: %w", id, q, err)
+		}
+		return q, info, nil
+	}
+	return uniq[0], nil, nil
+}
