@@ -333,6 +333,13 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 		}
 		hspan.End()
 	}()
+	if skip := tr.OutOfBudget(); skip != nil {
+		// It failed past its budget already, in runs that asynq counted
+		// without their end reaching the worker (runs that outlived
+		// their deadline): archived in its turn, which passes on, rather
+		// than applied after all, as the engine's Runner does.
+		return skip
+	}
 	wctx = orders.WithWrite(wctx, orders.Write{
 		Fence:     lease.Fence(),
 		Worker:    w.cfg.ID,

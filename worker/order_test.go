@@ -769,3 +769,50 @@ func TestHoldParksWithoutArchivingAtMaxRetryZero(t *testing.T) {
 	require.Empty(t, archived)
 	requireInSequence(t, e.history("SO-HOLD"))
 }
+
+// A change whose run outlived its deadline with no failure budget left
+// (MaxRetry 0: asynq counts such a run, which the worker never sees end)
+// is archived in its turn without running again, as the engine's Runner
+// does, and the change behind it goes on.
+func TestAChangePastItsBudgetIsArchivedWithoutRunningAgain(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-PB")
+	var runs atomic.Int32
+	hook := func(ctx context.Context, _, ev, _ string) error {
+		if ev == "pb-1" {
+			runs.Add(1)
+			<-ctx.Done() // past the task's deadline
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	r := newRuns()
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: storehook.Kinds(nil, hook)}, nil)
+	p := e.producer(producer.Config{Timeout: time.Second})
+	for _, id := range []string{"pb-1", "pb-2"} {
+		_, err := p.EnqueueModify(t.Context(), "SO-PB", tasks.Changes{Remark: new(id)}, producer.WithEventID(id), producer.WithMaxRetry(0))
+		require.NoError(t, err)
+	}
+	q := tasks.Shards{}.Placements(tasks.Modify, "SO-PB")[0]
+	require.Eventually(t, func() bool {
+		info, err := e.insp.GetTaskInfo(q, "pb-1")
+		if err == nil && info.State == asynq.TaskStateRetry && info.Retried > 0 {
+			_ = e.insp.RunTask(q, "pb-1") // skip asynq's backoff of the run that timed out
+		}
+		return err == nil && info.State == asynq.TaskStateArchived
+	}, 20*time.Second, 5*time.Millisecond, "the change that timed out was never archived")
+	require.Equal(t, int32(1), runs.Load(), "a change of budget 0 was applied again after its run timed out")
+	info, err := e.insp.GetTaskInfo(q, "pb-1")
+	require.NoError(t, err)
+	require.Contains(t, info.LastErr, "out of its failure budget")
+	d := r.waitFor(t, "pb-1", 10*time.Second, worker.OutcomeRejected)
+	require.ErrorIs(t, d.Err, keyorder.ErrOutOfBudget)
+	r.waitFor(t, "pb-2", 10*time.Second, worker.OutcomeOK)
+	var applied []string
+	for _, h := range e.history("SO-PB") {
+		if h.EventID != "" {
+			applied = append(applied, h.EventID)
+		}
+	}
+	require.Equal(t, []string{"pb-2"}, applied, "only pb-2 was applied")
+}
