@@ -136,7 +136,8 @@ type BlockedKeys struct {
 type Blocked struct {
 	// Head is the key's head and its task, as [Runner.Head] reads it, but
 	// without writing anything. Head.Key is always set; Head.Pos is 0 for
-	// a key on hold with nothing waiting, and for an unreadable one.
+	// a key on hold with nothing waiting, and for an unreadable one; a
+	// held key's Head.State is "" when its task could not be read.
 	Head Head
 	// Reason is one of [BlockedReasons].
 	Reason string
@@ -304,7 +305,10 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string, heldSi
 		b.Reason, b.Since = BlockedHeld, b.Head.Held.At
 		if hasHead {
 			if _, err := r.look(ctx, &b.Head, false); err != nil && !errors.Is(err, errNoTask) {
-				return nil, err
+				// The hold is what holds the key up: a head's task that
+				// cannot be read (one of a queue asynq does not list)
+				// stays unread, State "".
+				b.Head.State = ""
 			}
 		}
 		return b, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,14 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	h1 := enqueue(t, c, "H", 1)
 	require.NoError(t, r.Hold(ctx, "I", "ops", "gone"))
 	require.NoError(t, db.Client.Del(ctx, seq.SeqKey("I")).Err())
+
+	// HU is held, and its head's task is in a queue asynq's set of queues
+	// lost (a failover): the hold is what matters, the task stays unread.
+	unlisted := "blocked_unlisted_" + strings.ReplaceAll(db.Prefix, ":", "")
+	t.Cleanup(func() { _ = insp.DeleteQueue(unlisted, true) })
+	require.NoError(t, r.Hold(ctx, "HU", "ops", "audit"))
+	enqueue(t, c, "HU", 1, asynq.Queue(unlisted))
+	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, unlisted).Err())
 
 	// G's head was deleted; the task behind it waits parked.
 	g1 := enqueue(t, c, "G", 1)
@@ -124,6 +133,9 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	require.Equal(t, h1.TaskID, got["H"].Head.TaskID)
 	require.Equal(t, "ops", got["H"].Head.Held.By)
 	require.Equal(t, got["H"].Head.Held.At, got["H"].Since)
+	require.Equal(t, keyorder.BlockedHeld, got["HU"].Reason, "%+v", got["HU"])
+	require.Empty(t, got["HU"].Head.State, "a task of an unlisted queue is not read")
+	require.Equal(t, unlisted, got["HU"].Head.Queue)
 	require.Equal(t, keyorder.BlockedHeld, got["I"].Reason, "%+v", got["I"])
 	require.Zero(t, got["I"].Head.Pos, "nothing of I waits")
 	require.False(t, got["I"].Since.IsZero(), "the index's time")
@@ -169,7 +181,7 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	// A head younger than After is not blocked; a key on hold is, and so
 	// is one whose age cannot be read.
 	_, young := blockedByKey(t, r, keyorder.BlockedQuery{Now: time.Now(), After: time.Hour})
-	require.Equal(t, []string{"H", "I", "U"}, sortedKeys(young))
+	require.Equal(t, []string{"H", "HU", "I", "U"}, sortedKeys(young))
 
 	// A bound below the sets' size reads only their first tasks, and says
 	// so.
