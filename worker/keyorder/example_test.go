@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -66,4 +67,41 @@ func ExampleRunner() {
 		r.Stop() // the holds end before their next task
 		srv.Shutdown()
 	}()
+}
+
+// List the accounts whose postings do not move, and why, for an operator:
+// the read never scans the keyspace, and a read-only Redis user may run
+// it. (Compiled, not run: it needs a Redis.)
+func ExampleRunner_Blocked() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{
+		Key: func(t *asynq.Task) (string, error) {
+			var p posting
+			err := json.Unmarshal(t.Payload(), &p)
+			return p.Account, err
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	found, err := r.Blocked(ctx, keyorder.BlockedQuery{Queues: []string{"ledger"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, b := range found.Keys {
+		switch b.Reason {
+		case keyorder.BlockedFailing:
+			fmt.Printf("%s: posting %d failed %d times: %s\n", b.Head.Key, b.Head.Pos, b.Head.Retried, b.Head.LastErr)
+		case keyorder.BlockedGap:
+			fmt.Printf("%s: posting %d will not come (%s); skipped after the gap wait\n", b.Head.Key, b.Head.Pos, b.Fate)
+		default:
+			fmt.Printf("%s: %s since %s\n", b.Head.Key, b.Reason, b.Since.Format(time.RFC3339))
+		}
+	}
+	if found.Truncated {
+		fmt.Println("more tasks wait than were read: the list may miss some")
+	}
 }
