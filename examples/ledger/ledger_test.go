@@ -322,6 +322,18 @@ func TestAFailureHoldsItsAccount(t *testing.T) {
 			assert.Equal(ct, 1, h.Retried)
 		}
 	}, 30*time.Second, 20*time.Millisecond)
+	// The engine's blocked-keys read names the account, and why.
+	found, err := runner.Blocked(t.Context(), keyorder.BlockedQuery{Queues: []string{env.queue}, After: time.Nanosecond})
+	require.NoError(t, err)
+	reasons := map[string]string{}
+	for _, b := range found.Keys {
+		reasons[b.Head.Key] = b.Reason
+		if b.Head.Key == "held" {
+			assert.Equal(t, "held-2", b.Head.TaskID)
+			assert.Contains(t, b.Head.LastErr, "injected")
+		}
+	}
+	assert.Equal(t, map[string]string{"held": keyorder.BlockedFailing}, reasons)
 	a, err = env.store.Account(t.Context(), "held")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"held-1"}, ids(a.Entries), "nothing behind the failed entry ran")
