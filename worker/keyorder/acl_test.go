@@ -65,12 +65,27 @@ func TestTheEngineAsNarrowRedisUsers(t *testing.T) {
 	admin := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
 	require.NoError(t, admin.Hold(t.Context(), "PAUSED", "ops", "audit"))
 	paused := enqueue(t, c, "PAUSED", 1)
+	// And a key whose lock a task that no longer exists holds, its tasks
+	// in a queue no server serves: the read looks for the holder's task in
+	// every queue, and at the lock, as the read-only user too.
+	adminClient := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	enqueue(t, adminClient, "STALE", 1, asynq.Queue("idle"))
+	enqueue(t, adminClient, "STALE", 2, asynq.Queue("idle"))
+	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:", TTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, locker.Close()) })
+	_, err = locker.Acquire(t.Context(), "STALE", "order ghost-task", keyorder.Wait{})
+	require.NoError(t, err)
 	reader := newRunner(t, readUser.Client, db.Prefix, keyorder.RunnerConfig{})
 	eventually(t, func() bool {
-		blocked, err := reader.Blocked(t.Context(), keyorder.BlockedQuery{Queues: []string{"default"}, After: time.Nanosecond})
+		blocked, err := reader.Blocked(t.Context(), keyorder.BlockedQuery{Queues: []string{"default", "idle"}, After: time.Nanosecond})
 		require.NoError(t, err, "the blocked read needs only read rights")
-		bs := blocked.Keys
-		return len(bs) == 1 && bs[0].Head.Key == "PAUSED" && bs[0].Reason == "held" && bs[0].Head.TaskID == paused.TaskID
-	}, "the key on hold is not listed")
+		got := map[string]keyorder.Blocked{}
+		for _, b := range blocked.Keys {
+			got[b.Head.Key] = b
+		}
+		return len(got) == 2 && got["PAUSED"].Reason == keyorder.BlockedHeld && got["PAUSED"].Head.TaskID == paused.TaskID &&
+			got["STALE"].Reason == keyorder.BlockedStale && got["STALE"].Stale.State == keyorder.StateMissing
+	}, "the key on hold and the stale one are not listed")
 	require.Len(t, rc.succeeded("PAUSED"), 0, "a task of a key on hold ran")
 }
