@@ -20,6 +20,13 @@ type posting struct {
 	Amount  int64  `json:"amount"`
 }
 
+// accountOf is the key of a posting's task: its account.
+func accountOf(t *asynq.Task) (string, error) {
+	var p posting
+	err := json.Unmarshal(t.Payload(), &p)
+	return p.Account, err
+}
+
 // Enqueue the postings of an account with a Client, run them with a
 // Runner's handler: each account's postings run one at a time, in order,
 // each with a fence its store checks. (Compiled, not run: it needs a
@@ -40,13 +47,7 @@ func ExampleRunner() {
 		}
 	}
 
-	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{
-		Key: func(t *asynq.Task) (string, error) {
-			var p posting
-			err := json.Unmarshal(t.Payload(), &p)
-			return p.Account, err
-		},
-	})
+	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,13 +77,7 @@ func ExampleRunner_Blocked() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{
-		Key: func(t *asynq.Task) (string, error) {
-			var p posting
-			err := json.Unmarshal(t.Payload(), &p)
-			return p.Account, err
-		},
-	})
+	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
 	if err != nil {
 		log.Fatal(err)
 	}
