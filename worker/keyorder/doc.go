@@ -83,7 +83,10 @@
 //
 // Order is per key: keys run concurrently and in no order among each other.
 // A task enqueued with asynq's own Client carries no position and runs
-// under its key's lock, unordered. A key is serial by design: its tasks
+// under its key's lock, unordered. So does a task whose key has no
+// sequence: it expired (SeqConfig.Retention) or was lost, or the Client
+// that enqueued it was given another Prefix than the Runner's; the Runner
+// logs a warning for each ([Lease.SequenceGone]). A key is serial by design: its tasks
 // run no faster than one handler after another.
 //
 // # What it costs

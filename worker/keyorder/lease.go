@@ -40,6 +40,9 @@ type Lease struct {
 	stats Stats
 	turn  Turn
 	mode  Mode
+	// seqGone says the lease's position was granted without order
+	// because its key's sequence does not exist (ModePassed).
+	seqGone bool
 
 	handingOff atomic.Bool // a store script may release the lock (Handoff)
 	drain      atomic.Bool // Drain: keep the lock for a parked next holder
@@ -87,8 +90,16 @@ func (s *Lease) Stats() Stats { return s.stats }
 
 // Mode returns how the lease was granted: ModeFree without a position,
 // ModeTurn in its position's turn, ModePassed for a position that was
-// already finished.
+// already finished, or whose key's sequence does not exist
+// ([Lease.SequenceGone]).
 func (s *Lease) Mode() Mode { return s.mode }
+
+// SequenceGone reports whether the lease was granted at once, without
+// order (ModePassed), because its key has no sequence: it expired
+// (SeqConfig.Retention) or was lost with its Redis, or the task's
+// positions were handed out under another prefix than the Locker's (a
+// Client and a Runner configured apart). [Turns.Take] logs it.
+func (s *Lease) SequenceGone() bool { return s.seqGone }
 
 // Turn returns the position the lease was acquired for (zero for none).
 func (s *Lease) Turn() Turn {

@@ -307,7 +307,11 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool
 			return attempt{}, fmt.Errorf("acquire %s: %w", key, err)
 		}
 		mode, _ := res[2].(string)
-		return attempt{lease: &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence, turn: turn, mode: Mode(mode)}}, nil
+		lease := &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence, turn: turn, mode: Mode(mode)}
+		if mode == "gone" {
+			lease.mode, lease.seqGone = ModePassed, true
+		}
+		return attempt{lease: lease}, nil
 	case code == 0 && len(res) == 3:
 		a := attempt{held: true}
 		if ms, ok := res[1].(int64); ok && ms > 0 {

@@ -13,6 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -697,4 +699,30 @@ func TestRunnerLostLeaseRunsAgainInItsTurn(t *testing.T) {
 		_, err := insp.GetTaskInfo(e1.Queue, e1.TaskID)
 		return errors.Is(err, asynq.ErrTaskNotFound)
 	}, "task 1 completed: a lost lease spent no retry of its budget of 0")
+}
+
+// A Client and a Runner configured with different prefixes: the Runner
+// finds no sequence for the tasks' positions, runs them without order, and
+// says so in a warning per task, which names the likely causes.
+func TestARunnerWarnsOfATaskWhoseSequenceIsGone(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	core, logs := observer.New(zap.WarnLevel)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{KeyField: "account", Logger: zap.New(core)})
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	c := newClient(t, db.Client, db.Prefix+"elsewhere:", keyorder.ClientConfig{})
+	enqueue(t, c, "K", 1)
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "the task did not run")
+	eventually(t, func() bool { return logs.FilterMessageSnippet("sequence does not exist").Len() == 1 }, "no warning")
+	w := logs.FilterMessageSnippet("sequence does not exist").All()[0]
+	require.Contains(t, w.Message, "another key prefix")
+	require.Equal(t, "K", w.ContextMap()["account"])
+	require.Equal(t, keyorder.ModePassed, rc.all()[0].Mode)
+
+	// A task of the Runner's own prefix runs in its turn, without a word.
+	own := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	enqueue(t, own, "M", 1)
+	eventually(t, func() bool { return len(rc.succeeded("M")) == 1 }, "the task did not run")
+	require.Equal(t, 1, logs.FilterMessageSnippet("sequence does not exist").Len())
 }

@@ -268,8 +268,9 @@ end
 //
 //	{1, fence, mode}   taken; fence is max(previous fence + 1, Redis TIME in
 //	                   µs); mode is "turn" (it is the position's turn),
-//	                   "passed" (the position is finished, or the sequence
-//	                   is gone) or "free" (no position given)
+//	                   "passed" (the position is finished), "gone" (the
+//	                   sequence does not exist) or "free" (no position
+//	                   given)
 //	{0, pttl, holder}  held by someone else (a waiter mark is set)
 //	{2, head, record, retry at, now, parked}
 //	                   not the position's turn yet: head is the next
@@ -294,7 +295,9 @@ if KEYS[3] then
   local pos = tonumber(ARGV[5])
   local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5], 'h')
   local n, d, rec = tonumber(st[1]), tonumber(st[2]), st[3]
-  if not d or pos <= d then
+  if not d then
+    mode = 'gone'
+  elseif pos <= d then
     mode = 'passed'
   elseif pos > n then
     return {3, 'position ' .. num(pos) .. ' was never handed out (the last is ' .. num(n) .. ')'}

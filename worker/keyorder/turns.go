@@ -165,6 +165,10 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 		var busy *BusyError
 		switch {
 		case err == nil:
+			if lease.SequenceGone() {
+				tracing.Log(ctx, t.log).Warn("the key's sequence does not exist: the task runs without order; it expired or was lost, or the task's positions were handed out under another key prefix than this worker's",
+					zap.String(t.cfg.KeyField, key), zap.Int64("seq", turn.Pos), zap.String("holder", meta))
+			}
 			return lease, done, nil
 		case errors.As(err, &busy):
 			done.Waited += busy.Waited
