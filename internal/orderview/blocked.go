@@ -493,9 +493,7 @@ func (r *Reader) creation(ctx context.Context, b *BlockedOrder, id, from string)
 	return nil
 }
 
-// held fills b as held by p, the pause of its sequence (or, when the
-// index of holds lists it but the sequence has no pause, the index's time:
-// see keyorder.Blocked).
+// held fills b as held by p, the pause of its sequence.
 func (r *Reader) held(b *BlockedOrder, p *keyorder.Pause) {
 	h := &Hold{By: p.By, Reason: p.Reason, At: p.At.UTC()}
 	b.Reason, b.Hold = ReasonHeld, h

@@ -138,6 +138,8 @@ type Blocked struct {
 	// without writing anything. Head.Key is always set; Head.Pos is 0 for
 	// a key on hold with nothing waiting, and for an unreadable one; a
 	// held key's Head.State is "" when its task could not be read.
+	// Head.Held is the hold, for BlockedHeld: a key is on hold when its
+	// sequence says so, whatever the index of holds lists.
 	Head Head
 	// Reason is one of [BlockedReasons].
 	Reason string
@@ -192,7 +194,7 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 	if q.Now.IsZero() {
 		q.Now = time.Now()
 	}
-	cands, held, truncated, err := r.candidates(ctx, q)
+	cands, truncated, err := r.candidates(ctx, q)
 	if err != nil {
 		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: %w", err)
 	}
@@ -209,7 +211,7 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			b, err := r.blocked(ctx, q, key, held[key])
+			b, err := r.blocked(ctx, q, key)
 			if err != nil && ctx.Err() == nil {
 				b = &Blocked{Head: Head{Key: key}, Reason: BlockedUnreadable, Since: q.Now, Err: err}
 			}
@@ -234,9 +236,9 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 
 // candidates returns the keys that may be blocked, each once, in the order
 // found: those of the tasks in the retry and scheduled sets and the expired
-// leases of q's queues, and the held ones (with when the index says they
-// were held). truncated says a set had more than q.Scan.
-func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, held map[string]time.Time, truncated bool, err error) {
+// leases of q's queues, and those the index of holds lists. truncated says
+// a set had more than q.Scan.
+func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, truncated bool, err error) {
 	seen := map[string]bool{}
 	add := func(key string) {
 		if checkKey(key, "") == nil && !seen[key] {
@@ -253,7 +255,7 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 			found, more, err = asynqwire.SetTasks(ctx, r.rdb, set, q.Queues, q.Scan)
 		}
 		if err != nil {
-			return nil, nil, false, err
+			return nil, false, err
 		}
 		truncated = truncated || more
 		for _, st := range found {
@@ -273,38 +275,35 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 	}
 	ps, err := r.l.Sequencer().PausedKeys(ctx, 0, q.Scan+1)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, false, err
 	}
 	if int64(len(ps)) > q.Scan {
 		truncated, ps = true, ps[:q.Scan]
 	}
-	held = make(map[string]time.Time, len(ps))
 	for _, p := range ps {
-		held[p.Key] = p.Since
 		add(p.Key)
 	}
-	return out, held, truncated, nil
+	return out, truncated, nil
 }
 
 // blocked reads key, a candidate, and returns it as blocked, or nil when
-// it is not. heldSince is when the index of holds says it was held (zero
-// when it does not list it).
-func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string, heldSince time.Time) (*Blocked, error) {
+// it is not.
+func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Blocked, error) {
 	st, err := r.headSeq.Status(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	b := &Blocked{Head: Head{Key: key, Held: st.Paused, Waiting: st.Waiting}}
 	hasHead := headOf(st, &b.Head)
-	if st.Paused != nil || !heldSince.IsZero() {
-		if b.Head.Held == nil {
-			// The index is best effort: it lists a hold the sequence
-			// no longer has (a hold whose sequence expired, say).
-			b.Head.Held = &Pause{At: heldSince}
-		}
-		b.Reason, b.Since = BlockedHeld, b.Head.Held.At
+	// The sequence says whether the key is on hold; the index of holds is
+	// best effort, and may still list a key whose hold ended (see Pause).
+	if st.Paused != nil {
+		b.Reason, b.Since = BlockedHeld, st.Paused.At
 		if hasHead {
-			if _, err := r.look(ctx, &b.Head, false); err != nil && !errors.Is(err, errNoTask) {
+			switch _, err := r.look(ctx, &b.Head, false); {
+			case errors.Is(err, errNoTask):
+				b.Head.State = StateMissing
+			case err != nil:
 				// The hold is what holds the key up: a head's task that
 				// cannot be read (one of a queue asynq does not list)
 				// stays unread, State "".
