@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -92,6 +93,8 @@ const (
 	MaxBlockedLimit = 1000
 	// maxCreationHops bounds how far Blocked follows a chain of creations.
 	maxCreationHops = 8
+	// blockedReaders bounds the orders Blocked explains at once.
+	blockedReaders = 16
 )
 
 // ErrBadQuery is returned by Blocked for a limit out of range or a reason
@@ -271,16 +274,25 @@ func (r *Reader) Blocked(ctx context.Context, q BlockedQuery) (BlockedPage, erro
 	if err != nil {
 		return BlockedPage{}, fmt.Errorf("orderview: blocked orders: %w", err)
 	}
-	all := make([]BlockedOrder, 0, len(found.Keys))
-	for _, k := range found.Keys {
-		b, err := r.blockedOrder(ctx, now, k)
-		if err != nil {
-			if ctx.Err() != nil {
-				return BlockedPage{}, fmt.Errorf("orderview: blocked orders: %w", ctx.Err())
+	// A creation follows its chain with a read per hop: the orders are
+	// explained blockedReaders at a time, as the engine reads them.
+	all := make([]BlockedOrder, len(found.Keys))
+	sem := make(chan struct{}, blockedReaders)
+	var wg sync.WaitGroup
+	for i, k := range found.Keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b, err := r.blockedOrder(ctx, now, k)
+			if err != nil {
+				b = unreadable(now, k.Head.Key, err)
 			}
-			b = unreadable(now, k.Head.Key, err)
-		}
-		all = append(all, b)
+			all[i] = b
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return BlockedPage{}, fmt.Errorf("orderview: blocked orders: %w", err)
 	}
 	slices.SortFunc(all, func(a, b BlockedOrder) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.OrderNo, b.OrderNo))
