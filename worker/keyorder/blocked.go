@@ -321,7 +321,7 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Bloc
 	info, err := r.look(ctx, &b.Head, false)
 	switch {
 	case errors.Is(err, errNoTask):
-		b.Reason, b.Fate = BlockedGap, fmt.Sprintf("its label %q names no task", clip(b.Head.Label))
+		b.Reason, b.Fate = BlockedGap, namesNoTask(b.Head.Label)
 		return b, nil
 	case err != nil:
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -456,14 +455,13 @@ func (q queueTasks) Wake(ctx context.Context, key string, labels []string) error
 // HeadFate says why the head of key's sequence, which waited for its task
 // longer than GapWait, will never take its turn ("" when it will come).
 func (q queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
-	_, id, info, err := q.r.find(ctx, key, te.Label)
+	h := Head{Key: key, Label: te.Label}
+	info, err := q.r.look(ctx, &h, true)
 	switch {
 	case errors.Is(err, errNoTask):
-		return fmt.Sprintf("its label %q names no task", clip(te.Label)), 0, nil
-	case errors.Is(err, asynq.ErrTaskNotFound):
-		return q.r.fate(key, te.Head, te.Label, nil), 0, nil
+		return namesNoTask(te.Label), 0, nil
 	case err != nil:
-		return "", 0, fmt.Errorf("read task %s of position %d: %w", id, te.Head, err)
+		return "", 0, fmt.Errorf("read the task of position %d: %w", te.Head, err)
 	}
 	if why := q.r.fate(key, te.Head, te.Label, info); why != "" {
 		return why, 0, nil
@@ -474,27 +472,11 @@ func (q queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (st
 	return "", 0, nil
 }
 
-// errNoTask is find's error for a label that names no task.
+// errNoTask is look's error for a label that names no task.
 var errNoTask = errors.New("keyorder: the label names no task")
 
-// find reads the task of a position of key, given its label, in each of
-// the queues RunnerConfig.Locate gives, and returns the queue it is in
-// and its ID. It returns an error matching asynq.ErrTaskNotFound when no
-// queue holds it, and errNoTask when the label names no task.
-func (r *Runner) find(ctx context.Context, key, label string) (queue, id string, info *asynq.TaskInfo, err error) {
-	queues, id, ok := r.cfg.Locate(key, label)
-	if !ok || len(queues) == 0 {
-		return "", id, nil, errNoTask
-	}
-	for _, q := range queues {
-		info, _, err = asynqwire.TaskInfo(ctx, r.insp, r.rdb, q, id)
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			continue
-		}
-		return q, id, info, err
-	}
-	return "", id, nil, fmt.Errorf("task %s in %s: %w", id, strings.Join(queues, ", "), asynq.ErrTaskNotFound)
-}
+// namesNoTask is the fate of a position whose label names no task.
+func namesNoTask(label string) string { return fmt.Sprintf("its label %q names no task", clip(label)) }
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
 // the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
