@@ -75,8 +75,14 @@ const (
 	// of a hot order to count as holding it.
 	hotHoldsSeen = 200 * time.Millisecond
 	// hotPicky is how long the phase waits for a worker holding one hot
-	// order only before it takes one holding several.
+	// order only before it takes one holding several. It waits less when
+	// hotPickyShare of the flood drains first: a fast engine drains the
+	// whole flood within hotPicky, and a phase that waited for it would
+	// find no hold left to hit.
 	hotPicky = 2 * time.Second
+	// hotPickyShare is the share of the flood (all hot orders' changes)
+	// whose runs end the wait for a worker holding one hot order only.
+	hotPickyShare = 4
 	// hotActiveAfter is when, after a kill, the phase lists the killed
 	// hold's order's tasks still active in asynq.
 	hotActiveAfter = 3 * time.Second
@@ -378,6 +384,10 @@ func (h *hot) target(ctx context.Context, wg *sync.WaitGroup) {
 		orderNo string
 	}
 	next := 0
+	// drained counts the hot orders' runs logged since notBefore, for the
+	// wait for a worker holding one hot order only.
+	drained := 0
+	pickyRuns := max(len(h.nos)*h.c.HotChanges/hotPickyShare, 1)
 	for next < len(plan) && time.Since(began) < hotTargetFor {
 		select {
 		case <-ctx.Done():
@@ -394,6 +404,7 @@ func (h *hot) target(ctx context.Context, wg *sync.WaitGroup) {
 					k := holder{slot, proc, l.OrderNo}
 					window[k] = append(window[k], l)
 					sample.drained[l.OrderNo]++
+					drained++
 					if seen[proc] == nil {
 						seen[proc] = map[string]time.Time{}
 					}
@@ -405,6 +416,7 @@ func (h *hot) target(ctx context.Context, wg *sync.WaitGroup) {
 		h.samples = append(h.samples, sample)
 		h.mu.Unlock()
 		if now.Before(notBefore) {
+			drained = 0
 			continue
 		}
 		// holds counts the hot orders a worker drained lately.
@@ -417,8 +429,9 @@ func (h *hot) target(ctx context.Context, wg *sync.WaitGroup) {
 			}
 			return n
 		}
-		// A worker in several hot holds qualifies only after a while.
-		picky := now.Sub(notBefore) < hotPicky
+		// A worker in several hot holds qualifies only after a while, or
+		// once a share of the flood drained without a worker holding one.
+		picky := now.Sub(notBefore) < hotPicky && drained < pickyRuns
 		var best *holder
 		for k, ls := range window {
 			if len(ls) < hotMidHold || frozen[k.proc] || picky && holds(k.proc) > 1 {
