@@ -325,8 +325,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	ordered, err := keyorder.NewClient(rdb, keyorder.ClientConfig{Prefix: cfg.KeyPrefix + "lock:", MaxWaiting: int64(max(cfg.MaxWaiting, 0)), ParkFor: cfg.ParkFor,
-		Locate: requeue.Locate(cfg.Shards, cfg.Kinds)})
+	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	ordered, err := keyorder.NewClient(seq, keyorder.ClientConfig{ParkFor: cfg.ParkFor, Locate: requeue.Locate(cfg.Shards, cfg.Kinds)})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}

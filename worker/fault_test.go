@@ -68,7 +68,9 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	// and writes before B has written anything: the store still refuses A,
 	// because B's lock handed out a newer fence.
 	require.NoError(t, e.db.Client.Del(t.Context(), e.db.Prefix+"lock:{SO-P}").Err())
-	other, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
+	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	other, err := keyorder.New(space, keyorder.Config{})
 	require.NoError(t, err)
 	defer other.Close()
 	leaseB, err := other.Acquire(t.Context(), "SO-P", "B", keyorder.Wait{})

@@ -626,7 +626,9 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	e.seed("SO3")
 	waits := make(chan string, 10)
 	c := e.db.NewClient(t)
-	l, err := keyorder.New(c, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
+	space, err := keyorder.NewSequencer(c, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	l, err := keyorder.New(space, keyorder.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	// SO2 is held: a task that took its lock would wait for it.

@@ -469,8 +469,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	locker, err := keyorder.New(rdb, keyorder.Config{
-		Prefix: cfg.KeyPrefix + "lock:",
+	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	locker, err := keyorder.New(seq, keyorder.Config{
 		TTL:    cfg.LockTTL,
 		Logger: cfg.Logger.Named("lock"),
 		OnWait: cfg.OnLockWait,

@@ -248,7 +248,9 @@ func TestBusyGoesBackWithoutUsingRetries(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-BUSY")
 	// Someone else holds the order.
-	l, err := keyorder.New(e.db.Client, keyorder.Config{Prefix: e.db.Prefix + "lock:"})
+	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
+	require.NoError(t, err)
+	l, err := keyorder.New(space, keyorder.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	held, err := l.TryAcquire(t.Context(), "SO-BUSY", "order:exchange elsewhere")

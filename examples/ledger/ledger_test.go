@@ -435,10 +435,19 @@ func startRedis(t *testing.T) string {
 	return "redis://" + addr + "/0"
 }
 
+// space returns the test's key space on rdb: the engine's keys under the
+// test's prefix.
+func (e *env) space(t *testing.T, rdb redis.UniversalClient) *keyorder.Sequencer {
+	t.Helper()
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: e.prefix + "lock:"})
+	require.NoError(t, err)
+	return seq
+}
+
 // poster returns a Poster on the test's Redis, keys and queue.
 func (e *env) poster(t *testing.T) *ledger.Poster {
 	t.Helper()
-	c, err := keyorder.NewClient(e.rdb, keyorder.ClientConfig{Prefix: e.prefix + "lock:"})
+	c, err := keyorder.NewClient(e.space(t, e.rdb), keyorder.ClientConfig{})
 	require.NoError(t, err)
 	return ledger.NewPoster(c, ledger.PosterConfig{Queue: e.queue})
 }
@@ -458,7 +467,7 @@ func (e *env) workerWith(t *testing.T, n int, wrap func(asynq.Handler) asynq.Han
 	opt, err := redis.ParseURL(e.url)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
-	runner, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: ledger.Key, Prefix: e.prefix + "lock:"})
+	runner, err := keyorder.NewRunner(e.space(t, rdb), keyorder.RunnerConfig{Key: ledger.Key})
 	require.NoError(t, err)
 	store := ledger.NewStore(rdb, ledger.StoreConfig{Prefix: e.prefix})
 	mux := asynq.NewServeMux()

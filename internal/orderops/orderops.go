@@ -321,8 +321,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	// The Runner is only the home of the actions on the head and of the
 	// settlements: Ops never runs a task, so it never subscribes to the
 	// release notices. It finds a task where the workers place it.
-	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
-		Locate: o.locate, Logger: log, KeyField: "order_no"})
+	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("orderops: %w", err)
+	}
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Locate: o.locate, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}

@@ -147,15 +147,15 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
 	}
-	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: cfg.MaxPositions})
+	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: cfg.MaxPositions})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	head, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: cfg.KeyPrefix + "lock:", StatusPage: 1})
+	head, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: 1})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	run, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Prefix: cfg.KeyPrefix + "lock:",
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds),
 		Locate: requeue.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)

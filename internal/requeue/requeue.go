@@ -9,6 +9,10 @@
 // has the engine call it back, so the task runs next instead of after the
 // whole backlog.
 //
+// Its [Sequencer] is the domain's key space: every program of the domain
+// (the producer, the worker, the operator actions, the order view) builds
+// its engine parts on one, so that they agree on it.
+//
 // It is not part of the engine: a task's order, and which queues a label's
 // task may be in, are orderworker's policy (the payloads, labels and
 // placements of package tasks).
@@ -19,10 +23,25 @@ import (
 	"fmt"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 )
+
+// LockSpace follows the programs' key prefix (KEY_PREFIX) in the engine's
+// keys: the orders' sequences, locks and fences, the index of held orders
+// and the release notice channel all start with keyPrefix+LockSpace.
+const LockSpace = "lock:"
+
+// Sequencer returns the engine's key space of the order domain on rdb,
+// under keyPrefix (the programs' KEY_PREFIX, "ow:" by default) followed by
+// LockSpace, with cfg's other settings. It returns NewSequencer's error
+// for a prefix with a brace or a setting out of range.
+func Sequencer(rdb redis.UniversalClient, keyPrefix string, cfg keyorder.SeqConfig) (*keyorder.Sequencer, error) {
+	cfg.Prefix = keyPrefix + LockSpace
+	return keyorder.NewSequencer(rdb, cfg)
+}
 
 // Locate returns where the task of a position of an order's sequence
 // waits, given the position's label (tasks.PositionLabel or

@@ -13,6 +13,7 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
@@ -279,7 +280,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "note: %v\n", err)
 	}
 
-	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
+	seq, err := requeue.Sequencer(rdb, prefix, keyorder.SeqConfig{})
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func TestTheEngineAsNarrowRedisUsers(t *testing.T) {
 	adminClient := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
 	enqueue(t, adminClient, "STALE", 1, asynq.Queue("idle"))
 	enqueue(t, adminClient, "STALE", 2, asynq.Queue("idle"))
-	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:", TTL: time.Hour})
+	locker, err := keyorder.New(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.Config{TTL: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, locker.Close()) })
 	_, err = locker.Acquire(t.Context(), "STALE", "order ghost-task", keyorder.Wait{})

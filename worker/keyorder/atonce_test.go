@@ -74,7 +74,7 @@ func TestEnqueueAtOnceExistingTaskIsClaimed(t *testing.T) {
 func TestEnqueueAtOnceLinksAPosition(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{MaxWaiting: 1})
+	c := newCappedClient(t, db.Client, db.Prefix, 1, keyorder.ClientConfig{})
 	link := keyorder.AtOnce{Link: "NEW", LinkLabel: "creation", LinkRef: "c:one"}
 	e, err := c.EnqueueAtOnce(t.Context(), "OLD", asynq.NewTask("t", payload(t, "OLD", 1)), link, asynq.TaskID("one"))
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	c := db.NewClient(b)
 	hook := &countHook{}
 	c.AddHook(hook)
-	l, err := keyorder.New(c, keyorder.Config{Prefix: db.Prefix + "lock:"})
+	l, err := keyorder.New(space(b, c, db.Prefix, keyorder.SeqConfig{}), keyorder.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func BenchmarkHandoff(b *testing.B) {
 		db := redistest.New(b)
 		lockers := make([]*keyorder.Locker, 4)
 		for i := range lockers {
-			l, err := keyorder.New(db.NewClient(b), keyorder.Config{Prefix: db.Prefix + "lock:"})
+			l, err := keyorder.New(space(b, db.NewClient(b), db.Prefix, keyorder.SeqConfig{}), keyorder.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}

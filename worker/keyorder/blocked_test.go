@@ -48,8 +48,7 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	ctx := t.Context()
 	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
-	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
-	require.NoError(t, err)
+	seq := space(t, db.Client, db.Prefix, keyorder.SeqConfig{})
 	insp := asynq.NewInspectorFromRedisClient(db.Client)
 
 	// H is held with a task. I was held, and its sequence is gone: the
@@ -74,7 +73,7 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	require.NoError(t, insp.DeleteTask(g1.Queue, g1.TaskID))
 
 	// P's head names a task that holds P's next position.
-	_, err = seq.Reserve(ctx, "P", keyorder.Label("default", "p-dup"), "")
+	_, err := seq.Reserve(ctx, "P", keyorder.Label("default", "p-dup"), "")
 	require.NoError(t, err)
 	pdup := enqueue(t, c, "P", 2, asynq.TaskID("p-dup"))
 
@@ -94,7 +93,7 @@ func TestBlockedReadsEachReason(t *testing.T) {
 	// L's lock is held by a task no queue has; its head is pending.
 	l1 := enqueue(t, c, "L", 1)
 	enqueue(t, c, "L", 2)
-	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:", TTL: time.Hour})
+	locker, err := keyorder.New(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.Config{TTL: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, locker.Close()) })
 	_, err = locker.Acquire(ctx, "L", "order ghost-task", keyorder.Wait{})

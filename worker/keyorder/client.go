@@ -27,16 +27,10 @@ const SeqField = "seq"
 // cannot carry a position: not a JSON object, or one with a "seq" member.
 var ErrPayload = errors.New("keyorder: the payload must be a JSON object without a \"seq\" member")
 
-// ClientConfig tunes a [Client]. The zero value means all defaults.
+// ClientConfig tunes a [Client]. The zero value means all defaults. The
+// key space (the Redis keys' prefix, the sequences' retention, the cap on
+// a key's waiting positions) is the [Sequencer]'s the Client is built on.
 type ClientConfig struct {
-	// Prefix starts the Redis keys of the sequences, and must be the
-	// [RunnerConfig.Prefix] of the Runners that run the tasks. Defaults
-	// to DefaultPrefix ("ow:lock:").
-	Prefix string
-	// MaxWaiting caps the positions of one key that wait (handed out and
-	// not finished): past it, Enqueue refuses with a [*FullError] and
-	// writes nothing. Zero means no cap.
-	MaxWaiting int64
 	// ParkFor is the longest a task accepted behind unfinished tasks of its
 	// key waits parked before asynq brings it back by itself (the task
 	// before it calls it back as soon as its turn comes). A gap (a position
@@ -58,7 +52,7 @@ type ClientConfig struct {
 // processes enqueue.
 //
 // A Client is safe for concurrent use. It starts no goroutine and owns no
-// connection: rdb stays the caller's to close.
+// connection: its Sequencer's Redis client stays the caller's to close.
 type Client struct {
 	rdb   redis.UniversalClient
 	seq   *Sequencer
@@ -66,30 +60,25 @@ type Client struct {
 	cfg   ClientConfig
 }
 
-// NewClient returns a Client that enqueues on rdb. It returns an error for
-// a negative setting, and when the program links another asynq release
-// than v0.25.1, whose private Redis layout the Client writes.
-func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
-	if rdb == nil {
-		return nil, errors.New("keyorder: NewClient needs a Redis client")
+// NewClient returns a Client that reserves the positions of seq's
+// sequences (on seq's Redis, under its prefix, with its retention and its
+// SeqConfig.MaxWaiting) and enqueues the tasks there. The [Runner] that
+// runs them must be built on a Sequencer of the same SeqConfig.Prefix:
+// the same one, in a program that does both. It returns an error for a
+// nil seq or a negative setting, and when the program links another asynq
+// release than v0.25.1, whose private Redis layout the Client writes.
+func NewClient(seq *Sequencer, cfg ClientConfig) (*Client, error) {
+	if seq == nil {
+		return nil, errors.New("keyorder: NewClient needs a Sequencer")
 	}
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("keyorder: %w", err)
 	}
-	if cfg.MaxWaiting < 0 || cfg.ParkFor < 0 {
-		return nil, errors.New("keyorder: ClientConfig: MaxWaiting and ParkFor must not be negative")
+	if cfg.ParkFor < 0 {
+		return nil, errors.New("keyorder: ClientConfig: ParkFor must not be negative")
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.ParkFor == 0 {
-		cfg.ParkFor = DefaultGapWait
-	}
-	seq, err := NewSequencer(rdb, SeqConfig{Prefix: cfg.Prefix, MaxWaiting: cfg.MaxWaiting})
-	if err != nil {
-		return nil, err
-	}
-	return &Client{rdb: rdb, seq: seq, asynq: asynq.NewClientFromRedisClient(rdb), cfg: cfg}, nil
+	cfg.ParkFor = cmp.Or(cfg.ParkFor, DefaultGapWait)
+	return &Client{rdb: seq.rdb, seq: seq, asynq: asynq.NewClientFromRedisClient(seq.rdb), cfg: cfg}, nil
 }
 
 // Enqueued is what [Client.Enqueue] accepted.
@@ -140,7 +129,7 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // task scheduled later holds its key's later tasks until it has run:
 // schedule no further ahead than the key may wait.
 //
-// It returns a [*FullError] past ClientConfig.MaxWaiting, and Redis and
+// It returns a [*FullError] past SeqConfig.MaxWaiting, and Redis and
 // asynq errors, wrapped.
 func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ...asynq.Option) (Enqueued, error) {
 	// Refused before anything is written: it takes no position.
@@ -227,7 +216,7 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 // written: take two steps), a [*ClaimedError] when x.Claim exists, an
 // error matching asynq.ErrTaskIDConflict when the queue holds the task ID
 // already (x.Claim, if any, is then set, and no position is taken), a
-// [*FullError] past ClientConfig.MaxWaiting, [ErrPayload], and Redis
+// [*FullError] past SeqConfig.MaxWaiting, [ErrPayload], and Redis
 // errors, wrapped.
 func (c *Client) EnqueueAtOnce(ctx context.Context, key string, t *asynq.Task, x AtOnce, opts ...asynq.Option) (Enqueued, error) {
 	o, body, err := checkTask(t, opts)

@@ -146,7 +146,7 @@ func TestEnqueueFullWritesNothing(t *testing.T) {
 		t.Run(fmt.Sprint("later=", later), func(t *testing.T) {
 			t.Parallel()
 			db := redistest.New(t)
-			c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{MaxWaiting: 2})
+			c := newCappedClient(t, db.Client, db.Prefix, 2, keyorder.ClientConfig{})
 			var opts []asynq.Option
 			if later {
 				opts = append(opts, asynq.ProcessIn(time.Hour))
@@ -163,14 +163,34 @@ func TestEnqueueFullWritesNothing(t *testing.T) {
 	}
 }
 
+// TestAClientTakesItsKeySpaceFromItsSequencer checks that a Client
+// reserves under its Sequencer's prefix and with its retention, on both
+// paths (the one script, and the two steps of a task for later). Before
+// the Client was built on a Sequencer, its sequences always kept the
+// default retention, whatever the Lockers' was.
+func TestAClientTakesItsKeySpaceFromItsSequencer(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	seq := space(t, db.Client, db.Prefix, keyorder.SeqConfig{Retention: time.Hour})
+	c, err := keyorder.NewClient(seq, keyorder.ClientConfig{})
+	require.NoError(t, err)
+	for key, opts := range map[string][]asynq.Option{"NOW": nil, "LATER": {asynq.ProcessIn(time.Hour)}} {
+		enqueue(t, c, key, 1, opts...)
+		ttl, err := db.Client.PTTL(t.Context(), seq.SeqKey(key)).Result()
+		require.NoError(t, err)
+		require.True(t, ttl > 59*time.Minute && ttl <= time.Hour, "%s: the sequence's TTL %v is the Sequencer's retention", key, ttl)
+		require.True(t, strings.HasPrefix(seq.SeqKey(key), db.Prefix+"lock:"), "the Sequencer's prefix")
+	}
+}
+
 func TestNewClientRefusesBadSettings(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	_, err := keyorder.NewClient(nil, keyorder.ClientConfig{})
 	require.Error(t, err)
-	_, err = keyorder.NewClient(db.Client, keyorder.ClientConfig{MaxWaiting: -1})
+	_, err = keyorder.NewSequencer(db.Client, keyorder.SeqConfig{MaxWaiting: -1})
 	require.Error(t, err)
-	_, err = keyorder.NewClient(db.Client, keyorder.ClientConfig{ParkFor: -time.Second})
+	_, err = keyorder.NewClient(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.ClientConfig{ParkFor: -time.Second})
 	require.Error(t, err)
 }
 

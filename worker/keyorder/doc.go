@@ -9,15 +9,18 @@
 //
 // # Use
 //
-// Enqueue with a [Client] instead of asynq's Client, naming the key; wrap
-// the handlers with a [Runner]; give the asynq server the Runner's
-// [Runner.ServerConfig]; read the fence in the handler with [RunFrom];
-// call [Runner.Stop] before the server's Shutdown:
+// Name the key space with a [Sequencer] (its Redis keys' prefix, the
+// sequences' retention, the cap on a key's waiting positions); enqueue
+// with a [Client] built on it instead of asynq's Client, naming the key;
+// wrap the handlers with a [Runner] built on it; give the asynq server the
+// Runner's [Runner.ServerConfig]; read the fence in the handler with
+// [RunFrom]; call [Runner.Stop] before the server's Shutdown:
 //
-//	c, _ := keyorder.NewClient(rdb, keyorder.ClientConfig{})
+//	seq, _ := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: "ledger:"})
+//	c, _ := keyorder.NewClient(seq, keyorder.ClientConfig{})
 //	c.Enqueue(ctx, "acct-42", asynq.NewTask("ledger:post", payload), asynq.Queue("ledger"))
 //
-//	r, _ := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
+//	r, _ := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: accountOf})
 //	defer r.Close()
 //	mux := asynq.NewServeMux()
 //	mux.Handle("ledger:post", r.Handler(asynq.HandlerFunc(post)))
@@ -85,9 +88,11 @@
 // A task enqueued with asynq's own Client carries no position and runs
 // under its key's lock, unordered. So does a task whose key has no
 // sequence: it expired (SeqConfig.Retention) or was lost, or the Client
-// that enqueued it was given another Prefix than the Runner's; the Runner
-// logs a warning for each ([Lease.SequenceGone]). A key is serial by design: its tasks
-// run no faster than one handler after another.
+// that enqueued it was built on a Sequencer of another Prefix than the
+// Runner's (two programs configured apart; one program that builds both
+// on one Sequencer cannot); the Runner logs a warning for each
+// ([Lease.SequenceGone]). A key is serial by design: its tasks run no
+// faster than one handler after another.
 //
 // # What it costs
 //
@@ -109,13 +114,17 @@
 // # The parts
 //
 // [Client] and [Runner] are built on the parts below them, which a domain
-// with more to do (the order domain does) uses directly:
+// with more to do (the order domain does) uses directly. Every part is
+// built on one [Sequencer], the key space, which owns the sequence:
+// reserving a position at acceptance (the Client), passing the turn on and
+// handing the lock off (the Locker's scripts, [Turns], a store's
+// [Commit]) all take their keys from it.
 //
 //   - [Locker]: the per-key lock, with fencing tokens, self-renewing
 //     leases and waiting woken by release notices (one shared Pub/Sub
 //     subscription per Locker, fanned out to its local waiters).
-//   - [Sequencer]: the per-key sequence of positions, with its log, its
-//     pause and its status. Its Lua is the engine's alone: a position is
+//   - [Sequencer]: the key space, and the per-key sequence of positions,
+//     with its log, its pause and its status. Its Lua is the engine's alone: a position is
 //     reserved and its task enqueued together only by the Client's one
 //     script ([Client.EnqueueAtOnce], which also takes a producer's claim
 //     and a linked position), and passed on only by the engine's lock

@@ -29,14 +29,19 @@ func accountOf(t *asynq.Task) (string, error) {
 
 // Enqueue the postings of an account with a Client, run them with a
 // Runner's handler: each account's postings run one at a time, in order,
-// each with a fence its store checks. (Compiled, not run: it needs a
-// Redis.)
+// each with a fence its store checks. The Client and the Runner are built
+// on one Sequencer, the key space, so that they cannot disagree on it.
+// (Compiled, not run: it needs a Redis.)
 func ExampleRunner() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 
-	c, err := keyorder.NewClient(rdb, keyorder.ClientConfig{})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: "ledger:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := keyorder.NewClient(seq, keyorder.ClientConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +52,7 @@ func ExampleRunner() {
 		}
 	}
 
-	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
+	r, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: accountOf})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -77,7 +82,11 @@ func ExampleRunner_Blocked() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	r, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: accountOf})
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: "ledger:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: accountOf})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -40,7 +40,7 @@ var (
 	ErrClosed = errors.New("keyorder: locker closed")
 )
 
-// DefaultPrefix is the default of Config.Prefix and SeqConfig.Prefix.
+// DefaultPrefix is the default of SeqConfig.Prefix.
 const DefaultPrefix = "ow:lock:"
 
 // BusyError reports that a key was still held when the wait deadline came.
@@ -120,15 +120,9 @@ var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Mil
 const DefaultTTL = 30 * time.Second
 
 // Config tunes a Locker. The zero value is valid and means all defaults.
+// The key space (the keys' prefix, the notice channel, the sequences'
+// retention) is the [Sequencer]'s the Locker is built on.
 type Config struct {
-	// Prefix starts every key and the notice channel of this Locker.
-	// Lockers that should exclude each other must share it, and so must the
-	// [Sequencer] that hands out the positions AcquireTurn honours.
-	// Defaults to DefaultPrefix ("ow:lock:").
-	Prefix string
-	// SeqRetention is how long a key's sequence outlives the last position
-	// handed out; see SeqConfig.Retention. Defaults to 7 days.
-	SeqRetention time.Duration
 	// TTL is the lease: how long a lock outlives a holder that died without
 	// releasing it. A kept lease renews every TTL/3. Defaults to 30s.
 	TTL time.Duration
@@ -171,13 +165,14 @@ type Locker struct {
 	closed  atomic.Bool
 }
 
-// New returns a Locker on rdb. It returns an error when cfg is invalid.
-func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
-	if rdb == nil {
-		return nil, errors.New("keyorder: nil redis client")
+// New returns a Locker of seq's keys, on seq's Redis: Lockers that should
+// exclude each other, and the Clients whose positions AcquireTurn honours,
+// are built on Sequencers of the same SeqConfig.Prefix. It returns an
+// error when seq is nil or cfg is invalid.
+func New(seq *Sequencer, cfg Config) (*Locker, error) {
+	if seq == nil {
+		return nil, errors.New("keyorder: New needs a Sequencer")
 	}
-	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
-	cfg.SeqRetention = cmp.Or(cfg.SeqRetention, DefaultSeqRetention)
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.Wait = cfg.Wait.Or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
@@ -195,24 +190,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Locker, error) {
 		return nil, fmt.Errorf("keyorder: fence retention %v shorter than TTL %v", cfg.FenceRetention, cfg.TTL)
 	case cfg.ReleaseTimeout < 0:
 		return nil, fmt.Errorf("keyorder: negative release timeout %v", cfg.ReleaseTimeout)
-	case strings.ContainsAny(cfg.Prefix, "{}"):
-		return nil, fmt.Errorf("keyorder: prefix %q has a brace", cfg.Prefix)
 	}
 	if err := cfg.Wait.Validate(); err != nil {
 		return nil, err
 	}
-	seq, err := NewSequencer(rdb, SeqConfig{Prefix: cfg.Prefix, Retention: cfg.SeqRetention})
-	if err != nil {
-		return nil, err
-	}
-	channel := cfg.Prefix + "released"
 	return &Locker{
-		rdb:     rdb,
+		rdb:     seq.rdb,
 		cfg:     cfg,
-		channel: channel,
+		channel: seq.channel,
 		log:     cfg.Logger,
 		seq:     seq,
-		notices: notice.New(rdb, channel, notice.Config{}),
+		notices: notice.New(seq.rdb, seq.channel, notice.Config{}),
 	}, nil
 }
 
@@ -226,13 +214,13 @@ func uniform(lo, hi time.Duration) time.Duration {
 // TTL returns the lease length of this Locker's locks.
 func (l *Locker) TTL() time.Duration { return l.cfg.TTL }
 
-// Sequencer returns the Sequencer of this Locker's keys (same prefix).
+// Sequencer returns the Sequencer the Locker was built on.
 func (l *Locker) Sequencer() *Sequencer { return l.seq }
 
 // lockKey and fenceKey build the two keys of a lock; both carry the hash tag
 // {key}.
-func (l *Locker) lockKey(key string) string  { return l.cfg.Prefix + "{" + key + "}" }
-func (l *Locker) fenceKey(key string) string { return l.cfg.Prefix + "{" + key + "}:fence" }
+func (l *Locker) lockKey(key string) string  { return l.seq.lockKey(key) }
+func (l *Locker) fenceKey(key string) string { return l.seq.lockKey(key) + ":fence" }
 
 func checkKey(key, meta string) error {
 	switch {
@@ -293,7 +281,7 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool
 			parkArg = "1"
 		}
 		keys = append(keys, l.seq.SeqKey(key))
-		args = append(args, turn.Pos, turn.Label, l.cfg.SeqRetention.Milliseconds(), parkArg)
+		args = append(args, turn.Pos, turn.Label, l.seq.retention.Milliseconds(), parkArg)
 	}
 	res, err := acquireScript.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {

@@ -26,8 +26,7 @@ func newLocker(t *testing.T, db *redistest.DB, cfg keyorder.Config) *keyorder.Lo
 
 func newLockerOn(t *testing.T, c redis.UniversalClient, db *redistest.DB, cfg keyorder.Config) *keyorder.Locker {
 	t.Helper()
-	cfg.Prefix = db.Prefix + "lock:"
-	l, err := keyorder.New(c, cfg)
+	l, err := keyorder.New(space(t, c, db.Prefix, keyorder.SeqConfig{}), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l
@@ -396,7 +395,7 @@ func TestInvalidKeys(t *testing.T) {
 func TestAcquireAfterClose(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	l, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix})
+	l, err := keyorder.New(seqOn(t, db.Client, keyorder.SeqConfig{Prefix: db.Prefix}), keyorder.Config{})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	_, err = l.Acquire(t.Context(), "SO-closed", "", keyorder.Wait{})
@@ -412,13 +411,16 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"min above max", keyorder.Config{Wait: keyorder.Wait{MinDelay: time.Second, MaxDelay: time.Millisecond}}},
 		{"negative deadline", keyorder.Config{Wait: keyorder.Wait{Deadline: -time.Second}}},
-		{"brace in prefix", keyorder.Config{Prefix: "x{"}},
 		{"retention under ttl", keyorder.Config{TTL: time.Hour, FenceRetention: time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := keyorder.New(db.Client, tt.cfg)
+			_, err := keyorder.New(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), tt.cfg)
 			require.Error(t, err)
 		})
 	}
+	_, err := keyorder.New(nil, keyorder.Config{})
+	require.Error(t, err, "a Locker needs a Sequencer")
+	_, err = keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: "x{"})
+	require.Error(t, err, "a brace in the prefix")
 }

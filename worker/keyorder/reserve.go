@@ -46,7 +46,7 @@ type Reservation struct {
 // takes again, in a second round trip, only what that master refused
 // (x.Pipe's commands run once, in the first).
 //
-// Past ClientConfig.MaxWaiting it returns a [*FullError], having given
+// Past SeqConfig.MaxWaiting it returns a [*FullError], having given
 // back the linked position and the claim it set. It returns Redis errors,
 // wrapped, having given back what it took.
 func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservation, error) {

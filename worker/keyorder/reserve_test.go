@@ -81,7 +81,7 @@ func TestReserveReportsAClaimAndVoids(t *testing.T) {
 func TestReserveFullGivesBackWhatItTook(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
-	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{MaxWaiting: 1})
+	c := newCappedClient(t, db.Client, db.Prefix, 1, keyorder.ClientConfig{})
 	enqueue(t, c, "K", 1)
 	claim := db.Prefix + "claim:{over}"
 	_, err := c.Reserve(t.Context(), "K", keyorder.AtOnce{Label: "k2", Claim: claim, ClaimValue: "mine", ClaimTTL: time.Minute,
@@ -177,8 +177,7 @@ func TestReserveOnClusterWhenOneMasterLostTheScript(t *testing.T) {
 	keys := db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprint("RK-", i) })
 	own, link := keys[0], keys[1]
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
-	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
-	require.NoError(t, err)
+	seq := space(t, db.Client, db.Prefix, keyorder.SeqConfig{})
 	for _, k := range keys[:2] { // the script on both masters, and a position waiting on each
 		_, err := c.Reserve(t.Context(), k, keyorder.AtOnce{Label: "warm"})
 		require.NoError(t, err)

@@ -30,9 +30,6 @@ type RunnerConfig struct {
 	// given (1 to MaxKeyLen bytes, without braces). An error archives the
 	// task with the reason (asynq.SkipRetry).
 	Key func(*asynq.Task) (string, error)
-	// Prefix must be the [ClientConfig.Prefix] of the Clients that enqueue.
-	// Defaults to DefaultPrefix ("ow:lock:").
-	Prefix string
 	// Wait is how long a task waits for its key's lock and its turn before
 	// it goes back to its queue (no retry spent). Defaults to DefaultWait.
 	Wait Wait
@@ -132,8 +129,8 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // its queue, to run again as a passed position (ModePassed).
 //
 // A Runner is safe for concurrent use. It owns one Pub/Sub subscription
-// (the release notices) from its first run to Close; rdb stays the
-// caller's to close.
+// (the release notices) from its first run to Close; its Sequencer's
+// Redis client stays the caller's to close.
 type Runner struct {
 	rdb   redis.UniversalClient
 	l     *Locker
@@ -152,13 +149,15 @@ type Runner struct {
 	stopping    atomic.Bool  // Stop: the holds end before their next task
 }
 
-// NewRunner returns a Runner on rdb. It returns an error when cfg.Key is
-// nil or a setting is out of range, and when the program links another
-// asynq release than v0.25.1, whose private Redis layout the Runner reads
-// and writes.
-func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
-	if rdb == nil || cfg.Key == nil {
-		return nil, errors.New("keyorder: NewRunner needs a Redis client and RunnerConfig.Key")
+// NewRunner returns a Runner of seq's keys, on seq's Redis: it runs the
+// tasks that Clients built on a Sequencer of the same SeqConfig.Prefix
+// enqueued (the same one, in a program that does both). It returns an
+// error when seq or cfg.Key is nil or a setting is out of range, and when
+// the program links another asynq release than v0.25.1, whose private
+// Redis layout the Runner reads and writes.
+func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
+	if seq == nil || cfg.Key == nil {
+		return nil, errors.New("keyorder: NewRunner needs a Sequencer and RunnerConfig.Key")
 	}
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("keyorder: %w", err)
@@ -176,11 +175,11 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Locate == nil {
 		cfg.Locate = clientLabel
 	}
-	l, err := New(rdb, Config{Prefix: cfg.Prefix, TTL: cfg.TTL, Logger: cfg.Logger})
+	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{rdb: rdb, l: l, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg, headSeq: l.Sequencer().paged(1)}
+	r := &Runner{rdb: seq.rdb, l: l, insp: asynq.NewInspectorFromRedisClient(seq.rdb), cfg: cfg, headSeq: seq.paged(1)}
 	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
@@ -203,7 +202,7 @@ func NewRunner(rdb redis.UniversalClient, cfg RunnerConfig) (*Runner, error) {
 func (r *Runner) Stop() { r.stopping.Store(true) }
 
 // CheckNotices makes sure that the Redis user may publish and subscribe to
-// the Runner's release notice channel (RunnerConfig.Prefix+"released"),
+// the Runner's release notice channel (SeqConfig.Prefix+"released"),
 // which wakes the tasks that wait for a key's lock or turn. When it may
 // not, it turns the notices off for this Runner (waiters then poll with
 // their random delays, which is slower but correct) and returns an error

@@ -40,8 +40,7 @@ func benchRunner(b *testing.B, keys int, ordered bool) {
 	db := redistest.New(b)
 	ctx := context.Background()
 	queue := "bench" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	prefix := db.Prefix + "lock:"
-	c, err := keyorder.NewClient(db.Client, keyorder.ClientConfig{Prefix: prefix})
+	c, err := keyorder.NewClient(space(b, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.ClientConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,8 +76,7 @@ func benchRunner(b *testing.B, keys int, ordered bool) {
 	cfg := asynq.Config{Concurrency: 10, Queues: map[string]int{queue: 1}, LogLevel: asynq.FatalLevel,
 		TaskCheckInterval: 10 * time.Millisecond}
 	if ordered {
-		r, err := keyorder.NewRunner(wc, keyorder.RunnerConfig{
-			Prefix: prefix,
+		r, err := keyorder.NewRunner(space(b, wc, db.Prefix, keyorder.SeqConfig{}), keyorder.RunnerConfig{
 			Key: func(t *asynq.Task) (string, error) {
 				var p struct{ Key string }
 				err := json.Unmarshal(t.Payload(), &p)

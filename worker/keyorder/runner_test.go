@@ -57,12 +57,11 @@ func newRunner(t *testing.T, rdb redis.UniversalClient, prefix string, cfg keyor
 	if cfg.Key == nil {
 		cfg.Key = keyOf
 	}
-	cfg.Prefix = prefix + "lock:"
 	cfg.Wait = cfg.Wait.Or(fastWait)
 	if cfg.BusyRetryMin == 0 {
 		cfg.BusyRetryMin, cfg.BusyRetryMax = 10*time.Millisecond, 50*time.Millisecond
 	}
-	r, err := keyorder.NewRunner(rdb, cfg)
+	r, err := keyorder.NewRunner(space(t, rdb, prefix, keyorder.SeqConfig{}), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
 	return r
@@ -70,8 +69,13 @@ func newRunner(t *testing.T, rdb redis.UniversalClient, prefix string, cfg keyor
 
 func newClient(t *testing.T, rdb redis.UniversalClient, prefix string, cfg keyorder.ClientConfig) *keyorder.Client {
 	t.Helper()
-	cfg.Prefix = prefix + "lock:"
-	c, err := keyorder.NewClient(rdb, cfg)
+	return newCappedClient(t, rdb, prefix, 0, cfg)
+}
+
+// newCappedClient is newClient with SeqConfig.MaxWaiting max.
+func newCappedClient(t *testing.T, rdb redis.UniversalClient, prefix string, max int64, cfg keyorder.ClientConfig) *keyorder.Client {
+	t.Helper()
+	c, err := keyorder.NewClient(space(t, rdb, prefix, keyorder.SeqConfig{MaxWaiting: max}), cfg)
 	require.NoError(t, err)
 	return c
 }

@@ -113,12 +113,16 @@ func (e *TurnError) Error() string {
 // Is reports whether target is ErrNotYourTurn.
 func (e *TurnError) Is(target error) bool { return target == ErrNotYourTurn }
 
-// SeqConfig tunes a [Sequencer]. The zero value is valid and means all
-// defaults.
+// SeqConfig tunes a [Sequencer]: the key space of the Clients, Lockers and
+// Runners built on it. The zero value is valid and means all defaults.
 type SeqConfig struct {
-	// Prefix starts every key and the notice channel, as Config.Prefix of
-	// the Lockers that honour the positions; it must be the same.
-	// Defaults to "ow:lock:".
+	// Prefix starts every Redis key of the key space (the sequences, the
+	// locks, their fences, the index of holds) and its notice channel
+	// (Prefix+"released"). Programs that enqueue and run the same tasks
+	// must use the same one: a Runner whose prefix is not its Clients'
+	// finds no sequence, and runs every task unordered (and logs a
+	// warning for each, see [Lease.SequenceGone]). It must not contain a
+	// brace. Defaults to DefaultPrefix ("ow:lock:").
 	Prefix string
 	// Retention is how long a sequence outlives the last position handed
 	// out (or settled without its turn: voided, skipped, finished ahead).
@@ -133,8 +137,9 @@ type SeqConfig struct {
 	Retention time.Duration
 	// MaxWaiting caps the positions of one sequence waiting at once
 	// (handed out and not yet finished, the head included): a reservation
-	// past it is refused with a *FullError, atomically with the count, so
-	// that racing reservations never pass it together. 0 means no cap.
+	// past it (a [Client.Enqueue]) is refused with a *FullError and writes
+	// nothing, atomically with the count, so that racing reservations never
+	// pass it together. 0 means no cap.
 	// Defaults to 0.
 	MaxWaiting int64
 	// StatusPage is how many of the positions after the cursor
@@ -143,9 +148,19 @@ type SeqConfig struct {
 	StatusPage int
 }
 
-// Sequencer hands out and settles positions in per-key sequences. It is safe
-// for concurrent use, holds no connection of its own and starts no
-// goroutine; the Redis client stays the caller's.
+// Sequencer is a key space: the per-key sequences under one prefix, on one
+// Redis, with their retention and their cap. It is the one owner of the
+// sequences: the [Client] that reserves positions at acceptance, the
+// [Locker] whose scripts (and a store's commit, through [Commit]) pass a
+// turn on and hand the lock off, the [Turns] and the [Runner] are all
+// built on one, and take their prefix, notice channel, retention and cap
+// from it, so that they cannot disagree. Build one per key space and
+// share it; a producer and a worker in two processes each build theirs
+// from the same SeqConfig.
+//
+// It also reads and settles positions directly (Status, Void, Skip,
+// Finish, Pause). It is safe for concurrent use, holds no connection of
+// its own and starts no goroutine; the Redis client stays the caller's.
 type Sequencer struct {
 	rdb        redis.UniversalClient
 	prefix     string

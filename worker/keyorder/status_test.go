@@ -17,7 +17,20 @@ import (
 
 func newSequencer(tb testing.TB, rdb redis.UniversalClient, db *redistest.DB, cfg keyorder.SeqConfig) *keyorder.Sequencer {
 	tb.Helper()
-	cfg.Prefix = db.Prefix + "lock:"
+	return space(tb, rdb, db.Prefix, cfg)
+}
+
+// space returns the Sequencer of the tests' key space under prefix (a
+// test database's prefix): prefix+"lock:", cfg's other settings.
+func space(tb testing.TB, rdb redis.UniversalClient, prefix string, cfg keyorder.SeqConfig) *keyorder.Sequencer {
+	tb.Helper()
+	cfg.Prefix = prefix + "lock:"
+	return seqOn(tb, rdb, cfg)
+}
+
+// seqOn returns the Sequencer of cfg on rdb.
+func seqOn(tb testing.TB, rdb redis.UniversalClient, cfg keyorder.SeqConfig) *keyorder.Sequencer {
+	tb.Helper()
 	q, err := keyorder.NewSequencer(rdb, cfg)
 	require.NoError(tb, err)
 	return q

@@ -21,7 +21,7 @@ import (
 
 func topologyLocker(t *testing.T, c redis.UniversalClient, prefix string) *keyorder.Locker {
 	t.Helper()
-	l, err := keyorder.New(c, keyorder.Config{Prefix: prefix + "lock:"})
+	l, err := keyorder.New(space(t, c, prefix, keyorder.SeqConfig{}), keyorder.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l

@@ -472,8 +472,7 @@ func TestReservationsRaceToDistinctPositions(t *testing.T) {
 	seen := map[int64]bool{}
 	var wg sync.WaitGroup
 	for c := range 8 {
-		q, err := keyorder.NewSequencer(db.NewClient(t), keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
-		require.NoError(t, err)
+		q := space(t, db.NewClient(t), db.Prefix, keyorder.SeqConfig{})
 		wg.Go(func() {
 			for i := range 25 {
 				pos, err := q.Reserve(t.Context(), "SO-race", fmt.Sprintf("m %d-%d", c, i), "")
@@ -523,7 +522,7 @@ func TestNoticesRefusedByACL(t *testing.T) {
 		"~*", "+@all", "resetchannels").Err())
 	rdb := redisClient(t, "redis://worker:secret-pass@"+srv.Addr()+"/0")
 	waiting := make(chan string, 4)
-	l, err := keyorder.New(rdb, keyorder.Config{
+	l, err := keyorder.New(seqOn(t, rdb, keyorder.SeqConfig{}), keyorder.Config{
 		Wait:   keyorder.Wait{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		OnWait: func(_, meta, _ string) { waiting <- meta },
 	})

@@ -82,15 +82,15 @@ func BenchmarkScriptCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer locker.Close()
 	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	if err != nil {
 		b.Fatal(err)
 	}
+	locker, err := keyorder.New(seq, keyorder.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer locker.Close()
 	const nOrders = 1000
 	orderNo := func(i int) string { return "SO" + strconv.Itoa(i%nOrders) }
 	for i := range nOrders {

@@ -751,7 +751,9 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	s, err := New(db.Client, Config{Prefix: db.Prefix})
 	require.NoError(t, err)
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
-	locker, err := keyorder.New(db.Client, keyorder.Config{Prefix: db.Prefix + "lock:"})
+	space, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
+	require.NoError(t, err)
+	locker, err := keyorder.New(space, keyorder.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *keyorder.Lease) context.Context {

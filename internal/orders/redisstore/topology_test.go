@@ -28,7 +28,9 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	ctx := t.Context()
 	s, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	require.NoError(t, err)
-	locker, err := keyorder.New(rdb, keyorder.Config{Prefix: prefix + "lock:"})
+	space, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
+	require.NoError(t, err)
+	locker, err := keyorder.New(space, keyorder.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	write := func(l *keyorder.Lease) context.Context {

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -42,7 +43,7 @@ func Later(t testing.TB, rdb redis.UniversalClient, prefix string, nos ...string
 // every read of the sequence then meets WRONGTYPE. It returns the key.
 func WrongTypeSeq(t testing.TB, intake redis.UniversalClient, prefix, no string) string {
 	t.Helper()
-	seq, err := keyorder.NewSequencer(intake, keyorder.SeqConfig{Prefix: prefix + "lock:"})
+	seq, err := requeue.Sequencer(intake, prefix, keyorder.SeqConfig{})
 	require.NoError(t, err)
 	key := seq.SeqKey(no)
 	require.NoError(t, intake.Set(context.Background(), key, "x", 0).Err(), "the intake's user may write a sequence")

@@ -60,7 +60,13 @@ func run(ctx context.Context) error {
 	store := ledger.NewStore(rdb, ledger.StoreConfig{Prefix: prefix})
 	defer cleanup(rdb, queue, prefix) // after the worker's shutdown
 
-	client, err := keyorder.NewClient(rdb, keyorder.ClientConfig{Prefix: prefix + "lock:"})
+	// The key space: the Client and the Runner are built on it, so that
+	// they agree on where the accounts' sequences and locks live.
+	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
+	if err != nil {
+		return err
+	}
+	client, err := keyorder.NewClient(seq, keyorder.ClientConfig{})
 	if err != nil {
 		return err
 	}
@@ -86,7 +92,7 @@ func run(ctx context.Context) error {
 
 	// The worker: the Runner's handler around the store's, on an asynq
 	// server with the Runner's settings.
-	runner, err := keyorder.NewRunner(rdb, keyorder.RunnerConfig{Key: ledger.Key, Prefix: prefix + "lock:"})
+	runner, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: ledger.Key})
 	if err != nil {
 		return err
 	}
