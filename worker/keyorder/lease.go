@@ -98,7 +98,8 @@ func (s *Lease) Mode() Mode { return s.mode }
 // order (ModePassed), because its key has no sequence: it expired
 // (SeqConfig.Retention) or was lost with its Redis, or the task's
 // positions were handed out under another prefix than the Locker's (a
-// Client and a Runner configured apart). [Turns.Take] logs it.
+// Client and a Runner built on Sequencers of two SeqConfig.Prefix, in two
+// programs configured apart). [Turns.Take] logs it.
 func (s *Lease) SequenceGone() bool { return s.seqGone }
 
 // Turn returns the position the lease was acquired for (zero for none).
