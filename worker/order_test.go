@@ -490,6 +490,55 @@ func TestExchangeInTheMiddleOfASequence(t *testing.T) {
 	requireInSequence(t, e.history("SO-MID"))
 }
 
+// A creation's position is held by the exchange that creates the order: a
+// task of the exchanged order, which holds a position of that order. It is
+// no gap: however long the exchange is held up past the gap wait, the
+// replacement's changes wait for it, and nothing is skipped.
+func TestACreationHeldUpPastTheGapWaitIsNoGap(t *testing.T) {
+	const gap = time.Second
+	e := newEnv(t)
+	e.seed("SO-CG")
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var gated atomic.Bool
+	hold := storehook.Kinds(nil, func(ctx context.Context, typ, ev, no string) error {
+		if typ == tasks.TypeExchange && gated.CompareAndSwap(false, true) {
+			close(entered)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		return nil
+	})
+	r := newRuns()
+	cfg := quickGapConfig(gap, r)
+	cfg.Kinds, cfg.Concurrency = hold, 4
+	e.startWorker(cfg, nil)
+	p := e.producer(producer.Config{ParkFor: gap})
+	_, err := p.EnqueueExchange(t.Context(), "SO-CG", []tasks.Item{{SKU: "N", Qty: 1}}, producer.WithEventID("cg-x"), producer.WithNewOrderNo("SO-CG-B"))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-CG-B", tasks.Changes{Remark: new("behind the creation")}, producer.WithEventID("cg-behind"))
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exchange never reached its write")
+	}
+	// The modify comes back from its park every gap wait, and each time
+	// past the first the head (the creation) has waited longer than the
+	// gap wait: the gap check looks at it.
+	for since := time.Now(); time.Since(since) < 3*gap; {
+		r.waitFor(t, "cg-behind", 30*time.Second, worker.OutcomeWaiting)
+	}
+	close(gate)
+	d := r.waitFor(t, "cg-behind", 30*time.Second, worker.OutcomeOK)
+	require.Zero(t, d.Skipped, "the creation's position was not skipped")
+	b, err := e.store.Get(t.Context(), "SO-CG-B")
+	require.NoError(t, err)
+	require.Equal(t, "behind the creation", b.Remark)
+}
+
 // A modify of a replacement that is still being created waits for it; if
 // the exchange that was to create it is rejected, so is the modify, with
 // the reason.

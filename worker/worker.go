@@ -430,12 +430,13 @@ type Worker struct {
 	insp     *asynq.Inspector
 	store    orders.Store
 	log      *zap.Logger
-	tracer   trace.Tracer        // nil: tracing off
-	inflight sync.WaitGroup      // handler runs; asynq stops waiting for them at its shutdown timeout
-	slots    atomic.Int64        // asynq's slots in use: runs it started (a hold's drained runs take none)
-	stopping atomic.Bool         // Shutdown began: holds drain no more
-	hold     keyorder.HoldConfig // how the Worker's holds drain an order (drain.go)
-	locate   keyorder.Locate     // where a position's task waits (requeue.Locate of its shards and kinds)
+	tracer   trace.Tracer         // nil: tracing off
+	inflight sync.WaitGroup       // handler runs; asynq stops waiting for them at its shutdown timeout
+	slots    atomic.Int64         // asynq's slots in use: runs it started (a hold's drained runs take none)
+	stopping atomic.Bool          // Shutdown began: holds drain no more
+	hold     keyorder.HoldConfig  // how the Worker's holds drain an order (drain.go)
+	locate   keyorder.Locate      // where a position's task waits (requeue.Locate of its shards and kinds)
+	tasks    *keyorder.QueueTasks // the positions' tasks in the queues, on locate
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -485,6 +486,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.locate = requeue.Locate(cfg.Shards, w.kinds)
 	w.served = slices.Sorted(maps.Keys(w.queues))
+	w.tasks, err = keyorder.NewQueueTasks(rdb, keyorder.QueueTasksConfig{Key: requeue.OrderNo(w.kinds), Locate: w.locate, Logger: log, KeyField: "order_no"})
+	if err != nil {
+		_ = locker.Close()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no",
 		BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {

@@ -78,7 +78,7 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 	if !headOf(st, &h) {
 		return h, fmt.Errorf("%w: nothing of %s waits", ErrNothingToDo, key)
 	}
-	switch _, err := r.look(ctx, &h, true); {
+	switch _, err := r.tasks.look(ctx, &h, true); {
 	case errors.Is(err, errNoTask):
 		h.State = StateMissing
 	case err != nil:

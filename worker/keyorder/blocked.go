@@ -300,7 +300,7 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Bloc
 	if st.Paused != nil {
 		b.Reason, b.Since = BlockedHeld, st.Paused.At
 		if hasHead {
-			switch _, err := r.look(ctx, &b.Head, false); {
+			switch _, err := r.tasks.look(ctx, &b.Head, false); {
 			case errors.Is(err, errNoTask):
 				b.Head.State = StateMissing
 			case err != nil:
@@ -318,7 +318,7 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Bloc
 		return nil, nil
 	}
 	b.Since = b.Head.Since
-	info, err := r.look(ctx, &b.Head, false)
+	info, err := r.tasks.look(ctx, &b.Head, false)
 	switch {
 	case errors.Is(err, errNoTask):
 		b.Reason, b.Fate = BlockedGap, namesNoTask(b.Head.Label)
@@ -326,7 +326,7 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Bloc
 	case err != nil:
 		return nil, err
 	}
-	if why := r.fate(key, b.Head.Pos, b.Head.Label, info); why != "" {
+	if why := r.tasks.fate(key, b.Head.Pos, b.Head.Label, info); why != "" {
 		b.Reason, b.Fate = BlockedGap, why
 		return b, nil
 	}
@@ -362,61 +362,10 @@ func headOf(st Status, h *Head) bool {
 	return true
 }
 
-// look reads the task of h's position and fills h with it; it returns nil
-// info when no queue holds it (h.State is then [StateMissing]), errNoTask
-// when the label names no task, and an error for a task it cannot read.
-// With relist, a task of a queue that asynq's set of queues lost (a
-// failover) lists its queue again (asynqwire.TaskInfo); without, it only
-// reads, and such a task is an error (asynqwire.LookTaskInfo).
-func (r *Runner) look(ctx context.Context, h *Head, relist bool) (*asynq.TaskInfo, error) {
-	queues, id, ok := r.cfg.Locate(h.Key, h.Label)
-	if !ok || len(queues) == 0 {
-		return nil, errNoTask
-	}
-	h.TaskID, h.Queue, h.State = id, queues[0], StateMissing
-	for _, q := range queues {
-		var info *asynq.TaskInfo
-		var err error
-		if relist {
-			info, _, err = asynqwire.TaskInfo(ctx, r.insp, r.rdb, q, id)
-		} else {
-			info, err = asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, id)
-		}
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("task %s in %s: %w", id, q, err)
-		}
-		h.fill(info)
-		return info, nil
-	}
-	return nil, nil
-}
-
 // fill sets h's task fields from info.
 func (h *Head) fill(info *asynq.TaskInfo) {
 	h.Queue, h.State, h.Retried, h.MaxRetry, h.LastErr = info.Queue, info.State.String(), info.Retried, info.MaxRetry, info.LastErr
 	h.Type, h.Payload, h.NextRunAt, h.LastFailedAt = info.Type, info.Payload, info.NextProcessAt, info.LastFailedAt
-}
-
-// fate says why the task of key's position pos, reserved under label and
-// read as info (nil when no queue holds it), will never take its turn; ""
-// when it will. A task whose payload holds another position of key will
-// not; one that holds a position of another key (key was its
-// [AtOnce].Link) settles key's position from there, and comes.
-func (r *Runner) fate(key string, pos int64, label string, info *asynq.TaskInfo) string {
-	queues, id, _ := r.cfg.Locate(key, label)
-	if info == nil {
-		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", id, strings.Join(queues, " or "))
-	}
-	if p, err := Position(info.Payload); err == nil && p != pos {
-		if own, err := r.cfg.Key(asynq.NewTask(info.Type, info.Payload)); err == nil && own == key {
-			return fmt.Sprintf("task %s holds position %d, not this one", id, p)
-		}
-	}
-	why, _ := TaskFate(info)
-	return why
 }
 
 // stale says whether key, whose head h's task (info) exists and neither

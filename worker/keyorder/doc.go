@@ -139,6 +139,12 @@
 //     archived past it, with [ErrOutOfBudget]), for the [Runner] and for
 //     a program that wraps its handlers itself ([Turns.RetryDelay] is then
 //     its server's RetryDelayFunc, [IsFailure] its IsFailure).
+//   - [QueueTasks]: the [Tasks] that Turns ask about the tasks behind the
+//     positions, in asynq's queues: it wakes a parked task when its turn
+//     comes, and tells whether a head that waits for its task will ever
+//     get it (the gap check). The Runner's Turns ask one; a program that
+//     takes turns itself builds one, and may add to its HeadFate (the
+//     order domain brings forward a head scheduled too far ahead).
 //   - [Commit]: the hook a store on the lock's own Redis is handed with a
 //     write, to check the lock's newest fence and pass the turn on in its
 //     commit script ([CommitLua]).

@@ -60,5 +60,5 @@ func (q *Sequencer) ReserveArgs(key, label, ref string) (string, int64, int64, e
 // HeadFate is what the Runner's Turns learn of the head pos of key's
 // sequence, reserved under label, once it has waited longer than GapWait.
 func (r *Runner) HeadFate(ctx context.Context, key string, pos int64, label string) (string, time.Duration, error) {
-	return queueTasks{r}.HeadFate(ctx, key, &TurnError{Key: key, Head: pos, Pos: pos + 1, Label: label})
+	return r.tasks.HeadFate(ctx, key, &TurnError{Key: key, Head: pos, Pos: pos + 1, Label: label})
 }

@@ -137,9 +137,12 @@ type Runner struct {
 	turns *Turns
 	// headSeq reads the sequences one position deep, for Head and Blocked.
 	headSeq *Sequencer
-	insp    *asynq.Inspector
-	cfg     RunnerConfig
-	hold    HoldConfig
+	// tasks finds the tasks of positions in the queues, for the Turns, Head
+	// and Blocked.
+	tasks *QueueTasks
+	insp  *asynq.Inspector
+	cfg   RunnerConfig
+	hold  HoldConfig
 
 	handlers    sync.Map     // task type -> the handler that ran it, for the holds
 	seen        sync.Map     // queue -> true: the queues tasks came from
@@ -179,8 +182,13 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{rdb: seq.rdb, l: l, insp: asynq.NewInspectorFromRedisClient(seq.rdb), cfg: cfg, headSeq: seq.paged(1)}
-	r.turns, err = NewTurns(l, queueTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
+	tasks, err := NewQueueTasks(seq.rdb, QueueTasksConfig{Key: cfg.Key, Locate: cfg.Locate, Logger: cfg.Logger, KeyField: cfg.KeyField})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	r := &Runner{rdb: seq.rdb, l: l, tasks: tasks, insp: tasks.insp, cfg: cfg, headSeq: seq.paged(1)}
+	r.turns, err = NewTurns(l, tasks, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = l.Close()
@@ -441,41 +449,6 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run 
 	}()
 	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
 }
-
-// queueTasks is what a Runner's Turns ask of asynq: a position's label
-// names its task (RunnerConfig.Locate).
-type queueTasks struct{ r *Runner }
-
-// Wake brings the parked tasks of labels to the front of their queues.
-func (q queueTasks) Wake(ctx context.Context, key string, labels []string) error {
-	return moveLabels(ctx, q.r.rdb, q.r.cfg.Locate, key, labels, asynqwire.FrontInTransit)
-}
-
-// HeadFate says why the head of key's sequence, which waited for its task
-// longer than GapWait, will never take its turn ("" when it will come).
-func (q queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
-	h := Head{Key: key, Label: te.Label}
-	info, err := q.r.look(ctx, &h, true)
-	switch {
-	case errors.Is(err, errNoTask):
-		return namesNoTask(te.Label), 0, nil
-	case err != nil:
-		return "", 0, fmt.Errorf("read the task of position %d: %w", te.Head, err)
-	}
-	if why := q.r.fate(key, te.Head, te.Label, info); why != "" {
-		return why, 0, nil
-	}
-	if _, later := TaskFate(info); later {
-		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
-	}
-	return "", 0, nil
-}
-
-// errNoTask is look's error for a label that names no task.
-var errNoTask = errors.New("keyorder: the label names no task")
-
-// namesNoTask is the fate of a position whose label names no task.
-func namesNoTask(label string) string { return fmt.Sprintf("its label %q names no task", clip(label)) }
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
 // the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
