@@ -68,8 +68,8 @@ type Client struct {
 // nil seq or a negative setting, and when the program links another asynq
 // release than v0.25.1, whose private Redis layout the Client writes.
 func NewClient(seq *Sequencer, cfg ClientConfig) (*Client, error) {
-	if seq == nil {
-		return nil, errors.New("keyorder: NewClient needs a Sequencer")
+	if !seq.valid() {
+		return nil, errors.New("keyorder: NewClient needs a Sequencer from NewSequencer")
 	}
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("keyorder: %w", err)

@@ -170,8 +170,8 @@ type Locker struct {
 // are built on Sequencers of the same SeqConfig.Prefix. It returns an
 // error when seq is nil or cfg is invalid.
 func New(seq *Sequencer, cfg Config) (*Locker, error) {
-	if seq == nil {
-		return nil, errors.New("keyorder: New needs a Sequencer")
+	if !seq.valid() {
+		return nil, errors.New("keyorder: New needs a Sequencer from NewSequencer")
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	cfg.Wait = cfg.Wait.Or(DefaultWait)

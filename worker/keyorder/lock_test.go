@@ -421,6 +421,12 @@ func TestNewValidates(t *testing.T) {
 	}
 	_, err := keyorder.New(nil, keyorder.Config{})
 	require.Error(t, err, "a Locker needs a Sequencer")
+	_, err = keyorder.New(&keyorder.Sequencer{}, keyorder.Config{})
+	require.Error(t, err, "a zero Sequencer is none")
+	_, err = keyorder.NewClient(&keyorder.Sequencer{}, keyorder.ClientConfig{})
+	require.Error(t, err, "a zero Sequencer is none")
+	_, err = keyorder.NewRunner(&keyorder.Sequencer{}, keyorder.RunnerConfig{Key: keyOf})
+	require.Error(t, err, "a zero Sequencer is none")
 	_, err = keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: "x{"})
 	require.Error(t, err, "a brace in the prefix")
 }

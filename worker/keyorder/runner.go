@@ -159,8 +159,8 @@ type Runner struct {
 // the program links another asynq release than v0.25.1, whose private
 // Redis layout the Runner reads and writes.
 func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
-	if seq == nil || cfg.Key == nil {
-		return nil, errors.New("keyorder: NewRunner needs a Sequencer and RunnerConfig.Key")
+	if !seq.valid() || cfg.Key == nil {
+		return nil, errors.New("keyorder: NewRunner needs a Sequencer from NewSequencer and RunnerConfig.Key")
 	}
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("keyorder: %w", err)

@@ -193,6 +193,10 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage}, nil
 }
 
+// valid reports whether q is a Sequencer from NewSequencer (not nil, and
+// not a zero value).
+func (q *Sequencer) valid() bool { return q != nil && q.rdb != nil }
+
 // paged returns a copy of q whose Status reads n positions after the
 // cursor.
 func (q *Sequencer) paged(n int) *Sequencer {
