@@ -28,8 +28,9 @@ type QueueTasksConfig struct {
 	// (see [RunnerConfig].Locate). Defaults to reading a [Client]'s label.
 	Locate Locate
 	// Logger receives a warning for each queue that asynq's set of queues
-	// had lost while a head's task in it existed (a failover), which
-	// [QueueTasks.HeadTask] lists again. Defaults to discarding.
+	// had lost while a head's task in it existed (a failover), which a
+	// read of the head lists again ([QueueTasks.HeadTask], and a Runner's
+	// [Runner.Head]). Defaults to discarding.
 	Logger *zap.Logger
 	// KeyField names the key in those log lines. Defaults to "key".
 	KeyField string
