@@ -490,17 +490,13 @@ func TestExchangeInTheMiddleOfASequence(t *testing.T) {
 	requireInSequence(t, e.history("SO-MID"))
 }
 
-// A creation's position is held by the exchange that creates the order: a
-// task of the exchanged order, which holds a position of that order. It is
-// no gap: however long the exchange is held up past the gap wait, the
-// replacement's changes wait for it, and nothing is skipped.
-func TestACreationHeldUpPastTheGapWaitIsNoGap(t *testing.T) {
-	const gap = time.Second
-	e := newEnv(t)
-	e.seed("SO-CG")
-	entered, gate := make(chan struct{}), make(chan struct{})
+// gateFirstExchange returns the worker's kinds with the first exchange's
+// write held up: entered is closed when it reaches its write, which waits
+// until gate is closed (or its run ends).
+func gateFirstExchange() (kinds []worker.Kind, entered, gate chan struct{}) {
+	entered, gate = make(chan struct{}), make(chan struct{})
 	var gated atomic.Bool
-	hold := storehook.Kinds(nil, func(ctx context.Context, typ, ev, no string) error {
+	kinds = storehook.Kinds(nil, func(ctx context.Context, typ, ev, no string) error {
 		if typ == tasks.TypeExchange && gated.CompareAndSwap(false, true) {
 			close(entered)
 			select {
@@ -511,6 +507,18 @@ func TestACreationHeldUpPastTheGapWaitIsNoGap(t *testing.T) {
 		}
 		return nil
 	})
+	return kinds, entered, gate
+}
+
+// A creation's position is held by the exchange that creates the order: a
+// task of the exchanged order, which holds a position of that order. It is
+// no gap: however long the exchange is held up past the gap wait, the
+// replacement's changes wait for it, and nothing is skipped.
+func TestACreationHeldUpPastTheGapWaitIsNoGap(t *testing.T) {
+	const gap = time.Second
+	e := newEnv(t)
+	e.seed("SO-CG")
+	hold, entered, gate := gateFirstExchange()
 	r := newRuns()
 	cfg := quickGapConfig(gap, r)
 	cfg.Kinds, cfg.Concurrency = hold, 4
@@ -545,18 +553,7 @@ func TestACreationHeldUpPastTheGapWaitIsNoGap(t *testing.T) {
 func TestModifyOfAReplacementBeingCreated(t *testing.T) {
 	e := newEnv(t)
 	e.seed("SO-RC")
-	gate := make(chan struct{})
-	var gated atomic.Bool
-	hold := storehook.Kinds(nil, func(ctx context.Context, typ, ev, no string) error {
-		if typ == tasks.TypeExchange && gated.CompareAndSwap(false, true) {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		return nil
-	})
+	hold, _, gate := gateFirstExchange()
 	r := newRuns()
 	e.startWorker(worker.Config{Concurrency: 4, OnDone: r.add, Kinds: hold,
 		Waits:        map[string]worker.Wait{"modify": {MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Deadline: 100 * time.Millisecond}},
