@@ -127,7 +127,7 @@ func (p ExchangePayload) Validate() error {
 			return fieldErr("new_order_no", "must differ from order_no")
 		}
 	}
-	if err := text("reason", p.Reason, MaxReasonLen, true); err != nil {
+	if err := CheckReason(p.Reason); err != nil {
 		return err
 	}
 	if err := p.Trace.validate(); err != nil {

@@ -18,8 +18,8 @@
 // per-order lock. A store applies each event at most once per order, and
 // refuses a write whose fence is older than the newest it has seen for that
 // order, so a lock holder that has lost its lock can never write. The checks
-// every store makes before writing ([CheckModify], [CheckExchange],
-// [CheckPut], [FencedWrite]) are here, so that the backends refuse the same
+// every store makes before writing ([CheckEventID], [CheckModify],
+// [CheckExchange], [CheckPut], [FencedWrite]) are here, so that the backends refuse the same
 // requests with the same errors.
 //
 // orders is not the wire contract (that is package tasks), does not take
@@ -570,12 +570,33 @@ func CheckPut(o Order) error {
 	return validItems(o.Items)
 }
 
+// CheckEventID returns an error matching [ErrInvalid] unless id is a
+// well-formed event ID by [tasks.ValidEventID] (tasks.EventIDRule): what
+// every payload's Validate requires, so that a store records nothing that
+// a task could not carry (a control character would break the Redis
+// store's history entries).
+func CheckEventID(id string) error {
+	if !tasks.ValidEventID(id) {
+		return fmt.Errorf("event ID %q is not %s: %w", clipID(id), tasks.EventIDRule, ErrInvalid)
+	}
+	return nil
+}
+
+// clipID cuts an event ID short for an error message.
+func clipID(id string) string {
+	if len(id) > 64 {
+		return id[:64] + "..."
+	}
+	return id
+}
+
 // CheckModify returns an error matching [ErrInvalid] for a modify that
-// [Modifier.Modify] refuses before writing: an empty event ID, a malformed
-// order number, items given but empty, or a bad item.
+// [Modifier.Modify] refuses before writing: a malformed event ID
+// ([CheckEventID]), a malformed order number, items given but empty, or a
+// bad item.
 func CheckModify(eventID, orderNo string, c Changes) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
+	if err := CheckEventID(eventID); err != nil {
+		return err
 	}
 	if err := CheckOrderNo(orderNo); err != nil {
 		return err
@@ -587,13 +608,18 @@ func CheckModify(eventID, orderNo string, c Changes) error {
 }
 
 // CheckExchange returns an error matching [ErrInvalid] for an exchange that
-// [Exchanger.Exchange] refuses before writing: an empty event ID, a malformed
-// order number or replacement number newNo (which the caller has filled in
-// with [tasks.ReplacementOrderNo] when x.NewOrderNo is empty), a
-// replacement numbered as the order itself, no items, or a bad item.
+// [Exchanger.Exchange] refuses before writing: a malformed event ID
+// ([CheckEventID]), a malformed order number or replacement number newNo
+// (which the caller has filled in with [tasks.ReplacementOrderNo] when
+// x.NewOrderNo is empty), a replacement numbered as the order itself, no
+// items, a bad item, or a reason that the payload's Validate refuses
+// ([tasks.CheckReason]).
 func CheckExchange(eventID, orderNo, newNo string, x Exchange) error {
-	if eventID == "" {
-		return fmt.Errorf("empty event ID: %w", ErrInvalid)
+	if err := CheckEventID(eventID); err != nil {
+		return err
+	}
+	if err := tasks.CheckReason(x.Reason); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	if err := CheckOrderNo(orderNo); err != nil {
 		return err

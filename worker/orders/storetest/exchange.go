@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,12 +110,17 @@ func testExchangeRefusals(t *testing.T, s orders.Store) {
 		{Items: []orders.Item{{SKU: "x", Qty: -1}}, NewOrderNo: "SO3"},
 		{Items: newItems, NewOrderNo: "SO{3}"},
 		{Items: newItems, NewOrderNo: "SO1"},
+		{Items: newItems, NewOrderNo: "SO3", Reason: "a\x1fb"},
+		{Items: newItems, NewOrderNo: "SO3", Reason: "bad\x00byte"},
+		{Items: newItems, NewOrderNo: "SO3", Reason: strings.Repeat("r", tasks.MaxReasonLen+1)},
 	} {
 		_, err := ex.Exchange(Fenced(t, baseFence), "evt-y", "SO1", x)
 		assert.ErrorIs(t, err, orders.ErrInvalid, "%+v", x)
 	}
-	_, err = ex.Exchange(Fenced(t, baseFence), "", "SO1", orders.Exchange{Items: newItems})
-	assert.ErrorIs(t, err, orders.ErrInvalid, "empty event ID")
+	for _, id := range []string{"", "evt\x1fy", "evt y"} {
+		_, err = ex.Exchange(Fenced(t, baseFence), id, "SO1", orders.Exchange{Items: newItems})
+		assert.ErrorIs(t, err, orders.ErrInvalid, "event ID %q", id)
+	}
 	assert.Equal(t, orders.StatusActive, get(t, s, "SO1").Status)
 }
 

@@ -53,6 +53,8 @@ func testModifyInvalid(t *testing.T, s orders.Store) {
 		c                orders.Changes
 	}{
 		{"", "SO1", orders.Changes{}},
+		{"evt\x1f1", "SO1", orders.Changes{}},
+		{"evt/1", "SO1", orders.Changes{}},
 		{"evt", "SO 1", orders.Changes{}},
 		{"evt", "SO1", orders.Changes{Items: []orders.Item{}}},
 		{"evt", "SO1", orders.Changes{Items: []orders.Item{{SKU: "x"}}}},
