@@ -19,8 +19,8 @@
 // refuses a write whose fence is older than the newest it has seen for that
 // order, so a lock holder that has lost its lock can never write. The checks
 // every store makes before writing ([CheckEventID], [CheckModify],
-// [CheckExchange], [CheckPut], [FencedWrite]) are here, so that the backends refuse the same
-// requests with the same errors.
+// [CheckExchange], [CheckPut], [FencedWrite]) are here, so that the
+// backends refuse the same requests with the same errors.
 //
 // orders is not the wire contract (that is package tasks), does not take
 // locks (the worker does, and hands the fence in through [WithWrite]),
