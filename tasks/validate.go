@@ -202,6 +202,13 @@ func validateSKU(path, s string) error {
 	return nil
 }
 
+// CheckReason returns the *[FieldError] (field "reason") that a payload's
+// Validate gives a change's reason: longer than [MaxReasonLen] bytes, not
+// UTF-8, or with a control character other than a line break or a tab. An
+// empty reason passes (a kind that requires one says so itself). Stores
+// check a reason with it before they write one (orders.CheckExchange).
+func CheckReason(s string) error { return text("reason", s, MaxReasonLen, true) }
+
 // text checks a free-text field: valid UTF-8 of at most limit bytes, without
 // control characters other than line breaks ("\n" or "\r\n") and, if tabs,
 // tabs.
@@ -214,13 +221,6 @@ func validateSKU(path, s string) error {
 // show them and break fixed layouts. A tab is allowed in a remark or a
 // reason, where it may indent pasted text, and refused in an address, which
 // is printed on labels and exported to columns where it would shift fields.
-// CheckReason returns the *[FieldError] (field "reason") that a payload's
-// Validate gives a change's reason: longer than [MaxReasonLen] bytes, not
-// UTF-8, or with a control character other than a line break or a tab. An
-// empty reason passes (a kind that requires one says so itself). Stores
-// check a reason with it before they write one (orders.CheckExchange).
-func CheckReason(s string) error { return text("reason", s, MaxReasonLen, true) }
-
 func text(path, s string, limit int, tabs bool) error {
 	switch {
 	case len(s) > limit:
