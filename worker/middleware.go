@@ -340,11 +340,9 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 		// than applied after all, as the engine's Runner does.
 		return skip
 	}
-	wctx = orders.WithWrite(wctx, orders.Write{
-		Fence:     lease.Fence(),
+	err = w.writeCaughtUp(wctx, k, p, lease, orders.Write{
 		Worker:    w.cfg.ID,
 		StartedAt: time.Now(),
-		Seq:       h.Seq,
 		// Only a position applied in its turn moves the order on: a seq
 		// that the order's sequence never handed out (a task enqueued by
 		// hand, its sequence gone) is checked but not recorded.
@@ -357,12 +355,48 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 		// quantum lasts.
 		Commit: lease,
 	})
-	lease.Drain(w.hold.Drains())
-	err = w.write(wctx, k, p, lease.Fence())
 	// A change of an order that an exchange was to create and did not, or
 	// whose position was skipped: say why.
 	return storeError(w.explain(ctx, h, tasks.PositionLabel(k.Kind.Type, h.EventID), err))
 }
+
+// writeCaughtUp writes p with wr, under lease's fence and at its position
+// (lease.Seq: the change's position plus its order's offset). When the
+// store refuses it with what it has seen that the order's Redis lost in a
+// failover (keyorder.StoreAhead: a fence or a position of the old
+// master's), it moves the order above that and writes again at once, in
+// this hold, rather than archiving a change it never applied as passed or
+// waiting for the new master's clock to pass the old fences.
+func (w *Worker) writeCaughtUp(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, wr orders.Write) error {
+	var err error
+	for try := 0; ; try++ {
+		wr.Fence = lease.Fence()
+		if p.Header().Seq > 0 {
+			wr.Seq = lease.Seq()
+		}
+		lease.Drain(w.hold.Drains())
+		err = w.write(orders.WithWrite(ctx, wr), k, p, wr.Fence)
+		a := keyorder.AheadOf(err)
+		if a == nil || try == maxCatchUps || ctx.Err() != nil {
+			return err
+		}
+		moved, cerr := lease.CatchUp(ctx, *a)
+		if cerr != nil {
+			tracing.Log(ctx, w.log).Warn("order store ahead of the order's Redis; not caught up",
+				zap.String("order_no", p.Header().OrderNo), zap.Error(cerr))
+		}
+		if !moved {
+			return err
+		}
+		tracing.Log(ctx, w.log).Info("order store ahead of the order's Redis; caught up",
+			zap.String("order_no", p.Header().OrderNo), zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos),
+			zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
+	}
+}
+
+// maxCatchUps bounds the catch-ups of one write (see writeCaughtUp): one
+// for the position and one for the fence is all a failover needs.
+const maxCatchUps = 2
 
 // write runs the kind's store write inside the run's "order write" span,
 // which ends (with the write's error) even when the handler panics.

@@ -200,9 +200,12 @@ func (s *MemStore) check(w orders.Write, eventID, orderNo, req string) (m *memOr
 	case m.o.Status != orders.StatusActive:
 		return nil, false, &orders.ClosedError{OrderNo: orderNo, Status: m.o.Status, ExchangedTo: m.o.ExchangedTo}
 	case w.Seq > 0 && w.Seq <= m.seq:
-		return nil, false, fmt.Errorf("position %d is not after position %d: %w", w.Seq, m.seq, orders.ErrPassed)
+		// WithNewest: the worker learns where the store stands (after a
+		// failover of its Redis that lost positions, it writes again
+		// above them).
+		return nil, false, orders.WithNewest(fmt.Errorf("position %d is not after position %d: %w", w.Seq, m.seq, orders.ErrPassed), m.fence, m.seq)
 	case w.Fence < m.fence:
-		return nil, false, fmt.Errorf("fence %d is older than %d: %w", w.Fence, m.fence, orders.ErrStaleFence)
+		return nil, false, orders.WithNewest(fmt.Errorf("fence %d is older than %d: %w", w.Fence, m.fence, orders.ErrStaleFence), m.fence, m.seq)
 	}
 	return m, false, nil
 }

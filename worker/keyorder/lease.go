@@ -36,7 +36,8 @@ type Lease struct {
 	key   string
 	owner string
 	meta  string
-	fence int64
+	// fence is the lease's fencing token; CatchUp raises it.
+	fence atomic.Int64
 	stats Stats
 	turn  Turn
 	mode  Mode
@@ -52,8 +53,9 @@ type Lease struct {
 	finished bool      // Finish: the turn is done
 	retryAt  time.Time // RetryAt: when the holder runs again
 	released bool
-	byStore  bool // a store script released it (Handoff.Released), or passOn did
-	kept     Turn // the next position, when a commit kept the lock for it (Drain)
+	byStore  bool  // a store script released it (Handoff.Released), or passOn did
+	kept     Turn  // the next position, when a commit kept the lock for it (Drain)
+	offset   int64 // the key's position offset (see Seq)
 	step     CommitStep
 	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
@@ -66,7 +68,8 @@ func (s *Lease) Key() string { return s.key }
 
 // Fence returns the lease's fencing token: strictly greater than that of
 // every earlier lease on the key. Pass it with every write the lock guards.
-func (s *Lease) Fence() int64 { return s.fence }
+// [Lease.CatchUp] may raise it.
+func (s *Lease) Fence() int64 { return s.fence.Load() }
 
 // FenceKey returns the Redis key that holds the newest fence handed out for
 // the lease's key. A store on the same Redis can refuse a fence older than
@@ -235,7 +238,7 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	// for every run (with tracing on it also formats the trace and span
 	// IDs).
 	log := func() *zap.Logger {
-		return tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence))
+		return tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence.Load()))
 	}
 	for {
 		select {

@@ -289,13 +289,19 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool
 	}
 	code, _ := res[0].(int64)
 	switch {
-	case code == 1 && len(res) == 3:
+	case code == 1 && len(res) == 4:
 		fence, err := parseFence(res[1])
 		if err != nil {
 			return attempt{}, fmt.Errorf("acquire %s: %w", key, err)
 		}
 		mode, _ := res[2].(string)
-		lease := &Lease{l: l, key: key, owner: owner, meta: meta, fence: fence, turn: turn, mode: Mode(mode)}
+		os, _ := res[3].(string)
+		offset, err := strconv.ParseInt(os, 10, 64)
+		if err != nil || offset < 0 {
+			return attempt{}, fmt.Errorf("acquire %s: bad position offset %q", key, os)
+		}
+		lease := &Lease{l: l, key: key, owner: owner, meta: meta, turn: turn, mode: Mode(mode), offset: offset}
+		lease.fence.Store(fence)
 		if mode == "gone" {
 			lease.mode, lease.seqGone = ModePassed, true
 		}
@@ -585,9 +591,9 @@ func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
 	case errors.Is(rerr, ErrNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
-		tracing.Log(ctx, l.log).Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.fence))
+		tracing.Log(ctx, l.log).Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.Fence()))
 	case !errors.Is(rerr, ErrNotHeld):
 		tracing.Log(ctx, l.log).Warn("release failed; the lock expires with its lease",
-			zap.String("key", lease.key), zap.Int64("fence", lease.fence), zap.Error(rerr))
+			zap.String("key", lease.key), zap.Int64("fence", lease.Fence()), zap.Error(rerr))
 	}
 }

@@ -286,14 +286,19 @@ func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
 // Run is what a handler wrapped by [Runner.Handler] learns of its run.
 type Run struct {
 	// Key is the task's key, Pos its position (0 for a task without one,
-	// which runs under the lock but without order).
+	// which runs under the lock but without order): the one to give the
+	// store, [Lease.Seq], which is above every position the store applied
+	// even when a failover lost some in Redis (see [StoreAhead]).
 	Key string
 	Pos int64
 	// Fence is the fencing token of this hold of the key's lock: greater
 	// than any token handed out for the key before. A store must refuse a
 	// write whose fence is older than one it has seen (and wrap
 	// ErrStaleFence), since a holder that stalled past its lease may
-	// still be running.
+	// still be running. A store that also wraps a [*StoreAhead] with its
+	// newest fence (or, refusing a position as passed, its newest
+	// position) has the run caught up and run again at once, in the same
+	// hold, with a fence (and a Pos) above it.
 	Fence int64
 	// Mode says how the lock was granted: [ModeTurn] in the position's
 	// turn; [ModePassed] for a position already passed (the task ran
@@ -447,8 +452,33 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run 
 		}
 		err, _ = r.turns.EndTask(ctx, wctx, lease, tr, err)
 	}()
-	return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
+	run.Fence, run.Pos = lease.Fence(), lease.Seq()
+	err = next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
+	for range maxCatchUps {
+		// The store refused the write with what it has seen that the
+		// key's Redis lost in a failover: move the key above it and run
+		// again, in this hold.
+		a := AheadOf(err)
+		if a == nil || wctx.Err() != nil {
+			break
+		}
+		moved, cerr := lease.CatchUp(wctx, *a)
+		if cerr != nil {
+			r.cfg.Logger.Warn("store ahead of the key; not caught up", zap.String("key", run.Key), zap.Error(cerr))
+		}
+		if !moved {
+			break
+		}
+		run.Fence, run.Pos = lease.Fence(), lease.Seq()
+		err = next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
+	}
+	return err
 }
+
+// maxCatchUps bounds how often a run catches its key up with its store
+// ([Lease.CatchUp]) and runs again: once for the fence and once for the
+// position is all a failover needs.
+const maxCatchUps = 2
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
 // the head of a key's sequence, for a [Tasks.HeadFate]: why it will never

@@ -31,6 +31,9 @@ import "github.com/redis/go-redis/v9"
 //	         (it is persisted) while the field is there
 //	log      the latest positions settled without a turn, and the outcomes
 //	         noted by holders after theirs, as JSON (seq_log)
+//	o        the offset of the positions given to the key's store, once
+//	         a store showed it had applied positions that a failover lost
+//	         (see Lease.CatchUp and Lease.Seq); absent for 0
 //
 // All three keys share the hash tag {key}, so every script touches one
 // Cluster slot. Positions start at Redis TIME in microseconds (see
@@ -266,11 +269,13 @@ end
 //
 // Returns one of
 //
-//	{1, fence, mode}   taken; fence is max(previous fence + 1, Redis TIME in
+//	{1, fence, mode, offset}
+//	                   taken; fence is max(previous fence + 1, Redis TIME in
 //	                   µs); mode is "turn" (it is the position's turn),
 //	                   "passed" (the position is finished), "gone" (the
 //	                   sequence does not exist) or "free" (no position
-//	                   given)
+//	                   given); offset is the sequence's field o ("0"
+//	                   without one: see Lease.Seq)
 //	{0, pttl, holder}  held by someone else (a waiter mark is set)
 //	{2, head, record, retry at, now, parked}
 //	                   not the position's turn yet: head is the next
@@ -291,10 +296,12 @@ end
 // a position are not paused (they are not ordered).
 var acquireScript = redis.NewScript(commonLua + `
 local mode = 'free'
+local offset = '0'
 if KEYS[3] then
   local pos = tonumber(ARGV[5])
-  local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5], 'h')
+  local st = redis.call('HMGET', KEYS[3], 'n', 'd', 'p:' .. ARGV[5], 'h', 'o')
   local n, d, rec = tonumber(st[1]), tonumber(st[2]), st[3]
+  if d and st[5] then offset = st[5] end
   if not d then
     mode = 'gone'
   elseif pos <= d then
@@ -339,7 +346,7 @@ local s = num(fence)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'meta', ARGV[3], 'fence', s)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
-return {1, s, mode}
+return {1, s, mode, offset}
 `)
 
 // releaseScript releases the lock if the caller still owns it, and finishes

@@ -56,6 +56,28 @@ var (
 	ErrInvalid = errors.New("orders: invalid request")
 )
 
+// WithNewest returns err, a store's refusal of a write (one that matches
+// [ErrStaleFence] or [ErrPassed]), telling the order's newest fence and its
+// newest applied position (0 for not known). The text and the matches of
+// err stay. Every store returns its refusals so: after a failover of the
+// worker's Redis that lost the newest positions and fences, the worker
+// learns from them where the store stands and writes again above it at
+// once, rather than archiving a change it never applied as passed, or
+// waiting until the promoted Redis's clock passes the old fences (see
+// keyorder.StoreAhead). The conformance suite checks it.
+func WithNewest(err error, fence, seq int64) error {
+	return keyorder.WithAhead(err, keyorder.StoreAhead{Fence: fence, Pos: seq})
+}
+
+// Newest returns what a store's refusal err tells of the order's newest
+// fence and applied position ([WithNewest]); zeros when it tells nothing.
+func Newest(err error) (fence, seq int64) {
+	if a := keyorder.AheadOf(err); a != nil {
+		return a.Fence, a.Pos
+	}
+	return 0, 0
+}
+
 // ClosedError is the error of a write to a closed order. It matches
 // [ErrClosed] with errors.Is.
 type ClosedError struct {

@@ -673,6 +673,12 @@ type errorDetail struct {
 	// Status and ExchangedTo are set with CodeOrderClosed.
 	Status      orders.Status `json:"status,omitempty"`
 	ExchangedTo string        `json:"exchanged_to,omitempty"`
+	// Fence is the order's newest fence, with CodeStaleFence; Seq its
+	// newest applied Order-Sequence, with CodePassed (see
+	// docs/upstream-order-api.md, "After a failover"). Either may come
+	// with either code; 0 or absent means not told.
+	Fence int64 `json:"fence,omitempty"`
+	Seq   int64 `json:"seq,omitempty"`
 }
 
 // decodeError maps an answer about order orderNo that is not a success to
@@ -692,9 +698,9 @@ func decodeError(status int, body []byte, orderNo string) *UpstreamError {
 	case status == http.StatusNotFound:
 		e.Err = fmt.Errorf("%w: 404 without code %s: is the order API URL right?", ErrUpstream, CodeNotFound)
 	case status == http.StatusConflict && e.Code == CodeStaleFence:
-		e.Err = orders.ErrStaleFence
+		e.Err = withAhead(orders.ErrStaleFence, eb.Error)
 	case status == http.StatusConflict && e.Code == CodePassed:
-		e.Err = orders.ErrPassed
+		e.Err = withAhead(orders.ErrPassed, eb.Error)
 	case status == http.StatusConflict && e.Code == CodeOrderClosed:
 		ce := &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(clean(string(eb.Error.Status), 32)), ExchangedTo: clean(eb.Error.ExchangedTo, tasks.MaxOrderNoLen)}
 		if ce.Status == "" {
@@ -717,6 +723,14 @@ func decodeError(status int, body []byte, orderNo string) *UpstreamError {
 		e.Err = ErrUpstream
 	}
 	return e
+}
+
+// withAhead is err carrying what the upstream told of the order's newest
+// fence and position (orders.WithNewest), so that the worker catches the
+// order up with it. Values that are no fence or position (not
+// positive) are not taken.
+func withAhead(err error, d *errorDetail) error {
+	return orders.WithNewest(err, max(d.Fence, 0), max(d.Seq, 0))
 }
 
 // clean drops control characters from s and cuts it to at most n bytes of

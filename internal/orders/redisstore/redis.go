@@ -1034,9 +1034,11 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	case "closed":
 		return applied{}, &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
-		return applied{}, fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence)
+		newest, _ := strconv.ParseInt(res[1], 10, 64)
+		return applied{}, orders.WithNewest(fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence), newest, 0)
 	case "passed":
-		return applied{}, fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed)
+		newest, _ := strconv.ParseInt(res[1], 10, 64)
+		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed), 0, newest)
 	case "ok", "replay":
 		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
 		if err != nil {

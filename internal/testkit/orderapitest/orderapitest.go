@@ -76,6 +76,10 @@ type (
 		// Status and ExchangedTo are set with codeOrderClosed.
 		Status      orders.Status `json:"status,omitempty"`
 		ExchangedTo string        `json:"exchanged_to,omitempty"`
+		// Fence is the order's newest fence, with codeStaleFence; Seq
+		// its newest applied Order-Sequence, with codePassed.
+		Fence int64 `json:"fence,omitempty"`
+		Seq   int64 `json:"seq,omitempty"`
 	}
 )
 
@@ -359,9 +363,15 @@ func writeAPIError(w http.ResponseWriter, err error) {
 		b.Error.Status, b.Error.ExchangedTo = ce.Status, ce.ExchangedTo
 		writeAPIJSON(w, http.StatusConflict, b)
 	case errors.Is(err, orders.ErrStaleFence):
-		writeAPIJSON(w, http.StatusConflict, apiError(codeStaleFence, err.Error()))
+		// The order's newest fence and newest position, so that a worker
+		// whose Redis failed over and lost them moves above them.
+		b := apiError(codeStaleFence, err.Error())
+		b.Error.Fence, _ = orders.Newest(err)
+		writeAPIJSON(w, http.StatusConflict, b)
 	case errors.Is(err, orders.ErrPassed):
-		writeAPIJSON(w, http.StatusConflict, apiError(codePassed, err.Error()))
+		b := apiError(codePassed, err.Error())
+		_, b.Error.Seq = orders.Newest(err)
+		writeAPIJSON(w, http.StatusConflict, b)
 	case errors.Is(err, orders.ErrConflict):
 		writeAPIJSON(w, http.StatusConflict, apiError(codeConflict, err.Error()))
 	case errors.Is(err, orders.ErrNotFound):

@@ -19,6 +19,7 @@ var _ = rules(
 	rule{name: "StaleFenceRefused", test: testStaleFence},
 	rule{name: "EqualFenceAllowed", test: testEqualFence},
 	rule{name: "ConcurrentWrites", test: testConcurrent},
+	rule{name: "RefusalTellsTheNewest", test: testRefusalTellsTheNewest},
 )
 
 // A store never writes unfenced: no Write, or a fence that is not
@@ -112,4 +113,25 @@ func testConcurrent(t *testing.T, s orders.Store) {
 	assert.Positive(t, applied)
 	assert.Equal(t, 1+applied, get(t, s, "SO1").Version)
 	assert.Len(t, history(t, s, "SO1"), int(1+applied))
+}
+
+// A refusal tells where the order stands (orders.WithNewest): a stale
+// fence the order's newest fence, a passed position its newest applied
+// position. After a failover of the worker's Redis that lost positions and
+// fences, the worker writes again above them at once.
+func testRefusalTellsTheNewest(t *testing.T, s orders.Store) {
+	m := need[orders.Modifier](t, s)
+	Seed(t, s, "SO1")
+	_, err := m.Modify(At(t, baseFence, 20), "evt-20", "SO1", orders.Changes{Remark: new("twenty")})
+	require.NoError(t, err)
+
+	_, err = m.Modify(At(t, baseFence-1, 21), "evt-stale", "SO1", orders.Changes{Remark: new("stale")})
+	require.ErrorIs(t, err, orders.ErrStaleFence)
+	fence, _ := orders.Newest(err)
+	assert.Equal(t, int64(baseFence), fence, "a stale fence's refusal tells the newest fence: %v", err)
+
+	_, err = m.Modify(At(t, baseFence+1, 20), "evt-passed", "SO1", orders.Changes{Remark: new("passed")})
+	require.ErrorIs(t, err, orders.ErrPassed)
+	_, seq := orders.Newest(err)
+	assert.Equal(t, int64(20), seq, "a passed position's refusal tells the newest applied: %v", err)
 }
