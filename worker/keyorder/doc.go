@@ -49,7 +49,9 @@
 //     one after another share its fence. A store that refuses an older
 //     fence than it has seen ([ErrStaleFence]), and takes an equal one, is
 //     safe from a holder that stalled past its lease; the lock alone cannot
-//     be (see Limits).
+//     be (see Limits). A store that outlives a failover of Redis (one that
+//     lost the newest fences and positions) tells what it has seen
+//     ([StoreAhead]), and the run moves the key above it and runs again.
 //   - Waiting is free. A task whose turn has not come waits, woken by the
 //     release of the task before it, or goes back to its queue parked and
 //     is called back when its turn comes. Neither spends a retry, whatever
