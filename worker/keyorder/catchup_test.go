@@ -181,7 +181,7 @@ func TestRunnerCatchesUpWithAStoreAhead(t *testing.T) {
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
 	var es []keyorder.Enqueued
 	for n := range 3 {
-		es = append(es, enqueue(t, c, "K", n+1, asynq.MaxRetry(0)))
+		es = append(es, enqueue(t, c, "K", n+1, asynq.MaxRetry(0), asynq.Retention(time.Hour)))
 	}
 	// The old master applied two positions this Redis re-handed out, with
 	// fences from a clock a minute ahead.

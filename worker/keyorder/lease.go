@@ -518,15 +518,30 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	res, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
 	if err != nil {
+		if s.mode == ModeTurn && finished && unknownOutcome(err) {
+			// It may have run, its reply lost: try again until Redis
+			// answers, and call the next holder back then.
+			s.l.redoLater(redo{key: s.key, owner: s.owner, pos: s.turn.Pos, until: time.Now().Add(redoFor * s.l.cfg.TTL)})
+		}
 		return fmt.Errorf("release %s: %w", s.key, err)
 	}
 	n, _ := res[0].(int64)
+	wake := ""
 	if len(res) > 1 {
-		wake, _ := res[1].(string)
-		s.mu.Lock()
-		s.wake = wake
-		s.mu.Unlock()
+		wake, _ = res[1].(string)
 	}
+	if n == 0 && wake == "" && s.mode == ModeTurn && finished {
+		// Not held, and nobody to call back: a commit that passed the
+		// turn on (a store's script, an earlier try of this release) may
+		// have run with its reply lost, calling the next holder back to
+		// nobody. Call it back now if it waits for that.
+		if wake, err = s.l.rewake(ctx, s.key, s.turn.Pos); err != nil {
+			s.l.log.Info("could not call the next holder back after a release found its lock gone", zap.String("key", s.key), zap.Error(err))
+		}
+	}
+	s.mu.Lock()
+	s.wake = wake
+	s.mu.Unlock()
 	if n == 0 {
 		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
 	}

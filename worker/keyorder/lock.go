@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -163,6 +164,17 @@ type Locker struct {
 	seq     *Sequencer
 	notices *notice.Channel // the release notices, fanned out to the waiters
 	closed  atomic.Bool
+
+	// The releases whose outcome is unknown, tried again (redo.go), and
+	// the call back of the parked holders they find (set by the Turns
+	// built on the Locker).
+	redoMu      sync.Mutex
+	redos       []redo
+	redoRunning bool
+	redoStopped bool
+	redoStop    chan struct{}
+	redoWG      sync.WaitGroup
+	onWake      atomic.Pointer[func(ctx context.Context, key string, labels []string)]
 }
 
 // New returns a Locker of seq's keys, on seq's Redis: Lockers that should
@@ -195,12 +207,13 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 		return nil, err
 	}
 	return &Locker{
-		rdb:     seq.rdb,
-		cfg:     cfg,
-		channel: seq.channel,
-		log:     cfg.Logger,
-		seq:     seq,
-		notices: notice.New(seq.rdb, seq.channel, notice.Config{}),
+		rdb:      seq.rdb,
+		cfg:      cfg,
+		channel:  seq.channel,
+		log:      cfg.Logger,
+		seq:      seq,
+		notices:  notice.New(seq.rdb, seq.channel, notice.Config{}),
+		redoStop: make(chan struct{}),
 	}, nil
 }
 
@@ -569,13 +582,15 @@ func (l *Locker) CheckNotices(ctx context.Context) error {
 // use the notice channel. It is notice.ErrNoPermission.
 var ErrNoNotices = notice.ErrNoPermission
 
-// Close stops the shared subscription and waits for its goroutine. Leases
-// already handed out stay valid and can still be released. Close is safe to
-// call more than once; Acquire after Close returns ErrClosed.
+// Close stops the shared subscription and the retries of releases whose
+// outcome is unknown, and waits for their goroutines. Leases already handed
+// out stay valid and can still be released. Close is safe to call more
+// than once; Acquire after Close returns ErrClosed.
 func (l *Locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
+	l.stopRedo()
 	if err := l.notices.Close(); err != nil {
 		return fmt.Errorf("keyorder: %w", err)
 	}

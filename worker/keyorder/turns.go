@@ -103,7 +103,9 @@ type Taken struct {
 // turn on, see [Commit]), [Turns.EndTask]: the [Runner]'s, and the order
 // domain's worker's, which adds its spans and metrics around them.
 //
-// A Turns is safe for concurrent use. It starts no goroutine.
+// A Turns is safe for concurrent use. It starts no goroutine; the Locker's
+// retries of releases whose reply was lost call back, through the last
+// Turns built on it, the parked holders they find.
 type Turns struct {
 	l     *Locker
 	seq   *Sequencer
@@ -135,7 +137,12 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}, nil
+	t := &Turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}
+	// The Locker's retries of releases whose reply was lost call back
+	// through the Turns the holders that those releases found parked.
+	wake := t.wake
+	l.onWake.Store(&wake)
+	return t, nil
 }
 
 // Take takes key's lock in turn's position (a zero turn: without order),
