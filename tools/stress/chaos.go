@@ -26,6 +26,9 @@ type workerPool struct {
 	dir string
 	env []string
 	c   settings
+	// url, when set, is the REDIS_URL of slot's workers (its link's
+	// proxy, see nemesis.go), in place of env's.
+	url func(slot int) string
 
 	mu      sync.Mutex
 	procs   []*benchkit.Process
@@ -62,6 +65,9 @@ func (p *workerPool) start(slot int) error {
 	env := append(slices.Clone(p.env),
 		"WORKER_CONCURRENCY="+strconv.Itoa(concurrency),
 		"WORKER_SIMULATE_WORK="+work.String())
+	if p.url != nil {
+		env = append(env, "REDIS_URL="+p.url(slot)) // the last one wins
+	}
 	p.starts[slot]++
 	log := filepath.Join(p.dir, fmt.Sprintf("worker%d.%d.log", slot, p.starts[slot]))
 	proc, err := benchkit.Start(p.bin, workerArgs, env, log)

@@ -51,6 +51,12 @@ type settings struct {
 	HotAt           time.Duration
 	HotKills        int
 	HotFreezes      int
+	CutEvery        time.Duration
+	CutFor          time.Duration
+	ResetEvery      time.Duration
+	SlowEvery       time.Duration
+	SlowFor         time.Duration
+	SlowLink        time.Duration
 	DrainTimeout    time.Duration
 	Short           bool
 	Keep            bool
@@ -59,9 +65,10 @@ type settings struct {
 }
 
 type vars struct {
-	tasks, hotChanges              *config.Var[int]
-	duration, killEvery, drainTime *config.Var[time.Duration]
-	shards                         *config.Var[tasks.Shards]
+	tasks, hotChanges               *config.Var[int]
+	duration, killEvery, drainTime  *config.Var[time.Duration]
+	cutEvery, resetEvery, slowEvery *config.Var[time.Duration]
+	shards                          *config.Var[tasks.Shards]
 }
 
 func declare(s *config.Set, c *settings) vars {
@@ -89,6 +96,12 @@ func declare(s *config.Set, c *settings) vars {
 	s.Duration(&c.HotAt, "hot-at", "", 0, "when the flood of the hot orders starts, into the chaos phase; defaults to a second before the first Redis switch (a third of -duration without one)").Check(config.NonNegative[time.Duration])
 	s.Int(&c.HotKills, "hot-kills", "", 2, "hot-order phase: SIGKILL (and start again) this many workers in the middle of a hold of a hot order; the kills after the first wait for the first Redis switch").Check(config.NonNegative[int])
 	s.Int(&c.HotFreezes, "hot-freezes", "", 1, "hot-order phase: freeze this many workers (SIGSTOP for -pause-for, past the lock's lease) in the middle of a hold of a hot order").Check(config.NonNegative[int])
+	v.cutEvery = s.Duration(&c.CutEvery, "cut-every", "", 15*time.Second, "nemesis (-redis single): blackhole one worker's Redis link (a TCP proxy before each worker) this often, for -cut-for, then heal it, delivering what it held; 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.CutFor, "cut-for", "", 0, "how long a cut lasts; defaults to 2.5 × -lock-ttl (past the lock's lease; give 35s to pass asynq's 30 s lease as well)").Check(config.NonNegative[time.Duration])
+	v.resetEvery = s.Duration(&c.ResetEvery, "reset-every", "", 4*time.Second, "nemesis (-redis single): reset every connection of one worker's Redis link this often; 0 for never").Check(config.NonNegative[time.Duration])
+	v.slowEvery = s.Duration(&c.SlowEvery, "slow-every", "", 20*time.Second, "nemesis (-redis single): slow one worker's Redis link by -slow-link, both ways, for -slow-for, this often; 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.SlowFor, "slow-for", "", 5*time.Second, "how long a slow spell lasts").Check(config.Positive[time.Duration])
+	s.Duration(&c.SlowLink, "slow-link", "", 300*time.Millisecond, "the latency a slow spell adds to each chunk").Check(config.NonNegative[time.Duration])
 	s.String(&c.Redis, "redis", "", redisSingle, "the Redis the workers run on: single (one redis-server with an fsync'd AOF), sentinel (1 master, 1 replica, 3 sentinels) or cluster (3 masters with a replica each)").Check(config.OneOf(redisSingle, redisSentinel, redisCluster))
 	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
@@ -147,6 +160,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	v.applyTopology(&c)
 	if c.PauseFor == 0 {
 		c.PauseFor = c.LockTTL + 2*time.Second
+	}
+	if c.CutFor == 0 {
+		c.CutFor = c.LockTTL * 5 / 2
 	}
 	if c.Seed == 0 {
 		c.Seed = int(time.Now().UnixNano() % 1_000_000)
@@ -231,6 +247,16 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		return err
 	}
 	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(be.url, c), c: c}
+	var ls *links
+	if c.Redis == redisSingle && (c.CutEvery > 0 || c.ResetEvery > 0 || c.SlowEvery > 0) {
+		if ls, err = newLinks(be.url, c.Workers); err != nil {
+			return err
+		}
+		defer ls.close()
+		pool.url = func(slot int) string { return ls.url(be.url, slot) }
+		fmt.Fprintf(out, "nemeses: each worker's Redis link through a proxy; cut one for %v every %v, reset one every %v, slow one by %v for %v every %v (0: never)\n",
+			c.CutFor, c.CutEvery, c.ResetEvery, c.SlowLink, c.SlowFor, c.SlowEvery)
+	}
 	if err := pool.startAll(); err != nil {
 		return err
 	}
@@ -243,6 +269,13 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	cctx, stopChaos := context.WithCancel(ctx)
 	l.start = time.Now()
 	go func() { chaosDone <- ch.run(ctx, cctx, c.Seed) }()
+	nemesesDone := make(chan struct{})
+	go func() {
+		defer close(nemesesDone)
+		if ls != nil {
+			runNemeses(cctx, ls, c, c.Seed)
+		}
+	}()
 	var hp *hot
 	hotDone := make(chan error, 1)
 	if len(l.hot) > 0 {
@@ -253,6 +286,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	loadErr := l.run(ctx, c.Duration)
 	stopChaos()
+	<-nemesesDone // every link healed
 	if cerr := <-chaosDone; cerr != nil {
 		return fmt.Errorf("chaos: %w", cerr)
 	}
@@ -266,6 +300,10 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "enqueued %d tasks (%d modifies, %d exchanges) in %v; %d worker kills, %d worker freezes, %d redis switches\n",
 		len(l.tasks), l.count(taskModify), l.count(taskExchange), time.Since(started).Round(time.Second), ch.kills, ch.pauses, len(ch.switched))
+	if ls != nil {
+		cuts, resets, slows := ls.counts()
+		fmt.Fprintf(out, "nemeses: %d links cut for %v, %d reset, %d slowed\n", cuts, c.CutFor, resets, slows)
+	}
 
 	if err := pool.calmDown(); err != nil {
 		fmt.Fprintf(out, "note: %v\n", err)
