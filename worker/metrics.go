@@ -26,6 +26,7 @@ import (
 //	orderworker_changes_archived_total{task_type,reason}  changes asynq archived: not applied, and never will be by themselves
 //	orderworker_hold_changes                              histogram: changes run in one hold that drained (see Config.DrainMax)
 //	orderworker_holds_yielded_total                       holds that released the order with changes still waiting (a quantum spent while other tasks waited or the worker was more than half busy, or half the first task's time)
+//	orderworker_ghost_tasks_removed_total{queue}          task IDs that name no task (no task hash, or one without a message), removed from a queue by the recoverer, never run
 //	orderworker_token_refreshes_total{result}             upstream token refreshes by this process (result="ok"|"error")
 //	orderworker_token_refresh_seconds                     histogram: one upstream token refresh
 //	orderworker_token_wait_seconds                        histogram: callers' wait for a token when none was cached
@@ -35,7 +36,7 @@ import (
 // or "unknown" for any other type found in an order queue
 // (such a task is archived): the type string comes from whoever wrote to
 // Redis, and as a label each new one would add series that never go away.
-// queue is the queue the task was taken from: one of the queues the Worker
+// queue is the queue the task was taken from (or the ghosts removed from): one of the queues the Worker
 // serves (Worker.Queues, shard queues included), a set fixed by its Config,
 // so that a shard that is not served, or one whose tasks run slow or fail,
 // shows. reason is one of a fixed set, by the error the change was
@@ -43,8 +44,9 @@ import (
 // invalid_payload, unknown_type, misplaced, task_id_mismatch, bad_position,
 // out_of_budget, retries_exhausted, not_found, closed, passed, conflict,
 // store_refused, other (see docs/operations.md, "Alerts"). A Worker sets
-// every pair of its task types and reasons to 0 when it is created, so
-// that increase() sees the first archive. No label takes an order number
+// every pair of its task types and reasons, and the ghosts of each queue
+// it serves, to 0 when it is created, so that increase() sees the first
+// archive or ghost. No label takes an order number
 // or an event ID.
 type Metrics struct {
 	taskDuration *prometheus.HistogramVec
@@ -59,6 +61,7 @@ type Metrics struct {
 	tokenWait    prometheus.Histogram
 	holdChanges  prometheus.Histogram
 	holdsYielded prometheus.Counter
+	ghosts       *prometheus.CounterVec
 }
 
 // NewMetrics creates the worker's series and registers them on reg. It
@@ -103,8 +106,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		holdsYielded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderworker_holds_yielded_total", Help: "Holds that released the order with changes still waiting: their quantum (DrainMax changes or DrainFor) spent while other tasks waited in the queues or more than half the worker's slots were in use, or half their first task's time spent.",
 		}),
+		ghosts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderworker_ghost_tasks_removed_total", Help: "Task IDs that name no task (no task hash, or one without a message), removed from a queue's lease set, active or pending list by the recoverer, by queue.",
+		}, []string{"queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait, m.holdChanges, m.holdsYielded} {
+	for _, c := range []prometheus.Collector{m.taskDuration, m.lockWait, m.wakeups, m.busy, m.lost, m.staleFence, m.archived, m.refreshes, m.refreshTime, m.tokenWait, m.holdChanges, m.holdsYielded, m.ghosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: register metrics: %w", err)
 		}
@@ -210,4 +216,23 @@ func (m *Metrics) observeHold(changes int, yielded bool) {
 	if yielded {
 		m.holdsYielded.Inc()
 	}
+}
+
+// initGhosts sets the ghosts removed from each of queues to 0.
+func (m *Metrics) initGhosts(queues []string) {
+	if m == nil {
+		return
+	}
+	for _, q := range queues {
+		m.ghosts.WithLabelValues(q)
+	}
+}
+
+// observeGhosts records n task IDs that named no task, removed from queue
+// (one the Worker serves).
+func (m *Metrics) observeGhosts(queue string, n int) {
+	if m == nil {
+		return
+	}
+	m.ghosts.WithLabelValues(queue).Add(float64(n))
 }

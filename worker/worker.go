@@ -517,6 +517,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		types = append(types, k.Type)
 	}
 	cfg.Metrics.initArchived(types)
+	cfg.Metrics.initGhosts(slices.Collect(maps.Keys(w.queues)))
 	return w, nil
 }
 
@@ -540,7 +541,10 @@ func (w *Worker) Start() error {
 }
 
 // recoverLoop brings dead workers' tasks back (see Config.RecoverAfter)
-// until ctx ends. Shutdown ends it and waits for it.
+// until ctx ends, and removes the task IDs that name no task (ghosts)
+// from the lease set, the active list and the front of the pending list
+// of each queue (see asynqwire.Recover), counting them in
+// orderworker_ghost_tasks_removed_total. Shutdown ends it and waits for it.
 func (w *Worker) recoverLoop(ctx context.Context) {
 	defer close(w.recoverDone)
 	t := time.NewTicker(w.cfg.RecoverEvery)
@@ -553,13 +557,17 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 		}
 		for q := range w.queues {
 			rctx, cancel := context.WithTimeout(ctx, w.cfg.RecoverEvery)
-			ids, err := asynqwire.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
+			got, err := asynqwire.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
 			cancel()
-			switch {
-			case err != nil && ctx.Err() == nil:
+			if err != nil && ctx.Err() == nil {
 				w.log.Warn("recover dead workers' tasks", zap.String("queue", q), zap.Error(err))
-			case len(ids) > 0:
-				w.log.Info("brought back the tasks of a worker whose lease expired", zap.String("queue", q), zap.Strings("task_ids", ids))
+			}
+			if len(got.IDs) > 0 {
+				w.log.Info("brought back the tasks of a worker whose lease expired", zap.String("queue", q), zap.Strings("task_ids", got.IDs))
+			}
+			if got.Ghosts > 0 {
+				w.cfg.Metrics.observeGhosts(q, got.Ghosts)
+				w.log.Warn("removed task ids that name no task", zap.String("queue", q), zap.Int("ghosts", got.Ghosts), zap.Strings("sample_ids", got.GhostIDs))
 			}
 		}
 	}

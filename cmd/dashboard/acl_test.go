@@ -2,15 +2,18 @@ package main
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
@@ -171,6 +174,47 @@ func TestBlockedGaugesAsItsACLUser(t *testing.T) {
 	assert.Equal(t, 1, b.Failing.Retried)
 	assert.Contains(t, b.Explanation, "Its next change, task "+sc.Retried+", failed 1 time(s)")
 	assert.EqualValues(t, 2, b.Waiting, "the failing change and the one parked behind it")
+	requireNoRefusal(t, d.logs.String())
+}
+
+// TestBlockedGaugesPastGhosts puts 2,001 members that name no task
+// (ghosts) in the retry set before a failing order's changes, as the
+// intake's Redis user may: as the read-only dashboard's user, the order is
+// still counted as failing, orderworker_blocked_read_ghosts says 2001 and
+// orderworker_orders_blocked_truncated 0. With 20,000 more, past the
+// read's bound of ten times BLOCKED_SCAN members, the read is truncated
+// and the gauge says 1.
+func TestBlockedGaugesPastGhosts(t *testing.T) {
+	db := redistest.New(t)
+	sc := orderviewtest.Build(t, db.Client, db.Prefix, "SO78")
+	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
+	intake := asDashboard(t, db, acl.Intake)
+	ctx := t.Context()
+	retry := asynqwire.RetryKey(queue)
+	due, err := db.Client.ZScore(ctx, retry, sc.Retried).Result()
+	require.NoError(t, err)
+	ghosts := func(from, n int) {
+		t.Helper()
+		zs := make([]redis.Z, n)
+		for i := range zs {
+			zs[i] = redis.Z{Score: due - 3, Member: "fake-" + strconv.Itoa(from+i)}
+		}
+		require.NoError(t, intake.Client.ZAdd(ctx, retry, zs...).Err())
+	}
+	ghosts(0, 2001)
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix, "BLOCKED_AFTER", "1ms"))
+
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `orderworker_orders_blocked{reason="failing"} 1`)
+	assert.Contains(t, r.body, "orderworker_orders_blocked_truncated 0\n")
+	assert.Contains(t, r.body, "orderworker_blocked_read_ghosts 2001\n")
+
+	ghosts(2001, 20000)
+	r = d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, "orderworker_orders_blocked_up 1\n")
+	assert.Contains(t, r.body, "orderworker_orders_blocked_truncated 1\n")
 	requireNoRefusal(t, d.logs.String())
 }
 

@@ -20,6 +20,8 @@ const blockedScrapeTimeout = 5 * time.Second
 //	orderworker_orders_blocked{reason}              blocked orders, by reason (every reason, 0 included)
 //	orderworker_oldest_blocked_order_age_seconds    the oldest one's age; 0 when none
 //	orderworker_orders_blocked_up                   1 when this scrape read the list, 0 when the read failed
+//	orderworker_orders_blocked_truncated            1 when a set held more tasks than the read takes (there may be blocked orders the gauges miss), else 0
+//	orderworker_blocked_read_ghosts                 members of the retry and scheduled sets this read passed over because they name no task
 //
 // No label names an order or an event. Each scrape makes one read of the
 // list, bounded by blockedScrapeTimeout and by the reader's BlockedScan (at
@@ -32,14 +34,20 @@ const blockedScrapeTimeout = 5 * time.Second
 // orderworker_orders_blocked_up 0 and neither blocked gauge, rather than
 // zeros that would clear an alert, and logs the error. The alert
 // OrderworkerBlockedListUnreadable (deploy/prometheus/alerts.yml) watches
-// the up gauge.
+// the up gauge, and OrderworkerBlockedListTruncated the truncated one.
+// Members that name no task (ghosts, which the intake's Redis user may
+// ZADD) are passed over and do not count towards BlockedScan, so they
+// cannot push a stuck order out of the read; only past ten times
+// BlockedScan members of one set do they make it truncated.
 type blockedCollector struct {
-	views   *orderview.Reader
-	timeout time.Duration
-	log     *zap.Logger
-	blocked *prometheus.Desc
-	oldest  *prometheus.Desc
-	up      *prometheus.Desc
+	views     *orderview.Reader
+	timeout   time.Duration
+	log       *zap.Logger
+	blocked   *prometheus.Desc
+	oldest    *prometheus.Desc
+	up        *prometheus.Desc
+	truncated *prometheus.Desc
+	ghosts    *prometheus.Desc
 }
 
 func newBlockedCollector(views *orderview.Reader, timeout time.Duration, log *zap.Logger) *blockedCollector {
@@ -54,6 +62,12 @@ func newBlockedCollector(views *orderview.Reader, timeout time.Duration, log *za
 		up: prometheus.NewDesc("orderworker_orders_blocked_up",
 			"1 when this scrape read the blocked-orders list, 0 when the read failed (the blocked-order gauges are then absent).",
 			nil, nil),
+		truncated: prometheus.NewDesc("orderworker_orders_blocked_truncated",
+			"1 when a retry or scheduled set (or the held orders' index) held more than one read takes: there may be blocked orders the gauges miss; else 0.",
+			nil, nil),
+		ghosts: prometheus.NewDesc("orderworker_blocked_read_ghosts",
+			"Members of the retry and scheduled sets this read passed over because they name no task (no task hash, or one without a message).",
+			nil, nil),
 	}
 }
 
@@ -62,6 +76,8 @@ func (c *blockedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.blocked
 	ch <- c.oldest
 	ch <- c.up
+	ch <- c.truncated
+	ch <- c.ghosts
 }
 
 // Collect reads the list once and sends the gauges.
@@ -75,9 +91,13 @@ func (c *blockedCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	truncated := 0.0
 	if page.Truncated {
-		c.log.Warn("the blocked-order gauges count only the tasks one read takes; there may be more blocked orders")
+		truncated = 1
+		c.log.Warn("the blocked-order gauges count only the tasks one read takes; there may be more blocked orders", zap.Int("ghosts", page.Ghosts))
 	}
+	ch <- prometheus.MustNewConstMetric(c.truncated, prometheus.GaugeValue, truncated)
+	ch <- prometheus.MustNewConstMetric(c.ghosts, prometheus.GaugeValue, float64(page.Ghosts))
 	for _, reason := range orderview.Reasons() {
 		ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(page.Counts[reason]), reason)
 	}

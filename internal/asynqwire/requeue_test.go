@@ -3,10 +3,13 @@ package asynqwire_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -103,12 +106,12 @@ func TestRecoverBringsBackADeadWorkersTask(t *testing.T) {
 		require.NoError(t, db.Client.ZAdd(ctx, "asynq:{"+q+"}:lease", redis.Z{Score: float64(lease), Member: id}).Err())
 		require.NoError(t, db.Client.HSet(ctx, "asynq:{"+q+"}:t:"+id, "state", "active").Err())
 	}
-	ids, err := asynqwire.Recover(ctx, db.Client, q, 30*time.Second)
+	got, err := asynqwire.Recover(ctx, db.Client, q, 30*time.Second)
 	require.NoError(t, err)
-	require.Empty(t, ids, "expired 20 s ago: within the margin")
-	ids, err = asynqwire.Recover(ctx, db.Client, q, 10*time.Second)
+	require.Equal(t, asynqwire.Recovered{}, got, "expired 20 s ago: within the margin")
+	got, err = asynqwire.Recover(ctx, db.Client, q, 10*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, []string{"dead"}, ids)
+	require.Equal(t, asynqwire.Recovered{IDs: []string{"dead"}}, got)
 	info, err := insp.GetTaskInfo(q, "dead")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStatePending, info.State)
@@ -119,4 +122,76 @@ func TestRecoverBringsBackADeadWorkersTask(t *testing.T) {
 	info, err = insp.GetTaskInfo(q, "alive")
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateActive, info.State)
+}
+
+// IDs that name no task (ghosts: no task hash, or one without a message),
+// written by the intake's Redis user, are never brought back: one whose
+// lease expired is removed from the lease set and the active list, and
+// those at the front of the pending list, 2,500 of them (more than one
+// round trip looks at), are removed from it, with their hashes; each is
+// counted. The real tasks keep their order, and a real dead worker's task
+// still goes to the front.
+func TestRecoverRemovesGhosts(t *testing.T) {
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "recover_ghosts_test"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	ctx := t.Context()
+	pending, active, lease := "asynq:{"+q+"}:pending", "asynq:{"+q+"}:active", "asynq:{"+q+"}:lease"
+	enqueue := func(id string) {
+		t.Helper()
+		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id))
+		require.NoError(t, err)
+	}
+	enqueue("a")
+	enqueue("b")
+	const n = 2500
+	ghosts := make([]any, n)
+	for i := range ghosts {
+		ghosts[i] = fmt.Sprintf("poison-%d", i)
+	}
+	long := "poison-" + strings.Repeat("x", 100)
+	ghosts[n-1] = long
+	require.NoError(t, intake.Client.LPush(ctx, pending, ghosts...).Err())
+	require.NoError(t, intake.Client.HSet(ctx, "asynq:{"+q+"}:t:poison-7", "state", "pending").Err(), "a hash without a message")
+	enqueue("c")
+	enqueue("dead")
+	// "dead" and a ghost as asynq's dequeue leaves them: active, with a
+	// lease that expired 20 s ago (the ghost's hash has only its state).
+	now := time.Now().Unix()
+	for _, id := range []string{"dead", "lease-ghost"} {
+		require.NoError(t, db.Client.LRem(ctx, pending, 1, id).Err())
+		require.NoError(t, db.Client.LPush(ctx, active, id).Err())
+		require.NoError(t, db.Client.ZAdd(ctx, lease, redis.Z{Score: float64(now - 20), Member: id}).Err())
+		require.NoError(t, db.Client.HSet(ctx, "asynq:{"+q+"}:t:"+id, "state", "active").Err())
+	}
+
+	got, err := asynqwire.Recover(ctx, db.Client, q, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []string{"dead"}, got.IDs)
+	require.Equal(t, n+1, got.Ghosts)
+	require.Len(t, got.GhostIDs, 10)
+	require.Equal(t, "lease-ghost", got.GhostIDs[0], "the lease set is read first")
+	for _, id := range got.GhostIDs {
+		require.LessOrEqual(t, len(id), 64)
+	}
+	list, err := db.Client.LRange(ctx, pending, 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{"c", "b", "a", "dead"}, list, "the real tasks, in order, the dead worker's first")
+	require.Zero(t, db.Client.LLen(ctx, active).Val())
+	require.Zero(t, db.Client.ZCard(ctx, lease).Val())
+	for _, id := range []string{"lease-ghost", "poison-7"} {
+		require.Zero(t, db.Client.Exists(ctx, "asynq:{"+q+"}:t:"+id).Val(), "%s's hash", id)
+	}
+	info, err := insp.GetQueueInfo(q)
+	require.NoError(t, err, "asynq reads the queue again")
+	require.Equal(t, 4, info.Pending)
+
+	got, err = asynqwire.Recover(ctx, db.Client, q, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, asynqwire.Recovered{}, got, "nothing left to do")
 }

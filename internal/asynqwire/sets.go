@@ -46,11 +46,18 @@ const (
 // SetTasks reads the first limit tasks (earliest due first) of the sorted
 // set (SetRetry or SetScheduled) of each of queues, with their task
 // messages: a ZRANGE per queue, then an HGET of each task's message, each
-// step one pipeline (on a Cluster, one per master). more reports that some
-// queue's set holds more than limit tasks. It never scans: its cost is that
-// of the tasks in the sets, at most limit per queue. It returns a wrapped
-// Redis error. It is safe for concurrent use.
-func SetTasks(ctx context.Context, rdb redis.Cmdable, set string, queues []string, limit int64) (out []SetTask, more bool, err error) {
+// step one pipeline (on a Cluster, one per master). A member whose task
+// hash has no message (a ghost: the intake's Redis user may ZADD any
+// member into these sets; or a task that ended between the two reads) is
+// not a task: it is left out, does not count towards limit, and the read
+// goes on past it, in more round trips, until limit tasks of the queue
+// are found, its set ends, or [SetScanFactor] times limit members of it
+// have been looked at. ghosts counts the members left out. more reports
+// that some queue's set holds more than limit tasks, or more than that
+// many members. It never scans: its cost is that of the members read, at
+// most SetScanFactor×limit+1 per queue. It returns a wrapped Redis error.
+// It is safe for concurrent use.
+func SetTasks(ctx context.Context, rdb redis.Cmdable, set string, queues []string, limit int64) (out []SetTask, more bool, ghosts int, err error) {
 	var key func(string) string
 	switch set {
 	case SetRetry:
@@ -58,22 +65,83 @@ func SetTasks(ctx context.Context, rdb redis.Cmdable, set string, queues []strin
 	case SetScheduled:
 		key = ScheduledKey
 	default:
-		return nil, false, fmt.Errorf("asynqwire: no sorted set %q to read", set)
+		return nil, false, 0, fmt.Errorf("asynqwire: no sorted set %q to read", set)
 	}
 	if limit < 1 {
-		return nil, false, fmt.Errorf("asynqwire: limit %d, want at least 1", limit)
+		return nil, false, 0, fmt.Errorf("asynqwire: limit %d, want at least 1", limit)
 	}
-	ranges := make([]*redis.ZSliceCmd, len(queues))
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, q := range queues {
-			ranges[i] = p.ZRangeWithScores(ctx, key(q), 0, limit) // one more than limit: is there more?
+	// Per queue: the tasks found, the members looked at, and whether its
+	// read is done.
+	found := make([][]SetTask, len(queues))
+	offset := make([]int64, len(queues))
+	done := make([]bool, len(queues))
+	budget := SetScanFactor*limit + 1 // one more than limit: is there more?
+	for {
+		ranges := make([]*redis.ZSliceCmd, len(queues))
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range queues {
+				if done[i] {
+					continue
+				}
+				need := min(limit+1-int64(len(found[i])), budget-offset[i])
+				ranges[i] = p.ZRangeWithScores(ctx, key(q), offset[i], offset[i]+need-1)
+			}
+			return nil
+		}); err != nil {
+			return nil, false, 0, fmt.Errorf("asynqwire: read %s sets: %w", set, err)
 		}
-		return nil
-	}); err != nil {
-		return nil, false, fmt.Errorf("asynqwire: read %s sets: %w", set, err)
+		var page []SetTask
+		var from []int
+		for i, r := range ranges {
+			if r == nil {
+				continue
+			}
+			need := min(limit+1-int64(len(found[i])), budget-offset[i])
+			zs := r.Val()
+			offset[i] += int64(len(zs))
+			if int64(len(zs)) < need || offset[i] >= budget {
+				done[i] = true // the set ended, or its budget is spent
+			}
+			for _, z := range zs {
+				id, _ := z.Member.(string)
+				page = append(page, SetTask{Queue: queues[i], ID: id, Due: time.Unix(int64(z.Score), 0).UTC()})
+				from = append(from, i)
+			}
+		}
+		if len(page) == 0 {
+			break
+		}
+		if err := readPage(ctx, rdb, page); err != nil {
+			return nil, false, 0, err
+		}
+		for j, t := range page {
+			if t.Payload == nil {
+				ghosts++
+				continue
+			}
+			i := from[j]
+			found[i] = append(found[i], t)
+			if int64(len(found[i])) > limit {
+				done[i] = true
+			}
+		}
 	}
-	return readMessages(ctx, rdb, queues, ranges, limit)
+	for i := range queues {
+		zs := found[i]
+		if int64(len(zs)) > limit || offset[i] >= budget {
+			more = true
+		}
+		if int64(len(zs)) > limit {
+			zs = zs[:limit]
+		}
+		out = append(out, zs...)
+	}
+	return out, more, ghosts, nil
 }
+
+// SetScanFactor bounds the members of one queue's set that [SetTasks]
+// looks at: SetScanFactor times its limit, ghosts included.
+const SetScanFactor = 10
 
 // ExpiredLeases reads the first limit tasks of each of queues whose lease
 // ([LeaseKey]) ended before now: tasks active on a worker that stopped
@@ -130,6 +198,15 @@ func readMessages(ctx context.Context, rdb redis.Cmdable, queues []string, range
 	if len(out) == 0 {
 		return nil, more, nil
 	}
+	if err := readPage(ctx, rdb, out); err != nil {
+		return nil, false, err
+	}
+	return out, more, nil
+}
+
+// readPage reads the message of each task of out in one pipeline; a task
+// whose hash has no message keeps a nil Payload.
+func readPage(ctx context.Context, rdb redis.Cmdable, out []SetTask) error {
 	msgs := make([]*redis.StringCmd, len(out))
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range out {
@@ -137,16 +214,16 @@ func readMessages(ctx context.Context, rdb redis.Cmdable, queues []string, range
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, fmt.Errorf("asynqwire: read task messages: %w", err)
+		return fmt.Errorf("asynqwire: read task messages: %w", err)
 	}
 	for i, m := range msgs {
 		b, err := m.Bytes()
 		if err != nil {
-			continue // gone meanwhile: Payload stays nil
+			continue // no message (a ghost, or gone meanwhile): Payload stays nil
 		}
 		decodeMessage(b, &out[i])
 	}
-	return out, more, nil
+	return nil
 }
 
 // decodeMessage reads the fields of asynq's TaskMessage (internal/proto)

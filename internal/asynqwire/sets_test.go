@@ -3,12 +3,15 @@ package asynqwire_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
@@ -55,9 +58,10 @@ func TestSetTasksReadsWhatAsynqKeeps(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	srv.Shutdown()
 
-	got, more, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetRetry, []string{q, "sets_test_none"}, 10)
+	got, more, ghosts, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetRetry, []string{q, "sets_test_none"}, 10)
 	require.NoError(t, err)
 	require.False(t, more)
+	require.Zero(t, ghosts)
 	require.Len(t, got, 2)
 	for _, st := range got {
 		info, err := insp.GetTaskInfo(q, st.ID)
@@ -77,12 +81,12 @@ func TestSetTasksReadsWhatAsynqKeeps(t *testing.T) {
 	require.Equal(t, 0, byID["parked"].Retried, "an error that is no failure goes to the retry set uncounted")
 	require.Equal(t, errWait.Error(), byID["parked"].ErrorMsg)
 
-	one, more, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetRetry, []string{q}, 1)
+	one, more, _, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetRetry, []string{q}, 1)
 	require.NoError(t, err)
 	require.True(t, more, "a set longer than the limit says so")
 	require.Len(t, one, 1)
 
-	sched, _, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetScheduled, []string{q}, 10)
+	sched, _, _, err := asynqwire.SetTasks(t.Context(), db.Client, asynqwire.SetScheduled, []string{q}, 10)
 	require.NoError(t, err)
 	require.Len(t, sched, 1)
 	info, err := insp.GetTaskInfo(q, "later")
@@ -90,6 +94,50 @@ func TestSetTasksReadsWhatAsynqKeeps(t *testing.T) {
 	require.Equal(t, "later", sched[0].ID)
 	require.Equal(t, info.Payload, sched[0].Payload)
 	require.Equal(t, info.NextProcessAt.Unix(), sched[0].Due.Unix())
+}
+
+// Members of a retry set that name no task (ghosts), 2,001 of them scored
+// before a real task and ZADDed by the intake's Redis user, neither hide
+// the task nor count towards the limit: the read goes on past them and
+// counts them. Past SetScanFactor times the limit, it stops and says more.
+func TestSetTasksReadsPastGhosts(t *testing.T) {
+	db := redistest.New(t)
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...)
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = cli.Close() })
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	const q = "sets_ghost_test"
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	ctx := t.Context()
+	due := time.Now().Add(time.Hour)
+	_, err = cli.Enqueue(asynq.NewTask("t", []byte(`{"order_no":"SO24"}`)), asynq.Queue(q), asynq.TaskID("fail-24"), asynq.ProcessAt(due))
+	require.NoError(t, err)
+	// As a failing head in the retry set (asynq's Inspector is not needed).
+	require.NoError(t, db.Client.ZRem(ctx, asynqwire.ScheduledKey(q), "fail-24").Err())
+	require.NoError(t, db.Client.ZAdd(ctx, asynqwire.RetryKey(q), redis.Z{Score: float64(due.Unix()), Member: "fail-24"}).Err())
+	const n = 2001
+	zs := make([]redis.Z, n)
+	for i := range zs {
+		zs[i] = redis.Z{Score: float64(due.Unix() - 3), Member: fmt.Sprintf("fake-%d", i)}
+	}
+	require.NoError(t, intake.Client.ZAdd(ctx, asynqwire.RetryKey(q), zs...).Err())
+
+	got, more, ghosts, err := asynqwire.SetTasks(ctx, db.Client, asynqwire.SetRetry, []string{q}, 2000)
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Equal(t, n, ghosts)
+	require.Len(t, got, 1)
+	require.Equal(t, "fail-24", got[0].ID)
+	require.Equal(t, []byte(`{"order_no":"SO24"}`), got[0].Payload)
+
+	// A limit of 100 looks at 1,001 members at most: the task is past them.
+	got, more, ghosts, err = asynqwire.SetTasks(ctx, db.Client, asynqwire.SetRetry, []string{q}, 100)
+	require.NoError(t, err)
+	require.True(t, more, "the read stopped at its bound")
+	require.Equal(t, 100*asynqwire.SetScanFactor+1, ghosts)
+	require.Empty(t, got)
 }
 
 // A task active on a server that died keeps its lease entry past its end:

@@ -31,7 +31,9 @@ import (
 // it creates), and reads only those orders: each one's sequence, one
 // position deep, and its head's task. Its cost grows with the tasks that
 // wait in those sets, not with the orders; past the bound the page says
-// Truncated. An order whose head waits for a task that will not come,
+// Truncated. A member of those sets that names no task (a ghost, which
+// the intake's Redis user may ZADD) is passed over without counting
+// towards the bound, up to ten times it, and counted in Ghosts. An order whose head waits for a task that will not come,
 // with nothing behind it yet, holds no change back and is not listed
 // until one comes.
 //
@@ -140,6 +142,10 @@ type BlockedPage struct {
 	// which only the first were read: there may be blocked orders that the
 	// list does not show.
 	Truncated bool `json:"truncated,omitempty"`
+	// Ghosts counts the members of the retry and scheduled sets that named
+	// no task (no task hash, or one without a message), left out: the
+	// read goes on past them (see keyorder.BlockedKeys.Ghosts).
+	Ghosts int `json:"ghosts,omitempty"`
 }
 
 // BlockedOrder is an order of the blocked-orders list: why its next change
@@ -298,7 +304,7 @@ func (r *Reader) Blocked(ctx context.Context, q BlockedQuery) (BlockedPage, erro
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.OrderNo, b.OrderNo))
 	})
 	page := BlockedPage{At: now, BlockedAfterMS: r.cfg.BlockedAfter.Milliseconds(), Orders: []BlockedOrder{},
-		Counts: map[string]int{}, Candidates: found.Candidates, Truncated: found.Truncated}
+		Counts: map[string]int{}, Candidates: found.Candidates, Truncated: found.Truncated, Ghosts: found.Ghosts}
 	for _, reason := range Reasons() {
 		page.Counts[reason] = 0
 	}

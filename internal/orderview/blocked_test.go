@@ -3,6 +3,7 @@ package orderview_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -445,4 +446,38 @@ func TestBlockedOnSentinel(t *testing.T) {
 	b := newBlockedEnv(t, db.Client, db.Prefix, tasks.Shards{})
 	driveReasons(t, b)
 	checkReasons(t, b)
+}
+
+// An order whose only change is its failing head is listed as failing
+// behind 2,001 members of the retry set that name no task (ghosts), which
+// the intake's Redis user ZADDed just before the head's retry: the page
+// counts them and is not truncated.
+func TestBlockedListsAFailingHeadBehindGhosts(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	ctx := t.Context()
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	intake := e.db.AsUser(t, rules...)
+	b.put(t, "SO24")
+	b.modify(t, "SO24", "fail-24")
+	b.run(t, map[string]bool{"fail-24": true}, map[string]string{"fail-24": worker.OutcomeError})
+	retry := asynqwire.RetryKey(tasks.QueueModify)
+	due, err := b.rdb.ZScore(ctx, retry, "fail-24").Result()
+	require.NoError(t, err)
+	const n = 2001
+	zs := make([]redis.Z, n)
+	for i := range zs {
+		zs[i] = redis.Z{Score: due - 3, Member: "fake-" + strconv.Itoa(i)}
+	}
+	require.NoError(t, intake.Client.ZAdd(ctx, retry, zs...).Err())
+
+	now := time.Now().Add(later)
+	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
+	require.NoError(t, err)
+	got := byOrder(page)
+	require.Equal(t, orderview.ReasonFailing, got["SO24"].Reason, "%+v", page)
+	require.Equal(t, 1, page.Counts[orderview.ReasonFailing])
+	require.Equal(t, n, page.Ghosts)
+	require.False(t, page.Truncated)
 }

@@ -38,7 +38,11 @@ import (
 // are read: each one's sequence, one position deep, its head's task, and,
 // when that task runs, the key's lock. Its cost grows with the tasks that
 // wait in those sets, at most BlockedQuery.Scan per set and queue, not with
-// the keys; past the bound the result says Truncated.
+// the keys; past the bound the result says Truncated. A member of a
+// retry or scheduled set that names no task (its task hash has no
+// message) is passed over without counting towards Scan, and counted in
+// BlockedKeys.Ghosts, so that such members cannot push a blocked key out
+// of the read.
 //
 // A key is found only once something of it sits in one of those sets: a
 // key whose head waits for a task that will not come, with nothing behind
@@ -128,8 +132,16 @@ type BlockedKeys struct {
 	Candidates int
 	// Truncated says a set, or the index of holds, held more than
 	// BlockedQuery.Scan entries, of which only the first were read: there
-	// may be blocked keys that Keys does not show.
+	// may be blocked keys that Keys does not show. Members that name no
+	// task (ghosts) do not count towards Scan: the read goes on past them,
+	// up to asynqwire's bound (ten times Scan members of each set of each
+	// queue), and only past that bound are they a cause of Truncated.
 	Truncated bool
+	// Ghosts counts the members of the retry and scheduled sets read that
+	// named no task (their task hash had no message: written by a Redis
+	// user that may ZADD there, or a task that ended during the read).
+	// They are left out.
+	Ghosts int
 }
 
 // Blocked is a key whose head has not moved.
@@ -194,7 +206,7 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 	if q.Now.IsZero() {
 		q.Now = time.Now()
 	}
-	cands, truncated, err := r.candidates(ctx, q)
+	cands, truncated, ghosts, err := r.candidates(ctx, q)
 	if err != nil {
 		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: %w", err)
 	}
@@ -222,7 +234,7 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 	if err := ctx.Err(); err != nil {
 		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: %w", err)
 	}
-	out := BlockedKeys{At: q.Now, Keys: []Blocked{}, Candidates: len(cands), Truncated: truncated}
+	out := BlockedKeys{At: q.Now, Keys: []Blocked{}, Candidates: len(cands), Truncated: truncated, Ghosts: ghosts}
 	for _, b := range results {
 		if b != nil {
 			out.Keys = append(out.Keys, *b)
@@ -237,8 +249,9 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 // candidates returns the keys that may be blocked, each once, in the order
 // found: those of the tasks in the retry and scheduled sets and the expired
 // leases of q's queues, and those the index of holds lists. truncated says
-// a set had more than q.Scan.
-func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, truncated bool, err error) {
+// a set had more than q.Scan; ghosts counts the members of the sets that
+// named no task.
+func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, truncated bool, ghosts int, err error) {
 	seen := map[string]bool{}
 	add := func(key string) {
 		if checkKey(key, "") == nil && !seen[key] {
@@ -252,10 +265,12 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 		if set == "lease" {
 			found, more, err = asynqwire.ExpiredLeases(ctx, r.rdb, q.Queues, q.Now, q.Scan)
 		} else {
-			found, more, err = asynqwire.SetTasks(ctx, r.rdb, set, q.Queues, q.Scan)
+			var n int
+			found, more, n, err = asynqwire.SetTasks(ctx, r.rdb, set, q.Queues, q.Scan)
+			ghosts += n
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		truncated = truncated || more
 		for _, st := range found {
@@ -275,7 +290,7 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 	}
 	ps, err := r.l.Sequencer().PausedKeys(ctx, 0, q.Scan+1)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	if int64(len(ps)) > q.Scan {
 		truncated, ps = true, ps[:q.Scan]
@@ -283,7 +298,7 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 	for _, p := range ps {
 		add(p.Key)
 	}
-	return out, truncated, nil
+	return out, truncated, ghosts, nil
 }
 
 // blocked reads key, a candidate, and returns it as blocked, or nil when

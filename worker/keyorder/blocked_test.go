@@ -2,6 +2,7 @@ package keyorder_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -233,4 +235,49 @@ func TestHeadFateOfALinkedPosition(t *testing.T) {
 	why, _, err = r.HeadFate(ctx, "X", x1.Pos, keyorder.Label("default", "x2"))
 	require.NoError(t, err)
 	require.Contains(t, why, fmt.Sprintf("x2 holds position %d, not this one", x2.Pos))
+}
+
+// A key whose only position is a head that fails and backs off for an
+// hour is listed as failing behind 2,001 members of the retry set that
+// name no task (ghosts, ZADDed by the intake's Redis user, scored just
+// before the head): they do not count towards Scan, and the read says
+// how many it passed over and that it is not truncated.
+func TestBlockedReadsPastGhosts(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ctx := t.Context()
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...)
+	const q = "blocked_ghosts"
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	t.Cleanup(func() { _ = insp.DeleteQueue(q, true) })
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	f1 := enqueue(t, c, "F", 1, asynq.Queue(q), asynq.MaxRetry(25))
+
+	// One failed run by a real asynq server, which backs off an hour.
+	srv := asynq.NewServerFromRedisClient(db.Client, asynq.Config{Queues: map[string]int{q: 1}, Concurrency: 1,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }, LogLevel: asynq.FatalLevel})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		return errors.New("upstream said 503")
+	})))
+	require.Eventually(t, func() bool {
+		info, err := insp.GetTaskInfo(q, f1.TaskID)
+		return err == nil && info.State == asynq.TaskStateRetry
+	}, 10*time.Second, 10*time.Millisecond)
+	srv.Shutdown()
+	due, err := db.Client.ZScore(ctx, asynqwire.RetryKey(q), f1.TaskID).Result()
+	require.NoError(t, err)
+	const n = 2001
+	zs := make([]redis.Z, n)
+	for i := range zs {
+		zs[i] = redis.Z{Score: due - 3, Member: fmt.Sprintf("fake-%d", i)}
+	}
+	require.NoError(t, intake.Client.ZAdd(ctx, asynqwire.RetryKey(q), zs...).Err())
+
+	all, got := blockedByKey(t, r, keyorder.BlockedQuery{Queues: []string{q}, After: time.Nanosecond})
+	require.Equal(t, keyorder.BlockedFailing, got["F"].Reason, "%+v", all)
+	require.Equal(t, n, all.Ghosts)
+	require.False(t, all.Truncated, "the ghosts are no tasks: the set holds one")
 }
