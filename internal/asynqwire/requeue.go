@@ -149,6 +149,11 @@ if tonumber(ARGV[4]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[4]))
 end
 local moved, ghosts, sample = {}, 0, {}
+-- named says whether id's task hash has a message; a key of another type
+-- there (which the intake's user may write) names no task either.
+local function named(id)
+  return redis.pcall('HEXISTS', ARGV[2] .. id, 'msg') == 1
+end
 local function ghost(id)
   ghosts = ghosts + 1
   if #sample < 10 then sample[#sample + 1] = string.sub(id, 1, 64) end
@@ -156,7 +161,7 @@ local function ghost(id)
 end
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  if redis.call('HEXISTS', ARGV[2] .. id, 'msg') == 0 then
+  if not named(id) then
     redis.call('LREM', KEYS[2], 0, id)
     ghost(id)
   elseif redis.call('LREM', KEYS[2], 1, id) == 1 then
@@ -174,7 +179,7 @@ while examined < cap do
   local found = false
   for i = #page, 1, -1 do
     local id = page[i]
-    if redis.call('HEXISTS', ARGV[2] .. id, 'msg') == 0 then
+    if not named(id) then
       redis.call('LREM', KEYS[3], -1, id)
       ghost(id)
       found = true

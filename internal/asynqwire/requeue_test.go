@@ -158,6 +158,9 @@ func TestRecoverRemovesGhosts(t *testing.T) {
 	ghosts[n-1] = long
 	require.NoError(t, intake.Client.LPush(ctx, pending, ghosts...).Err())
 	require.NoError(t, intake.Client.HSet(ctx, "asynq:{"+q+"}:t:poison-7", "state", "pending").Err(), "a hash without a message")
+	// A key of another type where a task hash would be (a fault, or a
+	// user with more rights) names no task either, and fails no read.
+	require.NoError(t, db.Client.Set(ctx, "asynq:{"+q+"}:t:poison-8", "not a hash", 0).Err())
 	enqueue("c")
 	enqueue("dead")
 	// "dead" and a ghost as asynq's dequeue leaves them: active, with a
@@ -184,7 +187,7 @@ func TestRecoverRemovesGhosts(t *testing.T) {
 	require.Equal(t, []string{"c", "b", "a", "dead"}, list, "the real tasks, in order, the dead worker's first")
 	require.Zero(t, db.Client.LLen(ctx, active).Val())
 	require.Zero(t, db.Client.ZCard(ctx, lease).Val())
-	for _, id := range []string{"lease-ghost", "poison-7"} {
+	for _, id := range []string{"lease-ghost", "poison-7", "poison-8"} {
 		require.Zero(t, db.Client.Exists(ctx, "asynq:{"+q+"}:t:"+id).Val(), "%s's hash", id)
 	}
 	info, err := insp.GetQueueInfo(q)
