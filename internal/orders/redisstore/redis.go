@@ -302,6 +302,17 @@ local function ev_put(b, h, rec, exp)
   redis.call('PEXPIREAT', b, exp)
 end
 
+-- wrong_type returns an error reply when key exists and is not of type
+-- typ, else nil. A script checks, before its first write, each key it
+-- writes that it has not read yet: Redis does not roll a script back, so a
+-- command that fails on a wrongly typed key after a write would leave the
+-- write half done.
+local function wrong_type(key, typ)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' or t == typ then return nil end
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. t .. ', not a ' .. typ .. '; nothing was written')
+end
+
 -- order_fields returns the order hash at key, as a flat list.
 local function order_fields(key)
   return redis.call('HGETALL', key)
@@ -333,6 +344,10 @@ end
 // orders.Write.SeqOutOfTurn), ARGV[18] "1" to keep the lock for a parked
 // next holder when the change is applied (keyorder.Handoff.Keep, lock_commit's
 // keep), ARGV[19...] field, value pairs to set on the order.
+//
+// Before its first write it checks the type of every key it writes, so
+// that a wrongly typed key fails the script with nothing written (a WRONGTYPE
+// error reply): Redis does not roll a script back.
 //
 // The lock's newest fence (KEYS[6]) is read only when the caller no longer
 // holds the lock: a holder's fence is the newest. (The event's record is
@@ -386,6 +401,14 @@ local function apply(held)
   if ARGV[12] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
   return r
 end
+-- The keys the script writes without reading them first: the history
+-- (append), the lock's newest fence (read only when the lock is not the
+-- caller's) and the sequence (lock_commit). The order and the event
+-- buckets are read before any write, and so is the lock (lock_held).
+local bad = wrong_type(KEYS[2], 'list')
+if not bad and KEYS[6] then bad = wrong_type(KEYS[6], 'string') end
+if not bad and KEYS[8] then bad = wrong_type(KEYS[8], 'hash') end
+if bad then return bad end
 local held = nil
 if KEYS[7] then held = lock_held(KEYS[7]) end
 local r = apply(held)
@@ -464,6 +487,8 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
 local c = redis.call('GET', KEYS[6])
 if c and c ~= ARGV[6] .. '\n' .. ARGV[1] then return {'claimed', c} end
+local bad = wrong_type(KEYS[2], 'list')
+if bad then return bad end
 local t = now()
 redis.call('HSET', KEYS[1], 'order_no', ARGV[7], 'status', 'active',
   'address', ARGV[8], 'remark', ARGV[9], 'items', ARGV[10], 'version', '1',
@@ -486,6 +511,8 @@ return r
 //
 // Returns the new version.
 var putScript = redis.NewScript(luaLib + `
+local bad = wrong_type(KEYS[1], 'hash') or wrong_type(KEYS[2], 'list')
+if bad then return bad end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local t = now()
 redis.call('HSET', KEYS[1], 'updated_at', t, unpack(ARGV, 6))
