@@ -1044,6 +1044,8 @@ func TestAnnotateInvalid(t *testing.T) {
 		{"separator in reason", "SO1", orders.Note{By: "a", Action: "hold", Reason: "x\x1fy"}},
 		{"newline in principal", "SO1", orders.Note{By: "a\nb", Action: "hold"}},
 		{"not UTF-8", "SO1", orders.Note{By: "a", Action: "hold", Reason: "\xff"}},
+		{"bidirectional override in reason", "SO1", orders.Note{By: "a", Action: "hold", Reason: "invoice\u202etxt.exe"}},
+		{"format character in principal", "SO1", orders.Note{By: "a\u200bb", Action: "hold"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
