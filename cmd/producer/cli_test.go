@@ -69,6 +69,18 @@ func TestCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, `"type": "order:put"`)
 
+	// Text from outside prints with its bidirectional and C1 controls
+	// escaped, and decodes the same.
+	_, err = cli("order", "put", "SO3", "-address", "1 Main St", "-remark", "txt\u202eexe.\u009b2J", "-item", "TEA=1")
+	require.NoError(t, err)
+	out, err = cli("order", "get", "SO3")
+	require.NoError(t, err)
+	require.NotContains(t, out, "\u202e")
+	require.NotContains(t, out, "\u009b")
+	require.Contains(t, out, `"remark": "txt\u202eexe.\u009b2J"`)
+	require.NoError(t, json.Unmarshal([]byte(out), &o))
+	require.Equal(t, "txt\u202eexe.\u009b2J", o.Remark)
+
 	for _, bad := range [][]string{
 		{"modify"},                        // no order number
 		{"modify", "SO1", "-item", "TEA"}, // not SKU=QTY

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -379,4 +380,49 @@ func TestGetBlockedOrders(t *testing.T) {
 	var o orders.Order
 	r.decode(t, &o)
 	assert.Equal(t, "blocked", o.No)
+}
+
+// GET /v1/orders/{no}/history and /status, served as the intake-admin
+// user, read the entries that user (and the dashboard-write user) pushed
+// into an order's notes list as notes, whatever they claim to be, and one
+// that does not decode as an unreadable note: one bad note never fails the
+// read (security review 2026-12-07, N4).
+func TestForgedNotesReadAsNotes(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	as := func(p acl.Process) *redistest.DB {
+		rules, err := acl.Rules(p, acl.Options{KeyPrefix: db.Prefix})
+		require.NoError(t, err)
+		return db.AsUser(t, rules...)
+	}
+	admin := as(acl.IntakeAdmin)
+	e := newEnvOn(t, admin.Client, db.Prefix, nil)
+	worker, err := redisstore.New(db.Client, redisstore.Config{Prefix: db.Prefix})
+	require.NoError(t, err)
+	require.NoError(t, worker.Put(t.Context(), orders.Order{No: "SO20", Address: "20 Main St", Items: []tasks.Item{{SKU: "A", Qty: 1}}}))
+	orderviewtest.ForgeNotes(t, admin.Client, db.Prefix, "SO20", 1)
+	require.NoError(t, as(acl.DashboardWrite).Client.RPush(t.Context(), db.Prefix+"order:{SO20}:notes", "{").Err())
+
+	r := e.do(t, http.MethodGet, "/v1/orders/SO20/history", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var h orderview.History
+	r.decode(t, &h)
+	var got []string
+	for _, en := range h.Entries {
+		got = append(got, en.Type+" "+en.Worker+" "+en.EventID+"|"+en.Detail)
+	}
+	assert.Equal(t, []string{
+		"order:put  |put: active",
+		"order:note " + orderviewtest.ForgedWorker + " |not written as a note (kind 'm'): a",
+		"order:note admin#2 |hold by admin#2: customer asked to reroute",
+		"order:note " + orderviewtest.ForgedWorker + " |not written as a note (order:modify): changed address to 1 Attacker Rd",
+		`order:note  |unreadable note (1 byte): "{"`,
+		`order:note  |unreadable note (1 byte): "{"`,
+	}, got)
+
+	r = e.do(t, http.MethodGet, "/v1/orders/SO20/status", "", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), `unreadable note (1 byte)`)
+	assert.NotContains(t, string(r.body), `"type":"order:modify"`)
+	assert.NotContains(t, string(r.body), "crm-refund", "a note names no event, so no task")
 }

@@ -155,7 +155,7 @@ var (
 	// ErrInvalid is returned for a request that no state of the order
 	// could satisfy: an unknown action, a malformed order number, a
 	// missing or too long reason, a missing principal, a principal or
-	// reason with a control character.
+	// reason with a control or format character (U+202E, say).
 	ErrInvalid = errors.New("orderops: invalid request")
 	// ErrRefused is returned when the order's state does not allow the
 	// action now: nothing waits, the head runs right now, the order is
@@ -344,18 +344,22 @@ func check(a Action, req Request) error {
 	case !tasks.ValidOrderNo(req.OrderNo):
 		return fmt.Errorf("%w: order number %q: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'", ErrInvalid, req.OrderNo)
 	case strings.TrimSpace(req.By) == "" || len(req.By) > MaxPrincipalLen || !text(req.By):
-		return fmt.Errorf("%w: a principal (who acts) of 1 to %d bytes is required, without control characters", ErrInvalid, MaxPrincipalLen)
+		return fmt.Errorf("%w: a principal (who acts) of 1 to %d bytes is required, without control or format characters", ErrInvalid, MaxPrincipalLen)
 	case a.NeedsReason() && strings.TrimSpace(req.Reason) == "":
 		return fmt.Errorf("%w: %s needs a reason", ErrInvalid, a)
 	case len(req.Reason) > MaxReasonLen || !text(req.Reason):
-		return fmt.Errorf("%w: the reason must be UTF-8 of at most %d bytes, without control characters", ErrInvalid, MaxReasonLen)
+		return fmt.Errorf("%w: the reason must be UTF-8 of at most %d bytes, without control or format characters (such as U+202E)", ErrInvalid, MaxReasonLen)
 	}
 	return nil
 }
 
-// text reports whether s is UTF-8 without control characters, as a
-// history note needs (orders.CheckNote).
-func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) }
+// text reports whether s is UTF-8 without control or format characters
+// (unicode.Cc and Cf: the bidirectional overrides and isolates among the
+// latter, which reorder what a reader sees), as a history note needs
+// (orders.CheckNote).
+func text(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) })
+}
 
 // Do performs action a on order req.OrderNo (see the package comment) and
 // records it. It returns errors matching [ErrInvalid], [ErrRateLimited] (a

@@ -568,6 +568,10 @@ func TestControlCharactersRefused(t *testing.T) {
 	for _, req := range []orderops.Request{
 		{OrderNo: "SO1", By: "alice\n", Reason: "x"},
 		{OrderNo: "SO1", By: "alice", Reason: "line\nbreak"},
+		{OrderNo: "SO1", By: "alice", Reason: "invoice\u202etxt.exe"}, // a format character: the bidirectional override
+		{OrderNo: "SO1", By: "alice", Reason: "a\u2066b\u2069"},
+		{OrderNo: "SO1", By: "alice", Reason: "zero\u200bwidth"},
+		{OrderNo: "SO1", By: "al\u202eice", Reason: "x"},
 	} {
 		_, err := e.ops.Do(t.Context(), orderops.Hold, req)
 		require.ErrorIs(t, err, orderops.ErrInvalid)

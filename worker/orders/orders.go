@@ -373,7 +373,9 @@ func (n Note) Detail() string {
 // CheckNote returns an error matching [ErrInvalid] for a note that
 // [Annotator.Annotate] refuses: a malformed order number, an empty By or
 // Action, a field longer than its limit (MaxNoteBy, MaxNoteAction,
-// MaxNoteReason), or one that is not UTF-8 or holds a control character.
+// MaxNoteReason), or one that is not UTF-8 or holds a control character or
+// a format character (unicode.Cf: U+202E and the other bidirectional
+// controls, which reorder what a reader sees).
 func CheckNote(orderNo string, n Note) error {
 	if err := CheckOrderNo(orderNo); err != nil {
 		return err
@@ -388,8 +390,8 @@ func CheckNote(orderNo string, n Note) error {
 			return fmt.Errorf("note: empty %s: %w", f.name, ErrInvalid)
 		case len(f.v) > f.max:
 			return fmt.Errorf("note: %s longer than %d bytes: %w", f.name, f.max, ErrInvalid)
-		case !utf8.ValidString(f.v) || strings.ContainsFunc(f.v, unicode.IsControl):
-			return fmt.Errorf("note: %s is not UTF-8 text without control characters: %w", f.name, ErrInvalid)
+		case !utf8.ValidString(f.v) || strings.ContainsFunc(f.v, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }):
+			return fmt.Errorf("note: %s is not UTF-8 text without control or format characters: %w", f.name, ErrInvalid)
 		}
 	}
 	return nil

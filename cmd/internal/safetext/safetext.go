@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -62,3 +63,47 @@ func Escape(s string) string {
 
 // unsafe reports a control or format character.
 func unsafe(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+
+// JSON escapes, in JSON text b such as encoding/json writes, the control
+// and format characters that the encoder leaves as they are (U+007F, the C1
+// controls, the Cf characters such as U+202E) with JSON's own escapes
+// ("\u202e", a surrogate pair above U+FFFF): the text decodes to the same
+// value, and a terminal shows each escape as its six characters. JSON text
+// holds such characters only inside strings (its white space between
+// tokens, "\n" and "\t" among it, is left alone), so escaping them anywhere
+// is sound. It returns b itself when nothing needs escaping. It is safe for
+// concurrent use.
+func JSON(b []byte) []byte {
+	i := 0
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		if jsonUnsafe(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+12)
+	out = append(out, b[:i]...)
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case !jsonUnsafe(r):
+			out = append(out, b[i:i+size]...)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	return out
+}
+
+// jsonUnsafe reports a control or format character that encoding/json
+// does not escape: it escapes those below U+0020 inside strings, and
+// writes "\n" and "\t" between tokens.
+func jsonUnsafe(r rune) bool { return r >= 0x7f && unsafe(r) }

@@ -1,6 +1,7 @@
 package safetext
 
 import (
+	"encoding/json"
 	"testing"
 	"unicode/utf8"
 
@@ -52,4 +53,22 @@ func FuzzEscape(f *testing.F) {
 			t.Fatalf("Escape(%q) = %q: a second pass changed it", got, again)
 		}
 	})
+}
+
+// TestJSON escapes in JSON text what a terminal would obey or reorder by,
+// as JSON escapes: the value decodes the same.
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "plain Straße ✓", "\u202eevil", "a\u2066b\u2069", "\u0085\u009b[2J\x7f", "tag\U000E0041", "\n\x1b"} {
+		b, err := json.MarshalIndent(map[string]string{"reason": s}, "", "\t")
+		assert.NoError(t, err)
+		got := JSON(b)
+		for _, r := range string(got) {
+			assert.False(t, unsafe(r) && r != '\n' && r != '\t', "%q keeps %U", got, r)
+		}
+		var back map[string]string
+		assert.NoError(t, json.Unmarshal(got, &back), "%s", got)
+		assert.Equal(t, s, back["reason"])
+	}
+	assert.Equal(t, `{"r":"\u202eevil"}`, string(JSON([]byte("{\"r\":\"\u202eevil\"}"))))
 }

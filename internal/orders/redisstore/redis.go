@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -300,6 +302,17 @@ local function ev_put(b, h, rec, exp)
   redis.call('PEXPIREAT', b, exp)
 end
 
+-- wrong_type returns an error reply when key exists and is not of type
+-- typ, else nil. A script checks, before its first write, each key it
+-- writes that it has not read yet: Redis does not roll a script back, so a
+-- command that fails on a wrongly typed key after a write would leave the
+-- write half done.
+local function wrong_type(key, typ)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' or t == typ then return nil end
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. t .. ', not a ' .. typ .. '; nothing was written')
+end
+
 -- order_fields returns the order hash at key, as a flat list.
 local function order_fields(key)
   return redis.call('HGETALL', key)
@@ -331,6 +344,10 @@ end
 // orders.Write.SeqOutOfTurn), ARGV[18] "1" to keep the lock for a parked
 // next holder when the change is applied (keyorder.Handoff.Keep, lock_commit's
 // keep), ARGV[19...] field, value pairs to set on the order.
+//
+// Before its first write it checks the type of every key it writes, so
+// that a wrongly typed key fails the script with nothing written (a WRONGTYPE
+// error reply): Redis does not roll a script back.
 //
 // The lock's newest fence (KEYS[6]) is read only when the caller no longer
 // holds the lock: a holder's fence is the newest. (The event's record is
@@ -384,6 +401,14 @@ local function apply(held)
   if ARGV[12] == '1' then for _, v in ipairs(order_fields(KEYS[1])) do r[#r + 1] = v end end
   return r
 end
+-- The keys the script writes without reading them first: the history
+-- (append), the lock's newest fence (read only when the lock is not the
+-- caller's) and the sequence (lock_commit). The order and the event
+-- buckets are read before any write, and so is the lock (lock_held).
+local bad = wrong_type(KEYS[2], 'list')
+if not bad and KEYS[6] then bad = wrong_type(KEYS[6], 'string') end
+if not bad and KEYS[8] then bad = wrong_type(KEYS[8], 'hash') end
+if bad then return bad end
 local held = nil
 if KEYS[7] then held = lock_held(KEYS[7]) end
 local r = apply(held)
@@ -462,6 +487,8 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
 local c = redis.call('GET', KEYS[6])
 if c and c ~= ARGV[6] .. '\n' .. ARGV[1] then return {'claimed', c} end
+local bad = wrong_type(KEYS[2], 'list')
+if bad then return bad end
 local t = now()
 redis.call('HSET', KEYS[1], 'order_no', ARGV[7], 'status', 'active',
   'address', ARGV[8], 'remark', ARGV[9], 'items', ARGV[10], 'version', '1',
@@ -484,6 +511,8 @@ return r
 //
 // Returns the new version.
 var putScript = redis.NewScript(luaLib + `
+local bad = wrong_type(KEYS[1], 'hash') or wrong_type(KEYS[2], 'list')
+if bad then return bad end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local t = now()
 redis.call('HSET', KEYS[1], 'updated_at', t, unpack(ARGV, 6))
@@ -522,7 +551,7 @@ return 1
 // notes...}: more is "1" when entries follow the page, count the number of
 // entries, then the entries and the notes the page takes: those of a
 // version after ARGV[1] and, when more is "1", not after the page's last
-// entry's. It only reads, and runs with EVALSHA_RO, so that a Redis user
+// entry's, and, on the last page, those whose version does not read. It only reads, and runs with EVALSHA_RO, so that a Redis user
 // with read-only access to the keys (%R~) may run it.
 var historyScript = redis.NewScript(luaLib + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
@@ -544,9 +573,15 @@ if #page > size then
 end
 local r = {more, #page}
 for _, e in ipairs(page) do r[#r + 1] = e end
+-- The notes list is written by less-trusted users too: a note whose
+-- version does not read comes with the last page, and never fails the read.
 for _, n in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-  local v = entry_at(n, 8)
-  if v and v > after and (not upto or v <= upto) then r[#r + 1] = n end
+  local ok, v = pcall(entry_at, n, 8)
+  if not ok or type(v) ~= 'number' then
+    if more == '0' then r[#r + 1] = n end
+  elseif v > after and (not upto or v <= upto) then
+    r[#r + 1] = n
+  end
 end
 return r
 `)
@@ -576,9 +611,14 @@ func (s *Store) Get(ctx context.Context, orderNo string) (orders.Order, error) {
 // notes written at its version (a note's version is the order's when it
 // was written), and the notes of a version after q.After but before the
 // oldest write kept first. So a page holds up to q.Limit writes and
-// NotesMax notes. It returns orders.ErrNotFound when there is no such
-// order, and orders.ErrInvalid for a malformed order number. The page is
-// read in one round trip.
+// NotesMax notes. The notes list is the one key of an order that the
+// operators' Redis users may write by hand, so each of its elements reads
+// as a note (orders.TypeNote, with the principal it carries, no event,
+// fence or position), whatever kind or form it claims, and one that does
+// not decode comes, on the last page, as a note without principal whose
+// detail starts with [UnreadableNote]: it never fails the read. It returns
+// orders.ErrNotFound when there is no such order, and orders.ErrInvalid for
+// a malformed order number. The page is read in one round trip.
 func (s *Store) History(ctx context.Context, orderNo string, q orders.HistoryQuery) (orders.HistoryPage, error) {
 	if err := orders.CheckOrderNo(orderNo); err != nil {
 		return orders.HistoryPage{}, fmt.Errorf("history: %w", err)
@@ -602,27 +642,29 @@ func (s *Store) History(ctx context.Context, orderNo string, q orders.HistoryQue
 	if !ok || count < 0 || int(count) > len(res)-2 {
 		return orders.HistoryPage{}, fmt.Errorf("history %s: unexpected reply", orderNo)
 	}
-	decode := func(lines []any) ([]orders.Entry, error) {
-		out := make([]orders.Entry, 0, len(lines))
-		for i, l := range lines {
-			line, _ := l.(string)
-			e, err := decodeEntry(line)
-			if err != nil {
-				return nil, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
-			}
-			out = append(out, e)
+	writes := make([]orders.Entry, 0, count)
+	for i, l := range res[2 : 2+count] {
+		line, _ := l.(string)
+		e, err := decodeEntry(line)
+		if err != nil {
+			return orders.HistoryPage{}, fmt.Errorf("history %s: entry %d: %w", orderNo, i, err)
 		}
-		return out, nil
+		writes = append(writes, e)
 	}
-	writes, err := decode(res[2 : 2+count])
-	if err != nil {
-		return orders.HistoryPage{}, err
+	// The notes list is the one key of an order that the operators' Redis
+	// users may write by hand: what it holds is input, not the store's own
+	// record. Each element is a note, whatever it claims to be, and one that
+	// is not a note's readable form is listed as unreadable, after the rest.
+	var notes, unreadable []orders.Entry
+	for _, l := range res[2+count:] {
+		line, _ := l.(string)
+		if n, ok := decodeNote(line); ok {
+			notes = append(notes, n)
+		} else {
+			unreadable = append(unreadable, unreadableNote(line))
+		}
 	}
-	notes, err := decode(res[2+count:])
-	if err != nil {
-		return orders.HistoryPage{}, err
-	}
-	page := orders.HistoryPage{Entries: merge(writes, notes)}
+	page := orders.HistoryPage{Entries: append(merge(writes, notes), unreadable...)}
 	if more == "1" && len(writes) > 0 {
 		page.Next = writes[len(writes)-1].Version
 	}
@@ -1236,6 +1278,75 @@ func decodeEntry(s string) (orders.Entry, error) {
 		return orders.Entry{}, fmt.Errorf("bad entry kind %q", f[1])
 	}
 	return e, nil
+}
+
+// UnreadableNote starts the detail of the entry that stands for an element
+// of an order's notes list that is not a note in a readable form:
+// "unreadable note (1 byte): \"{\"" (see [Store.History]).
+const UnreadableNote = "unreadable note"
+
+// maxNoteDetail is the longest detail of a note that Annotate writes:
+// "<action> by <who>: <reason>".
+const maxNoteDetail = orders.MaxNoteAction + len(" by ") + orders.MaxNoteBy + len(": ") + orders.MaxNoteReason
+
+// maxUnreadableShown is how many bytes of an unreadable note its entry
+// shows.
+const maxUnreadableShown = 200
+
+// decodeNote reads an element of an order's notes list as a note: an entry
+// of type orders.TypeNote with the principal and the detail it carries,
+// whatever its kind letter or form (the older JSON form included), and
+// never its event ID, fence or position, which a note has none of. A
+// detail of another kind than a note's is its raw field, marked "not
+// written as a note". It reports false for an element that does not
+// decode, or whose principal or detail is not text a note may hold
+// (orders.CheckNote's, and no longer than Annotate writes).
+func decodeNote(s string) (orders.Entry, bool) {
+	e, err := decodeEntry(s)
+	if err != nil {
+		return orders.Entry{}, false
+	}
+	n := orders.Entry{Type: orders.TypeNote, Worker: e.Worker, Version: e.Version, StartedAt: e.StartedAt, EndedAt: e.EndedAt, Detail: e.Detail}
+	switch {
+	case strings.HasPrefix(s, "{"):
+		n.Detail = fmt.Sprintf("not written as a note (%s): %s", clipText(e.Type, 64), e.Detail)
+	case s[2] != recNote:
+		// decodeEntry took the form: ten fields, "3" and a one-letter kind.
+		n.Detail = fmt.Sprintf("not written as a note (kind %q): %s", s[2], strings.Split(s, "\x1f")[9])
+	}
+	if n.Version < 0 || !noteText(n.Worker, orders.MaxNoteBy) || !noteText(n.Detail, 2*maxNoteDetail) {
+		return orders.Entry{}, false
+	}
+	return n, true
+}
+
+// noteText reports whether s is at most max bytes of UTF-8 without control
+// or format characters (unicode.Cf: the bidirectional controls among
+// them), as a note is written.
+func noteText(s string, max int) bool {
+	return len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+	})
+}
+
+// clipText cuts s to at most n bytes.
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// unreadableNote is the entry that stands for element s of the notes list
+// that is no readable note: a note without principal or version whose
+// detail is [UnreadableNote], s's length and its first bytes, quoted in
+// ASCII (control, format and invalid bytes escaped).
+func unreadableNote(s string) orders.Entry {
+	unit := "bytes"
+	if len(s) == 1 {
+		unit = "byte"
+	}
+	return orders.Entry{Type: orders.TypeNote, Detail: fmt.Sprintf("%s (%d %s): %s", UnreadableNote, len(s), unit, strconv.QuoteToASCII(clipText(s, maxUnreadableShown)))}
 }
 
 // decodeJSONEntry decodes a history entry of the older form: a JSON object

@@ -1044,6 +1044,8 @@ func TestAnnotateInvalid(t *testing.T) {
 		{"separator in reason", "SO1", orders.Note{By: "a", Action: "hold", Reason: "x\x1fy"}},
 		{"newline in principal", "SO1", orders.Note{By: "a\nb", Action: "hold"}},
 		{"not UTF-8", "SO1", orders.Note{By: "a", Action: "hold", Reason: "\xff"}},
+		{"bidirectional override in reason", "SO1", orders.Note{By: "a", Action: "hold", Reason: "invoice\u202etxt.exe"}},
+		{"format character in principal", "SO1", orders.Note{By: "a\u200bb", Action: "hold"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1126,4 +1128,50 @@ func TestHistoryMergesNotes(t *testing.T) {
 		q.After = p.Next
 	}
 	assert.Equal(t, []string{"note@1:a modify@2:changed remark note@2:b note@2:c", "modify@3:changed remark note@3:d"}, got)
+}
+
+// TestFailedCommitWritesNothing gives an order a wrongly typed history (a
+// fault, or the worker's user by hand): the modify, the put and the
+// exchange's creation fail, and write nothing, so that once the history is
+// mended the same change applies, in its turn, instead of being found past.
+func TestFailedCommitWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	storetest.Seed(t, s, "SO23")
+	require.NoError(t, s.rdb.Del(ctx, s.historyKey("SO23")).Err())
+	require.NoError(t, s.rdb.Set(ctx, s.historyKey("SO23"), "x", 0).Err())
+	before, err := s.rdb.HGetAll(ctx, s.orderKey("SO23")).Result()
+	require.NoError(t, err)
+
+	_, err = s.Modify(storetest.At(t, baseFence, 1), "evt-23", "SO23", orders.Changes{Remark: new("changed")})
+	require.ErrorContains(t, err, "WRONGTYPE")
+	require.ErrorContains(t, s.Put(ctx, orders.Order{No: "SO23", Address: "2 New Rd"}), "WRONGTYPE")
+	after, err := s.rdb.HGetAll(ctx, s.orderKey("SO23")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a failed commit writes nothing of the order")
+	evs, _ := s.eventKeys("SO23")
+	n, err := s.rdb.Exists(ctx, evs[:]...).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nor the event's record")
+
+	require.NoError(t, s.rdb.Del(ctx, s.historyKey("SO23")).Err())
+	r, err := s.Modify(storetest.At(t, baseFence, 1), "evt-23", "SO23", orders.Changes{Remark: new("changed")})
+	require.NoError(t, err, "the retry applies the change")
+	assert.False(t, r.Replayed)
+	assert.Equal(t, "changed", r.Order.Remark)
+
+	// The creation of an exchange's replacement, whose history is wrongly
+	// typed, creates nothing; mended, the exchange's retry creates it.
+	require.NoError(t, s.rdb.Set(ctx, s.historyKey("SO24"), "x", 0).Err())
+	x := orders.Exchange{NewOrderNo: "SO24", Items: []orders.Item{{SKU: "A", Qty: 1}}}
+	_, err = s.Exchange(storetest.At(t, baseFence, 2), "evt-x", "SO23", x)
+	require.ErrorContains(t, err, "WRONGTYPE")
+	n, err = s.rdb.Exists(ctx, s.orderKey("SO24")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the replacement is not created")
+	require.NoError(t, s.rdb.Del(ctx, s.historyKey("SO24")).Err())
+	r, err = s.Exchange(storetest.At(t, baseFence, 2), "evt-x", "SO23", x)
+	require.NoError(t, err)
+	assert.Equal(t, "SO24", r.Order.No)
 }

@@ -2,6 +2,8 @@ package orderviewtest
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +50,31 @@ func WrongTypeSeq(t testing.TB, intake redis.UniversalClient, prefix, no string)
 	key := seq.SeqKey(no)
 	require.NoError(t, intake.Set(context.Background(), key, "x", 0).Err(), "the intake's user may write a sequence")
 	return key
+}
+
+// ForgedWorker is the worker ID that [ForgeNotes] puts on its forged
+// writes.
+const ForgedWorker = "vm-3156-b449e766"
+
+// ForgeNotes pushes into order no's notes list (under prefix, KEY_PREFIX),
+// through notes, a client logged in as a Redis user that may write the
+// notes (acl.IntakeAdmin or acl.DashboardWrite), what the security review
+// of 2026-12-07 (N4) pushed: an applied modify under ForgedWorker, a note
+// by another principal (admin#2), a modify in the older JSON form, and
+// "{". The first three must read as notes, the last as unreadable. at is
+// the forged entries' version.
+func ForgeNotes(t testing.TB, notes redis.UniversalClient, prefix, no string, at int64) {
+	t.Helper()
+	b36 := func(n int64) string { return strconv.FormatInt(n, 36) }
+	now := time.Now().UnixMicro()
+	key := prefix + "order:{" + no + "}:notes" // redisstore's key layout
+	for _, e := range []string{
+		strings.Join([]string{"3", "m", "crm-refund-7731", b36(1), ForgedWorker, b36(5), b36(now), b36(at), b36(9), "a"}, "\x1f"),
+		strings.Join([]string{"3", "n", "", "0", "admin#2", "", b36(now), b36(at), "", "hold by admin#2: customer asked to reroute"}, "\x1f"),
+		`{"type":"order:modify","event_id":"crm-refund-7732","worker":"` + ForgedWorker + `","detail":"changed address to 1 Attacker Rd","fence":"1","version":"` +
+			strconv.FormatInt(at, 10) + `","started_at":"` + strconv.FormatInt(now, 10) + `","ended_at":"` + strconv.FormatInt(now, 10) + `"}`,
+		"{",
+	} {
+		require.NoError(t, notes.RPush(context.Background(), key, e).Err(), "the user may push a note")
+	}
 }
