@@ -10,6 +10,7 @@
 //	ow:lock:{<no>}            an order's lock (lock)
 //	ow:lock:{<no>}:fence      its newest fencing token (lock)
 //	ow:lock:{<no>}:seq        its sequence of positions (lock.Sequencer)
+//	ow:lock:{<no>}:acts       the limit of its operator actions, kept across processes (orderops)
 //	ow:lock:held              the index of the orders operators hold (lock.Sequencer.Pause, orderops; read by the blocked list)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
@@ -151,7 +152,7 @@ func Rules(p Process, o Options) ([]string, error) {
 			// pending list, its retry, scheduled and archived sets);
 			// skip, hold and resume write the sequence (below), the index
 			// of held orders, and the notice that wakes a waiter.
-			r.rw(k.queueKeys, k.held).channels(k.released)
+			r.rw(k.queueKeys, k.held, k.acts).channels(k.released)
 			r.notes(o.OrderAPI, k)
 		}
 		// Acceptance: the event claims, the sequences, the WAIT markers,
@@ -173,7 +174,7 @@ func Rules(p Process, o Options) ([]string, error) {
 		if p == DashboardWrite {
 			// asynqmon's actions, and cancelling an active task; the
 			// operator actions on the order page (see IntakeAdmin).
-			r.rw(k.asynq, k.seqs, k.held).channels(k.cancel, k.released)
+			r.rw(k.asynq, k.seqs, k.held, k.acts).channels(k.cancel, k.released)
 			r.notes(o.OrderAPI, k)
 		} else {
 			// asynq's Inspector prunes the expired entries of the server,
@@ -215,7 +216,7 @@ var base = []string{
 // keys are the key and channel patterns of one key prefix, escaped.
 type keys struct {
 	orders, notes                                  string
-	locks, seqs, held, events, waits, token        string
+	locks, seqs, acts, held, events, waits, token  string
 	asynq, queueKeys, taskKeys, pending, scheduled string
 	retry                                          string
 	allQueues, servers, workers                    string
@@ -230,6 +231,7 @@ func newKeys(prefix string) keys {
 		notes:  p + "order:{*}:notes",
 		locks:  p + "lock:{*",
 		seqs:   p + "lock:{*}:seq",
+		acts:   p + "lock:{*}:acts",
 		held:   p + "lock:held",
 		events: p + "event:{*",
 		waits:  p + "wait:{*",

@@ -252,6 +252,18 @@ type Config struct {
 	Burst int
 	// Now is the clock of the rate limit. Defaults to time.Now.
 	Now func() time.Time
+	// OrderRate and OrderBurst are the limit of one order's actions kept
+	// in Redis, across every process and replica (the CLI's too): each
+	// principal may take OrderBurst actions on an order at once, then
+	// OrderRate an hour; every "cli:" principal counts as one (the CLI's
+	// -by names whoever its user says). All principals together may take
+	// 4 × OrderBurst at once, then 3 × OrderRate an hour. So the audit
+	// trail of an order (its notes, NotesMax of them, and its sequence's
+	// log of 20) is not erased by repeating actions in minutes: see
+	// docs/operations.md. A Rate of [Unlimited] turns this limit off
+	// too. Default DefaultOrderRate (10) and DefaultOrderBurst (5).
+	OrderRate  float64
+	OrderBurst int
 }
 
 // The defaults of the rate limit: a person acts a few times a minute; a
@@ -263,6 +275,11 @@ const (
 	DefaultBurst = 20
 	// Unlimited is a Config.Rate that turns the limit off.
 	Unlimited = rate.Inf
+	// DefaultOrderRate is the default of Config.OrderRate: ten actions
+	// an hour on one order, per principal.
+	DefaultOrderRate = 10.0
+	// DefaultOrderBurst is the default of Config.OrderBurst.
+	DefaultOrderBurst = 5
 )
 
 // maxPrincipals bounds the buckets kept: past it, the full ones (of
@@ -312,8 +329,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if !(cfg.Rate > 0) || cfg.Burst < 1 {
-		return nil, fmt.Errorf("orderops: rate %v and burst %d must be positive", float64(cfg.Rate), cfg.Burst)
+	cfg.OrderRate = cmp.Or(cfg.OrderRate, DefaultOrderRate)
+	cfg.OrderBurst = cmp.Or(cfg.OrderBurst, DefaultOrderBurst)
+	if !(cfg.Rate > 0) || cfg.Burst < 1 || !(cfg.OrderRate > 0) || cfg.OrderBurst < 1 {
+		return nil, fmt.Errorf("orderops: rates %v and %v an hour, bursts %d and %d must be positive",
+			float64(cfg.Rate), cfg.OrderRate, cfg.Burst, cfg.OrderBurst)
 	}
 	log := cfg.Logger.Named("orderops")
 	o := &Ops{rdb: rdb, cfg: cfg, locate: requeue.Locate(cfg.Shards, cfg.Kinds), log: log, buckets: make(map[string]*rate.Limiter)}
@@ -375,6 +395,9 @@ func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 	if err := o.mayAct(ctx); err != nil {
 		return Result{}, err
 	}
+	if err := o.allowOrder(ctx, req); err != nil {
+		return Result{}, err
+	}
 	req.Reason = strings.TrimSpace(req.Reason)
 	res := Result{OrderNo: req.OrderNo, Action: a, By: req.By, Reason: req.Reason}
 	var err error
@@ -427,6 +450,64 @@ func (o *Ops) allow(by string) error {
 	}
 	secs := math.Ceil((1 - b.TokensAt(now)) / float64(b.Limit()))
 	return &RateLimitError{By: by, RetryAfter: time.Duration(max(1, min(secs, 24*60*60))) * time.Second}
+}
+
+// actsScript takes a token of two buckets of an order's actions kept in
+// Redis (GCRA: each field holds the bucket's theoretical arrival time in
+// ms): the principal's and the order's total.
+//
+// KEYS[1] the order's action buckets (a hash)
+// ARGV[1] the principal's field, ARGV[2] its emission interval in ms,
+// ARGV[3] its burst, ARGV[4] the total's emission interval in ms, ARGV[5]
+// the total's burst
+//
+// Returns 0 when both had a token (both taken), or the ms until both
+// have one (nothing taken).
+var actsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function next_tat(f, T, B)
+  local tat = tonumber(redis.call('HGET', KEYS[1], f) or '0') or 0
+  if tat < now then tat = now end
+  local new = tat + T
+  return new, new - now - T * B
+end
+local p, pw = next_tat(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local a, aw = next_tat('*', tonumber(ARGV[4]), tonumber(ARGV[5]))
+local wait = math.max(pw, aw)
+if wait > 0 then return wait end
+redis.call('HSET', KEYS[1], ARGV[1], p, '*', a)
+redis.call('PEXPIREAT', KEYS[1], math.max(p, a))
+return 0
+`)
+
+// allowOrder takes a token of the Redis-kept buckets of req's order (see
+// Config.OrderRate), or returns a *RateLimitError.
+func (o *Ops) allowOrder(ctx context.Context, req Request) error {
+	if o.cfg.Rate == Unlimited {
+		return nil
+	}
+	by := req.By
+	if strings.HasPrefix(by, CLIPrefix) {
+		by = CLIPrefix // the CLI's -by is its user's word: one bucket for all
+	}
+	interval := func(perHour float64) int64 { return max(1, int64(3_600_000/perHour)) }
+	wait, err := actsScript.Run(ctx, o.rdb, []string{o.actsKey(req.OrderNo)}, "p:"+by,
+		interval(o.cfg.OrderRate), o.cfg.OrderBurst, interval(3*o.cfg.OrderRate), 4*o.cfg.OrderBurst).Int64()
+	if err != nil {
+		return fmt.Errorf("orderops: the order's action limit: %w", err)
+	}
+	if wait <= 0 {
+		return nil
+	}
+	secs := (wait + 999) / 1000
+	return &RateLimitError{By: req.By, RetryAfter: time.Duration(max(1, secs)) * time.Second}
+}
+
+// actsKey is the Redis key of the action buckets of order no: in the
+// order's slot, among its lock's keys.
+func (o *Ops) actsKey(no string) string {
+	return strings.TrimSuffix(o.seq.SeqKey(no), ":seq") + ":acts"
 }
 
 // mayAct checks that the Redis user may write the index of held orders,

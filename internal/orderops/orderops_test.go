@@ -661,3 +661,57 @@ func TestAPassedChangeNamesTheSkip(t *testing.T) {
 	require.ErrorContains(t, d.Err, ": skipped by ivy: duplicate of p-2")
 	e.waitApplied("SO1", "p-2")
 }
+
+// The limit of one order's actions is kept in Redis: two processes (here
+// two Ops, as the intake-admin user) share it, every CLI principal counts
+// as one, and all principals together have a limit of their own, so that
+// repeating actions cannot push an order's audit trail out in minutes.
+func TestOrderActionLimitAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	rules, err := acl.Rules(acl.IntakeAdmin, acl.Options{KeyPrefix: e.db.Prefix})
+	require.NoError(t, err)
+	admin := e.db.AsUser(t, rules...)
+	var procs []*orderops.Ops
+	for range 2 {
+		ops, err := orderops.New(admin.NewClient(t), orderops.Config{KeyPrefix: e.db.Prefix, Store: e.store,
+			Rate: 1000, Burst: 1000, OrderRate: 1, OrderBurst: 2})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, ops.Close()) })
+		procs = append(procs, ops)
+	}
+	act := func(i int, by string) error {
+		t.Helper()
+		a := orderops.Hold
+		st, err := e.seq.Status(ctx, "SO1")
+		require.NoError(t, err)
+		if st.Paused != nil {
+			a = orderops.Resume
+		}
+		_, err = procs[i%2].Do(ctx, a, orderops.Request{OrderNo: "SO1", By: by, Reason: "x"})
+		return err
+	}
+	var rl *orderops.RateLimitError
+	require.NoError(t, act(0, "alice"))
+	require.NoError(t, act(1, "alice"), "the second process shares alice's bucket")
+	require.ErrorAs(t, act(0, "alice"), &rl)
+	require.InDelta(t, time.Hour.Seconds(), rl.RetryAfter.Seconds(), 5, "one action an hour")
+	require.NoError(t, act(0, orderops.CLIPrefix+"ann"))
+	require.NoError(t, act(1, orderops.CLIPrefix+"ben"))
+	require.ErrorIs(t, act(0, orderops.CLIPrefix+"cid"), orderops.ErrRateLimited, "every CLI principal is one")
+	require.NoError(t, act(0, "bob"))
+	require.NoError(t, act(1, "bob"))
+	require.NoError(t, act(0, "carol"))
+	require.NoError(t, act(1, "carol"))
+	require.ErrorIs(t, act(0, "dave"), orderops.ErrRateLimited, "the order's total: 4 x OrderBurst at once")
+	h, err := orders.AllHistory(ctx, e.store, "SO1")
+	require.NoError(t, err)
+	notes := 0
+	for _, x := range h {
+		if x.Type == orders.TypeNote {
+			notes++
+		}
+	}
+	require.Equal(t, 8, notes, "a refused action writes nothing")
+}
