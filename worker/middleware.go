@@ -343,10 +343,11 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 	err = w.writeCaughtUp(wctx, k, p, lease, orders.Write{
 		Worker:    w.cfg.ID,
 		StartedAt: time.Now(),
-		// Only a position applied in its turn moves the order on: a seq
-		// that the order's sequence never handed out (a task enqueued by
-		// hand, its sequence gone) is checked but not recorded.
-		SeqOutOfTurn: lease.Mode() != keyorder.ModeTurn,
+		// Only a position applied in its turn moves the order on, or
+		// one whose order's sequence is gone (see recordsOutOfTurn): a
+		// seq that the order's sequence passed, or never handed out, is
+		// checked but not recorded.
+		SeqOutOfTurn: lease.Mode() != keyorder.ModeTurn && !recordsOutOfTurn(lease, h.Seq, time.Now()),
 		NoResult:     true, // the worker reads only the error
 		// A Redis store on the lock's Redis also checks the lock's newest
 		// fence and releases the lock, passing the turn on, with a
@@ -392,6 +393,21 @@ func (w *Worker) writeCaughtUp(ctx context.Context, k *Kind, p tasks.Payload, le
 			zap.String("order_no", p.Header().OrderNo), zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos),
 			zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
 	}
+}
+
+// recordsOutOfTurn reports whether the position seq of a change that runs
+// out of its turn is recorded by the store all the same: when its order's
+// sequence is gone (expired, lost with a master of a Cluster, or deleted
+// by a Redis user that may write the sequences, as the intake's may), the
+// changes of the order run in whatever order their tasks come, and only
+// the store's record of the newest position applied keeps an older one
+// from applying over a newer one (it is refused as passed, and archived
+// with that reason). A position further ahead than any sequence hands out
+// (positions start at Redis TIME in µs: seq above the clock by more than
+// an hour) is none the sequence handed out: a task enqueued by hand, which
+// would hold every later change back, so it is only checked.
+func recordsOutOfTurn(lease *keyorder.Lease, seq int64, now time.Time) bool {
+	return lease.SequenceGone() && seq > 0 && seq <= now.Add(time.Hour).UnixMicro()
 }
 
 // maxCatchUps bounds the catch-ups of one write (see writeCaughtUp): one
