@@ -24,10 +24,17 @@ import (
 func aheadBound(cfg Config, info *asynq.TaskInfo) time.Duration {
 	bound := cfg.MaxScheduleAhead
 	if info.State == asynq.TaskStateRetry {
-		bound = max(bound, backoffCeiling(info.Retried))
+		// Retried is the task message's, which the intake's Redis user
+		// may write: no more failures than asynq's default budget count.
+		bound = max(bound, backoffCeiling(min(info.Retried, maxTrustedRetried)))
 	}
 	return bound
 }
+
+// maxTrustedRetried bounds the failures aheadBound takes from a task's
+// message: asynq's default MaxRetry, above any budget the producer gives
+// (keyorder.DefaultMaxRetryWait is its backoff ceiling).
+const maxTrustedRetried = 25
 
 // backoffCeiling bounds the delay asynq.DefaultRetryDelayFunc gives for
 // n failures or fewer (at most n⁴ + 15 + 29·(n+1) seconds): n⁴ + 15 +

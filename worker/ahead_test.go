@@ -13,6 +13,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // The workers wait for a scheduled head as far ahead as the producers
@@ -64,4 +65,14 @@ func TestAHeadScheduledTooFarAheadIsBroughtForward(t *testing.T) {
 	o, err := e.store.Get(ctx, no)
 	require.NoError(t, err)
 	assert.Equal(t, "behind", o.Remark)
+}
+
+// A retry count that no failure earned (the task message, which the
+// intake's Redis user may write, says a million) does not stretch the
+// bound past the backoff of asynq's default budget (F7r).
+func TestAheadBoundTrustsNoRetryCountPastTheBudget(t *testing.T) {
+	t.Parallel()
+	b := worker.AheadBound(worker.Config{}, &asynq.TaskInfo{State: asynq.TaskStateRetry, Retried: 1_000_000})
+	require.LessOrEqual(t, b, keyorder.DefaultMaxRetryWait)
+	require.Less(t, b, 365*24*time.Hour, "a head a year out is brought forward")
 }

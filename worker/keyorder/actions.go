@@ -91,6 +91,9 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 // until [Runner.Resume]. by and reason are recorded. A held key's sequence
 // does not expire. It returns an error matching [ErrNothingToDo] when key
 // is on hold already.
+//
+// by and reason are at most [MaxReasonLen] bytes each, without control or
+// format characters: they stay in the key's sequence while it is held.
 func (r *Runner) Hold(ctx context.Context, key, by, reason string) error {
 	_, err := r.l.Sequencer().Pause(ctx, key, by, reason)
 	if errors.Is(err, ErrPaused) {
@@ -200,6 +203,9 @@ type Skipped struct {
 // Other errors are Redis' and asynq's, wrapped.
 func (r *Runner) SkipHead(ctx context.Context, h Head, reason string) (Skipped, error) {
 	var sk Skipped
+	if err := checkReason("the reason", reason); err != nil {
+		return sk, err
+	}
 	switch h.State {
 	case StateMissing, asynq.TaskStateArchived.String(), asynq.TaskStateCompleted.String():
 	case asynq.TaskStateActive.String():

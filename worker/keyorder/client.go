@@ -110,9 +110,13 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 //
 // t's type must not be blank, and its payload must be a JSON object
 // without a "seq" member ([ErrPayload]).
-// opts are asynq's options. asynq.Queue (default "default") must not hold
-// a space. asynq.TaskID defaults to a random UUID; an ID its queue holds
-// already is refused with asynq.ErrTaskIDConflict, and takes no position.
+// key is 1 to [MaxKeyLen] bytes of printable UTF-8 without spaces or
+// braces ([ErrInvalidKey]). opts are asynq's options. asynq.Queue (default
+// "default") and asynq.TaskID (1 to [MaxTaskIDLen] bytes) must be
+// printable UTF-8 without spaces: labels and the release's wake lists are
+// split at spaces and newlines. asynq.TaskID defaults to a random UUID; an
+// ID its queue holds already is refused with asynq.ErrTaskIDConflict, and
+// takes no position.
 // asynq.MaxRetry is the failure budget, as with asynq (default 25): a
 // [Runner] archives a task that failed that many times and once more, and
 // never counts a wait for its turn against it. asynq.Unique and
@@ -384,15 +388,20 @@ func options(opts []asynq.Option) (enqueueOptions, error) {
 		}
 	}
 	switch {
-	case strings.TrimSpace(o.queue) == "" || strings.ContainsAny(o.queue, " \t\r\n"):
-		return o, fmt.Errorf("keyorder: queue %q must be non-empty and hold no space", o.queue)
+	case o.queue == "" || len(o.queue) > MaxKeyLen || !printable(o.queue):
+		return o, fmt.Errorf("keyorder: queue %q must be 1 to %d bytes of printable UTF-8 without spaces", o.queue, MaxKeyLen)
 	case o.id == "":
 		o.id = uuid.NewString()
-	case strings.TrimSpace(o.id) == "":
-		return o, errors.New("keyorder: the task ID must not be blank")
+	case len(o.id) > MaxTaskIDLen || !printable(o.id):
+		// A label ("<queue> <id>") and a wake list (labels joined by
+		// newlines) must read back as they were written.
+		return o, fmt.Errorf("keyorder: task ID %q must be 1 to %d bytes of printable UTF-8 without spaces", o.id, MaxTaskIDLen)
 	}
 	return o, nil
 }
+
+// MaxTaskIDLen bounds the task ID a [Client] enqueues, in bytes.
+const MaxTaskIDLen = 128
 
 // defaultMaxRetry is asynq's default MaxRetry.
 const defaultMaxRetry = 25

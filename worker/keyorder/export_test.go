@@ -49,6 +49,9 @@ var (
 	Positionless = positionless
 )
 
+// CheckKey is the engine's check of a key, for its fuzz test.
+func CheckKey(key string) error { return checkKey(key, "") }
+
 // ReserveLua and ReserveArgs let the tests write a reservation script of
 // their own (the Client's is the product's one).
 const ReserveLua = reserveLua

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -235,12 +237,40 @@ func (l *Locker) Sequencer() *Sequencer { return l.seq }
 func (l *Locker) lockKey(key string) string  { return l.seq.lockKey(key) }
 func (l *Locker) fenceKey(key string) string { return l.seq.lockKey(key) + ":fence" }
 
+// checkKey refuses a key the engine cannot carry: empty, longer than
+// MaxKeyLen, with braces (the hash tag), or with what is not printable
+// UTF-8 without spaces (the release notices and the wake lists are split
+// at spaces and newlines).
 func checkKey(key, meta string) error {
 	switch {
-	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
+	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}") || !printable(key):
 		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
 	case len(meta) > MaxMetaLen:
 		return fmt.Errorf("keyorder: meta of %d bytes, at most %d", len(meta), MaxMetaLen)
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters
+// (unicode.Cc and Cf) or spaces.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+	})
+}
+
+// MaxReasonLen bounds the reason of a hold or a skip, and the name of who
+// holds, in bytes.
+const MaxReasonLen = 1024
+
+// checkReason refuses a reason (or a principal) longer than MaxReasonLen
+// or with control or format characters: it is stored in the key's
+// sequence, and shown to people.
+func checkReason(what, s string) error {
+	if len(s) > MaxReasonLen || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+	}) {
+		return fmt.Errorf("keyorder: %s must be UTF-8 of at most %d bytes without control or format characters", what, MaxReasonLen)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package keyorder
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,9 +88,14 @@ func (q *Sequencer) PausedKey() string { return q.prefix + "held" }
 // a paused sequence does not expire. It returns the pause, a *PausedError
 // (ErrPaused) when the sequence was paused already, an error matching
 // ErrPauseIndex when only the index failed (see the type's comment), and
-// Redis errors, wrapped. It costs two round trips.
+// Redis errors, wrapped. It refuses a by or a reason longer than
+// [MaxReasonLen] or with control or format characters. It costs two round
+// trips.
 func (q *Sequencer) Pause(ctx context.Context, key, by, reason string) (Pause, error) {
 	if err := checkKey(key, ""); err != nil {
+		return Pause{}, err
+	}
+	if err := cmp.Or(checkReason("who holds", by), checkReason("the reason", reason)); err != nil {
 		return Pause{}, err
 	}
 	res, err := pauseScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, by, reason).Slice()

@@ -213,8 +213,8 @@ func (q *Sequencer) lockKey(key string) string { return q.prefix + "{" + key + "
 
 func checkLabel(key, label, ref string) error {
 	switch {
-	case key == "" || len(key) > MaxKeyLen || strings.ContainsAny(key, "{}"):
-		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	case checkKey(key, "") != nil:
+		return checkKey(key, "")
 	case label == "" || len(label) > MaxLabelLen:
 		return fmt.Errorf("keyorder: label of %d bytes, want 1 to %d", len(label), MaxLabelLen)
 	case len(ref) > MaxLabelLen:

@@ -54,7 +54,19 @@ type TurnsConfig struct {
 	// task that only waited, or lost its key, runs again (see
 	// [Turns.TakeTask] and [Turns.RetryDelay]). Default 100 ms and 1 s.
 	BusyRetryMin, BusyRetryMax time.Duration
+	// MaxRetryWait is the longest backoff a failing head can have earned
+	// (the retry policy's longest): a head's mark of when it runs again
+	// further out than that is no failure's, but written by a Redis user
+	// that may write the sequences, and is not waited for: the tasks
+	// behind it look at the head as at any head that does not come (the
+	// gap check). Defaults to DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
 }
+
+// DefaultMaxRetryWait is the default of [TurnsConfig.MaxRetryWait]: the
+// longest backoff asynq.DefaultRetryDelayFunc gives in asynq's default
+// budget of 25 retries (25⁴ + 15 + 30·26 seconds, about 4.5 days).
+const DefaultMaxRetryWait = (390625 + 15 + 780) * time.Second
 
 // DefaultGapWait is the default of [TurnsConfig.GapWait].
 const DefaultGapWait = 30 * time.Second
@@ -133,6 +145,7 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 	}
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
+	cfg.MaxRetryWait = cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait)
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -189,7 +202,14 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 			// every GapWait, at the cost of one acquire.
 			return nil, done, t.park(te, t.cfg.GapWait)
 		}
-		if te.Retry > 0 {
+		switch {
+		case te.Retry > t.cfg.MaxRetryWait:
+			// No failure earns that: look at the head as at one that
+			// does not come (below).
+			tracing.Log(ctx, t.log).Warn("the head's retry mark is further out than any backoff; not waited for",
+				zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head), zap.Duration("retry_in", te.Retry),
+				zap.Duration("max_retry_wait", t.cfg.MaxRetryWait))
+		case te.Retry > 0:
 			// The head failed and runs again later: so do we, just after,
 			// unless its success calls us back first.
 			return nil, done, t.park(te, te.Retry)
