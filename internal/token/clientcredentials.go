@@ -97,9 +97,12 @@ func (e *EndpointError) Error() string {
 	return msg
 }
 
-// isLoopback reports whether host (a URL's Hostname) is localhost or a
-// loopback address.
-func isLoopback(host string) bool {
+// IsLoopback reports whether host (a URL's Hostname) is localhost or a
+// loopback address: where an http:// request stays on the machine. The
+// token endpoint ([ClientCredentialsConfig.AllowInsecureHTTP]) and the
+// order API (httpstore.Config.AllowInsecureHTTP) take http:// only to
+// such a host, unless allowed.
+func IsLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
@@ -168,7 +171,7 @@ func ClientCredentials(cfg ClientCredentialsConfig) (Source, error) {
 		return nil, errors.New("token: client credentials: TokenURL is not an absolute URL")
 	case u.Scheme != "https" && u.Scheme != "http":
 		return nil, errors.New("token: client credentials: TokenURL is not an http or https URL")
-	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !isLoopback(u.Hostname()):
+	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !IsLoopback(u.Hostname()):
 		return nil, ErrInsecureURL
 	case cfg.ClientID == "":
 		return nil, errors.New("token: client credentials: no ClientID")
