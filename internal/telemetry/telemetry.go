@@ -90,9 +90,10 @@ var ErrUnsupported = errors.New("telemetry: not supported by this build")
 //     would sample everything).
 //   - OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, or else
 //     OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: the longest string attribute
-//     value kept, longer ones cut to it; -1 for no limit. Defaults to
-//     [DefaultAttributeValueLengthLimit] (the SDK's default is no limit,
-//     which let a request path of 64 KiB sit in every queued span).
+//     value exported, in characters, longer ones cut to it; -1 for no
+//     limit. Defaults to [DefaultAttributeValueLengthLimit] (the SDK's
+//     default is no limit, which exported a request path of 64 KiB in
+//     full).
 //   - The rest is read by the SDK itself: the OTLP endpoint's timeout,
 //     compression and certificates (OTEL_EXPORTER_OTLP_*), the batch
 //     processor (OTEL_BSP_*), the other span limits (OTEL_SPAN_*), and the
@@ -229,10 +230,14 @@ func endpoint(getenv func(string) string) ([]otlptracehttp.Option, error) {
 }
 
 // DefaultAttributeValueLengthLimit is the longest string attribute value a
-// span keeps, in bytes, unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// span exports, in characters (the SDK counts code points, not bytes),
+// unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
 // OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT says otherwise: longer ones are cut to
-// it. It bounds what a span queued for export holds, whatever a caller
-// put in a request's path or headers.
+// it. It bounds what a span exports, not what it holds until then: the
+// SDK's cut is a substring, which keeps the whole value's memory while the
+// span waits in the batch processor's queue. What a caller puts in a
+// request's path or headers is cut before, by copy, where the span starts
+// (the intake's tracing.LimitStartAttributes).
 const DefaultAttributeValueLengthLimit = 1024
 
 // spanLimits returns the SDK's span limits (read from the process's
@@ -251,7 +256,7 @@ func spanLimits(getenv func(string) string) (sdktrace.SpanLimits, error) {
 		}
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < -1 {
-			return limits, fmt.Errorf("telemetry: %s: want a length in bytes, or -1 for no limit", name)
+			return limits, fmt.Errorf("telemetry: %s: want a length in characters, or -1 for no limit", name)
 		}
 		limits.AttributeValueLengthLimit = n
 		break

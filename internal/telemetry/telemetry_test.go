@@ -390,7 +390,7 @@ func TestFromEnvAttributeValueLengthLimit(t *testing.T) {
 	for _, name := range []string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"} {
 		for _, bad := range []string{"many", "-2", "1.5"} {
 			_, err := telemetry.FromEnv(t.Context(), "svc", env(map[string]string{"OTEL_TRACES_EXPORTER": "console", name: bad}))
-			require.ErrorContains(t, err, name+": want a length in bytes", bad)
+			require.ErrorContains(t, err, name+": want a length in characters", bad)
 		}
 	}
 }

@@ -1,12 +1,15 @@
 package token
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,8 +64,11 @@ const MaxEndpointText = 200
 // with an error, or with a redirect, which is not followed. Its text is
 // safe to log: the endpoint's own words are cut to MaxEndpointText bytes,
 // their control and format characters escaped, and the client secret, if
-// the endpoint echoed it, replaced by "[redacted]". It holds nothing of
-// the request (its form carries the client secret).
+// the endpoint echoed it, replaced by "[redacted]": the secret as it is,
+// and in each encoding this client sends it in (form-encoded in the body
+// and in the Basic credential, RFC 6749 §2.3.1; that credential in
+// base64), each also path-escaped and form-encoded. It holds nothing of the
+// request (its form carries the client secret).
 type EndpointError struct {
 	// StatusCode is the answer's HTTP status.
 	StatusCode int
@@ -91,9 +97,12 @@ func (e *EndpointError) Error() string {
 	return msg
 }
 
-// isLoopback reports whether host (a URL's Hostname) is localhost or a
-// loopback address.
-func isLoopback(host string) bool {
+// IsLoopback reports whether host (a URL's Hostname) is localhost or a
+// loopback address: where an http:// request stays on the machine. The
+// token endpoint ([ClientCredentialsConfig.AllowInsecureHTTP]) and the
+// order API (httpstore.Config.AllowInsecureHTTP) take http:// only to
+// such a host, unless allowed.
+func IsLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
@@ -101,11 +110,31 @@ func isLoopback(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// sanitize returns s with its control and format characters escaped, the
-// secret (when not empty) replaced by "[redacted]", cut to
+// secretForms returns the client secret as it is and in every encoding
+// the token request carries it in, longest first, so that no shorter form
+// breaks a longer one before it is replaced; none for an empty secret.
+// golang.org/x/oauth2 puts it in the form (url.Values.Encode: QueryEscape)
+// or in the Basic credential, form-encoded with the client ID and then in
+// base64. An echo may show any of them as it is, path-escaped
+// (%20 for a space) or form-encoded.
+func secretForms(clientID, secret string) []string {
+	if secret == "" {
+		return nil
+	}
+	basic := base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(clientID) + ":" + url.QueryEscape(secret)))
+	var forms []string
+	for _, f := range []string{secret, basic} {
+		forms = append(forms, f, url.QueryEscape(f), url.PathEscape(f))
+	}
+	slices.SortFunc(forms, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(forms)
+}
+
+// sanitize returns s with its control and format characters escaped, each
+// of secrets (secretForms) replaced by "[redacted]", cut to
 // MaxEndpointText bytes at a UTF-8 boundary ("..." marks a cut).
-func sanitize(s, secret string) string {
-	if secret != "" {
+func sanitize(s string, secrets []string) string {
+	for _, secret := range secrets {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
 	var b strings.Builder
@@ -142,7 +171,7 @@ func ClientCredentials(cfg ClientCredentialsConfig) (Source, error) {
 		return nil, errors.New("token: client credentials: TokenURL is not an absolute URL")
 	case u.Scheme != "https" && u.Scheme != "http":
 		return nil, errors.New("token: client credentials: TokenURL is not an http or https URL")
-	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !isLoopback(u.Hostname()):
+	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !IsLoopback(u.Hostname()):
 		return nil, ErrInsecureURL
 	case cfg.ClientID == "":
 		return nil, errors.New("token: client credentials: no ClientID")
@@ -162,13 +191,15 @@ func ClientCredentials(cfg ClientCredentialsConfig) (Source, error) {
 			EndpointParams: cfg.EndpointParams,
 			AuthStyle:      cfg.AuthStyle,
 		},
-		hc: hc,
+		hc:      hc,
+		secrets: secretForms(cfg.ClientID, cfg.ClientSecret),
 	}, nil
 }
 
 type clientCredentials struct {
-	conf *clientcredentials.Config // a pointer: it caches the detected AuthStyle
-	hc   *http.Client
+	conf    *clientcredentials.Config // a pointer: it caches the detected AuthStyle
+	hc      *http.Client
+	secrets []string // secretForms, redacted from the endpoint's text
 }
 
 func (s *clientCredentials) Fetch(ctx context.Context) (Token, error) {
@@ -176,12 +207,12 @@ func (s *clientCredentials) Fetch(ctx context.Context) (Token, error) {
 	if re, ok := errors.AsType[*oauth2.RetrieveError](err); ok {
 		// Not wrapped: its body is the endpoint's text, whole, and its
 		// response holds the request, whose form may carry the secret.
-		e := &EndpointError{Code: sanitize(re.ErrorCode, s.conf.ClientSecret), Text: sanitize(re.ErrorDescription, s.conf.ClientSecret)}
+		e := &EndpointError{Code: sanitize(re.ErrorCode, s.secrets), Text: sanitize(re.ErrorDescription, s.secrets)}
 		if re.Response != nil {
 			e.StatusCode = re.Response.StatusCode
 		}
 		if e.Code == "" && e.Text == "" {
-			e.Text = sanitize(string(re.Body), s.conf.ClientSecret)
+			e.Text = sanitize(string(re.Body), s.secrets)
 		}
 		return Token{}, fmt.Errorf("client credentials: %w", e)
 	}

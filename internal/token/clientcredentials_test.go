@@ -1,10 +1,13 @@
 package token
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,6 +91,69 @@ func TestClientCredentialsSanitizesEndpointText(t *testing.T) {
 				assert.NotContains(t, msg, bad)
 			}
 			assert.False(t, errors.As(err, new(*oauth2.RetrieveError)), "the whole body and the request are not kept")
+		})
+	}
+}
+
+// A secret with characters that are encoded on the way (the review's
+// TOP/SECRET+key=1 x) is redacted in each form the request carries it in,
+// when an IdP echoes the form attempt's body or the Basic attempt's
+// header, in an OAuth2 error or a page that is not one.
+func TestClientCredentialsRedactsTheEncodedSecret(t *testing.T) {
+	t.Parallel()
+	const secret = "TOP/SECRET+key=1 x"
+	header := func(r *http.Request) string { return r.Header.Get("Authorization") }
+	body := func(r *http.Request) string { b, _ := io.ReadAll(r.Body); return string(b) }
+	param := func(r *http.Request) string { return r.PostFormValue("client_secret") }
+	credential := func(r *http.Request) string {
+		b, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(header(r), "Basic "))
+		return string(b)
+	}
+	tests := []struct {
+		name  string
+		style oauth2.AuthStyle
+		html  bool // a text/html 500, else an OAuth2 error in JSON
+		echo  func(*http.Request) string
+	}{
+		{"form body", oauth2.AuthStyleInParams, false, body},
+		{"form body in html", oauth2.AuthStyleInParams, true, body},
+		{"form value", oauth2.AuthStyleInParams, false, param},
+		{"form value path-escaped", oauth2.AuthStyleInParams, true, func(r *http.Request) string { return url.PathEscape(param(r)) }},
+		{"basic header", oauth2.AuthStyleInHeader, false, header},
+		{"basic header in html", oauth2.AuthStyleInHeader, true, header},
+		{"basic header form-encoded", oauth2.AuthStyleInHeader, false, func(r *http.Request) string { return url.QueryEscape(header(r)) }},
+		{"basic header path-escaped", oauth2.AuthStyleInHeader, true, func(r *http.Request) string { return url.PathEscape(header(r)) }},
+		{"basic credential decoded", oauth2.AuthStyleInHeader, false, credential},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				echo := tt.echo(r)
+				if tt.html {
+					w.Header().Set("Content-Type", "text/html")
+					w.WriteHeader(http.StatusInternalServerError)
+					_, _ = io.WriteString(w, "<html>echo "+echo)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "error_description": "echo: " + echo})
+			}))
+			t.Cleanup(srv.Close)
+			src, err := ClientCredentials(ClientCredentialsConfig{TokenURL: srv.URL + "/token", ClientID: "orderworker", ClientSecret: secret, AuthStyle: tt.style})
+			require.NoError(t, err)
+
+			_, err = src.Fetch(t.Context())
+			var ee *EndpointError
+			require.ErrorAs(t, err, &ee)
+			msg := err.Error()
+			assert.Contains(t, msg, "[redacted]")
+			// TOP and SECRET in any escaping; VE9Q is "TOP" in the
+			// credential's base64 (after "orderworker:", 12 bytes).
+			for _, bad := range []string{"TOP", "SECRET", "VE9Q", "b3JkZXJ3b3JrZXI6"} {
+				assert.NotContains(t, msg, bad)
+			}
 		})
 	}
 }

@@ -200,8 +200,11 @@ const MaxStartAttributeLen = 1024
 // bytes, at a UTF-8 boundary; n below 1 is [MaxStartAttributeLen]. It is
 // for instrumentation that copies a request's path, query and headers into
 // its spans (otelhttp: url.path, user_agent.original, client.address),
-// whatever span limits tp has. It returns nil for a nil tp. It is safe for
-// concurrent use when tp is.
+// whatever span limits tp has. A cut value is a copy of its first n bytes,
+// so the span, queued for export, does not keep the long value's memory;
+// the SDK's own AttributeValueLengthLimit cuts to a substring, which
+// would. It returns nil for a nil tp. It is safe for concurrent use when
+// tp is.
 func LimitStartAttributes(tp trace.TracerProvider, n int) trace.TracerProvider {
 	if tp == nil {
 		return nil
@@ -243,7 +246,10 @@ func (t limitedTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 	cut := make([]attribute.KeyValue, len(attrs))
 	for i, a := range attrs {
 		if s := a.Value.AsString(); a.Value.Type() == attribute.STRING && len(s) > t.n {
-			a = a.Key.String(strings.ToValidUTF8(s[:t.n], ""))
+			// A copy: s[:t.n] (which ToValidUTF8 returns as it is when
+			// valid) would keep all of s alive as long as the span is
+			// queued for export.
+			a = a.Key.String(strings.Clone(strings.ToValidUTF8(s[:t.n], "")))
 		}
 		cut[i] = a
 	}

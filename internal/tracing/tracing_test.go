@@ -3,8 +3,11 @@ package tracing_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -256,6 +259,82 @@ func TestLimitStartAttributes(t *testing.T) {
 	require.Len(t, got.Links(), 1)
 	assert.Equal(t, short.SpanContext().SpanID(), got.Links()[0].SpanContext.SpanID())
 	assert.False(t, got.Parent().IsValid())
+}
+
+// A cut value is a copy: the span keeps none of the long value's bytes,
+// whether or not the SDK's own length limit cuts it again.
+func TestLimitStartAttributesCopies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		value string
+		limit int // the SDK's AttributeValueLengthLimit
+		want  string
+	}{
+		{name: "ascii", value: strings.Repeat("A", 60_000), limit: -1, want: "AAAAA"},
+		{name: "split rune", value: "/pqrä" + strings.Repeat("B", 60_000), limit: -1, want: "/pqr"},
+		{name: "cut again by the sdk", value: strings.Repeat("C", 60_000), limit: 3, want: "CCC"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := tracetest.NewSpanRecorder()
+			sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
+				sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{AttributeValueLengthLimit: tt.limit, AttributeCountLimit: -1}))
+			t.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+			_, span := tracing.LimitStartAttributes(sdk, 5).Tracer("test").Start(t.Context(), "long",
+				trace.WithAttributes(attribute.String("url.path", tt.value)))
+			span.End()
+
+			ended := rec.Ended()
+			require.Len(t, ended, 1)
+			require.Len(t, ended[0].Attributes(), 1)
+			got := ended[0].Attributes()[0].Value.AsString()
+			assert.Equal(t, tt.want, got)
+			assert.False(t, within(got, tt.value), "the cut value shares the long value's bytes")
+		})
+	}
+}
+
+// within reports whether sub's bytes lie in s's.
+func within(sub, s string) bool {
+	p, lo := uintptr(unsafe.Pointer(unsafe.StringData(sub))), uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	return p >= lo && p < lo+uintptr(len(s))
+}
+
+// A long value given at a span's start is garbage once the span started:
+// the span, still held (as the batcher holds it until export), does not
+// keep it alive.
+func TestLimitStartAttributesFreesTheLongValue(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+	tr := tracing.LimitStartAttributes(sdk, 0).Tracer("test")
+
+	freed := make(chan struct{})
+	func() {
+		long := strings.Repeat("A", 60_000)
+		runtime.AddCleanup(unsafe.StringData(long), func(chan struct{}) { close(freed) }, freed)
+		_, span := tr.Start(t.Context(), "long", trace.WithAttributes(attribute.String("url.path", long)))
+		span.End()
+	}()
+	// A cleanup runs on its own goroutine after the collection that
+	// found its object unreachable: collect until it ran, for 5 s at most.
+	deadline := time.After(5 * time.Second)
+	for done := false; !done; {
+		runtime.GC()
+		select {
+		case <-freed:
+			done = true
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the long value is still alive, held by the span")
+		}
+	}
+	ended := rec.Ended()
+	require.Len(t, ended, 1)
+	assert.Len(t, ended[0].Attributes()[0].Value.AsString(), tracing.MaxStartAttributeLen)
 }
 
 // inject and extract carry a span context in a task's trace context, as

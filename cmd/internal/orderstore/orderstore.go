@@ -44,6 +44,7 @@ type Settings struct {
 	HistoryMax         int
 	HistoryMaxAge      time.Duration
 	OrderAPIURL        string
+	OrderAPIAllowHTTP  bool
 	OrderAPITimeout    time.Duration
 	TokenURL           string
 	TokenAllowHTTP     bool
@@ -61,6 +62,7 @@ func Declare(s *config.Set, c *Settings) {
 	s.Int(&c.HistoryMax, "history-max", "HISTORY_MAX", redisstore.DefaultHistoryMax, "Redis store: history entries kept per order; each write past it drops the oldest").Check(config.Positive[int])
 	s.Duration(&c.HistoryMaxAge, "history-max-age", "HISTORY_MAX_AGE", 0, "Redis store: also drop history entries older than this on each write to the order; 0 for no age limit").Check(config.NonNegative[time.Duration])
 	s.String(&c.OrderAPIURL, "order-api-url", "ORDER_API_URL", "", "base URL of the upstream order API, e.g. https://orders.example.com/v1; required with ORDER_STORE=http").Check(config.URL("http", "https"))
+	s.Bool(&c.OrderAPIAllowHTTP, "order-api-allow-insecure-http", "ORDER_API_ALLOW_INSECURE_HTTP", false, "let ORDER_API_URL be http:// to a host that is not loopback, sending the access token and the orders in clear text; without it ORDER_API_URL must be https://, or http:// to localhost or a loopback address")
 	s.Duration(&c.OrderAPITimeout, "order-api-timeout", "ORDER_API_TIMEOUT", httpstore.DefaultTimeout, "timeout of one request to the order API; a task whose write timed out is retried").Check(config.Positive[time.Duration])
 	s.String(&c.TokenURL, "token-url", "TOKEN_URL", "", "OAuth2 token endpoint (client credentials grant) for the order API's access token; required with ORDER_STORE=http").Check(config.URL("http", "https"))
 	s.Bool(&c.TokenAllowHTTP, "token-allow-insecure-http", "TOKEN_ALLOW_INSECURE_HTTP", false, "let TOKEN_URL be http:// to a host that is not loopback, sending the client secret in clear text; without it TOKEN_URL must be https://, or http:// to localhost or a loopback address")
@@ -136,7 +138,9 @@ func (s *Store) Close() error {
 // so, and a token of the process's own otherwise.
 // It starts nothing in the background until the store is used. It returns
 // an error for settings that fail [Settings.Check] or that a store refuses
-// (a prefix with a brace, a bad URL); the error carries no secret.
+// (a prefix with a brace, a bad URL, an ORDER_API_URL or TOKEN_URL of
+// http:// to a host that is not loopback unless its ALLOW_INSECURE_HTTP
+// setting is true); the error carries no secret.
 func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, log *zap.Logger) (*Store, error) {
 	if _, err := c.Check(); err != nil {
 		return nil, err
@@ -180,7 +184,11 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	if err != nil {
 		return nil, err
 	}
-	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout, TracerProvider: hooks.TracerProvider})
+	s, err := httpstore.New(c.OrderAPIURL, tokens, httpstore.Config{Timeout: c.OrderAPITimeout, TracerProvider: hooks.TracerProvider,
+		AllowInsecureHTTP: c.OrderAPIAllowHTTP})
+	if errors.Is(err, httpstore.ErrInsecureURL) {
+		err = fmt.Errorf("config: ORDER_API_URL (-order-api-url): %w; use https, or set ORDER_API_ALLOW_INSECURE_HTTP=true (-order-api-allow-insecure-http)", err)
+	}
 	if err != nil {
 		return nil, errors.Join(err, tokens.Close()) // the cache has started nothing yet
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/orderworker/orderworker/internal/token"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -166,7 +167,17 @@ type Config struct {
 	// spans join the change's trace (otelhttp). Defaults to nil: no spans
 	// and no trace headers.
 	TracerProvider trace.TracerProvider
+	// AllowInsecureHTTP lets the base URL be an http:// URL of a host that
+	// is not loopback, which sends the access token (and the orders) in
+	// clear text. Defaults to false: the base URL must be https://, or
+	// http:// to localhost, 127.0.0.0/8 or ::1 (a sidecar, a test).
+	AllowInsecureHTTP bool
 }
+
+// ErrInsecureURL is matched by the error of [New] for a base URL of
+// http:// to a host that is not loopback, without
+// Config.AllowInsecureHTTP.
+var ErrInsecureURL = errors.New("httpstore: order API URL is http:// to a host that is not loopback: the access token would cross the network in clear text")
 
 // maxResponse is the largest answer the store reads; a longer one fails
 // with ErrUpstream. A history of a few thousand entries fits.
@@ -232,7 +243,9 @@ var (
 // http or https URL, possibly with a path such as https://host/v1; the
 // store appends /orders/...) with tokens from tokens. It returns an error
 // when baseURL is not such a URL, has credentials, a query or a fragment,
-// when tokens is nil, or when cfg.Timeout is negative.
+// is http:// to a host that is not loopback without
+// cfg.AllowInsecureHTTP ([ErrInsecureURL]), when tokens is nil, or when
+// cfg.Timeout is negative.
 func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 	u, err := url.Parse(baseURL)
 	switch {
@@ -244,6 +257,8 @@ func New(baseURL string, tokens TokenSource, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("httpstore: order API URL %q has credentials; the store authenticates with its token", u.Redacted())
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		return nil, fmt.Errorf("httpstore: order API URL %q has a query or fragment", u.Redacted())
+	case u.Scheme == "http" && !cfg.AllowInsecureHTTP && !token.IsLoopback(u.Hostname()):
+		return nil, ErrInsecureURL
 	case tokens == nil:
 		return nil, errors.New("httpstore: nil token source")
 	case cfg.Timeout < 0:

@@ -36,7 +36,10 @@ func TestNew(t *testing.T) {
 		cfg      Config
 		wantBase string
 	}{
-		{"plain", "http://orders.example", Config{}, "http://orders.example"},
+		{"plain, allowed", "http://orders.example", Config{AllowInsecureHTTP: true}, "http://orders.example"},
+		{"plain to loopback", "http://127.0.0.1:8080/v1", Config{}, "http://127.0.0.1:8080/v1"},
+		{"plain to localhost", "http://localhost/v1", Config{}, "http://localhost/v1"},
+		{"plain to ::1", "http://[::1]:1", Config{}, "http://[::1]:1"},
 		{"https with path and slash", "https://orders.example/v1/", Config{Timeout: time.Second, Client: &http.Client{}}, "https://orders.example/v1"},
 	}
 	for _, tt := range tests {
@@ -66,8 +69,11 @@ func TestNewRejects(t *testing.T) {
 		{"query", "https://orders.example/?a=1", tokens, Config{}, "query"},
 		{"fragment", "https://orders.example/#x", tokens, Config{}, "fragment"},
 		{"unparseable", "http://[::1", tokens, Config{}, "does not parse"},
-		{"no tokens", "http://orders.example", nil, Config{}, "nil token source"},
-		{"negative timeout", "http://orders.example", tokens, Config{Timeout: -time.Second}, "negative"},
+		{"no tokens", "https://orders.example", nil, Config{}, "nil token source"},
+		{"negative timeout", "https://orders.example", tokens, Config{Timeout: -time.Second}, "negative"},
+		{"plain to a host", "http://orders.example/v1", tokens, Config{}, "not loopback"},
+		{"plain to an address", "http://10.0.0.1/v1", tokens, Config{}, "not loopback"},
+		{"plain to a look-alike", "http://localhost.evil.example/v1", tokens, Config{}, "not loopback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +83,14 @@ func TestNewRejects(t *testing.T) {
 			assert.NotContains(t, err.Error(), "hunter2", "no password in errors")
 		})
 	}
+}
+
+// An http:// base URL to a host that is not loopback is ErrInsecureURL,
+// before anything is sent: the token would cross the network in clear.
+func TestNewRefusesPlainHTTP(t *testing.T) {
+	t.Parallel()
+	_, err := New("http://orders.example/v1", &staticTokens{tok: "t"}, Config{})
+	require.ErrorIs(t, err, ErrInsecureURL)
 }
 
 // TestHTTPRoundTrip writes through the HTTP store and checks each answer
