@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
@@ -127,10 +128,12 @@ func TestOrderActionsEscape(t *testing.T) {
 	d := startDashboard(t, testEnv(db, "KEY_PREFIX", db.Prefix, "DASHBOARD_READ_ONLY", "false"))
 	basic := basicAuth(testUser, testPassword)
 
+	// A reason with a format character is refused, its echo escaped.
 	r := d.do(t, http.MethodPost, "/orders/SO1001/actions/hold", basic, withReason("check the \u202eaddress"))
-	require.Equal(t, http.StatusOK, r.status, r.body)
-	assert.Contains(t, r.body, `"reason":"check the \\u202eaddress"`)
+	require.Equal(t, http.StatusBadRequest, r.status, r.body)
 	assert.NotContains(t, r.body, "\u202e")
+	// One written by hand into the order's sequence is quoted escaped.
+	seedHeld(t, db, "SO1001", testUser, "check the \u202eaddress", time.Now())
 	r = d.do(t, http.MethodPost, "/orders/SO1001/actions/retry", basic)
 	assert.Equal(t, http.StatusConflict, r.status, r.body)
 	assert.Contains(t, r.body, `on hold (by `+testUser+`: check the \\u202eaddress)`)
