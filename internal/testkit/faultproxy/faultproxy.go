@@ -14,6 +14,7 @@
 package faultproxy
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -118,7 +119,8 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
+		var d net.Dialer
+		s, err := d.DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			_ = c.Close()
 			continue

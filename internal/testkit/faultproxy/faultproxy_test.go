@@ -17,11 +17,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // received is a server that records each line it receives, then answers
 // it.
 type received struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	lines []string
-	got   chan string
-	wg    sync.WaitGroup
+	ln  net.Listener
+	got chan string
+	wg  sync.WaitGroup
 }
 
 func newServer(t *testing.T) *received {

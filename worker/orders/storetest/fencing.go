@@ -128,7 +128,7 @@ func testRefusalTellsTheNewest(t *testing.T, s orders.Store) {
 	_, err = m.Modify(At(t, baseFence-1, 21), "evt-stale", "SO1", orders.Changes{Remark: new("stale")})
 	require.ErrorIs(t, err, orders.ErrStaleFence)
 	fence, _ := orders.Newest(err)
-	assert.Equal(t, int64(baseFence), fence, "a stale fence's refusal tells the newest fence: %v", err)
+	assert.Equal(t, baseFence, fence, "a stale fence's refusal tells the newest fence: %v", err)
 
 	_, err = m.Modify(At(t, baseFence+1, 20), "evt-passed", "SO1", orders.Changes{Remark: new("passed")})
 	require.ErrorIs(t, err, orders.ErrPassed)
