@@ -66,9 +66,9 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 		require.Eventually(t, func() bool {
 			o, err := api.oracle.Get(ctx, no)
 			return err == nil && o.Address == addr
-		// 60 s: about one run in six here, a change parked behind a
-		// caught-up one waits out its park (GAP_WAIT, 30 s) before it
-		// applies; it is never lost. A lost call back, open in issue 44.
+			// 60 s: about one run in six here, a change parked behind a
+			// caught-up one waits out its park (GAP_WAIT, 30 s) before it
+			// applies; it is never lost. A lost call back, open in issue 44.
 		}, 60*time.Second, 5*time.Millisecond, "the order never reached address %s", addr)
 	}
 
