@@ -369,30 +369,23 @@ func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *key
 // this hold, rather than archiving a change it never applied as passed or
 // waiting for the new master's clock to pass the old fences.
 func (w *Worker) writeCaughtUp(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, wr orders.Write) error {
-	var err error
-	for try := 0; ; try++ {
+	log := func() *zap.Logger { return tracing.Log(ctx, w.log).With(zap.String("order_no", p.Header().OrderNo)) }
+	tries := 0
+	return lease.WriteCaughtUp(ctx, func() error {
+		if tries++; tries > 1 {
+			log().Info("order store ahead of the order's Redis; caught up",
+				zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
+		}
 		wr.Fence = lease.Fence()
 		if p.Header().Seq > 0 {
 			wr.Seq = lease.Seq()
 		}
 		lease.Drain(w.hold.Drains())
-		err = w.write(orders.WithWrite(ctx, wr), k, p, wr.Fence)
-		a := keyorder.AheadOf(err)
-		if a == nil || try == maxCatchUps || ctx.Err() != nil {
-			return err
-		}
-		moved, cerr := lease.CatchUp(ctx, *a)
-		if cerr != nil {
-			tracing.Log(ctx, w.log).Warn("order store ahead of the order's Redis; not caught up",
-				zap.String("order_no", p.Header().OrderNo), zap.Error(cerr))
-		}
-		if !moved {
-			return err
-		}
-		tracing.Log(ctx, w.log).Info("order store ahead of the order's Redis; caught up",
-			zap.String("order_no", p.Header().OrderNo), zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos),
-			zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
-	}
+		return w.write(orders.WithWrite(ctx, wr), k, p, wr.Fence)
+	}, func(a keyorder.StoreAhead, cerr error) {
+		log().Warn("order store ahead of the order's Redis; not caught up",
+			zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos), zap.Error(cerr))
+	})
 }
 
 // recordsOutOfTurn reports whether the position seq of a change that runs
@@ -409,10 +402,6 @@ func (w *Worker) writeCaughtUp(ctx context.Context, k *Kind, p tasks.Payload, le
 func recordsOutOfTurn(lease *keyorder.Lease, seq int64, now time.Time) bool {
 	return lease.SequenceGone() && seq > 0 && seq <= now.Add(time.Hour).UnixMicro()
 }
-
-// maxCatchUps bounds the catch-ups of one write (see writeCaughtUp): one
-// for the position and one for the fence is all a failover needs.
-const maxCatchUps = 2
 
 // write runs the kind's store write inside the run's "order write" span,
 // which ends (with the write's error) even when the handler panics.

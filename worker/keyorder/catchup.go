@@ -198,6 +198,38 @@ func (s *Lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err erro
 	return moved, nil
 }
 
+// maxCatchUps bounds how often one write is caught up with its store and
+// sent again ([Lease.WriteCaughtUp]): once for the position and once for
+// the fence is all a failover needs.
+const maxCatchUps = 2
+
+// WriteCaughtUp runs write, the lease's write to its store, and when the
+// store refuses it with what it has seen that the key's Redis lost in a
+// failover ([StoreAhead]), moves the key above it ([Lease.CatchUp]) and
+// runs write again at once, at most twice more: write reads the lease's
+// [Lease.Fence] and [Lease.Seq] each time. A catch-up that fails is passed
+// to onError (nil: ignored) and ends the loop. It returns write's last
+// error. The [Runner] writes this way; a program that wraps its handlers
+// itself calls it around its store write.
+func (s *Lease) WriteCaughtUp(ctx context.Context, write func() error, onError func(a StoreAhead, err error)) error {
+	err := write()
+	for range maxCatchUps {
+		a := AheadOf(err)
+		if a == nil || ctx.Err() != nil {
+			break
+		}
+		moved, cerr := s.CatchUp(ctx, *a)
+		if cerr != nil && onError != nil {
+			onError(*a, cerr)
+		}
+		if !moved {
+			break
+		}
+		err = write()
+	}
+	return err
+}
+
 // Seq returns the position to give the store with the lease's write: the
 // lease's position plus its key's offset, which is 0 until a store showed
 // that it had applied positions that the key's Redis lost in a failover

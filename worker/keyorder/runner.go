@@ -452,33 +452,16 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run 
 		}
 		err, _ = r.turns.EndTask(ctx, wctx, lease, tr, err)
 	}()
-	run.Fence, run.Pos = lease.Fence(), lease.Seq()
-	err = next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
-	for range maxCatchUps {
-		// The store refused the write with what it has seen that the
-		// key's Redis lost in a failover: move the key above it and run
-		// again, in this hold.
-		a := AheadOf(err)
-		if a == nil || wctx.Err() != nil {
-			break
-		}
-		moved, cerr := lease.CatchUp(wctx, *a)
-		if cerr != nil {
-			r.cfg.Logger.Warn("store ahead of the key; not caught up", zap.String("key", run.Key), zap.Error(cerr))
-		}
-		if !moved {
-			break
-		}
+	// A store that refuses the write with what it has seen that the
+	// key's Redis lost in a failover has the run caught up and run again,
+	// in this hold.
+	return lease.WriteCaughtUp(wctx, func() error {
 		run.Fence, run.Pos = lease.Fence(), lease.Seq()
-		err = next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
-	}
-	return err
+		return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
+	}, func(_ StoreAhead, cerr error) {
+		r.cfg.Logger.Warn("store ahead of the key; not caught up", zap.String("key", run.Key), zap.Error(cerr))
+	})
 }
-
-// maxCatchUps bounds how often a run catches its key up with its store
-// ([Lease.CatchUp]) and runs again: once for the fence and once for the
-// position is all a failover needs.
-const maxCatchUps = 2
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
 // the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
