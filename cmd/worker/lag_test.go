@@ -66,17 +66,24 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 		require.Eventually(t, func() bool {
 			o, err := api.oracle.Get(ctx, no)
 			return err == nil && o.Address == addr
-			// 60 s: about one run in six here, a change parked behind a
-			// caught-up one waits out its park (GAP_WAIT, 30 s) before it
-			// applies; it is never lost. A lost call back, open in issue 44.
-		}, 60*time.Second, 5*time.Millisecond, "the order never reached address %s", addr)
+			// Well below GAP_WAIT (30 s): a change parked behind one
+			// that never passes its turn on fails the test.
+		}, 20*time.Second, 5*time.Millisecond, "the order never reached address %s", addr)
 	}
 
-	modify(1)
+	first := modify(1)
 	applied("a1")
+	// The store write comes before the turn passes on: wait for that too,
+	// or the replica's copy has the first change's turn not passed, with
+	// its task completed (a state no single master replicates), and the
+	// changes after the switch wait GAP_WAIT for it.
+	seqKey, fenceKey, lockKey := db.Prefix+"lock:{"+no+"}:seq", db.Prefix+"lock:{"+no+"}:fence", db.Prefix+"lock:{"+no+"}"
+	require.Eventually(t, func() bool {
+		d, err := db.Client.HGet(ctx, seqKey, "d").Int64()
+		return err == nil && d == first.Seq
+	}, 10*time.Second, 5*time.Millisecond, "the first change's turn never passed on")
 	// What the replica has when the link is cut: the order's sequence and
 	// its newest fence as they are now.
-	seqKey, fenceKey, lockKey := db.Prefix+"lock:{"+no+"}:seq", db.Prefix+"lock:{"+no+"}:fence", db.Prefix+"lock:{"+no+"}"
 	replicaSeq, err := db.Client.Dump(ctx, seqKey).Result()
 	require.NoError(t, err)
 	replicaFence, err := db.Client.Get(ctx, fenceKey).Result()
