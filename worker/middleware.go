@@ -112,7 +112,12 @@ const (
 	OutcomeWaiting  = "waiting"  // not yet its turn; back to the queue, not a failure
 	OutcomeRejected = "rejected" // permanent error or out of its failure budget; the task is archived
 	OutcomeLost     = "lost"     // the lease was lost or the fence was stale mid-run; runs again soon, not a failure
-	OutcomeError    = "error"    // any other error; retried with backoff, a failure
+
+	// OutcomeUnconfirmed: WAIT_REPLICAS replicas did not confirm the
+	// order's state in time, so nothing was written; runs again soon, not
+	// a failure.
+	OutcomeUnconfirmed = "unconfirmed"
+	OutcomeError       = "error" // any other error; retried with backoff, a failure
 )
 
 // Outcome classifies a handler's error.
@@ -128,6 +133,8 @@ func Outcome(err error) string {
 		return OutcomeRejected
 	case errors.Is(err, keyorder.ErrLost), errors.Is(err, orders.ErrStaleFence):
 		return OutcomeLost
+	case errors.Is(err, keyorder.ErrNotReplicated):
+		return OutcomeUnconfirmed
 	}
 	return OutcomeError
 }

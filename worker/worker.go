@@ -116,6 +116,8 @@ const (
 	// DefaultLockTTL is the default of Config.LockTTL: the lock's own
 	// default lease (a test holds them equal).
 	DefaultLockTTL = 30 * time.Second
+	// DefaultWaitTimeout is the default of Config.WaitTimeout.
+	DefaultWaitTimeout = keyorder.DefaultWaitTimeout
 )
 
 // ErrNoNotices is matched by the error of [Worker.CheckNotices] when the
@@ -183,6 +185,22 @@ type Config struct {
 	// every third of it. Every Worker of a deployment should use the same.
 	// Defaults to 30s.
 	LockTTL time.Duration
+	// WaitReplicas is how many replicas must have an order's state (its
+	// lock and fence, its positions, and on one Redis or Sentinel the
+	// task) before a change is written to the order store: a Redis
+	// failover then cannot hand a fence or a position that the store has
+	// seen out again, and a change that a replica never had (one whose
+	// acceptance the intake answered 503) is not applied from the old
+	// master. A write not confirmed within WaitTimeout is not sent, and
+	// the task runs again after a busy delay, its retries kept. Set it
+	// with the HTTP order store, whose orders outlive the Redis failover;
+	// keep it at most the replicas each master has, or no change applies
+	// (see keyorder.Config.WaitReplicas and docs/scaling.md). Defaults to
+	// 0: no wait.
+	WaitReplicas int
+	// WaitTimeout bounds each wait of WaitReplicas. Defaults to
+	// DefaultWaitTimeout (1 s).
+	WaitTimeout time.Duration
 	// OnLockWait, when set, is called once per task run that finds its
 	// order locked (or not yet in its turn) and starts waiting, with the
 	// order number, the task's description ("<type> <task ID>") and the
@@ -475,9 +493,11 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	locker, err := keyorder.New(seq, keyorder.Config{
-		TTL:    cfg.LockTTL,
-		Logger: cfg.Logger.Named("lock"),
-		OnWait: cfg.OnLockWait,
+		TTL:          cfg.LockTTL,
+		Logger:       cfg.Logger.Named("lock"),
+		OnWait:       cfg.OnLockWait,
+		WaitReplicas: cfg.WaitReplicas,
+		WaitTimeout:  cfg.WaitTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)

@@ -41,6 +41,8 @@ type settings struct {
 	Shards         tasks.Shards
 	StrictPriority bool
 	LockTTL        time.Duration
+	WaitReplicas   int
+	WaitTimeout    time.Duration
 	Waits          map[string]*worker.Wait // by kind name
 	GapWait        time.Duration
 	DrainMax       int
@@ -68,6 +70,10 @@ func declare(s *config.Set, c *settings) {
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues), served and accepted: "+config.ShardsForms+"; the same on every process")
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
 	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", worker.DefaultLockTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
+	s.Int(&c.WaitReplicas, "wait-replicas", "WAIT_REPLICAS", 0,
+		"replicas that must have an order's lock, fence, positions and task before a change is written to the order store (Redis WAIT), so that a failover cannot hand them out again; set it with ORDER_STORE=http, at most the replicas each master has; 0: no wait").Check(config.NonNegative[int])
+	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", worker.DefaultWaitTimeout,
+		"how long a write waits for WAIT_REPLICAS before the task goes back to run again (not a failure); below the Redis read timeout").Check(config.Positive[time.Duration])
 	// One setting of each family per kind; the doc shows each family as
 	// one row, so that a kind added with the default wait changes nothing
 	// in it.
@@ -231,6 +237,8 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		Kinds:           kinds,
 		KeyPrefix:       c.Prefix,
 		LockTTL:         c.LockTTL,
+		WaitReplicas:    c.WaitReplicas,
+		WaitTimeout:     c.WaitTimeout,
 		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
 		Queues:          queues,

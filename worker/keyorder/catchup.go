@@ -212,6 +212,7 @@ const maxCatchUps = 2
 // error. The [Runner] writes this way; a program that wraps its handlers
 // itself calls it around its store write.
 func (s *Lease) WriteCaughtUp(ctx context.Context, write func() error, onError func(a StoreAhead, err error)) error {
+	write = s.confirmed(ctx, write)
 	err := write()
 	for range maxCatchUps {
 		a := AheadOf(err)
@@ -243,4 +244,19 @@ func (s *Lease) Seq() int64 {
 		return 0
 	}
 	return s.turn.Pos + s.offset
+}
+
+// confirmed returns write run only once the replicas confirmed the
+// lease's key ([Lease.replicated]): write itself when
+// [Config.WaitReplicas] is 0.
+func (s *Lease) confirmed(ctx context.Context, write func() error) func() error {
+	if s.l.cfg.WaitReplicas == 0 {
+		return write
+	}
+	return func() error {
+		if err := s.replicated(ctx); err != nil {
+			return err
+		}
+		return write()
+	}
 }

@@ -152,6 +152,23 @@ type Config struct {
 	// Jitter returns a random duration in [lo, hi]. Tests can make it
 	// deterministic. Defaults to a uniform pick from math/rand/v2.
 	Jitter func(lo, hi time.Duration) time.Duration
+	// WaitReplicas is how many replicas of the key's master must have the
+	// key's state before a lease's write to its store goes out
+	// ([Lease.WriteCaughtUp]): its lock and fence, its positions (their
+	// offset after a catch-up), and, where the queue shares the master,
+	// the task. A failover then cannot hand out again a fence or a
+	// position that a store has seen, and a task that only the old master
+	// had (a change whose acceptance a replica never confirmed) is not
+	// applied from it. A write not confirmed is not sent: it returns an
+	// error matching [ErrNotReplicated], which is no failure. It must not
+	// exceed the replicas each master has, or no write goes out. It costs
+	// one round trip and the replicas' acknowledgement per write. Defaults
+	// to 0: no wait.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT of WaitReplicas; keep it below the Redis
+	// client's read timeout (3 s by default). Defaults to
+	// DefaultWaitTimeout (1 s).
+	WaitTimeout time.Duration
 }
 
 // Locker hands out leases on keys. It is safe for concurrent use. It owns
@@ -191,6 +208,7 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 	cfg.Wait = cfg.Wait.Or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
+	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -204,6 +222,10 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 		return nil, fmt.Errorf("keyorder: fence retention %v shorter than TTL %v", cfg.FenceRetention, cfg.TTL)
 	case cfg.ReleaseTimeout < 0:
 		return nil, fmt.Errorf("keyorder: negative release timeout %v", cfg.ReleaseTimeout)
+	case cfg.WaitReplicas < 0:
+		return nil, fmt.Errorf("keyorder: negative WaitReplicas %d", cfg.WaitReplicas)
+	case cfg.WaitTimeout < time.Millisecond:
+		return nil, fmt.Errorf("keyorder: WaitTimeout %v below a millisecond", cfg.WaitTimeout)
 	}
 	if err := cfg.Wait.Validate(); err != nil {
 		return nil, err

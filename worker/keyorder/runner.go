@@ -75,6 +75,11 @@ type RunnerConfig struct {
 	// hold did: for metrics (how many tasks a hold runs, how often holds
 	// yield). It must not block. Defaults to nil.
 	OnHold func(HoldDone)
+	// WaitReplicas and WaitTimeout are the Locker's (Config.WaitReplicas):
+	// how many replicas must have the key's state before a run's handler
+	// runs. Default 0 (no wait) and DefaultWaitTimeout.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// Logger receives the skips and what goes wrong after a run (the run's
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
@@ -178,7 +183,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Locate == nil {
 		cfg.Locate = clientLabel
 	}
-	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger})
+	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger, WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -265,11 +270,12 @@ func (r *Runner) busy() bool {
 
 // IsFailure is asynq's Config.IsFailure for tasks run by a Runner: a task
 // that waited for its turn or its key's lock, or lost its key mid-run
-// ([ErrLost], [ErrStaleFence]), did not fail.
+// ([ErrLost], [ErrStaleFence]), or whose write the replicas did not
+// confirm ([ErrNotReplicated]), did not fail.
 func IsFailure(err error) bool {
 	switch {
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrNotYourTurn), errors.Is(err, ErrLost),
-		errors.Is(err, ErrStaleFence), errors.Is(err, asynq.ErrLeaseExpired):
+		errors.Is(err, ErrStaleFence), errors.Is(err, ErrNotReplicated), errors.Is(err, asynq.ErrLeaseExpired):
 		return false
 	}
 	return true
