@@ -109,6 +109,30 @@ log "image $IMAGE: $((size / 1000000)) MB, user $user, version $version, source 
 [ "$user" = 65532:65532 ] || fail "the image runs as $user, not the non-root 65532:65532"
 [ -n "$version" ] && [ -n "$source" ] || fail "the image lacks its version or source label"
 
+# The image's files, as its layer has them (numeric owners): root owns
+# everything but the user's home, nothing is writable by group or others
+# but /tmp (sticky), and the CA bundle is the one build.sh made from
+# Debian's pinned package, not this host's.
+cid=$(podman create "$IMAGE")
+podman export "$cid" | tar -tv --numeric-owner >"$work/files" || fail "podman export $IMAGE"
+podman export "$cid" | tar -xO etc/ssl/certs/ca-certificates.crt >"$work/ca.crt" || fail "no CA bundle in $IMAGE"
+podman rm "$cid" >/dev/null
+awk '{
+  mode = $1; own = $2; path = $NF; sub("/$", "", path)
+  if (path == "home/nonroot") want = "65532/65532"; else want = "0/0"
+  if (own != want) print "owner " own " of " path ", want " want
+  if (path == "tmp") { if (mode != "drwxrwxrwt") print "mode " mode " of tmp, want drwxrwxrwt"; next }
+  if (substr(mode, 6, 1) == "w" || substr(mode, 9, 1) == "w") print "mode " mode " of " path ": writable by group or others"
+}' "$work/files" >"$work/bad-files"
+[ ! -s "$work/bad-files" ] || fail "the image's files: $(cat "$work/bad-files")"
+grep -q ' usr/local/bin/worker$' "$work/files" || fail "could not list the image's files: $(head -3 "$work/files")"
+ca=$(podman image inspect "$IMAGE" --format '{{index .Labels "org.orderworker.ca-certificates"}}')
+ca_sha=$(podman image inspect "$IMAGE" --format '{{index .Labels "org.orderworker.ca-bundle.sha256"}}')
+pin=$(sed -n 's/^PIN_VERSION=//p' deploy/container/build.sh)
+[ "$ca" = "debian ca-certificates $pin" ] || fail "the image's CA bundle is from \"$ca\", not debian ca-certificates $pin"
+[ "$(sha256sum <"$work/ca.crt" | cut -d' ' -f1)" = "$ca_sha" ] || fail "the image's CA bundle is not the one its label names"
+log "image files: $(wc -l <"$work/files") entries, root's but the user's home; CA bundle: $ca, $(grep -c 'BEGIN CERTIFICATE' "$work/ca.crt") certificates"
+
 # Redis on the host, its default user with a password of its own; each
 # process gets a user with its rules from the image's `producer acl`.
 rport=$(free_port)
@@ -130,11 +154,11 @@ done
 url() { echo "redis://ow-$1:${pass[$1]}@127.0.0.1:$rport/0"; }
 
 # The settings Kubernetes gives every process (deploy/kubernetes's shared
-# ConfigMap), but REDIS_ADDR, which only the manifests read: each
-# container gets them all, as a pod does from envFrom.
+# ConfigMap), but REDIS_ADDR and REDIS_SCHEME, which only the manifests
+# read: each container gets them all, as a pod does from envFrom.
 awk '/^data:/ {d = 1; next} d && /^  [A-Z_]+:/ {
        k = $1; sub(":", "", k); v = $2; gsub("\"", "", v)
-       if (k != "REDIS_ADDR") print k "=" v
+       if (k != "REDIS_ADDR" && k != "REDIS_SCHEME") print k "=" v
      }' deploy/kubernetes/base/config.yaml >"$work/shared.env"
 grep -q '^KEY_PREFIX=ow:$' "$work/shared.env" || fail "could not read deploy/kubernetes/base/config.yaml: $(cat "$work/shared.env")"
 

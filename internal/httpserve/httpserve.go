@@ -55,8 +55,15 @@ type Config struct {
 // waits up to cfg.ShutdownTimeout for the requests in flight before it closes
 // what is left. It returns nil after a clean shutdown, the server's error if
 // it stops serving by itself, and a shutdown error if requests were cut off.
-// It closes ln.
+// It closes ln. When ln is on every interface ([EveryInterface]: an
+// address without a host, such as ":8080", or 0.0.0.0 or ::), it logs a
+// warning first, with the address, so that a port open beyond the host is
+// a decision that shows in the log.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log *zap.Logger) error {
+	if EveryInterface(ln.Addr()) {
+		log.Warn("listening on every interface: anyone who reaches this host on the port reaches the server (a host in the address, such as 127.0.0.1:PORT, narrows it)",
+			zap.String("addr", ln.Addr().String()))
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cmp.Or(cfg.ReadTimeout, DefaultReadTimeout),
@@ -92,8 +99,8 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 // EveryInterface reports whether a listener's address a is on every
 // interface of the host (0.0.0.0, ::), rather than on one address such as
 // the loopback: what a server started on ":8080" does. The servers'
-// defaults are loopback; a process logs this at start, so that an open
-// port is a decision that shows.
+// defaults are loopback; a process logs this at start, and [Serve] warns
+// of it, so that an open port is a decision that shows.
 func EveryInterface(a net.Addr) bool {
 	tcp, ok := a.(*net.TCPAddr)
 	return ok && (tcp.IP == nil || tcp.IP.IsUnspecified())

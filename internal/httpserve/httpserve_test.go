@@ -153,3 +153,29 @@ func TestEveryInterface(t *testing.T) {
 		require.NoError(t, ln.Close())
 	}
 }
+
+func TestServeWarnsOnEveryInterface(t *testing.T) {
+	tests := []struct {
+		name, addr string
+		warns      bool
+	}{
+		{"no host", ":0", true},
+		{"unspecified IPv4", "0.0.0.0:0", true},
+		{"loopback", "127.0.0.1:0", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", tt.addr)
+			require.NoError(t, err)
+			core, logs := observer.New(zap.WarnLevel)
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel() // Serve warns before it serves, then shuts down at once
+			require.NoError(t, httpserve.Serve(ctx, ln, http.NotFoundHandler(), httpserve.Config{}, zap.New(core)))
+			warned := logs.FilterMessageSnippet("listening on every interface").All()
+			require.Equal(t, tt.warns, len(warned) == 1, "warnings: %v", logs.All())
+			if tt.warns {
+				require.Equal(t, ln.Addr().String(), warned[0].ContextMap()["addr"])
+			}
+		})
+	}
+}
