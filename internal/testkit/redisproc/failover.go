@@ -246,3 +246,82 @@ func (g *SentinelGroup) FailoverWhenReady(ctx context.Context) (old, cur string,
 	old, cur, err = g.failoverRetrying(ctx)
 	return old, cur, waited, err
 }
+
+// FailoverAfterLag is the failover that loses writes: the replica's link to
+// the master is cut for lag (the replica is pointed at a closed port, so it
+// keeps what it had and gets nothing more), while the master goes on
+// acknowledging writes; then the master is SIGKILLed, the replica pointed
+// back at it, and the sentinels promote the replica (their
+// down-after-milliseconds is 1 s), which never received the writes of the
+// lag. Once every sentinel names the new master, the old one starts again
+// empty, as the new one's replica, and FailoverAfterLag waits until it is in
+// sync, so that a WAIT for one replica can be met again. It returns the old
+// and the new master's addresses.
+func (g *SentinelGroup) FailoverAfterLag(ctx context.Context, lag time.Duration) (old, cur string, err error) {
+	old, err = g.Master(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	oldProc, replica := g.data[0], g.data[1]
+	if replica.Addr() == old {
+		oldProc, replica = replica, oldProc
+	}
+	r := adminClient(replica.Addr())
+	defer r.Close()
+	closed, err := freePort()
+	if err != nil {
+		return "", "", err
+	}
+	if err := r.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(closed)).Err(); err != nil {
+		return "", "", fmt.Errorf("redisproc: cut the replica's link: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	case <-time.After(lag): // the lag itself, not a wait for a state
+	}
+	oldProc.Kill()
+	host, port, err := net.SplitHostPort(old)
+	if err != nil {
+		return "", "", fmt.Errorf("redisproc: master %q: %w", old, err)
+	}
+	if err := r.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		return "", "", fmt.Errorf("redisproc: point the replica back at the dead master: %w", err)
+	}
+	err = poll(ctx, "the sentinels promoting "+replica.Addr(), func(ctx context.Context) error {
+		for _, s := range g.sentinels {
+			c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+			hp, err := c.GetMasterAddrByName(ctx, MasterName).Result()
+			_ = c.Close()
+			if err != nil {
+				return err
+			}
+			if a := net.JoinHostPort(hp[0], hp[1]); a != replica.Addr() {
+				return fmt.Errorf("sentinel %s names %s", s.Addr(), a)
+			}
+		}
+		info, err := r.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "role:master") {
+			return errors.New("not a master yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	cur = replica.Addr()
+	ch, cp, _ := net.SplitHostPort(cur)
+	if err := oldProc.StartWith("--replicaof", ch, cp); err != nil {
+		return "", "", fmt.Errorf("redisproc: start the old master again as a replica: %w", err)
+	}
+	m := adminClient(old)
+	defer m.Close()
+	err = poll(ctx, old+" replicating "+cur, func(ctx context.Context) error { return inSyncReplica(ctx, m) })
+	if err != nil {
+		return "", "", err
+	}
+	return old, cur, nil
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,8 +109,12 @@ func (p *Process) Dir() string { return p.dir }
 
 // Start starts a stopped server again on the same port and directory and
 // waits until it answers PING.
-func (p *Process) Start() error {
-	cmd := exec.Command("redis-server", p.args...)
+func (p *Process) Start() error { return p.StartWith() }
+
+// StartWith is [Process.Start] with extra arguments for this start only
+// (say "--replicaof", host, port, to come back as a replica).
+func (p *Process) StartWith(extra ...string) error {
+	cmd := exec.Command("redis-server", append(slices.Clone(p.args), extra...)...)
 	cmd.Dir = p.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -175,3 +175,33 @@ func TestSentinelFailoverWhenReadyTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "between", v, "the write between the failovers reached the node promoted second")
 }
+
+// TestSentinelFailoverAfterLagLosesTheLag: the nemesis does lose what the
+// master acknowledged while its replica's link was cut, and leaves a
+// group whose new master has a replica in sync (a WAIT for one replica is
+// met), twice in a row.
+func TestSentinelFailoverAfterLagLosesTheLag(t *testing.T) {
+	db := redistest.DedicatedSentinel(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for i := range 2 {
+		in := startIncrementer(ctx, db.Client, fmt.Sprintf("k%d", i))
+		in.waitAcked(t)
+		start := time.Now()
+		old, cur, err := db.Group.FailoverAfterLag(ctx, time.Second)
+		require.NoError(t, err)
+		t.Logf("failover %d after a 1 s lag, from %s to %s in %v", i+1, old, cur, time.Since(start).Round(time.Millisecond))
+		require.NotEqual(t, old, cur)
+		in.waitAcked(t)
+		acked := in.end()
+		n := redis.NewClient(&redis.Options{Addr: cur, DB: db.DB})
+		v, err := n.Get(ctx, fmt.Sprintf("k%d", i)).Int64()
+		require.NoError(t, err)
+		require.Less(t, v, acked, "the lag's acknowledged increments are lost")
+		t.Logf("%d increments acknowledged, %d kept", acked, v)
+		got, err := n.Do(ctx, "WAIT", 1, 1000).Int64()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), got, "the new master has a replica again")
+		_ = n.Close()
+	}
+}
