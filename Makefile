@@ -5,7 +5,7 @@ GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 
-.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel demo fuzz image container-test
+.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel stress-lag demo fuzz image container-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,6 +47,9 @@ stress-cluster: ## the reliability suite's short configuration on a local 3-mast
 
 stress-sentinel: ## the reliability suite's short configuration on a local Sentinel group, failed over twice (about 1.5 minutes)
 	$(GO) run ./tools/stress -short -redis sentinel
+
+stress-lag: ## the short configuration on a Sentinel group whose switches lose a second of replication lag, with WAIT_REPLICAS=1 on the producer and the workers (CI runs it; about 2 minutes)
+	$(GO) run ./tools/stress -short -redis sentinel -lag 1s -wait-replicas 1
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo

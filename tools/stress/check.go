@@ -206,7 +206,9 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		return nil, fmt.Errorf("scan locks: %w", err)
 	}
 	for _, k := range lockKeys {
-		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") {
+		// The fence counters, the sequences and the WAIT_REPLICAS markers
+		// stay; a lock does not.
+		if !strings.HasSuffix(k, ":fence") && !strings.HasSuffix(k, ":seq") && !strings.HasSuffix(k, ":wait") {
 			r.locksLeft = append(r.locksLeft, k)
 		}
 	}

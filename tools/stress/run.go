@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -44,6 +45,8 @@ type settings struct {
 	Redis           string
 	RedisRestart    bool
 	FailoverSync    bool
+	Lag             time.Duration
+	WaitReplicas    int
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
 	HotOrders       int
@@ -105,6 +108,8 @@ func declare(s *config.Set, c *settings) vars {
 	s.String(&c.Redis, "redis", "", redisSingle, "the Redis the workers run on: single (one redis-server with an fsync'd AOF), sentinel (1 master, 1 replica, 3 sentinels) or cluster (3 masters with a replica each)").Check(config.OneOf(redisSingle, redisSentinel, redisCluster))
 	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
+	s.Duration(&c.Lag, "lag", "", 0, "nemesis (-redis sentinel): each switch is a SIGKILL of the master after its replica's link was cut for this long, so that the promoted replica lacks the lag's writes (0: the switches of -failover-sync); the checks then hold with -wait-replicas 1, and report the lag's losses without it").Check(config.NonNegative[time.Duration])
+	s.Int(&c.WaitReplicas, "wait-replicas", "", 0, "WAIT_REPLICAS of the producer and the workers: replicas that must confirm an acceptance, and an order's state before each write to the store (-redis sentinel or cluster)").Check(config.NonNegative[int])
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
 	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 400 changes to each hot order, 150 s drain limit (flags given explicitly win)")
 	s.Bool(&c.Keep, "keep", "", false, "keep the directory with the workers' logs and Redis's files even when the run passes")
@@ -206,7 +211,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards})
+	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas})
 	if err != nil {
 		return err
 	}
@@ -365,5 +370,6 @@ func workerEnv(url string, c settings) []string {
 		"SHUTDOWN_TIMEOUT=" + c.ShutdownTimeout.String(),
 		"GAP_WAIT=" + c.GapWait.String(),
 		"QUEUE_SHARDS=" + c.Shards.String(),
+		"WAIT_REPLICAS=" + strconv.Itoa(c.WaitReplicas),
 	}
 }

@@ -112,7 +112,14 @@ func startSentinel(c settings) (*backend, error) {
 		old, cur, err := g.FailoverInSync(ctx)
 		return old + " → " + cur, time.Since(at), err
 	}
-	if !c.FailoverSync {
+	if c.Lag > 0 {
+		name = fmt.Sprintf("SIGKILL of the master after its replica's link was cut for %v (the sentinels promote the replica, which lacks the lag's writes)", c.Lag)
+		do = func(ctx context.Context) (string, time.Duration, error) {
+			at := time.Now()
+			old, cur, err := g.FailoverAfterLag(ctx, c.Lag)
+			return old + " → " + cur, time.Since(at) - c.Lag, err
+		}
+	} else if !c.FailoverSync {
 		name = "SENTINEL FAILOVER (raw: the writes of the replication window may be lost), once the replica is in sync"
 		do = func(ctx context.Context) (string, time.Duration, error) {
 			// Not before the sentinels made the old master a replica:
