@@ -46,6 +46,7 @@ type settings struct {
 	RedisRestart    bool
 	FailoverSync    bool
 	Lag             time.Duration
+	Behind          time.Duration
 	WaitReplicas    int
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
@@ -109,6 +110,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	s.Duration(&c.Lag, "lag", "", 0, "nemesis (-redis sentinel): each switch is a SIGKILL of the master after its replica's link was cut for this long, so that the promoted replica lacks the lag's writes (0: the switches of -failover-sync); the checks then hold with -wait-replicas 1, and report the lag's losses without it").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.Behind, "behind", "", 0, "nemesis (-redis sentinel): the replica's clock runs this far behind the machine's (libfaketime; Debian package faketime, and cc), so that the first switch promotes a master whose TIME is behind the fences and positions handed out before; 0: none").Check(config.NonNegative[time.Duration])
 	s.Int(&c.WaitReplicas, "wait-replicas", "", 0, "WAIT_REPLICAS of the producer and the workers: replicas that must confirm an acceptance, and an order's state before each write to the store (-redis sentinel or cluster)").Check(config.NonNegative[int])
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
 	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 400 changes to each hot order, 150 s drain limit (flags given explicitly win)")

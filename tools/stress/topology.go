@@ -93,14 +93,19 @@ func startSingle(c settings, dir string) (*backend, error) {
 }
 
 func startSentinel(c settings) (*backend, error) {
-	g, err := redisproc.StartSentinel()
+	start, behind := redisproc.StartSentinel, ""
+	if c.Behind > 0 {
+		start = func() (*redisproc.SentinelGroup, error) { return redisproc.StartSentinelBehind(c.Behind) }
+		behind = fmt.Sprintf(", its clock %v behind", c.Behind)
+	}
+	g, err := start()
 	if err != nil {
 		return nil, err
 	}
 	b := &backend{
 		url: g.URL(0),
-		describe: fmt.Sprintf("Sentinel group: master %s, replica %s (no persistence), sentinels %s",
-			g.Nodes()[0], g.Nodes()[1], strings.Join(g.Sentinels(), " ")),
+		describe: fmt.Sprintf("Sentinel group: master %s, replica %s%s (no persistence), sentinels %s",
+			g.Nodes()[0], g.Nodes()[1], behind, strings.Join(g.Sentinels(), " ")),
 		stop: g.Stop,
 	}
 	if !c.RedisRestart {

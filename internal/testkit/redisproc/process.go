@@ -33,6 +33,7 @@ type Process struct {
 	port int
 	dir  string
 	args []string
+	env  []string // added to the environment of every start (StartBehind)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -50,13 +51,17 @@ func Start(extra ...string) (*Process, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, ErrNoServer
 	}
-	return startProcess(func(port int, dir string) []string {
+	return startProcess(serverArgs(extra), nil)
+}
+
+func serverArgs(extra []string) func(port int, dir string) []string {
+	return func(port int, dir string) []string {
 		return append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
 			"--databases", strconv.Itoa(Databases), "--logfile", "redis.log",
 		}, extra...)
-	})
+	}
 }
 
 // startProcess starts a redis-server on a free loopback port in a new
@@ -67,11 +72,11 @@ func Start(extra ...string) (*Process, error) {
 // between the check and the server's bind (by another test's server or a
 // client's ephemeral port) makes the server exit with "Address already in
 // use", and startProcess tries again on other ports, up to bindTries times.
-func startProcess(args func(port int, dir string) []string) (*Process, error) {
+func startProcess(args func(port int, dir string) []string, env []string) (*Process, error) {
 	var err error
 	for range bindTries {
 		var p *Process
-		if p, err = tryProcess(args); err == nil || !strings.Contains(err.Error(), "Address already in use") {
+		if p, err = tryProcess(args, env); err == nil || !strings.Contains(err.Error(), "Address already in use") {
 			return p, err
 		}
 	}
@@ -81,7 +86,7 @@ func startProcess(args func(port int, dir string) []string) (*Process, error) {
 // bindTries is how many ports startProcess tries.
 const bindTries = 5
 
-func tryProcess(args func(port int, dir string) []string) (*Process, error) {
+func tryProcess(args func(port int, dir string) []string, env []string) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -90,7 +95,7 @@ func tryProcess(args func(port int, dir string) []string) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: temp dir: %w", err)
 	}
-	p := &Process{port: port, dir: dir, args: args(port, dir)}
+	p := &Process{port: port, dir: dir, args: args(port, dir), env: env}
 	if err := p.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -116,6 +121,9 @@ func (p *Process) Start() error { return p.StartWith() }
 func (p *Process) StartWith(extra ...string) error {
 	cmd := exec.Command("redis-server", append(slices.Clone(p.args), extra...)...)
 	cmd.Dir = p.dir
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redisproc: start redis-server: %w", err)

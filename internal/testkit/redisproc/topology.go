@@ -108,7 +108,7 @@ func StartCluster() (*Cluster, error) {
 				// default).
 				"--repl-ping-replica-period", "1",
 			}
-		})
+		}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -463,7 +463,21 @@ type SentinelGroup struct {
 // sentinels, so that a failover can be asked for at once. It takes about
 // 5 s (the sentinels find each other through hello messages sent every
 // 2 s). The caller stops it.
-func StartSentinel() (*SentinelGroup, error) {
+func StartSentinel() (*SentinelGroup, error) { return startSentinel(0) }
+
+// StartSentinelBehind is [StartSentinel] with the replica's clock behind
+// the machine's (and the master's) by behind (see [StartBehind]): a
+// failover promotes a master whose TIME is that far behind the old one's.
+// It returns an error matching [ErrNoFaketime] when libfaketime or a C
+// compiler is missing.
+func StartSentinelBehind(behind time.Duration) (*SentinelGroup, error) {
+	if behind <= 0 {
+		return nil, fmt.Errorf("redisproc: a replica behind by %v", behind)
+	}
+	return startSentinel(behind)
+}
+
+func startSentinel(behind time.Duration) (*SentinelGroup, error) {
 	g := &SentinelGroup{}
 	ok := false
 	defer func() {
@@ -478,7 +492,13 @@ func StartSentinel() (*SentinelGroup, error) {
 		return nil, err
 	}
 	g.data = append(g.data, master)
-	replica, err := Start("--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	replicaArgs := []string{"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", strconv.Itoa(master.port)}
+	var replica *Process
+	if behind > 0 {
+		replica, err = StartBehind(behind, replicaArgs...)
+	} else {
+		replica, err = Start(replicaArgs...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -514,7 +534,7 @@ func StartSentinel() (*SentinelGroup, error) {
 			// Start reports a failure to read it; sentinel rewrites it.
 			_ = os.WriteFile(conf, []byte(text), 0o600)
 			return []string{conf, "--sentinel"}
-		})
+		}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -2,13 +2,16 @@ package redistest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 )
 
@@ -203,5 +206,34 @@ func TestSentinelFailoverAfterLagLosesTheLag(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), got, "the new master has a replica again")
 		_ = n.Close()
+	}
+}
+
+// A Sentinel group whose replica's clock is behind: once promoted, its
+// TIME is that far behind the machine's (libfaketime with the allocator
+// shim; Debian's redis-server would deadlock under libfaketime alone).
+func TestSentinelReplicaBehindIsPromotedBehind(t *testing.T) {
+	redistest.SkipShort(t, "a Sentinel group")
+	g, err := redisproc.StartSentinelBehind(30 * time.Second)
+	if errors.Is(err, redisproc.ErrNoFaketime) && os.Getenv("CI") == "" {
+		t.Skipf("needs libfaketime: %v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(g.Stop)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	old, cur, err := g.FailoverAfterLag(ctx, time.Second)
+	require.NoError(t, err)
+	for addr, behind := range map[string]bool{old: false, cur: true} {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		tm, err := c.Time(ctx).Result()
+		_ = c.Close()
+		require.NoError(t, err)
+		skew := time.Since(tm)
+		if behind {
+			require.InDelta(t, 30, skew.Seconds(), 5, "the promoted replica's clock is 30 s behind")
+		} else {
+			require.InDelta(t, 0, skew.Seconds(), 5, "the old master's clock is the machine's")
+		}
 	}
 }
