@@ -49,7 +49,7 @@ stress-sentinel: ## the reliability suite's short configuration on a local Senti
 	$(GO) run ./tools/stress -short -redis sentinel
 
 stress-lag: ## the short configuration on a Sentinel group whose switches lose a second of replication lag, with WAIT_REPLICAS=1 on the producer and the workers (CI runs it; about 2 minutes)
-	$(GO) run ./tools/stress -short -redis sentinel -lag 1s -wait-replicas 1
+	$(GO) run ./tools/stress -short -redis sentinel -lag 1s -behind 30s -wait-replicas 1
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo
