@@ -29,6 +29,9 @@ type workerPool struct {
 	// url, when set, is the REDIS_URL of slot's workers (its link's
 	// proxy, see nemesis.go), in place of env's.
 	url func(slot int) string
+	// extraEnv, when set, adds to the environment of slot's workers
+	// (the order store's, with -store http).
+	extraEnv func(slot int) []string
 
 	mu      sync.Mutex
 	procs   []*benchkit.Process
@@ -67,6 +70,9 @@ func (p *workerPool) start(slot int) error {
 		"WORKER_SIMULATE_WORK="+work.String())
 	if p.url != nil {
 		env = append(env, "REDIS_URL="+p.url(slot)) // the last one wins
+	}
+	if p.extraEnv != nil {
+		env = append(env, p.extraEnv(slot)...)
 	}
 	p.starts[slot]++
 	log := filepath.Join(p.dir, fmt.Sprintf("worker%d.%d.log", slot, p.starts[slot]))

@@ -88,8 +88,9 @@ func (r *results) violations() int {
 }
 
 // check reads asynq's view of every enqueued task and every order's
-// history, and cross-checks them.
-func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, seq *keyorder.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
+// history, and cross-checks them: the tasks on rdb, the orders on
+// ordersRDB (the upstream's Redis with -store http).
+func check(ctx context.Context, rdb, ordersRDB redis.UniversalClient, store orders.Store, seq *keyorder.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
 	r := &results{tasks: l.tasks, outcomes: map[string]outcome{}, archivedBy: map[string]int{}, unfinished: map[string]int{}}
 	queues, err := orderQueues(insp)
 	if err != nil {
@@ -114,7 +115,7 @@ func check(ctx context.Context, rdb redis.UniversalClient, store orders.Store, s
 		r.outcomes[t.EventID] = o
 	}
 
-	nos, err := benchkit.OrderNos(ctx, rdb, prefix)
+	nos, err := benchkit.OrderNos(ctx, ordersRDB, prefix)
 	if err != nil {
 		return nil, err
 	}

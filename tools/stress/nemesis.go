@@ -18,14 +18,20 @@ import (
 // LOCK_TTL, and past asynq's 30 s lease when -cut-for says so: the worker
 // is cut off while it holds orders, its commands delivered at the heal),
 // a reset of every connection, and a slow link (-slow-link of latency on
-// each chunk, both ways, for -slow-for). They run on -redis single only: a
-// Sentinel or Cluster URL names several nodes, and the suite's failovers
-// break those links already.
+// each chunk, both ways, for -slow-for). The Redis links are proxied on
+// -redis single only: a Sentinel or Cluster URL names several nodes, and
+// the suite's failovers break those links already. With -store http, each
+// worker's link to the order API runs through a proxy too (orderapi.go),
+// on every -redis, and a nemesis breaks both links of its worker at once:
+// a write in flight to the order API is held past the lease and delivered
+// at the heal, after a new holder of the order wrote.
 
 // links holds the proxy of each worker slot, kept across the slot's
 // restarts.
 type links struct {
-	proxies []*faultproxy.Proxy
+	n       int                 // worker slots
+	proxies []*faultproxy.Proxy // the Redis links, by slot; nil when not proxied
+	api     []*faultproxy.Proxy // the order API links, by slot; nil when not proxied
 	mu      sync.Mutex
 	cuts    int
 	resets  int
@@ -39,7 +45,7 @@ func newLinks(redisURL string, n int) (*links, error) {
 	if err != nil || u.Host == "" || strings.Contains(u.RawQuery, "addr=") {
 		return nil, fmt.Errorf("nemesis: %q is not one Redis node's URL", redisURL)
 	}
-	ls := &links{}
+	ls := &links{n: n}
 	for range n {
 		p, err := faultproxy.New(u.Host)
 		if err != nil {
@@ -58,20 +64,33 @@ func (ls *links) url(redisURL string, slot int) string {
 	return u.String()
 }
 
+// close closes the Redis proxies (the order API's are orderAPI's).
 func (ls *links) close() {
 	for _, p := range ls.proxies {
 		_ = p.Close()
 	}
 }
 
-// cut blackholes slot's link for d (or until ctx ends), then heals it.
+// of returns slot's proxies.
+func (ls *links) of(slot int) []*faultproxy.Proxy {
+	var ps []*faultproxy.Proxy
+	for _, set := range [][]*faultproxy.Proxy{ls.proxies, ls.api} {
+		if set != nil {
+			ps = append(ps, set[slot])
+		}
+	}
+	return ps
+}
+
+// cut blackholes slot's links for d (or until ctx ends), then heals them.
 func (ls *links) cut(ctx context.Context, slot int, d time.Duration) {
-	p := ls.proxies[slot]
 	ls.mu.Lock()
 	ls.cuts++
 	ls.mu.Unlock()
-	p.Blackhole()
-	defer p.Heal()
+	for _, p := range ls.of(slot) {
+		p.Blackhole()
+		defer p.Heal()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -85,17 +104,20 @@ func (ls *links) reset(slot int) {
 	ls.mu.Lock()
 	ls.resets++
 	ls.mu.Unlock()
-	ls.proxies[slot].Reset()
+	for _, p := range ls.of(slot) {
+		p.Reset()
+	}
 }
 
 // slow delays slot's link by latency for d (or until ctx ends).
 func (ls *links) slow(ctx context.Context, slot int, latency, d time.Duration) {
-	p := ls.proxies[slot]
 	ls.mu.Lock()
 	ls.slows++
 	ls.mu.Unlock()
-	p.Delay(latency)
-	defer p.Delay(0)
+	for _, p := range ls.of(slot) {
+		p.Delay(latency)
+		defer p.Delay(0)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -133,12 +155,12 @@ func runNemeses(ctx context.Context, ls *links, c settings, seed int) {
 		case <-ctx.Done():
 			return
 		case <-cut:
-			slot := rng.IntN(len(ls.proxies))
+			slot := rng.IntN(ls.n)
 			wg.Go(func() { ls.cut(ctx, slot, c.CutFor) })
 		case <-reset:
-			ls.reset(rng.IntN(len(ls.proxies)))
+			ls.reset(rng.IntN(ls.n))
 		case <-slow:
-			slot := rng.IntN(len(ls.proxies))
+			slot := rng.IntN(ls.n)
 			wg.Go(func() { ls.slow(ctx, slot, c.SlowLink, c.SlowFor) })
 		}
 	}

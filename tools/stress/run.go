@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/redis/go-redis/v9"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).
@@ -47,6 +49,7 @@ type settings struct {
 	FailoverSync    bool
 	Lag             time.Duration
 	Behind          time.Duration
+	Store           string
 	WaitReplicas    int
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
@@ -111,6 +114,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	s.Duration(&c.Lag, "lag", "", 0, "nemesis (-redis sentinel): each switch is a SIGKILL of the master after its replica's link was cut for this long, so that the promoted replica lacks the lag's writes (0: the switches of -failover-sync); the checks then hold with -wait-replicas 1, and report the lag's losses without it").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.Behind, "behind", "", 0, "nemesis (-redis sentinel): the replica's clock runs this far behind the machine's (libfaketime; Debian package faketime, and cc), so that the first switch promotes a master whose TIME is behind the fences and positions handed out before; 0: none").Check(config.NonNegative[time.Duration])
+	s.String(&c.Store, "store", "", storeRedis, "the workers' order store: redis (on the workers' Redis, failing over with it) or http (the reference upstream order API on loopback, over a Redis of its own that outlives the switches; with the network nemeses each worker reaches it through a proxy, cut, reset and slowed with its Redis link)").Check(config.OneOf(storeRedis, storeHTTP))
 	s.Int(&c.WaitReplicas, "wait-replicas", "", 0, "WAIT_REPLICAS of the producer and the workers: replicas that must confirm an acceptance, and an order's state before each write to the store (-redis sentinel or cluster)").Check(config.NonNegative[int])
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
 	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 400 changes to each hot order, 150 s drain limit (flags given explicitly win)")
@@ -213,6 +217,15 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	nemeses := c.CutEvery > 0 || c.ResetEvery > 0 || c.SlowEvery > 0
+	var api *orderAPI
+	if c.Store == storeHTTP {
+		if api, err = startOrderAPI(c.Workers, nemeses); err != nil {
+			return err
+		}
+		defer api.close()
+		store = api.store // the checks read what the upstream applied
+	}
 	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas})
 	if err != nil {
 		return err
@@ -255,14 +268,33 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(be.url, c), c: c}
 	var ls *links
-	if c.Redis == redisSingle && (c.CutEvery > 0 || c.ResetEvery > 0 || c.SlowEvery > 0) {
+	if nemeses && c.Redis == redisSingle {
 		if ls, err = newLinks(be.url, c.Workers); err != nil {
 			return err
 		}
 		defer ls.close()
 		pool.url = func(slot int) string { return ls.url(be.url, slot) }
-		fmt.Fprintf(out, "nemeses: each worker's Redis link through a proxy; cut one for %v every %v, reset one every %v, slow one by %v for %v every %v (0: never)\n",
-			c.CutFor, c.CutEvery, c.ResetEvery, c.SlowLink, c.SlowFor, c.SlowEvery)
+	}
+	if api != nil {
+		pool.extraEnv = api.env
+		if nemeses && ls == nil {
+			ls = &links{n: c.Workers}
+		}
+		if ls != nil {
+			ls.api = api.proxies
+		}
+		fmt.Fprintf(out, "order store: the reference upstream order API on %s, over its own Redis on %s\n", api.ln.Addr(), api.srv.Addr())
+	}
+	if ls != nil {
+		var what []string
+		if ls.proxies != nil {
+			what = append(what, "Redis link")
+		}
+		if ls.api != nil {
+			what = append(what, "order API link")
+		}
+		fmt.Fprintf(out, "nemeses: each worker's %s through a proxy; cut one worker's for %v every %v, reset one's every %v, slow one's by %v for %v every %v (0: never)\n",
+			strings.Join(what, " and "), c.CutFor, c.CutEvery, c.ResetEvery, c.SlowLink, c.SlowFor, c.SlowEvery)
 	}
 	if err := pool.startAll(); err != nil {
 		return err
@@ -329,7 +361,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	res, err := check(ctx, rdb, store, seq, insp, l)
+	var ordersRDB redis.UniversalClient = rdb // where the orders live
+	if api != nil {
+		ordersRDB = api.rdb
+	}
+	res, err := check(ctx, rdb, ordersRDB, store, seq, insp, l)
 	if err != nil {
 		return err
 	}
@@ -346,6 +382,10 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		}
 	}
 	res.print(out, time.Since(started), 20)
+	if api != nil {
+		// The fencing at work: the late writes the upstream refused.
+		fmt.Fprintf(out, "order API:     writes refused, by code: %v\n", api.refusals())
+	}
 	if n := res.violations(); n > 0 {
 		if f, ferr := os.Create(filepath.Join(dir, "report.txt")); ferr == nil {
 			res.print(f, time.Since(started), -1)

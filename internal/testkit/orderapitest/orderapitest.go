@@ -6,8 +6,9 @@
 // it shares no constant or type with httpstore, so the two are held
 // together by the tests that run one against the other.
 //
-// It is test support: only _test.go files import it (the lint's depguard
-// rules enforce that), and no binary ships it.
+// It is test support: only _test.go files and the lab (tools/stress -store
+// http) import it (the lint's depguard rules enforce that), and no binary
+// ships it.
 package orderapitest
 
 import (
