@@ -4,8 +4,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@v1.9.0
 GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
+REDOCLY     ?= @redocly/cli@2.77.0
 
-.PHONY: help test lint vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel stress-lag demo fuzz image container-test
+.PHONY: help test lint lint-api clients vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel stress-lag demo fuzz image container-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -18,6 +19,13 @@ lint: ## gofmt, go vet, staticcheck, and golangci-lint with .golangci.yml (the i
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(GOLANGCI) run ./...
+
+lint-api: ## Redocly CLI's lint of api/openapi.yaml, with the rules of api/redocly.yaml (npm registry)
+	npx --yes $(REDOCLY) lint --config api/redocly.yaml api/openapi.yaml
+
+clients: ## the Go and TypeScript clients generated from api/openapi.yaml, against a real intake and worker (examples/intakeclient; npm registry)
+	cd examples/intakeclient/ts && npm ci --no-audit --no-fund && npm run build
+	cd examples/intakeclient && $(GO) vet ./... && INTAKECLIENT_TS=1 $(GO) test -race -count=1 ./...
 
 vuln: ## known vulnerabilities in the code's call graph (govulncheck; needs https://vuln.go.dev)
 	$(GO) run $(GOVULNCHECK) ./...

@@ -167,3 +167,45 @@ func TestEnqueueAfterScriptFlush(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, res.Seq)
 }
+
+// An exchange repeated at once (answered as a duplicate, or refused for a
+// key reused with other items) reserves a creation position on the
+// replacement too, and voids it: the creation the worker settles when the
+// exchange is applied (by keyorder.CreationRef) is still the first
+// exchange's, so that the replacement's next changes go at once rather
+// than after the gap wait.
+func TestRepeatedExchangeKeepsItsCreation(t *testing.T) {
+	t.Parallel()
+	items := []tasks.Item{{SKU: "A", Qty: 1}}
+	tests := []struct {
+		name  string
+		again []tasks.Item
+	}{
+		{"duplicate", items},
+		{"key reused", []tasks.Item{{SKU: "B", Qty: 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, producer.Config{})
+			_, err := e.p.EnqueueExchange(t.Context(), "SO1", items, producer.WithEventID("x-1"), producer.WithNewOrderNo("SO2"))
+			require.NoError(t, err)
+			for range 2 {
+				_, err = e.p.EnqueueExchange(t.Context(), "SO1", tt.again, producer.WithEventID("x-1"), producer.WithNewOrderNo("SO2"))
+				require.ErrorIs(t, err, producer.ErrDuplicate)
+			}
+			q := sequencer(t, e)
+			before, err := q.Status(t.Context(), "SO2")
+			require.NoError(t, err)
+			require.Len(t, before.Pending, 3, "the creation, and the repeats', voided")
+
+			// What the worker does once the exchange is applied.
+			st, err := q.Finish(t.Context(), "SO2", 0, "", keyorder.CreationRef("x-1"), "created by exchange x-1 of SO1")
+			require.NoError(t, err)
+			require.True(t, st.Done, "the creation position is settled")
+			after, err := q.Status(t.Context(), "SO2")
+			require.NoError(t, err)
+			assert.Equal(t, after.Last, after.Done, "the cursor passed the creation and the voided repeats: nothing waits for the gap check")
+		})
+	}
+}

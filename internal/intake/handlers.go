@@ -222,7 +222,7 @@ type taskView struct {
 // getTask answers the state of a task, looked for in the queues of each
 // kind of the producer in its order (the contract's: the exchange queues,
 // then the modify queues; every shard), or in the one the queue parameter
-// names.
+// names. The reads are bounded by RequestTimeout (see taskInfo).
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("task_id")
 	if !tasks.ValidEventID(id) {
@@ -237,12 +237,14 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		}
 		queues = []string{q}
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
 	for _, q := range queues {
 		// A queue missing from asynq's set of queues (lost in a failover)
 		// whose task exists is listed again, as an enqueue into it would:
 		// its task is answered, not taken for gone. asynq.ErrQueueNotFound
 		// is left only when the task does not exist either.
-		info, relisted, err := asynqwire.TaskInfo(r.Context(), s.inspector, s.rdb, q, id)
+		info, relisted, err := s.taskInfo(ctx, q, id)
 		if relisted {
 			s.log.Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
 				zap.String("queue", q), zap.String("task_id", id))
@@ -275,6 +277,30 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound,
 		message: "no such task in " + strings.Join(queues, " or ")})
+}
+
+// taskInfo is asynqwire.TaskInfo bounded by ctx: asynq's Inspector takes
+// no context, so the read runs on a goroutine of its own and ctx's end
+// answers for it, with ctx's error, wrapped. The goroutine then ends with
+// the read, which the Redis client's own timeouts bound; its answer is
+// dropped.
+func (s *Server) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInfo, bool, error) {
+	type answer struct {
+		info     *asynq.TaskInfo
+		relisted bool
+		err      error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		info, relisted, err := asynqwire.TaskInfo(ctx, s.inspector, s.rdb, queue, id)
+		done <- answer{info, relisted, err}
+	}()
+	select {
+	case a := <-done:
+		return a.info, a.relisted, a.err
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("read task %s of queue %s: %w", id, queue, ctx.Err())
+	}
 }
 
 // utc returns t in UTC, keeping the zero time zero.

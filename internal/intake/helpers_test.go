@@ -2,7 +2,9 @@ package intake
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -88,7 +93,7 @@ func newEnvOnServer(t *testing.T, rdb redis.UniversalClient, prefix string, conf
 	require.NoError(t, err)
 	s, err := New(rdb, p, store, cfg)
 	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(record(s))
+	srv := httptest.NewUnstartedServer(record(t, s))
 	if server != nil {
 		server(srv.Config)
 	}
@@ -216,12 +221,20 @@ var routeMux = sync.OnceValue(func() *http.ServeMux {
 	return mux
 })
 
-// record wraps a test server's handler to note each answer's status.
-func record(h http.Handler) http.Handler {
+// record wraps a test server's handler to note each answer's status, for
+// specCoverage, and to check every answer against api/openapi.yaml with
+// kin-openapi's openapi3filter (checkResponse): so every answer of every
+// test of the package, whichever helper sent the request, is held to the
+// spec, and a disagreement fails the test that saw it.
+func record(t *testing.T, h http.Handler) http.Handler {
+	doc := loadOpenAPI(t)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := routeMux().Handler(r)
 		sw := &statusRecorder{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
+		if err := checkResponse(doc, r, pattern, cmpStatus(sw.status), sw.Header(), sw.body.Bytes()); err != nil {
+			t.Errorf("%s %s answered %d, not as %s says: %v\n%s", r.Method, r.URL.RequestURI(), cmpStatus(sw.status), specPath, err, sw.body.Bytes())
+		}
 		if pattern == "" {
 			return
 		}
@@ -234,6 +247,38 @@ func record(h http.Handler) http.Handler {
 	})
 }
 
+// checkResponse validates an answer against the spec: with openapi3filter
+// against its operation's response for the status (or the default one),
+// headers and body; an answer to a route that is no operation (pattern
+// "", a 404 or 405) against the Error schema.
+func checkResponse(doc *openapi3.T, r *http.Request, pattern string, status int, header http.Header, body []byte) error {
+	if pattern == "" {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			return fmt.Errorf("the body of an answer to no operation is not JSON: %w", err)
+		}
+		return doc.Components.Schemas["Error"].Value.VisitJSON(v, openapi3.EnableFormatValidation())
+	}
+	method, path, _ := strings.Cut(pattern, " ")
+	item := doc.Paths.Value(path)
+	if item == nil || item.GetOperation(method) == nil {
+		return fmt.Errorf("no operation %s in the spec", pattern)
+	}
+	route := &routers.Route{Spec: doc, Path: path, PathItem: item, Method: method, Operation: item.GetOperation(method)}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: r, Route: route},
+		Status:                 status,
+		Header:                 header,
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus:   true,
+			MultiError:              true,
+			SchemaValidationOptions: []openapi3.SchemaValidationOption{openapi3.EnableFormatValidation()},
+		},
+	}
+	input.SetBodyBytes(body)
+	return openapi3filter.ValidateResponse(context.Background(), input)
+}
+
 func cmpStatus(s int) int {
 	if s == 0 {
 		return http.StatusOK
@@ -241,10 +286,16 @@ func cmpStatus(s int) int {
 	return s
 }
 
-// statusRecorder notes the status of an answer.
+// statusRecorder notes the status and the body of an answer.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	body   bytes.Buffer
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	w.body.Write(b)
+	return w.ResponseWriter.Write(b)
 }
 
 func (w *statusRecorder) WriteHeader(code int) {

@@ -215,9 +215,10 @@ type Config struct {
 	MaxBody int64
 
 	// RequestTimeout bounds the Redis work of one request (an enqueue, an
-	// order read); past it the request is answered 503. asynq's Inspector,
-	// which reads tasks, takes no context and is bounded by the Redis
-	// client's own timeouts instead. Defaults to 10 seconds.
+	// order or task read); past it the request is answered 503. asynq's
+	// Inspector, which reads tasks, takes no context: a task read past it
+	// is answered 503 all the same, and the Inspector's read left to end
+	// with the Redis client's own timeouts. Defaults to 10 seconds.
 	RequestTimeout time.Duration
 
 	// RetryAfter is the Retry-After of a 503 answer, rounded up to whole

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -425,4 +426,31 @@ func TestForgedNotesReadAsNotes(t *testing.T) {
 	assert.Contains(t, string(r.body), `unreadable note (1 byte)`)
 	assert.NotContains(t, string(r.body), `"type":"order:modify"`)
 	assert.NotContains(t, string(r.body), "crm-refund", "a note names no event, so no task")
+}
+
+// TestReadsBoundedByRequestTimeout points the server at a Redis that takes
+// connections and never answers, with a Redis client that would wait 10 s
+// for a reply: every read, the task's included (asynq's Inspector takes no
+// context), is answered 503 once RequestTimeout has passed, not when the
+// client gives up.
+func TestReadsBoundedByRequestTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		ContextTimeoutEnabled: true}) // as redisconn makes every client
+	t.Cleanup(func() { _ = rdb.Close() })
+	const timeout = 300 * time.Millisecond
+	e := newEnvOn(t, rdb, "ow:", func(c *Config) { c.RequestTimeout = timeout })
+	for _, path := range []string{"/v1/orders/SO1", "/v1/tasks/evt-1", "/v1/tasks/evt-1?queue=order_modify"} {
+		t.Run(path, func(t *testing.T) {
+			start := time.Now()
+			r := e.do(t, http.MethodGet, path, "", nil)
+			took := time.Since(start)
+			require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+			assert.Equal(t, codeUnavailable, r.errorBody(t).Error.Code)
+			assert.Less(t, took, timeout+3*time.Second, "answered after INTAKE_REQUEST_TIMEOUT, not the Redis client's read timeout")
+		})
+	}
 }

@@ -28,7 +28,7 @@ func TestShardedQueues(t *testing.T) {
 	require.NoError(t, err)
 	s, err := New(db.Client, p, store, Config{APIKeys: []string{key1}})
 	require.NoError(t, err)
-	srv := httptest.NewServer(record(s))
+	srv := httptest.NewServer(record(t, s))
 	t.Cleanup(srv.Close)
 	e := &env{srv: srv, db: db, rdb: db.Client, store: store, insp: asynq.NewInspectorFromRedisClient(db.Client)}
 

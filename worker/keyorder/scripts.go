@@ -25,6 +25,12 @@ import "github.com/redis/go-redis/v9"
 //	k:<pos>  the holder of pos is parked: hand its label back when pos is
 //	         next, so that the caller brings it back
 //	ref:<x>  the position reserved under reference x (Reserve's ref)
+//	rp:<pos> "<earlier pos> <x>": pos took ref:<x> from an earlier position
+//	         that still waited (a repeated reservation under one
+//	         reference, such as a refused repeat of an exchange); a void of
+//	         pos gives ref:<x> back to it. Deleted when pos is settled ahead of
+//	         its turn (a position under a reference always is), else with
+//	         the sequence.
 //	h        the key is paused (an operator's hold, see [Sequencer.Pause]):
 //	         {"by", "reason", "at"} as JSON; the head's holder parks
 //	         instead of taking its turn, and the sequence does not expire
@@ -459,6 +465,17 @@ local function seq_reserve(s, label, ttl, ref, max, park)
   set[#set + 1] = 'p:' .. pos
   set[#set + 1] = rec
   if ref ~= '' then
+    -- An earlier position still waiting under ref gets it back if this
+    -- one is voided (settleScript): a refused repeat must not take the
+    -- reference from the reservation that stands.
+    local old = redis.call('HGET', s, 'ref:' .. ref)
+    if old then
+      local orec = redis.call('HGET', s, 'p:' .. old)
+      if orec and string.find(string.sub(orec, 1, 1), '%d') then
+        set[#set + 1] = 'rp:' .. pos
+        set[#set + 1] = old .. ' ' .. ref
+      end
+    end
     set[#set + 1] = 'ref:' .. ref
     set[#set + 1] = pos
   end
@@ -534,6 +551,20 @@ local d = tonumber(redis.call('HGET', s, 'd'))
 local kind = ARGV[4]
 if kind == 's' and pos ~= d + 1 then return {0, ''} end
 local kinds = {v = 'void', s = 'skip', f = 'finish'}
+local rp = redis.call('HGET', s, 'rp:' .. p)
+if rp then
+  -- p took its reference from an earlier position still waiting (see
+  -- seq_reserve): a void gives it back, if that one still waits.
+  redis.call('HDEL', s, 'rp:' .. p)
+  local sp = string.find(rp, ' ', 1, true)
+  local old, ref = string.sub(rp, 1, sp - 1), string.sub(rp, sp + 1)
+  if kind == 'v' and redis.call('HGET', s, 'ref:' .. ref) == p then
+    local orec = redis.call('HGET', s, 'p:' .. old)
+    if orec and string.find(string.sub(orec, 1, 1), '%d') then
+      redis.call('HSET', s, 'ref:' .. ref, old)
+    end
+  end
+end
 seq_log(s, pos, kinds[kind], string.sub(rec, string.find(rec, ' ', 1, true) + 1), ARGV[5])
 if kind == 'f' then
   redis.call('HSET', s, 'p:' .. p, 'f ' .. ARGV[5])
