@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,4 +254,55 @@ func TestFloodSmall(t *testing.T) {
 	require.Positive(t, r.Holds, "the flood drained in holds")
 	require.Positive(t, r.Drained)
 	require.Zero(t, r.Archived)
+	require.InDelta(t, 1000*r.DrainSeconds/40-1, r.OverheadMs, 1e-9)
+}
+
+// The flood's plain baseline, small, on a redis-server of its own: every
+// change applied once, by plain asynq at concurrency 1.
+func TestFloodPlainSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a redis-server")
+	}
+	p, err := redisproc.Start()
+	if err != nil {
+		t.Skipf("no redis-server: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	opts, err := redisconn.Parse(p.URL())
+	require.NoError(t, err)
+	c := settings{FloodTasks: 40, FloodWork: time.Millisecond, Timeout: 30 * time.Second}
+	r, err := runFloodPlain(t.Context(), opts, c)
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Concurrency)
+	require.Equal(t, 40, r.History, "every change wrote the order's history")
+	require.InDelta(t, 1, r.RunsPerChange, 1e-9)
+	require.Zero(t, r.Archived)
+	require.InDelta(t, 0.04, r.SerialSeconds, 1e-9)
+	require.Positive(t, r.DrainSeconds)
+	require.InDelta(t, r.SerialSeconds/r.DrainSeconds, r.DrainRatio, 1e-9)
+	require.InDelta(t, 1000*r.DrainSeconds/40-1, r.OverheadMs, 1e-9)
+	require.GreaterOrEqual(t, r.RunMs, 1.0, "a run sleeps the work")
+}
+
+func TestFloodAgainstPlain(t *testing.T) {
+	rr := []floodResult{
+		{Mode: "in process", Tasks: 2000, WorkMs: 5, DrainSeconds: 12.5},
+		{Mode: "2 processes", Tasks: 2000, WorkMs: 5},
+	}
+	plain := floodPlain{Concurrency: 1, Tasks: 2000, WorkMs: 5, DrainSeconds: 14}
+	againstPlain(plain, rr)
+	require.InDelta(t, 1.12, rr[0].PlainRatio, 1e-9)
+	require.Zero(t, rr[1].PlainRatio, "no drain, no ratio")
+
+	_, drain, ratio, over := drainFigures(10*time.Second, 12500*time.Millisecond, 2000, 5)
+	require.InDelta(t, 12.5, drain, 1e-9)
+	require.InDelta(t, 0.8, ratio, 1e-9)
+	require.InDelta(t, 1.25, over, 1e-9)
+
+	var out strings.Builder
+	printFlood(&out, &plain, rr)
+	require.Contains(t, out.String(), "plain/drain")
+	require.Contains(t, out.String(), "over work ms")
+	require.Regexp(t, `(?m)^\s*plain asynq\s+1\s`, out.String(), "the plain baseline's row, at concurrency 1")
+	require.Regexp(t, `(?m)^\s*in process\s.*\s1\.12\s`, out.String())
 }
