@@ -194,12 +194,13 @@ func TestFloodFlags(t *testing.T) {
 func TestFloodTargets(t *testing.T) {
 	got := map[string]target{}
 	for _, tg := range floodTargets([]floodResult{
-		{Mode: "in process", DrainRatio: 0.9, OrderPairs: 1999, BaselineP99: 20, QuietP99: 30, RunsPerChange: 1.02},
+		{Mode: "in process", DrainRatio: 0.9, OrderPairs: 1999, BaselineP99: 20, QuietP99: 30, RunsPerChange: 1.02, PlainRatio: 1.04},
 		{Mode: "2 processes", DrainRatio: 0.5, OrderPairs: 1999, Inversions: 1, RunsPerChange: 1.5},
+		{Mode: "3 processes", PlainRatio: 0.98},
 	}) {
 		got[tg.Name] = tg
 	}
-	require.Len(t, got, 8)
+	require.Len(t, got, 15)
 	require.True(t, got["drain / serial limit [flood, in process]"].Met)
 	require.True(t, got["quiet p99 under flood / baseline p99 [flood, in process]"].Met)
 	require.InDelta(t, 1.5, got["quiet p99 under flood / baseline p99 [flood, in process]"].Got, 1e-9)
@@ -209,6 +210,10 @@ func TestFloodTargets(t *testing.T) {
 	require.False(t, got["inversions [flood, 2 processes]"].Met)
 	require.NotEmpty(t, got["quiet p99 under flood / baseline p99 [flood, 2 processes]"].NA)
 	require.False(t, got["handler runs per change [flood, 2 processes]"].Met)
+	require.True(t, got["drain / plain asynq at concurrency 1 [flood, in process]"].Met)
+	require.InDelta(t, 1.04, got["drain / plain asynq at concurrency 1 [flood, in process]"].Got, 1e-9)
+	require.NotEmpty(t, got["drain / plain asynq at concurrency 1 [flood, 2 processes]"].NA, "no plain baseline, not judged")
+	require.False(t, got["drain / plain asynq at concurrency 1 [flood, 3 processes]"].Met)
 }
 
 func TestParseHolds(t *testing.T) {
