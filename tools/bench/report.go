@@ -35,9 +35,12 @@ type report struct {
 	Tracing []tracingCost `json:"tracing,omitempty"`
 	// VsAW is (b)'s cost per task against (a+w)'s, plain asynq making
 	// the same store write.
-	VsAW    []awCost      `json:"vs_aw,omitempty"`
-	Flood   []floodResult `json:"flood,omitempty"`
-	Targets []target      `json:"targets,omitempty"`
+	VsAW  []awCost      `json:"vs_aw,omitempty"`
+	Flood []floodResult `json:"flood,omitempty"`
+	// FloodPlain is the flood's plain baseline: plain asynq at
+	// concurrency 1 on the flood's changes.
+	FloodPlain *floodPlain `json:"flood_plain,omitempty"`
+	Targets    []target    `json:"targets,omitempty"`
 }
 
 // target is one of the goals the bench checks, met or not, or not judged
@@ -216,7 +219,7 @@ func (rep *report) print(out io.Writer, c settings) {
 	rep.printAWCost(out)
 	rep.printHolds(out)
 	rep.printTracingCost(out)
-	printFlood(out, rep.Flood)
+	printFlood(out, rep.FloodPlain, rep.Flood)
 	if len(rep.Accept) > 0 {
 		printAccept(out, rep.Accept)
 	}

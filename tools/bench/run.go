@@ -96,7 +96,7 @@ func declare(s *config.Set, c *settings) (workGiven func() bool) {
 	s.Int(&c.ClusterTasks, "cluster-tasks", "", 20000, "with -cluster: tasks of each run, each on an order of its own").Check(config.Positive[int])
 	s.Duration(&c.ClusterWork, "cluster-work", "", 0, "with -cluster: simulated work per task, inside the lock").Check(config.NonNegative[time.Duration])
 	s.Int(&c.ClusterConcurrency, "cluster-concurrency", "", 50, "with -cluster: tasks the worker runs at once").Check(config.Positive[int])
-	s.Bool(&c.Flood, "flood", "", true, "run the flood: (b) drains one order's -flood-tasks changes while -flood-quiet other orders' changes come in, against the serial limit and a baseline of the quiet orders alone")
+	s.Bool(&c.Flood, "flood", "", true, "run the flood: (b) drains one order's -flood-tasks changes while -flood-quiet other orders' changes come in, against the serial limit, the same changes through plain asynq at concurrency 1 making the same store write, and a baseline of the quiet orders alone")
 	s.Int(&c.FloodTasks, "flood-tasks", "", 2000, "changes of the flood's one order").Check(config.Positive[int])
 	s.Duration(&c.FloodWork, "flood-work", "", 5*time.Millisecond, "simulated work per change in the flood (inside the lock)").Check(config.Positive[time.Duration])
 	s.Int(&c.FloodQuiet, "flood-quiet", "", 100, "quiet orders of the flood, one change each").Check(config.Positive[int])
@@ -209,11 +209,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			rep.Accept = ar
 		}
 		if c.Flood {
-			fr, err := measureFlood(ctx, opts, c, out)
+			fp, fr, err := measureFlood(ctx, opts, c, out)
 			if err != nil {
 				return fmt.Errorf("flood: %w", err)
 			}
-			rep.Flood = fr
+			rep.Flood, rep.FloodPlain = fr, &fp
 		}
 		rep.LoadAvg[1] = loadAvg()
 		rep.ratios()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,12 +194,13 @@ func TestFloodFlags(t *testing.T) {
 func TestFloodTargets(t *testing.T) {
 	got := map[string]target{}
 	for _, tg := range floodTargets([]floodResult{
-		{Mode: "in process", DrainRatio: 0.9, OrderPairs: 1999, BaselineP99: 20, QuietP99: 30, RunsPerChange: 1.02},
+		{Mode: "in process", DrainRatio: 0.9, OrderPairs: 1999, BaselineP99: 20, QuietP99: 30, RunsPerChange: 1.02, PlainRatio: 1.04},
 		{Mode: "2 processes", DrainRatio: 0.5, OrderPairs: 1999, Inversions: 1, RunsPerChange: 1.5},
+		{Mode: "3 processes", PlainRatio: 0.98},
 	}) {
 		got[tg.Name] = tg
 	}
-	require.Len(t, got, 8)
+	require.Len(t, got, 15)
 	require.True(t, got["drain / serial limit [flood, in process]"].Met)
 	require.True(t, got["quiet p99 under flood / baseline p99 [flood, in process]"].Met)
 	require.InDelta(t, 1.5, got["quiet p99 under flood / baseline p99 [flood, in process]"].Got, 1e-9)
@@ -208,6 +210,10 @@ func TestFloodTargets(t *testing.T) {
 	require.False(t, got["inversions [flood, 2 processes]"].Met)
 	require.NotEmpty(t, got["quiet p99 under flood / baseline p99 [flood, 2 processes]"].NA)
 	require.False(t, got["handler runs per change [flood, 2 processes]"].Met)
+	require.True(t, got["drain / plain asynq at concurrency 1 [flood, in process]"].Met)
+	require.InDelta(t, 1.04, got["drain / plain asynq at concurrency 1 [flood, in process]"].Got, 1e-9)
+	require.NotEmpty(t, got["drain / plain asynq at concurrency 1 [flood, 2 processes]"].NA, "no plain baseline, not judged")
+	require.False(t, got["drain / plain asynq at concurrency 1 [flood, 3 processes]"].Met)
 }
 
 func TestParseHolds(t *testing.T) {
@@ -253,4 +259,55 @@ func TestFloodSmall(t *testing.T) {
 	require.Positive(t, r.Holds, "the flood drained in holds")
 	require.Positive(t, r.Drained)
 	require.Zero(t, r.Archived)
+	require.InDelta(t, 1000*r.DrainSeconds/40-1, r.OverheadMs, 1e-9)
+}
+
+// The flood's plain baseline, small, on a redis-server of its own: every
+// change applied once, by plain asynq at concurrency 1.
+func TestFloodPlainSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a redis-server")
+	}
+	p, err := redisproc.Start()
+	if err != nil {
+		t.Skipf("no redis-server: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	opts, err := redisconn.Parse(p.URL())
+	require.NoError(t, err)
+	c := settings{FloodTasks: 40, FloodWork: time.Millisecond, Timeout: 30 * time.Second}
+	r, err := runFloodPlain(t.Context(), opts, c)
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Concurrency)
+	require.Equal(t, 40, r.History, "every change wrote the order's history")
+	require.InDelta(t, 1, r.RunsPerChange, 1e-9)
+	require.Zero(t, r.Archived)
+	require.InDelta(t, 0.04, r.SerialSeconds, 1e-9)
+	require.Positive(t, r.DrainSeconds)
+	require.InDelta(t, r.SerialSeconds/r.DrainSeconds, r.DrainRatio, 1e-9)
+	require.InDelta(t, 1000*r.DrainSeconds/40-1, r.OverheadMs, 1e-9)
+	require.GreaterOrEqual(t, r.RunMs, 1.0, "a run sleeps the work")
+}
+
+func TestFloodAgainstPlain(t *testing.T) {
+	rr := []floodResult{
+		{Mode: "in process", Tasks: 2000, WorkMs: 5, DrainSeconds: 12.5},
+		{Mode: "2 processes", Tasks: 2000, WorkMs: 5},
+	}
+	plain := floodPlain{Concurrency: 1, Tasks: 2000, WorkMs: 5, DrainSeconds: 14}
+	againstPlain(plain, rr)
+	require.InDelta(t, 1.12, rr[0].PlainRatio, 1e-9)
+	require.Zero(t, rr[1].PlainRatio, "no drain, no ratio")
+
+	_, drain, ratio, over := drainFigures(10*time.Second, 12500*time.Millisecond, 2000, 5)
+	require.InDelta(t, 12.5, drain, 1e-9)
+	require.InDelta(t, 0.8, ratio, 1e-9)
+	require.InDelta(t, 1.25, over, 1e-9)
+
+	var out strings.Builder
+	printFlood(&out, &plain, rr)
+	require.Contains(t, out.String(), "plain/drain")
+	require.Contains(t, out.String(), "over work ms")
+	require.Regexp(t, `(?m)^\s*plain asynq\s+1\s`, out.String(), "the plain baseline's row, at concurrency 1")
+	require.Regexp(t, `(?m)^\s*in process\s.*\s1\.12\s`, out.String())
 }
