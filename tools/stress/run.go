@@ -18,6 +18,8 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/orders"
+	"github.com/redis/go-redis/v9"
 )
 
 // prefix is the key prefix of the run (KEY_PREFIX of the workers).
@@ -42,6 +44,7 @@ type settings struct {
 	Duration        time.Duration
 	KillEvery       time.Duration
 	Redis           string
+	Store           string
 	RedisRestart    bool
 	FailoverSync    bool
 	PauseEvery      time.Duration
@@ -103,6 +106,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Duration(&c.SlowFor, "slow-for", "", 5*time.Second, "how long a slow spell lasts").Check(config.Positive[time.Duration])
 	s.Duration(&c.SlowLink, "slow-link", "", 300*time.Millisecond, "the latency a slow spell adds to each chunk").Check(config.NonNegative[time.Duration])
 	s.String(&c.Redis, "redis", "", redisSingle, "the Redis the workers run on: single (one redis-server with an fsync'd AOF), sentinel (1 master, 1 replica, 3 sentinels) or cluster (3 masters with a replica each)").Check(config.OneOf(redisSingle, redisSentinel, redisCluster))
+	s.String(&c.Store, "store", "", storeRedis, "the workers' order store: redis (the Redis store, on the Redis of -redis) or http (the HTTP store, against the reference order API that the suite serves in process on loopback, over a Redis store on a redis-server of its own that no nemesis or failover touches; the history checker also reads the API's log)").Check(config.OneOf(storeRedis, storeHTTP))
 	s.Bool(&c.RedisRestart, "redis-restart", "", true, "inject the failure of -redis in the chaos phase: single restarts Redis (SIGKILL, then start on its AOF) half-way through -duration; sentinel fails the master over at a third and at two thirds; cluster fails one shard's master over gracefully (CLUSTER FAILOVER) at a third and SIGKILLs another's at two thirds, which then rejoins as replica")
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
@@ -202,9 +206,28 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	rdb := ropts.NewClient()
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
-	if err != nil {
+	// The orders: the Redis store's on the workers' Redis, or the
+	// upstream's, seeded through its API.
+	var (
+		store     orders.Store
+		seedStore orders.Store
+		ordersRDB redis.UniversalClient = rdb
+		up        *upstream
+	)
+	if store, err = redisstore.New(rdb, redisstore.Config{Prefix: prefix}); err != nil {
 		return err
+	}
+	seedStore = store
+	if c.Store == storeHTTP {
+		if up, err = startUpstream(dir); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := up.close(); cerr != nil {
+				fmt.Fprintf(out, "note: %v\n", cerr)
+			}
+		}()
+		store, seedStore, ordersRDB = up.store, up.client, up.rdb
 	}
 	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards})
 	if err != nil {
@@ -223,6 +246,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "; seed %d\n", c.Seed)
 	fmt.Fprintf(out, "redis %s: %s; logs in %s\n", c.Redis, be.describe, dir)
+	if up != nil {
+		fmt.Fprintf(out, "order store http: %s\n", up.describe())
+	}
 	for _, sw := range be.switches {
 		fmt.Fprintf(out, "redis chaos at %v: %s\n", sw.at.Round(time.Second), sw.name)
 	}
@@ -243,10 +269,13 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 			fmt.Fprintf(out, "cluster: hot orders %v per shard %v\n", l.hot, hotOrders)
 		}
 	}
-	if err := l.seed(ctx, store); err != nil {
+	if err := l.seed(ctx, seedStore); err != nil {
 		return err
 	}
 	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(be.url, c), c: c}
+	if up != nil {
+		pool.env = append(pool.env, up.env()...)
+	}
 	var ls *links
 	if c.Redis == redisSingle && (c.CutEvery > 0 || c.ResetEvery > 0 || c.SlowEvery > 0) {
 		if ls, err = newLinks(be.url, c.Workers); err != nil {
@@ -322,9 +351,14 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	res, err := check(ctx, rdb, store, seq, insp, l)
+	res, err := check(ctx, rdb, ordersRDB, store, seq, insp, l)
 	if err != nil {
 		return err
+	}
+	if up != nil {
+		if res.api, err = checkLog(ctx, up.api.Log(), up, res.nos); err != nil {
+			return err
+		}
 	}
 	res.drained, res.drainTook = drained, drainTook
 	res.crashes = pool.crashed()
