@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
+	"github.com/orderworker/orderworker/tools/stress/history"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
@@ -69,12 +70,22 @@ type results struct {
 	// hold writes them) or a lower one.
 	fenceEqual, fenceBelow int
 	lateRejected           int // modifies accepted after their order's exchange, rejected naming the replacement
+
+	// The history checker (tools/stress/history): its findings over the
+	// store's histories, how many writes it read there, and, with -store
+	// http, what the order API's log shows and its findings over it.
+	historyFound  []string
+	historyWrites int
+	api           *apiLog
 }
 
 func (r *results) violations() int {
 	n := len(r.lost) + len(r.badArchive) + len(r.doubleApplied) + len(r.notApplied) + len(r.archApplied) +
 		len(r.unknownEvents) + len(r.versionOff) + len(r.locksLeft) + len(r.analysis.Violations) + len(r.crashes) +
-		len(r.inversions) + len(r.clientOrder) + len(r.replayOff) + len(r.stalled) + len(r.badSkips)
+		len(r.inversions) + len(r.clientOrder) + len(r.replayOff) + len(r.stalled) + len(r.badSkips) + len(r.historyFound)
+	if r.api != nil {
+		n += len(r.api.findings)
+	}
 	if r.hot != nil && len(r.hot.actions) == 0 {
 		// The phase must hit at least one hold; a later planned kill that
 		// finds the floods drained already (a busy machine drains them
@@ -88,8 +99,8 @@ func (r *results) violations() int {
 }
 
 // check reads asynq's view of every enqueued task and every order's
-// history, and cross-checks them: the tasks on rdb, the orders on
-// ordersRDB (the upstream's Redis with -store http).
+// history, and cross-checks them. The orders are store's, whose keys are
+// on ordersRDB (rdb, the workers' Redis, with the Redis store).
 func check(ctx context.Context, rdb, ordersRDB redis.UniversalClient, store orders.Store, seq *keyorder.Sequencer, insp *asynq.Inspector, l *load) (*results, error) {
 	r := &results{tasks: l.tasks, outcomes: map[string]outcome{}, archivedBy: map[string]int{}, unfinished: map[string]int{}}
 	queues, err := orderQueues(insp)
@@ -216,6 +227,15 @@ func check(ctx context.Context, rdb, ordersRDB redis.UniversalClient, store orde
 	if err := r.checkOrder(ctx, store, seq, l, nos, hist); err != nil {
 		return nil, err
 	}
+	final, err := finalOrders(ctx, store, nos)
+	if err != nil {
+		return nil, err
+	}
+	sh := storeHistory(hist, l)
+	for _, ws := range sh {
+		r.historyWrites += len(ws)
+	}
+	r.historyFound = findingLines(history.Check(sh, final))
 	return r, nil
 }
 
@@ -489,6 +509,12 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	fmt.Fprintf(out, "locks left:    %d\n", len(r.locksLeft))
 	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
 		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
+	fmt.Fprintf(out, "history:       %d accepted writes of the store's histories checked (positions, fences, holds, once, replay): %d findings\n",
+		r.historyWrites, len(r.historyFound))
+	if a := r.api; a != nil {
+		fmt.Fprintf(out, "order API log: %d writes applied, %d answered as replays, refused %v; checked: %d findings\n",
+			a.accepted, a.replayed, a.refused, len(a.findings))
+	}
 	fmt.Fprintf(out, "worker crashes: %d\n", len(r.crashes))
 	fmt.Fprintf(out, "redis:         %s, %d switches", r.redis, len(r.switched))
 	if r.placement != nil {
@@ -539,6 +565,10 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	show("REPLAY differs from the store", r.replayOff)
 	show("STALLED sequences", r.stalled)
 	show("SKIPPED positions whose task existed", r.badSkips)
+	show("HISTORY CHECKER findings over the store's histories", r.historyFound)
+	if r.api != nil {
+		show("HISTORY CHECKER findings over the order API's log", r.api.findings)
+	}
 	show("WORKER CRASHES (exited on their own)", r.crashes)
 	if r.hot != nil {
 		what := "HOT-ORDER PHASE did not hit a hold"

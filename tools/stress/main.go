@@ -22,6 +22,15 @@
 // stay strict; see docs/testing.md, "The reliability suite on
 // Sentinel and Cluster".
 //
+// Every run also ends with the history checker (tools/stress/history),
+// over what the order store accepted write by write: per order, positions
+// up in the order of acceptance, fences never down, an equal fence only
+// from the same hold, each event applied once, and the order its replay.
+// -store http runs the workers on the HTTP order store against the
+// reference order API (orderapitest), served in process on loopback over
+// a Redis of its own that no nemesis touches; the checker then reads the
+// API's own log too.
+//
 // Run it with -h for its flags; `make stress` runs the full configuration
 // and CI runs -short (about three minutes).
 package main

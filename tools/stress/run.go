@@ -20,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,11 +46,11 @@ type settings struct {
 	Duration        time.Duration
 	KillEvery       time.Duration
 	Redis           string
+	Store           string
 	RedisRestart    bool
 	FailoverSync    bool
 	Lag             time.Duration
 	Behind          time.Duration
-	Store           string
 	WaitReplicas    int
 	PauseEvery      time.Duration
 	PauseFor        time.Duration
@@ -114,7 +115,7 @@ func declare(s *config.Set, c *settings) vars {
 	s.Bool(&c.FailoverSync, "failover-sync", "", true, "sentinel and cluster: before a SENTINEL FAILOVER or a master's SIGKILL, pause the master's writes (CLIENT PAUSE WRITE) until its replica has them all, so that the switch loses no acknowledged write; false for the raw switch, whose losses in the asynchronous-replication window the checks then report like any other")
 	s.Duration(&c.Lag, "lag", "", 0, "nemesis (-redis sentinel): each switch is a SIGKILL of the master after its replica's link was cut for this long, so that the promoted replica lacks the lag's writes (0: the switches of -failover-sync); the checks then hold with -wait-replicas 1, and report the lag's losses without it").Check(config.NonNegative[time.Duration])
 	s.Duration(&c.Behind, "behind", "", 0, "nemesis (-redis sentinel): the replica's clock runs this far behind the machine's (libfaketime; Debian package faketime, and cc), so that the first switch promotes a master whose TIME is behind the fences and positions handed out before; 0: none").Check(config.NonNegative[time.Duration])
-	s.String(&c.Store, "store", "", storeRedis, "the workers' order store: redis (on the workers' Redis, failing over with it) or http (the reference upstream order API on loopback, over a Redis of its own that outlives the switches; with the network nemeses each worker reaches it through a proxy, cut, reset and slowed with its Redis link)").Check(config.OneOf(storeRedis, storeHTTP))
+	s.String(&c.Store, "store", "", storeRedis, "the workers' order store: redis (on the workers' Redis, failing over with it) or http (the reference upstream order API, served in process on loopback over a Redis of its own that outlives the switches; the history checker also reads the API's log; with the network nemeses each worker reaches it through a proxy, cut, reset and slowed with its Redis link)").Check(config.OneOf(storeRedis, storeHTTP))
 	s.Int(&c.WaitReplicas, "wait-replicas", "", 0, "WAIT_REPLICAS of the producer and the workers: replicas that must confirm an acceptance, and an order's state before each write to the store (-redis sentinel or cluster)").Check(config.NonNegative[int])
 	v.drainTime = s.Duration(&c.DrainTimeout, "drain-timeout", "", 5*time.Minute, "give up waiting for the queues to drain after this long (asynq re-delivers a killed worker's tasks a minute or two after their lease expired)").Check(config.Positive[time.Duration])
 	s.Bool(&c.Short, "short", "", false, "the CI configuration: 3000 tasks over 25 s, kills every 3 s, freezes every 10 s, 400 changes to each hot order, 150 s drain limit (flags given explicitly win)")
@@ -213,18 +214,29 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	rdb := ropts.NewClient()
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
-	if err != nil {
+	// The orders: the Redis store's on the workers' Redis, or the
+	// upstream's, seeded through its API.
+	var (
+		store     orders.Store
+		seedStore orders.Store
+		ordersRDB redis.UniversalClient = rdb
+		up        *upstream
+	)
+	if store, err = redisstore.New(rdb, redisstore.Config{Prefix: prefix}); err != nil {
 		return err
 	}
 	nemeses := c.CutEvery > 0 || c.ResetEvery > 0 || c.SlowEvery > 0
-	var api *orderAPI
+	seedStore = store
 	if c.Store == storeHTTP {
-		if api, err = startOrderAPI(c.Workers, nemeses); err != nil {
+		if up, err = startUpstream(dir, c.Workers, nemeses); err != nil {
 			return err
 		}
-		defer api.close()
-		store = api.store // the checks read what the upstream applied
+		defer func() {
+			if cerr := up.close(); cerr != nil {
+				fmt.Fprintf(out, "note: %v\n", cerr)
+			}
+		}()
+		store, seedStore, ordersRDB = up.store, up.client, up.rdb
 	}
 	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas})
 	if err != nil {
@@ -243,6 +255,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "; seed %d\n", c.Seed)
 	fmt.Fprintf(out, "redis %s: %s; logs in %s\n", c.Redis, be.describe, dir)
+	if up != nil {
+		fmt.Fprintf(out, "order store http: %s\n", up.describe())
+	}
 	for _, sw := range be.switches {
 		fmt.Fprintf(out, "redis chaos at %v: %s\n", sw.at.Round(time.Second), sw.name)
 	}
@@ -263,7 +278,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 			fmt.Fprintf(out, "cluster: hot orders %v per shard %v\n", l.hot, hotOrders)
 		}
 	}
-	if err := l.seed(ctx, store); err != nil {
+	if err := l.seed(ctx, seedStore); err != nil {
 		return err
 	}
 	pool := &workerPool{bin: bin, dir: dir, env: workerEnv(be.url, c), c: c}
@@ -275,15 +290,14 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		defer ls.close()
 		pool.url = func(slot int) string { return ls.url(be.url, slot) }
 	}
-	if api != nil {
-		pool.extraEnv = api.env
+	if up != nil {
+		pool.extraEnv = up.env
 		if nemeses && ls == nil {
 			ls = &links{n: c.Workers}
 		}
 		if ls != nil {
-			ls.api = api.proxies
+			ls.api = up.proxies
 		}
-		fmt.Fprintf(out, "order store: the reference upstream order API on %s, over its own Redis on %s\n", api.ln.Addr(), api.srv.Addr())
 	}
 	if ls != nil {
 		var what []string
@@ -361,13 +375,14 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	var ordersRDB redis.UniversalClient = rdb // where the orders live
-	if api != nil {
-		ordersRDB = api.rdb
-	}
 	res, err := check(ctx, rdb, ordersRDB, store, seq, insp, l)
 	if err != nil {
 		return err
+	}
+	if up != nil {
+		if res.api, err = checkLog(ctx, up.api.Log(), up, res.nos); err != nil {
+			return err
+		}
 	}
 	res.drained, res.drainTook = drained, drainTook
 	res.crashes = pool.crashed()
@@ -382,10 +397,6 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		}
 	}
 	res.print(out, time.Since(started), 20)
-	if api != nil {
-		// The fencing at work: the late writes the upstream refused.
-		fmt.Fprintf(out, "order API:     writes refused, by code: %v\n", api.refusals())
-	}
 	if n := res.violations(); n > 0 {
 		if f, ferr := os.Create(filepath.Join(dir, "report.txt")); ferr == nil {
 			res.print(f, time.Since(started), -1)

@@ -79,6 +79,16 @@ func TestRedisFlagRejectsUnknownTopology(t *testing.T) {
 	require.ErrorContains(t, s.Parse([]string{"-redis", "cluster3"}), "redis")
 }
 
+func TestStoreFlag(t *testing.T) {
+	var c settings
+	s := config.NewSet("stress", nil)
+	s.SetOutput(io.Discard)
+	declare(s, &c)
+	require.NoError(t, s.Parse(nil))
+	require.Equal(t, storeRedis, c.Store, "the default run keeps the Redis store")
+	require.ErrorContains(t, s.Parse([]string{"-store", "grpc"}), "store")
+}
+
 func TestWithQuery(t *testing.T) {
 	require.Equal(t, "redis://h:1/0?max_retries=5", withQuery("redis://h:1/0", "max_retries=5"))
 	require.Equal(t, "redis://h:1?addr=h:2&max_retries=5", withQuery("redis://h:1?addr=h:2", "max_retries=5"))

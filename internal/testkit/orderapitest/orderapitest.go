@@ -6,18 +6,26 @@
 // it shares no constant or type with httpstore, so the two are held
 // together by the tests that run one against the other.
 //
-// It is test support: only _test.go files and the lab (tools/stress -store
-// http) import it (the lint's depguard rules enforce that), and no binary
-// ships it.
+// The handler keeps a log of every write it received, accepted or refused
+// ([Handler.Log]), for a checker of what the store accepted
+// (tools/stress/history).
+//
+// It is test support: only _test.go files and the lab (tools/stress, which
+// serves it in process) import it (the lint's depguard rules enforce
+// that), and no binary of the product ships it.
 package orderapitest
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/orderworker/orderworker/tasks"
@@ -112,21 +120,28 @@ const MaxRequest = 1 << 20
 // write left the order's version as it was (only a replay does: every
 // applied write bumps it).
 //
+// It applies one write (a PUT or a POST of a write endpoint) at a time,
+// after reading its body, and logs each ([Handler.Log]), so that the
+// log's order is the order in which the store accepted them. A write
+// waiting for its turn whose request ends is answered 500 internal and
+// logged as refused. Reads are not serialized, nor logged.
+//
 // It does not authenticate (wrap it in a handler that checks the Bearer
 // token), reads request bodies of up to 1 MiB, and rejects unknown JSON
 // fields. Error messages carry the store's error text. It is safe for
 // concurrent use if store is.
-func NewHandler(store orders.Store, kinds ...worker.Kind) http.Handler {
-	h := &apiHandler{store: store}
+func NewHandler(store orders.Store, kinds ...worker.Kind) *Handler {
+	h := &Handler{api: &apiHandler{store: store}, turn: make(chan struct{}, 1), now: time.Now}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /orders/{no}", h.get)
-	mux.HandleFunc("GET /orders/{no}/history", h.history)
-	mux.HandleFunc("PUT /orders/{no}", h.put)
-	handleWrite(mux, store, "POST /orders/{no}/modify",
+	h.mux = mux
+	mux.HandleFunc("GET /orders/{no}", h.api.get)
+	mux.HandleFunc("GET /orders/{no}/history", h.api.history)
+	h.handleWrite("PUT /orders/{no}", KindPut, h.api.put)
+	handleWrite(h, store, "POST /orders/{no}/modify", KindModify,
 		func(s orders.Modifier, ctx context.Context, eventID, no string, b modifyBody) (orders.Result, error) {
 			return s.Modify(ctx, eventID, no, orders.Changes(b))
 		})
-	handleWrite(mux, store, "POST /orders/{no}/exchange",
+	handleWrite(h, store, "POST /orders/{no}/exchange", KindExchange,
 		func(s orders.Exchanger, ctx context.Context, eventID, no string, b exchangeBody) (orders.Result, error) {
 			return s.Exchange(ctx, eventID, no, orders.Exchange(b))
 		})
@@ -134,14 +149,182 @@ func NewHandler(store orders.Store, kinds ...worker.Kind) http.Handler {
 		kinds = worker.Kinds()
 	}
 	for _, k := range kinds {
-		if k.Kind == nil || k.Kind.Name == "modify" || k.Kind.Name == "exchange" || k.Check(store) != nil {
+		if k.Kind == nil || k.Kind.Name == KindModify || k.Kind.Name == KindExchange || k.Check(store) != nil {
 			continue
 		}
-		mux.HandleFunc("POST /orders/{no}/"+k.Kind.Name, func(w http.ResponseWriter, r *http.Request) {
-			h.forwarded(w, r, k)
+		h.handleWrite("POST /orders/{no}/"+k.Kind.Name, k.Kind.Name, func(w http.ResponseWriter, r *http.Request) {
+			h.api.forwarded(w, r, k)
 		})
 	}
-	return mux
+	return h
+}
+
+// The kinds of write a [Record] names besides a forwarded kind's name.
+const (
+	// KindPut is PUT /orders/{no}.
+	KindPut = "put"
+	// KindModify is POST /orders/{no}/modify.
+	KindModify = "modify"
+	// KindExchange is POST /orders/{no}/exchange.
+	KindExchange = "exchange"
+)
+
+// MaxLog is the most records a [Handler] keeps: 1,048,576. Past it, a
+// write is still served but not logged, and [Log.Dropped] counts it.
+const MaxLog = 1 << 20
+
+// Handler is the reference server that [NewHandler] returns: an
+// http.Handler of the order API with a log of the writes it received.
+// Its methods are safe for concurrent use.
+type Handler struct {
+	mux *http.ServeMux
+	api *apiHandler
+	// turn is the one write that is applied at a time (a token taken
+	// by sending, given back by receiving): the log's order is the
+	// store's order of acceptance.
+	turn chan struct{}
+	now  func() time.Time
+
+	mu      sync.Mutex
+	log     []Record
+	dropped int
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// Record is one write the handler received, as it received it and as it
+// answered. The header fields are the raw headers' values read as far as
+// they parse (0 or empty when a header is missing or malformed: a refusal
+// says which).
+type Record struct {
+	// At is when the request reached the handler.
+	At time.Time
+	// OrderNo is the path's order number.
+	OrderNo string
+	// Kind is KindPut, KindModify, KindExchange or the name of a
+	// forwarded kind (POST /orders/{no}/{name}).
+	Kind string
+	// EventID is the Idempotency-Key; empty for a put.
+	EventID string
+	// Fence is the Fencing-Token; 0 for a put.
+	Fence int64
+	// Worker is X-Worker-Id: with Fence, it names the lock's hold the
+	// write was made in.
+	Worker string
+	// StartedAt is X-Work-Started-At.
+	StartedAt time.Time
+	// Seq is the position of Order-Sequence, or of Order-Sequence-Check
+	// when SeqCheck is set: checked, not recorded.
+	Seq      int64
+	SeqCheck bool
+	// Body is the request's body, its first MaxRequest bytes.
+	Body json.RawMessage
+	// Status is the answer's status: 200 (204 for a put) when the write
+	// was accepted.
+	Status int
+	// Code is the error code of a refusal; empty when accepted.
+	Code string
+	// Replayed says an accepted write was answered as a repeat
+	// (Idempotent-Replayed): nothing was applied.
+	Replayed bool
+	// Order is the order an accepted write answered with (for an
+	// exchange, the replacement); zero for a put and a refusal.
+	Order orders.Order
+}
+
+// Accepted says the write was accepted (a 2xx answer).
+func (r Record) Accepted() bool { return r.Status >= 200 && r.Status <= 299 }
+
+// Log is a copy of a [Handler]'s log.
+type Log struct {
+	// Records are the writes in the order the handler answered them,
+	// which is the order the store accepted them in.
+	Records []Record
+	// Dropped counts the writes served past MaxLog and not logged.
+	Dropped int
+}
+
+// Log returns a copy of every write logged so far. The Body and Items of
+// each record are shared with the handler's log and must not be
+// modified.
+func (h *Handler) Log() Log {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Log{Records: append([]Record(nil), h.log...), Dropped: h.dropped}
+}
+
+// ServeHTTP serves the order API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// handleWrite serves pattern with serve, one write at a time, logging
+// each as a write of kind.
+func (h *Handler) handleWrite(pattern, kind string, serve http.HandlerFunc) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		rec := recordOf(r, kind, h.now())
+		// The body is read before the write's turn, so that a slow
+		// client holds back no other write.
+		body, _ := io.ReadAll(io.LimitReader(r.Body, MaxRequest+1))
+		rec.Body = json.RawMessage(body[:min(len(body), MaxRequest)])
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rw := &recorder{ResponseWriter: w}
+		select {
+		case h.turn <- struct{}{}:
+		case <-r.Context().Done():
+			writeAPIError(rw, fmt.Errorf("waiting for the write's turn: %w", context.Cause(r.Context())))
+			h.append(rec, rw)
+			return
+		}
+		defer func() { <-h.turn }()
+		serve(rw, r)
+		h.append(rec, rw)
+	})
+}
+
+// append logs rec as rw answered it.
+func (h *Handler) append(rec Record, rw *recorder) {
+	rec.Status, rec.Code, rec.Replayed = cmp.Or(rw.status, http.StatusOK), rw.code, rw.replayed
+	if rec.Accepted() && rec.Kind != KindPut {
+		rec.Order = rw.order
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.log) >= MaxLog {
+		h.dropped++
+		return
+	}
+	h.log = append(h.log, rec)
+}
+
+// recordOf reads the write headers of r into a Record, as far as they
+// parse.
+func recordOf(r *http.Request, kind string, at time.Time) Record {
+	rec := Record{At: at, OrderNo: r.PathValue("no"), Kind: kind,
+		EventID: r.Header.Get(headerIdempotencyKey), Worker: r.Header.Get(headerWorkerID)}
+	rec.Fence, _ = strconv.ParseInt(r.Header.Get(headerFencingToken), 10, 64)
+	rec.StartedAt, _ = time.Parse(time.RFC3339Nano, r.Header.Get(headerStartedAt))
+	seq := r.Header.Get(headerSequence)
+	if check := r.Header.Get(headerSequenceCheck); check != "" && seq == "" {
+		seq, rec.SeqCheck = check, true
+	}
+	rec.Seq, _ = strconv.ParseInt(seq, 10, 64)
+	return rec
+}
+
+// recorder is the ResponseWriter of a logged write: it keeps the status,
+// the error code, Idempotent-Replayed and the order answered.
+type recorder struct {
+	http.ResponseWriter
+	status   int
+	code     string
+	replayed bool
+	order    orders.Order
+}
+
+func (rw *recorder) WriteHeader(status int) {
+	if rw.status == 0 {
+		rw.status = status
+	}
+	rw.ResponseWriter.WriteHeader(status)
 }
 
 // forwarded serves the endpoint of a kind that the API has no route of
@@ -192,16 +375,16 @@ func (h *apiHandler) forwarded(w http.ResponseWriter, r *http.Request, k worker.
 	writeAPIResult(w, orders.Result{Order: after, Replayed: after.Version == before.Version})
 }
 
-// handleWrite serves the write endpoint pattern with write when store
-// implements S, the write's interface (such as orders.Modifier), and
-// leaves pattern unknown otherwise.
-func handleWrite[S, B any](mux *http.ServeMux, store orders.Store, pattern string,
+// handleWrite serves the write endpoint pattern (of kind) with write when
+// store implements S, the write's interface (such as orders.Modifier),
+// and leaves pattern unknown otherwise.
+func handleWrite[S, B any](h *Handler, store orders.Store, pattern, kind string,
 	write func(s S, ctx context.Context, eventID, no string, b B) (orders.Result, error)) {
 	s, ok := store.(S)
 	if !ok {
 		return
 	}
-	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	h.handleWrite(pattern, kind, func(w http.ResponseWriter, r *http.Request) {
 		serveWrite(w, r, func(ctx context.Context, eventID, no string, b B) (orders.Result, error) {
 			return write(s, ctx, eventID, no, b)
 		})
@@ -343,6 +526,9 @@ func writeAPIResult(w http.ResponseWriter, res orders.Result) {
 	if res.Replayed {
 		w.Header().Set(headerReplayed, "true")
 	}
+	if rw, ok := w.(*recorder); ok {
+		rw.replayed, rw.order = res.Replayed, res.Order
+	}
 	writeAPIJSON(w, http.StatusOK, res.Order)
 }
 
@@ -391,6 +577,11 @@ func apiError(code, msg string) errorBody {
 }
 
 func writeAPIJSON(w http.ResponseWriter, status int, v any) {
+	if b, ok := v.(errorBody); ok {
+		if rw, ok := w.(*recorder); ok {
+			rw.code = b.Error.Code
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
