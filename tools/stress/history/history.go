@@ -96,7 +96,9 @@ const (
 	// RulePosition: an order's recorded positions go up strictly in the
 	// order of acceptance.
 	RulePosition = "position"
-	// RuleFence: an order's fences never go down.
+	// RuleFence: an order's fences never go down, from its first write
+	// under its own lock (a replacement's creation carries its exchange's
+	// fence, and is not compared).
 	RuleFence = "fence"
 	// RuleHold: an order's write with the same fence as the one before
 	// comes from the same hold: the same worker.
@@ -151,7 +153,12 @@ func Check(h History, final map[string]orders.Order) []Finding {
 				}
 				lastSeq = w
 			}
-			if w.Fence == 0 {
+			if w.Fence == 0 || w.Kind == KindCreated {
+				// A creation carries its exchange's fence, from the
+				// exchanged order's lock; the replacement starts without
+				// one (docs/upstream-order-api.md), and its own lock's
+				// fences may be lower (another key's counter, or a
+				// promoted master whose clock is behind).
 				continue
 			}
 			if last != nil {

@@ -56,6 +56,21 @@ func TestCheckPassesAGoodHistory(t *testing.T) {
 	assert.Empty(t, history.Check(h, final))
 }
 
+// A replacement's own lock may hand out fences below its creation's (the
+// exchange's, from another key; or a promoted master's clock behind): the
+// contract starts the replacement without a fence, and so does the check.
+func TestCheckComparesAReplacementsFencesFromItsOwnLock(t *testing.T) {
+	t.Parallel()
+	h, final := good()
+	h["SO2"][1].Fence = 5 // below the creation's 13
+	assert.Empty(t, history.Check(h, final))
+	h["SO2"] = append(h["SO2"], history.Write{Kind: history.KindModify, EventID: "m6", Fence: 4, Worker: "w4", Seq: 2,
+		Changes: orders.Changes{Items: []orders.Item{{SKU: "C", Qty: 3}}}})
+	found := history.Check(h, final)
+	require.Len(t, found, 1, "%v", found)
+	assert.Equal(t, history.RuleFence, found[0].Rule, "under its own lock, a fence may not go down")
+}
+
 // TestCheckFindsEachBrokenRule: each case breaks one rule of a good
 // history, and the checker finds that rule broken, and only that one.
 func TestCheckFindsEachBrokenRule(t *testing.T) {
