@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/hibiken/asynq/x/metrics"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -117,7 +115,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	blockedUI := protect(uiHeaders(blocked))
 
 	reg := prometheus.NewRegistry()
-	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {
+	if err := registerMetrics(reg, rdb, cfg.Shards.AllQueues(kinds), newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")), log.Named("metrics")); err != nil {
 		return nil, err
 	}
 	// A collector that fails costs only its own series: the scrape serves
@@ -153,15 +151,17 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 }
 
 // registerMetrics registers the series of the dashboard's /metrics on reg:
-// the Go runtime's, the process's, asynq's queue gauges, read from rdb at
-// each scrape, and blocked, the blocked-orders gauges (newBlockedCollector). The alert rules and the Grafana dashboard in deploy/ name
-// these (and the worker's); a test of this package checks that every name
-// they use is registered here or by worker.NewMetrics.
-func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, blocked prometheus.Collector) error {
+// the Go runtime's, the process's, asynq's queue gauges of queues, read
+// from rdb at each scrape, each queue on its own (newQueueCollector), and
+// blocked, the blocked-orders gauges (newBlockedCollector). The alert rules
+// and the Grafana dashboard in deploy/ name these (and the worker's); a
+// test of this package checks that every name they use is registered here
+// or by worker.NewMetrics.
+func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, queues []string, blocked prometheus.Collector, log *zap.Logger) error {
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
+		newQueueCollector(rdb, queues, queueScrapeTimeout, log),
 		blocked,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -170,15 +170,6 @@ func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, block
 	}
 	return nil
 }
-
-// unchecked turns a collector into an unchecked one, whose Describe sends
-// nothing. asynq's queue collector describes itself by collecting, which
-// would query Redis when it is registered and delay the start by Redis's
-// dial timeouts whenever Redis is down.
-type unchecked struct{ prometheus.Collector }
-
-// Describe sends no descriptions.
-func (unchecked) Describe(chan<- *prometheus.Desc) {}
 
 func readyz(rdb redis.UniversalClient, log *zap.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
