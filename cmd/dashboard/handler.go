@@ -37,18 +37,32 @@ const readyTimeout = 2 * time.Second
 //	<root>/blocked-orders, <root>/blocked-orders.json (.js, .css)
 //	             the blocked-orders page and its data (see blockedPages),
 //	             behind authentication
-//	/metrics     Prometheus metrics, behind authentication if MetricsAuth
+//	/metrics     Prometheus metrics, behind authentication if MetricsAuth:
+//	             the UI's credentials or a metrics token (the only route a
+//	             metrics token opens)
 //	/healthz     200 while the process serves
 //	/readyz      200 while Redis answers PING, else 503
 //	/            redirects to <root>/ when root is not /
 func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
+	protectMetrics := protect
 	if cfg.auth != nil {
 		// Failed logins are throttled per client (see loginThrottle), on
-		// every authenticated route, with one count per client for all.
-		throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log.Named("auth"))
-		require := httpauth.Require(throttle.scheme(cfg.auth))
-		protect = func(h http.Handler) http.Handler { return throttle.guard(require(notePrincipal(h))) }
+		// every authenticated route of the UI, with one count per client
+		// for all; /metrics has a count of its own, so that failed logins
+		// at the UI never throttle the scraper, nor the other way round.
+		// /metrics also takes the metrics tokens, which open nothing else.
+		guarded := func(s httpauth.Scheme, log *zap.Logger) func(http.Handler) http.Handler {
+			throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log)
+			require := httpauth.Require(throttle.scheme(s))
+			return func(h http.Handler) http.Handler { return throttle.guard(s, require(notePrincipal(h))) }
+		}
+		protect = guarded(cfg.auth, log.Named("auth"))
+		metricsScheme := cfg.auth
+		if cfg.metricsAuth != nil {
+			metricsScheme = httpauth.Any(cfg.auth, cfg.metricsAuth)
+		}
+		protectMetrics = guarded(metricsScheme, log.Named("auth").With(zap.String("route", "/metrics")))
 	}
 
 	monRoot := cfg.Root
@@ -126,7 +140,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	if cfg.MetricsAuth {
-		metricsHandler = protect(metricsHandler)
+		metricsHandler = protectMetrics(metricsHandler)
 	}
 
 	mux := http.NewServeMux()
