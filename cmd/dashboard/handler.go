@@ -41,7 +41,8 @@ const readyTimeout = 2 * time.Second
 //	             the UI's credentials or a metrics token (the only route a
 //	             metrics token opens)
 //	/healthz     200 while the process serves
-//	/readyz      200 while Redis answers PING, else 503
+//	/readyz      200 while Redis answers PING, else 503 (the answer is
+//	             kept for 1 s: at most about one PING a second)
 //	/            redirects to <root>/ when root is not /
 func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
@@ -185,11 +186,13 @@ func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, queue
 	return nil
 }
 
+// readyz answers /readyz from a Redis PING whose result is kept for
+// httpserve.DefaultReadyFor, so that a flood of unauthenticated probes
+// makes about one PING a second.
 func readyz(rdb redis.UniversalClient, log *zap.Logger) http.HandlerFunc {
+	ready := httpserve.NewReady(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, readyTimeout, 0, nil)
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
+		if err := ready.Check(r.Context()); err != nil {
 			log.Warn("not ready: redis ping failed", zap.Error(err))
 			http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
 			return
