@@ -294,7 +294,7 @@ func registeredSeries(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	views, err := orderview.New(db.Client, store, orderview.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
-	require.NoError(t, registerMetrics(dashboard, db.Client, newBlockedCollector(views, time.Second, zap.NewNop())))
+	require.NoError(t, registerMetrics(dashboard, db.Client, tasks.Shards{}.AllQueues(tasks.Kinds()), newBlockedCollector(views, time.Second, zap.NewNop()), zap.NewNop()))
 	// The worker's registry, as cmd/worker builds it (its Go and process
 	// collectors are the dashboard's too).
 	workers := &recorder{Registerer: prometheus.NewRegistry()}

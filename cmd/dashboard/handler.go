@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/hibiken/asynq/x/metrics"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,18 +37,33 @@ const readyTimeout = 2 * time.Second
 //	<root>/blocked-orders, <root>/blocked-orders.json (.js, .css)
 //	             the blocked-orders page and its data (see blockedPages),
 //	             behind authentication
-//	/metrics     Prometheus metrics, behind authentication if MetricsAuth
+//	/metrics     Prometheus metrics, behind authentication if MetricsAuth:
+//	             the UI's credentials or a metrics token (the only route a
+//	             metrics token opens)
 //	/healthz     200 while the process serves
-//	/readyz      200 while Redis answers PING, else 503
+//	/readyz      200 while Redis answers PING, else 503 (the answer is
+//	             kept for 1 s: at most about one PING a second)
 //	/            redirects to <root>/ when root is not /
 func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, log *zap.Logger) (http.Handler, error) {
 	protect := func(h http.Handler) http.Handler { return h }
+	protectMetrics := protect
 	if cfg.auth != nil {
 		// Failed logins are throttled per client (see loginThrottle), on
-		// every authenticated route, with one count per client for all.
-		throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log.Named("auth"))
-		require := httpauth.Require(throttle.scheme(cfg.auth))
-		protect = func(h http.Handler) http.Handler { return throttle.guard(require(notePrincipal(h))) }
+		// every authenticated route of the UI, with one count per client
+		// for all; /metrics has a count of its own, so that failed logins
+		// at the UI never throttle the scraper, nor the other way round.
+		// /metrics also takes the metrics tokens, which open nothing else.
+		guarded := func(s httpauth.Scheme, log *zap.Logger) func(http.Handler) http.Handler {
+			throttle := newLoginThrottle(loginFailBurst, loginFailEvery, maxThrottledClients, time.Now, log)
+			require := httpauth.Require(throttle.scheme(s))
+			return func(h http.Handler) http.Handler { return throttle.guard(s, require(notePrincipal(h))) }
+		}
+		protect = guarded(cfg.auth, log.Named("auth"))
+		metricsScheme := cfg.auth
+		if cfg.metricsAuth != nil {
+			metricsScheme = httpauth.Any(cfg.auth, cfg.metricsAuth)
+		}
+		protectMetrics = guarded(metricsScheme, log.Named("auth").With(zap.String("route", "/metrics")))
 	}
 
 	monRoot := cfg.Root
@@ -117,7 +130,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	blockedUI := protect(uiHeaders(blocked))
 
 	reg := prometheus.NewRegistry()
-	if err := registerMetrics(reg, rdb, newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics"))); err != nil {
+	if err := registerMetrics(reg, rdb, cfg.Shards.AllQueues(kinds), newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")), log.Named("metrics")); err != nil {
 		return nil, err
 	}
 	// A collector that fails costs only its own series: the scrape serves
@@ -128,7 +141,7 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	if cfg.MetricsAuth {
-		metricsHandler = protect(metricsHandler)
+		metricsHandler = protectMetrics(metricsHandler)
 	}
 
 	mux := http.NewServeMux()
@@ -153,15 +166,17 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 }
 
 // registerMetrics registers the series of the dashboard's /metrics on reg:
-// the Go runtime's, the process's, asynq's queue gauges, read from rdb at
-// each scrape, and blocked, the blocked-orders gauges (newBlockedCollector). The alert rules and the Grafana dashboard in deploy/ name
-// these (and the worker's); a test of this package checks that every name
-// they use is registered here or by worker.NewMetrics.
-func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, blocked prometheus.Collector) error {
+// the Go runtime's, the process's, asynq's queue gauges of queues, read
+// from rdb at each scrape, each queue on its own (newQueueCollector), and
+// blocked, the blocked-orders gauges (newBlockedCollector). The alert rules
+// and the Grafana dashboard in deploy/ name these (and the worker's); a
+// test of this package checks that every name they use is registered here
+// or by worker.NewMetrics.
+func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, queues []string, blocked prometheus.Collector, log *zap.Logger) error {
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		unchecked{metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))},
+		newQueueCollector(rdb, queues, queueScrapeTimeout, log),
 		blocked,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -171,20 +186,13 @@ func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, block
 	return nil
 }
 
-// unchecked turns a collector into an unchecked one, whose Describe sends
-// nothing. asynq's queue collector describes itself by collecting, which
-// would query Redis when it is registered and delay the start by Redis's
-// dial timeouts whenever Redis is down.
-type unchecked struct{ prometheus.Collector }
-
-// Describe sends no descriptions.
-func (unchecked) Describe(chan<- *prometheus.Desc) {}
-
+// readyz answers /readyz from a Redis PING whose result is kept for
+// httpserve.DefaultReadyFor, so that a flood of unauthenticated probes
+// makes about one PING a second.
 func readyz(rdb redis.UniversalClient, log *zap.Logger) http.HandlerFunc {
+	ready := httpserve.NewReady(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, readyTimeout, 0, nil)
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
+		if err := ready.Check(r.Context()); err != nil {
 			log.Warn("not ready: redis ping failed", zap.Error(err))
 			http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
 			return

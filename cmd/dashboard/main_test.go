@@ -25,7 +25,10 @@ const (
 	testUser     = "ops"
 	testPassword = "pw-for-tests-7f3a"
 	testToken    = "tok-0123456789abcdef-tests"
-	queue        = "order_modify"
+	// testMetricsToken is the tests' DASHBOARD_METRICS_TOKENS: it opens
+	// /metrics only.
+	testMetricsToken = "met-0123456789abcdef-scrape"
+	queue            = "order_modify"
 )
 
 // logSink collects the dashboard's log lines and reports the address of
@@ -165,10 +168,11 @@ func (d *dashboard) get(t *testing.T, path string, a auth) response {
 // testEnv is a complete environment for a dashboard on db.
 func testEnv(db *redistest.DB, kv ...string) map[string]string {
 	env := map[string]string{
-		"REDIS_URL":          db.URL(),
-		"DASHBOARD_USER":     testUser,
-		"DASHBOARD_PASSWORD": testPassword,
-		"DASHBOARD_TOKENS":   testToken,
+		"REDIS_URL":                db.URL(),
+		"DASHBOARD_USER":           testUser,
+		"DASHBOARD_PASSWORD":       testPassword,
+		"DASHBOARD_TOKENS":         testToken,
+		"DASHBOARD_METRICS_TOKENS": testMetricsToken,
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		env[kv[i]] = kv[i+1]
@@ -199,7 +203,7 @@ func enqueueOrders(t *testing.T, db *redistest.DB) {
 // requireNoSecrets fails if the logs contain a configured credential.
 func requireNoSecrets(t *testing.T, logs string) {
 	t.Helper()
-	for _, s := range []string{testPassword, testToken} {
+	for _, s := range []string{testPassword, testToken, testMetricsToken} {
 		require.NotContains(t, logs, s, "a credential reached the logs")
 	}
 	require.False(t, strings.Contains(strings.ToLower(logs), "authorization"), "an Authorization header reached the logs")

@@ -130,7 +130,7 @@ func TestDashboard(t *testing.T) {
 		assert.Contains(t, logs, `"method":"GET","path":"/api/queues","route":"/","status":401`)
 		assert.Contains(t, logs, `"status":200`)
 		assert.Contains(t, logs, `"principal":"ops"`)
-		assert.Contains(t, logs, `"principal":"key#1"`)
+		assert.Contains(t, logs, `"principal":"dashboard-token#1"`)
 		assert.Contains(t, logs, `"redis-url":"`+db.URL()+`"`)
 		assert.Contains(t, logs, `"password":"<redacted>"`)
 	})
@@ -291,7 +291,7 @@ func TestRootPath(t *testing.T) {
 
 func TestMetricsWithoutAuth(t *testing.T) {
 	db := redistest.New(t)
-	d := startDashboard(t, testEnv(db, "DASHBOARD_METRICS_AUTH", "false"))
+	d := startDashboard(t, testEnv(db, "DASHBOARD_METRICS_AUTH", "false", "DASHBOARD_METRICS_TOKENS", ""))
 	assert.Equal(t, http.StatusOK, d.get(t, "/metrics", noAuth).status)
 	assert.Equal(t, http.StatusUnauthorized, d.get(t, "/api/queues", noAuth).status)
 }
@@ -369,6 +369,13 @@ func TestSettingsErrors(t *testing.T) {
 		{name: "bad redis url", env: append([]string{"REDIS_URL", "redis://:hunter2@host:port/0"}, creds...), want: `REDIS_URL="<unparseable URL>" (env; flag -redis-url): not a valid URL`},
 		{name: "bad prometheus url", env: append([]string{"DASHBOARD_PROMETHEUS_URL", "prometheus:9090"}, creds...), want: "DASHBOARD_PROMETHEUS_URL"},
 		{name: "bad log level", env: append([]string{"LOG_LEVEL", "verbose"}, creds...), want: `LOG_LEVEL="verbose" (env; flag -log-level): logging: unknown level`},
+		{name: "metrics tokens alone", env: []string{"DASHBOARD_METRICS_TOKENS", testMetricsToken}, want: "no credentials: set"},
+		{name: "metrics token also a login", env: append([]string{"DASHBOARD_TOKENS", testToken, "DASHBOARD_METRICS_TOKENS", "met-other-0123456789," + testToken}, creds...),
+			want: "DASHBOARD_METRICS_TOKENS (-metrics-tokens): token #2 is also in DASHBOARD_TOKENS"},
+		{name: "metrics tokens without metrics auth", env: append([]string{"DASHBOARD_METRICS_TOKENS", testMetricsToken, "DASHBOARD_METRICS_AUTH", "false"}, creds...),
+			want: "DASHBOARD_METRICS_TOKENS (-metrics-tokens) set with DASHBOARD_METRICS_AUTH=false"},
+		{name: "short metrics token", env: append([]string{"DASHBOARD_METRICS_TOKENS", "short"}, creds...), want: "DASHBOARD_METRICS_TOKENS (-metrics-tokens): httpauth: bad configuration: bearer key #1 is shorter"},
+		{name: "insecure with metrics tokens", env: []string{"DASHBOARD_METRICS_TOKENS", testMetricsToken}, args: []string{"-insecure-no-auth"}, want: "-insecure-no-auth given together with credentials"},
 		{name: "stray argument", env: creds, args: []string{"serve"}, want: `unexpected arguments ["serve"]`},
 		{name: "unknown flag", env: creds, args: []string{"-port", "1"}, want: "flag provided but not defined: -port"},
 	}

@@ -41,14 +41,22 @@ const realm = "orderworker dashboard"
 //     only, with no environment variable, so that turning authentication off
 //     is visible on the command line and never inherited from a stray
 //     variable; it may not be combined with credentials.
-//   - MetricsAuth defaults to true: /metrics sits behind the same
-//     credentials as the UI, since the dashboard's port is often the one
-//     exposed to people, and queue names and sizes are business data.
-//     Prometheus scrapes with a bearer token from DASHBOARD_TOKENS
-//     (scrape config `authorization: {credentials: ...}`) or with basic
-//     auth. Set DASHBOARD_METRICS_AUTH=false where only the scraper can
-//     reach the port. /healthz and /readyz are never authenticated: probes
-//     carry no credentials, and the answers reveal nothing.
+//   - MetricsAuth defaults to true: /metrics sits behind authentication,
+//     since the dashboard's port is often the one exposed to people, and
+//     queue names and sizes are business data. Prometheus scrapes with a
+//     token of DASHBOARD_METRICS_TOKENS (scrape config
+//     `authorization: {credentials_file: ...}`), which opens /metrics and
+//     nothing else: a DASHBOARD_TOKENS token is a full login (every task's
+//     payload, and with writes on every action), too much for a monitoring
+//     system to hold. The UI's credentials open /metrics too. Set
+//     DASHBOARD_METRICS_AUTH=false where only the scraper can reach the
+//     port. /healthz and /readyz are never authenticated: probes carry no
+//     credentials, and the answers reveal nothing.
+//   - The principals say which kind of credential acted, in the access log
+//     and in the notes of the operator actions: the basic-auth user's
+//     name, "dashboard-token#N" for the N-th DASHBOARD_TOKENS token (not
+//     "key#N", the intake's enqueue keys), "metrics#N" for the N-th
+//     DASHBOARD_METRICS_TOKENS token.
 type settings struct {
 	Addr           string
 	Root           string
@@ -56,6 +64,7 @@ type settings struct {
 	User           string
 	Password       string
 	Tokens         []string
+	MetricsTokens  []string
 	InsecureNoAuth bool
 	ReadOnly       bool
 	ActionRate     string
@@ -80,6 +89,9 @@ type settings struct {
 
 	// auth is built from User, Password and Tokens; nil with InsecureNoAuth.
 	auth httpauth.Scheme
+	// metricsAuth is built from MetricsTokens; nil without them. It opens
+	// /metrics only.
+	metricsAuth httpauth.Scheme
 	// authKind names the accepted schemes for the startup log.
 	authKind string
 }
@@ -91,7 +103,8 @@ func declare(s *config.Set, cfg *settings) {
 	s.Redis(&cfg.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL, "Redis holding the asynq queues: "+config.RedisURLForms)
 	s.String(&cfg.User, "user", "DASHBOARD_USER", "", "basic-auth user name; set together with the password")
 	s.String(&cfg.Password, "password", "DASHBOARD_PASSWORD", "", "basic-auth password: at least 12 characters, of at least 5 different ones").Secret()
-	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters (several allow rotation)").Secret()
+	s.StringList(&cfg.Tokens, "tokens", "DASHBOARD_TOKENS", nil, "comma-separated bearer tokens of the UI, each at least 16 characters (several allow rotation); each is a full login, recorded as dashboard-token#N").Secret()
+	s.StringList(&cfg.MetricsTokens, "metrics-tokens", "DASHBOARD_METRICS_TOKENS", nil, "comma-separated bearer tokens that open /metrics and nothing else, each at least 16 characters, recorded as metrics#N: give Prometheus one of these (the UI's credentials open /metrics too)").Secret()
 	s.Bool(&cfg.InsecureNoAuth, "insecure-no-auth", "", false, "serve without authentication (flag only; for local development)")
 	s.Bool(&cfg.ReadOnly, "read-only", "DASHBOARD_READ_ONLY", true, "hide and refuse the UI's write actions (delete, archive, run, pause)")
 	s.String(&cfg.ActionRate, "action-rate", "DASHBOARD_ACTION_RATE", "1", "with DASHBOARD_READ_ONLY=false: operator actions (retry, skip, hold, resume) a second each dashboard user may take, sustained, past a burst of DASHBOARD_ACTION_BURST; past it 429 with Retry-After, and nothing is done; off for no limit (0 is refused)").Check(checkActionRate)
@@ -216,13 +229,13 @@ func (cfg *settings) buildAuth() error {
 	hasBasic := cfg.User != "" || cfg.Password != ""
 	hasTokens := len(cfg.Tokens) > 0
 	switch {
-	case cfg.InsecureNoAuth && (hasBasic || hasTokens):
-		return errors.New("-insecure-no-auth given together with credentials (DASHBOARD_USER/DASHBOARD_PASSWORD or DASHBOARD_TOKENS): drop one or the other")
+	case cfg.InsecureNoAuth && (hasBasic || hasTokens || len(cfg.MetricsTokens) > 0):
+		return errors.New("-insecure-no-auth given together with credentials (DASHBOARD_USER/DASHBOARD_PASSWORD, DASHBOARD_TOKENS or DASHBOARD_METRICS_TOKENS): drop one or the other")
 	case cfg.InsecureNoAuth:
 		cfg.authKind = "none"
 		return nil
 	case !hasBasic && !hasTokens:
-		return errors.New("no credentials: set DASHBOARD_USER and DASHBOARD_PASSWORD (-user, -password), or DASHBOARD_TOKENS (-tokens), or pass -insecure-no-auth to serve without authentication")
+		return errors.New("no credentials: set DASHBOARD_USER and DASHBOARD_PASSWORD (-user, -password), or DASHBOARD_TOKENS (-tokens), or pass -insecure-no-auth to serve without authentication (DASHBOARD_METRICS_TOKENS open /metrics only)")
 	case hasBasic && (cfg.User == "" || cfg.Password == ""):
 		return errors.New("DASHBOARD_USER (-user) and DASHBOARD_PASSWORD (-password) must be set together")
 	}
@@ -240,7 +253,7 @@ func (cfg *settings) buildAuth() error {
 		kinds = append(kinds, "basic")
 	}
 	if hasTokens {
-		b, err := httpauth.Bearer(realm, cfg.Tokens)
+		b, err := httpauth.NamedBearer(realm, "dashboard-token", cfg.Tokens)
 		if err != nil {
 			return fmt.Errorf("DASHBOARD_TOKENS (-tokens): %w", err)
 		}
@@ -249,5 +262,31 @@ func (cfg *settings) buildAuth() error {
 	}
 	cfg.auth = httpauth.Any(all...)
 	cfg.authKind = strings.Join(kinds, "+")
+	return cfg.buildMetricsAuth()
+}
+
+// buildMetricsAuth checks the metrics tokens and builds their scheme.
+func (cfg *settings) buildMetricsAuth() error {
+	if len(cfg.MetricsTokens) == 0 {
+		return nil
+	}
+	if !cfg.MetricsAuth {
+		return errors.New("DASHBOARD_METRICS_TOKENS (-metrics-tokens) set with DASHBOARD_METRICS_AUTH=false: /metrics takes no credentials then; drop one or the other")
+	}
+	ui := map[string]bool{}
+	for _, t := range cfg.Tokens {
+		ui[t] = true
+	}
+	for i, t := range cfg.MetricsTokens {
+		if ui[t] {
+			return fmt.Errorf("DASHBOARD_METRICS_TOKENS (-metrics-tokens): token #%d is also in DASHBOARD_TOKENS, where it is a full login; give the scraper a token of its own", i+1)
+		}
+	}
+	b, err := httpauth.NamedBearer(realm, "metrics", cfg.MetricsTokens)
+	if err != nil {
+		return fmt.Errorf("DASHBOARD_METRICS_TOKENS (-metrics-tokens): %w", err)
+	}
+	cfg.metricsAuth = b
+	cfg.authKind += ", metrics: bearer"
 	return nil
 }

@@ -21,22 +21,34 @@ import (
 // loginFailBurst times in a row, then once per loginFailEvery (10 a minute
 // after the first 10). Every request that carries an Authorization header
 // takes one of its client's tries before its credentials are checked, and
-// gets it back if they are good; a client with no try left gets 429 Too
-// Many Requests with Retry-After, on every authenticated route, without its
-// credentials being checked (so the answer tells nothing about them). So
-// concurrent requests cannot guess more than the client has tries, and
-// successful requests are never slowed down while the client has a try left.
-// A request without an Authorization header (a browser's first, which the
-// 401 makes ask) takes no try.
+// gets it back if they are good. So concurrent requests cannot guess more
+// than the client has tries, and successful requests are never slowed down
+// while the client has a try left. A request without an Authorization
+// header (a browser's first, which the 401 makes ask) takes no try.
+//
+// Only failures are throttled: a client with no try left (429 Too Many
+// Requests with Retry-After) still gets its credentials checked, up to
+// graceBurst requests and then one per graceEvery ("grace checks"); good
+// ones are served, bad ones get 429 too. So a user or a scraper behind the
+// same address as someone who fails (a shared proxy, a NAT) still gets in,
+// while the right answer to a guess comes at most once per graceEvery per
+// client: a throttled client's guesses are checked at most at that rate
+// (and with no more than its tries while it has some), against passwords of
+// at least 12 characters and generated tokens. A client that sends more
+// than that while throttled gets 429 unchecked, without its credentials
+// being looked at; someone behind the same address who floods can still
+// crowd the others' grace checks out, and the log says which address
+// (and /metrics has a throttle of its own, see newHandler).
 //
 // A client is its IP address, and for IPv6 its /64 network (one host usually
-// has a whole /64). Behind a reverse proxy every client is the proxy: the
-// throttle then slows down everyone behind it while someone there fails,
-// which still bounds the guessing. At most maxThrottledClients clients are
-// remembered, the one seen longest ago forgotten first.
+// has a whole /64). Behind a reverse proxy every client is the proxy. At
+// most maxThrottledClients clients are remembered, the one seen longest ago
+// forgotten first.
 const (
 	loginFailBurst      = 10
 	loginFailEvery      = 6 * time.Second
+	graceBurst          = 5
+	graceEvery          = 2 * time.Second
 	maxThrottledClients = 10_000
 )
 
@@ -53,6 +65,7 @@ type loginThrottle struct {
 	every   time.Duration
 	burst   float64
 	max     int
+	grace   bucket // of grace checks, per client
 	now     func() time.Time
 	log     *zap.Logger
 	mu      sync.Mutex
@@ -61,17 +74,33 @@ type loginThrottle struct {
 }
 
 // tries is one client's bucket of tries: tokens at last, one more every
-// t.every, up to t.burst.
+// t.every, up to t.burst; and of grace checks, graceTokens at graceLast.
 type tries struct {
-	client string
-	tokens float64
-	last   time.Time
+	client      string
+	tokens      float64
+	last        time.Time
+	graceTokens float64
+	graceLast   time.Time
+}
+
+// bucket is the shape of a token bucket: burst tokens, one more every.
+type bucket struct {
+	burst float64
+	every time.Duration
+}
+
+// level returns the tokens of a bucket of shape b that had tokens at last,
+// at now.
+func (b bucket) level(tokens float64, last, now time.Time) float64 {
+	return min(tokens+float64(max(now.Sub(last), 0))/float64(b.every), b.burst)
 }
 
 // newLoginThrottle allows each client burst failures, then one per every,
-// and remembers at most max clients; now is the clock.
+// and remembers at most max clients; now is the clock. A client with no
+// try left gets graceBurst grace checks, then one per graceEvery.
 func newLoginThrottle(burst int, every time.Duration, max int, now func() time.Time, log *zap.Logger) *loginThrottle {
-	return &loginThrottle{every: every, burst: float64(burst), max: max, now: now, log: log, clients: map[string]*list.Element{}}
+	return &loginThrottle{every: every, burst: float64(burst), max: max, grace: bucket{burst: graceBurst, every: graceEvery},
+		now: now, log: log, clients: map[string]*list.Element{}}
 }
 
 // level returns the tries c has at now; t.mu is held.
@@ -86,7 +115,7 @@ func (t *loginThrottle) tries(client string, now time.Time) *tries {
 		t.lru.MoveToFront(e)
 		return e.Value.(*tries)
 	}
-	c := &tries{client: client, tokens: t.burst, last: now}
+	c := &tries{client: client, tokens: t.burst, last: now, graceTokens: t.grace.burst, graceLast: now}
 	t.clients[client] = t.lru.PushFront(c)
 	for t.lru.Len() > t.max {
 		oldest := t.lru.Back()
@@ -109,6 +138,21 @@ func (t *loginThrottle) take(client string) (bool, time.Duration) {
 	}
 	c.tokens, c.last = lvl-1, now
 	return true, 0
+}
+
+// takeGrace takes one of client's grace checks, which it may use while it
+// has no try left, and reports whether it had one.
+func (t *loginThrottle) takeGrace(client string) bool {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.tries(client, now)
+	lvl := t.grace.level(c.graceTokens, c.graceLast, now)
+	if lvl < 1 {
+		return false
+	}
+	c.graceTokens, c.graceLast = lvl-1, now
+	return true
 }
 
 // giveBack returns a try to client, whose credentials were good.
@@ -172,9 +216,11 @@ func (s *throttledScheme) Authenticate(r *http.Request) (string, bool) {
 }
 
 // guard takes a try for every request with an Authorization header and
-// answers 429, with Retry-After in seconds, to a client that has none left;
-// it passes the rest to next, which must authenticate with t.scheme.
-func (t *loginThrottle) guard(next http.Handler) http.Handler {
+// passes it to next, which must authenticate with t.scheme(s). A client
+// with no try left gets 429, with Retry-After in seconds, unless it has a
+// grace check and s accepts its credentials: then the request is served
+// (next authenticates it again).
+func (t *loginThrottle) guard(s httpauth.Scheme, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		client := clientOf(r)
 		if len(r.Header.Values("Authorization")) == 0 {
@@ -185,11 +231,18 @@ func (t *loginThrottle) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if ok, wait := t.take(client); !ok {
-			tooMany(w, r, wait)
+		ok, wait := t.take(client)
+		if ok {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tryKey{}, client)))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tryKey{}, client)))
+		if t.takeGrace(client) {
+			if _, good := s.Authenticate(r); good {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		tooMany(w, r, wait)
 	})
 }
 

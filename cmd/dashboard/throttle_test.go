@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,8 +53,10 @@ type answer struct {
 }
 
 // TestLoginThrottle checks the throttle over a real socket with a clock the
-// test moves: a client may fail 3 times, then gets 429 with Retry-After,
-// even with the right password; it may fail once more each period; other
+// test moves: a client may fail 3 times, then gets 429 with Retry-After for
+// bad credentials and none; the right password still gets in, up to the
+// grace checks (graceBurst, then one per graceEvery), past which every
+// request gets 429 unchecked; it may fail once more each period; other
 // clients and requests without credentials are not slowed down; and a
 // success counts for nothing.
 func TestLoginThrottle(t *testing.T) {
@@ -63,8 +66,9 @@ func TestLoginThrottle(t *testing.T) {
 	throttle := newLoginThrottle(3, 10*time.Second, 100, clock.Now, zap.New(core))
 	scheme, err := httpauth.Basic(realm, testUser, testPassword)
 	require.NoError(t, err)
+	checked := &countingScheme{Scheme: scheme}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	srv := httptest.NewServer(throttle.guard(httpauth.Require(throttle.scheme(scheme))(ok)))
+	srv := httptest.NewServer(throttle.guard(checked, httpauth.Require(throttle.scheme(scheme))(ok)))
 	t.Cleanup(srv.Close)
 
 	a, b := clientFrom(t, "127.0.0.1"), clientFrom(t, "127.0.0.2")
@@ -76,7 +80,7 @@ func TestLoginThrottle(t *testing.T) {
 	for i := range 3 {
 		assert.Equal(t, http.StatusUnauthorized, send(t, a, srv.URL, bad).StatusCode, "failure %d", i+1)
 	}
-	for _, cred := range []auth{bad, good, noAuth} {
+	for _, cred := range []auth{bad, noAuth} {
 		resp := send(t, a, srv.URL, cred)
 		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		assert.Equal(t, "10", resp.Header.Get("Retry-After"))
@@ -84,6 +88,22 @@ func TestLoginThrottle(t *testing.T) {
 	}
 	assert.Equal(t, 1, logs.FilterMessageSnippet("failed logins throttled").Len(), "logged once, when it starts")
 	assert.Equal(t, "127.0.0.1", logs.All()[0].ContextMap()["client"])
+
+	// The right password gets in while the client has grace checks (the
+	// bad one above took one of them); past them, 429 unchecked.
+	for i := range graceBurst - 1 {
+		assert.Equal(t, http.StatusOK, send(t, a, srv.URL, good).StatusCode, "grace check %d", i+2)
+	}
+	before := checked.n.Load()
+	for _, cred := range []auth{good, bad} {
+		resp := send(t, a, srv.URL, cred)
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		assert.Equal(t, "10", resp.Header.Get("Retry-After"))
+	}
+	assert.Equal(t, before, checked.n.Load(), "no credential is checked past the grace checks")
+	clock.Add(graceEvery)
+	assert.Equal(t, http.StatusOK, send(t, a, srv.URL, good).StatusCode, "one grace check more each graceEvery")
+	assert.Equal(t, http.StatusTooManyRequests, send(t, a, srv.URL, good).StatusCode)
 
 	// Another client is not slowed down, nor requests without credentials.
 	assert.Equal(t, http.StatusOK, send(t, b, srv.URL, good).StatusCode)
@@ -94,15 +114,26 @@ func TestLoginThrottle(t *testing.T) {
 
 	// Time passes: the Retry-After shrinks, then one more failure is
 	// allowed, and the next waits a whole period.
-	clock.Add(4 * time.Second)
-	assert.Equal(t, "6", send(t, a, srv.URL, good).Header.Get("Retry-After"))
+	clock.Add(2 * time.Second)
+	assert.Equal(t, "6", send(t, a, srv.URL, noAuth).Header.Get("Retry-After"))
 	clock.Add(6 * time.Second)
 	assert.Equal(t, http.StatusUnauthorized, send(t, a, srv.URL, bad).StatusCode)
-	resp := send(t, a, srv.URL, good)
+	resp := send(t, a, srv.URL, noAuth)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	assert.Equal(t, "10", resp.Header.Get("Retry-After"))
 	clock.Add(10 * time.Second)
 	assert.Equal(t, http.StatusOK, send(t, a, srv.URL, good).StatusCode, "the right password works once it may try again")
+}
+
+// countingScheme counts the credentials the guard checks itself.
+type countingScheme struct {
+	httpauth.Scheme
+	n atomic.Int64
+}
+
+func (s *countingScheme) Authenticate(r *http.Request) (string, bool) {
+	s.n.Add(1)
+	return s.Scheme.Authenticate(r)
 }
 
 // TestLoginThrottleConcurrent sends many failing requests at once: no more
@@ -116,7 +147,7 @@ func TestLoginThrottleConcurrent(t *testing.T) {
 	release := make(chan struct{})
 	slow := &blockingScheme{Scheme: scheme, release: release}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	srv := httptest.NewServer(throttle.guard(httpauth.Require(throttle.scheme(slow))(ok)))
+	srv := httptest.NewServer(throttle.guard(slow, httpauth.Require(throttle.scheme(slow))(ok)))
 	t.Cleanup(srv.Close)
 
 	const n = 30
@@ -142,10 +173,11 @@ func TestLoginThrottleConcurrent(t *testing.T) {
 			statuses <- resp.StatusCode
 		})
 	}
-	// The 27 without a try are answered while the 3 with one are still
-	// being checked.
+	// The 27 without a try are answered while the 3 with one, and the
+	// graceBurst that got a grace check, are still being checked; the
+	// grace checks fail, with 429.
 	counts := map[int]int{}
-	for range n - 3 {
+	for range n - 3 - graceBurst {
 		counts[<-statuses]++
 	}
 	close(release)
@@ -210,8 +242,10 @@ func TestClientOf(t *testing.T) {
 
 // TestDashboardThrottlesFailedLogins checks the dashboard's own throttle
 // over real sockets: after loginFailBurst failures a client gets 429 with
-// Retry-After on the UI, the API and /metrics, even with the right
-// credentials, and another client logs in.
+// Retry-After on the UI, the API and /metrics for bad credentials; the
+// right ones still get in, up to its grace checks; /metrics, whose count
+// is its own, still takes the scraper's token however many grace checks
+// the UI used; and another client logs in.
 func TestDashboardThrottlesFailedLogins(t *testing.T) {
 	db := redistest.New(t)
 	d := startDashboard(t, testEnv(db))
@@ -223,12 +257,21 @@ func TestDashboardThrottlesFailedLogins(t *testing.T) {
 		}
 		assert.Equal(t, http.StatusUnauthorized, send(t, attacker, d.base+"/api/queues", a).StatusCode, "failure %d", i+1)
 	}
-	for _, p := range []string{"/", "/api/queues", "/metrics", "/orders", "/blocked-orders", "/blocked-orders.json"} {
+	paths := []string{"/", "/api/queues", "/orders", "/blocked-orders", "/blocked-orders.json"}
+	require.Len(t, paths, graceBurst, "one grace check for each")
+	for _, p := range paths {
+		assert.Equal(t, http.StatusOK, send(t, attacker, d.base+p, basicAuth(testUser, testPassword)).StatusCode, "%s: the right password gets in", p)
+	}
+	for _, p := range paths {
 		resp := send(t, attacker, d.base+p, basicAuth(testUser, testPassword))
-		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, p)
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: past the grace checks", p)
 		secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 		require.NoError(t, err, p)
 		assert.True(t, secs >= 1 && secs <= int(loginFailEvery/time.Second), "Retry-After %d", secs)
+	}
+	for range 2 * graceBurst {
+		assert.Equal(t, http.StatusOK, send(t, attacker, d.base+"/metrics", bearerAuth(testMetricsToken)).StatusCode,
+			"the scraper behind the same address is not throttled by the UI's failures")
 	}
 	assert.Equal(t, http.StatusOK, send(t, attacker, d.base+"/healthz", noAuth).StatusCode, "probes are never throttled")
 	assert.Equal(t, http.StatusOK, send(t, other, d.base+"/api/queues", bearerAuth(testToken)).StatusCode)

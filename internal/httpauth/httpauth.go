@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -105,6 +106,7 @@ func (b *basic) Challenges() []string { return []string{b.challenge} }
 
 type bearer struct {
 	keys      []digest
+	name      string
 	challenge string
 }
 
@@ -118,14 +120,25 @@ type bearer struct {
 // without showing them. It returns an error wrapping [ErrConfig] for an empty
 // list or a bad key (the error gives the key's position, never its value).
 // The Scheme is safe for concurrent use.
-func Bearer(realm string, keys []string) (Scheme, error) {
+func Bearer(realm string, keys []string) (Scheme, error) { return NamedBearer(realm, "key", keys) }
+
+// NamedBearer returns a Scheme like [Bearer]'s whose principal is
+// "<name>#N" rather than "key#N", so that logs and audit notes say which
+// kind of key acted (the dashboard's login tokens, its metrics tokens, the
+// intake's enqueue keys). name must be 1–32 lowercase ASCII letters,
+// digits or '-'. It returns an error wrapping [ErrConfig] as [Bearer] does,
+// or for a bad name. The Scheme is safe for concurrent use.
+func NamedBearer(realm, name string, keys []string) (Scheme, error) {
 	if err := checkRealm(realm); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: no bearer keys", ErrConfig)
 	}
-	b := &bearer{challenge: `Bearer realm="` + realm + `"`}
+	b := &bearer{name: name, challenge: `Bearer realm="` + realm + `"`}
 	for i, k := range keys {
 		if len(k) < MinKeyLength {
 			return nil, fmt.Errorf("%w: bearer key #%d is shorter than %d bytes", ErrConfig, i+1, MinKeyLength)
@@ -160,7 +173,7 @@ func (b *bearer) Authenticate(r *http.Request) (string, bool) {
 	if match < 0 {
 		return "", false
 	}
-	return KeyPrincipal(match + 1), true
+	return b.name + "#" + strconv.Itoa(match+1), true
 }
 
 // KeyPrincipal returns the principal [Bearer] gives the key at the 1-based
@@ -193,6 +206,18 @@ func bearerToken(h string) (string, bool) {
 	return token, token != ""
 }
 
+func checkName(name string) error {
+	if name == "" || len(name) > 32 {
+		return fmt.Errorf("%w: bearer principal name must be 1 to 32 characters", ErrConfig)
+	}
+	for _, c := range []byte(name) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return fmt.Errorf("%w: bearer principal name %q must be lowercase letters, digits or '-'", ErrConfig, name)
+		}
+	}
+	return nil
+}
+
 func checkRealm(realm string) error {
 	if realm == "" {
 		return fmt.Errorf("%w: empty realm", ErrConfig)
@@ -208,7 +233,8 @@ func checkRealm(realm string) error {
 type anyOf []Scheme
 
 // Any returns a Scheme that accepts a request any of schemes accepts, tried
-// in order, and challenges with all of them. Put [Basic] first where a
+// in order, and challenges with all of them (each distinct challenge once).
+// Put [Basic] first where a
 // browser is expected, so that it shows its login prompt. Any of no schemes
 // accepts nothing.
 func Any(schemes ...Scheme) Scheme { return anyOf(schemes) }
@@ -222,10 +248,15 @@ func (a anyOf) Authenticate(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// Challenges returns the challenges of every scheme, in order, each once.
 func (a anyOf) Challenges() []string {
 	var out []string
 	for _, s := range a {
-		out = append(out, s.Challenges()...)
+		for _, c := range s.Challenges() {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
 	}
 	return out
 }

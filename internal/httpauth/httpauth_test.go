@@ -268,3 +268,22 @@ func FuzzBearer(f *testing.F) {
 		}
 	})
 }
+
+// TestNamedBearer names its principals as asked, and Any of two bearer
+// schemes accepts either key, each under its own name, with one challenge.
+func TestNamedBearer(t *testing.T) {
+	ui, err := httpauth.NamedBearer("r", "dashboard-token", []string{oldKey})
+	require.NoError(t, err)
+	metrics, err := httpauth.NamedBearer("r", "metrics", []string{"x-key-0123456789abcdef", newKey})
+	require.NoError(t, err)
+	srv := server(t, httpauth.Require(httpauth.Any(ui, metrics)))
+	assert.Equal(t, "dashboard-token#1|", do(t, srv, "Bearer "+oldKey).body)
+	assert.Equal(t, "metrics#2|", do(t, srv, "Bearer "+newKey).body)
+	r := do(t, srv, "Bearer wrong-key-0123456789")
+	assert.Equal(t, http.StatusUnauthorized, r.status)
+	assert.Equal(t, []string{`Bearer realm="r"`}, httpauth.Any(ui, metrics).Challenges())
+	for _, name := range []string{"", "Key", "a b", "key#", strings.Repeat("k", 33)} {
+		_, err := httpauth.NamedBearer("r", name, []string{oldKey})
+		assert.ErrorIs(t, err, httpauth.ErrConfig, "%q", name)
+	}
+}

@@ -321,11 +321,11 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, status{"ok"})
 }
 
-// readyz answers 200 while Redis answers PING within ProbeTimeout.
+// readyz answers 200 while Redis answers PING within ProbeTimeout; the
+// answer is kept for a second (s.ready), so that a flood of probes makes
+// about one PING a second.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProbeTimeout)
-	defer cancel()
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	if err := s.ready.Check(r.Context()); err != nil {
 		s.writeError(w, r, unavailable("Redis does not answer", err))
 		return
 	}

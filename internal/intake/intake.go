@@ -138,6 +138,7 @@ package intake
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -226,7 +227,9 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// ProbeTimeout bounds the Redis PING behind /readyz. Defaults to 1
-	// second, the default timeout of a Kubernetes probe.
+	// second, the default timeout of a Kubernetes probe. The PING's result
+	// is kept for a second (httpserve.Ready), so that a flood of /readyz
+	// makes about one PING a second.
 	ProbeTimeout time.Duration
 
 	// GapWait is the workers' gap wait (GAP_WAIT), whose time left the
@@ -432,6 +435,7 @@ type Server struct {
 	refusals   *refusals
 	log        *zap.Logger
 	handler    http.Handler
+	ready      *httpserve.Ready // the PING behind /readyz, kept for a second
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -474,6 +478,7 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		views:     views,
 		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		queues:    shards.AllQueues(kinds),
+		ready:     httpserve.NewReady(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, cfg.ProbeTimeout, 0, nil),
 		log:       cfg.Logger.Named("http"),
 		limits:    newLimiters(cfg),
 		refusals:  newRefusals(cfg),

@@ -420,6 +420,11 @@ func checkScaledObject(t *testing.T, sos []object) {
 		if tr.Metadata["threshold"] == "" || tr.Metadata["serverAddress"] == "" {
 			t.Errorf("trigger %q lacks threshold or serverAddress", tr.Metadata["query"])
 		}
+		// KEDA's default ("true") reads an empty result as 0, which scales
+		// the workers to the minimum whenever the queue gauges are missing.
+		if tr.Metadata["ignoreNullValues"] != "false" {
+			t.Errorf("trigger %q: ignoreNullValues %q, want \"false\" (an empty result must not read as no backlog)", tr.Metadata["query"], tr.Metadata["ignoreNullValues"])
+		}
 	}
 }
 

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderworker/orderworker/internal/acl"
+	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/tasks"
+)
+
+// TestQueueGaugesSurviveGhosts plants what review N2 planted, as the
+// intake's Redis user: a ghost a year ahead in order_modify's scheduled
+// set, one in its retry set, one in its pending list, and a queue of
+// asynq's set of queues outside the deployment with a ghost of its own.
+// asynq's collector then lost every queue's gauges; the dashboard, as its
+// read-only Redis user, still serves every queue's.
+func TestQueueGaugesSurviveGhosts(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db) // evt-1001 and evt-1002 pending in order_modify
+	rules, err := acl.Rules(acl.Intake, acl.Options{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	intake := db.AsUser(t, rules...).Client
+	ctx := t.Context()
+	year := float64(time.Now().Add(365 * 24 * time.Hour).Unix())
+	require.NoError(t, intake.ZAdd(ctx, asynqwire.ScheduledKey(queue), redis.Z{Score: year, Member: "ghost-1"}).Err())
+	require.NoError(t, intake.ZAdd(ctx, asynqwire.RetryKey(queue), redis.Z{Score: year, Member: "ghost-2"}).Err())
+	require.NoError(t, intake.LPush(ctx, asynqwire.PendingKey(queue), "ghost-3").Err())
+	require.NoError(t, intake.SAdd(ctx, asynqwire.AllQueues, "order_zz").Err())
+	require.NoError(t, intake.LPush(ctx, asynqwire.PendingKey("order_zz"), "z-1").Err())
+	t.Cleanup(func() {
+		_ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue("order_zz", true)
+		db.Client.Del(context.Background(), asynqwire.PendingKey("order_zz"))
+		db.Client.SRem(context.Background(), asynqwire.AllQueues, "order_zz")
+	})
+	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetQueueInfo(queue)
+	require.Error(t, err, "asynq's Inspector fails on the ghosts: the test plants what breaks its collector")
+
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix))
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	for _, want := range []string{
+		`asynq_tasks_enqueued_total{queue="order_modify",state="pending"} 3`,
+		`asynq_tasks_enqueued_total{queue="order_modify",state="scheduled"} 1`,
+		`asynq_tasks_enqueued_total{queue="order_modify",state="retry"} 1`,
+		`asynq_queue_size{queue="order_modify"} 5`,
+		`orderworker_queue_gauges_up{queue="order_modify"} 1`,
+		`orderworker_queue_ghosts_sampled{queue="order_modify"} 3`,
+	} {
+		assert.Contains(t, r.body, want)
+	}
+	for _, q := range (tasks.Shards{}).AllQueues(tasks.Kinds()) {
+		assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="`+q+`",state="pending"} `, q)
+		assert.Contains(t, r.body, `asynq_queue_latency_seconds{queue="`+q+`"} `, q)
+		assert.Contains(t, r.body, `asynq_queue_memory_usage_approx_bytes{queue="`+q+`"} `, q)
+		assert.Contains(t, r.body, `orderworker_queue_gauges_up{queue="`+q+`"} 1`, q)
+	}
+	assert.NotContains(t, r.body, "order_zz", "a queue outside the deployment adds no series")
+	requireNoRefusal(t, d.logs.String())
+}
+
+// TestQueueGaugesOneQueueFails breaks one queue's read (a key of the
+// wrong type where its pending list is, which only a Redis user with more
+// rights than the intake's can write): that queue's gauges are absent and
+// its up gauge is 0, and the other queue's are served.
+func TestQueueGaugesOneQueueFails(t *testing.T) {
+	db := redistest.New(t)
+	enqueueOrders(t, db)
+	ctx := t.Context()
+	require.NoError(t, db.Client.Set(ctx, asynqwire.PendingKey(tasks.QueueExchange), "not a list", 0).Err())
+	t.Cleanup(func() { db.Client.Del(context.Background(), asynqwire.PendingKey(tasks.QueueExchange)) })
+
+	d := startDashboard(t, testEnv(db))
+	r := d.get(t, "/metrics", bearerAuth(testToken))
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `asynq_tasks_enqueued_total{queue="order_modify",state="pending"} 2`)
+	assert.Contains(t, r.body, `orderworker_queue_gauges_up{queue="order_modify"} 1`)
+	assert.Contains(t, r.body, `orderworker_queue_gauges_up{queue="order_exchange"} 0`)
+	assert.NotContains(t, r.body, `asynq_queue_size{queue="order_exchange"}`)
+	assert.Contains(t, d.logs.String(), "could not read a queue for the metrics")
+}
