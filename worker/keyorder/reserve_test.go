@@ -199,3 +199,36 @@ func TestReserveOnClusterWhenOneMasterLostTheScript(t *testing.T) {
 		require.Equal(t, want, st.Waiting, "%s: positions waiting (a position taken twice leaves a gap)", k)
 	}
 }
+
+// A repeat reserves a second position under the same reference while the
+// first still waits (an exchange sent again after its answer was lost),
+// and the work finishes by the reference before the repeat voids its own:
+// the finish lands on the repeat's position, and the first one, whose
+// work will end nowhere else, is voided with it, so that the positions
+// behind both go at once rather than after the gap check. The repeat's
+// void comes after and changes nothing.
+func TestFinishByReferenceVoidsTheRepeatsTwin(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	q := space(t, db.Client, db.Prefix, keyorder.SeqConfig{})
+	ctx := t.Context()
+	const key, ref = "SO-TWIN", "create:x-1"
+	first, err := q.Reserve(ctx, key, "c x-1", ref)
+	require.NoError(t, err)
+	repeat, err := q.Reserve(ctx, key, "c x-1 again", ref)
+	require.NoError(t, err)
+	behind, err := q.Reserve(ctx, key, "m after", "")
+	require.NoError(t, err)
+	require.Less(t, first, repeat)
+
+	st, err := q.Finish(ctx, key, 0, "", ref, "created")
+	require.NoError(t, err)
+	require.True(t, st.Done)
+	s, err := q.Status(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, behind-1, s.Done, "the cursor passed both reservations of the reference: the change behind is next")
+
+	st, err = q.Void(ctx, key, repeat, "c x-1 again", "the enqueue was refused as a duplicate")
+	require.NoError(t, err)
+	require.False(t, st.Done, "settled already")
+}

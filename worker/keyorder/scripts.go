@@ -28,7 +28,8 @@ import "github.com/redis/go-redis/v9"
 //	rp:<pos> "<earlier pos> <x>": pos took ref:<x> from an earlier position
 //	         that still waited (a repeated reservation under one
 //	         reference, such as a refused repeat of an exchange); a void of
-//	         pos gives ref:<x> back to it. Deleted when pos is settled ahead of
+//	         pos gives ref:<x> back to it, and a finish of pos (the work
+//	         found pos by x before the repeat voided it) voids it. Deleted when pos is settled ahead of
 //	         its turn (a position under a reference always is), else with
 //	         the sequence.
 //	h        the key is paused (an operator's hold, see [Sequencer.Pause]):
@@ -552,16 +553,24 @@ local kind = ARGV[4]
 if kind == 's' and pos ~= d + 1 then return {0, ''} end
 local kinds = {v = 'void', s = 'skip', f = 'finish'}
 local rp = redis.call('HGET', s, 'rp:' .. p)
+local twin = nil
 if rp then
   -- p took its reference from an earlier position still waiting (see
   -- seq_reserve): a void gives it back, if that one still waits.
   redis.call('HDEL', s, 'rp:' .. p)
   local sp = string.find(rp, ' ', 1, true)
   local old, ref = string.sub(rp, 1, sp - 1), string.sub(rp, sp + 1)
-  if kind == 'v' and redis.call('HGET', s, 'ref:' .. ref) == p then
-    local orec = redis.call('HGET', s, 'p:' .. old)
-    if orec and string.find(string.sub(orec, 1, 1), '%d') then
+  local orec = redis.call('HGET', s, 'p:' .. old)
+  if orec and string.find(string.sub(orec, 1, 1), '%d') then
+    if kind == 'v' and redis.call('HGET', s, 'ref:' .. ref) == p then
       redis.call('HSET', s, 'ref:' .. ref, old)
+    elseif kind == 'f' then
+      -- The work of the reference ended at p (the repeat's reservation,
+      -- found by the reference before the repeat voided it): the earlier
+      -- reservation's will never end anywhere else, so it is void now.
+      twin = tonumber(old)
+      seq_log(s, twin, 'void', string.sub(orec, string.find(orec, ' ', 1, true) + 1), 'its reference ' .. ref .. ' was finished at ' .. p)
+      redis.call('HSET', s, 'p:' .. old, 'v its reference was finished at ' .. p)
     end
   end
 end
@@ -571,7 +580,9 @@ if kind == 'f' then
 else
   redis.call('HSET', s, 'p:' .. p, 'v ' .. ARGV[5])
 end
-local next = seq_advance(s, pos)
+local next = nil
+if twin then next = seq_advance(s, twin) end
+next = seq_advance(s, pos) or next
 local wake = ''
 if next then
   wake = notify(ARGV[6], KEYS[2], s, next, false)
