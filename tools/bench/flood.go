@@ -145,6 +145,19 @@ func (f *floodRuns) done(d worker.Done) {
 // not by polling: a ticker in the measured process would wake its runtime
 // at a phase of its own, and delay the simulated work's timers (Go's
 // netpoller waits in whole milliseconds).
+// sum returns, over ids, the last one's application, the runs and their
+// time in all. f.mu must be held.
+func (f *floodRuns) sum(ids []string) (end time.Time, n int, took time.Duration) {
+	for _, id := range ids {
+		if t := f.applied[id]; t.After(end) {
+			end = t
+		}
+		n += f.runs[id]
+		took += f.took[id]
+	}
+	return end, n, took
+}
+
 func (f *floodRuns) wait(ctx context.Context, ids []string, timeout time.Duration) error {
 	f.mu.Lock()
 	f.want, f.left, f.all = map[string]bool{}, 0, make(chan struct{})
@@ -376,16 +389,7 @@ func runFlood(ctx context.Context, opts *redisconn.Options, c settings) (floodRe
 	w.Shutdown()
 
 	runs.mu.Lock()
-	var end time.Time
-	n := 0
-	var took time.Duration
-	for _, id := range ids {
-		if t := runs.applied[id]; t.After(end) {
-			end = t
-		}
-		n += runs.runs[id]
-		took += runs.took[id]
-	}
+	end, n, took := runs.sum(ids)
 	r.RunMs = ms(took) / float64(c.FloodTasks)
 	r.Drained = runs.drained
 	base := latencies(quietIDs(quietBase, c.FloodQuiet), acc.at, runs.applied)
@@ -648,16 +652,7 @@ func runFloodPlain(ctx context.Context, opts *redisconn.Options, c settings) (fl
 	running = false
 
 	runs.mu.Lock()
-	var end time.Time
-	n := 0
-	var took time.Duration
-	for _, id := range ids {
-		if t := runs.applied[id]; t.After(end) {
-			end = t
-		}
-		n += runs.runs[id]
-		took += runs.took[id]
-	}
+	end, n, took := runs.sum(ids)
 	runs.mu.Unlock()
 	r.RunMs = ms(took) / float64(c.FloodTasks)
 	r.RunsPerChange = float64(n) / float64(c.FloodTasks)
