@@ -73,6 +73,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/replwait"
 	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
@@ -749,7 +750,7 @@ func (p *Producer) acceptAtOnce(ctx context.Context, me claim, at positions, eve
 	var wait *redis.Cmd
 	if p.cfg.WaitReplicas > 0 {
 		x.Pipe = func(pipe redis.Pipeliner) {
-			wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
+			wait = replwait.Do(ctx, pipe, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
 		}
 	}
 	e, err := p.ordered.EnqueueAtOnce(ctx, at.orderNo, task, x, opts...)
@@ -787,14 +788,12 @@ func (p *Producer) notConfirmed(c claim, eventID string, err error) error {
 
 // replicated returns nil once [Config.WaitReplicas] replicas have every
 // write made so far on the masters of the slots of names (order numbers
-// and queues; empty names are left out), at once when WaitReplicas is 0.
-// On each such master it writes a marker key in each name's slot
-// (KeyPrefix+"wait:{name}", kept a minute) and then WAITs, in one
-// pipeline, on one connection: Redis replicates a master's writes in the
-// order it made them, so a replica that has a marker has every write made
-// there before it (the order's positions, the queue's task). It returns an
-// error matching [ErrNotReplicated] when fewer replicas acknowledged
-// within [Config.WaitTimeout], and Redis's error when a call failed.
+// and queues; empty names are left out), at once when WaitReplicas is 0:
+// a marker key in each name's slot (KeyPrefix+"wait:{name}", kept a
+// minute) and a WAIT behind it, on one connection of each master
+// (replwait.Confirm). It returns an error matching [ErrNotReplicated] when
+// fewer replicas acknowledged within [Config.WaitTimeout], and Redis's
+// error when a call failed.
 func (p *Producer) replicated(ctx context.Context, names ...string) error {
 	if p.cfg.WaitReplicas == 0 {
 		return nil
@@ -805,63 +804,22 @@ func (p *Producer) replicated(ctx context.Context, names ...string) error {
 			markers = append(markers, p.cfg.KeyPrefix+"wait:{"+n+"}")
 		}
 	}
-	if len(markers) == 0 {
-		return nil
-	}
-	type node struct {
-		c    redis.Cmdable
-		keys []string
-	}
-	var nodes []node
-	if cc, ok := p.rdb.(*redis.ClusterClient); ok {
-		byAddr := map[string]int{}
-		for _, k := range markers {
-			m, err := cc.MasterForKey(ctx, k)
-			if err != nil {
-				return err
-			}
-			addr := m.Options().Addr
-			if i, ok := byAddr[addr]; ok {
-				nodes[i].keys = append(nodes[i].keys, k)
-				continue
-			}
-			byAddr[addr] = len(nodes)
-			nodes = append(nodes, node{m, []string{k}})
-		}
-	} else {
-		nodes = []node{{p.rdb, markers[:1]}} // one master: one marker will do
-	}
-	for _, n := range nodes {
-		var wait *redis.Cmd
-		_, err := n.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for _, k := range n.keys {
-				pipe.Set(ctx, k, "1", time.Minute)
-			}
-			wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := p.waited(wait); err != nil {
-			return err
-		}
-	}
-	return nil
+	return notReplicated(replwait.Confirm(ctx, p.rdb, markers, p.cfg.WaitReplicas, p.cfg.WaitTimeout))
 }
 
 // waited returns nil when the WAIT of wait, which ran, was acknowledged by
 // [Config.WaitReplicas] replicas, and otherwise an error matching
 // [ErrNotReplicated] (or Redis's).
 func (p *Producer) waited(wait *redis.Cmd) error {
-	got, err := wait.Int64()
-	if err != nil {
-		return err
+	return notReplicated(replwait.Check(wait, p.cfg.WaitReplicas, p.cfg.WaitTimeout))
+}
+
+// notReplicated makes replwait's ErrShort the producer's ErrNotReplicated.
+func notReplicated(err error) error {
+	if errors.Is(err, replwait.ErrShort) {
+		return fmt.Errorf("%w: %w", ErrNotReplicated, err)
 	}
-	if got < int64(p.cfg.WaitReplicas) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
-	}
-	return nil
+	return err
 }
 
 // withCause keeps the context's error matchable with errors.Is: asynq
