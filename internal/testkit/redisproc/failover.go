@@ -325,3 +325,98 @@ func (g *SentinelGroup) FailoverAfterLag(ctx context.Context, lag time.Duration)
 	}
 	return old, cur, nil
 }
+
+// lagAuth is the password a replica is given as masterauth to cut its
+// link: its master's default user has none, so the AUTH of every
+// handshake fails and the replica cannot resync.
+const lagAuth = "redisproc-lag-nemesis"
+
+// FailoverAfterLag is the crash of shard i's master that loses writes, as
+// [SentinelGroup.FailoverAfterLag] is on Sentinel: the replica's link to
+// its master is cut for lag while the master goes on acknowledging writes;
+// then the master is SIGKILLed, the cluster elects the replica (which
+// never received the writes of the lag) after the node timeout, and the
+// old master starts again, empty (no persistence), from its nodes.conf,
+// rejoins as the new master's replica and catches up with it, so that a
+// WAIT for one replica can be met again. It waits until every node
+// reports cluster_state:ok and names the replica as the shard's master,
+// and the old master is its replica, in sync. It returns the old and the
+// new master's addresses.
+//
+// A cluster replica refuses REPLICAOF, and a replica frozen with SIGSTOP
+// loses nothing (the kernel's socket buffers keep the stream), so the link
+// is cut by making the replica's handshake fail: its masterauth is set to
+// a password its master does not have, and its link is closed (CLIENT
+// KILL TYPE master), so it keeps what it had and gets nothing more. The
+// replica's masterauth is cleared once its master is dead, and its
+// cluster-replica-validity-factor set to 0, so that the data age of the
+// lag does not keep it from the election. The shard needs a replica in
+// sync (after [Cluster.KillMaster], [Cluster.Rejoin] first).
+func (c *Cluster) FailoverAfterLag(ctx context.Context, i int, lag time.Duration) (old, cur string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	oldIdx := c.master[i]
+	newIdx := (oldIdx + ClusterMasters) % (2 * ClusterMasters)
+	oldProc := c.nodes[oldIdx]
+	old, cur = oldProc.Addr(), c.nodes[newIdx].Addr()
+	r := adminClient(cur)
+	defer r.Close()
+	if err := r.ConfigSet(ctx, "cluster-replica-validity-factor", "0").Err(); err != nil {
+		return "", "", fmt.Errorf("redisproc: validity factor on %s: %w", cur, err)
+	}
+	if err := r.ConfigSet(ctx, "masterauth", lagAuth).Err(); err != nil {
+		return "", "", fmt.Errorf("redisproc: cut the replica's link: %w", err)
+	}
+	restore := func() error { return r.ConfigSet(context.WithoutCancel(ctx), "masterauth", "").Err() }
+	if err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
+		_ = restore()
+		return "", "", fmt.Errorf("redisproc: close the replica's link: %w", err)
+	}
+	err = poll(ctx, "the replica's link down", func(ctx context.Context) error {
+		info, err := r.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(info, "master_link_status:up") {
+			return errors.New("link still up")
+		}
+		return nil
+	})
+	if err != nil {
+		_ = restore()
+		return "", "", err
+	}
+	select {
+	case <-ctx.Done():
+		_ = restore()
+		return "", "", ctx.Err()
+	case <-time.After(lag): // the lag itself, not a wait for a state
+	}
+	oldProc.Kill()
+	if err := restore(); err != nil {
+		return "", "", fmt.Errorf("redisproc: restore the replica's masterauth: %w", err)
+	}
+	lo := c.slots[i][0]
+	err = poll(ctx, cur+" elected in place of "+old, func(ctx context.Context) error {
+		return c.checkTakeover(ctx, lo, cur, nil) // the killed node no longer runs
+	})
+	if err != nil {
+		return "", "", err
+	}
+	c.master[i] = newIdx
+	if err := oldProc.Start(); err != nil {
+		return "", "", fmt.Errorf("redisproc: start the old master again: %w", err)
+	}
+	err = poll(ctx, old+" rejoining as the replica of "+cur, func(ctx context.Context) error {
+		return c.checkTakeover(ctx, lo, cur, func(p *Process, a *redis.Client) error {
+			if p.Addr() == old {
+				return inSyncReplica(ctx, a)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return old, cur, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -77,7 +78,32 @@ type Cluster struct {
 // cluster_state:ok and sees every shard with its master and replica
 // online, and every replica is in sync. It takes about 3–4 s. The caller
 // stops it.
-func StartCluster() (*Cluster, error) {
+func StartCluster() (*Cluster, error) { return startCluster(0) }
+
+// StartClusterBehind is [StartCluster] with the replicas' clocks behind the
+// machine's (and the masters') by behind (see [StartBehind]): a failover
+// promotes a master whose TIME is that far behind the old one's. It returns
+// an error matching [ErrNoFaketime] when libfaketime or a C compiler is
+// missing.
+func StartClusterBehind(behind time.Duration) (*Cluster, error) {
+	if behind <= 0 {
+		return nil, fmt.Errorf("redisproc: replicas behind by %v", behind)
+	}
+	return startCluster(behind)
+}
+
+func startCluster(behind time.Duration) (*Cluster, error) {
+	var replicaEnv []string
+	if behind > 0 {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			return nil, ErrNoServer
+		}
+		env, err := behindEnv(behind)
+		if err != nil {
+			return nil, err
+		}
+		replicaEnv = env
+	}
 	c := &Cluster{master: [ClusterMasters]int{0, 1, 2}}
 	ok := false
 	defer func() {
@@ -85,7 +111,11 @@ func StartCluster() (*Cluster, error) {
 			c.Stop()
 		}
 	}()
-	for range 2 * ClusterMasters {
+	for n := range 2 * ClusterMasters {
+		var env []string
+		if n >= ClusterMasters {
+			env = replicaEnv
+		}
 		p, err := startProcess(func(port int, dir string) []string {
 			// The cluster bus on a free port of its own, not port+10000
 			// (which may be taken, or past 65535).
@@ -108,7 +138,7 @@ func StartCluster() (*Cluster, error) {
 				// default).
 				"--repl-ping-replica-period", "1",
 			}
-		}, nil)
+		}, env)
 		if err != nil {
 			return nil, err
 		}

@@ -209,6 +209,76 @@ func TestSentinelFailoverAfterLagLosesTheLag(t *testing.T) {
 	}
 }
 
+// TestClusterFailoverAfterLagLosesTheLag: the Cluster's nemesis does lose
+// what the shard's master acknowledged while its replica's link was cut,
+// and leaves the shard with a replica in sync (a WAIT for one replica is
+// met), twice in a row on the same shard (the second switches back to the
+// first master, which rejoined empty).
+func TestClusterFailoverAfterLagLosesTheLag(t *testing.T) {
+	db := redistest.DedicatedCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	key := db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprintf("%sk%d", db.Prefix, i) })[1]
+	shard := db.Cluster.ShardOf(key)
+	var first string
+	for i := range 2 {
+		in := startIncrementer(ctx, db.Client, key)
+		in.waitAcked(t)
+		start := time.Now()
+		old, cur, err := db.Cluster.FailoverAfterLag(ctx, shard, time.Second)
+		require.NoError(t, err)
+		t.Logf("shard %d, failover %d after a 1 s lag, from %s to %s in %v", shard, i+1, old, cur, time.Since(start).Round(time.Millisecond))
+		require.NotEqual(t, old, cur)
+		require.Equal(t, cur, db.Cluster.MasterOf(key))
+		if i == 0 {
+			first = old
+		} else {
+			require.Equal(t, first, cur, "the second switch promotes the first master, rejoined")
+		}
+		in.waitAcked(t)
+		acked := in.end()
+		n := redis.NewClient(&redis.Options{Addr: cur})
+		v, err := n.Get(ctx, key).Int64()
+		require.NoError(t, err)
+		require.Less(t, v, acked, "the lag's acknowledged increments are lost")
+		t.Logf("%d increments acknowledged, %d kept", acked, v)
+		got, err := n.Do(ctx, "WAIT", 1, 1000).Int64()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), got, "the new master has a replica again")
+		_ = n.Close()
+		// The next round counts from what the new master kept.
+		require.NoError(t, db.Client.Del(ctx, key).Err())
+	}
+}
+
+// A Cluster whose replicas' clocks are behind: a replica promoted by the
+// lag's nemesis serves a TIME that far behind the machine's.
+func TestClusterReplicaBehindIsPromotedBehind(t *testing.T) {
+	redistest.SkipShort(t, "a Redis Cluster")
+	c, err := redisproc.StartClusterBehind(30 * time.Second)
+	if errors.Is(err, redisproc.ErrNoFaketime) && os.Getenv("CI") == "" {
+		t.Skipf("needs libfaketime: %v", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	old, cur, err := c.FailoverAfterLag(ctx, 0, time.Second)
+	require.NoError(t, err)
+	for addr, behind := range map[string]bool{old: false, cur: true} {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		tm, err := n.Time(ctx).Result()
+		_ = n.Close()
+		require.NoError(t, err)
+		skew := time.Since(tm)
+		if behind {
+			require.InDelta(t, 30, skew.Seconds(), 5, "the promoted replica's clock is 30 s behind")
+		} else {
+			require.InDelta(t, 0, skew.Seconds(), 5, "the old master's clock is the machine's")
+		}
+	}
+}
+
 // A Sentinel group whose replica's clock is behind: once promoted, its
 // TIME is that far behind the machine's (libfaketime with the allocator
 // shim; Debian's redis-server would deadlock under libfaketime alone).
