@@ -141,14 +141,19 @@ func startSentinel(c settings) (*backend, error) {
 }
 
 func startCluster(c settings) (*backend, error) {
-	cl, err := redisproc.StartCluster()
+	start, behind := redisproc.StartCluster, ""
+	if c.Behind > 0 {
+		start = func() (*redisproc.Cluster, error) { return redisproc.StartClusterBehind(c.Behind) }
+		behind = fmt.Sprintf(", their clocks %v behind", c.Behind)
+	}
+	cl, err := start()
 	if err != nil {
 		return nil, err
 	}
 	b := &backend{
 		url: cl.URL(),
-		describe: fmt.Sprintf("Redis Cluster: masters %s, one replica each (no persistence)",
-			strings.Join(cl.Masters(), " ")),
+		describe: fmt.Sprintf("Redis Cluster: masters %s, one replica each%s (no persistence)",
+			strings.Join(cl.Masters(), " "), behind),
 		stop:    cl.Stop,
 		cluster: cl,
 	}
@@ -158,6 +163,21 @@ func startCluster(c settings) (*backend, error) {
 	// A graceful switch of one shard, then a crash of another shard's
 	// master, which comes back as its replica.
 	graceful, crashed := c.Seed%redisproc.ClusterMasters, (c.Seed+1)%redisproc.ClusterMasters
+	if c.Lag > 0 {
+		// Both switches lose the lag, on two shards.
+		for n, shard := range []int{graceful, crashed} {
+			b.switches = append(b.switches, redisSwitch{
+				at:   c.Duration * time.Duration(n+1) / 3,
+				name: fmt.Sprintf("SIGKILL of the master of shard %d after its replica's link was cut for %v (the cluster elects the replica, which lacks the lag's writes; the old master rejoins empty as its replica)", shard, c.Lag),
+				do: func(ctx context.Context) (string, time.Duration, error) {
+					at := time.Now()
+					old, cur, err := cl.FailoverAfterLag(ctx, shard, c.Lag)
+					return old + " → " + cur + " (" + old + " back as its replica, in sync)", time.Since(at) - c.Lag, err
+				},
+			})
+		}
+		return b, nil
+	}
 	kill, how := cl.KillMaster, "raw: the writes of the replication window may be lost"
 	if c.FailoverSync {
 		kill, how = cl.KillMasterInSync, "in sync: its writes paused until its replica had them all"
