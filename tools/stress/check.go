@@ -64,6 +64,8 @@ type results struct {
 	replayOff    []string // an order whose state is not the replay of its changes in sequence order
 	stalled      []string // a sequence with positions left once drained
 	badSkips     []string // a skipped position whose task had existed
+	skips, voids int
+
 	// A skipped position whose task applied its change there and completed
 	// without passing its turn on: the turn's end lost with the order's
 	// master. A violation unless lossy.
@@ -72,7 +74,6 @@ type results struct {
 	// (-lag, or a plain switch): lostTurns are then what a failover can
 	// lose (docs/scaling.md), counted.
 	lossy bool
-	skips, voids int
 	// The fence regressions of the analysis, by kind: an equal fence (two
 	// consecutive lock-held entries written under one lease, as a drained
 	// hold writes them) or a lower one.
