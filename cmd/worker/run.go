@@ -269,6 +269,9 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	case err != nil:
 		return fmt.Errorf("check Redis (REDIS_URL): %w", err)
 	}
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	warnReplicas(pingCtx, rdb, c.WaitReplicas, log)
+	cancel()
 	if err := w.Start(); err != nil {
 		return err
 	}
