@@ -6,7 +6,7 @@ GOLANGCI    ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 BENCHTIME   ?= 2s
 REDOCLY     ?= @redocly/cli@2.77.0
 
-.PHONY: help test lint lint-api clients vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel stress-lag demo fuzz image container-test
+.PHONY: help test lint lint-api clients vuln fmt bench bench-replicas bench-cluster stress stress-short stress-cluster stress-sentinel stress-lag stress-cluster-lag demo fuzz image container-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,7 +50,7 @@ stress: ## reliability suite on real binaries: SIGKILLs, a Redis restart (about 
 stress-short: ## the CI configuration of the reliability suite (about 2.5 minutes)
 	$(GO) run ./tools/stress -short
 
-stress-cluster: ## the reliability suite's short configuration on a local 3-master Cluster with 3 queue shards, a graceful failover and a master SIGKILLed (CI runs it; about 1.5 minutes)
+stress-cluster: ## the reliability suite's short configuration on a local 3-master Cluster with 3 queue shards, a graceful failover and a master SIGKILLed (about 1.5 minutes)
 	$(GO) run ./tools/stress -short -redis cluster
 
 stress-sentinel: ## the reliability suite's short configuration on a local Sentinel group, failed over twice (about 1.5 minutes)
@@ -58,6 +58,9 @@ stress-sentinel: ## the reliability suite's short configuration on a local Senti
 
 stress-lag: ## the short configuration on a Sentinel group whose switches lose a second of replication lag and promote a clock 30 s behind, with the HTTP order store and WAIT_REPLICAS=1 on the producer and the workers (CI runs it; about 2.5 minutes)
 	$(GO) run ./tools/stress -short -redis sentinel -store http -lag 1s -behind 30s -wait-replicas 1
+
+stress-cluster-lag: ## the short configuration on a local 3-master Cluster whose two switches (on two shards) each SIGKILL a master after its replica's link was cut for a second, with the HTTP order store and WAIT_REPLICAS=1 on the producer and the workers (CI runs it; about 2 minutes)
+	$(GO) run ./tools/stress -short -redis cluster -store http -lag 1s -wait-replicas 1
 
 demo: ## the scenario on an embedded Redis
 	$(GO) run ./cmd/demo
