@@ -71,7 +71,7 @@ func declare(s *config.Set, c *settings) {
 	s.Bool(&c.StrictPriority, "strict-priority", "WORKER_STRICT_PRIORITY", false, "serve a queue only when higher-weighted ones are empty")
 	s.Duration(&c.LockTTL, "lock-ttl", "LOCK_TTL", worker.DefaultLockTTL, "order lock lease; renewed every third of it while a task runs").Check(config.Positive[time.Duration])
 	s.Int(&c.WaitReplicas, "wait-replicas", "WAIT_REPLICAS", 0,
-		"replicas that must have an order's lock, fence, positions and task before a change is written to the order store (Redis WAIT), so that a failover cannot hand them out again; set it with ORDER_STORE=http, at most the replicas each master has; 0: no wait").Check(config.NonNegative[int])
+		"replicas that must have an order's lock, fence, positions and task before a change is written to the order store (Redis WAIT), so that a failover cannot hand them out again; set it with ORDER_STORE=http, at most the replicas each master has (a warning at start names a master with fewer, when INFO may be read); 0: no wait").Check(config.NonNegative[int])
 	s.Duration(&c.WaitTimeout, "wait-timeout", "WAIT_TIMEOUT", worker.DefaultWaitTimeout,
 		"how long a write waits for WAIT_REPLICAS before the task goes back to run again (not a failure); below the Redis read timeout").Check(config.Positive[time.Duration])
 	// One setting of each family per kind; the doc shows each family as
