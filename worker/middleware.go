@@ -12,7 +12,6 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
@@ -87,13 +86,10 @@ type LockStats struct {
 // OnDone. It lives in the context for the run.
 type run struct {
 	Done
-	maxRetry int // the task's asynq MaxRetry
-	// held is set for a run of a drained hold (the lease kept for its
-	// position, see drain.go); nil for a run that takes its own lock.
-	held *keyorder.Held
-	// kept is set when the run's commit kept its lease for the next
-	// position: the hold goes on with it.
-	kept *keyorder.Lease
+	rep *keyorder.Report // the engine's account of the run
+	// kind and payload are the task's, once admitted.
+	kind    *Kind
+	payload tasks.Payload
 }
 
 type runKey struct{}
@@ -139,43 +135,30 @@ func Outcome(err error) string {
 	return OutcomeError
 }
 
-// observe is the outermost layer: it writes the one log line of each task
-// run, records its metrics and calls OnDone. Task errors are logged here and
-// nowhere else.
-func (w *Worker) observe(next asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		w.inflight.Add(1)
-		defer w.inflight.Done()
-		w.slots.Add(1)
-		defer w.slots.Add(-1)
-		r := &run{}
-		r.Started = time.Now()
-		r.Type = t.Type()
-		r.TaskID, _ = asynq.GetTaskID(ctx)
-		r.Queue, _ = asynq.GetQueueName(ctx) // one of w.queues: a bounded label
-		r.Retried, _ = asynq.GetRetryCount(ctx)
-		r.maxRetry, _ = asynq.GetMaxRetry(ctx)
-		err := w.observed(ctx, t, r, next)
-		if r.kept != nil {
-			// The run's commit passed the turn on and kept the order's
-			// lock: go on with the order's next changes in this hold.
-			w.drain(ctx, r)
-		}
-		return err
-	})
-}
-
-// observed runs next for t with the one log line, the metrics, the span
-// and OnDone of run r: a run taken from asynq (observe) or from a drained
-// hold (drain.go).
-func (w *Worker) observed(ctx context.Context, t *asynq.Task, r *run, next asynq.Handler) error {
+// observe is the engine's RunnerConfig.Observe: it wraps every run, asynq's
+// and a hold's, with its one log line, its metrics, its span and OnDone.
+// Task errors are logged here and nowhere else.
+func (w *Worker) observe(ctx context.Context, t *asynq.Task, rep *keyorder.Report, next func(context.Context) error) error {
+	w.inflight.Add(1)
+	defer w.inflight.Done()
+	r := &run{rep: rep}
+	r.Started, r.Type, r.TaskID, r.Queue, r.Retried = rep.Started, t.Type(), rep.TaskID, rep.Queue, rep.Retried
 	var span trace.Span
 	if w.tracer != nil {
 		ctx, span = w.startRun(ctx, t, r)
 	}
 	ctx = context.WithValue(ctx, runKey{}, r)
-	err := next.ProcessTask(ctx, t)
+	err := next(ctx)
+	if rep.Final && r.payload != nil {
+		w.created(ctx, r.payload, err)
+	}
 	r.Took, r.Err, r.Outcome = time.Since(r.Started), err, Outcome(err)
+	r.Locked, r.Fence, r.Mode, r.Lock = rep.Locked, rep.Fence, Mode(rep.Mode), LockStats(rep.Lock)
+	r.Skipped, r.Drained = rep.Skipped, rep.Held > 0
+	if r.Drained && err != nil && ctx.Err() == nil && keyorder.Archives(err, rep.Retried, rep.MaxRetry) {
+		// asynq's ErrorHandler (countArchived) sees asynq's runs only.
+		w.cfg.Metrics.observeArchived(w.taskTypeLabel(t.Type()), archiveReason(err))
+	}
 	w.cfg.Metrics.observeTask(w.taskTypeLabel(t.Type()), r.Queue, err, r.Took, &r.Done)
 	w.logRun(ctx, &r.Done)
 	if span != nil {
@@ -236,64 +219,37 @@ func (w *Worker) logRun(ctx context.Context, d *Done) {
 	ce.Write(fields...)
 }
 
-// process runs one task: it reads the payload once, strictly, takes the
-// order's lock in the task's turn and applies the payload.
-func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
+// admit is the engine's RunnerConfig.Admit: it reads the payload once,
+// strictly, before the task's turn, and archives a task that breaks the
+// contract: an unknown type or a malformed payload; a task on a queue that
+// is none of its placements (its position is used up, since the gap check
+// would not find it there); a task whose ID is not its event ID.
+func (w *Worker) admit(ctx context.Context, t *asynq.Task) (keyorder.Admission, error) {
 	r := runFrom(ctx)
 	k := w.cfg.kindOf(t.Type())
 	if k == nil {
-		return tag(fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry), errUnknownType)
+		return keyorder.Admission{}, tag(fmt.Errorf("unknown task type %q: %w", clip(t.Type()), asynq.SkipRetry), errUnknownType)
 	}
 	p, err := k.Kind.Parse(t.Payload())
 	if err != nil {
 		// tasks' errors match asynq.SkipRetry: archived with the reason.
-		return fmt.Errorf("%s payload: %w", k.Kind.Type, err)
+		return keyorder.Admission{}, fmt.Errorf("%s payload: %w", k.Kind.Type, err)
 	}
 	h := p.Header()
+	r.kind, r.payload = k, p
 	r.OrderNo, r.EventID, r.Seq = h.OrderNo, h.EventID, h.Seq
-	label := tasks.PositionLabel(k.Kind.Type, h.EventID)
-	var turn keyorder.Turn
-	if h.Seq > 0 {
-		turn = keyorder.Turn{Pos: h.Seq, Label: label}
-	}
+	a := keyorder.Admission{Key: h.OrderNo, Label: tasks.PositionLabel(k.Kind.Type, h.EventID), Wait: w.cfg.Waits[k.Kind.Name].lock()}
 	if q := r.Queue; !w.cfg.Shards.Accepts(k.Kind, h.OrderNo, q) {
-		err := w.misplaced(k.Kind, h.OrderNo, q)
-		if turn.Pos > 0 {
-			w.abandon(ctx, h, turn, p, "archived: "+err.Error())
-		} else {
-			w.turns.Note(ctx, h.OrderNo, 0, label, "archived: "+err.Error())
-		}
-		return err
+		a.Abandon = true
+		return a, w.misplaced(k.Kind, h.OrderNo, q)
 	}
 	if r.TaskID != h.EventID {
 		// The contract: the order's view, the gap check and the dashboard
 		// find a change by its event ID as its task ID.
-		err := tag(fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
+		return a, tag(fmt.Errorf("task ID %q is not the payload's event_id %q, as the task contract requires: %w",
 			clip(r.TaskID), h.EventID, asynq.SkipRetry), errTaskIDMismatch)
-		w.turns.Note(ctx, h.OrderNo, h.Seq, label, "archived: "+err.Error())
-		return err
 	}
-
-	tr := keyorder.TaskRun{Key: h.OrderNo, Turn: turn, Meta: clip(k.Kind.Type + " " + r.TaskID), Label: label,
-		Task: t, Retried: r.Retried, MaxRetry: r.maxRetry}
-	if r.held != nil {
-		// A run of a drained hold: the lock is held in its turn already.
-		return w.applyHeld(ctx, k, p, r, &tr)
-	}
-	lctx, lspan := w.startSpan(ctx, tracing.SpanLock)
-	if lspan.IsRecording() {
-		lspan.SetAttributes(tracing.AttrOrderNo.String(h.OrderNo), tracing.AttrSeq.Int64(h.Seq))
-	}
-	lease, taken, err := w.turns.TakeTask(lctx, &tr, w.cfg.Waits[k.Kind.Name].lock())
-	endLock(lspan, lease, taken, err)
-	r.Lock.Waited, r.Skipped = taken.Waited, taken.Skipped
-	if err != nil {
-		return err
-	}
-	st := lease.Stats()
-	st.Waited += taken.Waited // waits of earlier rounds (a skipped head)
-	r.Locked, r.Fence, r.Mode, r.Lock = true, lease.Fence(), Mode(lease.Mode()), LockStats(st)
-	return w.apply(ctx, k, p, lease, r, &tr)
+	return a, nil
 }
 
 // misplaced is the error of a task of kind k for order orderNo found on
@@ -307,107 +263,39 @@ func (w *Worker) misplaced(k *tasks.Kind, orderNo, q string) error {
 		k.Type, orderNo, clip(q), strings.Join(s.Placements(k, orderNo), " or "), s, asynq.SkipRetry), errMisplaced)
 }
 
-// apply runs the kind's handler inside the lease, and releases it: passing
-// the turn on when the task's work is done (applied, or archived), keeping
-// it when the task will run again.
-func (w *Worker) apply(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, r *run, tr *keyorder.TaskRun) (err error) {
-	h := p.Header()
-	wctx := lease.Keep(ctx)
-	defer func() {
-		if v := recover(); v != nil {
-			// A handler bug: a failure like any other, and the order's
-			// lock is released now rather than at the end of its lease.
-			tracing.Log(ctx, w.log).Error("task handler panicked", zap.String("task_id", r.TaskID), zap.Any("panic", v), zap.Stack("stack"))
-			err = fmt.Errorf("panic in the %s handler: %v", k.Kind.Type, v)
-		}
-		// The engine decides what asynq gets and passes the turn on when
-		// the change's work is done. When asynq's context for the run is
-		// done (its deadline, a shutdown, a cancel from the dashboard),
-		// asynq decides what becomes of the task without reading this
-		// error: the turn stays, and the task, if it is archived, is
-		// skipped by the gap check.
-		hctx, hspan := w.startSpan(ctx, tracing.SpanHandoff)
-		var final bool
-		err, final = w.turns.EndTask(hctx, wctx, lease, tr, err)
-		if hspan.IsRecording() {
-			hspan.SetAttributes(attribute.Bool("orderworker.turn_passed", final && lease.Mode() == keyorder.ModeTurn))
-		}
-		if _, kept := lease.Kept(); kept {
-			r.kept = lease
-		}
-		if final {
-			w.created(hctx, p, err)
-		}
-		hspan.End()
-	}()
-	if skip := tr.OutOfBudget(); skip != nil {
-		// It failed past its budget already, in runs that asynq counted
-		// without their end reaching the worker (runs that outlived
-		// their deadline): archived in its turn, which passes on, rather
-		// than applied after all, as the engine's Runner does.
-		return skip
+// process is the handler of every kind: it writes the payload that admit
+// read, in the order's lock and turn, under the run's fence and at its
+// position (keyorder.Run), with the lease as the commit hook of a Redis
+// store on the lock's Redis, which then also checks the lock's newest
+// fence and releases the lock, passing the turn on, or keeps it for the
+// order's next change, parked, which the hold then runs.
+func (w *Worker) process(ctx context.Context, t *asynq.Task) error {
+	r := runFrom(ctx)
+	run, ok := keyorder.RunFrom(ctx)
+	if !ok || r.payload == nil {
+		return fmt.Errorf("worker: task %s ran outside the Worker's Runner: %w", clip(t.Type()), asynq.SkipRetry)
 	}
-	err = w.writeCaughtUp(wctx, k, p, lease, orders.Write{
+	k, p := r.kind, r.payload
+	h := p.Header()
+	wr := orders.Write{
 		Worker:    w.cfg.ID,
 		StartedAt: time.Now(),
+		Fence:     run.Fence,
 		// Only a position applied in its turn moves the order on, or
-		// one whose order's sequence is gone (see recordsOutOfTurn): a
-		// seq that the order's sequence passed, or never handed out, is
-		// checked but not recorded.
-		SeqOutOfTurn: lease.Mode() != keyorder.ModeTurn && !recordsOutOfTurn(lease, h.Seq, time.Now()),
+		// one whose order's sequence is gone: a seq that the order's
+		// sequence passed, or never handed out, is checked but not
+		// recorded.
+		SeqOutOfTurn: !run.Record,
 		NoResult:     true, // the worker reads only the error
-		// A Redis store on the lock's Redis also checks the lock's newest
-		// fence and releases the lock, passing the turn on, with a
-		// modify's commit; or keeps it for the order's next change,
-		// parked, which this hold then runs (drain.go), while the hold's
-		// quantum lasts.
-		Commit: lease,
-	})
+		Commit:       run.Commit,
+	}
+	if h.Seq > 0 {
+		wr.Seq = run.Pos
+	}
+	err := w.write(orders.WithWrite(ctx, wr), k, p, wr.Fence)
 	// A change of an order that an exchange was to create and did not, or
 	// whose position was skipped: say why.
 	return storeError(w.explain(ctx, h, tasks.PositionLabel(k.Kind.Type, h.EventID), err))
-}
-
-// writeCaughtUp writes p with wr, under lease's fence and at its position
-// (lease.Seq: the change's position plus its order's offset). When the
-// store refuses it with what it has seen that the order's Redis lost in a
-// failover (keyorder.StoreAhead: a fence or a position of the old
-// master's), it moves the order above that and writes again at once, in
-// this hold, rather than archiving a change it never applied as passed or
-// waiting for the new master's clock to pass the old fences.
-func (w *Worker) writeCaughtUp(ctx context.Context, k *Kind, p tasks.Payload, lease *keyorder.Lease, wr orders.Write) error {
-	log := func() *zap.Logger { return tracing.Log(ctx, w.log).With(zap.String("order_no", p.Header().OrderNo)) }
-	tries := 0
-	return lease.WriteCaughtUp(ctx, func() error {
-		if tries++; tries > 1 {
-			log().Info("order store ahead of the order's Redis; caught up",
-				zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
-		}
-		wr.Fence = lease.Fence()
-		if p.Header().Seq > 0 {
-			wr.Seq = lease.Seq()
-		}
-		lease.Drain(w.hold.Drains())
-		return w.write(orders.WithWrite(ctx, wr), k, p, wr.Fence)
-	}, func(a keyorder.StoreAhead, cerr error) {
-		log().Warn("order store ahead of the order's Redis; not caught up",
-			zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos), zap.Error(cerr))
-	})
-}
-
-// recordsOutOfTurn reports whether the position seq of a change that runs
-// out of its turn is recorded by the store all the same: when its order's
-// sequence is gone (expired, lost with a master of a Cluster, or deleted
-// by a Redis user that may write the sequences, as the intake's may), the
-// changes of the order run in whatever order their tasks come, and only
-// the store's record of the newest position applied keeps an older one
-// from applying over a newer one (it is refused as passed, and archived
-// with that reason). A position further ahead than any sequence hands out
-// (positions start at Redis TIME in µs: seq above the clock by more than
-// an hour) is none the sequence handed out: a task enqueued by hand, which
-// would hold every later change back, so it is only checked.
-func recordsOutOfTurn(lease *keyorder.Lease, seq int64, now time.Time) bool {
-	return lease.SequenceGone() && seq > 0 && seq <= now.Add(time.Hour).UnixMicro()
 }
 
 // write runs the kind's store write inside the run's "order write" span,
@@ -433,15 +321,7 @@ func (w *Worker) created(ctx context.Context, p tasks.Payload, err error) {
 		return
 	}
 	h := p.Header()
-	w.turns.Created(ctx, c.Creates(), h.EventID, "exchange "+h.EventID+" of "+h.OrderNo, err)
-}
-
-// abandon uses up the position of a task that is archived without running
-// in its turn (its work is done: it never will run), and settles the
-// creation it was to make.
-func (w *Worker) abandon(ctx context.Context, h tasks.Header, turn keyorder.Turn, p tasks.Payload, outcome string) {
-	w.turns.Abandon(ctx, h.OrderNo, turn, outcome)
-	w.created(ctx, p, errors.New(outcome))
+	w.runner.Created(ctx, c.Creates(), h.EventID, "exchange "+h.EventID+" of "+h.OrderNo, err)
 }
 
 // clip cuts a string from a task (type, ID, queue) to a length fit for a

@@ -24,11 +24,11 @@ func (w *Worker) explain(ctx context.Context, h tasks.Header, label string, err 
 	}
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		if why, _ := w.turns.NotCreated(ctx, h.OrderNo, w.isCreation); why != "" {
+		if why, _ := w.runner.NotCreated(ctx, h.OrderNo, w.isCreation); why != "" {
 			return fmt.Errorf("%w; it was to be created, but %s", err, why)
 		}
 	case errors.Is(err, orders.ErrPassed):
-		if why, _ := w.turns.Skipped(ctx, h.OrderNo, h.Seq, label); why != "" {
+		if why, _ := w.runner.Skipped(ctx, h.OrderNo, h.Seq, label); why != "" {
 			return fmt.Errorf("%w: %s", err, why)
 		}
 	}

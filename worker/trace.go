@@ -95,26 +95,55 @@ func (w *Worker) startSpan(ctx context.Context, name string) (context.Context, t
 	return w.tracer.Start(ctx, name)
 }
 
+// phase is the engine's RunnerConfig.Phase: the "order lock" span around
+// the wait for the order's lock and turn (in a hold: taken at once, kept
+// for it by the change before, with the hold's fence), and the "order
+// hand-off" span around the run's end.
+func (w *Worker) phase(ctx context.Context, p keyorder.Phase, rep *keyorder.Report) (context.Context, func(error)) {
+	if w.tracer == nil {
+		return ctx, noEnd
+	}
+	switch p {
+	case keyorder.PhaseLock:
+		ctx, span := w.tracer.Start(ctx, tracing.SpanLock)
+		if rep.Held > 0 {
+			return ctx, func(error) { endHeldLock(span, rep) }
+		}
+		span.SetAttributes(tracing.AttrOrderNo.String(rep.Key), tracing.AttrSeq.Int64(rep.Pos))
+		return ctx, func(err error) { endLock(span, rep, err) }
+	case keyorder.PhaseEnd:
+		ctx, span := w.tracer.Start(ctx, tracing.SpanHandoff)
+		return ctx, func(error) {
+			span.SetAttributes(attribute.Bool("orderworker.turn_passed", rep.Final && rep.Mode == keyorder.ModeTurn))
+			span.End()
+		}
+	}
+	return ctx, noEnd
+}
+
+func noEnd(error) {}
+
+// endHeldLock ends the lock's span of a run in a hold: no wait.
+func endHeldLock(span trace.Span, rep *keyorder.Report) {
+	span.SetAttributes(tracing.AttrOrderNo.String(rep.Key), tracing.AttrSeq.Int64(rep.Pos),
+		tracing.AttrFence.Int64(rep.Fence), tracing.AttrLockMode.String(string(ModeTurn)),
+		attribute.Int64("orderworker.lock.waited_ms", 0), attribute.Int("orderworker.hold.changes", rep.Held))
+	span.AddEvent(tracing.EventInHold, trace.WithAttributes(tracing.AttrHeadSeq.Int64(rep.Prev.Pos), tracing.AttrHead.String(rep.Prev.Label)))
+	span.End()
+}
+
 // endLock ends the lock's span with how the lock was taken, or why not.
-func endLock(span trace.Span, lease *keyorder.Lease, taken keyorder.Taken, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	waited := taken.Waited // the earlier rounds' waits (a skipped head)
-	if err == nil {
-		waited += lease.Stats().Waited // and the round that took the lock
-	}
-	span.SetAttributes(attribute.Int64("orderworker.lock.waited_ms", waited.Milliseconds()))
-	if taken.Skipped > 0 {
-		span.SetAttributes(attribute.Int("orderworker.skipped", taken.Skipped))
+func endLock(span trace.Span, rep *keyorder.Report, err error) {
+	span.SetAttributes(attribute.Int64("orderworker.lock.waited_ms", rep.Lock.Waited.Milliseconds()))
+	if rep.Skipped > 0 {
+		span.SetAttributes(attribute.Int("orderworker.skipped", rep.Skipped))
 	}
 	var park *keyorder.ParkError
 	var busy *keyorder.BusyError
 	switch {
 	case err == nil:
-		st := lease.Stats()
-		span.SetAttributes(tracing.AttrFence.Int64(lease.Fence()), tracing.AttrLockMode.String(string(lease.Mode())),
-			attribute.Int("orderworker.lock.attempts", st.Attempts))
+		span.SetAttributes(tracing.AttrFence.Int64(rep.Fence), tracing.AttrLockMode.String(string(rep.Mode)),
+			attribute.Int("orderworker.lock.attempts", rep.Lock.Attempts))
 	case errors.As(err, &park):
 		te := park.Err
 		name := tracing.EventParked

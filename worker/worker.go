@@ -82,7 +82,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -439,22 +438,15 @@ type Worker struct {
 	cfg      Config
 	kinds    tasks.Table    // the kinds of cfg.Kinds: what task types and labels are read against
 	queues   map[string]int // the queues served, shards included, with their weights
-	served   []string       // the keys of queues, sorted
 	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	handler  asynq.Handler
-	lockr    *keyorder.Locker // the Worker's own: Shutdown closes it
-	turns    *keyorder.Turns  // the orders' turns, on lockr
-	insp     *asynq.Inspector
+	runner   *keyorder.Runner // the one run loop: the Worker's own, Shutdown closes it
 	store    orders.Store
 	log      *zap.Logger
-	tracer   trace.Tracer         // nil: tracing off
-	inflight sync.WaitGroup       // handler runs; asynq stops waiting for them at its shutdown timeout
-	slots    atomic.Int64         // asynq's slots in use: runs it started (a hold's drained runs take none)
-	stopping atomic.Bool          // Shutdown began: holds drain no more
-	hold     keyorder.HoldConfig  // how the Worker's holds drain an order (drain.go)
-	locate   keyorder.Locate      // where a position's task waits (requeue.Locate of its shards and kinds)
-	tasks    *keyorder.QueueTasks // the positions' tasks in the queues, on locate
+	tracer   trace.Tracer    // nil: tracing off
+	inflight sync.WaitGroup  // handler runs; asynq stops waiting for them at its shutdown timeout
+	locate   keyorder.Locate // where a position's task waits (requeue.Locate of its shards and kinds)
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -492,46 +484,54 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	locker, err := keyorder.New(seq, keyorder.Config{
+	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, store: store, log: log,
+		tracer: tracing.Tracer(cfg.TracerProvider)}
+	w.locate = requeue.Locate(cfg.Shards, w.kinds)
+	// The engine's Runner is the run loop; the order domain joins it with
+	// its checks before the turn (admit), its log line, metrics and span
+	// around each run (observe, phase), the heads it brings forward
+	// (headDue), and the changes a hold may take (locateChange).
+	w.runner, err = keyorder.NewRunner(seq, keyorder.RunnerConfig{
+		Key:          requeue.OrderNo(w.kinds),
+		Locate:       w.locate,
+		HoldLocate:   w.locateChange,
 		TTL:          cfg.LockTTL,
-		Logger:       cfg.Logger.Named("lock"),
-		OnWait:       cfg.OnLockWait,
+		GapWait:      cfg.GapWait,
+		BusyRetryMin: cfg.BusyRetryMin,
+		BusyRetryMax: cfg.BusyRetryMax,
+		DrainMax:     cfg.DrainMax,
+		DrainFor:     cfg.DrainFor,
+		OnHold:       func(d keyorder.HoldDone) { cfg.Metrics.observeHold(d.Runs, d.Yielded) },
 		WaitReplicas: cfg.WaitReplicas,
 		WaitTimeout:  cfg.WaitTimeout,
+		Logger:       log,
+		KeyField:     "order_no",
+		OnWait:       cfg.OnLockWait,
+		Admit:        w.admit,
+		Observe:      w.observe,
+		Phase:        w.phase,
+		HeadDue:      w.headDue,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
-		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
-	w.locate = requeue.Locate(cfg.Shards, w.kinds)
-	w.served = slices.Sorted(maps.Keys(w.queues))
-	w.tasks, err = keyorder.NewQueueTasks(rdb, keyorder.QueueTasksConfig{Key: requeue.OrderNo(w.kinds), Locate: w.locate, Logger: log, KeyField: "order_no"})
-	if err != nil {
-		_ = locker.Close()
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	w.turns, err = keyorder.NewTurns(locker, queueTasks{w}, keyorder.TurnsConfig{GapWait: cfg.GapWait, Logger: log, KeyField: "order_no",
-		BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
-	if err != nil {
-		_ = locker.Close()
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	w.hold = w.holdConfig()
-	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	w.srv = asynq.NewServerFromRedisClient(rdb, w.runner.ServerConfig(asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   maps.Clone(w.queues),
 		StrictPriority:           cfg.StrictPriority,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
-		IsFailure:                IsFailure,
 		ErrorHandler:             asynq.ErrorHandlerFunc(w.countArchived),
-		RetryDelayFunc:           w.turns.RetryDelay,
 		Logger:                   cfg.Logger.Named("asynq").Sugar(),
 		LogLevel:                 asynq.WarnLevel,
-	})
-	w.handler = w.observe(asynq.HandlerFunc(w.process))
+	}))
+	// One handler for every kind; a mux, so that a hold runs any kind.
+	mux := asynq.NewServeMux()
+	for _, k := range w.kinds {
+		mux.HandleFunc(k.Type, w.process)
+	}
+	w.handler = w.runner.Handler(mux)
 	types := []string{taskTypeUnknown}
 	for _, k := range w.kinds {
 		types = append(types, k.Type)
@@ -602,14 +602,14 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 // handler that ignores its context keeps Shutdown waiting.) Call it once,
 // also for a Worker that was never started.
 func (w *Worker) Shutdown() {
-	w.stopping.Store(true)
+	w.runner.Stop()
 	if w.stopRecover != nil {
 		w.stopRecover()
 		<-w.recoverDone
 	}
 	w.srv.Shutdown()
 	w.inflight.Wait()
-	if err := w.lockr.Close(); err != nil {
+	if err := w.runner.Close(); err != nil {
 		w.log.Warn("close the lock's notice subscription", zap.Error(err))
 	}
 }
@@ -622,7 +622,7 @@ func (w *Worker) Shutdown() {
 // user's ACL needs. Other errors are Redis's. Call it before Start; later
 // calls only report.
 func (w *Worker) CheckNotices(ctx context.Context) error {
-	if err := w.lockr.CheckNotices(ctx); err != nil {
+	if err := w.runner.CheckNotices(ctx); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil

@@ -104,19 +104,28 @@
 // own round trips, and Enqueue is one script, as asynq's Client's enqueue
 // is. A task behind its key's head is parked; when its turn comes while
 // the task before it succeeds, the Runner keeps the key's lock and runs it
-// in the same hold ([RunnerConfig].DrainMax, [Turns.Drain]), taking it out
+// in the same hold ([RunnerConfig].DrainMax), taking it out
 // of asynq in the round trip that passes the turn on: a hot key's tasks
 // then cost about one round trip each, and run about as fast as plain
 // asynq runs unordered tasks. A parked task whose predecessor failed, or
 // whose hold yielded to other keys, is called back through its queue
-// instead. The order domain's worker goes one step further on the same
-// engine: a Redis store's commit script also passes the turn on
-// ([Commit]).
+// instead. The order domain's worker, a Runner, goes one step further: its
+// Redis store's commit script also passes the turn on ([Run].Commit).
+//
+// # Joining every run
+//
+// A program with more to do than a handler joins the Runner's runs
+// through [RunnerConfig]'s hooks rather than composing a run itself:
+// Admit (its checks before the turn, the position's label, the wait),
+// Observe (around each run, a hold's included, with a [Report] of what
+// the run did: for the log line, metrics and spans), Phase (the lock and
+// the end of a run), HeadDue (a head whose task is due later), HoldLocate
+// (what a hold may take), OnHold and OnWait. The order domain's worker is
+// a Runner joined this way.
 //
 // # The parts
 //
-// [Client] and [Runner] are built on the parts below them, which a domain
-// with more to do (the order domain does) uses directly. Every part is
+// [Client] and [Runner] are built on the parts below them. Every part is
 // built on one [Sequencer], the key space, which owns the sequence:
 // reserving a position at acceptance (the Client), passing the turn on and
 // handing the lock off (the Locker's scripts, [Turns], a store's
@@ -138,15 +147,12 @@
 //     without their turn. A task's run reads as [Turns.TakeTask], run,
 //     commit, [Turns.EndTask]: those two decide what asynq gets (a wait
 //     spends no retry, a failure backs off within its budget and is
-//     archived past it, with [ErrOutOfBudget]), for the [Runner] and for
-//     a program that wraps its handlers itself ([Turns.RetryDelay] is then
-//     its server's RetryDelayFunc, [IsFailure] its IsFailure).
+//     archived past it, with [ErrOutOfBudget]), for the [Runner].
 //   - [QueueTasks]: the [Tasks] that Turns ask about the tasks behind the
 //     positions, in asynq's queues: it wakes a parked task when its turn
 //     comes, and tells whether a head that waits for its task will ever
-//     get it (the gap check). The Runner's Turns ask one; a program that
-//     takes turns itself builds one, and may add to its HeadFate (the
-//     order domain brings forward a head scheduled too far ahead).
+//     get it (the gap check). The Runner's Turns ask one, with
+//     [RunnerConfig].HeadDue's word on a head due later.
 //   - [Commit]: the hook a store on the lock's own Redis is handed with a
 //     write, to check the lock's newest fence and pass the turn on in its
 //     commit script ([CommitLua]).

@@ -86,6 +86,108 @@ type RunnerConfig struct {
 	// KeyField names the key in the log lines of the key's turns (see
 	// TurnsConfig.KeyField). Defaults to "key".
 	KeyField string
+	// OnWait, when set, is called once per run that finds its key held
+	// (or not yet in its turn) and starts waiting (Config.OnWait). It
+	// must not block. Defaults to nil.
+	OnWait func(key, meta, holder string)
+
+	// The hooks below let a program join every run, asynq's and a
+	// hold's, without composing the run itself. Each is optional, is
+	// called on the run's goroutine, and must be safe for concurrent use.
+
+	// Admit, when set, reads each task before it waits for its turn,
+	// with the run's context (inside Observe): it may check the task
+	// against the program's own rules and say how it waits and what its
+	// position's label is ([Admission]). An error archives the task with
+	// the reason (asynq.SkipRetry is added when missing) and notes it in
+	// the key's sequence log when the key is known; with
+	// Admission.Abandon, the task's position is also used up at once, so
+	// that its key's next task goes on without waiting for the gap check.
+	Admit func(ctx context.Context, t *asynq.Task) (Admission, error)
+	// Observe, when set, wraps each run (see [Report]): it must call run
+	// once, with ctx or a context derived from it, and return its error
+	// (or another: what asynq gets). For the log line, metrics and span
+	// of each run; the hold's runs (see DrainMax) are observed one by
+	// one, as asynq's are.
+	Observe func(ctx context.Context, t *asynq.Task, rep *Report, run func(context.Context) error) error
+	// Phase, when set, is called as a run starts waiting for its key's
+	// lock and turn (PhaseLock; in a hold it is granted at once) and as
+	// it starts to end (PhaseEnd: the release that passes the turn on),
+	// and returns the context of the phase (a span's, say) and the
+	// function that ends it, with the phase's error. rep holds what the
+	// run learned so far.
+	Phase func(ctx context.Context, p Phase, rep *Report) (context.Context, func(error))
+	// HeadDue, when set, says how long a head of key's sequence waits for
+	// its task, which exists and is due only later (info: in asynq's
+	// scheduled or retry set), where the Runner waits until
+	// info.NextProcessAt. It may move the task (bring it forward, say)
+	// and return 0. An error is Redis's, and the gap check runs again.
+	HeadDue func(ctx context.Context, key string, te *TurnError, info *asynq.TaskInfo) (time.Duration, error)
+	// HoldLocate, when set, is where a hold looks for the parked task of
+	// the key's next position (see DrainMax), given its label; ok false
+	// keeps a hold from taking it (a position held by another key's
+	// task, say), and it then runs from its queue. Defaults to Locate.
+	HoldLocate Locate
+}
+
+// Admission is what [RunnerConfig].Admit says of a task before its turn.
+type Admission struct {
+	// Key is the task's key; "" has the Runner read it with
+	// RunnerConfig.Key.
+	Key string
+	// Label is the label its position was reserved under; "" for a
+	// [Client]'s ([Label] of its queue and ID). A task without a
+	// position is noted under it when it is archived.
+	Label string
+	// Wait is how the task waits for its key's lock and its turn; zero
+	// fields keep RunnerConfig.Wait's.
+	Wait Wait
+	// Abandon, with Admit's error, uses the task's position up at once
+	// (see RunnerConfig.Admit); its Report is then Final.
+	Abandon bool
+}
+
+// Phase is a phase of a run, for [RunnerConfig].Phase.
+type Phase int
+
+// The phases of a run.
+const (
+	// PhaseLock is the wait for the key's lock and turn.
+	PhaseLock Phase = iota + 1
+	// PhaseEnd is the run's end: the turn passes on, or stays.
+	PhaseEnd
+)
+
+// Report is what a Runner learns of one run, for [RunnerConfig].Observe
+// (read it after run returns) and Phase. The Runner writes it on the
+// run's goroutine only.
+type Report struct {
+	// Started is when the run began.
+	Started time.Time
+	// Queue and TaskID name the task; Retried and MaxRetry are asynq's:
+	// its failures before this run, and its MaxRetry.
+	Queue, TaskID     string
+	Retried, MaxRetry int
+	// Held is 0 for a run that asynq started, and n for one that a hold
+	// took out of its queue after n runs (see RunnerConfig.DrainMax);
+	// Prev is then the position the hold ran before.
+	Held int
+	Prev Turn
+	// Key and Pos are the task's, once read (Pos 0: no position).
+	Key string
+	Pos int64
+	// Locked says the run took its key's lock, with Fence and Mode.
+	Locked bool
+	Fence  int64
+	Mode   Mode
+	// Lock says how the lock and the turn were waited for, over every
+	// round of the run; Skipped counts the heads it skipped before its
+	// turn (their tasks never came).
+	Lock    Stats
+	Skipped int
+	// Final says the run's work is done for good (applied, archived or
+	// revoked, or its position abandoned): its turn passed on.
+	Final bool
 }
 
 // HoldDone describes a hold of a key's lock that ended, for
@@ -183,7 +285,8 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Locate == nil {
 		cfg.Locate = clientLabel
 	}
-	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger, WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout})
+	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger, OnWait: cfg.OnWait,
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -193,14 +296,18 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{rdb: seq.rdb, l: l, tasks: tasks, insp: tasks.insp, cfg: cfg, headSeq: seq.paged(1)}
-	r.turns, err = NewTurns(l, tasks, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
+	r.turns, err = NewTurns(l, runnerTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("%w (RunnerConfig)", err)
 	}
+	holdLocate := cfg.HoldLocate
+	if holdLocate == nil {
+		holdLocate = cfg.Locate
+	}
 	r.hold = HoldConfig{
-		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: cfg.Locate, Run: r.runHeld,
+		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: holdLocate, Run: r.runHeld,
 		Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
 	return r, nil
@@ -316,6 +423,16 @@ type Run struct {
 	// hold of the key's lock took out of its queue after n runs (see
 	// RunnerConfig.DrainMax): it runs with the same fence as they did.
 	Held int
+	// Record says the store should record Pos as the newest it applied:
+	// true in the position's turn, and when the key's sequence is gone
+	// (expired, or lost in a failover: the store's record then keeps an
+	// older position from applying over a newer one); false for a
+	// position the sequence had passed already (a run again), which the
+	// store only checks.
+	Record bool
+	// Commit is the run's lease as the engine's hook for a store on the
+	// lock's own Redis ([Commit]); a store that cannot use it ignores it.
+	Commit Commit
 }
 
 type runKey struct{}
@@ -357,93 +474,191 @@ func RunFrom(ctx context.Context) (Run, bool) {
 // A task whose key or position cannot be read is archived with the reason.
 func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		started := time.Now()
 		r.slots.Add(1)
 		defer r.slots.Add(-1)
-		id, _ := asynq.GetTaskID(ctx)
-		queue, _ := asynq.GetQueueName(ctx)
-		retried, _ := asynq.GetRetryCount(ctx)
-		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		rep := &Report{Started: time.Now()}
+		rep.TaskID, _ = asynq.GetTaskID(ctx)
+		rep.Queue, _ = asynq.GetQueueName(ctx)
+		rep.Retried, _ = asynq.GetRetryCount(ctx)
+		rep.MaxRetry, _ = asynq.GetMaxRetry(ctx)
 		if _, ok := r.handlers.Load(t.Type()); !ok {
 			r.handlers.Store(t.Type(), next)
 		}
-		if _, ok := r.seen.Load(queue); !ok {
-			r.seen.Store(queue, true)
+		if _, ok := r.seen.Load(rep.Queue); !ok {
+			r.seen.Store(rep.Queue, true)
 		}
-		key, pos, err := r.position(t, id)
-		if err != nil {
+		var kept *Lease
+		err := r.observe(ctx, t, rep, func(ctx context.Context) error {
+			tr, lease, err := r.take(ctx, t, rep)
+			if err != nil {
+				return err
+			}
+			err = r.run(ctx, next, lease, rep, tr)
+			if _, ok := lease.Kept(); ok {
+				kept = lease
+			}
 			return err
-		}
-		tr := TaskRun{Key: key, Meta: clip(t.Type() + " " + id), Task: t, Retried: retried, MaxRetry: maxRetry}
-		if pos > 0 {
-			tr.Turn = Turn{Pos: pos, Label: Label(queue, id)}
-			tr.Label = tr.Turn.Label
-		}
-		lease, _, err := r.turns.TakeTask(ctx, &tr, r.cfg.Wait)
-		if err != nil {
-			return err
-		}
-		err = r.run(ctx, next, lease, Run{Key: key, Pos: pos, Fence: lease.Fence(), Mode: lease.Mode()}, &tr)
-		if _, kept := lease.Kept(); kept {
+		})
+		if kept != nil {
 			// The turn passed on while the lock was kept, for the key's
 			// next task, parked: run it, and those after it, in this hold.
-			runs, yielded := r.turns.Drain(ctx, lease, started, &r.hold)
+			runs, yielded := r.turns.Drain(ctx, kept, rep.Started, &r.hold)
 			if r.cfg.OnHold != nil {
-				r.cfg.OnHold(HoldDone{Key: key, Runs: runs, Yielded: yielded, Took: time.Since(started)})
+				r.cfg.OnHold(HoldDone{Key: rep.Key, Runs: runs, Yielded: yielded, Took: time.Since(rep.Started)})
 			}
 		}
 		return err
 	})
 }
 
-// position reads the key and the position of task id, t; an error, which
-// archives the task, says why they cannot be read.
-func (r *Runner) position(t *asynq.Task, id string) (string, int64, error) {
-	key, err := r.cfg.Key(t)
+// observe runs run for t inside RunnerConfig.Observe.
+func (r *Runner) observe(ctx context.Context, t *asynq.Task, rep *Report, run func(context.Context) error) error {
+	if r.cfg.Observe == nil {
+		return run(ctx)
+	}
+	return r.cfg.Observe(ctx, t, rep, run)
+}
+
+// noPhase is what phase returns without RunnerConfig.Phase.
+func noPhase(error) {}
+
+// phase starts phase p of rep's run (RunnerConfig.Phase).
+func (r *Runner) phase(ctx context.Context, p Phase, rep *Report) (context.Context, func(error)) {
+	if r.cfg.Phase == nil {
+		return ctx, noPhase
+	}
+	return r.cfg.Phase(ctx, p, rep)
+}
+
+// admit reads t's key and position, and what RunnerConfig.Admit says of
+// it, into rep and the run it returns. An error, which archives the task,
+// says why it cannot run; it is noted in the key's sequence log (and the
+// position used up, for Admission.Abandon) when the key is known.
+func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *TaskRun, error) {
+	var a Admission
+	var err error
+	if r.cfg.Admit != nil {
+		a, err = r.cfg.Admit(ctx, t)
+	}
+	key := a.Key
+	if key == "" && err == nil {
+		key, err = r.cfg.Key(t)
+		if err == nil {
+			err = checkKey(key, "")
+		}
+		if err != nil {
+			err = fmt.Errorf("keyorder: task %s: its key: %w", clip(rep.TaskID), err)
+		}
+	}
+	pos, perr := Position(t.Payload())
+	if perr != nil && err == nil {
+		err = fmt.Errorf("keyorder: task %s of %s: %w", clip(rep.TaskID), key, perr)
+	}
+	if err != nil && checkKey(key, "") != nil {
+		// No key to note it under.
+		if !errors.Is(err, asynq.SkipRetry) {
+			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		return Wait{}, nil, err
+	}
+	if a.Label == "" && pos > 0 {
+		a.Label = Label(rep.Queue, rep.TaskID)
+	}
+	rep.Key, rep.Pos = key, pos
+	tr := &TaskRun{Key: key, Meta: clip(t.Type() + " " + rep.TaskID), Label: a.Label, Task: t,
+		Retried: rep.Retried, MaxRetry: rep.MaxRetry}
+	if pos > 0 {
+		tr.Turn = Turn{Pos: pos, Label: a.Label}
+	}
+	if err != nil {
+		if !errors.Is(err, asynq.SkipRetry) {
+			err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		if a.Abandon && pos > 0 {
+			r.turns.Abandon(ctx, key, tr.Turn, "archived: "+err.Error())
+			rep.Final = true
+		} else if pos > 0 || a.Label != "" {
+			r.turns.Note(ctx, key, pos, a.Label, "archived: "+err.Error())
+		}
+		return Wait{}, nil, err
+	}
+	return a.Wait.Or(r.cfg.Wait), tr, nil
+}
+
+// take admits t and takes its key's lock in its turn, for the run of rep.
+func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*TaskRun, *Lease, error) {
+	w, tr, err := r.admit(ctx, t, rep)
+	if err != nil {
+		return nil, nil, err
+	}
+	pctx, end := r.phase(ctx, PhaseLock, rep)
+	lease, taken, err := r.turns.TakeTask(pctx, tr, w)
+	rep.Lock.Waited, rep.Skipped = taken.Waited, taken.Skipped
 	if err == nil {
-		err = checkKey(key, "")
+		st := lease.Stats()
+		st.Waited += taken.Waited // waits of earlier rounds (a skipped head)
+		rep.Locked, rep.Fence, rep.Mode, rep.Lock = true, lease.Fence(), lease.Mode(), st
 	}
-	if err != nil {
-		return "", 0, fmt.Errorf("keyorder: task %s: its key: %w: %w", clip(id), err, asynq.SkipRetry)
+	end(err)
+	return tr, lease, err
+}
+
+// handlerOf returns the handler that runs t in a hold: the one that ran
+// its type before in this Runner, or else a ServeMux wrapped by the
+// Runner that has a handler of its type.
+func (r *Runner) handlerOf(t *asynq.Task) (asynq.Handler, bool) {
+	if h, ok := r.handlers.Load(t.Type()); ok {
+		return h.(asynq.Handler), true
 	}
-	pos, err := Position(t.Payload())
-	if err != nil {
-		return "", 0, fmt.Errorf("keyorder: task %s of %s: %w: %w", clip(id), key, err, asynq.SkipRetry)
-	}
-	return key, pos, nil
+	var found asynq.Handler
+	r.handlers.Range(func(_, h any) bool {
+		if mux, ok := h.(*asynq.ServeMux); ok {
+			if _, pattern := mux.Handler(t); pattern != "" {
+				found = mux
+				return false
+			}
+		}
+		return true
+	})
+	return found, found != nil
 }
 
 // runHeld is the Runner's HoldConfig.Run: it runs task t, which a hold
 // took out of its queue for position held.Turn, with the handler that ran
-// its type before, in the hold's lease.
+// its type before, in the hold's lease, as a run of its own (observed).
 func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
-	key, pos, err := r.position(t, held.ID)
-	if err != nil {
-		return err
-	}
-	h, ok := r.handlers.Load(t.Type())
-	switch {
-	case !ok:
-		err = fmt.Errorf("no handler of the Runner has run a %s task yet", clip(t.Type()))
-	case key != held.Lease.Key() || pos != held.Turn.Pos:
-		err = fmt.Errorf("task of %s holds position %d, not %d of %s, which the hold passed on to", key, pos, held.Turn.Pos, held.Lease.Key())
-	default:
-		err = held.Lease.Next(held.Turn)
-	}
-	if err != nil {
-		// Back to its queue, where it takes its turn as any task does.
-		return r.turns.Later(fmt.Errorf("%w: %w", ErrNotYourTurn, err))
-	}
-	run := Run{Key: key, Pos: pos, Fence: held.Lease.Fence(), Mode: ModeTurn, Held: held.Runs}
-	tr := TaskRun{Key: key, Turn: held.Turn, Label: held.Turn.Label, Task: t, Retried: held.Retried, MaxRetry: held.MaxRetry}
-	return r.run(ctx, h.(asynq.Handler), held.Lease, run, &tr)
+	rep := &Report{Started: time.Now(), Queue: held.Queue, TaskID: held.ID, Retried: held.Retried,
+		MaxRetry: held.MaxRetry, Held: held.Runs, Prev: held.Lease.Turn()}
+	return r.observe(ctx, t, rep, func(ctx context.Context) error {
+		_, tr, err := r.admit(ctx, t, rep)
+		if err != nil {
+			return err
+		}
+		h, ok := r.handlerOf(t)
+		switch {
+		case !ok:
+			err = fmt.Errorf("no handler of the Runner has run a %s task yet", clip(t.Type()))
+		case tr.Key != held.Lease.Key() || tr.Turn != held.Turn:
+			err = fmt.Errorf("task of %s holds position %d, not %d of %s, which the hold passed on to", tr.Key, tr.Turn.Pos, held.Turn.Pos, held.Lease.Key())
+		default:
+			err = held.Lease.Next(held.Turn)
+		}
+		if err != nil {
+			// Back to its queue, where it takes its turn as any task does.
+			return r.turns.Later(fmt.Errorf("%w: %w", ErrNotYourTurn, err))
+		}
+		rep.Locked, rep.Fence, rep.Mode = true, held.Lease.Fence(), ModeTurn
+		_, end := r.phase(ctx, PhaseLock, rep) // granted in the hold: no wait
+		end(nil)
+		return r.run(ctx, h, held.Lease, rep, tr)
+	})
 }
 
 // run runs next inside lease and ends tr's run ([Turns.EndTask]): the
 // turn passes on when the task's work is done (applied or archived), and
 // stays when the task will run again; the lock is kept when the key's next
 // task is parked (see RunnerConfig.DrainMax).
-func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run Run, tr *TaskRun) (err error) {
+func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *TaskRun) (err error) {
 	if skip := tr.OutOfBudget(); skip != nil {
 		// Failed past its budget already, by runs asynq counted without
 		// us (a run that outlived its deadline): archived in its turn,
@@ -454,19 +669,96 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, run 
 	lease.Drain(r.hold.Drains())
 	defer func() {
 		if v := recover(); v != nil {
+			// A handler bug: a failure like any other, and the key's lock
+			// is released now rather than at the end of its lease.
+			r.cfg.Logger.Error("handler panicked", zap.String(r.keyField(), rep.Key), zap.String("task_id", rep.TaskID),
+				zap.Any("panic", v), zap.Stack("stack"))
 			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(tr.Task.Type()), v)
 		}
-		err, _ = r.turns.EndTask(ctx, wctx, lease, tr, err)
+		// When asynq's context for the run is done (its deadline, a
+		// shutdown, a cancel), asynq decides what becomes of the task
+		// without reading this error: the turn stays.
+		pctx, end := r.phase(ctx, PhaseEnd, rep)
+		err, rep.Final = r.turns.EndTask(pctx, wctx, lease, tr, err)
+		end(err)
 	}()
+	run := Run{Key: rep.Key, Mode: lease.Mode(), Held: rep.Held, Commit: lease}
+	tries := 0
 	// A store that refuses the write with what it has seen that the
 	// key's Redis lost in a failover has the run caught up and run again,
 	// in this hold.
 	return lease.WriteCaughtUp(wctx, func() error {
+		if tries++; tries > 1 {
+			r.cfg.Logger.Info("store ahead of the key's Redis; caught up", zap.String(r.keyField(), rep.Key),
+				zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
+		}
 		run.Fence, run.Pos = lease.Fence(), lease.Seq()
+		run.Record = lease.Mode() == ModeTurn || recordsOutOfTurn(lease, rep.Pos, time.Now())
 		return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
-	}, func(_ StoreAhead, cerr error) {
-		r.cfg.Logger.Warn("store ahead of the key; not caught up", zap.String("key", run.Key), zap.Error(cerr))
+	}, func(a StoreAhead, cerr error) {
+		r.cfg.Logger.Warn("store ahead of the key's Redis; not caught up", zap.String(r.keyField(), rep.Key),
+			zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos), zap.Error(cerr))
 	})
+}
+
+// keyField names the key in the Runner's log lines.
+func (r *Runner) keyField() string { return cmp.Or(r.cfg.KeyField, "key") }
+
+// recordsOutOfTurn reports whether the position pos of a task that runs
+// out of its turn is recorded by the store all the same (Run.Record):
+// when its key's sequence is gone (expired, lost with a master of a
+// Cluster, or deleted by a Redis user that may write the sequences), the
+// key's tasks run in whatever order they come, and only the store's
+// record of the newest position applied keeps an older one from applying
+// over a newer one. A position further ahead than any sequence hands out
+// (positions start at Redis TIME in µs: pos above the clock by more than
+// an hour) is none the sequence handed out (a task enqueued by hand,
+// which would hold every later task back), so it is only checked.
+func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
+	return lease.SequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
+}
+
+// runnerTasks is a Runner's [Tasks]: its QueueTasks, with
+// RunnerConfig.HeadDue for a head whose task is due later.
+type runnerTasks struct{ r *Runner }
+
+func (t runnerTasks) Wake(ctx context.Context, key string, labels []string) error {
+	return t.r.tasks.Wake(ctx, key, labels)
+}
+
+func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
+	if t.r.cfg.HeadDue == nil {
+		return t.r.tasks.HeadFate(ctx, key, te)
+	}
+	why, info, err := t.r.tasks.HeadTask(ctx, key, te)
+	if err != nil || why != "" {
+		return why, 0, err
+	}
+	if _, later := TaskFate(info); !later {
+		return "", 0, nil // a pending, active or aggregating task: it comes
+	}
+	d, err := t.r.cfg.HeadDue(ctx, key, te, info)
+	return "", d, err
+}
+
+// Created finishes the position that creator (a task's ID, described as
+// by in the log) reserved in the sequence of key created (see
+// [AtOnce].Link): created exists now, or, when err is not nil, never
+// will. A failure is logged. See [Turns.Created].
+func (r *Runner) Created(ctx context.Context, created, creator, by string, err error) {
+	r.turns.Created(ctx, created, creator, by, err)
+}
+
+// NotCreated returns why key was to be created and was not ("" when its
+// sequence logged no such outcome); see [Turns.NotCreated].
+func (r *Runner) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
+	return r.turns.NotCreated(ctx, key, creation)
+}
+
+// Skipped returns why position pos of key, reserved under label, was
+// given up without its turn, or ""; see [Turns.Skipped].
+func (r *Runner) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
+	return r.turns.Skipped(ctx, key, pos, label)
 }
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
