@@ -116,6 +116,17 @@ func serveRead[T any](s *Server, w http.ResponseWriter, r *http.Request, read fu
 	writeJSON(w, http.StatusOK, v)
 }
 
+// serveOrderRead is serveRead of read of the order the path names, with a
+// 400 for a malformed order number.
+func serveOrderRead[T any](s *Server, w http.ResponseWriter, r *http.Request, read func(ctx context.Context, orderNo string) (T, error), fail func(error) *apiError) {
+	no, aerr := orderNo(r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	serveRead(s, w, r, func(ctx context.Context) (T, error) { return read(ctx, no) }, fail)
+}
+
 // limitParam returns the ?limit= of a page read, from 1 to most, or 0 when
 // it is not given; anything else is a 400.
 func limitParam(r *http.Request, most int) (int, *apiError) {
@@ -146,12 +157,7 @@ func readOnlyError(err error) *apiError { return unavailable(msgUnavailableReadO
 
 // getOrder answers the order.
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
-	no, aerr := orderNo(r)
-	if aerr != nil {
-		s.writeError(w, r, aerr)
-		return
-	}
-	serveRead(s, w, r, func(ctx context.Context) (orders.Order, error) { return s.store.Get(ctx, no) }, storeError)
+	serveOrderRead(s, w, r, s.store.Get, storeError)
 }
 
 // getHistory answers a page of the order's history, oldest entry first,
@@ -176,12 +182,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 // order, or its absence, its lock, its sequence, its tasks and its latest
 // history. An order nothing is known of is an empty status, not a 404.
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
-	no, aerr := orderNo(r)
-	if aerr != nil {
-		s.writeError(w, r, aerr)
-		return
-	}
-	serveRead(s, w, r, func(ctx context.Context) (orderview.Status, error) { return s.views.Status(ctx, no) }, storeError)
+	serveOrderRead(s, w, r, s.views.Status, storeError)
 }
 
 // getBlocked answers a page of the blocked-orders list
