@@ -334,10 +334,9 @@ func kindCommand(kinds tasks.Table, name string) (enqueueCommand, bool) {
 func jsonCommand(k *tasks.Kind) enqueueCommand {
 	return enqueueCommand{flags: "-json PAYLOAD [-event-id ID]", example: k.Example(),
 		run: func(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
-			fs := flag.NewFlagSet(k.Name, flag.ContinueOnError)
+			fs := newEnqueueFlags(k.Name, "the payload's event_id, or a new UUID")
 			body := fs.String("json", "{}", "the payload as JSON, without order_no")
-			eventID := fs.String("event-id", "", "idempotency key (default: the payload's event_id, or a new UUID)")
-			no, err := parseCommand(fs, args)
+			no, opts, err := fs.parse(args)
 			if err != nil {
 				return producer.Result{}, err
 			}
@@ -347,47 +346,62 @@ func jsonCommand(k *tasks.Kind) enqueueCommand {
 			}
 			h := payload.Header()
 			h.OrderNo = no
-			var opts []producer.Option
-			if *eventID != "" {
-				opts = append(opts, producer.WithEventID(*eventID))
-			}
 			return p.Enqueue(ctx, payload.WithHeader(h), opts...)
 		}}
 }
 
+// enqueueFlags are the flags of an enqueue command: its own, declared on
+// the embedded FlagSet by the command, and -event-id, which every one of
+// them takes.
+type enqueueFlags struct {
+	*flag.FlagSet
+	eventID *string
+}
+
+// newEnqueueFlags returns the flags of the enqueue command name, with
+// -event-id, whose default eventIDDefault describes.
+func newEnqueueFlags(name, eventIDDefault string) enqueueFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return enqueueFlags{FlagSet: fs, eventID: fs.String("event-id", "", "idempotency key (default: "+eventIDDefault+")")}
+}
+
+// parse parses args as parseCommand does, and returns the order number and
+// the producer options of -event-id (none when it is not given).
+func (f enqueueFlags) parse(args []string) (string, []producer.Option, error) {
+	no, err := parseCommand(f.FlagSet, args)
+	if err != nil {
+		return "", nil, err
+	}
+	var opts []producer.Option
+	if *f.eventID != "" {
+		opts = append(opts, producer.WithEventID(*f.eventID))
+	}
+	return no, opts, nil
+}
+
 func modify(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
-	fs := flag.NewFlagSet("modify", flag.ContinueOnError)
+	fs := newEnqueueFlags("modify", "a new UUID")
 	var address, remark optString
 	var its items
 	fs.Var(&address, "address", "new delivery address")
 	fs.Var(&remark, "remark", "new remark (empty clears it)")
 	fs.Var(&its, "item", "SKU=QTY; repeat to replace the whole item list")
-	eventID := fs.String("event-id", "", "idempotency key (default: a new UUID)")
-	no, err := parseCommand(fs, args)
+	no, opts, err := fs.parse(args)
 	if err != nil {
 		return producer.Result{}, err
-	}
-	var opts []producer.Option
-	if *eventID != "" {
-		opts = append(opts, producer.WithEventID(*eventID))
 	}
 	return p.EnqueueModify(ctx, no, tasks.Changes{Address: address.p, Remark: remark.p, Items: its}, opts...)
 }
 
 func exchange(ctx context.Context, p *producer.Producer, args []string) (producer.Result, error) {
-	fs := flag.NewFlagSet("exchange", flag.ContinueOnError)
+	fs := newEnqueueFlags("exchange", "a new UUID")
 	var its items
 	fs.Var(&its, "item", "SKU=QTY of the replacement order; repeat for more")
 	newNo := fs.String("new-order-no", "", "the replacement's number (default: derived from the event)")
 	reason := fs.String("reason", "", "why, for the history")
-	eventID := fs.String("event-id", "", "idempotency key (default: a new UUID)")
-	no, err := parseCommand(fs, args)
+	no, opts, err := fs.parse(args)
 	if err != nil {
 		return producer.Result{}, err
-	}
-	var opts []producer.Option
-	if *eventID != "" {
-		opts = append(opts, producer.WithEventID(*eventID))
 	}
 	if *newNo != "" {
 		opts = append(opts, producer.WithNewOrderNo(*newNo))

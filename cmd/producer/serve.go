@@ -8,11 +8,13 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/orders"
 )
 
 // serveSettings is the configuration of "producer serve".
@@ -151,54 +154,16 @@ func checkKeyRates(items []string) error {
 // start: serve starts anyway, warns, and answers 503 (/readyz included)
 // until Redis answers.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	c := serveSettings{common: common{Kinds: tasks.Kinds()}}
-	set := config.NewSet("producer serve", getenv)
-	set.SetOutput(stdout)
-	declareServe(set, &c)
-	if err := set.Parse(args); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return nil
-		}
-		return err
+	c, err := parseServe(args, getenv, stdout)
+	if c == nil || err != nil {
+		return err // nil after -h
 	}
-	switch {
-	case len(set.Args()) > 0:
-		return fmt.Errorf("serve: unexpected arguments %q (serve takes flags only; see -h)", set.Args())
-	case c.RequestTimeout >= c.WriteTimeout:
-		return fmt.Errorf("serve: INTAKE_REQUEST_TIMEOUT (%v) must be below INTAKE_WRITE_TIMEOUT (%v), or a slow Redis would cut answers off", c.RequestTimeout, c.WriteTimeout)
-	case c.InsecureNoAuth && len(c.AdminKeys) > 0:
-		return errors.New("serve: -insecure-no-auth given together with INTAKE_ADMIN_KEYS (-admin-keys): drop one or the other")
-	case c.InsecureNoAuth && len(c.APIKeys) > 0:
-		return errors.New("serve: -insecure-no-auth given together with INTAKE_API_KEYS (-api-keys): drop one or the other")
-	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
-		return errors.New("serve: no API keys: set INTAKE_API_KEYS (-api-keys), or pass -insecure-no-auth to serve without authentication")
-	case c.InsecureNoAuth && len(c.KeyRates) > 0:
-		return errors.New("serve: INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth: without keys every caller shares the one bucket of INTAKE_RATE and INTAKE_BURST")
-	}
-	rateLimit, _ := parseRate(c.Rate)         // checked by Parse
-	actionRate, _ := parseRate(c.ActionRate)  // checked by Parse
-	keyLimits, _ := parseKeyRates(c.KeyRates) // checked by Parse
-	for _, n := range slices.Sorted(maps.Keys(keyLimits)) {
-		if n > len(c.APIKeys) {
-			return fmt.Errorf("serve: INTAKE_KEY_RATES (-key-rates): no key #%d: INTAKE_API_KEYS has %d", n, len(c.APIKeys))
-		}
-	}
-	ignored, err := c.OrderStore.Check()
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-
 	root, err := logging.New(c.LogLevel, c.LogFormat, stdout)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = root.Sync() }()
-	logging.Redis.Set(root) // go-redis's own lines (see logging.CaptureRedis)
-	log := root.Named("intake")
-	log.Info("starting", set.LogField())
-	if len(ignored) > 0 {
-		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
-	}
+	log := c.logStart(root)
 
 	// Tracing, by the standard OTEL_* variables only: off unless set.
 	tr, stopTracing, err := telemetry.Start(ctx, "orderworker-intake", getenv, log)
@@ -216,11 +181,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := telemetry.InstrumentRedis(rdb, tr.Provider()); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	pcfg := c.producerConfig()
-	pcfg.TracerProvider = tr.Provider()
-	p, err := producer.New(rdb, pcfg)
+	p, err := c.newProducer(rdb, tr)
 	if err != nil {
-		return fmt.Errorf("serve: KEY_PREFIX (-key-prefix), WAIT_REPLICAS or WAIT_TIMEOUT: %w", err)
+		return err
 	}
 	defer p.Close()
 	// The reads of the order API (ORDER_STORE=http) join the request's trace.
@@ -229,39 +192,148 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer store.Close()
-	handler, err := intake.New(rdb, p, store.Store, intake.Config{
+	handler, err := c.newIntake(rdb, p, store.Store, tr, log)
+	if err != nil {
+		return err
+	}
+	c.checkRedis(ctx, rdb, p, log)
+	return c.listenAndServe(ctx, handler, log)
+}
+
+// serveRun is the settings of serve, parsed and checked, with what they
+// are read into.
+type serveRun struct {
+	serveSettings
+	rateLimit  rate.Limit
+	actionRate rate.Limit
+	keyLimits  map[int]intake.Limit
+	ignored    []string  // the order API settings ORDER_STORE ignores
+	logField   zap.Field // the settings, as the start's log line shows them
+}
+
+// parseServe reads and checks the settings of serve from args and getenv,
+// its -h text written to stdout. It returns nil and no error after -h.
+func parseServe(args []string, getenv func(string) string, stdout io.Writer) (*serveRun, error) {
+	c := serveRun{serveSettings: serveSettings{common: common{Kinds: tasks.Kinds()}}}
+	set := config.NewSet("producer serve", getenv)
+	set.SetOutput(stdout)
+	declareServe(set, &c.serveSettings)
+	if err := set.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if len(set.Args()) > 0 {
+		return nil, fmt.Errorf("serve: unexpected arguments %q (serve takes flags only; see -h)", set.Args())
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.rateLimit, _ = parseRate(c.Rate)         // checked by Parse
+	c.actionRate, _ = parseRate(c.ActionRate)  // checked by Parse
+	c.keyLimits, _ = parseKeyRates(c.KeyRates) // checked by Parse
+	for _, n := range slices.Sorted(maps.Keys(c.keyLimits)) {
+		if n > len(c.APIKeys) {
+			return nil, fmt.Errorf("serve: INTAKE_KEY_RATES (-key-rates): no key #%d: INTAKE_API_KEYS has %d", n, len(c.APIKeys))
+		}
+	}
+	var err error
+	if c.ignored, err = c.OrderStore.Check(); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	c.logField = set.LogField()
+	return &c, nil
+}
+
+// check returns an error for settings that each pass Parse but not
+// together: timeouts out of order, keys given with -insecure-no-auth, or
+// none without it.
+func (c *serveSettings) check() error {
+	switch {
+	case c.RequestTimeout >= c.WriteTimeout:
+		return fmt.Errorf("serve: INTAKE_REQUEST_TIMEOUT (%v) must be below INTAKE_WRITE_TIMEOUT (%v), or a slow Redis would cut answers off", c.RequestTimeout, c.WriteTimeout)
+	case c.InsecureNoAuth && len(c.AdminKeys) > 0:
+		return errors.New("serve: -insecure-no-auth given together with INTAKE_ADMIN_KEYS (-admin-keys): drop one or the other")
+	case c.InsecureNoAuth && len(c.APIKeys) > 0:
+		return errors.New("serve: -insecure-no-auth given together with INTAKE_API_KEYS (-api-keys): drop one or the other")
+	case !c.InsecureNoAuth && len(c.APIKeys) == 0:
+		return errors.New("serve: no API keys: set INTAKE_API_KEYS (-api-keys), or pass -insecure-no-auth to serve without authentication")
+	case c.InsecureNoAuth && len(c.KeyRates) > 0:
+		return errors.New("serve: INTAKE_KEY_RATES (-key-rates) given with -insecure-no-auth: without keys every caller shares the one bucket of INTAKE_RATE and INTAKE_BURST")
+	}
+	return nil
+}
+
+// logStart makes root go-redis's log too, logs the start with the
+// settings, and returns the intake's logger.
+func (c *serveRun) logStart(root *zap.Logger) *zap.Logger {
+	logging.Redis.Set(root) // go-redis's own lines (see logging.CaptureRedis)
+	log := root.Named("intake")
+	log.Info("starting", c.logField)
+	if len(c.ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", c.ignored))
+	}
+	return log
+}
+
+// newProducer returns the producer of the settings, its enqueues traced
+// by tr. The caller closes it.
+func (c *serveRun) newProducer(rdb redis.UniversalClient, tr *telemetry.Tracing) (*producer.Producer, error) {
+	pcfg := c.producerConfig()
+	pcfg.TracerProvider = tr.Provider()
+	p, err := producer.New(rdb, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: KEY_PREFIX (-key-prefix), WAIT_REPLICAS or WAIT_TIMEOUT: %w", err)
+	}
+	return p, nil
+}
+
+// newIntake returns the intake's handler of the settings, enqueueing
+// through p and reading store.
+func (c *serveRun) newIntake(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, tr *telemetry.Tracing, log *zap.Logger) (*intake.Server, error) {
+	handler, err := intake.New(rdb, p, store, intake.Config{
 		APIKeys:        c.APIKeys,
 		AdminKeys:      c.AdminKeys,
 		InsecureNoAuth: c.InsecureNoAuth,
 		MaxBody:        int64(c.MaxBody),
 		RequestTimeout: c.RequestTimeout,
-		Rate:           rateLimit,
+		Rate:           c.rateLimit,
 		Burst:          c.Burst,
-		ActionRate:     actionRate,
+		ActionRate:     c.actionRate,
 		ActionBurst:    c.ActionBurst,
-		KeyLimits:      keyLimits,
+		KeyLimits:      c.keyLimits,
 		GapWait:        c.GapWait,
 		BlockedAfter:   c.BlockedAfter,
 		Logger:         log,
 		TracerProvider: tr.Provider(),
 	})
 	if errors.Is(err, httpauth.ErrConfig) {
-		return fmt.Errorf("serve: INTAKE_API_KEYS (-api-keys): %w", err)
+		return nil, fmt.Errorf("serve: INTAKE_API_KEYS (-api-keys): %w", err)
 	}
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return nil, fmt.Errorf("serve: %w", err)
 	}
+	return handler, nil
+}
 
-	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	if err := rdb.Ping(pingCtx).Err(); err != nil {
+// checkRedis warns, within 3 s, when Redis does not answer yet or
+// WAIT_REPLICAS cannot be met now; serve starts anyway.
+func (c *serveRun) checkRedis(ctx context.Context, rdb redis.UniversalClient, p *producer.Producer, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis not reachable yet; serving anyway", zap.String("redis", string(c.Redis.Topology)), zap.Strings("redis_addrs", c.Redis.Addrs()), zap.Error(err))
-	} else if err := p.CheckReplicas(pingCtx); err != nil {
+	} else if err := p.CheckReplicas(ctx); err != nil {
 		// A replica may be rejoining; a setting above the deployment's
 		// replicas answers every enqueue 503 until it is lowered.
 		log.Warn("WAIT_REPLICAS cannot be met now: every enqueue is answered 503 until it can", zap.Int("wait_replicas", c.WaitReplicas), zap.Error(err))
 	}
-	cancel()
+}
 
+// listenAndServe listens on INTAKE_ADDR and serves handler there until ctx
+// is done (see httpserve.Serve).
+func (c *serveRun) listenAndServe(ctx context.Context, handler http.Handler, log *zap.Logger) error {
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s (INTAKE_ADDR): %w", c.Addr, err)

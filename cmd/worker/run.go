@@ -21,6 +21,7 @@ import (
 	"github.com/orderworker/orderworker/internal/telemetry"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -164,35 +165,16 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 
 // runLogTo is run with its log written to logw (os.Stderr when nil).
 func runLogTo(ctx context.Context, args []string, getenv func(string) string, logw io.Writer) error {
-	var c settings
-	s := config.NewSet("worker", getenv)
-	declare(s, &c)
-	if err := s.Parse(args); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return nil
-		}
-		return err
+	c, err := parseRun(args, getenv)
+	if c == nil || err != nil {
+		return err // nil after -h
 	}
-	queues, _ := parseQueues(c.Queues) // checked by Parse
-	ignored, err := c.OrderStore.Check()
-	if err != nil {
-		return err
-	}
-	metricsAuth, err := metricsScheme(c.MetricsTokens)
-	if err != nil {
-		return err
-	}
-
 	log, err := logging.New(c.LogLevel, c.LogFormat, logw)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
-	log.Info("starting", s.LogField())
-	if len(ignored) > 0 {
-		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", ignored))
-	}
+	c.logStart(log)
 
 	// Tracing, by the standard OTEL_* variables only: off unless set.
 	tr, stopTracing, err := telemetry.Start(ctx, "orderworker-worker", getenv, log)
@@ -206,34 +188,103 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if err := telemetry.InstrumentRedis(rdb, tr.Provider()); err != nil {
 		return err
 	}
+	reg, metrics, err := newRegistry()
+	if err != nil {
+		return err
+	}
+	opened, err := c.openStore(rdb, metrics, tr, log)
+	if err != nil {
+		return err
+	}
+	defer opened.Close()
+	w, err := c.newWorker(rdb, opened.Store, metrics, tr, log)
+	if err != nil {
+		return err
+	}
+	if err := c.start(ctx, w, log); err != nil {
+		return err
+	}
+	return c.serveOps(ctx, w, opsHandler(rdb, w, reg, c.metricsAuth), log)
+}
 
+// runSettings are the worker's settings, parsed and checked, with what
+// they are read into.
+type runSettings struct {
+	settings
+	queues      map[string]int
+	metricsAuth httpauth.Scheme // nil: /metrics is open
+	ignored     []string        // the order API settings ORDER_STORE ignores
+	logField    zap.Field       // the settings, as the start's log line shows them
+}
+
+// parseRun reads and checks the worker's settings from args and getenv. It
+// returns nil and no error after -h.
+func parseRun(args []string, getenv func(string) string) (*runSettings, error) {
+	var c runSettings
+	s := config.NewSet("worker", getenv)
+	declare(s, &c.settings)
+	if err := s.Parse(args); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	c.queues, _ = parseQueues(c.Queues) // checked by Parse
+	var err error
+	if c.ignored, err = c.OrderStore.Check(); err != nil {
+		return nil, err
+	}
+	if c.metricsAuth, err = metricsScheme(c.MetricsTokens); err != nil {
+		return nil, err
+	}
+	c.logField = s.LogField()
+	return &c, nil
+}
+
+// logStart makes log go-redis's log too, and logs the start with the
+// settings.
+func (c *runSettings) logStart(log *zap.Logger) {
+	logging.Redis.Set(log) // go-redis's own lines (see logging.CaptureRedis)
+	log.Info("starting", c.logField)
+	if len(c.ignored) > 0 {
+		log.Warn("order API settings ignored: ORDER_STORE is not http", zap.Strings("settings", c.ignored))
+	}
+}
+
+// newRegistry returns the registry /metrics serves, with the Go and
+// process collectors and the worker's metrics registered in it.
+func newRegistry() (*prometheus.Registry, *worker.Metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := worker.NewMetrics(reg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	opened, err := orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{
+	return reg, metrics, nil
+}
+
+// openStore opens the order store of ORDER_STORE, its token's refreshes
+// and waits counted in metrics. The caller closes it.
+func (c *runSettings) openStore(rdb redis.UniversalClient, metrics *worker.Metrics, tr *telemetry.Tracing, log *zap.Logger) (*orderstore.Store, error) {
+	return orderstore.Open(rdb, c.Prefix, &c.OrderStore, orderstore.Hooks{
 		OnRefresh:      metrics.TokenRefreshed,
 		OnWait:         metrics.TokenWaited,
 		TracerProvider: tr.Provider(),
 		SharedToken:    true, // the workers share theirs through Redis; no one else may read it
 	}, log)
-	if err != nil {
-		return err
-	}
-	defer opened.Close()
-	store := opened.Store
+}
+
+// newWorker returns the worker of the settings, writing to store.
+func (c *runSettings) newWorker(rdb redis.UniversalClient, store orders.Store, metrics *worker.Metrics, tr *telemetry.Tracing, log *zap.Logger) (*worker.Worker, error) {
 	var kinds []worker.Kind // the default, worker.Kinds()
 	if c.SimulateWork > 0 {
 		kinds = storehook.Kinds(kinds, storehook.Delay(c.SimulateWork))
 	}
-
 	waits := make(map[string]worker.Wait, len(c.Waits))
 	for name, w := range c.Waits {
 		waits[name] = *w
 	}
-	w, err := worker.New(rdb, store, worker.Config{
+	return worker.New(rdb, store, worker.Config{
 		Kinds:           kinds,
 		KeyPrefix:       c.Prefix,
 		LockTTL:         c.LockTTL,
@@ -241,7 +292,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		WaitTimeout:     c.WaitTimeout,
 		Metrics:         metrics,
 		Concurrency:     c.Concurrency,
-		Queues:          queues,
+		Queues:          c.queues,
 		Shards:          c.Shards,
 		StrictPriority:  c.StrictPriority,
 		Waits:           waits,
@@ -254,15 +305,16 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		Logger:          log,
 		TracerProvider:  tr.Provider(),
 	})
-	if err != nil {
-		return err
-	}
+}
+
+// start checks the release notices and starts w.
+func (c *runSettings) start(ctx context.Context, w *worker.Worker, log *zap.Logger) error {
 	// Before the first task: with a Redis user that may not use the notice
 	// channel, the worker runs without notices (slower: waiters poll) and
 	// says which ACL rule would give them back. A Redis that does not
 	// answer (a Cluster master or a Sentinel master failing over, which
 	// takes seconds) is asked again for up to 10 s.
-	err = checkUntil(ctx, 10*time.Second, w.CheckNotices)
+	err := checkUntil(ctx, 10*time.Second, w.CheckNotices)
 	switch {
 	case errors.Is(err, worker.ErrNoNotices):
 		log.Warn("release notices are off: waiting tasks poll with their random delays", zap.Error(err))
@@ -277,9 +329,14 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	}
 	log.Info("worker started", zap.String("worker_id", w.ID()), zap.Any("queues", w.Queues()), zap.Int("concurrency", c.Concurrency),
 		zap.String("order_store", c.OrderStore.Store))
+	return nil
+}
 
-	// The ops server answers until the worker has shut down, so probes and
-	// scrapes see the shutdown through.
+// serveOps serves ops (unless OPS_ADDR is off) until ctx is done or the
+// ops server stops by itself, then shuts w down, and the ops server after
+// it: probes and scrapes see the shutdown through. It returns the ops
+// server's error.
+func (c *runSettings) serveOps(ctx context.Context, w *worker.Worker, ops http.Handler, log *zap.Logger) error {
 	var opsErr error
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopOps()
@@ -292,12 +349,12 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 		}
 		everywhere := httpserve.EveryInterface(ln.Addr())
 		log.Info("ops server listening", zap.String("addr", ln.Addr().String()), zap.Bool("every_interface", everywhere))
-		if everywhere && metricsAuth == nil {
+		if everywhere && c.metricsAuth == nil {
 			log.Warn("the ops port listens on every interface and /metrics needs no token (METRICS_TOKENS): anyone who reaches the port reads the queues' names and sizes")
 		}
 		opsDone = make(chan error, 1)
 		go func() {
-			opsDone <- httpserve.Serve(opsCtx, ln, opsHandler(rdb, w, reg, metricsAuth), httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
+			opsDone <- httpserve.Serve(opsCtx, ln, ops, httpserve.Config{ShutdownTimeout: 5 * time.Second}, log.Named("ops"))
 		}()
 	}
 	select {

@@ -103,21 +103,61 @@ func storeError(err error) *apiError {
 	return unavailable(msgUnavailableReadOnly, err)
 }
 
-// getOrder answers the order.
-func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
+// serveRead answers a read: it runs read bounded by RequestTimeout, and
+// answers 200 with its value, or the error fail maps its error to.
+func serveRead[T any](s *Server, w http.ResponseWriter, r *http.Request, read func(context.Context) (T, error), fail func(error) *apiError) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	v, err := read(ctx)
+	if err != nil {
+		s.writeError(w, r, fail(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// serveOrderRead is serveRead of read of the order the path names, with a
+// 400 for a malformed order number.
+func serveOrderRead[T any](s *Server, w http.ResponseWriter, r *http.Request, read func(ctx context.Context, orderNo string) (T, error), fail func(error) *apiError) {
 	no, aerr := orderNo(r)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	o, err := s.store.Get(ctx, no)
-	if err != nil {
-		s.writeError(w, r, storeError(err))
-		return
+	serveRead(s, w, r, func(ctx context.Context) (T, error) { return read(ctx, no) }, fail)
+}
+
+// limitParam returns the ?limit= of a page read, from 1 to most, or 0 when
+// it is not given; anything else is a 400.
+func limitParam(r *http.Request, most int) (int, *apiError) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 0, nil
 	}
-	writeJSON(w, http.StatusOK, o)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, badParameter("limit", fmt.Sprintf("limit must be an integer from 1 to %d", most))
+	}
+	return n, nil
+}
+
+// pageError answers an error of a page read: a 400 for a cursor this API
+// did not answer (orderview.ErrBadCursor), else what fail answers.
+func pageError(fail func(error) *apiError) func(error) *apiError {
+	return func(err error) *apiError {
+		if errors.Is(err, orderview.ErrBadCursor) {
+			return badParameter("cursor", "cursor must be the next_cursor of a page this API answered")
+		}
+		return fail(err)
+	}
+}
+
+// readOnlyError answers the error of a read with a 503: retry later.
+func readOnlyError(err error) *apiError { return unavailable(msgUnavailableReadOnly, err) }
+
+// getOrder answers the order.
+func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
+	serveOrderRead(s, w, r, s.store.Get, storeError)
 }
 
 // getHistory answers a page of the order's history, oldest entry first,
@@ -129,46 +169,20 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, aerr)
 		return
 	}
-	q := orderview.HistoryQuery{Cursor: r.URL.Query().Get("cursor")}
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > orders.MaxHistoryPage {
-			s.writeError(w, r, badParameter("limit", fmt.Sprintf("limit must be an integer from 1 to %d", orders.MaxHistoryPage)))
-			return
-		}
-		q.Limit = n
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	h, err := s.views.History(ctx, no, q)
-	switch {
-	case errors.Is(err, orderview.ErrBadCursor):
-		s.writeError(w, r, badParameter("cursor", "cursor must be the next_cursor of a page this API answered"))
-		return
-	case err != nil:
-		s.writeError(w, r, storeError(err))
+	limit, aerr := limitParam(r, orders.MaxHistoryPage)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, h)
+	q := orderview.HistoryQuery{Cursor: r.URL.Query().Get("cursor"), Limit: limit}
+	serveRead(s, w, r, func(ctx context.Context) (orderview.History, error) { return s.views.History(ctx, no, q) }, pageError(storeError))
 }
 
 // getStatus answers what is happening to the order (orderview.Status): the
 // order, or its absence, its lock, its sequence, its tasks and its latest
 // history. An order nothing is known of is an empty status, not a 404.
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
-	no, aerr := orderNo(r)
-	if aerr != nil {
-		s.writeError(w, r, aerr)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	st, err := s.views.Status(ctx, no)
-	if err != nil {
-		s.writeError(w, r, storeError(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	serveOrderRead(s, w, r, s.views.Status, storeError)
 }
 
 // getBlocked answers a page of the blocked-orders list
@@ -178,31 +192,17 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 // /v1/orders/blocked, where it would take the place of GET
 // /v1/orders/{order_no} for the order numbered "blocked", a valid one.
 func (s *Server) getBlocked(w http.ResponseWriter, r *http.Request) {
-	q := orderview.BlockedQuery{Cursor: r.URL.Query().Get("cursor"), Reason: r.URL.Query().Get("reason")}
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > orderview.MaxBlockedLimit {
-			s.writeError(w, r, badParameter("limit", fmt.Sprintf("limit must be an integer from 1 to %d", orderview.MaxBlockedLimit)))
-			return
-		}
-		q.Limit = n
+	limit, aerr := limitParam(r, orderview.MaxBlockedLimit)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
 	}
+	q := orderview.BlockedQuery{Cursor: r.URL.Query().Get("cursor"), Reason: r.URL.Query().Get("reason"), Limit: limit}
 	if q.Reason != "" && !slices.Contains(orderview.Reasons(), q.Reason) {
 		s.writeError(w, r, badParameter("reason", "reason must be one of "+strings.Join(orderview.Reasons(), ", ")))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	page, err := s.views.Blocked(ctx, q)
-	switch {
-	case errors.Is(err, orderview.ErrBadCursor):
-		s.writeError(w, r, badParameter("cursor", "cursor must be the next_cursor of a page this API answered"))
-		return
-	case err != nil:
-		s.writeError(w, r, unavailable(msgUnavailableReadOnly, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	serveRead(s, w, r, func(ctx context.Context) (orderview.BlockedPage, error) { return s.views.Blocked(ctx, q) }, pageError(readOnlyError))
 }
 
 // taskView is the answer of GET /v1/tasks/{task_id}.

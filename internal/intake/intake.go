@@ -483,17 +483,8 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		limits:    newLimiters(cfg),
 		refusals:  newRefusals(cfg),
 	}
-	if !cfg.InsecureNoAuth {
-		auth, err := httpauth.Bearer(Realm, cfg.APIKeys)
-		if err != nil {
-			return nil, fmt.Errorf("intake: APIKeys: %w", err)
-		}
-		s.auth, s.challenges = auth, auth.Challenges()
-		if len(cfg.AdminKeys) > 0 {
-			if s.admin, err = httpauth.Bearer(Realm, cfg.AdminKeys); err != nil {
-				return nil, fmt.Errorf("intake: AdminKeys: %w", err)
-			}
-		}
+	if err := s.setAuth(); err != nil {
+		return nil, err
 	}
 	// Ops never takes a lock, so it holds nothing to close. With the Redis
 	// store it notes each action in the order's history.
@@ -503,24 +494,40 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 		return nil, fmt.Errorf("intake: %w", err)
 	}
 
+	s.handler = httpserve.AccessLog(s.log, s.limitRefusals(s.routes(kinds)))
+	return s, nil
+}
+
+// setAuth sets the schemes of the API keys and the admin keys, unless
+// InsecureNoAuth. It returns an error naming the setting of an unusable
+// key.
+func (s *Server) setAuth() error {
+	if s.cfg.InsecureNoAuth {
+		return nil
+	}
+	auth, err := httpauth.Bearer(Realm, s.cfg.APIKeys)
+	if err != nil {
+		return fmt.Errorf("intake: APIKeys: %w", err)
+	}
+	s.auth, s.challenges = auth, auth.Challenges()
+	if len(s.cfg.AdminKeys) > 0 {
+		if s.admin, err = httpauth.Bearer(Realm, s.cfg.AdminKeys); err != nil {
+			return fmt.Errorf("intake: AdminKeys: %w", err)
+		}
+	}
+	return nil
+}
+
+// routes returns the mux of the route table of kinds, each route wrapped
+// as it says (routeHandler). The same paths with any other method, and
+// every other path, get the API's JSON errors rather than ServeMux's plain
+// text.
+func (s *Server) routes(kinds tasks.Table) *http.ServeMux {
 	mux := http.NewServeMux()
 	methods := make(map[string][]string)
 	var paths []string
 	for _, rt := range routeTable(kinds) {
-		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
-		if !rt.Public {
-			h = s.trace(h)
-		}
-		if rt.Limited {
-			h = s.rateLimit(h)
-		}
-		switch {
-		case rt.Admin:
-			h = s.authorizeAdmin(h)
-		case !rt.Public:
-			h = s.authenticate(h)
-		}
-		mux.Handle(rt.Method+" "+rt.Path, h)
+		mux.Handle(rt.Method+" "+rt.Path, s.routeHandler(rt))
 		if _, ok := methods[rt.Path]; !ok {
 			paths = append(paths, rt.Path)
 		}
@@ -529,8 +536,6 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 			methods[rt.Path] = append(methods[rt.Path], http.MethodHead)
 		}
 	}
-	// The same paths with any other method, and every other path, get the
-	// API's JSON errors rather than ServeMux's plain text.
 	for _, path := range paths {
 		allow := strings.Join(slices.Sorted(slices.Values(methods[path])), ", ")
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -542,8 +547,26 @@ func New(rdb redis.UniversalClient, p *producer.Producer, store orders.Store, cf
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such route"})
 	})
-	s.handler = httpserve.AccessLog(s.log, s.limitRefusals(mux))
-	return s, nil
+	return mux
+}
+
+// routeHandler is route rt's handler: traced unless public, rate limited
+// when limited, and behind the admin keys or the API keys unless public.
+func (s *Server) routeHandler(rt route) http.Handler {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+	if !rt.Public {
+		h = s.trace(h)
+	}
+	if rt.Limited {
+		h = s.rateLimit(h)
+	}
+	switch {
+	case rt.Admin:
+		h = s.authorizeAdmin(h)
+	case !rt.Public:
+		h = s.authenticate(h)
+	}
+	return h
 }
 
 // ServeHTTP serves the API.

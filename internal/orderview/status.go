@@ -285,136 +285,238 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 	if !tasks.ValidOrderNo(orderNo) {
 		return Status{}, fmt.Errorf("orderview: order number %q: %w", orderNo, orders.ErrInvalid)
 	}
+	s := r.newStatusRead(orderNo)
+	if err := s.readOrder(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := s.readLock(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := s.readSequence(ctx); err != nil {
+		return Status{}, err
+	}
+	s.nameHistoryTasks()
+	if err := s.lookTasks(ctx); err != nil {
+		return Status{}, err
+	}
+	s.placeLock()
+	s.placePositions()
+	s.listTasks()
+	s.summarize()
+	return s.st, nil
+}
+
+// statusRead is one [Reader.Status] under way: the view its steps fill in
+// turn, and what each step hands on to the next. Its steps run in the
+// order Status calls them, on one goroutine.
+type statusRead struct {
+	r       *Reader
+	orderNo string
+	now     time.Time
+	st      Status
+	holder  keyorder.Holder
+	seq     keyorder.Status
+	// refs name the tasks the order's records point at, in the order the
+	// records are read: the lock's holder first, then the waiting
+	// positions, the log and the history. posKeys[i] is the ref key of the
+	// task of st.Sequence.Waiting[i].
+	refs    []ref
+	posKeys map[int]string
+	// found and unlisted are what lookup answered for refs.
+	found    map[string]*asynq.TaskInfo
+	unlisted map[string]string
+}
+
+// newStatusRead starts the read of order orderNo at the reader's now, with
+// every list of the view empty (never nil).
+func (r *Reader) newStatusRead(orderNo string) *statusRead {
 	now := r.cfg.Now().UTC()
-	st := Status{OrderNo: orderNo, At: now, Summary: []string{}, Tasks: []Task{},
-		Sequence: Sequence{Waiting: []Position{}, Log: []LogEntry{}}, History: []orders.Entry{}}
+	return &statusRead{r: r, orderNo: orderNo, now: now, posKeys: map[int]string{},
+		st: Status{OrderNo: orderNo, At: now, Summary: []string{}, Tasks: []Task{},
+			Sequence: Sequence{Waiting: []Position{}, Log: []LogEntry{}}, History: []orders.Entry{}}}
+}
 
-	o, err := r.store.Get(ctx, orderNo)
+// readOrder reads the order and its latest history entries. An order the
+// store does not have leaves both empty.
+func (s *statusRead) readOrder(ctx context.Context) error {
+	o, err := s.r.store.Get(ctx, s.orderNo)
 	switch {
-	case err == nil:
-		st.Order = &o
-	case !errors.Is(err, orders.ErrNotFound):
-		return Status{}, fmt.Errorf("orderview: order %s: %w", orderNo, err)
+	case errors.Is(err, orders.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("orderview: order %s: %w", s.orderNo, err)
 	}
-	if st.Order != nil {
-		// Every write to an order bumps its version and appends one entry,
-		// so the latest entries are those after version − HistoryLen.
-		page, err := r.store.History(ctx, orderNo, orders.HistoryQuery{After: max(0, o.Version-int64(r.cfg.HistoryLen)), Limit: r.cfg.HistoryLen})
-		if err != nil && !errors.Is(err, orders.ErrNotFound) {
-			return Status{}, fmt.Errorf("orderview: history of %s: %w", orderNo, err)
-		}
-		st.History = append(st.History, page.Entries...)
-		st.HistoryTotal = o.Version
+	s.st.Order = &o
+	// Every write to an order bumps its version and appends one entry, so
+	// the latest entries are those after version − HistoryLen.
+	page, err := s.r.store.History(ctx, s.orderNo, orders.HistoryQuery{After: max(0, o.Version-int64(s.r.cfg.HistoryLen)), Limit: s.r.cfg.HistoryLen})
+	if err != nil && !errors.Is(err, orders.ErrNotFound) {
+		return fmt.Errorf("orderview: history of %s: %w", s.orderNo, err)
 	}
+	s.st.History = append(s.st.History, page.Entries...)
+	s.st.HistoryTotal = o.Version
+	return nil
+}
 
-	holder, err := r.seq.Holder(ctx, orderNo)
+// readLock reads the order's lock, and names its holder's task first in
+// refs when the holder's label names one.
+func (s *statusRead) readLock(ctx context.Context) error {
+	holder, err := s.r.seq.Holder(ctx, s.orderNo)
 	if err != nil {
-		return Status{}, fmt.Errorf("orderview: %w", err)
+		return fmt.Errorf("orderview: %w", err)
 	}
-	seq, err := r.seq.Status(ctx, orderNo)
-	if err != nil {
-		return Status{}, fmt.Errorf("orderview: %w", err)
+	s.holder = holder
+	if !holder.Held {
+		return nil
 	}
+	s.st.Lock = Lock{Held: true, Holder: holder.Meta, Fence: holder.Fence, LeaseMS: holder.TTL.Milliseconds()}
+	if typ, id, _, ok := s.r.cfg.Kinds.ParseLabel(holder.Meta); ok {
+		s.st.Lock.TaskID = id
+		s.refs = append(s.refs, ref{queues: s.placed(typ, ""), id: id, typ: typ, source: SourceLock})
+	}
+	return nil
+}
 
-	// The queues a task of type typ may be in: its order's placements (a
-	// creation's task is the exchange of order from).
-	placed := func(typ, from string) []string {
-		return r.cfg.Shards.Placements(r.cfg.Kinds.Of(typ), cmp.Or(from, orderNo))
+// readSequence reads the order's sequence: its operator's hold, its
+// cursor, its first waiting positions and its log.
+func (s *statusRead) readSequence(ctx context.Context) error {
+	seq, err := s.r.seq.Status(ctx, s.orderNo)
+	if err != nil {
+		return fmt.Errorf("orderview: %w", err)
 	}
-	var refs []ref
-	posKeys := map[int]string{} // the ref key of the task of st.Sequence.Waiting[i]
-	if holder.Held {
-		st.Lock = Lock{Held: true, Holder: holder.Meta, Fence: holder.Fence, LeaseMS: holder.TTL.Milliseconds()}
-		if typ, id, _, ok := r.cfg.Kinds.ParseLabel(holder.Meta); ok {
-			st.Lock.TaskID = id
-			refs = append(refs, ref{queues: placed(typ, ""), id: id, typ: typ, source: SourceLock})
-		}
-	}
+	s.seq = seq
 	if p := seq.Paused; p != nil {
-		st.Sequence.Hold = &Hold{By: p.By, Reason: p.Reason, At: utc(p.At)}
+		s.st.Sequence.Hold = &Hold{By: p.By, Reason: p.Reason, At: utc(p.At)}
 	}
-	if seq.Exists {
-		st.Sequence.Exists, st.Sequence.Done, st.Sequence.Last = true, seq.Done, seq.Last
-		for _, p := range seq.Pending { // at most MaxPositions: the Sequencer's page
-			pos := position(p, seq.Done)
-			if typ, id, from, ok := r.cfg.Kinds.ParseLabel(p.Label); ok {
-				rf := ref{queues: placed(typ, from), id: id, typ: typ, source: SourcePosition}
-				pos.TaskID, pos.Queue = id, rf.queues[0]
-				posKeys[len(st.Sequence.Waiting)] = rf.key()
-				if from != "" {
-					rf.creates, rf.from = orderNo, from
-				}
-				refs = append(refs, rf)
-			}
-			st.Sequence.Waiting = append(st.Sequence.Waiting, pos)
-		}
-		st.Sequence.More = max(seq.Waiting-int64(len(st.Sequence.Waiting)), 0)
-		for _, e := range seq.Log {
-			le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
-			if typ, id, from, ok := r.cfg.Kinds.ParseLabel(e.Label); ok {
-				le.TaskID = id
-				// A voided position's task was refused: asynq's task by that
-				// ID, if any, holds another position.
-				if e.Kind != LogVoid {
-					refs = append(refs, ref{queues: placed(typ, from), id: id, typ: typ, source: SourceLog, reason: e.Reason, logKind: e.Kind})
-				}
-			}
-			st.Sequence.Log = append(st.Sequence.Log, le)
-		}
+	if !seq.Exists {
+		return nil
 	}
-	for i := range st.History {
-		e := &st.History[i]
+	s.st.Sequence.Exists, s.st.Sequence.Done, s.st.Sequence.Last = true, seq.Done, seq.Last
+	s.readPositions()
+	s.readLog()
+	return nil
+}
+
+// readPositions fills the waiting positions (at most MaxPositions: the
+// Sequencer's page) and names the task of each whose label names one.
+func (s *statusRead) readPositions() {
+	sq := &s.st.Sequence
+	for _, p := range s.seq.Pending {
+		pos := position(p, s.seq.Done)
+		if typ, id, from, ok := s.r.cfg.Kinds.ParseLabel(p.Label); ok {
+			rf := ref{queues: s.placed(typ, from), id: id, typ: typ, source: SourcePosition}
+			pos.TaskID, pos.Queue = id, rf.queues[0]
+			s.posKeys[len(sq.Waiting)] = rf.key()
+			if from != "" {
+				rf.creates, rf.from = s.orderNo, from
+			}
+			s.refs = append(s.refs, rf)
+		}
+		sq.Waiting = append(sq.Waiting, pos)
+	}
+	sq.More = max(s.seq.Waiting-int64(len(sq.Waiting)), 0)
+}
+
+// readLog fills the sequence's log and names the task of each entry whose
+// label names one, but for a voided position's.
+func (s *statusRead) readLog() {
+	for _, e := range s.seq.Log {
+		le := LogEntry{Seq: e.Pos, At: e.At, Kind: e.Kind, Label: e.Label, Reason: e.Reason}
+		if typ, id, from, ok := s.r.cfg.Kinds.ParseLabel(e.Label); ok {
+			le.TaskID = id
+			// A voided position's task was refused: asynq's task by that
+			// ID, if any, holds another position.
+			if e.Kind != LogVoid {
+				s.refs = append(s.refs, ref{queues: s.placed(typ, from), id: id, typ: typ, source: SourceLog, reason: e.Reason, logKind: e.Kind})
+			}
+		}
+		s.st.Sequence.Log = append(s.st.Sequence.Log, le)
+	}
+}
+
+// nameHistoryTasks names the task of each history entry that a task made.
+func (s *statusRead) nameHistoryTasks() {
+	for i := range s.st.History {
+		e := &s.st.History[i]
 		if e.EventID == "" {
 			continue // a put or a note: no task made it
 		}
-		refs = append(refs, ref{queues: r.entryQueues(e, orderNo, st.Order), id: e.EventID, source: SourceHistory, entry: e})
+		s.refs = append(s.refs, ref{queues: s.r.entryQueues(e, s.orderNo, s.st.Order), id: e.EventID, source: SourceHistory, entry: e})
 	}
+}
 
-	found, unlisted, err := r.lookup(ctx, refs)
+// placed returns the queues a task of type typ may be in: its order's
+// placements (a creation's task is the exchange of order from).
+func (s *statusRead) placed(typ, from string) []string {
+	return s.r.cfg.Shards.Placements(s.r.cfg.Kinds.Of(typ), cmp.Or(from, s.orderNo))
+}
+
+// lookTasks reads the tasks refs name from asynq (see lookup).
+func (s *statusRead) lookTasks(ctx context.Context) error {
+	found, unlisted, err := s.r.lookup(ctx, s.refs)
 	if err != nil {
-		return Status{}, err
+		return err
 	}
-	head := int64(0) // no sequence: no turns
-	if seq.Exists {
-		head = seq.Done + 1
+	s.found, s.unlisted = found, unlisted
+	return nil
+}
+
+// placeLock sets the queue of the lock holder's task: where asynq has it,
+// or else where the contract puts it.
+func (s *statusRead) placeLock() {
+	if s.st.Lock.TaskID == "" {
+		return
 	}
-	if st.Lock.TaskID != "" {
-		st.Lock.Queue = refs[0].queues[0]
-		if info := found[refs[0].key()]; info != nil {
-			st.Lock.Queue = info.Queue
-		} else if q, ok := unlisted[refs[0].key()]; ok {
-			st.Lock.Queue = q
-		}
+	rf := s.refs[0] // readLock named the holder's task first
+	s.st.Lock.Queue = rf.queues[0]
+	if info := s.found[rf.key()]; info != nil {
+		s.st.Lock.Queue = info.Queue
+	} else if q, ok := s.unlisted[rf.key()]; ok {
+		s.st.Lock.Queue = q
 	}
-	for i := range st.Sequence.Waiting {
-		p := &st.Sequence.Waiting[i]
+}
+
+// placePositions sets the state and queue of each waiting position's task,
+// and the gap when the head's task will not come.
+func (s *statusRead) placePositions() {
+	for i := range s.st.Sequence.Waiting {
+		p := &s.st.Sequence.Waiting[i]
 		if p.TaskID == "" {
 			continue
 		}
 		p.TaskState = TaskMissing
-		info := found[posKeys[i]]
+		info := s.found[s.posKeys[i]]
 		if info != nil {
 			p.TaskState, p.Queue = info.State.String(), info.Queue
 		}
-		if q, ok := unlisted[posKeys[i]]; ok {
+		if q, ok := s.unlisted[s.posKeys[i]]; ok {
 			p.TaskState, p.Queue = TaskUnlisted, q
 			continue // it exists: no gap
 		}
 		if p.Next && p.State == PositionReserved {
-			st.Sequence.Gap = r.gap(now, *p, info)
+			s.st.Sequence.Gap = s.r.gap(s.now, *p, info)
 		}
 	}
+}
+
+// listTasks lists each task asynq has of those refs name, once, ordered by
+// position (tasks without one last).
+func (s *statusRead) listTasks() {
+	head := int64(0) // no sequence: no turns
+	if s.seq.Exists {
+		head = s.seq.Done + 1
+	}
 	seen := map[string]bool{}
-	for _, rf := range refs {
+	for _, rf := range s.refs {
 		key := rf.key()
-		info := found[key]
+		info := s.found[key]
 		if info == nil || seen[key] {
 			continue
 		}
 		seen[key] = true
-		st.Tasks = append(st.Tasks, task(r.cfg.Kinds, info, rf, head, holder))
+		s.st.Tasks = append(s.st.Tasks, task(s.r.cfg.Kinds, info, rf, head, s.holder))
 	}
-	slices.SortStableFunc(st.Tasks, func(a, b Task) int {
+	slices.SortStableFunc(s.st.Tasks, func(a, b Task) int {
 		if (a.Seq == 0) != (b.Seq == 0) {
 			if a.Seq == 0 {
 				return 1
@@ -423,15 +525,19 @@ func (r *Reader) Status(ctx context.Context, orderNo string) (Status, error) {
 		}
 		return cmp.Compare(a.Seq, b.Seq)
 	})
-	st.Summary = summary(&st, r.cfg.GapWait)
-	seen = map[string]bool{}
-	for _, rf := range refs {
-		if q, ok := unlisted[rf.key()]; ok && !seen[rf.key()] {
+}
+
+// summarize writes the view's summary, and a sentence for each task found
+// in a queue missing from asynq's set of queues.
+func (s *statusRead) summarize() {
+	s.st.Summary = summary(&s.st, s.r.cfg.GapWait)
+	seen := map[string]bool{}
+	for _, rf := range s.refs {
+		if q, ok := s.unlisted[rf.key()]; ok && !seen[rf.key()] {
 			seen[rf.key()] = true
-			st.Summary = append(st.Summary, fmt.Sprintf("Task %s exists in queue %s, which is missing from asynq's set of queues: asynq's Inspector and asynqmon do not show it, and this view cannot read its state. A worker lists the queue again when it next checks its order's turn, and so does the next change enqueued into it.", rf.id, q))
+			s.st.Summary = append(s.st.Summary, fmt.Sprintf("Task %s exists in queue %s, which is missing from asynq's set of queues: asynq's Inspector and asynqmon do not show it, and this view cannot read its state. A worker lists the queue again when it next checks its order's turn, and so does the next change enqueued into it.", rf.id, q))
 		}
 	}
-	return st, nil
 }
 
 // key identifies the task of a ref in the map lookup returns.
