@@ -73,8 +73,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/replwait"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -326,11 +326,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	ordered, err := keyorder.NewClient(seq, keyorder.ClientConfig{ParkFor: cfg.ParkFor, Locate: requeue.Locate(cfg.Shards, cfg.Kinds)})
+	ordered, err := keyorder.NewClient(seq, keyorder.ClientConfig{ParkFor: cfg.ParkFor, Locate: orderkeys.Locate(cfg.Shards, cfg.Kinds)})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}

@@ -66,7 +66,7 @@ func (w *Worker) holdConfig() keyorder.HoldConfig {
 }
 
 // locateChange is the holds' Locate: the placements of a change's task
-// under Config.Shards (requeue.Locate). A replacement's creation, whose
+// under Config.Shards (orderkeys.Locate). A replacement's creation, whose
 // position is held by an exchange of another order, is no change to take
 // in a hold.
 func (w *Worker) locateChange(orderNo, label string) ([]string, string, bool) {

@@ -9,7 +9,7 @@ import (
 
 // queueTasks is what the Worker's Turns ask of asynq (keyorder.Tasks): the
 // engine's (keyorder.QueueTasks, which finds a position's task in its
-// placements with requeue.Locate and its order with requeue.OrderNo),
+// placements with orderkeys.Locate and its order with orderkeys.OrderNo),
 // with the one thing the order domain adds to a head's fate: a head
 // scheduled further ahead than any producer schedules is brought forward.
 type queueTasks struct{ w *Worker }

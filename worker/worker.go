@@ -88,7 +88,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -453,7 +453,7 @@ type Worker struct {
 	slots    atomic.Int64         // asynq's slots in use: runs it started (a hold's drained runs take none)
 	stopping atomic.Bool          // Shutdown began: holds drain no more
 	hold     keyorder.HoldConfig  // how the Worker's holds drain an order (drain.go)
-	locate   keyorder.Locate      // where a position's task waits (requeue.Locate of its shards and kinds)
+	locate   keyorder.Locate      // where a position's task waits (orderkeys.Locate of its shards and kinds)
 	tasks    *keyorder.QueueTasks // the positions' tasks in the queues, on locate
 
 	stopRecover context.CancelFunc // ends the recoverer
@@ -488,7 +488,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -504,9 +504,9 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, lockr: locker, store: store, log: log,
 		insp: asynq.NewInspectorFromRedisClient(rdb), tracer: tracing.Tracer(cfg.TracerProvider)}
-	w.locate = requeue.Locate(cfg.Shards, w.kinds)
+	w.locate = orderkeys.Locate(cfg.Shards, w.kinds)
 	w.served = slices.Sorted(maps.Keys(w.queues))
-	w.tasks, err = keyorder.NewQueueTasks(rdb, keyorder.QueueTasksConfig{Key: requeue.OrderNo(w.kinds), Locate: w.locate, Logger: log, KeyField: "order_no"})
+	w.tasks, err = keyorder.NewQueueTasks(rdb, keyorder.QueueTasksConfig{Key: orderkeys.OrderNo(w.kinds), Locate: w.locate, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		_ = locker.Close()
 		return nil, fmt.Errorf("worker: %w", err)

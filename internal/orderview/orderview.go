@@ -25,7 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -147,16 +147,16 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
 	}
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: cfg.MaxPositions})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{StatusPage: cfg.MaxPositions})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	head, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: 1})
+	head, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{StatusPage: 1})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds),
-		Locate: requeue.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds),
+		Locate: orderkeys.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
