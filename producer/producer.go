@@ -85,8 +85,10 @@ import (
 
 // The defaults of [Config].
 const (
-	// DefaultKeyPrefix is the default of [Config.KeyPrefix].
-	DefaultKeyPrefix = "ow:"
+	// DefaultKeyPrefix is the default of [Config.KeyPrefix]: an alias of
+	// the order domain's one default KEY_PREFIX, the workers' default
+	// (worker.DefaultKeyPrefix) too.
+	DefaultKeyPrefix = orderkeys.DefaultPrefix
 	// DefaultRetention is the default of [Config.Retention].
 	DefaultRetention = 24 * time.Hour
 	// DefaultDedupeWindow is the default of [Config.DedupeWindow].

@@ -110,9 +110,10 @@ const (
 	DefaultBusyRetryMax = 2 * time.Second
 	// DefaultShutdownTimeout is the default of Config.ShutdownTimeout.
 	DefaultShutdownTimeout = 25 * time.Second
-	// DefaultKeyPrefix is the default of Config.KeyPrefix, and the
-	// producer's default (producer.DefaultKeyPrefix).
-	DefaultKeyPrefix = "ow:"
+	// DefaultKeyPrefix is the default of Config.KeyPrefix: an alias of
+	// the order domain's one default KEY_PREFIX (orderkeys.DefaultPrefix),
+	// which every program of the domain defaults to.
+	DefaultKeyPrefix = orderkeys.DefaultPrefix
 	// DefaultLockTTL is the default of Config.LockTTL: the lock's own
 	// default lease (a test holds them equal).
 	DefaultLockTTL = 30 * time.Second

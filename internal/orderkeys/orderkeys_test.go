@@ -77,3 +77,20 @@ func TestLocate(t *testing.T) {
 		require.False(t, ok, "%q", label)
 	}
 }
+
+// The domain's Redis layout is the one its ACL rules, docs and existing
+// data know: the engine's keys under ow:lock:, whatever the engine's own
+// default, and the shared token at ow:token:{upstream}.
+func TestTheLayoutUnderTheDefaultPrefix(t *testing.T) {
+	t.Parallel()
+	cfg := orderkeys.SeqConfig(orderkeys.DefaultPrefix, orderkeys.Use{MaxWaiting: 3, StatusPage: 7})
+	require.Equal(t, keyorder.SeqConfig{Prefix: "ow:lock:", MaxWaiting: 3, StatusPage: 7}, cfg, "only the Use differs per program")
+	require.NotEqual(t, keyorder.DefaultPrefix, cfg.Prefix, "the domain sets its prefix: the engine's default is not the domain's")
+	require.Equal(t, "ow:token:{upstream}", orderkeys.TokenKey(orderkeys.DefaultPrefix))
+
+	db := redistest.New(t)
+	seq, err := orderkeys.Sequencer(db.Client, orderkeys.DefaultPrefix, orderkeys.Use{})
+	require.NoError(t, err)
+	require.Equal(t, "ow:lock:{SO1}:seq", seq.SeqKey("SO1"))
+	require.Equal(t, "ow:lock:held", seq.PausedKey())
+}

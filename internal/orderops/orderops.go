@@ -221,7 +221,7 @@ type Result struct {
 // Config tunes an [Ops]. The zero value means all defaults.
 type Config struct {
 	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
-	// the workers'. Defaults to "ow:".
+	// the workers'. Defaults to orderkeys.DefaultPrefix ("ow:").
 	KeyPrefix string
 	// Shards is the workers' queue sharding: where the head's task is
 	// looked for. Defaults to one queue per task type.

@@ -33,8 +33,6 @@ import (
 
 // The defaults of [Config].
 const (
-	// DefaultKeyPrefix is the default of Config.KeyPrefix.
-	DefaultKeyPrefix = "ow:"
 	// DefaultGapWait is the default of Config.GapWait: the workers'
 	// default gap wait (worker.DefaultGapWait).
 	DefaultGapWait = 30 * time.Second
@@ -51,7 +49,7 @@ const (
 // Config tunes a [Reader]. The zero value is valid and means all defaults.
 type Config struct {
 	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
-	// the same as the workers'. Defaults to "ow:".
+	// the same as the workers'. Defaults to orderkeys.DefaultPrefix ("ow:").
 	KeyPrefix string
 	// GapWait is the workers' gap wait (GAP_WAIT): how long the next
 	// position may wait for a task that will not come before the tasks
@@ -135,7 +133,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if err := cfg.Kinds.Validate(); err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, orderkeys.DefaultPrefix)
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.HistoryLen = cmp.Or(cfg.HistoryLen, DefaultHistoryLen)
 	cfg.MaxPositions = cmp.Or(cfg.MaxPositions, DefaultMaxPositions)
