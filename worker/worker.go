@@ -263,22 +263,14 @@ type Config struct {
 	// again. Defaults to 1s (asynq's own default is 5 s).
 	DelayedTaskCheckInterval time.Duration
 	// DrainMax bounds how many changes of one order a Worker runs in one
-	// hold of its lock: after a change is applied in its turn, the Worker
-	// that holds the order goes on with the order's next change itself
-	// when that change is parked behind it (each still its own asynq task,
-	// completed, logged and counted as its own run), up to DrainMax
-	// changes, the first included, or DrainFor, whichever comes first (a
-	// quantum). It then releases the lock and sends the next change to the
-	// back of its queue, so that other orders' changes go first, if any
-	// task waits in the pending list of a queue it serves or more than half
-	// its slots (Concurrency) are in use; otherwise the hold goes on for
-	// another quantum. Whatever waits, a hold ends once half the time of
-	// its first change's task (its asynq Timeout or Deadline) is spent,
-	// since asynq fails that task at its deadline. 1 turns the drain off:
-	// each change is then handed back to the queue. Defaults to 100.
+	// quantum of a hold of its lock, the first included (WORKER_DRAIN_MAX):
+	// the engine's quantum, described at [keyorder.RunnerConfig] (DrainMax),
+	// with changes for its tasks and orders for its keys. Each drained
+	// change is still its own asynq task, completed, logged and counted as
+	// its own run. 1 turns the drain off. Defaults to DefaultDrainMax (100).
 	DrainMax int
-	// DrainFor bounds how long one quantum of a hold drains (see
-	// DrainMax). Defaults to 1s.
+	// DrainFor bounds how long one quantum of a hold drains
+	// (WORKER_DRAIN_FOR; see DrainMax). Defaults to DefaultDrainFor (1s).
 	DrainFor time.Duration
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
