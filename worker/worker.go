@@ -102,8 +102,9 @@ import (
 const (
 	// DefaultConcurrency is the default of Config.Concurrency.
 	DefaultConcurrency = 20
-	// DefaultGapWait is the default of Config.GapWait.
-	DefaultGapWait = 30 * time.Second
+	// DefaultGapWait is the default of Config.GapWait: the engine's
+	// (keyorder.DefaultGapWait).
+	DefaultGapWait = keyorder.DefaultGapWait
 	// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
 	// Config.BusyRetryMin and Config.BusyRetryMax.
 	DefaultBusyRetryMin = 500 * time.Millisecond
@@ -115,8 +116,8 @@ const (
 	// which every program of the domain defaults to.
 	DefaultKeyPrefix = orderkeys.DefaultPrefix
 	// DefaultLockTTL is the default of Config.LockTTL: the lock's own
-	// default lease (a test holds them equal).
-	DefaultLockTTL = 30 * time.Second
+	// default lease (keyorder.DefaultTTL).
+	DefaultLockTTL = keyorder.DefaultTTL
 	// DefaultWaitTimeout is the default of Config.WaitTimeout.
 	DefaultWaitTimeout = keyorder.DefaultWaitTimeout
 )

@@ -34,8 +34,8 @@ import (
 // The defaults of [Config].
 const (
 	// DefaultGapWait is the default of Config.GapWait: the workers'
-	// default gap wait (worker.DefaultGapWait).
-	DefaultGapWait = 30 * time.Second
+	// default gap wait, the engine's (keyorder.DefaultGapWait).
+	DefaultGapWait = keyorder.DefaultGapWait
 	// DefaultHistoryLen is the default of Config.HistoryLen.
 	DefaultHistoryLen = 10
 	// DefaultMaxPositions is the default of Config.MaxPositions.
