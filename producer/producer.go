@@ -73,8 +73,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/replwait"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -85,8 +85,10 @@ import (
 
 // The defaults of [Config].
 const (
-	// DefaultKeyPrefix is the default of [Config.KeyPrefix].
-	DefaultKeyPrefix = "ow:"
+	// DefaultKeyPrefix is the default of [Config.KeyPrefix]: an alias of
+	// the order domain's one default KEY_PREFIX, the workers' default
+	// (worker.DefaultKeyPrefix) too.
+	DefaultKeyPrefix = orderkeys.DefaultPrefix
 	// DefaultRetention is the default of [Config.Retention].
 	DefaultRetention = 24 * time.Hour
 	// DefaultDedupeWindow is the default of [Config.DedupeWindow].
@@ -326,11 +328,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if err := asynqwire.CheckVersion(); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	ordered, err := keyorder.NewClient(seq, keyorder.ClientConfig{ParkFor: cfg.ParkFor, Locate: requeue.Locate(cfg.Shards, cfg.Kinds)})
+	ordered, err := keyorder.NewClient(seq, keyorder.ClientConfig{ParkFor: cfg.ParkFor, Locate: orderkeys.Locate(cfg.Shards, cfg.Kinds)})
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}

@@ -12,12 +12,9 @@ import "github.com/orderworker/orderworker/worker/keyorder"
 // and the engine's hold (the Runner's) takes that change's task
 // out of asynq itself, runs it here in the same hold, with the same fence,
 // as its own run (its log line, metrics, span and OnDone), records its end
-// in asynq as asynq's processor would, and goes on, up to Config.DrainMax
-// changes or Config.DrainFor of time (a quantum). Then, if another task
-// waits in a queue the Worker serves or more than half its slots are in
-// use, it releases the lock and sends the next change to the back of its
-// queue: other orders' changes go first, and hot orders spread over the
-// workers. Otherwise the hold goes on for another quantum. On one Redis,
+// in asynq as asynq's processor would, and goes on for a quantum
+// (Config.DrainMax and DrainFor; keyorder.RunnerConfig.DrainMax says how
+// long it lasts and when the hold yields to other orders). On one Redis,
 // a drained change's commit also takes the next change's task, in its own
 // round trip (keyorder's "fold").
 //
@@ -37,7 +34,7 @@ const (
 )
 
 // locateChange is the holds' Locate (RunnerConfig.HoldLocate): the
-// placements of a change's task under Config.Shards (requeue.Locate). A
+// placements of a change's task under Config.Shards (orderkeys.Locate). A
 // replacement's creation, whose position is held by an exchange of
 // another order, is no change to take in a hold.
 func (w *Worker) locateChange(orderNo, label string) ([]string, string, bool) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
@@ -250,7 +250,7 @@ func TestPauseStopsADrainedHold(t *testing.T) {
 	require.NotEqual(t, worker.OutcomeOK, d.Outcome, "the paused order's next change does not run: %+v", d)
 	_, st, err := q.Resume(t.Context(), "SO-HPAUSE")
 	require.NoError(t, err)
-	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, requeue.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HPAUSE", st.Wake))
+	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, orderkeys.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HPAUSE", st.Wake))
 	for _, id := range ids[2:] {
 		r.waitFor(t, id, 60*time.Second, worker.OutcomeOK)
 	}

@@ -12,7 +12,7 @@ import (
 // headDue is the engine's RunnerConfig.HeadDue, the one thing the order
 // domain adds to a head's fate (the engine's gap check: keyorder's
 // QueueTasks.HeadTask, which finds a position's task in its placements
-// with requeue.Locate and its order with requeue.OrderNo): the task of an
+// with orderkeys.Locate and its order with orderkeys.OrderNo): the task of an
 // order's head, which exists and is due only later (scheduled, or backing
 // off), is waited for until it is due, unless it is due further ahead than
 // Config.MaxScheduleAhead allows: no producer schedules that far, so it is

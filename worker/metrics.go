@@ -104,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{2, 3, 5, 10, 20, 50, 100, 200, 500},
 		}),
 		holdsYielded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderworker_holds_yielded_total", Help: "Holds that released the order with changes still waiting: their quantum (DrainMax changes or DrainFor) spent while other tasks waited in the queues or more than half the worker's slots were in use, or half their first task's time spent.",
+			Name: "orderworker_holds_yielded_total", Help: "Holds that yielded: released the order with changes of it still waiting (see WORKER_DRAIN_MAX in docs/operations.md).",
 		}),
 		ghosts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderworker_ghost_tasks_removed_total", Help: "Task IDs that name no task (no task hash, or one without a message), removed from a queue's lease set, active or pending list by the recoverer, by queue.",

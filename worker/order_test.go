@@ -14,8 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -809,7 +809,7 @@ func TestHoldParksWithoutArchivingAtMaxRetryZero(t *testing.T) {
 
 	_, st, err := q.Resume(t.Context(), "SO-HOLD")
 	require.NoError(t, err)
-	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, requeue.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HOLD", st.Wake))
+	require.NoError(t, keyorder.Wake(t.Context(), e.db.Client, orderkeys.Locate(tasks.Shards{}, tasks.Kinds()), "SO-HOLD", st.Wake))
 	r.waitFor(t, "hold-1", 30*time.Second, worker.OutcomeOK)
 	r.waitFor(t, "hold-2", 30*time.Second, worker.OutcomeOK)
 	archived, err := e.insp.ListArchivedTasks(tasks.QueueModify)

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"testing"
 
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/stretchr/testify/require"
@@ -16,5 +17,5 @@ func TestPublicNamesMatchTheLock(t *testing.T) {
 	require.Equal(t, worker.ModeTurn, worker.Mode(keyorder.ModeTurn))
 	require.Equal(t, worker.ModePassed, worker.Mode(keyorder.ModePassed))
 	require.Equal(t, keyorder.DefaultTTL, worker.DefaultLockTTL)
-	require.Equal(t, keyorder.DefaultPrefix, worker.DefaultKeyPrefix+"lock:")
+	require.Equal(t, orderkeys.DefaultPrefix, worker.DefaultKeyPrefix)
 }

@@ -87,7 +87,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -101,20 +101,22 @@ import (
 const (
 	// DefaultConcurrency is the default of Config.Concurrency.
 	DefaultConcurrency = 20
-	// DefaultGapWait is the default of Config.GapWait.
-	DefaultGapWait = 30 * time.Second
+	// DefaultGapWait is the default of Config.GapWait: the engine's
+	// (keyorder.DefaultGapWait).
+	DefaultGapWait = keyorder.DefaultGapWait
 	// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
 	// Config.BusyRetryMin and Config.BusyRetryMax.
 	DefaultBusyRetryMin = 500 * time.Millisecond
 	DefaultBusyRetryMax = 2 * time.Second
 	// DefaultShutdownTimeout is the default of Config.ShutdownTimeout.
 	DefaultShutdownTimeout = 25 * time.Second
-	// DefaultKeyPrefix is the default of Config.KeyPrefix, and the
-	// producer's default (producer.DefaultKeyPrefix).
-	DefaultKeyPrefix = "ow:"
+	// DefaultKeyPrefix is the default of Config.KeyPrefix: an alias of
+	// the order domain's one default KEY_PREFIX (orderkeys.DefaultPrefix),
+	// which every program of the domain defaults to.
+	DefaultKeyPrefix = orderkeys.DefaultPrefix
 	// DefaultLockTTL is the default of Config.LockTTL: the lock's own
-	// default lease (a test holds them equal).
-	DefaultLockTTL = 30 * time.Second
+	// default lease (keyorder.DefaultTTL).
+	DefaultLockTTL = keyorder.DefaultTTL
 	// DefaultWaitTimeout is the default of Config.WaitTimeout.
 	DefaultWaitTimeout = keyorder.DefaultWaitTimeout
 )
@@ -261,22 +263,14 @@ type Config struct {
 	// again. Defaults to 1s (asynq's own default is 5 s).
 	DelayedTaskCheckInterval time.Duration
 	// DrainMax bounds how many changes of one order a Worker runs in one
-	// hold of its lock: after a change is applied in its turn, the Worker
-	// that holds the order goes on with the order's next change itself
-	// when that change is parked behind it (each still its own asynq task,
-	// completed, logged and counted as its own run), up to DrainMax
-	// changes, the first included, or DrainFor, whichever comes first (a
-	// quantum). It then releases the lock and sends the next change to the
-	// back of its queue, so that other orders' changes go first, if any
-	// task waits in the pending list of a queue it serves or more than half
-	// its slots (Concurrency) are in use; otherwise the hold goes on for
-	// another quantum. Whatever waits, a hold ends once half the time of
-	// its first change's task (its asynq Timeout or Deadline) is spent,
-	// since asynq fails that task at its deadline. 1 turns the drain off:
-	// each change is then handed back to the queue. Defaults to 100.
+	// quantum of a hold of its lock, the first included (WORKER_DRAIN_MAX):
+	// the engine's quantum, described at [keyorder.RunnerConfig] (DrainMax),
+	// with changes for its tasks and orders for its keys. Each drained
+	// change is still its own asynq task, completed, logged and counted as
+	// its own run. 1 turns the drain off. Defaults to DefaultDrainMax (100).
 	DrainMax int
-	// DrainFor bounds how long one quantum of a hold drains (see
-	// DrainMax). Defaults to 1s.
+	// DrainFor bounds how long one quantum of a hold drains
+	// (WORKER_DRAIN_FOR; see DrainMax). Defaults to DefaultDrainFor (1s).
 	DrainFor time.Duration
 	// ID names this Worker in logs and in the order history. Defaults to
 	// "<hostname>-<pid>-<random>".
@@ -446,7 +440,7 @@ type Worker struct {
 	log      *zap.Logger
 	tracer   trace.Tracer    // nil: tracing off
 	inflight sync.WaitGroup  // handler runs; asynq stops waiting for them at its shutdown timeout
-	locate   keyorder.Locate // where a position's task waits (requeue.Locate of its shards and kinds)
+	locate   keyorder.Locate // where a position's task waits (orderkeys.Locate of its shards and kinds)
 
 	stopRecover context.CancelFunc // ends the recoverer
 	recoverDone chan struct{}      // closed when the recoverer has ended
@@ -480,19 +474,19 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		}
 	}
 	log := cfg.Logger.Named("worker").With(zap.String("worker_id", cfg.ID))
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, kinds: table(cfg.Kinds), queues: cfg.served(), rdb: rdb, store: store, log: log,
 		tracer: tracing.Tracer(cfg.TracerProvider)}
-	w.locate = requeue.Locate(cfg.Shards, w.kinds)
+	w.locate = orderkeys.Locate(cfg.Shards, w.kinds)
 	// The engine's Runner is the run loop; the order domain joins it with
 	// its checks before the turn (admit), its log line, metrics and span
 	// around each run (observe, phase), the heads it brings forward
 	// (headDue), and the changes a hold may take (locateChange).
 	w.runner, err = keyorder.NewRunner(seq, keyorder.RunnerConfig{
-		Key:          requeue.OrderNo(w.kinds),
+		Key:          orderkeys.OrderNo(w.kinds),
 		Locate:       w.locate,
 		HoldLocate:   w.locateChange,
 		TTL:          cfg.LockTTL,

@@ -17,6 +17,7 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -111,7 +112,7 @@ func declare(s *config.Set, cfg *settings) {
 	s.Int(&cfg.ActionBurst, "action-burst", "DASHBOARD_ACTION_BURST", orderops.DefaultBurst, "operator actions a dashboard user may take at once above DASHBOARD_ACTION_RATE").Check(config.Positive[int])
 	s.Bool(&cfg.MetricsAuth, "metrics-auth", "DASHBOARD_METRICS_AUTH", true, "require the dashboard's credentials on /metrics")
 	s.String(&cfg.PrometheusURL, "prometheus-url", "DASHBOARD_PROMETHEUS_URL", "", "Prometheus server whose asynq series the UI charts (optional)").Check(config.URL("http", "https"))
-	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderview.DefaultKeyPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
+	s.String(&cfg.KeyPrefix, "key-prefix", "KEY_PREFIX", orderkeys.DefaultPrefix, "prefix of orderworker's Redis keys, read by the order page; the same as the worker's").Check(checkKeyPrefix)
 	s.Shards(&cfg.Shards, "queue-shards", "QUEUE_SHARDS", "the workers' queue shards, where the order page looks for an order's tasks: "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&cfg.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait, "the workers' gap wait, whose time left the order page shows for a position without its task; the same as the worker's").Check(config.Positive)
 	s.Duration(&cfg.BlockedAfter, "blocked-after", "BLOCKED_AFTER", orderview.DefaultBlockedAfter, "how long an order's next change may wait before the blocked-orders page and the metrics (orderworker_orders_blocked) count the order as blocked").Check(config.Positive)

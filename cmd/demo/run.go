@@ -15,6 +15,7 @@ import (
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/embedded"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer stopTracing() // a no-op once shut down
 
-	opened, err := orderstore.Open(rdb, producer.DefaultKeyPrefix, &c.OrderStore, orderstore.Hooks{TracerProvider: tp}, log)
+	opened, err := orderstore.Open(rdb, orderkeys.DefaultPrefix, &c.OrderStore, orderstore.Hooks{TracerProvider: tp}, log)
 	if err != nil {
 		return err
 	}

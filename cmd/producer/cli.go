@@ -22,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/cmd/internal/safetext"
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -106,7 +107,7 @@ func (c *common) producerConfig() producer.Config {
 func declareCommon(s *config.Set, c *common) {
 	s.Redis(&c.Redis, "redis-url", "REDIS_URL", config.DefaultRedisURL,
 		"Redis shared by all processes: "+config.RedisURLForms)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", producer.DefaultKeyPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", orderkeys.DefaultPrefix, "prefix of orderworker's Redis keys; the same as the worker's")
 	s.Shards(&c.Shards, "queue-shards", "QUEUE_SHARDS", "queues each task type is spread over, by CRC-32 of the order number (1: the types' own queues): "+config.ShardsForms+"; the same as the workers'")
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", orderview.DefaultGapWait,
 		"the workers' gap wait, whose time left the order status shows for a position without its task; the same as the worker's").Check(config.Positive[time.Duration])

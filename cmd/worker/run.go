@@ -16,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/logging"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/internal/telemetry"
@@ -62,7 +63,7 @@ func declare(s *config.Set, c *settings) {
 		"Redis shared by all processes: "+config.RedisURLForms)
 	s.String(&c.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: "+logging.Levels).Check(logging.CheckLevel)
 	s.String(&c.LogFormat, "log-format", "LOG_FORMAT", logging.FormatJSON, "log format: json or console").Check(logging.CheckFormat)
-	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", worker.DefaultKeyPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
+	s.String(&c.Prefix, "key-prefix", "KEY_PREFIX", orderkeys.DefaultPrefix, "prefix of orderworker's Redis keys (locks, orders, token); shared by all processes").Check(noBraces)
 	s.String(&c.OpsAddr, "ops-addr", "OPS_ADDR", "127.0.0.1:9090", "listen address of /healthz, /readyz and /metrics; off to disable; the default listens on this host's loopback only: :9090 (or 0.0.0.0:9090) listens on every interface, as probes and scrapes of a container need")
 	s.StringList(&c.MetricsTokens, "metrics-tokens", "METRICS_TOKENS", nil, "comma-separated bearer tokens, each at least 16 characters, one of which /metrics then requires (several allow rotation); empty: /metrics is open. /healthz and /readyz stay open").Secret()
 	s.Int(&c.Concurrency, "concurrency", "WORKER_CONCURRENCY", worker.DefaultConcurrency, "tasks run at once by this process").Check(config.Positive[int])
@@ -96,8 +97,8 @@ func declare(s *config.Set, c *settings) {
 		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration]).Of(waitDeadline, name)
 	}
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", worker.DefaultGapWait, "how long an order's next position may stay without its task before the tasks behind it check with asynq and skip it if the task does not exist").Check(config.Positive[time.Duration])
-	s.Int(&c.DrainMax, "drain-max", "WORKER_DRAIN_MAX", worker.DefaultDrainMax, "most changes of one order a worker runs in one quantum of a hold of its lock, the first included, before it lets other orders go first (when none waits and the worker has more than half its slots free, the hold goes on); 1 turns the drain off").Check(config.Positive[int])
-	s.Duration(&c.DrainFor, "drain-for", "WORKER_DRAIN_FOR", worker.DefaultDrainFor, "longest time a worker drains one order in one quantum of a hold of its lock before it lets other orders go first (when none waits and the worker has more than half its slots free, the hold goes on)").Check(config.Positive[time.Duration])
+	s.Int(&c.DrainMax, "drain-max", "WORKER_DRAIN_MAX", worker.DefaultDrainMax, "most changes of one order a worker runs in one quantum of a hold of its lock, the first included; 1 turns the drain off (the quantum: docs/guarantees.md, the holder drains)").Check(config.Positive[int])
+	s.Duration(&c.DrainFor, "drain-for", "WORKER_DRAIN_FOR", worker.DefaultDrainFor, "longest time of one quantum of a hold of an order's lock (see WORKER_DRAIN_MAX)").Check(config.Positive[time.Duration])
 	s.Duration(&c.BusyRetryMin, "busy-retry-min", "BUSY_RETRY_MIN", worker.DefaultBusyRetryMin, "shortest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.BusyRetryMax, "busy-retry-max", "BUSY_RETRY_MAX", worker.DefaultBusyRetryMax, "longest delay before a task that waited, lost its lease or met a stale fence runs again").Check(config.Positive[time.Duration])
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
@@ -201,7 +202,7 @@ func runLogTo(ctx context.Context, args []string, getenv func(string) string, lo
 	if err != nil {
 		return err
 	}
-	if err := c.start(ctx, w, log); err != nil {
+	if err := c.start(ctx, rdb, w, log); err != nil {
 		return err
 	}
 	return c.serveOps(ctx, w, opsHandler(rdb, w, reg, c.metricsAuth), log)
@@ -308,7 +309,7 @@ func (c *runSettings) newWorker(rdb redis.UniversalClient, store orders.Store, m
 }
 
 // start checks the release notices and starts w.
-func (c *runSettings) start(ctx context.Context, w *worker.Worker, log *zap.Logger) error {
+func (c *runSettings) start(ctx context.Context, rdb redis.UniversalClient, w *worker.Worker, log *zap.Logger) error {
 	// Before the first task: with a Redis user that may not use the notice
 	// channel, the worker runs without notices (slower: waiters poll) and
 	// says which ACL rule would give them back. A Redis that does not

@@ -46,6 +46,7 @@ import (
 	"strings"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 )
 
 // Process names an orderworker process whose Redis user this package
@@ -65,7 +66,7 @@ const (
 	// CLI's operator actions (`producer order retry|skip|hold|resume`):
 	// the intake's rights, and those of the actions (package orderops):
 	// moving a task within its queue (asynq's Inspector RunTask and
-	// ArchiveTask, and requeue.Front to wake the change parked behind a
+	// ArchiveTask, and keyorder.Wake to wake the change parked behind a
 	// settled head), writing the sequences (skip, hold, resume, the action
 	// log), the index of held orders, and the release notices; with the
 	// Redis store also the two writes of an order's notes list that note
@@ -87,10 +88,6 @@ const (
 // Processes returns every process, in the order of docs/operations.md's ACL rules.
 func Processes() []Process { return []Process{Worker, Intake, IntakeAdmin, Dashboard, DashboardWrite} }
 
-// DefaultKeyPrefix is the default of [Options.KeyPrefix], the processes'
-// KEY_PREFIX default.
-const DefaultKeyPrefix = "ow:"
-
 // Errors of [Rules], wrapped with the reason. Match them with errors.Is.
 var (
 	// ErrUnknownProcess is returned for a process not in [Processes].
@@ -104,7 +101,8 @@ var (
 // Options are what the rules depend on. The zero value gives the rules of
 // the default deployment: KEY_PREFIX "ow:" and the Redis order store.
 type Options struct {
-	// KeyPrefix is the processes' KEY_PREFIX. Defaults to "ow:".
+	// KeyPrefix is the processes' KEY_PREFIX. Defaults to
+	// orderkeys.DefaultPrefix ("ow:").
 	KeyPrefix string
 	// OrderAPI is true with ORDER_STORE=http: the orders live behind the
 	// upstream order API, which the workers write through with the token
@@ -128,7 +126,7 @@ type Options struct {
 func Rules(p Process, o Options) ([]string, error) {
 	prefix := o.KeyPrefix
 	if prefix == "" {
-		prefix = DefaultKeyPrefix
+		prefix = orderkeys.DefaultPrefix
 	}
 	if err := checkPrefix(prefix); err != nil {
 		return nil, err
@@ -148,7 +146,7 @@ func Rules(p Process, o Options) ([]string, error) {
 	case Intake, IntakeAdmin:
 		if p == IntakeAdmin {
 			// The operator actions: asynq's RunTask and ArchiveTask and
-			// requeue.Front move a task within its queue (its hash, its
+			// keyorder.Wake move a task within its queue (its hash, its
 			// pending list, its retry, scheduled and archived sets);
 			// skip, hold and resume write the sequence (below), the index
 			// of held orders, and the notice that wakes a waiter.
@@ -163,7 +161,7 @@ func Rules(p Process, o Options) ([]string, error) {
 		// doing as it does) uses and no other: it can neither delete
 		// nor empty a queue. It reads tasks, locks and sequences for the
 		// task and status reads. Not granted: moving a task within its
-		// queue (requeue.Front), which a producer that gives up the head
+		// queue (keyorder.Wake), which a producer that gives up the head
 		// position of an order tries for the task parked behind it; that
 		// task then comes back after its park delay (at most the workers'
 		// GAP_WAIT) instead of at once.

@@ -13,7 +13,7 @@
 // The actions on the head are keyorder's operator actions: an Ops builds
 // on a keyorder.Runner whose keys are order numbers and which finds a
 // position's task where the workers place it (RunnerConfig.Locate is
-// requeue.Locate: the placements of the task's kind under Config.Shards,
+// orderkeys.Locate: the placements of the task's kind under Config.Shards,
 // the exchanged order's for a creation). The Runner reads the head and its
 // task (Runner.Head), runs it now (Runner.RetryHead), archives it and uses
 // up its position (Runner.SkipHead), and wakes the parked changes
@@ -103,7 +103,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -221,7 +221,7 @@ type Result struct {
 // Config tunes an [Ops]. The zero value means all defaults.
 type Config struct {
 	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
-	// the workers'. Defaults to "ow:".
+	// the workers'. Defaults to orderkeys.DefaultPrefix ("ow:").
 	KeyPrefix string
 	// Shards is the workers' queue sharding: where the head's task is
 	// looked for. Defaults to one queue per task type.
@@ -309,7 +309,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if rdb == nil {
 		return nil, errors.New("orderops: nil redis client")
 	}
-	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, "ow:")
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, orderkeys.DefaultPrefix)
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
@@ -336,16 +336,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 			float64(cfg.Rate), cfg.OrderRate, cfg.Burst, cfg.OrderBurst)
 	}
 	log := cfg.Logger.Named("orderops")
-	o := &Ops{rdb: rdb, cfg: cfg, locate: requeue.Locate(cfg.Shards, cfg.Kinds), log: log, buckets: make(map[string]*rate.Limiter)}
+	o := &Ops{rdb: rdb, cfg: cfg, locate: orderkeys.Locate(cfg.Shards, cfg.Kinds), log: log, buckets: make(map[string]*rate.Limiter)}
 	o.notes, _ = cfg.Store.(orders.Annotator)
 	// The Runner is only the home of the actions on the head and of the
 	// settlements: Ops never runs a task, so it never subscribes to the
 	// release notices. It finds a task where the workers place it.
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
-	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds), Locate: o.locate, Logger: log, KeyField: "order_no"})
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds), Locate: o.locate, Logger: log, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -33,11 +33,9 @@ import (
 
 // The defaults of [Config].
 const (
-	// DefaultKeyPrefix is the default of Config.KeyPrefix.
-	DefaultKeyPrefix = "ow:"
 	// DefaultGapWait is the default of Config.GapWait: the workers'
-	// default gap wait (worker.DefaultGapWait).
-	DefaultGapWait = 30 * time.Second
+	// default gap wait, the engine's (keyorder.DefaultGapWait).
+	DefaultGapWait = keyorder.DefaultGapWait
 	// DefaultHistoryLen is the default of Config.HistoryLen.
 	DefaultHistoryLen = 10
 	// DefaultMaxPositions is the default of Config.MaxPositions.
@@ -51,7 +49,7 @@ const (
 // Config tunes a [Reader]. The zero value is valid and means all defaults.
 type Config struct {
 	// KeyPrefix is the prefix of orderworker's Redis keys (KEY_PREFIX),
-	// the same as the workers'. Defaults to "ow:".
+	// the same as the workers'. Defaults to orderkeys.DefaultPrefix ("ow:").
 	KeyPrefix string
 	// GapWait is the workers' gap wait (GAP_WAIT): how long the next
 	// position may wait for a task that will not come before the tasks
@@ -135,7 +133,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if err := cfg.Kinds.Validate(); err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, DefaultKeyPrefix)
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, orderkeys.DefaultPrefix)
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
 	cfg.HistoryLen = cmp.Or(cfg.HistoryLen, DefaultHistoryLen)
 	cfg.MaxPositions = cmp.Or(cfg.MaxPositions, DefaultMaxPositions)
@@ -147,16 +145,16 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Reader, er
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("orderview: key prefix %q has a brace", cfg.KeyPrefix)
 	}
-	seq, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: cfg.MaxPositions})
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{StatusPage: cfg.MaxPositions})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	head, err := requeue.Sequencer(rdb, cfg.KeyPrefix, keyorder.SeqConfig{StatusPage: 1})
+	head, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{StatusPage: 1})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}
-	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: requeue.OrderNo(cfg.Kinds),
-		Locate: requeue.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds),
+		Locate: orderkeys.Locate(cfg.Shards, cfg.Kinds), GapWait: cfg.GapWait, KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderview: %w", err)
 	}

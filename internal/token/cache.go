@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orderworker/orderworker/internal/notice"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -36,7 +37,8 @@ type Config struct {
 	// Key is the Redis key of the token. The refresh lock is Key+":lock" and
 	// the notice channel Key+":refreshed". It must contain a non-empty
 	// {hash tag} so that both keys share one Redis Cluster slot. Caches that
-	// share a token must share Key. Defaults to "ow:token:{upstream}".
+	// share a token must share Key. Defaults to the domain's default,
+	// orderkeys.TokenKey(orderkeys.DefaultPrefix): "ow:token:{upstream}".
 	Key string
 	// RefreshBefore is how much remaining lifetime makes a token due for
 	// refresh. A due token is still served while one replica refreshes it
@@ -152,7 +154,7 @@ func New(rdb redis.UniversalClient, src Source, cfg Config, log *zap.Logger) (*C
 	if src == nil {
 		return nil, errors.New("token: nil source")
 	}
-	cfg.Key = cmp.Or(cfg.Key, "ow:token:{upstream}")
+	cfg.Key = cmp.Or(cfg.Key, orderkeys.TokenKey(orderkeys.DefaultPrefix))
 	cfg.RefreshBefore = cmp.Or(cfg.RefreshBefore, DefaultRefreshBefore)
 	cfg.Skew = cmp.Or(cfg.Skew, 5*time.Second)
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, 10*time.Second)

@@ -2,7 +2,7 @@ package token
 
 import "github.com/redis/go-redis/v9"
 
-// Key and channel layout, for a Config.Key of K (default "ow:token:{upstream}"):
+// Key and channel layout, for a Config.Key of K (see its default):
 //
 //	K            string: the access token, with a TTL of expires_in − Skew
 //	K:lock       string: the refresh lock, holding a random owner ID, with a

@@ -13,13 +13,12 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
-	"github.com/orderworker/orderworker/internal/requeue"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
-	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
@@ -371,7 +370,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		fmt.Fprintf(out, "note: %v\n", err)
 	}
 
-	seq, err := requeue.Sequencer(rdb, prefix, keyorder.SeqConfig{})
+	seq, err := orderkeys.Sequencer(rdb, prefix, orderkeys.Use{})
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func TestResubscriptionWakesWaiters(t *testing.T) {
 		got <- lease
 	}()
 	require.Equal(t, "waiter", <-waiting)
-	require.NoError(t, rdb.Del(t.Context(), "ow:lock:{SO-resub}").Err())
+	require.NoError(t, rdb.Del(t.Context(), keyorder.DefaultPrefix+"{SO-resub}").Err())
 	n, err := rdb.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the Locker's one subscription")

@@ -27,12 +27,10 @@ import (
 // takes that task out of asynq itself, runs it in the same hold, with the
 // same fence, as its own run, records its end in asynq as asynq's
 // processor would (completed with its retention, retried with its
-// backoff, or archived), and goes on, up to HoldConfig.Max tasks or
-// HoldConfig.For of time (a quantum). Then, if another task waits in a
-// queue the server serves or more than half its slots are in use, it
-// releases the lock and sends the next task to the back of its queue:
-// other keys' tasks go first, and hot keys spread over the servers.
-// Otherwise the hold goes on for another quantum.
+// backoff, or archived), and goes on for a quantum (HoldConfig.Max and
+// For; [RunnerConfig].DrainMax says how long it lasts and when the hold
+// yields): hot keys then take turns with other keys' tasks and spread
+// over the servers.
 //
 // A failure ends the hold (the commit of a failed run does not keep the
 // lock), and the failed task backs off in asynq's retry set as a failing
@@ -58,10 +56,9 @@ const leaseEvery = asynqwire.LeaseDuration / 3
 // Locate are required; the rest defaults. Its functions are called from
 // many holds at once.
 type HoldConfig struct {
-	// Max bounds how many tasks of one key a hold runs in one quantum, the
-	// first included, and For how long the quantum lasts. Defaults
-	// DefaultDrainMax (100) and DefaultDrainFor (1 s). A Max of 1 turns
-	// the drain off (see [HoldConfig.Drains]).
+	// Max and For are the hold's quantum, as [RunnerConfig].DrainMax and
+	// DrainFor describe it. A Max of 1 turns the drain off (see
+	// [HoldConfig.Drains]). Default to DefaultDrainMax and DefaultDrainFor.
 	Max int
 	For time.Duration
 	// Locate returns where the task of a position of key waits, given its

@@ -43,8 +43,10 @@ var (
 	ErrClosed = errors.New("keyorder: locker closed")
 )
 
-// DefaultPrefix is the default of SeqConfig.Prefix.
-const DefaultPrefix = "ow:lock:"
+// DefaultPrefix is the default of SeqConfig.Prefix: neutral, the engine's
+// name and no program's. Programs that share a Redis give each key space
+// a prefix of its own.
+const DefaultPrefix = "keyorder:"
 
 // BusyError reports that a key was still held when the wait deadline came.
 // errors.Is(err, ErrBusy) is true for it.
@@ -621,7 +623,7 @@ func (l *Locker) register(ctx context.Context, key string, pos int64) (*notice.W
 // CheckNotices then turns the subscription off for this Locker (waiters
 // poll with their random delays, which is slower but correct) and returns
 // an error matching [ErrNoNotices] that names the channel the user's ACL
-// needs (for example `&ow:lock:released`). Call it before the first
+// needs (for example `&keyorder:released`). Call it before the first
 // Acquire; later calls only report.
 func (l *Locker) CheckNotices(ctx context.Context) error {
 	if err := l.notices.Check(ctx); err != nil {

@@ -58,16 +58,22 @@ type RunnerConfig struct {
 	// program whose labels say less (a key's tasks spread over shard
 	// queues, say) gives its own.
 	Locate Locate
-	// DrainMax and DrainFor bound a hold of a hot key's lock (see
-	// [Turns.Drain]): after a task of a key succeeds in its turn, when the
-	// key's next task is parked, the Runner keeps the lock, takes that
-	// task out of its queue itself and runs it in the same hold, with the
-	// same fence, up to DrainMax tasks (the first included) or DrainFor
-	// of time; then it lets other keys' tasks go first when any waits in
-	// the server's queues or more than half its slots are in use, and
-	// goes on otherwise. A hot key then costs about one round trip per
-	// task instead of a trip through its queue. Defaults DefaultDrainMax
-	// (100) and DefaultDrainFor (1 s); a DrainMax of 1 turns it off.
+	// DrainMax and DrainFor are the quantum of a hold of a hot key's lock
+	// ([Turns.Drain]), described here for every layer that sets it: after
+	// a task of a key succeeds in its turn, when the key's next task is
+	// parked, the Runner keeps the lock, takes that task out of its queue
+	// itself and runs it in the same hold, with the same fence, as its own
+	// run (its end recorded in asynq as asynq's processor would), up to
+	// DrainMax tasks (the first included) or DrainFor of time, whichever
+	// comes first. Then, when another task waits in the server's queues
+	// or more than half its slots are in use, it releases the lock and
+	// sends the key's next task to the back of its queue, so that other
+	// keys' tasks go first; otherwise the hold goes on for another
+	// quantum. Whatever waits, a hold ends once half its first task's
+	// time (its asynq Timeout or Deadline) is spent. A hot key then costs
+	// about one round trip per task instead of a trip through its queue.
+	// A DrainMax of 1 turns the drain off. Defaults to DefaultDrainMax
+	// (100) and DefaultDrainFor (1 s).
 	DrainMax int
 	DrainFor time.Duration
 	// OnHold, when set, is called as each hold of a key's lock ends (see

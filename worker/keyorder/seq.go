@@ -121,8 +121,10 @@ type SeqConfig struct {
 	// (Prefix+"released"). Programs that enqueue and run the same tasks
 	// must use the same one: a Runner whose prefix is not its Clients'
 	// finds no sequence, and runs every task unordered (and logs a
-	// warning for each, see [Lease.SequenceGone]). It must not contain a
-	// brace. Defaults to DefaultPrefix ("ow:lock:").
+	// warning for each, see [Lease.SequenceGone]). Give each program's
+	// key space its own, so that two programs on one Redis do not share
+	// sequences and locks by chance. It must not contain a brace.
+	// Defaults to DefaultPrefix ("keyorder:").
 	Prefix string
 	// Retention is how long a sequence outlives the last position handed
 	// out (or settled without its turn: voided, skipped, finished ahead).

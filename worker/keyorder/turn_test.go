@@ -530,7 +530,7 @@ func TestNoticesRefusedByACL(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	err = l.CheckNotices(t.Context())
 	require.ErrorIs(t, err, keyorder.ErrNoNotices)
-	require.ErrorContains(t, err, "&ow:lock:released")
+	require.ErrorContains(t, err, "&"+keyorder.DefaultPrefix+"released")
 
 	turns := reserve(t, l.Sequencer(), "SO-acl", 2)
 	other, err := l.Acquire(t.Context(), "SO-acl", "unordered", keyorder.Wait{})

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/config"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/httpstore"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/token"
@@ -134,7 +135,7 @@ func (s *Store) Close() error {
 
 // Open builds the order store that c names, on rdb under the key prefix
 // prefix: the Redis store's keys, or the HTTP store, with the workers'
-// shared token (at <prefix>token:{upstream}) when hooks.SharedToken says
+// shared token (at orderkeys.TokenKey(prefix)) when hooks.SharedToken says
 // so, and a token of the process's own otherwise.
 // It starts nothing in the background until the store is used. It returns
 // an error for settings that fail [Settings.Check] or that a store refuses
@@ -172,7 +173,7 @@ func Open(rdb redis.UniversalClient, prefix string, c *Settings, hooks Hooks, lo
 	}
 	if hooks.SharedToken {
 		tokens, err = token.New(rdb, src, token.Config{
-			Key:           prefix + "token:{upstream}",
+			Key:           orderkeys.TokenKey(prefix),
 			RefreshBefore: c.TokenRefreshBefore,
 			WaitTimeout:   c.TokenWaitTimeout,
 			OnRefresh:     hooks.OnRefresh,

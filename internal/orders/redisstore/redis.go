@@ -27,6 +27,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -150,7 +151,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		rdb:       rdb,
-		prefix:    cmp.Or(cfg.Prefix, "ow:"),
+		prefix:    cmp.Or(cfg.Prefix, orderkeys.DefaultPrefix),
 		claimTTL:  cmp.Or(cfg.ClaimTTL, 24*time.Hour),
 		retention: cmp.Or(cfg.DedupeRetention, DefaultDedupeRetention),
 		histMax:   cmp.Or(cfg.HistoryMax, DefaultHistoryMax),

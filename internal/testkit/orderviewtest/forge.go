@@ -10,10 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
-	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
 // Later accepts, for each order of nos, a modify (event ID no+"-later")
@@ -45,7 +44,7 @@ func Later(t testing.TB, rdb redis.UniversalClient, prefix string, nos ...string
 // every read of the sequence then meets WRONGTYPE. It returns the key.
 func WrongTypeSeq(t testing.TB, intake redis.UniversalClient, prefix, no string) string {
 	t.Helper()
-	seq, err := requeue.Sequencer(intake, prefix, keyorder.SeqConfig{})
+	seq, err := orderkeys.Sequencer(intake, prefix, orderkeys.Use{})
 	require.NoError(t, err)
 	key := seq.SeqKey(no)
 	require.NoError(t, intake.Set(context.Background(), key, "x", 0).Err(), "the intake's user may write a sequence")

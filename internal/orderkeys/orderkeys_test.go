@@ -1,11 +1,11 @@
-package requeue_test
+package orderkeys_test
 
 import (
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/requeue"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -46,9 +46,9 @@ func TestWakeLooksInEveryPlacement(t *testing.T) {
 	require.Equal(t, "a", front("order_modify"))
 
 	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}
-	require.NoError(t, keyorder.Wake(ctx, db.Client, requeue.Locate(tasks.Shards{Count: 3}, tasks.Kinds()), "SO1001", labels))
+	require.NoError(t, keyorder.Wake(ctx, db.Client, orderkeys.Locate(tasks.Shards{Count: 3}, tasks.Kinds()), "SO1001", labels))
 	require.Equal(t, "a", front("order_modify"), "without the draining count, the old queue is not looked at")
-	require.NoError(t, keyorder.Wake(ctx, db.Client, requeue.Locate(tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Kinds()), "SO1001", labels))
+	require.NoError(t, keyorder.Wake(ctx, db.Client, orderkeys.Locate(tasks.Shards{Count: 3, Draining: []int{1}}, tasks.Kinds()), "SO1001", labels))
 	require.Equal(t, "parked", front("order_modify"), "found in the placement under the draining count")
 	require.Equal(t, "c", front("order_modify:2"))
 }
@@ -60,7 +60,7 @@ func TestWakeLooksInEveryPlacement(t *testing.T) {
 func TestLocate(t *testing.T) {
 	t.Parallel()
 	shards := tasks.Shards{Count: 3, Draining: []int{1}}
-	locate := requeue.Locate(shards, tasks.Kinds())
+	locate := orderkeys.Locate(shards, tasks.Kinds())
 	queues, id, ok := locate("SO1001", tasks.PositionLabel(tasks.TypeModify, "ev-1"))
 	require.True(t, ok)
 	require.Equal(t, "ev-1", id)
@@ -76,4 +76,21 @@ func TestLocate(t *testing.T) {
 		_, _, ok := locate("SO1001", label)
 		require.False(t, ok, "%q", label)
 	}
+}
+
+// The domain's Redis layout is the one its ACL rules, docs and existing
+// data know: the engine's keys under ow:lock:, whatever the engine's own
+// default, and the shared token at ow:token:{upstream}.
+func TestTheLayoutUnderTheDefaultPrefix(t *testing.T) {
+	t.Parallel()
+	cfg := orderkeys.SeqConfig(orderkeys.DefaultPrefix, orderkeys.Use{MaxWaiting: 3, StatusPage: 7})
+	require.Equal(t, keyorder.SeqConfig{Prefix: "ow:lock:", MaxWaiting: 3, StatusPage: 7}, cfg, "only the Use differs per program")
+	require.NotEqual(t, keyorder.DefaultPrefix, cfg.Prefix, "the domain sets its prefix: the engine's default is not the domain's")
+	require.Equal(t, "ow:token:{upstream}", orderkeys.TokenKey(orderkeys.DefaultPrefix))
+
+	db := redistest.New(t)
+	seq, err := orderkeys.Sequencer(db.Client, orderkeys.DefaultPrefix, orderkeys.Use{})
+	require.NoError(t, err)
+	require.Equal(t, "ow:lock:{SO1}:seq", seq.SeqKey("SO1"))
+	require.Equal(t, "ow:lock:held", seq.PausedKey())
 }
