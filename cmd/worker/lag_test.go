@@ -147,7 +147,7 @@ func TestHTTPStoreAfterALaggedFailover(t *testing.T) {
 	}
 	assert.Equal(t, []string{"lag-1", "lag-2", "lag-3", "lag-4", "lag-5", "lag-6", "lag-7"}, events)
 	assert.Greater(t, h[5].Fence, aheadFence)
-	assert.Contains(t, logs.String(), "order store ahead of the order's Redis; caught up")
+	assert.Contains(t, logs.String(), "store ahead of the key's Redis; caught up")
 
 	cancel()
 	select {
