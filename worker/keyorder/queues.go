@@ -112,6 +112,23 @@ func (q *QueueTasks) HeadTask(ctx context.Context, key string, te *TurnError) (w
 	return q.fate(key, te.Head, te.Label, info), info, nil
 }
 
+// headEnded says why te's head of key will never take its turn when its
+// task has ended (completed, archived, or holding another position of
+// key); "" when it has not, and when no queue holds it. It only reads
+// (see look). Turns.Take asks it, with no GapWait, to skip a head whose
+// turn's end a failover lost.
+func (q *QueueTasks) headEnded(ctx context.Context, key string, te *TurnError) (string, error) {
+	h := Head{Key: key, Label: te.Label}
+	info, err := q.look(ctx, &h, false)
+	switch {
+	case errors.Is(err, errNoTask) || (err == nil && info == nil):
+		return "", nil // HeadFate's after GapWait
+	case err != nil:
+		return "", fmt.Errorf("read the task of position %d: %w", te.Head, err)
+	}
+	return q.fate(key, te.Head, te.Label, info), nil
+}
+
 // errNoTask is look's error for a label that names no task.
 var errNoTask = errors.New("keyorder: the label names no task")
 

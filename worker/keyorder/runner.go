@@ -732,6 +732,10 @@ func (t runnerTasks) Wake(ctx context.Context, key string, labels []string) erro
 	return t.r.tasks.Wake(ctx, key, labels)
 }
 
+func (t runnerTasks) headEnded(ctx context.Context, key string, te *TurnError) (string, error) {
+	return t.r.tasks.headEnded(ctx, key, te)
+}
+
 func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
 	if t.r.cfg.HeadDue == nil {
 		return t.r.tasks.HeadFate(ctx, key, te)

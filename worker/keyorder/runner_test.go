@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -729,4 +730,65 @@ func TestARunnerWarnsOfATaskWhoseSequenceIsGone(t *testing.T) {
 	enqueue(t, own, "M", 1)
 	eventually(t, func() bool { return len(rc.succeeded("M")) == 1 }, "the task did not run")
 	require.Equal(t, 1, logs.FilterMessageSnippet("sequence does not exist").Len())
+}
+
+// A failover of a key's master can lose the end of a turn (the sequence
+// passed on) while the task's completion, on its queue's master (another
+// master, on a Cluster), survives: the task never runs again. The next
+// task then finds the head's task completed and skips it within about a
+// second, not after GapWait (five minutes here). The lost writes are
+// played by putting the key space back as it was before the run.
+func TestRunnerSkipsAHeadWhoseTurnsEndWasLost(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ctx := context.Background()
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: 5 * time.Minute, Logger: zaptest.NewLogger(t),
+		Wait: keyorder.Wait{Deadline: time.Minute}})
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: time.Second})
+	e1 := enqueue(t, c, "K", 1, asynq.Retention(time.Hour))
+
+	// The key space as the replica has it: before the run.
+	keys, err := db.Client.Keys(ctx, db.Prefix+"lock:*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	dumps := map[string]string{}
+	for _, k := range keys {
+		dumps[k], err = db.Client.Dump(ctx, k).Result()
+		require.NoError(t, err)
+	}
+
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "task 1 never ran")
+	requireStateEventually(t, db.Client, e1, asynq.TaskStateCompleted)
+
+	// The promotion: the run's writes to the key space are gone, its
+	// task's completion is not.
+	now, err := db.Client.Keys(ctx, db.Prefix+"lock:*").Result()
+	require.NoError(t, err)
+	for _, k := range now {
+		if _, ok := dumps[k]; !ok {
+			require.NoError(t, db.Client.Del(ctx, k).Err())
+		}
+	}
+	for k, d := range dumps {
+		require.NoError(t, db.Client.RestoreReplace(ctx, k, 0, d).Err())
+	}
+
+	start := time.Now()
+	enqueue(t, c, "K", 2, asynq.Retention(time.Hour))
+	require.Eventually(t, func() bool { return len(rc.succeeded("K")) == 2 }, 30*time.Second, 5*time.Millisecond,
+		"task 2 waited for the GapWait behind a head whose task had completed")
+	require.Equal(t, []int{1, 2}, rc.succeeded("K"))
+	t.Logf("task 2 ran %v after its acceptance", time.Since(start).Round(time.Millisecond))
+}
+
+// requireStateEventually waits for e's task to reach state.
+func requireStateEventually(t *testing.T, rdb redis.UniversalClient, e keyorder.Enqueued, state asynq.TaskState) {
+	t.Helper()
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	eventually(t, func() bool {
+		info, err := insp.GetTaskInfo(e.Queue, e.TaskID)
+		return err == nil && info.State == state
+	}, "task %s never reached %v", e.TaskID, state)
 }

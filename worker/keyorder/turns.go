@@ -166,7 +166,13 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // the head has waited for its holder longer than GapWait, Take asks
 // [Tasks.HeadFate] about it once, skips it when its holder will never
 // come (the skip is logged in the sequence with the reason), and tries
-// again. When the key's sequence is paused and it is the position's turn,
+// again. Sooner, the holder of the position next in line asks once, when
+// the head was reserved more than a second ago (or GapWait, if shorter;
+// it parks until then), whether the head's task has already ended
+// (completed or archived: the end of its turn was lost in a failover of
+// the key's master, while its queue's master kept the task's end) and
+// skips it at once, so that a lost turn costs its key about a second
+// rather than GapWait. When the key's sequence is paused and it is the position's turn,
 // the holder parks for GapWait (Resume calls it back sooner).
 //
 // It returns a [*BusyError] when the lock stayed held past w's deadline,
@@ -175,6 +181,7 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, Taken, error) {
 	var done Taken
 	checked := int64(0) // the head found to exist: no need to look again
+	probed := int64(0)  // the head asked once whether its task ended
 	for {
 		wt := w
 		if turn.Pos > 0 && checked == 0 {
@@ -214,6 +221,18 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 			// unless its success calls us back first.
 			return nil, done, t.park(te, te.Retry)
 		}
+		if te.Pos == te.Head+1 && te.Head != checked && te.Head != probed {
+			// Next in line: has the head's task already ended?
+			after := min(endedAfter, t.cfg.GapWait)
+			if te.Age < after {
+				return nil, done, t.park(te, after-te.Age)
+			}
+			probed = te.Head
+			if t.endedHead(ctx, key, te) {
+				done.Skipped++
+				continue
+			}
+		}
 		if te.Age < t.cfg.GapWait || te.Head == checked {
 			return nil, done, t.park(te, t.cfg.GapWait)
 		}
@@ -247,9 +266,64 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 	if err != nil || why == "" {
 		return false, delay, err
 	}
+	if err := t.skipHead(ctx, key, te, why); err != nil {
+		return false, 0, err
+	}
+	// Skipped by us or, meanwhile, by someone else, or its holder came:
+	// try again either way.
+	return true, 0, nil
+}
+
+// endedAfter is how long after its reservation a head is asked, by the
+// holder of the position next in line, whether its task has already
+// ended (headEnder); GapWait when that is shorter. That holder parks
+// until then, when the head is younger: a younger head's task is most
+// likely on its way (its end calls the holder back sooner), and the
+// question costs a read.
+const endedAfter = time.Second
+
+// headEnder is implemented by [Tasks] that can say at once, with no
+// GapWait, that the head of key's sequence will never take its turn
+// because its task has ended: it completed or was archived without the
+// end of its turn, which a failover can lose with the key's master while
+// the task's end, recorded on its queue's master, survives. why is "" for
+// a task that has not ended or that no queue holds (that one may still be
+// on its way: HeadFate decides after GapWait). [QueueTasks] and the
+// Runner's Tasks implement it.
+type headEnder interface {
+	headEnded(ctx context.Context, key string, te *TurnError) (why string, err error)
+}
+
+// endedHead skips te's head of key when the Tasks say its task has ended
+// ([HeadEnder]), and reports whether the head is gone (skipped by this
+// call or meanwhile by someone else). A failed read or skip is logged and
+// reported as false: the waiter waits as it would have, GapWait at most.
+func (t *Turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
+	he, ok := t.tasks.(headEnder)
+	if !ok {
+		return false
+	}
+	why, err := he.headEnded(ctx, key, te)
+	if err == nil && why != "" {
+		err = t.skipHead(ctx, key, te, why)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			tracing.Log(ctx, t.log).Warn("could not ask whether the head's task ended; waiting for it",
+				zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head), zap.Error(err))
+		}
+		return false
+	}
+	return why != ""
+}
+
+// skipHead skips te's head of key for why, logs the skip and wakes the
+// holders it hands the turn to. A head skipped meanwhile by someone else,
+// or whose holder came, is no error (the caller tries again either way).
+func (t *Turns) skipHead(ctx context.Context, key string, te *TurnError, why string) error {
 	st, err := t.seq.Skip(ctx, key, te.Head, te.Record, why)
 	if err != nil {
-		return false, 0, fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
+		return fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
 	}
 	if st.Done {
 		tracing.Log(ctx, t.log).Warn("position skipped", zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head),
@@ -260,9 +334,7 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 			tracing.AttrHead.String(te.Label), tracing.AttrReason.String(why), attribute.Bool("orderworker.by_this_run", st.Done)))
 	}
 	t.wake(ctx, key, st.Wake)
-	// Skipped by us or, meanwhile, by someone else, or its holder came:
-	// try again either way.
-	return true, 0, nil
+	return nil
 }
 
 // Pass ends the holder's work under lease. When done (the position's work
