@@ -379,6 +379,10 @@ func (r *results) checkOrder(ctx context.Context, store orders.Store, seq *keyor
 					}
 					what := fmt.Sprintf("%s: position %d skipped (%s), yet %s %s was applied there", no, e.Pos, e.Reason, typ, ev)
 					if strings.HasSuffix(e.Reason, "completed without passing its turn on") {
+						// The skip's time is the order's new master's clock
+						// (behind by -behind, if set), the apply's the
+						// store's: the wait the lost turn cost, near enough.
+						what += fmt.Sprintf(", skipped %v after its apply ended", e.At.Sub(h.EndedAt).Round(time.Millisecond))
 						// Applied in its turn, completed, and its turn's
 						// end lost with the order's master (on a Cluster
 						// the queue lives on another master, so the task
@@ -532,7 +536,7 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 	fmt.Fprintf(out, "order:         %d inversions, %d client-order violations, %d orders off their replay, %d stalled positions; %d positions skipped (%d of a task that existed), %d voided; %d late modifies rejected naming the replacement\n",
 		len(r.inversions), len(r.clientOrder), len(r.replayOff), len(r.stalled), r.skips, len(r.badSkips), r.voids, r.lateRejected)
 	if len(r.lostTurns) > 0 {
-		fmt.Fprintf(out, "               %d turns whose change was applied and whose end a master lost, skipped after GAP_WAIT\n", len(r.lostTurns))
+		fmt.Fprintf(out, "               %d turns whose change was applied and whose end a master lost, skipped by the next change once it found the task completed\n", len(r.lostTurns))
 	}
 	fmt.Fprintf(out, "history:       %d accepted writes of the store's histories checked (positions, fences, holds, once, replay): %d findings\n",
 		r.historyWrites, len(r.historyFound))
