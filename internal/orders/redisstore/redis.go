@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -690,6 +691,11 @@ func merge(writes, notes []orders.Entry) []orders.Entry {
 	return append(out, notes[n:]...)
 }
 
+// putKind is the declaration of Put: its entries' letter and detail. A
+// put records no event and runs no applyScript.
+var putKind = declare(writeKind{typ: orders.TypePut, letter: 'p',
+	detail: func(_ orders.Entry, status string) string { return "put: " + status }})
+
 // Put creates or replaces order o.No with o's status (active when empty),
 // address, remark, items, exchanged_to and exchanged_from. The version goes
 // up by one (to 1 for a new order) and a history entry of type orders.TypePut is
@@ -721,6 +727,12 @@ func (s *Store) Put(ctx context.Context, o orders.Order) error {
 	return nil
 }
 
+// noteKind is the declaration of Annotate: its entries' letter and
+// detail (the note's text). A note records no event and runs no
+// applyScript.
+var noteKind = declare(writeKind{typ: orders.TypeNote, letter: 'n',
+	detail: func(_ orders.Entry, text string) string { return text }})
+
 // Annotate appends a note to order orderNo's history, in one round trip: an
 // entry of type orders.TypeNote with n.By as its worker, n.Detail() as its
 // detail and the order's version (see [orders.Annotator]). It writes only
@@ -742,6 +754,31 @@ func (s *Store) Annotate(ctx context.Context, orderNo string, n orders.Note) err
 		return fmt.Errorf("annotate %s: %w", orderNo, orders.ErrNotFound)
 	}
 	return nil
+}
+
+// modifyKind is the declaration of Modify, the write of tasks.Modify: one
+// applyScript, its last step. An entry's detail stores the changed
+// fields' letters (a, r, i).
+var modifyKind = declare(writeKind{typ: orders.TypeModify, letter: 'm', detail: modifyDetail,
+	request: reflect.TypeFor[modifyRequest](), step: lastStep})
+
+// modifyDetail reads the changed fields' letters of a modify's entry.
+func modifyDetail(_ orders.Entry, stored string) string {
+	var changed []string
+	for _, c := range stored {
+		switch c {
+		case 'a':
+			changed = append(changed, "address")
+		case 'r':
+			changed = append(changed, "remark")
+		case 'i':
+			changed = append(changed, "items")
+		}
+	}
+	if len(changed) == 0 {
+		return "no changes"
+	}
+	return "changed " + strings.Join(changed, ", ")
 }
 
 // Modify applies c to the active order orderNo, once per eventID, under the
@@ -788,8 +825,11 @@ func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Ch
 		fields = append(fields, "items", items)
 		detail = append(detail, 'i')
 	}
-	rec := newRecord(recModify, fingerprint(modifyRequest(c)), "", "")
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, lastStep, fields)
+	fp, err := modifyKind.fingerprint(modifyRequest(c))
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	res, err := s.apply(ctx, w, eventID, orderNo, modifyKind.record(fp, "", ""), string(detail), !w.NoResult, fields)
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
@@ -802,7 +842,29 @@ func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Ch
 	return out, nil
 }
 
-// orders.Exchange closes the active order orderNo as exchanged and creates its
+// exchangeKind is the declaration of Exchange, the write of
+// tasks.Exchange: its applyScript closes the order and is not its last
+// step (the replacement is created after it), and its record carries the
+// replacement's number and the fence. An entry's detail stores the
+// replacement's number and, after byte 30, the reason.
+var exchangeKind = declare(writeKind{typ: orders.TypeExchange, letter: 'x',
+	request: reflect.TypeFor[exchangeRequest](), step: moreSteps, carries: true,
+	detail: func(_ orders.Entry, stored string) string {
+		newNo, reason, ok := strings.Cut(stored, "\x1e")
+		if ok && reason != "" {
+			return "exchanged to " + newNo + ": " + reason
+		}
+		return "exchanged to " + newNo
+	}})
+
+// createKind is the declaration of the second half of Exchange, the
+// creation of the replacement (createScript, no applyScript). An entry's
+// detail stores the exchanged order's number.
+var createKind = declare(writeKind{typ: orders.TypeCreated, letter: 'c',
+	request: reflect.TypeFor[exchangeRequest](),
+	detail:  func(e orders.Entry, from string) string { return "created from " + from + " by event " + e.EventID }})
+
+// Exchange closes the active order orderNo as exchanged and creates its
 // replacement, once per eventID, under the fence of the [orders.Write] in ctx.
 // orders.Result.Order is the replacement; read the exchanged order with Get.
 //
@@ -841,7 +903,10 @@ func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	fp := fingerprint(exchangeRequest(x))
+	fp, err := exchangeKind.fingerprint(exchangeRequest(x))
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
 	closed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
@@ -868,8 +933,8 @@ func (s *Store) closeOrder(ctx context.Context, w orders.Write, eventID, orderNo
 		detail += "\x1e" + reason
 	}
 	fields := []any{"status", string(orders.StatusExchanged), "exchanged_to", newNo}
-	rec := newRecord(recExchange, fp, newNo, strconv.FormatInt(w.Fence, 10))
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, moreSteps, fields)
+	rec := exchangeKind.record(fp, newNo, strconv.FormatInt(w.Fence, 10))
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, fields)
 	if claimed && (err != nil || res.rec.newNo != newNo) {
 		// The claim is ours and no longer needed. A failure to drop it is
 		// not the caller's problem: it expires after ClaimTTL.
@@ -925,7 +990,7 @@ func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID, 
 	// was closed under, also when a retry (under a newer fence) completes
 	// an exchange that a crash cut short.
 	fence := cmp.Or(closed.rec.fence, strconv.FormatInt(w.Fence, 10))
-	rec := newRecord(recCreate, fp, "", "")
+	rec := createKind.record(fp, "", "")
 	res, err := createScript.Run(ctx, s.rdb, keys,
 		eventID, fence, w.Worker, micros(w.StartedAt), rec.String(),
 		orderNo, newNo, a.Address, a.Remark, items, eventHash(eventID), exp,
@@ -945,7 +1010,7 @@ func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID, 
 	default:
 		return orders.Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
 	}
-	if _, err := parseRecord(res[1], recCreate, fp, eventID); err != nil {
+	if _, err := parseRecord(res[1], createKind, fp, eventID); err != nil {
 		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	o, err := decodeOrder(pairs(res[2:]))
@@ -965,21 +1030,12 @@ type applied struct {
 	order    map[string]string // the order's fields after it, when asked for
 }
 
-// step says whether a write's applyScript is the last step of its work,
-// which then commits the lock's hand-off in the same script (see
-// applyScript), or whether more steps follow. Every write states it: a
-// write added to the store chooses, rather than falling to the slower
-// path by default.
-type step bool
-
-const (
-	lastStep  step = true  // the write's work ends with this script: commit the hand-off in it
-	moreSteps step = false // more steps follow: the worker passes the turn on after them
-)
-
 // apply runs applyScript as step of its write and maps its reply, or the
 // package's error.
-func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, step step, fields []any) (applied, error) {
+func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
+	if rec.kind.step == noStep {
+		return applied{}, fmt.Errorf("redisstore: %s declares no step of applyScript", rec.kind.typ)
+	}
 	ev, exp := s.eventKeys(orderNo)
 	keys := make([]string, 0, 8)
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
@@ -991,7 +1047,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		// A write whose work ends with this script commits the hand-off
 		// in it; one with more steps after it (an exchange still creates
 		// the replacement) leaves the hand-off to the worker.
-		if step == lastStep {
+		if rec.kind.step == lastStep {
 			h = hold.Handoff()
 		}
 	}
@@ -1033,7 +1089,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		record = "0"
 	}
 	args := make([]any, 0, 18+len(fields))
-	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
+	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.kind.letter), seq,
 		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record, keep)
 	args = append(args, fields...)
 	var res []string
@@ -1083,7 +1139,7 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		newest, _ := strconv.ParseInt(res[1], 10, 64)
 		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed), 0, newest)
 	case "ok", "replay":
-		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
+		got, err := parseRecord(res[1], rec.kind, rec.fp, eventID)
 		if err != nil {
 			return applied{}, err
 		}
@@ -1103,71 +1159,6 @@ func pairs(flat []string) map[string]string {
 		m[flat[i]] = flat[i+1]
 	}
 	return m
-}
-
-// The kinds of record, and of history entry, by their first letter.
-const (
-	recModify   = 'm' // a modify
-	recExchange = 'x' // the close of an exchanged order
-	recCreate   = 'c' // the creation of a replacement
-	recPut      = 'p' // a put (history only)
-	recNote     = 'n' // a note (history only)
-)
-
-// record is what the store remembers of an applied event, to answer a
-// repeat: "<kind> <fingerprint>", and for the close of an exchange also the
-// replacement's number and the fence it was closed under.
-type record struct {
-	typ   byte
-	fp    string
-	newNo string
-	fence string
-}
-
-func newRecord(typ byte, fp, newNo, fence string) record {
-	return record{typ: typ, fp: fp, newNo: newNo, fence: fence}
-}
-
-// String encodes the record as the buckets hold it.
-func (r record) String() string {
-	s := string(r.typ) + " " + r.fp
-	if r.typ == recExchange {
-		s += " " + r.newNo + " " + r.fence
-	}
-	return s
-}
-
-// kindName names a record's kind in an error.
-func kindName(typ byte) string {
-	switch typ {
-	case recModify:
-		return orders.TypeModify
-	case recExchange:
-		return orders.TypeExchange
-	case recCreate:
-		return orders.TypeCreated
-	}
-	return string(typ)
-}
-
-// parseRecord reads a record and checks that it is the outcome of the same
-// request: same kind and fingerprint.
-func parseRecord(s string, typ byte, fp, eventID string) (record, error) {
-	f := strings.Fields(s)
-	if len(f) < 2 || len(f[0]) != 1 {
-		return record{}, fmt.Errorf("event %s: bad record %q", eventID, s)
-	}
-	r := record{typ: f[0][0], fp: f[1]}
-	if r.typ == recExchange && len(f) == 4 {
-		r.newNo, r.fence = f[2], f[3]
-	}
-	if r.typ != typ {
-		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, kindName(r.typ), orders.ErrConflict)
-	}
-	if r.fp != fp {
-		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, orders.ErrConflict)
-	}
-	return r, nil
 }
 
 // eventHash is the field of an event in the event buckets: the first 8
@@ -1208,7 +1199,8 @@ func decodeOrder(f map[string]string) (orders.Order, error) {
 //
 //	3 kind event_id age worker took ended version seq detail
 //
-// kind is m, x, c, p or n (see the record kinds); ended is the store's clock
+// kind is the letter of the write's declaration (see writeKind: m, x, c,
+// p or n); ended is the store's clock
 // when the write was applied, in µs; age is ended minus the fence and took
 // ended minus the start, in µs (a '-' marks a negative one); seq is the
 // change's position or empty; detail is the changed fields' letters (a, r,
@@ -1241,43 +1233,11 @@ func decodeEntry(s string) (orders.Entry, error) {
 	e.Fence = ended - n[0]
 	e.EndedAt, e.StartedAt = time.UnixMicro(ended).UTC(), time.UnixMicro(ended-n[1]).UTC()
 	e.Version, e.Seq = n[3], n[4]
-	switch detail := f[9]; f[1][0] {
-	case recModify:
-		e.Type = orders.TypeModify
-		var changed []string
-		for _, c := range detail {
-			switch c {
-			case 'a':
-				changed = append(changed, "address")
-			case 'r':
-				changed = append(changed, "remark")
-			case 'i':
-				changed = append(changed, "items")
-			}
-		}
-		e.Detail = "no changes"
-		if len(changed) > 0 {
-			e.Detail = "changed " + strings.Join(changed, ", ")
-		}
-	case recExchange:
-		e.Type = orders.TypeExchange
-		newNo, reason, ok := strings.Cut(detail, "\x1e")
-		e.Detail = "exchanged to " + newNo
-		if ok && reason != "" {
-			e.Detail += ": " + reason
-		}
-	case recCreate:
-		e.Type = orders.TypeCreated
-		e.Detail = "created from " + detail + " by event " + e.EventID
-	case recPut:
-		e.Type = orders.TypePut
-		e.Detail = "put: " + detail
-	case recNote:
-		e.Type = orders.TypeNote
-		e.Detail = detail
-	default:
+	wk := kindOfLetter(f[1][0])
+	if wk == nil {
 		return orders.Entry{}, fmt.Errorf("bad entry kind %q", f[1])
 	}
+	e.Type, e.Detail = wk.typ, wk.detail(e, f[9])
 	return e, nil
 }
 
@@ -1311,7 +1271,7 @@ func decodeNote(s string) (orders.Entry, bool) {
 	switch {
 	case strings.HasPrefix(s, "{"):
 		n.Detail = fmt.Sprintf("not written as a note (%s): %s", clipText(e.Type, 64), e.Detail)
-	case s[2] != recNote:
+	case s[2] != noteKind.letter:
 		// decodeEntry took the form: ten fields, "3" and a one-letter kind.
 		n.Detail = fmt.Sprintf("not written as a note (kind %q): %s", s[2], strings.Split(s, "\x1f")[9])
 	}
