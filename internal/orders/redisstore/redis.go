@@ -1030,8 +1030,11 @@ type applied struct {
 	order    map[string]string // the order's fields after it, when asked for
 }
 
-// apply runs applyScript as step of its write and maps its reply, or the
-// package's error.
+// apply runs applyScript as the step its kind declares (see writeKind)
+// and maps its reply, or the package's error. Its steps: the order's keys
+// and the lock's part (lockPartOf), the script's arguments (applyArgs), the
+// round trip (runApply), the lock's part of the reply (handedOff), and
+// the outcome (appliedOf).
 func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
 	if rec.kind.step == noStep {
 		return applied{}, fmt.Errorf("redisstore: %s declares no step of applyScript", rec.kind.typ)
@@ -1039,48 +1042,77 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 	ev, exp := s.eventKeys(orderNo)
 	keys := make([]string, 0, 8)
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
-	tag := "{" + orderNo + "}"
-	var lockFenceKey string
-	var h *keyorder.Handoff
-	if hold := w.Commit; hold != nil {
-		lockFenceKey = hold.FenceKey()
-		// A write whose work ends with this script commits the hand-off
-		// in it; one with more steps after it (an exchange still creates
-		// the replacement) leaves the hand-off to the worker.
-		if rec.kind.step == lastStep {
-			h = hold.Handoff()
-		}
+	c, err := lockPartOf(w.Commit, rec.kind.step, "{"+orderNo+"}")
+	if err != nil {
+		return applied{}, err
+	}
+	keys = append(keys, c.keys...)
+	args := s.applyArgs(w, eventID, rec, detail, withOrder, c, exp, fields)
+	if c.h != nil {
+		c.h.Committing()
+	}
+	res, err := s.runApply(ctx, keys, args, c)
+	if err != nil {
+		return applied{}, err
+	}
+	return appliedOf(handedOff(c.h, res), w, eventID, orderNo, rec, withOrder)
+}
+
+// lockPart is the lock's part of an applyScript: the keys that follow the
+// order's (the lock's newest fence, the lock and the sequence, as far as
+// the hold offers them), the hand-off when the script commits it, and the
+// arguments that go with it.
+type lockPart struct {
+	keys                       []string
+	h                          *keyorder.Handoff
+	owner, channel, turn, keep string
+}
+
+// lockPartOf returns the lock's part of the applyScript of a write in step
+// under hold (nil for none): its fence key always, and, when the write's
+// work ends with the script (lastStep), the hand-off; one with more steps
+// after it (an exchange still creates the replacement) leaves the
+// hand-off to the worker. Every key must carry the order's hash tag, or
+// it returns an error matching orders.ErrInvalid.
+func lockPartOf(hold keyorder.Commit, step step, tag string) (lockPart, error) {
+	c := lockPart{keep: "0"}
+	if hold == nil {
+		return c, nil
+	}
+	lockFenceKey := hold.FenceKey()
+	if step == lastStep {
+		c.h = hold.Handoff()
 	}
 	if lockFenceKey != "" {
 		if !strings.Contains(lockFenceKey, tag) {
-			return applied{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
+			return lockPart{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
 		}
-		keys = append(keys, lockFenceKey)
+		c.keys = append(c.keys, lockFenceKey)
 	}
-	owner, channel, turn, keep := "", "", "", "0"
-	if h != nil {
-		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
-			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
+	h := c.h
+	if h == nil {
+		return c, nil
+	}
+	if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
+		return lockPart{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
+	}
+	c.keys = append(c.keys, h.Key)
+	c.owner, c.channel = h.Owner, h.Channel
+	if h.SeqKey != "" {
+		if !strings.Contains(h.SeqKey, tag) {
+			return lockPart{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 		}
-		keys = append(keys, h.Key)
-		owner, channel = h.Owner, h.Channel
-		if h.SeqKey != "" {
-			if !strings.Contains(h.SeqKey, tag) {
-				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
-			}
-			keys = append(keys, h.SeqKey)
-			turn = strconv.FormatInt(h.Pos, 10)
-			if h.Keep {
-				keep = "1"
-			}
+		c.keys = append(c.keys, h.SeqKey)
+		c.turn = strconv.FormatInt(h.Pos, 10)
+		if h.Keep {
+			c.keep = "1"
 		}
-		h.Committing()
 	}
-	fence := strconv.FormatInt(w.Fence, 10)
-	seq := ""
-	if w.Seq > 0 {
-		seq = strconv.FormatInt(w.Seq, 10)
-	}
+	return c, nil
+}
+
+// applyArgs returns applyScript's ARGV for the write.
+func (s *Store) applyArgs(w orders.Write, eventID string, rec record, detail string, withOrder bool, c lockPart, exp int64, fields []any) []any {
 	want, record := "0", "1"
 	if withOrder {
 		want = "1"
@@ -1089,44 +1121,64 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		record = "0"
 	}
 	args := make([]any, 0, 18+len(fields))
-	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.kind.letter), seq,
-		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record, keep)
-	args = append(args, fields...)
-	var res []string
-	var err error
-	if h != nil && h.Step != nil && keep == "1" {
-		// The lock's step (the drain's next claim) rides in the commit's
-		// round trip, right after it.
-		pipe := s.rdb.Pipeline()
-		cmd := applyScript.EvalSha(ctx, pipe, keys, args...)
-		h.Step(ctx, pipe, h)
-		_, _ = pipe.Exec(ctx) // each command's error is read from it
-		res, err = cmd.StringSlice()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
-		}
-	} else {
+	args = append(args, eventHash(eventID), strconv.FormatInt(w.Fence, 10), w.Worker, micros(w.StartedAt), rec.String(), detail,
+		string(rec.kind.letter), seqArg(w.Seq), c.owner, c.channel, c.turn, want, exp, s.histMax, s.histAge.Microseconds(),
+		eventID, record, c.keep)
+	return append(args, fields...)
+}
+
+// seqArg is a write's position as applyScript takes it: "" for none.
+func seqArg(seq int64) string {
+	if seq > 0 {
+		return strconv.FormatInt(seq, 10)
+	}
+	return ""
+}
+
+// runApply runs applyScript in one round trip. The lock's step (the
+// drain's next claim), when the commit may keep the lock, rides in the
+// same round trip, right after it.
+func (s *Store) runApply(ctx context.Context, keys []string, args []any, c lockPart) ([]string, error) {
+	if c.h == nil || c.h.Step == nil || c.keep != "1" {
+		return applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	}
+	pipe := s.rdb.Pipeline()
+	cmd := applyScript.EvalSha(ctx, pipe, keys, args...)
+	c.h.Step(ctx, pipe, c.h)
+	_, _ = pipe.Exec(ctx) // each command's error is read from it
+	res, err := cmd.StringSlice()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	}
-	if err != nil {
-		return applied{}, err
+	return res, err
+}
+
+// handedOff tells hand-off h (nil for none) what the script did with the
+// lock, and returns the reply without the lock's part.
+func handedOff(h *keyorder.Handoff, res []string) []string {
+	if h == nil {
+		return res
 	}
-	if h != nil {
-		finished, wake := false, ""
-		if h.SeqKey != "" && len(res) > 3 {
-			finished, wake = res[len(res)-2] == "1", res[len(res)-1]
-			res = res[:len(res)-2]
-		}
-		if len(res) > 1 {
-			switch res[len(res)-1] {
-			case "1":
-				h.Released(finished, wake)
-			case "2":
-				h.Kept(wake)
-			}
-			res = res[:len(res)-1]
-		}
+	finished, wake := false, ""
+	if h.SeqKey != "" && len(res) > 3 {
+		finished, wake = res[len(res)-2] == "1", res[len(res)-1]
+		res = res[:len(res)-2]
 	}
+	if len(res) > 1 {
+		switch res[len(res)-1] {
+		case "1":
+			h.Released(finished, wake)
+		case "2":
+			h.Kept(wake)
+		}
+		res = res[:len(res)-1]
+	}
+	return res
+}
+
+// appliedOf maps applyScript's reply (without the lock's part) for write
+// w to what it did, or the package's error.
+func appliedOf(res []string, w orders.Write, eventID, orderNo string, rec record, withOrder bool) (applied, error) {
 	switch res[0] {
 	case "notfound":
 		return applied{}, orders.ErrNotFound
@@ -1134,10 +1186,10 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		return applied{}, &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
 		newest, _ := strconv.ParseInt(res[1], 10, 64)
-		return applied{}, orders.WithNewest(fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence), newest, 0)
+		return applied{}, orders.WithNewest(fmt.Errorf("fence %d is older than %s: %w", w.Fence, res[1], orders.ErrStaleFence), newest, 0)
 	case "passed":
 		newest, _ := strconv.ParseInt(res[1], 10, 64)
-		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed), 0, newest)
+		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seqArg(w.Seq), res[1], orders.ErrPassed), 0, newest)
 	case "ok", "replay":
 		got, err := parseRecord(res[1], rec.kind, rec.fp, eventID)
 		if err != nil {
