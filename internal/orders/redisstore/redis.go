@@ -112,8 +112,10 @@ type Config struct {
 //	ow:order:{SO1}:ev:<k>   hash: the events applied in bucket k of width
 //	                        DedupeRetention (k = Unix ms / width): the first
 //	                        8 bytes of SHA-1 of the event ID (raw) -> its
-//	                        record ("m <fp>", "c <fp>" or
-//	                        "x <fp> <replacement> <fence>", where fp is the
+//	                        record ("<letter> <fp>", or for a write that
+//	                        carries them, as an exchange's close,
+//	                        "x <fp> <replacement> <fence>", where letter is
+//	                        the write's (see writeKind) and fp the
 //	                        request's fingerprint); it expires two widths
 //	                        after the bucket began
 //	ow:order:{SO1}:claim    string "FROM\nEVENT" with a TTL while an exchange
@@ -321,8 +323,9 @@ local function order_fields(key)
 end
 `
 
-// applyScript applies one fenced event to an existing, active order: a
-// modify, or the first half of an exchange (closing the order). When it is
+// applyScript applies one fenced event to an existing, active order: the
+// write of a kind (a modify, the first half of an exchange: closing the
+// order), as its declaration (writeKind) says. When it is
 // given the order lock's hash, it also releases the lock (owner-checked,
 // with keyorder.CommitLua) before it returns, whatever the outcome: the
 // caller's work ends with this write. Given the order's sequence too, it
@@ -336,9 +339,9 @@ end
 // (optional, with KEYS[7]) the order's sequence
 // ARGV[1] event hash, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] the event's record,
-// ARGV[6] history detail, ARGV[7] entry type ("m" or "x"), ARGV[8] the
-// change's position, or "", ARGV[9] lock owner, ARGV[10] lock notice
-// channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
+// ARGV[6] history detail, ARGV[7] entry type (the write's letter, see
+// writeKind), ARGV[8] the change's position, or "", ARGV[9] lock owner,
+// ARGV[10] lock notice channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
 // fields, ARGV[13] the current bucket's expiry (Unix ms), ARGV[14] history
 // max, ARGV[15] history max age (µs, "0" for none), ARGV[16] the event ID,
 // ARGV[17] "1" to record the position (ARGV[8]) as the order's newest and
