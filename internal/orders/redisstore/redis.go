@@ -1,8 +1,9 @@
 // Package redisstore is the order store on Redis: the embedded default
 // backend of orderworker and the verification oracle that the other
-// backends are tested against. It implements orders.Store and
-// orders.Annotator (the notes of the operator actions); the model, the
-// errors and the checks are package orders'.
+// backends are tested against. It implements orders.Store, the write of
+// every kind of tasks.Kinds (each declared once beside its write: see
+// writeKind) and orders.Annotator (the notes of the operator actions); the
+// model, the errors and the checks are package orders'.
 //
 // On the Redis that also holds the per-order lock (worker/keyorder), it can
 // save a round trip per task: given the engine's commit hook with the write
