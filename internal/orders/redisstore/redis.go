@@ -695,9 +695,9 @@ func merge(writes, notes []orders.Entry) []orders.Entry {
 	return append(out, notes[n:]...)
 }
 
-// putKind is the declaration of Put: its entries' letter and detail. A
-// put records no event and runs no applyScript.
-var putKind = declare(writeKind{typ: orders.TypePut, letter: 'p',
+// Put's declaration: its entries' letter and detail. A put records no
+// event and runs no applyScript, and putScript writes its letter itself.
+var _ = declare(writeKind{typ: orders.TypePut, letter: 'p',
 	detail: func(_ orders.Entry, status string) string { return "put: " + status }})
 
 // Put creates or replaces order o.No with o's status (active when empty),
