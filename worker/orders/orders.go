@@ -195,7 +195,7 @@ type Result struct {
 // Redis store implements every write; its HTTP store implements Modifier
 // and Exchanger and forwards the other kinds. A store of your own
 // implements the writes it serves: storetest.Run checks the rules below,
-// each write's only when the store implements it.
+// each write's only when the store implements it or forwards it.
 //
 // Implementations are safe for concurrent use. The errors are those of
 // this package, wrapped with context; match them with errors.Is and

@@ -1,8 +1,9 @@
 // Package redisstore is the order store on Redis: the embedded default
 // backend of orderworker and the verification oracle that the other
-// backends are tested against. It implements orders.Store and
-// orders.Annotator (the notes of the operator actions); the model, the
-// errors and the checks are package orders'.
+// backends are tested against. It implements orders.Store, the write of
+// every kind of tasks.Kinds (each declared once beside its write: see
+// writeKind) and orders.Annotator (the notes of the operator actions); the
+// model, the errors and the checks are package orders'.
 //
 // On the Redis that also holds the per-order lock (worker/keyorder), it can
 // save a round trip per task: given the engine's commit hook with the write
@@ -21,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -111,8 +113,10 @@ type Config struct {
 //	ow:order:{SO1}:ev:<k>   hash: the events applied in bucket k of width
 //	                        DedupeRetention (k = Unix ms / width): the first
 //	                        8 bytes of SHA-1 of the event ID (raw) -> its
-//	                        record ("m <fp>", "c <fp>" or
-//	                        "x <fp> <replacement> <fence>", where fp is the
+//	                        record ("<letter> <fp>", or for a write that
+//	                        carries them, as an exchange's close,
+//	                        "x <fp> <replacement> <fence>", where letter is
+//	                        the write's (see writeKind) and fp the
 //	                        request's fingerprint); it expires two widths
 //	                        after the bucket began
 //	ow:order:{SO1}:claim    string "FROM\nEVENT" with a TTL while an exchange
@@ -320,8 +324,9 @@ local function order_fields(key)
 end
 `
 
-// applyScript applies one fenced event to an existing, active order: a
-// modify, or the first half of an exchange (closing the order). When it is
+// applyScript applies one fenced event to an existing, active order: the
+// write of a kind (a modify, the first half of an exchange: closing the
+// order), as its declaration (writeKind) says. When it is
 // given the order lock's hash, it also releases the lock (owner-checked,
 // with keyorder.CommitLua) before it returns, whatever the outcome: the
 // caller's work ends with this write. Given the order's sequence too, it
@@ -335,9 +340,9 @@ end
 // (optional, with KEYS[7]) the order's sequence
 // ARGV[1] event hash, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] the event's record,
-// ARGV[6] history detail, ARGV[7] entry type ("m" or "x"), ARGV[8] the
-// change's position, or "", ARGV[9] lock owner, ARGV[10] lock notice
-// channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
+// ARGV[6] history detail, ARGV[7] entry type (the write's letter, see
+// writeKind), ARGV[8] the change's position, or "", ARGV[9] lock owner,
+// ARGV[10] lock notice channel, ARGV[11] the turn's position, ARGV[12] "1" to return the order's
 // fields, ARGV[13] the current bucket's expiry (Unix ms), ARGV[14] history
 // max, ARGV[15] history max age (µs, "0" for none), ARGV[16] the event ID,
 // ARGV[17] "1" to record the position (ARGV[8]) as the order's newest and
@@ -690,6 +695,11 @@ func merge(writes, notes []orders.Entry) []orders.Entry {
 	return append(out, notes[n:]...)
 }
 
+// Put's declaration: its entries' letter and detail. A put records no
+// event and runs no applyScript, and putScript writes its letter itself.
+var _ = declare(writeKind{typ: orders.TypePut, letter: 'p',
+	detail: func(_ orders.Entry, status string) string { return "put: " + status }})
+
 // Put creates or replaces order o.No with o's status (active when empty),
 // address, remark, items, exchanged_to and exchanged_from. The version goes
 // up by one (to 1 for a new order) and a history entry of type orders.TypePut is
@@ -721,6 +731,12 @@ func (s *Store) Put(ctx context.Context, o orders.Order) error {
 	return nil
 }
 
+// noteKind is the declaration of Annotate: its entries' letter and
+// detail (the note's text). A note records no event and runs no
+// applyScript.
+var noteKind = declare(writeKind{typ: orders.TypeNote, letter: 'n',
+	detail: func(_ orders.Entry, text string) string { return text }})
+
 // Annotate appends a note to order orderNo's history, in one round trip: an
 // entry of type orders.TypeNote with n.By as its worker, n.Detail() as its
 // detail and the order's version (see [orders.Annotator]). It writes only
@@ -742,6 +758,31 @@ func (s *Store) Annotate(ctx context.Context, orderNo string, n orders.Note) err
 		return fmt.Errorf("annotate %s: %w", orderNo, orders.ErrNotFound)
 	}
 	return nil
+}
+
+// modifyKind is the declaration of Modify, the write of tasks.Modify: one
+// applyScript, its last step. An entry's detail stores the changed
+// fields' letters (a, r, i).
+var modifyKind = declare(writeKind{typ: orders.TypeModify, letter: 'm', detail: modifyDetail,
+	request: reflect.TypeFor[modifyRequest](), step: lastStep})
+
+// modifyDetail reads the changed fields' letters of a modify's entry.
+func modifyDetail(_ orders.Entry, stored string) string {
+	var changed []string
+	for _, c := range stored {
+		switch c {
+		case 'a':
+			changed = append(changed, "address")
+		case 'r':
+			changed = append(changed, "remark")
+		case 'i':
+			changed = append(changed, "items")
+		}
+	}
+	if len(changed) == 0 {
+		return "no changes"
+	}
+	return "changed " + strings.Join(changed, ", ")
 }
 
 // Modify applies c to the active order orderNo, once per eventID, under the
@@ -788,8 +829,11 @@ func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Ch
 		fields = append(fields, "items", items)
 		detail = append(detail, 'i')
 	}
-	rec := newRecord(recModify, fingerprint(modifyRequest(c)), "", "")
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, string(detail), !w.NoResult, lastStep, fields)
+	fp, err := modifyKind.fingerprint(modifyRequest(c))
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
+	}
+	res, err := s.apply(ctx, w, eventID, orderNo, modifyKind.record(fp, "", ""), string(detail), !w.NoResult, fields)
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("modify %s: %w", orderNo, err)
 	}
@@ -802,7 +846,29 @@ func (s *Store) Modify(ctx context.Context, eventID, orderNo string, c orders.Ch
 	return out, nil
 }
 
-// orders.Exchange closes the active order orderNo as exchanged and creates its
+// exchangeKind is the declaration of Exchange, the write of
+// tasks.Exchange: its applyScript closes the order and is not its last
+// step (the replacement is created after it), and its record carries the
+// replacement's number and the fence. An entry's detail stores the
+// replacement's number and, after byte 30, the reason.
+var exchangeKind = declare(writeKind{typ: orders.TypeExchange, letter: 'x',
+	request: reflect.TypeFor[exchangeRequest](), step: moreSteps, carries: true,
+	detail: func(_ orders.Entry, stored string) string {
+		newNo, reason, ok := strings.Cut(stored, "\x1e")
+		if ok && reason != "" {
+			return "exchanged to " + newNo + ": " + reason
+		}
+		return "exchanged to " + newNo
+	}})
+
+// createKind is the declaration of the second half of Exchange, the
+// creation of the replacement (createScript, no applyScript). An entry's
+// detail stores the exchanged order's number.
+var createKind = declare(writeKind{typ: orders.TypeCreated, letter: 'c',
+	request: reflect.TypeFor[exchangeRequest](),
+	detail:  func(e orders.Entry, from string) string { return "created from " + from + " by event " + e.EventID }})
+
+// Exchange closes the active order orderNo as exchanged and creates its
 // replacement, once per eventID, under the fence of the [orders.Write] in ctx.
 // orders.Result.Order is the replacement; read the exchanged order with Get.
 //
@@ -841,7 +907,10 @@ func (s *Store) Exchange(ctx context.Context, eventID, orderNo string, x orders.
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
 	}
-	fp := fingerprint(exchangeRequest(x))
+	fp, err := exchangeKind.fingerprint(exchangeRequest(x))
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
+	}
 	closed, err := s.closeOrder(ctx, w, eventID, orderNo, newNo, fp, x.Reason)
 	if err != nil {
 		return orders.Result{}, fmt.Errorf("exchange %s: %w", orderNo, err)
@@ -868,8 +937,8 @@ func (s *Store) closeOrder(ctx context.Context, w orders.Write, eventID, orderNo
 		detail += "\x1e" + reason
 	}
 	fields := []any{"status", string(orders.StatusExchanged), "exchanged_to", newNo}
-	rec := newRecord(recExchange, fp, newNo, strconv.FormatInt(w.Fence, 10))
-	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, moreSteps, fields)
+	rec := exchangeKind.record(fp, newNo, strconv.FormatInt(w.Fence, 10))
+	res, err := s.apply(ctx, w, eventID, orderNo, rec, detail, true, fields)
 	if claimed && (err != nil || res.rec.newNo != newNo) {
 		// The claim is ours and no longer needed. A failure to drop it is
 		// not the caller's problem: it expires after ClaimTTL.
@@ -925,7 +994,7 @@ func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID, 
 	// was closed under, also when a retry (under a newer fence) completes
 	// an exchange that a crash cut short.
 	fence := cmp.Or(closed.rec.fence, strconv.FormatInt(w.Fence, 10))
-	rec := newRecord(recCreate, fp, "", "")
+	rec := createKind.record(fp, "", "")
 	res, err := createScript.Run(ctx, s.rdb, keys,
 		eventID, fence, w.Worker, micros(w.StartedAt), rec.String(),
 		orderNo, newNo, a.Address, a.Remark, items, eventHash(eventID), exp,
@@ -945,7 +1014,7 @@ func (s *Store) createReplacement(ctx context.Context, w orders.Write, eventID, 
 	default:
 		return orders.Order{}, false, fmt.Errorf("create %s: unexpected reply %q", newNo, res)
 	}
-	if _, err := parseRecord(res[1], recCreate, fp, eventID); err != nil {
+	if _, err := parseRecord(res[1], createKind, fp, eventID); err != nil {
 		return orders.Order{}, false, fmt.Errorf("create %s: %w", newNo, err)
 	}
 	o, err := decodeOrder(pairs(res[2:]))
@@ -965,66 +1034,89 @@ type applied struct {
 	order    map[string]string // the order's fields after it, when asked for
 }
 
-// step says whether a write's applyScript is the last step of its work,
-// which then commits the lock's hand-off in the same script (see
-// applyScript), or whether more steps follow. Every write states it: a
-// write added to the store chooses, rather than falling to the slower
-// path by default.
-type step bool
-
-const (
-	lastStep  step = true  // the write's work ends with this script: commit the hand-off in it
-	moreSteps step = false // more steps follow: the worker passes the turn on after them
-)
-
-// apply runs applyScript as step of its write and maps its reply, or the
-// package's error.
-func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, step step, fields []any) (applied, error) {
+// apply runs applyScript as the step its kind declares (see writeKind)
+// and maps its reply, or the package's error. Its steps: the order's keys
+// and the lock's part (lockPartOf), the script's arguments (applyArgs), the
+// round trip (runApply), the lock's part of the reply (handedOff), and
+// the outcome (appliedOf).
+func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo string, rec record, detail string, withOrder bool, fields []any) (applied, error) {
+	if rec.kind.step == noStep {
+		return applied{}, fmt.Errorf("redisstore: %s declares no step of applyScript", rec.kind.typ)
+	}
 	ev, exp := s.eventKeys(orderNo)
 	keys := make([]string, 0, 8)
 	keys = append(keys, s.orderKey(orderNo), s.historyKey(orderNo), ev[0], ev[1], ev[2])
-	tag := "{" + orderNo + "}"
-	var lockFenceKey string
-	var h *keyorder.Handoff
-	if hold := w.Commit; hold != nil {
-		lockFenceKey = hold.FenceKey()
-		// A write whose work ends with this script commits the hand-off
-		// in it; one with more steps after it (an exchange still creates
-		// the replacement) leaves the hand-off to the worker.
-		if step == lastStep {
-			h = hold.Handoff()
-		}
+	c, err := lockPartOf(w.Commit, rec.kind.step, "{"+orderNo+"}")
+	if err != nil {
+		return applied{}, err
+	}
+	keys = append(keys, c.keys...)
+	args := s.applyArgs(w, eventID, rec, detail, withOrder, c, exp, fields)
+	if c.h != nil {
+		c.h.Committing()
+	}
+	res, err := s.runApply(ctx, keys, args, c)
+	if err != nil {
+		return applied{}, err
+	}
+	return appliedOf(handedOff(c.h, res), w, eventID, orderNo, rec, withOrder)
+}
+
+// lockPart is the lock's part of an applyScript: the keys that follow the
+// order's (the lock's newest fence, the lock and the sequence, as far as
+// the hold offers them), the hand-off when the script commits it, and the
+// arguments that go with it.
+type lockPart struct {
+	keys                       []string
+	h                          *keyorder.Handoff
+	owner, channel, turn, keep string
+}
+
+// lockPartOf returns the lock's part of the applyScript of a write in step
+// under hold (nil for none): its fence key always, and, when the write's
+// work ends with the script (lastStep), the hand-off; one with more steps
+// after it (an exchange still creates the replacement) leaves the
+// hand-off to the worker. Every key must carry the order's hash tag, or
+// it returns an error matching orders.ErrInvalid.
+func lockPartOf(hold keyorder.Commit, step step, tag string) (lockPart, error) {
+	c := lockPart{keep: "0"}
+	if hold == nil {
+		return c, nil
+	}
+	lockFenceKey := hold.FenceKey()
+	if step == lastStep {
+		c.h = hold.Handoff()
 	}
 	if lockFenceKey != "" {
 		if !strings.Contains(lockFenceKey, tag) {
-			return applied{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
+			return lockPart{}, fmt.Errorf("lock fence key %q lacks the hash tag %s: %w", lockFenceKey, tag, orders.ErrInvalid)
 		}
-		keys = append(keys, lockFenceKey)
+		c.keys = append(c.keys, lockFenceKey)
 	}
-	owner, channel, turn, keep := "", "", "", "0"
-	if h != nil {
-		if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
-			return applied{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
+	h := c.h
+	if h == nil {
+		return c, nil
+	}
+	if lockFenceKey == "" || !strings.Contains(h.Key, tag) {
+		return lockPart{}, fmt.Errorf("lock handoff %q needs the lock fence key and the hash tag %s: %w", h.Key, tag, orders.ErrInvalid)
+	}
+	c.keys = append(c.keys, h.Key)
+	c.owner, c.channel = h.Owner, h.Channel
+	if h.SeqKey != "" {
+		if !strings.Contains(h.SeqKey, tag) {
+			return lockPart{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 		}
-		keys = append(keys, h.Key)
-		owner, channel = h.Owner, h.Channel
-		if h.SeqKey != "" {
-			if !strings.Contains(h.SeqKey, tag) {
-				return applied{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
-			}
-			keys = append(keys, h.SeqKey)
-			turn = strconv.FormatInt(h.Pos, 10)
-			if h.Keep {
-				keep = "1"
-			}
+		c.keys = append(c.keys, h.SeqKey)
+		c.turn = strconv.FormatInt(h.Pos, 10)
+		if h.Keep {
+			c.keep = "1"
 		}
-		h.Committing()
 	}
-	fence := strconv.FormatInt(w.Fence, 10)
-	seq := ""
-	if w.Seq > 0 {
-		seq = strconv.FormatInt(w.Seq, 10)
-	}
+	return c, nil
+}
+
+// applyArgs returns applyScript's ARGV for the write.
+func (s *Store) applyArgs(w orders.Write, eventID string, rec record, detail string, withOrder bool, c lockPart, exp int64, fields []any) []any {
 	want, record := "0", "1"
 	if withOrder {
 		want = "1"
@@ -1033,44 +1125,64 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		record = "0"
 	}
 	args := make([]any, 0, 18+len(fields))
-	args = append(args, eventHash(eventID), fence, w.Worker, micros(w.StartedAt), rec.String(), detail, string(rec.typ), seq,
-		owner, channel, turn, want, exp, s.histMax, s.histAge.Microseconds(), eventID, record, keep)
-	args = append(args, fields...)
-	var res []string
-	var err error
-	if h != nil && h.Step != nil && keep == "1" {
-		// The lock's step (the drain's next claim) rides in the commit's
-		// round trip, right after it.
-		pipe := s.rdb.Pipeline()
-		cmd := applyScript.EvalSha(ctx, pipe, keys, args...)
-		h.Step(ctx, pipe, h)
-		_, _ = pipe.Exec(ctx) // each command's error is read from it
-		res, err = cmd.StringSlice()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
-		}
-	} else {
+	args = append(args, eventHash(eventID), strconv.FormatInt(w.Fence, 10), w.Worker, micros(w.StartedAt), rec.String(), detail,
+		string(rec.kind.letter), seqArg(w.Seq), c.owner, c.channel, c.turn, want, exp, s.histMax, s.histAge.Microseconds(),
+		eventID, record, c.keep)
+	return append(args, fields...)
+}
+
+// seqArg is a write's position as applyScript takes it: "" for none.
+func seqArg(seq int64) string {
+	if seq > 0 {
+		return strconv.FormatInt(seq, 10)
+	}
+	return ""
+}
+
+// runApply runs applyScript in one round trip. The lock's step (the
+// drain's next claim), when the commit may keep the lock, rides in the
+// same round trip, right after it.
+func (s *Store) runApply(ctx context.Context, keys []string, args []any, c lockPart) ([]string, error) {
+	if c.h == nil || c.h.Step == nil || c.keep != "1" {
+		return applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	}
+	pipe := s.rdb.Pipeline()
+	cmd := applyScript.EvalSha(ctx, pipe, keys, args...)
+	c.h.Step(ctx, pipe, c.h)
+	_, _ = pipe.Exec(ctx) // each command's error is read from it
+	res, err := cmd.StringSlice()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		res, err = applyScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	}
-	if err != nil {
-		return applied{}, err
+	return res, err
+}
+
+// handedOff tells hand-off h (nil for none) what the script did with the
+// lock, and returns the reply without the lock's part.
+func handedOff(h *keyorder.Handoff, res []string) []string {
+	if h == nil {
+		return res
 	}
-	if h != nil {
-		finished, wake := false, ""
-		if h.SeqKey != "" && len(res) > 3 {
-			finished, wake = res[len(res)-2] == "1", res[len(res)-1]
-			res = res[:len(res)-2]
-		}
-		if len(res) > 1 {
-			switch res[len(res)-1] {
-			case "1":
-				h.Released(finished, wake)
-			case "2":
-				h.Kept(wake)
-			}
-			res = res[:len(res)-1]
-		}
+	finished, wake := false, ""
+	if h.SeqKey != "" && len(res) > 3 {
+		finished, wake = res[len(res)-2] == "1", res[len(res)-1]
+		res = res[:len(res)-2]
 	}
+	if len(res) > 1 {
+		switch res[len(res)-1] {
+		case "1":
+			h.Released(finished, wake)
+		case "2":
+			h.Kept(wake)
+		}
+		res = res[:len(res)-1]
+	}
+	return res
+}
+
+// appliedOf maps applyScript's reply (without the lock's part) for write
+// w to what it did, or the package's error.
+func appliedOf(res []string, w orders.Write, eventID, orderNo string, rec record, withOrder bool) (applied, error) {
 	switch res[0] {
 	case "notfound":
 		return applied{}, orders.ErrNotFound
@@ -1078,12 +1190,12 @@ func (s *Store) apply(ctx context.Context, w orders.Write, eventID, orderNo stri
 		return applied{}, &orders.ClosedError{OrderNo: orderNo, Status: orders.Status(res[1]), ExchangedTo: res[2]}
 	case "stale":
 		newest, _ := strconv.ParseInt(res[1], 10, 64)
-		return applied{}, orders.WithNewest(fmt.Errorf("fence %s is older than %s: %w", fence, res[1], orders.ErrStaleFence), newest, 0)
+		return applied{}, orders.WithNewest(fmt.Errorf("fence %d is older than %s: %w", w.Fence, res[1], orders.ErrStaleFence), newest, 0)
 	case "passed":
 		newest, _ := strconv.ParseInt(res[1], 10, 64)
-		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seq, res[1], orders.ErrPassed), 0, newest)
+		return applied{}, orders.WithNewest(fmt.Errorf("position %s is not after position %s, the newest applied: %w", seqArg(w.Seq), res[1], orders.ErrPassed), 0, newest)
 	case "ok", "replay":
-		got, err := parseRecord(res[1], rec.typ, rec.fp, eventID)
+		got, err := parseRecord(res[1], rec.kind, rec.fp, eventID)
 		if err != nil {
 			return applied{}, err
 		}
@@ -1103,71 +1215,6 @@ func pairs(flat []string) map[string]string {
 		m[flat[i]] = flat[i+1]
 	}
 	return m
-}
-
-// The kinds of record, and of history entry, by their first letter.
-const (
-	recModify   = 'm' // a modify
-	recExchange = 'x' // the close of an exchanged order
-	recCreate   = 'c' // the creation of a replacement
-	recPut      = 'p' // a put (history only)
-	recNote     = 'n' // a note (history only)
-)
-
-// record is what the store remembers of an applied event, to answer a
-// repeat: "<kind> <fingerprint>", and for the close of an exchange also the
-// replacement's number and the fence it was closed under.
-type record struct {
-	typ   byte
-	fp    string
-	newNo string
-	fence string
-}
-
-func newRecord(typ byte, fp, newNo, fence string) record {
-	return record{typ: typ, fp: fp, newNo: newNo, fence: fence}
-}
-
-// String encodes the record as the buckets hold it.
-func (r record) String() string {
-	s := string(r.typ) + " " + r.fp
-	if r.typ == recExchange {
-		s += " " + r.newNo + " " + r.fence
-	}
-	return s
-}
-
-// kindName names a record's kind in an error.
-func kindName(typ byte) string {
-	switch typ {
-	case recModify:
-		return orders.TypeModify
-	case recExchange:
-		return orders.TypeExchange
-	case recCreate:
-		return orders.TypeCreated
-	}
-	return string(typ)
-}
-
-// parseRecord reads a record and checks that it is the outcome of the same
-// request: same kind and fingerprint.
-func parseRecord(s string, typ byte, fp, eventID string) (record, error) {
-	f := strings.Fields(s)
-	if len(f) < 2 || len(f[0]) != 1 {
-		return record{}, fmt.Errorf("event %s: bad record %q", eventID, s)
-	}
-	r := record{typ: f[0][0], fp: f[1]}
-	if r.typ == recExchange && len(f) == 4 {
-		r.newNo, r.fence = f[2], f[3]
-	}
-	if r.typ != typ {
-		return record{}, fmt.Errorf("event %s was already applied as %s: %w", eventID, kindName(r.typ), orders.ErrConflict)
-	}
-	if r.fp != fp {
-		return record{}, fmt.Errorf("event %s was already applied with a different request: %w", eventID, orders.ErrConflict)
-	}
-	return r, nil
 }
 
 // eventHash is the field of an event in the event buckets: the first 8
@@ -1208,7 +1255,8 @@ func decodeOrder(f map[string]string) (orders.Order, error) {
 //
 //	3 kind event_id age worker took ended version seq detail
 //
-// kind is m, x, c, p or n (see the record kinds); ended is the store's clock
+// kind is the letter of the write's declaration (see writeKind: m, x, c,
+// p or n); ended is the store's clock
 // when the write was applied, in µs; age is ended minus the fence and took
 // ended minus the start, in µs (a '-' marks a negative one); seq is the
 // change's position or empty; detail is the changed fields' letters (a, r,
@@ -1241,43 +1289,11 @@ func decodeEntry(s string) (orders.Entry, error) {
 	e.Fence = ended - n[0]
 	e.EndedAt, e.StartedAt = time.UnixMicro(ended).UTC(), time.UnixMicro(ended-n[1]).UTC()
 	e.Version, e.Seq = n[3], n[4]
-	switch detail := f[9]; f[1][0] {
-	case recModify:
-		e.Type = orders.TypeModify
-		var changed []string
-		for _, c := range detail {
-			switch c {
-			case 'a':
-				changed = append(changed, "address")
-			case 'r':
-				changed = append(changed, "remark")
-			case 'i':
-				changed = append(changed, "items")
-			}
-		}
-		e.Detail = "no changes"
-		if len(changed) > 0 {
-			e.Detail = "changed " + strings.Join(changed, ", ")
-		}
-	case recExchange:
-		e.Type = orders.TypeExchange
-		newNo, reason, ok := strings.Cut(detail, "\x1e")
-		e.Detail = "exchanged to " + newNo
-		if ok && reason != "" {
-			e.Detail += ": " + reason
-		}
-	case recCreate:
-		e.Type = orders.TypeCreated
-		e.Detail = "created from " + detail + " by event " + e.EventID
-	case recPut:
-		e.Type = orders.TypePut
-		e.Detail = "put: " + detail
-	case recNote:
-		e.Type = orders.TypeNote
-		e.Detail = detail
-	default:
+	wk := kindOfLetter(f[1][0])
+	if wk == nil {
 		return orders.Entry{}, fmt.Errorf("bad entry kind %q", f[1])
 	}
+	e.Type, e.Detail = wk.typ, wk.detail(e, f[9])
 	return e, nil
 }
 
@@ -1311,7 +1327,7 @@ func decodeNote(s string) (orders.Entry, bool) {
 	switch {
 	case strings.HasPrefix(s, "{"):
 		n.Detail = fmt.Sprintf("not written as a note (%s): %s", clipText(e.Type, 64), e.Detail)
-	case s[2] != recNote:
+	case s[2] != noteKind.letter:
 		// decodeEntry took the form: ten fields, "3" and a one-letter kind.
 		n.Detail = fmt.Sprintf("not written as a note (kind %q): %s", s[2], strings.Split(s, "\x1f")[9])
 	}

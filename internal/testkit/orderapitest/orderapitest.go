@@ -112,7 +112,9 @@ const MaxRequest = 1 << 20
 // writes it is asked for.
 //
 // Every other kind of kinds (worker.Kinds() when none are given) whose
-// write store implements gets the API's endpoint of a forwarded change,
+// write store implements, or that store forwards (orders.Forwarder: then
+// modify and exchange too, when store lacks their writes), gets the API's
+// endpoint of a forwarded change,
 // POST /orders/{no}/{name}: its body (the payload's own members) is
 // decoded and validated as the kind's payload, and the kind's handler
 // runs on store (worker.Kind.Apply) under the headers' fence. Its answer
@@ -137,11 +139,12 @@ func NewHandler(store orders.Store, kinds ...worker.Kind) *Handler {
 	mux.HandleFunc("GET /orders/{no}", h.api.get)
 	mux.HandleFunc("GET /orders/{no}/history", h.api.history)
 	h.handleWrite("PUT /orders/{no}", KindPut, h.api.put)
-	handleWrite(h, store, "POST /orders/{no}/modify", KindModify,
+	own := map[string]bool{} // the kinds whose route of the API is served
+	own[KindModify] = handleWrite(h, store, "POST /orders/{no}/modify", KindModify,
 		func(s orders.Modifier, ctx context.Context, eventID, no string, b modifyBody) (orders.Result, error) {
 			return s.Modify(ctx, eventID, no, orders.Changes(b))
 		})
-	handleWrite(h, store, "POST /orders/{no}/exchange", KindExchange,
+	own[KindExchange] = handleWrite(h, store, "POST /orders/{no}/exchange", KindExchange,
 		func(s orders.Exchanger, ctx context.Context, eventID, no string, b exchangeBody) (orders.Result, error) {
 			return s.Exchange(ctx, eventID, no, orders.Exchange(b))
 		})
@@ -149,7 +152,7 @@ func NewHandler(store orders.Store, kinds ...worker.Kind) *Handler {
 		kinds = worker.Kinds()
 	}
 	for _, k := range kinds {
-		if k.Kind == nil || k.Kind.Name == KindModify || k.Kind.Name == KindExchange || k.Check(store) != nil {
+		if k.Kind == nil || own[k.Kind.Name] || k.Check(store) != nil {
 			continue
 		}
 		h.handleWrite("POST /orders/{no}/"+k.Kind.Name, k.Kind.Name, func(w http.ResponseWriter, r *http.Request) {
@@ -377,18 +380,20 @@ func (h *apiHandler) forwarded(w http.ResponseWriter, r *http.Request, k worker.
 
 // handleWrite serves the write endpoint pattern (of kind) with write when
 // store implements S, the write's interface (such as orders.Modifier),
-// and leaves pattern unknown otherwise.
+// and leaves pattern unknown otherwise. It reports whether it serves
+// pattern.
 func handleWrite[S, B any](h *Handler, store orders.Store, pattern, kind string,
-	write func(s S, ctx context.Context, eventID, no string, b B) (orders.Result, error)) {
+	write func(s S, ctx context.Context, eventID, no string, b B) (orders.Result, error)) bool {
 	s, ok := store.(S)
 	if !ok {
-		return
+		return false
 	}
 	h.handleWrite(pattern, kind, func(w http.ResponseWriter, r *http.Request) {
 		serveWrite(w, r, func(ctx context.Context, eventID, no string, b B) (orders.Result, error) {
 			return write(s, ctx, eventID, no, b)
 		})
 	})
+	return true
 }
 
 type apiHandler struct {

@@ -79,12 +79,12 @@ func testEventReused(t *testing.T, s orders.Store, ws []write) {
 func testPutKeeps(t *testing.T, s orders.Store) {
 	m := need[orders.Modifier](t, s)
 	Seed(t, s, "SO1")
-	_, err := m.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	_, err := m.Modify(Fenced(t, baseFence), "evt-1", "SO1", aChange())
 	require.NoError(t, err)
 	Seed(t, s, "SO1")
-	_, err = m.Modify(Fenced(t, baseFence-1), "evt-2", "SO1", orders.Changes{})
+	_, err = m.Modify(Fenced(t, baseFence-1), "evt-2", "SO1", aChange())
 	assert.ErrorIs(t, err, orders.ErrStaleFence, "a put does not reset the fence")
-	res, err := m.Modify(Fenced(t, baseFence), "evt-1", "SO1", orders.Changes{})
+	res, err := m.Modify(Fenced(t, baseFence), "evt-1", "SO1", aChange())
 	require.NoError(t, err)
 	assert.True(t, res.Replayed, "a put does not forget events")
 }

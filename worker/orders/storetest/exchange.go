@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -20,6 +22,32 @@ var _ = rules(
 	rule{name: "ExchangeStaleFenceRefused", test: testExchangeStale},
 	rule{name: "ClosedOrderRefused", test: testClosed},
 )
+
+// A store that forwards changes is held to the exchange's rules through
+// its Forward.
+var _ = forwards(func(s orders.Store, f orders.Forwarder) orders.Exchanger { return forwardedExchange{s, f} })
+
+// forwardedExchange is the exchange of a store that forwards changes: a
+// task's payload made of the request, forwarded. Forward's Result.Order
+// is the exchanged order, as the change left it; Exchange's is the
+// replacement, read after it.
+type forwardedExchange struct {
+	s orders.Store
+	f orders.Forwarder
+}
+
+func (x forwardedExchange) Exchange(ctx context.Context, eventID, orderNo string, e orders.Exchange) (orders.Result, error) {
+	p := tasks.ExchangePayload{EventID: eventID, OrderNo: orderNo, Items: e.Items, NewOrderNo: e.NewOrderNo, Reason: e.Reason}
+	res, err := forward(ctx, x.f, p)
+	if err != nil {
+		return orders.Result{}, err
+	}
+	b, err := x.s.Get(ctx, p.Replacement())
+	if err != nil {
+		return orders.Result{}, fmt.Errorf("the replacement of the forwarded exchange: %w", err)
+	}
+	return orders.Result{Order: b, Replayed: res.Replayed}, nil
+}
 
 // An exchange closes A as exchanged to B and creates B, active, with the
 // new items and A's address and remark; A keeps its items. Both histories

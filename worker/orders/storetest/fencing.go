@@ -66,9 +66,9 @@ func testStaleFence(t *testing.T, s orders.Store) {
 	assert.Equal(t, "late holder", get(t, s, "SO1").Address)
 
 	// Fences are compared as integers, exactly, even above 2^53.
-	_, err = m.Modify(Fenced(t, 1<<53+1), "evt-big", "SO1", orders.Changes{})
+	_, err = m.Modify(Fenced(t, 1<<53+1), "evt-big", "SO1", aChange())
 	require.NoError(t, err)
-	_, err = m.Modify(Fenced(t, 1<<53), "evt-big-late", "SO1", orders.Changes{})
+	_, err = m.Modify(Fenced(t, 1<<53), "evt-big-late", "SO1", aChange())
 	assert.ErrorIs(t, err, orders.ErrStaleFence)
 }
 

@@ -12,11 +12,15 @@
 // The rules are grouped by area, one file each: reads and puts (every
 // store), fencing, dedupe, positions, and the rules of each write
 // ([orders.Modifier], [orders.Exchanger], [orders.Annotator]). Each file
-// registers its own rules (see rules), so that a write added to the
-// contract adds its file and edits none. A rule runs only when the store
-// implements the writes it needs, and is skipped (with the interface
-// named) otherwise: a store that serves some kinds only passes the rules
-// of its writes.
+// registers its own rules (see rules), and the forwarding of its write
+// (see forwards), so that a write added to the contract adds its file
+// and edits none. A rule runs only when the store serves the writes it
+// needs, by its own method or, for a store that forwards changes
+// (orders.Forwarder, as the HTTP store forwards a kind it has no write
+// for), by forwarding them: a forwarding store is held to each kind's own
+// rules through the system it forwards to. Otherwise the rule is skipped
+// (with the interface named): a store that serves some kinds only passes
+// the rules of its writes.
 //
 // The rules of every fenced write (no fence, an unknown order, an event
 // ID reused) run for each kind of the worker's table (worker.Kinds, or
@@ -124,15 +128,64 @@ func rules(rs ...rule) int {
 	return len(suite)
 }
 
-// need returns s as the write interface W, or skips t, naming W: a rule
-// of a write runs only for a store that implements it.
+// need returns s as the write interface W: s itself when it implements
+// W; for a store that forwards changes (orders.Forwarder) and lacks W,
+// W made of its Forward (see forwards), as a Worker serves such a store
+// the kind; otherwise it skips t, naming W. So a rule of a write runs for
+// every store that serves the write, by its own method or by forwarding.
+// It fails t for a forwarding store and the write of a kind of
+// worker.Kinds() that storetest has no forwarding of: a kind's rules
+// come with it.
 func need[W any](t *testing.T, s orders.Store) W {
 	t.Helper()
-	w, ok := s.(W)
-	if !ok {
-		t.Skipf("the store does not implement %s", reflect.TypeFor[W]())
+	if w, ok := s.(W); ok {
+		return w
 	}
-	return w
+	wt := reflect.TypeFor[W]()
+	if f, ok := s.(orders.Forwarder); ok {
+		if mk, ok := forwarders[wt]; ok {
+			return mk(s, f).(W)
+		}
+		for _, k := range worker.Kinds() {
+			if k.Write() == wt {
+				t.Fatalf("storetest: the store forwards %s, and storetest has no forwarding of %s: register one with forwards beside the kind's rules", k.Kind, wt)
+			}
+		}
+	}
+	t.Skipf("the store does not implement %s", wt)
+	var zero W
+	return zero
+}
+
+// forwarders holds, by write interface, the write that forwards makes of
+// a forwarding store.
+var forwarders = map[reflect.Type]func(s orders.Store, f orders.Forwarder) any{}
+
+// forwards registers mk, which makes the write W of a store that
+// forwards changes (s, which is f) from its Forward: each file of a
+// kind's rules registers the forwarding of the kind's write beside its
+// rules, in a package-level
+//
+//	var _ = forwards(func(s orders.Store, f orders.Forwarder) orders.Modifier { return forwardedModify{s, f} })
+//
+// so that a forwarding store is held to the kind's own rules (see need).
+// It returns the number of writes registered so far.
+func forwards[W any](mk func(s orders.Store, f orders.Forwarder) W) int {
+	forwarders[reflect.TypeFor[W]()] = func(s orders.Store, f orders.Forwarder) any { return mk(s, f) }
+	return len(forwarders)
+}
+
+// forward passes payload p's change on to f, as a Worker forwards a task
+// of a kind whose write its store lacks: the kind's type and name, the
+// header's event ID and order number, and the payload's own members
+// (tasks.Body).
+func forward(ctx context.Context, f orders.Forwarder, p tasks.Payload) (orders.Result, error) {
+	k, h := p.Kind(), p.Header()
+	body, err := tasks.Body(p)
+	if err != nil {
+		return orders.Result{}, err
+	}
+	return f.Forward(ctx, orders.Change{Type: k.Type, Name: k.Name, EventID: h.EventID, OrderNo: h.OrderNo, Body: body})
 }
 
 // write is the fenced write of one kind, as the rules of every fenced
