@@ -121,8 +121,10 @@ func scalerPending(t *testing.T, body string) int {
 // through the producer, with no worker running, and reads the dashboard's
 // scrape as the autoscalers do: only the order's head is pending (one
 // order that can run: one change a worker may take), and the 199 behind it
-// are parked in the queue's retry set, out of the scaling metric. A change
-// of a second order adds one to it.
+// are parked in the queue's retry set, out of the scaling metric, which the
+// backlog gauges count: one order backlogged, 199 changes parked, 199 the
+// deepest. A change of a second order adds one to the metric and nothing
+// to the backlog (a head alone waits behind nothing).
 func TestPendingCountsRunnableOrders(t *testing.T) {
 	db := redistest.New(t)
 	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
@@ -150,11 +152,17 @@ func TestPendingCountsRunnableOrders(t *testing.T) {
 	assert.Equal(t, 1, scalerPending(t, body), "a flood of one order is one order that can run")
 	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="pending"} 1`)
 	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="retry"} 199`, "the changes behind the head are parked")
+	for _, want := range []string{"orderworker_backlog_up 1", "orderworker_orders_backlogged 1", "orderworker_changes_parked 199", "orderworker_backlog_deepest 199"} {
+		assert.Contains(t, body, want+"\n")
+	}
 
 	_, err = p.EnqueueModify(t.Context(), "SO-OTHER", tasks.Changes{Remark: new("one change")})
 	require.NoError(t, err)
 	body = scrape()
 	assert.Equal(t, 2, scalerPending(t, body), "a second order adds one order that can run")
 	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="retry"} 199`)
+	for _, want := range []string{"orderworker_orders_backlogged 1", "orderworker_changes_parked 199", "orderworker_backlog_deepest 199"} {
+		assert.Contains(t, body, want+"\n")
+	}
 	requireNoRefusal(t, d.logs.String())
 }
