@@ -2,6 +2,7 @@ package keyorder_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,4 +72,47 @@ func TestBacklogCountsWhatWaitsBehindTheHeads(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Done)
 	backlog(keyorder.Backlog{Keys: 2, Positions: 197, Deepest: 196}, "a skip of the head passes it and the void after it")
+}
+
+// TestBacklogEmptiesAsARunnerDrains floods a key and lets a Runner run it
+// all, the holder draining the parked tasks in its holds: each pass-on
+// that keeps the lock counts too, and the index ends empty.
+func TestBacklogEmptiesAsARunnerDrains(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	db.RequireProcess(t, "a database of the test's own (asynq's default queue)")
+	ctx := t.Context()
+	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{})
+	const n = 50
+	for i := range n {
+		_, err := c.Enqueue(ctx, "HOT", asynq.NewTask("t", fmt.Appendf(nil, `{"key":"HOT","n":%d}`, i)))
+		require.NoError(t, err)
+	}
+	seq := space(t, db.Client, db.Prefix, keyorder.SeqConfig{})
+	got, err := seq.Backlog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, keyorder.Backlog{Keys: 1, Positions: n - 1, Deepest: n - 1}, got)
+
+	done := make(chan struct{}, n)
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{})
+	startServer(t, db.Client, r, 4, func(context.Context, *asynq.Task) error {
+		done <- struct{}{}
+		return nil
+	})
+	for i := range n {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d tasks ran", i, n)
+		}
+	}
+	// The last run's pass-on happens after its handler returned: wait for
+	// the cursor to pass it.
+	require.Eventually(t, func() bool {
+		st, err := seq.Status(ctx, "HOT")
+		return err == nil && st.Waiting == 0
+	}, 10*time.Second, 5*time.Millisecond)
+	got, err = seq.Backlog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, keyorder.Backlog{}, got, "every position passed on")
 }
