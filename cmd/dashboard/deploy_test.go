@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"gopkg.in/yaml.v3"
 
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -294,7 +295,10 @@ func registeredSeries(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	views, err := orderview.New(db.Client, store, orderview.Config{KeyPrefix: db.Prefix})
 	require.NoError(t, err)
-	require.NoError(t, registerMetrics(dashboard, db.Client, tasks.Shards{}.AllQueues(tasks.Kinds()), newBlockedCollector(views, time.Second, zap.NewNop()), zap.NewNop()))
+	seq, err := orderkeys.Sequencer(db.Client, db.Prefix, orderkeys.Use{})
+	require.NoError(t, err)
+	require.NoError(t, registerMetrics(dashboard, db.Client, tasks.Shards{}.AllQueues(tasks.Kinds()), zap.NewNop(),
+		newBlockedCollector(views, time.Second, zap.NewNop()), newBacklogCollector(seq, time.Second, zap.NewNop())))
 	// The worker's registry, as cmd/worker builds it (its Go and process
 	// collectors are the dashboard's too).
 	workers := &recorder{Registerer: prometheus.NewRegistry()}

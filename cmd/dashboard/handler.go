@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/httpauth"
 	"github.com/orderworker/orderworker/internal/httpserve"
+	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orderops"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -130,7 +131,13 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 	blockedUI := protect(uiHeaders(blocked))
 
 	reg := prometheus.NewRegistry()
-	if err := registerMetrics(reg, rdb, cfg.Shards.AllQueues(kinds), newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")), log.Named("metrics")); err != nil {
+	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{})
+	if err != nil {
+		return nil, fmt.Errorf("key space (KEY_PREFIX): %w", err)
+	}
+	if err := registerMetrics(reg, rdb, cfg.Shards.AllQueues(kinds), log.Named("metrics"),
+		newBlockedCollector(views, blockedScrapeTimeout, log.Named("metrics")),
+		newBacklogCollector(seq, backlogScrapeTimeout, log.Named("metrics"))); err != nil {
 		return nil, err
 	}
 	// A collector that fails costs only its own series: the scrape serves
@@ -168,17 +175,17 @@ func newHandler(cfg *settings, rdb redis.UniversalClient, store orders.Store, lo
 // registerMetrics registers the series of the dashboard's /metrics on reg:
 // the Go runtime's, the process's, asynq's queue gauges of queues, read
 // from rdb at each scrape, each queue on its own (newQueueCollector), and
-// blocked, the blocked-orders gauges (newBlockedCollector). The alert rules
+// more: the blocked-orders gauges (newBlockedCollector) and the backlog
+// gauges (newBacklogCollector). The alert rules
 // and the Grafana dashboard in deploy/ name these (and the worker's); a
 // test of this package checks that every name they use is registered here
 // or by worker.NewMetrics.
-func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, queues []string, blocked prometheus.Collector, log *zap.Logger) error {
-	for _, c := range []prometheus.Collector{
+func registerMetrics(reg prometheus.Registerer, rdb redis.UniversalClient, queues []string, log *zap.Logger, more ...prometheus.Collector) error {
+	for _, c := range append([]prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newQueueCollector(rdb, queues, queueScrapeTimeout, log),
-		blocked,
-	} {
+	}, more...) {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

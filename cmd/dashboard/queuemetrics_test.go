@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/orderworker/orderworker/internal/acl"
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 )
 
@@ -86,4 +90,79 @@ func TestQueueGaugesOneQueueFails(t *testing.T) {
 	assert.Contains(t, r.body, `orderworker_queue_gauges_up{queue="order_exchange"} 0`)
 	assert.NotContains(t, r.body, `asynq_queue_size{queue="order_exchange"}`)
 	assert.Contains(t, d.logs.String(), "could not read a queue for the metrics")
+}
+
+// kindQueue is the label expression the autoscalers select the queues
+// by (deploy/kubernetes/overlays/keda/scaledobject.yaml and the HPA's
+// adapter rule; deploy/kubernetes/check holds them to it).
+var kindQueue = regexp.MustCompile(`^order_[^:]+(:[0-9]+)?$`)
+
+// scalerPending is what the autoscalers' query reads from a scrape: the
+// pending gauge summed over every queue kindQueue matches, as
+// sum(asynq_tasks_enqueued_total{queue=~"…",state="pending"}) does.
+func scalerPending(t *testing.T, body string) int {
+	t.Helper()
+	line := regexp.MustCompile(`(?m)^asynq_tasks_enqueued_total\{queue="([^"]+)",state="pending"\} (\d+)$`)
+	sum, seen := 0, 0
+	for _, m := range line.FindAllStringSubmatch(body, -1) {
+		if !kindQueue.MatchString(m[1]) {
+			continue
+		}
+		n, err := strconv.Atoi(m[2])
+		require.NoError(t, err)
+		sum += n
+		seen++
+	}
+	require.Positive(t, seen, "the scrape has no pending gauge of a kind's queue")
+	return sum
+}
+
+// TestPendingCountsRunnableOrders floods one order with 200 changes
+// through the producer, with no worker running, and reads the dashboard's
+// scrape as the autoscalers do: only the order's head is pending (one
+// order that can run: one change a worker may take), and the 199 behind it
+// are parked in the queue's retry set, out of the scaling metric, which the
+// backlog gauges count: one order backlogged, 199 changes parked, 199 the
+// deepest. A change of a second order adds one to the metric and nothing
+// to the backlog (a head alone waits behind nothing).
+func TestPendingCountsRunnableOrders(t *testing.T) {
+	db := redistest.New(t)
+	p, err := producer.New(db.Client, producer.Config{KeyPrefix: db.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(func() {
+		insp := asynq.NewInspectorFromRedisClient(db.Client)
+		for _, k := range tasks.Kinds() {
+			_ = insp.DeleteQueue(k.Queue, true)
+		}
+	})
+	const flood = 200
+	for i := range flood {
+		_, err := p.EnqueueModify(t.Context(), "SO-FLOOD", tasks.Changes{Remark: new(fmt.Sprintf("change %d", i))})
+		require.NoError(t, err)
+	}
+	d := startDashboard(t, testEnv(asDashboard(t, db, acl.Dashboard), "KEY_PREFIX", db.Prefix))
+	scrape := func() string {
+		t.Helper()
+		r := d.get(t, "/metrics", bearerAuth(testMetricsToken))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		return r.body
+	}
+	body := scrape()
+	assert.Equal(t, 1, scalerPending(t, body), "a flood of one order is one order that can run")
+	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="pending"} 1`)
+	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="retry"} 199`, "the changes behind the head are parked")
+	for _, want := range []string{"orderworker_backlog_up 1", "orderworker_orders_backlogged 1", "orderworker_changes_parked 199", "orderworker_backlog_deepest 199"} {
+		assert.Contains(t, body, want+"\n")
+	}
+
+	_, err = p.EnqueueModify(t.Context(), "SO-OTHER", tasks.Changes{Remark: new("one change")})
+	require.NoError(t, err)
+	body = scrape()
+	assert.Equal(t, 2, scalerPending(t, body), "a second order adds one order that can run")
+	assert.Contains(t, body, `asynq_tasks_enqueued_total{queue="order_modify",state="retry"} 199`)
+	for _, want := range []string{"orderworker_orders_backlogged 1", "orderworker_changes_parked 199", "orderworker_backlog_deepest 199"} {
+		assert.Contains(t, body, want+"\n")
+	}
+	requireNoRefusal(t, d.logs.String())
 }

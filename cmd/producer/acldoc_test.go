@@ -24,6 +24,7 @@ var aclKeys = []struct{ name, key string }{
 	{"lock, fence", "ow:lock:{SO1}"},
 	{"sequence", "ow:lock:{SO1}:seq"},
 	{"held index", "ow:lock:held"},
+	{"backlog index, sum", "ow:lock:backlog"},
 	{"event claim", "ow:event:{e1}"},
 	{"task hash", "asynq:{q}:t:e1"},
 	{"pending list", "asynq:{q}:pending"},

@@ -12,6 +12,8 @@
 //	ow:lock:{<no>}:seq        its sequence of positions (lock.Sequencer)
 //	ow:lock:{<no>}:acts       the limit of its operator actions, kept across processes (orderops)
 //	ow:lock:held              the index of the orders operators hold (lock.Sequencer.Pause, orderops; read by the blocked list)
+//	ow:lock:backlog[:sum]     the index of backlogs: positions waiting behind each order's head, and their sum (keyorder's
+//	                          scripts, in the step that hands a position out or passes a turn on; read by the dashboard's gauges)
 //	ow:event:{<id>}           an event ID's claim (producer)
 //	ow:wait:{<name>}          WAIT_REPLICAS markers (producer)
 //	ow:token:{upstream}…      the workers' shared order API token and its refresh lock (token)
@@ -140,8 +142,9 @@ func Rules(p Process, o Options) ([]string, error) {
 		// gap check) but never removes one.
 		r.rw(k.queueKeys, k.servers, k.workers).ro(k.asynq).only(k.allQueues, "sadd")
 		r.channels(k.released, k.cancel)
-		// The locks, fences and sequences.
-		r.rw(k.locks)
+		// The locks, fences and sequences, and the index of backlogs
+		// that passing a turn on counts in.
+		r.rw(k.locks, k.backlog)
 		r.orders(o.OrderAPI, k, true)
 	case Intake, IntakeAdmin:
 		if p == IntakeAdmin {
@@ -165,14 +168,14 @@ func Rules(p Process, o Options) ([]string, error) {
 		// position of an order tries for the task parked behind it; that
 		// task then comes back after its park delay (at most the workers'
 		// GAP_WAIT) instead of at once.
-		r.rw(k.events, k.seqs, k.waits).ro(k.asynq, k.locks, k.held)
+		r.rw(k.events, k.seqs, k.waits, k.backlog).ro(k.asynq, k.locks, k.held)
 		r.only(k.taskKeys, "hset").only(k.pending, "lpush").only(k.scheduled, "zadd").only(k.retry, "zadd").only(k.allQueues, "sadd")
 		r.orders(o.OrderAPI, k, false)
 	case Dashboard, DashboardWrite:
 		if p == DashboardWrite {
 			// asynqmon's actions, and cancelling an active task; the
 			// operator actions on the order page (see IntakeAdmin).
-			r.rw(k.asynq, k.seqs, k.held, k.acts).channels(k.cancel, k.released)
+			r.rw(k.asynq, k.seqs, k.held, k.acts, k.backlog).channels(k.cancel, k.released)
 			r.notes(o.OrderAPI, k)
 		} else {
 			// asynq's Inspector prunes the expired entries of the server,
@@ -180,8 +183,8 @@ func Rules(p Process, o Options) ([]string, error) {
 			r.ro(k.asynq).only(k.servers0, "zremrangebyscore").only(k.workers0, "zremrangebyscore").only(k.schedulers, "zremrangebyscore")
 		}
 		// The order page and the blocked list: the sequences and locks,
-		// and the index of held orders.
-		r.ro(k.locks, k.held)
+		// and the index of held orders; the gauges: the index of backlogs.
+		r.ro(k.locks, k.held, k.backlog)
 		r.orders(o.OrderAPI, k, false)
 		// asynqmon's Redis page.
 		r.cmds = append(r.cmds, "+info", "+cluster|info", "+cluster|nodes")
@@ -215,6 +218,7 @@ var base = []string{
 type keys struct {
 	orders, notes                                  string
 	locks, seqs, acts, held, events, waits, token  string
+	backlog                                        string
 	asynq, queueKeys, taskKeys, pending, scheduled string
 	retry                                          string
 	allQueues, servers, workers                    string
@@ -225,15 +229,16 @@ type keys struct {
 func newKeys(prefix string) keys {
 	p := escape(prefix)
 	return keys{
-		orders: p + "order:{*",
-		notes:  p + "order:{*}:notes",
-		locks:  p + "lock:{*",
-		seqs:   p + "lock:{*}:seq",
-		acts:   p + "lock:{*}:acts",
-		held:   p + "lock:held",
-		events: p + "event:{*",
-		waits:  p + "wait:{*",
-		token:  p + `token:{upstream}*`,
+		orders:  p + "order:{*",
+		notes:   p + "order:{*}:notes",
+		locks:   p + "lock:{*",
+		seqs:    p + "lock:{*}:seq",
+		acts:    p + "lock:{*}:acts",
+		held:    p + "lock:held",
+		backlog: p + "lock:backlog*",
+		events:  p + "event:{*",
+		waits:   p + "wait:{*",
+		token:   p + `token:{upstream}*`,
 
 		asynq:      asynqwire.Patterns.All,
 		queueKeys:  asynqwire.Patterns.Queues,

@@ -88,6 +88,8 @@ func seed(t *testing.T, admin *redis.Client, prefix string) map[string]string {
 		"fence":   prefix + "lock:{SO1}:fence",
 		"seq":     prefix + "lock:{SO1}:seq",
 		"held":    prefix + "lock:held",
+		"backlog": prefix + "lock:backlog",
+		"bsum":    prefix + "lock:backlog:sum",
 		"event":   prefix + "event:{e1}",
 		"wait":    prefix + "wait:{SO1}",
 		"token":   prefix + "token:{upstream}",
@@ -240,6 +242,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			deny("DEL", k["queues"]), deny("SREM", k["queues"], "q"), deny("EVAL", luaDel, "1", k["queues"]),
 			deny("GET", k["event"]), deny("SET", k["event"], "x"), deny("SET", k["wait"], "1"),
 			deny("ZADD", k["sched-s"], "1", "x"),
+			allow("ZADD", k["backlog"], "1", k["seq"]), allow("INCRBY", k["bsum"], "1"), allow("ZREM", k["backlog"], k["seq"]),
 		)
 	case acl.Intake:
 		cs = append(cs, orders(false)...)
@@ -256,6 +259,8 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			allow("HGETALL", k["task"]), allow("LRANGE", k["pending"], "0", "-1"), allow("SMEMBERS", k["queues"]),
 			allow("HMGET", k["lock"], "owner", "meta", "fence"), allow("HGETALL", k["seq"]), allow("GET", k["fence"]),
 			allow("EVAL", luaRead, "2", k["task"], k["lock"]),
+			// the index of backlogs, which a reservation counts in
+			allow("ZADD", k["backlog"], "1", k["seq"]), allow("INCRBY", k["bsum"], "1"), allow("ZREM", k["backlog"], k["seq"]),
 			// but nothing else
 			deny("HSET", k["lock"], "owner", "me"), deny("DEL", k["lock"]), deny("SET", k["fence"], "1"),
 			deny("DEL", k["queues"]), deny("SREM", k["queues"], "q"), deny("EVAL", luaDel, "1", k["queues"]),
@@ -278,6 +283,9 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			deny("ZREMRANGEBYSCORE", k["sched"], "-inf", "+inf"), deny("ZADD", k["servers"], "1", "x"), deny("DEL", k["server"]),
 			deny("PUBLISH", "asynq:cancel", "e1"), deny("HSET", k["seq"], "d", "2"), deny("HSET", k["lock"], "owner", "me"),
 			deny("GET", k["event"]),
+			// the gauges read the index of backlogs, and write nothing
+			allow("ZCARD", k["backlog"]), allow("ZRANGE", k["backlog"], "0", "0", "REV", "WITHSCORES"), allow("GET", k["bsum"]),
+			deny("ZADD", k["backlog"], "1", k["seq"]), deny("INCRBY", k["bsum"], "1"),
 		)
 	case acl.DashboardWrite:
 		cs = append(cs, notes()...)
@@ -287,6 +295,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			allow("DEL", k["task"]), allow("SREM", k["queues"], "q"), // asynqmon's Delete and queue removal
 			// the operator actions
 			allow("HSET", k["seq"], "h", "{}"), allow("ZADD", k["held"], "1", "SO1"), allow("PUBLISH", "ow:lock:released", "x"),
+			allow("ZREM", k["backlog"], k["seq"]), allow("INCRBY", k["bsum"], "-1"),
 			deny("HSET", k["lock"], "owner", "me"), deny("SET", k["fence"], "1"), deny("SET", k["event"], "x"),
 		)
 	case acl.IntakeAdmin:
@@ -298,6 +307,7 @@ func checks(p acl.Process, api bool, k map[string]string) []check {
 			allow("ZREM", k["sched"], "e0"), allow("LREM", k["pending"], "0", "e1"), allow("ZADD", "asynq:{q}:archived", "1", "e1"),
 			allow("RPUSH", k["pending"], "e1"), allow("HSET", k["task"], "state", "archived"),
 			allow("HSET", k["seq"], "h", "{}"), allow("PERSIST", k["seq"]), allow("ZADD", k["held"], "1", "SO1"), allow("ZREM", k["held"], "SO1"),
+			allow("ZREM", k["backlog"], k["seq"]), allow("INCRBY", k["bsum"], "-1"),
 			allow("PUBLISH", "ow:lock:released", "x"),
 			// but not the locks, the orders' data, asynq's servers or the queue list
 			deny("HSET", k["lock"], "owner", "me"), deny("DEL", k["lock"]), deny("SET", k["fence"], "1"),

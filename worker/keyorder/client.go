@@ -254,7 +254,8 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 		}
 	}
 	msg := asynqwire.Message{Type: typ, ID: o.id, Queue: o.queue, MaxRetry: o.maxRetry + 1, Timeout: o.timeout, Retention: o.retention}
-	keys := []string{seqKey, asynqwire.TaskKey(o.queue, o.id), asynqwire.PendingKey(o.queue), asynqwire.AllQueues, asynqwire.RetryKey(o.queue), claimKey, linkKey}
+	keys := []string{seqKey, asynqwire.TaskKey(o.queue, o.id), asynqwire.PendingKey(o.queue), asynqwire.AllQueues, asynqwire.RetryKey(o.queue), claimKey, linkKey,
+		c.seq.backlogKey(), c.seq.backlogSumKey()}
 	now := time.Now()
 	args := []any{label, ttl, msg.Head(), body, o.queue, o.id, now.UnixNano(), maxWaiting, now.Add(c.cfg.ParkFor).Unix(),
 		x.ClaimValue, x.ClaimTTL.Milliseconds(), x.Link, x.LinkLabel, x.LinkRef}
@@ -332,7 +333,9 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 // KEYS[1] the sequence, KEYS[2] the task's hash, KEYS[3] the queue's
 // pending list, KEYS[4] asynq's set of queues, KEYS[5] the queue's retry
 // set, KEYS[6] the claim (KEYS[1] for none), KEYS[7] the linked key's
-// sequence (KEYS[1] for none). ARGV[1] the label, ARGV[2] the sequences'
+// sequence (KEYS[1] for none), KEYS[8] and KEYS[9] the index of backlogs
+// and its sum (the script runs on one Redis only, where the key space
+// keeps them). ARGV[1] the label, ARGV[2] the sequences'
 // retention in ms, ARGV[3] the task message's head, ARGV[4] the payload
 // without a position, ARGV[5] the queue, ARGV[6] the task ID, ARGV[7] now
 // in ns, ARGV[8] the cap of positions waiting (0 for none), ARGV[9] until
@@ -347,9 +350,9 @@ if ARGV[10] ~= '' then
   if prev then return {'claimed', prev} end
 end
 if asynq_exists(KEYS[2]) then return {'exists'} end
-local pos, _, parked = seq_reserve(KEYS[1], ARGV[1], ARGV[2], '', 0, true)
+local pos, _, parked = seq_reserve(KEYS[1], ARGV[1], ARGV[2], '', 0, true, KEYS[8], KEYS[9])
 local linked = ''
-if ARGV[12] ~= '' then linked = seq_reserve(KEYS[7], ARGV[13], ARGV[2], ARGV[14], 0, false) end
+if ARGV[12] ~= '' then linked = seq_reserve(KEYS[7], ARGV[13], ARGV[2], ARGV[14], 0, false, KEYS[8], KEYS[9]) end
 local msg = asynq_message(ARGV[3], seq_splice(ARGV[4], pos))
 if parked then
   asynq_park(KEYS[2], KEYS[5], KEYS[4], ARGV[5], ARGV[6], msg, ARGV[9])

@@ -321,6 +321,12 @@ type Handoff struct {
 	// lease holds a turn (ModeTurn); "" and 0 otherwise.
 	SeqKey string
 	Pos    int64
+	// Backlog and BacklogSum are the key space's index of backlogs (see
+	// [Sequencer.Backlog]), which a script that passes the turn on must
+	// name among its KEYS and give lock_commit (its ix and sum), so that
+	// the index stays exact; "" when the lease holds no turn or the key
+	// space keeps no index (a Cluster: they are in another slot).
+	Backlog, BacklogSum string
 	// Step, when not nil (with Keep), is the lease's [CommitStep]: the
 	// store sends it in a pipeline right after its script, in the same
 	// round trip (see [Lease.SetCommitStep]).
@@ -404,6 +410,9 @@ func (s *Lease) Handoff() *Handoff {
 	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
 	if s.mode == ModeTurn {
 		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.Turn().Pos
+		if s.l.seq.counted {
+			h.Backlog, h.BacklogSum = s.l.seq.backlogKey(), s.l.seq.backlogSumKey()
+		}
 		h.Keep = s.drain.Load()
 		if h.Keep {
 			h.Step = s.commitStep()
@@ -421,7 +430,7 @@ func (s *Lease) passOn(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
 	defer cancel()
 	s.handingOff.Store(true)
-	keys := []string{s.l.lockKey(s.key), s.l.seq.SeqKey(s.key)}
+	keys := append([]string{s.l.lockKey(s.key)}, s.l.seq.withBacklog(s.l.seq.SeqKey(s.key))...)
 	args := []any{s.owner, s.l.channel, s.Turn().Pos, "1", "", "1"}
 	var res []any
 	var err error
@@ -513,7 +522,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		} else if !retryAt.IsZero() {
 			at = strconv.FormatInt(retryAt.UnixMilli(), 10)
 		}
-		keys = append(keys, s.l.seq.SeqKey(s.key))
+		keys = append(keys, s.l.seq.withBacklog(s.l.seq.SeqKey(s.key))...)
 		args = append(args, s.turn.Pos, adv, at)
 	}
 	res, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()

@@ -133,7 +133,7 @@ func (l *Locker) redoLoop() {
 func (l *Locker) redoOnce(r redo) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
 	defer cancel()
-	res, err := releaseScript.Run(ctx, l.rdb, []string{l.lockKey(r.key), l.seq.SeqKey(r.key)},
+	res, err := releaseScript.Run(ctx, l.rdb, append([]string{l.lockKey(r.key)}, l.seq.withBacklog(l.seq.SeqKey(r.key))...),
 		r.owner, l.channel, r.pos, "1", "").Slice()
 	if err != nil {
 		return false

@@ -48,9 +48,32 @@ import "github.com/redis/go-redis/v9"
 // longer than Lua's default number format (%.14g) prints exactly, so the
 // scripts format every position with num().
 
-// numLua defines num, which formats a position exactly.
+// numLua defines num, which formats a position exactly, and seq_count,
+// which keeps the index of backlogs (see [Sequencer.Backlog]).
 const numLua = `
 local function num(x) return string.format('%.0f', x) end
+
+-- seq_count records in the index of backlogs how many positions of
+-- sequence s wait behind its head, given n, its last position handed out,
+-- and d, its cursor (nil when s has none): ix, a sorted set, scores s by
+-- n - d - 1 and leaves it out at 0; sum, a counter, is the sum of ix's
+-- scores, kept in the same step. An ix that is nil, '' or s itself means
+-- the key space keeps no index (a Cluster, whose scripts touch one slot).
+-- It costs one call when the count did not change, three when it did.
+-- Its calls are pcalls whose errors are ignored: a producer's Redis user
+-- may write the index (of the wrong type, say), and a count must never
+-- fail the write it follows.
+local function seq_count(ix, sum, s, n, d)
+  if not ix or ix == '' or ix == s then return end
+  local b = 0
+  if n and d and n - d > 1 then b = n - d - 1 end
+  local old = redis.pcall('ZSCORE', ix, s)
+  if type(old) == 'table' then return end -- an error reply
+  old = tonumber(old) or 0
+  if b == old then return end
+  if b > 0 then redis.pcall('ZADD', ix, b, s) else redis.pcall('ZREM', ix, s) end
+  redis.pcall('INCRBY', sum, b - old)
+end
 `
 
 // commonLua holds the helpers every script of this package shares.
@@ -62,11 +85,13 @@ local function nowms()
 end
 
 -- seq_advance moves the cursor of sequence s past pos when pos is the next
--- position, and then past every voided or finished position after it. It
--- returns the position that is next after the move, or nil when pos was not
--- next (finished already, or not yet its turn).
-local function seq_advance(s, pos)
-  local d = tonumber(redis.call('HGET', s, 'd'))
+-- position, and then past every voided or finished position after it, and
+-- counts what waits behind the new head in the index ix and sum
+-- (seq_count). It returns the position that is next after the move, or nil
+-- when pos was not next (finished already, or not yet its turn).
+local function seq_advance(s, pos, ix, sum)
+  local nd = redis.call('HMGET', s, 'd', 'n')
+  local d = tonumber(nd[1])
   if not d or pos ~= d + 1 then return nil end
   local p = num(pos)
   redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p)
@@ -81,6 +106,7 @@ local function seq_advance(s, pos)
     d = d + 1
   end
   redis.call('HSET', s, 'd', num(d))
+  seq_count(ix, sum, s, tonumber(nd[2]), d)
   return d + 1
 end
 
@@ -155,7 +181,7 @@ end
 
 // CommitLua defines the Lua function
 //
-//	lock_commit(lk, owner, channel, s, pos, advance, held, keep)
+//	lock_commit(lk, owner, channel, s, pos, advance, held, keep, ix, sum)
 //
 // that releases the lock hash lk if owner holds it and, when s is given and
 // advance is true, moves the sequence s past position pos (whoever holds the
@@ -172,7 +198,10 @@ end
 // lock_held(lk) returned earlier in the same script, so that the lock is
 // read once. A store's script on the same Redis includes it to release a
 // lease and finish its turn in the round trip that commits the work (see
-// [Lease.Handoff]); lk and s must then be among that script's KEYS. It
+// [Lease.Handoff]); lk and s must then be among that script's KEYS. ix and
+// sum are the key space's index of backlogs ([Handoff].Backlog and
+// BacklogSum, among the KEYS too when not ""), which a move of the cursor
+// keeps counting; nil or "" when the key space keeps none (a Cluster). It
 // needs the helpers of commonLua, which it includes.
 //
 // lock_held(lk) returns the lock's owner token and its waiter mark, as one
@@ -191,10 +220,12 @@ end
 -- tells the next position's waiter, like seq_advance then notify, in three
 -- calls when the next position is pending or not taken. It returns false
 -- when pos is not next (nothing is done), or next and wake.
-local function seq_finish(s, pos, channel, lk, waited)
+local function seq_finish(s, pos, channel, lk, waited, ix, sum)
   local p, n1 = num(pos), num(pos + 1)
   local fields = {'d', 'p:' .. n1, 'w:' .. n1}
   for i = 1, IN_PLACE + 1 do fields[#fields + 1] = 'k:' .. num(pos + i) end
+  local nf = #fields
+  fields[nf + 1] = 'n' -- read with the rest, for seq_count
   local m = redis.call('HMGET', s, unpack(fields))
   local d = tonumber(m[1])
   if not d or pos ~= d + 1 then return false end
@@ -203,19 +234,19 @@ local function seq_finish(s, pos, channel, lk, waited)
     local k = string.sub(rec, 1, 2)
     if k == 'v ' or k == 'f ' then
       -- positions settled ahead follow: the general path
-      local next = seq_advance(s, pos)
+      local next = seq_advance(s, pos, ix, sum)
       return next, notify(channel, lk, s, next, waited)
     end
   end
   local send, wake = waited, ''
   local any = false
-  for i = 3, #fields do any = any or m[i] end
+  for i = 3, nf do any = any or m[i] end
   if any then
     local del = {'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p}
-    for i = 3, #fields do del[#del + 1] = fields[i] end
+    for i = 3, nf do del[#del + 1] = fields[i] end
     redis.call('HDEL', s, unpack(del))
     if m[3] then send = true end
-    for i = 4, #fields do
+    for i = 4, nf do
       if m[i] then
         local r = rec
         if i > 4 then r = redis.call('HGET', s, 'p:' .. num(pos + i - 3)) end
@@ -226,16 +257,17 @@ local function seq_finish(s, pos, channel, lk, waited)
     redis.call('HDEL', s, 'p:' .. p, 'r:' .. p, 'w:' .. p, 'k:' .. p)
   end
   redis.call('HSET', s, 'd', p)
+  seq_count(ix, sum, s, tonumber(m[nf + 1]), pos)
   if send then redis.pcall('PUBLISH', channel, lk .. ' ' .. n1) end
   return pos + 1, wake
 end
 
-local function lock_commit(lk, owner, channel, s, pos, advance, held, keep)
+local function lock_commit(lk, owner, channel, s, pos, advance, held, keep, ix, sum)
   local h = held or lock_held(lk)
   local mine = h[1] == owner
   local waited = mine and h[2] ~= false
   if s and s ~= '' and advance then
-    local next, wake = seq_finish(s, pos, channel, lk, waited)
+    local next, wake = seq_finish(s, pos, channel, lk, waited, ix, sum)
     if next then
       -- keep: the holder drains the key: it goes on with the next position
       -- itself when that position's holder is parked (wake names it alone,
@@ -359,7 +391,8 @@ return {1, s, mode, offset}
 // releaseScript releases the lock if the caller still owns it, and finishes
 // or marks the caller's turn.
 //
-// KEYS[1] lock hash, KEYS[2] (optional) sequence
+// KEYS[1] lock hash, KEYS[2] (optional) sequence, KEYS[3] and KEYS[4]
+// (optional, with KEYS[2]) the index of backlogs and its sum
 // ARGV[1] owner token, ARGV[2] notice channel; with KEYS[2]: ARGV[3]
 // position, ARGV[4] "1" to move the sequence past it, ARGV[5] when the
 // holder runs again, in ms since the epoch ("" for unknown), recorded for
@@ -378,7 +411,7 @@ if s and ARGV[4] ~= '1' and ARGV[5] ~= '' then
   local d = tonumber(redis.call('HGET', s, 'd'))
   if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[5]) end
 end
-local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil, ARGV[6] == '1')
+local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil, ARGV[6] == '1', KEYS[3], KEYS[4])
 return {released, wake}
 `)
 
@@ -396,11 +429,12 @@ return 1
 
 // reserveLua defines the Lua function
 //
-//	seq_reserve(s, label, ttl, ref, max, park)
+//	seq_reserve(s, label, ttl, ref, max, park, ix, sum)
 //
 // that hands out the next position of the sequence s under label, keeps s
 // for ttl milliseconds, records the position under the reference ref
-// ("" for none) and returns the position as decimal. With park true (and
+// ("" for none), counts it in the index of backlogs ix and sum (seq_count;
+// s, "" or nil for none) and returns the position as decimal. With park true (and
 // no ref), a position handed out behind earlier positions that are not
 // finished is marked parked (k:), so that the position before it hands its
 // holder the turn: the caller then parks the holder (the producer enqueues
@@ -442,7 +476,7 @@ local function seq_full(s, max)
   return nil
 end
 
-local function seq_reserve(s, label, ttl, ref, max, park)
+local function seq_reserve(s, label, ttl, ref, max, park, ix, sum)
   local full = seq_full(s, max)
   if full then return nil, full end
   local t = redis.call('TIME')
@@ -451,17 +485,20 @@ local function seq_reserve(s, label, ttl, ref, max, park)
   local pos, rec = num(n), num(now) .. ' ' .. label
   local set = {'HSET', s}
   local parked = false
+  local counted = ix and ix ~= '' and ix ~= s
   if n == 1 then
     -- a new sequence (no position is ever 1 in a live one): start at TIME
     pos = num(tonumber(t[1]) * 1000000 + tonumber(t[2]))
     set = {'HSET', s, 'n', pos, 'd', num(tonumber(pos) - 1)}
-  elseif park and ref == '' then
+    if counted then seq_count(ix, sum, s, 1, 0) end -- nothing behind: clears a stale entry
+  elseif (park and ref == '') or counted then
     local d = tonumber(redis.call('HGET', s, 'd'))
-    if d and n > d + 1 then
+    if park and ref == '' and d and n > d + 1 then
       parked = true
       set[#set + 1] = 'k:' .. pos
       set[#set + 1] = '1'
     end
+    seq_count(ix, sum, s, n, d)
   end
   set[#set + 1] = 'p:' .. pos
   set[#set + 1] = rec
@@ -498,7 +535,8 @@ end
 
 // reserveScript hands out the next position of a sequence (seq_reserve).
 //
-// KEYS[1] sequence
+// KEYS[1] sequence, KEYS[2] and KEYS[3] the index of backlogs and its sum
+// (KEYS[1] both, for none)
 // ARGV[1] label, ARGV[2] sequence retention in ms, ARGV[3] a reference to
 // find the position by later ("" for none), ARGV[4] the cap of positions
 // waiting (0 for none)
@@ -506,7 +544,7 @@ end
 // Returns the position, as decimal, or the error reply "FULL <waiting>
 // <max>".
 var reserveScript = redis.NewScript(reserveLua + `
-local pos, full = seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local pos, full = seq_reserve(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], false, KEYS[2], KEYS[3])
 if not pos then return redis.error_reply(full) end
 return pos
 `)
@@ -515,7 +553,9 @@ return pos
 // it voids it (its task will never exist), skips it (its task is gone), or
 // finishes it (its task ended elsewhere).
 //
-// KEYS[1] sequence, KEYS[2] the key's lock hash (named in the notice)
+// KEYS[1] sequence, KEYS[2] the key's lock hash (named in the notice),
+// KEYS[3] and KEYS[4] the index of backlogs and its sum (KEYS[1] both, for
+// none)
 // ARGV[1] position, or "" to look it up by ARGV[2]; ARGV[2] reference ("" for
 // none); ARGV[3] what the p: field must hold now: "=<record>" for exactly
 // that record, "~<label>" for a pending record with that label, "" for any
@@ -581,8 +621,8 @@ else
   redis.call('HSET', s, 'p:' .. p, 'v ' .. ARGV[5])
 end
 local next = nil
-if twin then next = seq_advance(s, twin) end
-next = seq_advance(s, pos) or next
+if twin then next = seq_advance(s, twin, KEYS[3], KEYS[4]) end
+next = seq_advance(s, pos, KEYS[3], KEYS[4]) or next
 local wake = ''
 if next then
   wake = notify(ARGV[6], KEYS[2], s, next, false)

@@ -170,6 +170,7 @@ type Sequencer struct {
 	retention  time.Duration
 	maxWaiting int64
 	statusPage int
+	counted    bool // the key space keeps the index of backlogs (not on a Cluster)
 }
 
 // NewSequencer returns a Sequencer on rdb. It returns an error when rdb is
@@ -191,8 +192,10 @@ func NewSequencer(rdb redis.UniversalClient, cfg SeqConfig) (*Sequencer, error) 
 	case cfg.StatusPage < 1 || cfg.StatusPage > MaxStatusPage:
 		return nil, fmt.Errorf("keyorder: StatusPage %d, want 1 to %d", cfg.StatusPage, MaxStatusPage)
 	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	_, ring := rdb.(*redis.Ring)
 	return &Sequencer{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Prefix + "released", retention: cfg.Retention,
-		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage}, nil
+		maxWaiting: cfg.MaxWaiting, statusPage: cfg.StatusPage, counted: !cluster && !ring}, nil
 }
 
 // valid reports whether q is a Sequencer from NewSequencer (not nil, and
@@ -295,7 +298,7 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 
 // reserveIn is ReserveIn of a label and ref already checked.
 func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *ReserveCmd {
-	cmd := reserveScript.EvalSha(ctx, pipe, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref, q.maxWaiting)
+	cmd := reserveScript.EvalSha(ctx, pipe, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting)
 	return &ReserveCmd{cmd: cmd, key: key}
 }
 
@@ -330,7 +333,7 @@ func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64,
 	if err := checkLabel(key, label, ref); err != nil {
 		return 0, err
 	}
-	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, label, q.retention.Milliseconds(), ref, q.maxWaiting), key: key}
+	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting), key: key}
 	return c.Pos()
 }
 
@@ -350,7 +353,7 @@ func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want
 	if pos > 0 {
 		p = strconv.FormatInt(pos, 10)
 	}
-	res, err := settleScript.Run(ctx, q.rdb, []string{q.SeqKey(key), q.lockKey(key)},
+	res, err := settleScript.Run(ctx, q.rdb, append([]string{q.SeqKey(key), q.lockKey(key)}, q.backlogKeys(q.SeqKey(key))...),
 		p, ref, want, kind, why, q.channel, q.retention.Milliseconds()).Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)

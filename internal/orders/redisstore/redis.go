@@ -337,7 +337,9 @@ end
 // KEYS[1] order hash, KEYS[2] history list, KEYS[3..5] event buckets (the
 // current one first), KEYS[6] (optional) the order lock's newest handed-out
 // fence, KEYS[7] (optional, with KEYS[6]) the order lock's hash, KEYS[8]
-// (optional, with KEYS[7]) the order's sequence
+// (optional, with KEYS[7]) the order's sequence, KEYS[9] and KEYS[10]
+// (optional, with KEYS[8]) the engine's index of backlogs and its sum
+// (keyorder.Handoff.Backlog, BacklogSum)
 // ARGV[1] event hash, ARGV[2] fence (decimal), ARGV[3] worker,
 // ARGV[4] started_at (µs, or "" for now), ARGV[5] the event's record,
 // ARGV[6] history detail, ARGV[7] entry type (the write's letter, see
@@ -421,7 +423,7 @@ local r = apply(held)
 if KEYS[7] then
   local finish = KEYS[8] ~= nil and r[1] ~= 'stale'
   local keep = ARGV[18] == '1' and (r[1] == 'ok' or r[1] == 'replay')
-  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, held, keep)
+  local released, wake = lock_commit(KEYS[7], ARGV[9], ARGV[10], KEYS[8], tonumber(ARGV[11]), finish, held, keep, KEYS[9], KEYS[10])
   r[#r + 1] = tostring(released)
   if KEYS[8] then
     if finish then r[#r + 1] = '1' else r[#r + 1] = '0' end
@@ -1107,6 +1109,9 @@ func lockPartOf(hold keyorder.Commit, step step, tag string) (lockPart, error) {
 			return lockPart{}, fmt.Errorf("lock handoff sequence %q lacks the hash tag %s: %w", h.SeqKey, tag, orders.ErrInvalid)
 		}
 		c.keys = append(c.keys, h.SeqKey)
+		if h.Backlog != "" {
+			c.keys = append(c.keys, h.Backlog, h.BacklogSum)
+		}
 		c.turn = strconv.FormatInt(h.Pos, 10)
 		if h.Keep {
 			c.keep = "1"
