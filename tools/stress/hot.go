@@ -175,7 +175,7 @@ func (l *load) hotChange(ctx context.Context, client int, no string, i int) erro
 		t.Changes.Items = []tasks.Item{{SKU: "A", Qty: 1 + i%7}, {SKU: "H" + strconv.Itoa(i%13), Qty: 1}}
 	}
 	payload := tasks.ModifyPayload{EventID: ev, OrderNo: no, Changes: t.Changes}
-	res, err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
+	res, err := l.retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
 		return l.p.Enqueue(ctx, payload)
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderworker/orderworker/producer"
@@ -61,6 +62,10 @@ type load struct {
 
 	mu    sync.Mutex
 	tasks []enqueued
+
+	// resent counts the changes sent again after a failed acceptance, and
+	// resentDup those of them answered as a duplicate.
+	resent, resentDup atomic.Int64
 }
 
 func newLoad(p *producer.Producer, c settings) *load {
@@ -180,7 +185,7 @@ func (l *load) next(ctx context.Context, rng *rand.Rand, client, i int) error {
 	}
 	k, h := payload.Kind(), payload.Header()
 	t.Type, t.OrderNo = k.Type, h.OrderNo
-	res, err := retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
+	res, err := l.retryEnqueue(ctx, func(ctx context.Context) (producer.Result, error) {
 		return l.p.Enqueue(ctx, payload)
 	})
 	if err != nil {
@@ -199,12 +204,17 @@ func (l *load) next(ctx context.Context, rng *rand.Rand, client, i int) error {
 
 // retryEnqueue enqueues until the producer accepts the task or reports it
 // already holds it (an earlier attempt got through but its reply was lost,
-// e.g. in the Redis restart), for up to a minute. It returns the accepted
-// task's result: the existing task's, for a duplicate.
-func retryEnqueue(ctx context.Context, enqueue func(context.Context) (producer.Result, error)) (producer.Result, error) {
+// e.g. in the Redis restart or a cut of the acceptance's link), for up to
+// a minute. It returns the accepted task's result: the existing task's,
+// for a duplicate. It counts in l the changes sent again, and those of
+// them answered as a duplicate.
+func (l *load) retryEnqueue(ctx context.Context, enqueue func(context.Context) (producer.Result, error)) (producer.Result, error) {
 	deadline := time.Now().Add(time.Minute)
 	backoff := 50 * time.Millisecond
-	for {
+	for try := 0; ; try++ {
+		if try == 1 {
+			l.resent.Add(1)
+		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		res, err := enqueue(actx)
 		cancel()
@@ -215,6 +225,9 @@ func retryEnqueue(ctx context.Context, enqueue func(context.Context) (producer.R
 		case errors.As(err, &dup):
 			if errors.Is(err, producer.ErrPayloadMismatch) {
 				return res, err
+			}
+			if try > 0 {
+				l.resentDup.Add(1)
 			}
 			return res, nil
 		case ctx.Err() != nil:

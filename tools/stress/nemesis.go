@@ -165,3 +165,23 @@ func runNemeses(ctx context.Context, ls *links, c settings, seed int) {
 		}
 	}
 }
+
+// cutAcceptance breaks the acceptance's link (slot 0 of ls) until ctx
+// ends: a cut every every, for d, and a reset of every connection half-way
+// between two cuts. It returns once the last cut healed.
+func (ls *links) cutAcceptance(ctx context.Context, every, d time.Duration) {
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for cut := true; ; cut = !cut {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if cut {
+			ls.cut(ctx, 0, d)
+		} else {
+			ls.reset(0)
+		}
+	}
+}

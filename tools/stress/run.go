@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -60,6 +61,8 @@ type settings struct {
 	HotFreezes      int
 	CutEvery        time.Duration
 	CutFor          time.Duration
+	IntakeCutEvery  time.Duration
+	IntakeCutFor    time.Duration
 	ResetEvery      time.Duration
 	SlowEvery       time.Duration
 	SlowFor         time.Duration
@@ -104,6 +107,8 @@ func declare(s *config.Set, c *settings) vars {
 	s.Int(&c.HotKills, "hot-kills", "", 2, "hot-order phase: SIGKILL (and start again) this many workers in the middle of a hold of a hot order; the kills after the first wait for the first Redis switch").Check(config.NonNegative[int])
 	s.Int(&c.HotFreezes, "hot-freezes", "", 1, "hot-order phase: freeze this many workers (SIGSTOP for -pause-for, past the lock's lease) in the middle of a hold of a hot order").Check(config.NonNegative[int])
 	v.cutEvery = s.Duration(&c.CutEvery, "cut-every", "", 15*time.Second, "nemesis (-redis single): blackhole one worker's Redis link (a TCP proxy before each worker) this often, for -cut-for, then heal it, delivering what it held; 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.IntakeCutEvery, "intake-cut-every", "", 10*time.Second, "nemesis (-redis single): blackhole the acceptance's Redis link (the suite's producer, which the intake runs, through a TCP proxy) this often, for -intake-cut-for, then heal it, delivering what it held, and reset its connections half-way between two cuts; each change is sent again with its event ID until accepted or answered as a duplicate, as an upstream retries with its Idempotency-Key; 0 for never").Check(config.NonNegative[time.Duration])
+	s.Duration(&c.IntakeCutFor, "intake-cut-for", "", 7*time.Second, "how long an acceptance cut lasts: past the suite's 5 s acceptance timeout, so that an acceptance given up on is delivered at the heal").Check(config.Positive[time.Duration])
 	s.Duration(&c.CutFor, "cut-for", "", 0, "how long a cut lasts; defaults to 2.5 × -lock-ttl (past the lock's lease; give 35s to pass asynq's 30 s lease as well)").Check(config.NonNegative[time.Duration])
 	v.resetEvery = s.Duration(&c.ResetEvery, "reset-every", "", 4*time.Second, "nemesis (-redis single): reset every connection of one worker's Redis link this often; 0 for never").Check(config.NonNegative[time.Duration])
 	v.slowEvery = s.Duration(&c.SlowEvery, "slow-every", "", 20*time.Second, "nemesis (-redis single): slow one worker's Redis link by -slow-link, both ways, for -slow-for, this often; 0 for never").Check(config.NonNegative[time.Duration])
@@ -237,7 +242,23 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		}()
 		store, seedStore, ordersRDB = up.store, up.client, up.rdb
 	}
-	prod, err := producer.New(rdb, producer.Config{KeyPrefix: prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas})
+	// The acceptance's link: through a proxy of its own when cut.
+	prodRDB := redis.UniversalClient(rdb)
+	var intake *links
+	if c.IntakeCutEvery > 0 && c.Redis == redisSingle {
+		if intake, err = newLinks(be.url, 1); err != nil {
+			return err
+		}
+		defer intake.close()
+		popts, err := redisconn.Parse(withQuery(intake.url(be.url, 0), "max_retries=5"))
+		if err != nil {
+			return err
+		}
+		prodClient := popts.NewClient()
+		defer prodClient.Close()
+		prodRDB = prodClient
+	}
+	prod, err := producer.New(prodRDB, producer.Config{KeyPrefix: prefix, Shards: c.Shards, WaitReplicas: c.WaitReplicas})
 	if err != nil {
 		return err
 	}
@@ -324,6 +345,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	nemesesDone := make(chan struct{})
 	go func() {
 		defer close(nemesesDone)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		if intake != nil {
+			wg.Go(func() { intake.cutAcceptance(cctx, c.IntakeCutEvery, c.IntakeCutFor) })
+		}
 		if ls != nil {
 			runNemeses(cctx, ls, c, c.Seed)
 		}
@@ -355,6 +381,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if ls != nil {
 		cuts, resets, slows := ls.counts()
 		fmt.Fprintf(out, "nemeses: %d links cut for %v, %d reset, %d slowed\n", cuts, c.CutFor, resets, slows)
+	}
+	if intake != nil {
+		cuts, resets, _ := intake.counts()
+		fmt.Fprintf(out, "acceptance:    its Redis link cut %d times for %v and reset %d times; %d changes sent again after a failed acceptance, %d of them answered as a duplicate (accepted by an attempt given up on)\n",
+			cuts, c.IntakeCutFor, resets, l.resent.Load(), l.resentDup.Load())
 	}
 
 	if err := pool.calmDown(); err != nil {
