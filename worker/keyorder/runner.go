@@ -384,9 +384,13 @@ func (r *Runner) busy() bool {
 // IsFailure is asynq's Config.IsFailure for tasks run by a Runner: a task
 // that waited for its turn or its key's lock, or lost its key mid-run
 // ([ErrLost], [ErrStaleFence]), or whose write the replicas did not
-// confirm ([ErrNotReplicated]), did not fail.
+// confirm ([ErrNotReplicated]), or whose key's Redis was unreachable
+// before its turn (see [Turns.TakeTask]), did not fail.
 func IsFailure(err error) bool {
+	var u *unavailableError
 	switch {
+	case errors.As(err, &u):
+		return false
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrNotYourTurn), errors.Is(err, ErrLost),
 		errors.Is(err, ErrStaleFence), errors.Is(err, ErrNotReplicated), errors.Is(err, asynq.ErrLeaseExpired):
 		return false

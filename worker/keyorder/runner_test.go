@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -791,4 +793,27 @@ func requireStateEventually(t *testing.T, rdb redis.UniversalClient, e keyorder.
 		info, err := insp.GetTaskInfo(e.Queue, e.TaskID)
 		return err == nil && info.State == state
 	}, "task %s never reached %v", e.TaskID, state)
+}
+
+// A task whose key's Redis does not answer before its turn (a master
+// down, a failover) did not fail: it comes back after a busy delay, its
+// retries kept, rather than after a failure's backoff.
+func TestRunnerTakesAnUnreachableRedisForNoFailure(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRunner(t, rdb, "test:", keyorder.RunnerConfig{BusyRetryMin: 10 * time.Millisecond, BusyRetryMax: 50 * time.Millisecond})
+	task := asynq.NewTask("order", payload(t, "K", 1))
+	err = r.Handler(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		t.Error("the handler ran without its key's lock")
+		return nil
+	})).ProcessTask(t.Context(), task)
+	require.Error(t, err)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.False(t, keyorder.IsFailure(err), "an unreachable Redis counted as the task's failure: %v", err)
+	require.LessOrEqual(t, r.RetryDelay(3, err, task), 50*time.Millisecond, "not the busy delay")
 }

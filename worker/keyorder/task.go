@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // The run of an asynq task in its key's turn: what [Turns.TakeTask] and
@@ -111,7 +115,14 @@ func (tr *TaskRun) OutOfBudget() error {
 //     [*ParkError] or [*BusyError];
 //   - a position that is not the task's ([ErrBadPosition]) is noted in the
 //     key's sequence log and archived (asynq.SkipRetry);
-//   - other errors (Redis's) are returned wrapped, and asynq retries them.
+//   - an error that says the key's Redis is unreachable or between two
+//     masters (a connection refused, reset or timed out; CLUSTERDOWN,
+//     READONLY, LOADING, MASTERDOWN, TRYAGAIN, MOVED) is no failure
+//     either: the task comes back after a busy delay, its retries kept,
+//     so that a failover does not hold its key back for a failure's
+//     backoff;
+//   - other errors (Redis's refusals) are returned wrapped, and asynq
+//     retries them as failures.
 //
 // A task on its last try (Retried at MaxRetry: asynq archives it on any
 // error, a wait included) waits for its turn until a second before its
@@ -137,8 +148,42 @@ func (t *Turns) TakeTask(ctx context.Context, tr *TaskRun, w Wait) (*Lease, Take
 	case errors.Is(err, ErrBadPosition):
 		err = fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		t.Note(ctx, tr.Key, tr.Turn.Pos, tr.Turn.Label, "archived: "+err.Error())
+	case ctx.Err() == nil && unavailable(err):
+		// The key's Redis is down or switching (a failover): no failure
+		// of the task's, which comes back within the busy delay rather
+		// than after a failure's backoff (asynq's is 15 s and more), so
+		// that its key goes on about a second after the promotion.
+		return nil, taken, &laterError{err: &unavailableError{err: err}, delay: t.busyDelay()}
 	}
 	return nil, taken, err
+}
+
+// unavailableError is the error of a run whose key's Redis did not answer
+// before the run took its turn: it is no failure ([IsFailure]).
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string {
+	return "keyorder: the key's Redis is unavailable: " + e.err.Error()
+}
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// unavailable reports whether err says that Redis could not be reached or
+// cannot serve for now (a connection refused, reset or timed out; a
+// Cluster or a replica between two masters), rather than refusing the
+// call (an ACL, a key of the wrong type, a script's error), which stays a
+// failure.
+func unavailable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, redis.ErrClosed) {
+		return true
+	}
+	for _, prefix := range []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY", "MASTERDOWN", "MOVED", "ASK"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Later returns err, which must match [ErrBusy] or [ErrNotYourTurn], as
