@@ -142,13 +142,13 @@
 //     scripts and a store's commit through [Commit].
 //   - [Turns]: the one owner of the turns on the holders' side: it takes a
 //     turn (waiting, parking a position too far back, and skipping a head
-//     whose task will never come, which it learns from [Tasks]), passes it
+//     whose task will never come, which it learns from taskSource), passes it
 //     on when the work ends, and settles the positions of holders that end
 //     without their turn. A task's run reads as [Turns.TakeTask], run,
 //     commit, [Turns.EndTask]: those two decide what asynq gets (a wait
 //     spends no retry, a failure backs off within its budget and is
 //     archived past it, with [ErrOutOfBudget]), for the [Runner].
-//   - [QueueTasks]: the [Tasks] that Turns ask about the tasks behind the
+//   - queueTasks: the taskSource that Turns ask about the tasks behind the
 //     positions, in asynq's queues: it wakes a parked task when its turn
 //     comes, and tells whether a head that waits for its task will ever
 //     get it (the gap check). The Runner's Turns ask one, with
@@ -158,5 +158,5 @@
 //     commit script ([CommitLua]).
 //   - [Turns.Drain]: the hold of a hot key, which runs the key's parked
 //     tasks under the lock that their predecessor's commit kept
-//     ([HoldConfig] says where a task is and how to run it).
+//     (holdConfig says where a task is and how to run it).
 package keyorder

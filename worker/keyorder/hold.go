@@ -55,10 +55,10 @@ const leaseEvery = asynqwire.LeaseDuration / 3
 // HoldConfig is how [Turns.Drain] goes on with a hot key's tasks. Run and
 // Locate are required; the rest defaults. Its functions are called from
 // many holds at once.
-type HoldConfig struct {
+type holdConfig struct {
 	// Max and For are the hold's quantum, as [RunnerConfig].DrainMax and
 	// DrainFor describe it. A Max of 1 turns the drain off (see
-	// [HoldConfig.Drains]). Default to DefaultDrainMax and DefaultDrainFor.
+	// holdConfig.Drains). Default to DefaultDrainMax and DefaultDrainFor.
 	Max int
 	For time.Duration
 	// Locate returns where the task of a position of key waits, given its
@@ -75,7 +75,7 @@ type HoldConfig struct {
 	// the hold's lease is lost; in it, asynq.GetTaskID, GetQueueName,
 	// GetRetryCount and GetMaxRetry report t's, as in a run asynq started.
 	// It returns the run's error, as an asynq handler would.
-	Run func(ctx context.Context, t *asynq.Task, held Held) error
+	Run func(ctx context.Context, t *asynq.Task, held held) error
 	// Busy reports whether more than half of the server's slots are in
 	// use: a busy server's holds yield at the end of their quantum even
 	// when no task waits, so that hot keys spread over the servers.
@@ -93,12 +93,12 @@ type HoldConfig struct {
 	// recorded in asynq, as asynq calls its Config.ErrorHandler; not for
 	// a run that goes back to its queue because the hold's first run was
 	// cancelled (a shutdown).
-	Failed func(ctx context.Context, t *asynq.Task, held Held, err error)
+	Failed func(ctx context.Context, t *asynq.Task, held held, err error)
 }
 
-// Held is what [HoldConfig.Run] learns of a task that a hold took out of
+// Held is what holdConfig.Run learns of a task that a hold took out of
 // its queue.
-type Held struct {
+type held struct {
 	// Lease is the hold's lease, kept for Turn by the run before.
 	Lease *Lease
 	// Turn is the position the hold passed the turn on to.
@@ -113,19 +113,19 @@ type Held struct {
 // Drains reports whether a run should ask its commit to keep the lock
 // for the key's next task ([Lease.Drain]): when the drain is on
 // (Max above 1) and the server is not stopping.
-func (c *HoldConfig) Drains() bool {
+func (c *holdConfig) Drains() bool {
 	return c.max() > 1 && (c.Stopping == nil || !c.Stopping())
 }
 
-func (c *HoldConfig) max() int               { return cmp.Or(c.Max, DefaultDrainMax) }
-func (c *HoldConfig) quantum() time.Duration { return cmp.Or(c.For, DefaultDrainFor) }
-func (c *HoldConfig) stopping() bool         { return c.Stopping != nil && c.Stopping() }
-func (c *HoldConfig) busy() bool             { return c.Busy != nil && c.Busy() }
+func (c *holdConfig) max() int               { return cmp.Or(c.Max, DefaultDrainMax) }
+func (c *holdConfig) quantum() time.Duration { return cmp.Or(c.For, DefaultDrainFor) }
+func (c *holdConfig) stopping() bool         { return c.Stopping != nil && c.Stopping() }
+func (c *holdConfig) busy() bool             { return c.Busy != nil && c.Busy() }
 
 // hold is a drained hold: the lease kept for the key's next tasks.
 type hold struct {
 	t       *Turns
-	cfg     *HoldConfig
+	cfg     *holdConfig
 	lease   *Lease
 	key     string
 	folds   bool
@@ -155,7 +155,7 @@ type hold struct {
 // waiting (its quantum spent while others waited, the server busy, or its
 // time half spent). What goes wrong on the way is logged, and ends the
 // hold: the next task then runs from its queue.
-func (t *Turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *HoldConfig) (runs int, yielded bool) {
+func (t *Turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
 	_, folds := t.l.rdb.(*redis.Client)
 	h := &hold{t: t, cfg: cfg, lease: lease, key: lease.Key(), folds: folds, started: started, count: 1, qstart: started}
 	hctx := cmp.Or(lease.HoldContext(), ctx)
@@ -327,7 +327,7 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 // task in asynq and take the next task out of its queue in its own round
 // trip: the hold sends the step ([asynqwire.PipeStep]) in a pipeline right
 // after the commit (a store's commit script, or the release script of
-// [Turns.Pass]: [CommitStep]), guarded so that it writes nothing unless
+// [Turns.Pass]: commitStep), guarded so that it writes nothing unless
 // that commit kept the lock for the next position (the lock still the
 // lease's, the sequence done up to the task's position). A drained task
 // then costs one round trip, the commit, instead of two. The step learns
@@ -442,7 +442,7 @@ func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.O
 	// first task, whose run's context this derives from.
 	rctx, _ = asynqwire.TaskContext(rctx, c)
 	t := asynq.NewTask(c.Type, c.Payload)
-	held := Held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
+	held := held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
 	err := h.cfg.Run(rctx, t, held)
 	if err != nil && ctx.Err() == nil && h.cfg.Failed != nil {
 		h.cfg.Failed(rctx, t, held, err)

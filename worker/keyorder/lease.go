@@ -20,7 +20,7 @@ import (
 var errReleased = errors.New("keyorder: lease released")
 
 // Stats describes how a lease was acquired.
-type Stats struct {
+type leaseStats struct {
 	Waited        time.Duration // from the first attempt to the lock
 	Attempts      int           // acquire scripts run
 	WokenByNotice int           // waits ended by a release notice
@@ -38,7 +38,7 @@ type Lease struct {
 	meta  string
 	// fence is the lease's fencing token; CatchUp raises it.
 	fence atomic.Int64
-	stats Stats
+	stats leaseStats
 	turn  Turn
 	mode  Mode
 	// seqGone says the lease's position was granted without order
@@ -56,7 +56,7 @@ type Lease struct {
 	byStore  bool  // a store script released it (Handoff.Released), or passOn did
 	kept     Turn  // the next position, when a commit kept the lock for it (Drain)
 	offset   int64 // the key's position offset (see Seq)
-	step     CommitStep
+	step     commitStep
 	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended
@@ -89,7 +89,7 @@ func (s *Lease) SeqKey() string {
 }
 
 // Stats returns how the lease was acquired.
-func (s *Lease) Stats() Stats { return s.stats }
+func (s *Lease) Stats() leaseStats { return s.stats }
 
 // Mode returns how the lease was granted: ModeFree without a position,
 // ModeTurn in its position's turn, ModePassed for a position that was
@@ -321,10 +321,10 @@ type Handoff struct {
 	// lease holds a turn (ModeTurn); "" and 0 otherwise.
 	SeqKey string
 	Pos    int64
-	// Step, when not nil (with Keep), is the lease's [CommitStep]: the
+	// Step, when not nil (with Keep), is the lease's commitStep: the
 	// store sends it in a pipeline right after its script, in the same
 	// round trip (see [Lease.SetCommitStep]).
-	Step  CommitStep
+	Step  commitStep
 	lease *Lease
 }
 
@@ -337,13 +337,13 @@ type Handoff struct {
 // It must write nothing unless the commit kept the lock, and it must read
 // its own result after pipe's execution: a failed step (a NOSCRIPT, say)
 // must leave the commit's result alone.
-type CommitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
+type commitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
 
 // SetCommitStep sets the step to send with the lease's next commit that
 // may keep the lock (nil for none), in place of the one set before. The
 // step only makes sense on a single Redis, where the lock's keys and the
 // step's are on one node. It is safe for concurrent use.
-func (s *Lease) SetCommitStep(step CommitStep) {
+func (s *Lease) SetCommitStep(step commitStep) {
 	s.mu.Lock()
 	s.step = step
 	s.mu.Unlock()
@@ -351,7 +351,7 @@ func (s *Lease) SetCommitStep(step CommitStep) {
 
 // commitStep returns the step of a commit that may keep the lock: nil
 // unless the lease drains.
-func (s *Lease) commitStep() CommitStep {
+func (s *Lease) commitStep() commitStep {
 	if !s.drain.Load() {
 		return nil
 	}

@@ -285,16 +285,16 @@ func printable(s string) bool {
 
 // MaxReasonLen bounds the reason of a hold or a skip, and the name of who
 // holds, in bytes.
-const MaxReasonLen = 1024
+const maxReasonLen = 1024
 
 // checkReason refuses a reason (or a principal) longer than MaxReasonLen
 // or with control or format characters: it is stored in the key's
 // sequence, and shown to people.
 func checkReason(what, s string) error {
-	if len(s) > MaxReasonLen || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
+	if len(s) > maxReasonLen || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
 		return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 	}) {
-		return fmt.Errorf("keyorder: %s must be UTF-8 of at most %d bytes without control or format characters", what, MaxReasonLen)
+		return fmt.Errorf("keyorder: %s must be UTF-8 of at most %d bytes without control or format characters", what, maxReasonLen)
 	}
 	return nil
 }
@@ -484,7 +484,7 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
-	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > MaxLabelLen)) {
+	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > maxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
 	w = w.Or(l.cfg.Wait)
@@ -499,7 +499,7 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	start := time.Now()
 	deadline := start.Add(w.Deadline)
 
-	var st Stats
+	var st leaseStats
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

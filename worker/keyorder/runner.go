@@ -54,7 +54,7 @@ type RunnerConfig struct {
 	// ok is false for a label that names no task. The Runner looks a task
 	// up there to wake it, to tell the fate of a head, to run it in a
 	// hold, and for the actions. It must be safe for concurrent use.
-	// Defaults to reading a [Client]'s label ([Label]): its one queue. A
+	// Defaults to reading a [Client]'s label (taskLabel): its one queue. A
 	// program whose labels say less (a key's tasks spread over shard
 	// queues, say) gives its own.
 	Locate Locate
@@ -142,7 +142,7 @@ type Admission struct {
 	// RunnerConfig.Key.
 	Key string
 	// Label is the label its position was reserved under; "" for a
-	// [Client]'s ([Label] of its queue and ID). A task without a
+	// [Client]'s (taskLabel of its queue and ID). A task without a
 	// position is noted under it when it is archived.
 	Label string
 	// Wait is how the task waits for its key's lock and its turn; zero
@@ -189,7 +189,7 @@ type Report struct {
 	// Lock says how the lock and the turn were waited for, over every
 	// round of the run; Skipped counts the heads it skipped before its
 	// turn (their tasks never came).
-	Lock    Stats
+	Lock    leaseStats
 	Skipped int
 	// Final says the run's work is done for good (applied, archived or
 	// revoked, or its position abandoned): its turn passed on.
@@ -252,10 +252,10 @@ type Runner struct {
 	headSeq *Sequencer
 	// tasks finds the tasks of positions in the queues, for the Turns, Head
 	// and Blocked.
-	tasks *QueueTasks
+	tasks *queueTasks
 	insp  *asynq.Inspector
 	cfg   RunnerConfig
-	hold  HoldConfig
+	hold  holdConfig
 
 	handlers    sync.Map     // task type -> the handler that ran it, for the holds
 	seen        sync.Map     // queue -> true: the queues tasks came from
@@ -296,13 +296,13 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := NewQueueTasks(seq.rdb, QueueTasksConfig{Key: cfg.Key, Locate: cfg.Locate, Logger: cfg.Logger, KeyField: cfg.KeyField})
+	tasks, err := newQueueTasks(seq.rdb, queueTasksConfig{Key: cfg.Key, Locate: cfg.Locate, Logger: cfg.Logger, KeyField: cfg.KeyField})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
 	}
 	r := &Runner{rdb: seq.rdb, l: l, tasks: tasks, insp: tasks.insp, cfg: cfg, headSeq: seq.paged(1)}
-	r.turns, err = NewTurns(l, runnerTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
+	r.turns, err = newTurns(l, runnerTasks{r}, turnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = l.Close()
@@ -312,7 +312,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if holdLocate == nil {
 		holdLocate = cfg.Locate
 	}
-	r.hold = HoldConfig{
+	r.hold = holdConfig{
 		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: holdLocate, Run: r.runHeld,
 		Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
@@ -540,7 +540,7 @@ func (r *Runner) phase(ctx context.Context, p Phase, rep *Report) (context.Conte
 // it, into rep and the run it returns. An error, which archives the task,
 // says why it cannot run; it is noted in the key's sequence log (and the
 // position used up, for Admission.Abandon) when the key is known.
-func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *TaskRun, error) {
+func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *taskRun, error) {
 	var a Admission
 	var err error
 	if r.cfg.Admit != nil {
@@ -556,7 +556,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 			err = fmt.Errorf("keyorder: task %s: its key: %w", clip(rep.TaskID), err)
 		}
 	}
-	pos, perr := Position(t.Payload())
+	pos, perr := payloadPos(t.Payload())
 	if perr != nil && err == nil {
 		err = fmt.Errorf("keyorder: task %s of %s: %w", clip(rep.TaskID), key, perr)
 	}
@@ -568,10 +568,10 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 		return Wait{}, nil, err
 	}
 	if a.Label == "" && pos > 0 {
-		a.Label = Label(rep.Queue, rep.TaskID)
+		a.Label = taskLabel(rep.Queue, rep.TaskID)
 	}
 	rep.Key, rep.Pos = key, pos
-	tr := &TaskRun{Key: key, Meta: clip(t.Type() + " " + rep.TaskID), Label: a.Label, Task: t,
+	tr := &taskRun{Key: key, Meta: clip(t.Type() + " " + rep.TaskID), Label: a.Label, Task: t,
 		Retried: rep.Retried, MaxRetry: rep.MaxRetry}
 	if pos > 0 {
 		tr.Turn = Turn{Pos: pos, Label: a.Label}
@@ -592,7 +592,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 }
 
 // take admits t and takes its key's lock in its turn, for the run of rep.
-func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*TaskRun, *Lease, error) {
+func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*taskRun, *Lease, error) {
 	w, tr, err := r.admit(ctx, t, rep)
 	if err != nil {
 		return nil, nil, err
@@ -632,7 +632,7 @@ func (r *Runner) handlerOf(t *asynq.Task) (asynq.Handler, bool) {
 // runHeld is the Runner's HoldConfig.Run: it runs task t, which a hold
 // took out of its queue for position held.Turn, with the handler that ran
 // its type before, in the hold's lease, as a run of its own (observed).
-func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
+func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 	rep := &Report{Started: time.Now(), Queue: held.Queue, TaskID: held.ID, Retried: held.Retried,
 		MaxRetry: held.MaxRetry, Held: held.Runs, Prev: held.Lease.Turn()}
 	return r.observe(ctx, t, rep, func(ctx context.Context) error {
@@ -664,7 +664,7 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
 // turn passes on when the task's work is done (applied or archived), and
 // stays when the task will run again; the lock is kept when the key's next
 // task is parked (see RunnerConfig.DrainMax).
-func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *TaskRun) (err error) {
+func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *taskRun) (err error) {
 	if skip := tr.OutOfBudget(); skip != nil {
 		// Failed past its budget already, by runs asynq counted without
 		// us (a run that outlived its deadline): archived in its turn,
@@ -724,7 +724,7 @@ func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
 	return lease.SequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
 }
 
-// runnerTasks is a Runner's [Tasks]: its QueueTasks, with
+// runnerTasks is a Runner's taskSource: its QueueTasks, with
 // RunnerConfig.HeadDue for a head whose task is due later.
 type runnerTasks struct{ r *Runner }
 
@@ -740,7 +740,7 @@ func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (s
 	if err != nil || why != "" {
 		return why, 0, err
 	}
-	if _, later := TaskFate(info); !later {
+	if _, later := taskFate(info); !later {
 		return "", 0, nil // a pending, active or aggregating task: it comes
 	}
 	d, err := t.r.cfg.HeadDue(ctx, key, te, info)
@@ -768,12 +768,12 @@ func (r *Runner) Skipped(ctx context.Context, key string, pos int64, label strin
 }
 
 // TaskFate reads, from its asynq state, the fate of the task that holds
-// the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
+// the head of a key's sequence, for a taskSource.HeadFate: why it will never
 // take its turn (archived, or completed without passing it on), "" when
 // it will; later says it runs only at info.NextProcessAt (scheduled, or
 // backing off in the retry set). A pending, active or aggregating task
 // comes.
-func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
+func taskFate(info *asynq.TaskInfo) (why string, later bool) {
 	switch info.State {
 	case asynq.TaskStateArchived:
 		return fmt.Sprintf("task %s was archived: %s", info.ID, clip(info.LastErr)), false
@@ -788,7 +788,7 @@ func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
 // Locate is where the task of a position of key waits, given its label:
 // the queues to look in, in order, and its task ID; ok is false for a
 // label that names no task (see RunnerConfig.Locate). nil means a
-// [Client]'s labels ([Label]).
+// [Client]'s labels (taskLabel).
 type Locate = func(key, label string) (queues []string, taskID string, ok bool)
 
 // Wake brings the parked tasks of positions of key, given by their labels

@@ -18,13 +18,13 @@ import (
 // decided here once.
 
 // ErrOutOfBudget is matched by the error of a task that failed more times
-// than its failure budget (its asynq MaxRetry less one, see [TaskRun]):
+// than its failure budget (its asynq MaxRetry less one, see taskRun):
 // the error also matches asynq.SkipRetry, and asynq archives the task.
 var ErrOutOfBudget = errors.New("keyorder: out of its failure budget")
 
 // TaskRun is one run of an asynq task in its key's turn, for
 // [Turns.TakeTask] and [Turns.EndTask].
-type TaskRun struct {
+type taskRun struct {
 	// Key is the task's key, Turn its position (zero for a task without
 	// one, which runs under the lock but without order), Meta what the
 	// lock records of its holder (see [Locker.Acquire]).
@@ -47,7 +47,7 @@ type TaskRun struct {
 // before the task is archived, its MaxRetry less one. One try is kept for
 // a wait, which asynq would otherwise archive once its retries are spent
 // (a [Client] sets a task's asynq MaxRetry one above the budget asked for).
-func (tr *TaskRun) Budget() int { return max(tr.MaxRetry-1, 0) }
+func (tr *taskRun) Budget() int { return max(tr.MaxRetry-1, 0) }
 
 // laterError is a run that goes back to its queue for delay: a wait (no
 // failure), or a failure within its budget. [Turns.RetryDelay] reads the
@@ -94,7 +94,7 @@ func (e *budgetError) Unwrap() []error {
 // asynq counted without the handler seeing them end (runs that outlived
 // their deadline). It matches ErrOutOfBudget and asynq.SkipRetry; nil when
 // the task is within its budget or has no position.
-func (tr *TaskRun) OutOfBudget() error {
+func (tr *taskRun) OutOfBudget() error {
 	if tr.Turn.Pos == 0 || tr.Retried <= tr.Budget() {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (tr *TaskRun) OutOfBudget() error {
 // A task on its last try (Retried at MaxRetry: asynq archives it on any
 // error, a wait included) waits for its turn until a second before its
 // context's deadline.
-func (t *Turns) TakeTask(ctx context.Context, tr *TaskRun, w Wait) (*Lease, Taken, error) {
+func (t *Turns) TakeTask(ctx context.Context, tr *taskRun, w Wait) (*Lease, taken, error) {
 	if tr.Retried >= tr.MaxRetry {
 		if dl, ok := ctx.Deadline(); ok {
 			w.Deadline = max(time.Until(dl)-time.Second, w.Deadline)
@@ -168,7 +168,7 @@ func (t *Turns) Later(err error) error {
 //
 // A handler error of a run that lost its lease is wrapped to match
 // [ErrLost].
-func (t *Turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *TaskRun, err error) (_ error, final bool) {
+func (t *Turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *taskRun, err error) (_ error, final bool) {
 	if cause := context.Cause(runCtx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
 		err = fmt.Errorf("%w: %w", cause, err)
 	}

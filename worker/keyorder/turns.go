@@ -19,21 +19,21 @@ import (
 // Tasks is what a [Turns] asks of the queue whose tasks hold a key's
 // positions (asynq, in the worker). Its methods are called from many
 // goroutines at once.
-type Tasks interface {
+type taskSource interface {
 	// HeadFate says why the task holding the head of key's sequence
 	// (te.Head under te.Label) will never take its turn: a reason to skip
 	// the position, or "" when it will come. When it exists and runs only
 	// later (scheduled, backing off), delay says how long from now.
 	HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error)
 	// Wake brings the parked holders of the labels a settlement handed
-	// back ([Lease.Wake], [Settlement].Wake) to the front of their queues.
+	// back ([Lease.Wake], settlement.Wake) to the front of their queues.
 	Wake(ctx context.Context, key string, labels []string) error
 }
 
 // TurnsConfig tunes a [Turns]. The zero value means all defaults.
-type TurnsConfig struct {
+type turnsConfig struct {
 	// GapWait is how long the head of a sequence may wait for its holder
-	// before [Turns.Take] asks [Tasks.HeadFate] whether it will come, and
+	// before [Turns.Take] asks taskSource.HeadFate whether it will come, and
 	// the longest a parked waiter stays away. Defaults to 30 seconds.
 	GapWait time.Duration
 	// SettleTimeout bounds the sequence writes made after a holder's work
@@ -63,22 +63,22 @@ type TurnsConfig struct {
 	MaxRetryWait time.Duration
 }
 
-// DefaultMaxRetryWait is the default of [TurnsConfig.MaxRetryWait]: the
+// DefaultMaxRetryWait is the default of turnsConfig.MaxRetryWait: the
 // longest backoff asynq.DefaultRetryDelayFunc gives in asynq's default
 // budget of 25 retries (25⁴ + 15 + 30·26 seconds, about 4.5 days).
 const DefaultMaxRetryWait = (390625 + 15 + 780) * time.Second
 
-// DefaultGapWait is the default of [TurnsConfig.GapWait].
+// DefaultGapWait is the default of turnsConfig.GapWait.
 const DefaultGapWait = 30 * time.Second
 
-// DefaultSettleTimeout is the default of [TurnsConfig.SettleTimeout].
-const DefaultSettleTimeout = 5 * time.Second
+// DefaultSettleTimeout is the default of turnsConfig.SettleTimeout.
+const defaultSettleTimeout = 5 * time.Second
 
 // DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
-// [TurnsConfig].BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
+// turnsConfig.BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
 const (
-	DefaultBusyRetryMin = 100 * time.Millisecond
-	DefaultBusyRetryMax = time.Second
+	defaultBusyRetryMin = 100 * time.Millisecond
+	defaultBusyRetryMax = time.Second
 )
 
 // ParkError is returned by [Turns.Take] for a holder that goes back to its
@@ -98,7 +98,7 @@ func (e *ParkError) Error() string {
 func (e *ParkError) Unwrap() error { return e.Err }
 
 // Taken is what a [Turns.Take] did before it returned, also on an error.
-type Taken struct {
+type taken struct {
 	// Waited is how long it waited for the lock and the turn.
 	Waited time.Duration
 	// Skipped counts the head positions it skipped because their holders
@@ -109,7 +109,7 @@ type Taken struct {
 // Turns is the one owner of the per-key sequence's turns on the holders'
 // side: it takes a key's lock in a position's turn (waiting, parking, and
 // skipping a head whose holder will never come, which it learns from
-// [Tasks]), passes the turn on when the work ends, and settles the
+// taskSource), passes the turn on when the work ends, and settles the
 // positions of holders that end without their turn. A run of an asynq
 // task reads as [Turns.TakeTask], run (the store's commit may pass the
 // turn on, see [Commit]), [Turns.EndTask]: the [Runner]'s, and the order
@@ -121,22 +121,22 @@ type Taken struct {
 type Turns struct {
 	l     *Locker
 	seq   *Sequencer
-	tasks Tasks
-	cfg   TurnsConfig
+	tasks taskSource
+	cfg   turnsConfig
 	log   *zap.Logger
 }
 
 // NewTurns returns the Turns of l's keys, asking tasks about their
 // holders. It returns an error for a nil argument or a negative setting.
-func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
+func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*Turns, error) {
 	if l == nil || tasks == nil {
 		return nil, errors.New("keyorder: turns need a locker and tasks")
 	}
 	if cfg.GapWait < 0 || cfg.SettleTimeout < 0 {
 		return nil, errors.New("keyorder: turns: GapWait and SettleTimeout must not be negative")
 	}
-	cfg.BusyRetryMin = cmp.Or(cfg.BusyRetryMin, DefaultBusyRetryMin)
-	cfg.BusyRetryMax = cmp.Or(cfg.BusyRetryMax, max(DefaultBusyRetryMax, cfg.BusyRetryMin))
+	cfg.BusyRetryMin = cmp.Or(cfg.BusyRetryMin, defaultBusyRetryMin)
+	cfg.BusyRetryMax = cmp.Or(cfg.BusyRetryMax, max(defaultBusyRetryMax, cfg.BusyRetryMin))
 	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
 		return nil, fmt.Errorf("keyorder: turns: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
 	}
@@ -144,7 +144,7 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 		cfg.RetryDelay = asynq.DefaultRetryDelayFunc
 	}
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
-	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
+	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, defaultSettleTimeout)
 	cfg.MaxRetryWait = cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait)
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
 	if cfg.Logger == nil {
@@ -162,9 +162,9 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // waiting by policy w. A position more than two behind the head, or one
 // that waited its deadline, is parked: Take returns a [*ParkError] with
 // the delay after which its holder should look again (the call back of
-// the release before it brings it back sooner, see [Tasks.Wake]). When
+// the release before it brings it back sooner, see taskSource.Wake). When
 // the head has waited for its holder longer than GapWait, Take asks
-// [Tasks.HeadFate] about it once, skips it when its holder will never
+// taskSource.HeadFate about it once, skips it when its holder will never
 // come (the skip is logged in the sequence with the reason), and tries
 // again. When the key's sequence is paused and it is the position's turn,
 // the holder parks for GapWait (Resume calls it back sooner).
@@ -172,8 +172,8 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // It returns a [*BusyError] when the lock stayed held past w's deadline,
 // errors matching [ErrBadPosition] for a position that is not the
 // caller's, and Redis and HeadFate errors, wrapped.
-func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, Taken, error) {
-	var done Taken
+func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, taken, error) {
+	var done taken
 	checked := int64(0) // the head found to exist: no need to look again
 	for {
 		wt := w
@@ -239,7 +239,7 @@ func (t *Turns) park(te *TurnError, d time.Duration) *ParkError {
 }
 
 // resolveHead skips the head of te, which has waited for its holder longer
-// than GapWait, when [Tasks.HeadFate] says it will never come. It reports
+// than GapWait, when taskSource.HeadFate says it will never come. It reports
 // whether the head was skipped (by this call or, meanwhile, another), or
 // how long before its holder runs.
 func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (skipped bool, delay time.Duration, err error) {
@@ -441,7 +441,7 @@ func settledText(e Settled) string {
 	return fmt.Sprintf("position %d (%s) was %s at %s: %s", e.Pos, e.Label, verb, e.At.Format(time.RFC3339), e.Reason)
 }
 
-// wake hands labels to [Tasks.Wake]; a failure only costs those holders
+// wake hands labels to taskSource.Wake; a failure only costs those holders
 // their park delay, and is logged.
 func (t *Turns) wake(ctx context.Context, key string, labels []string) {
 	if len(labels) == 0 {
