@@ -270,8 +270,3 @@ func (r *Runner) Wake(ctx context.Context, key string, labels []string) error {
 // the reads and records of a program's own actions: [Sequencer.Status],
 // [Sequencer.Pause], [Sequencer.Record].
 func (r *Runner) Sequencer() *Sequencer { return r.l.Sequencer() }
-
-// Turns returns the Runner's Turns, for the settlements a program makes
-// outside a run, such as [Turns.Created]: they wake the parked holders
-// through the Runner ([Runner.Wake]).
-func (r *Runner) Turns() *Turns { return r.turns }

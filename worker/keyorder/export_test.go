@@ -85,3 +85,5 @@ var Label = taskLabel
 var NewQueueTasks = newQueueTasks
 var NewTurns = newTurns
 var Position = payloadPos
+
+type Turns = turns

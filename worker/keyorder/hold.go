@@ -23,7 +23,7 @@ import (
 // unfinished tasks of its key is parked (in asynq's retry set, its
 // position marked parked), and the task before it hands it the turn. When
 // a run in its turn succeeds and the key's next task is parked, the turn
-// passes on while the lock is kept ([Lease.Drain]): [Turns.Drain] then
+// passes on while the lock is kept ([Lease.Drain]): turns.Drain then
 // takes that task out of asynq itself, runs it in the same hold, with the
 // same fence, as its own run, records its end in asynq as asynq's
 // processor would (completed with its retention, retried with its
@@ -52,7 +52,7 @@ const (
 // asynqwire.LeaseDuration).
 const leaseEvery = asynqwire.LeaseDuration / 3
 
-// HoldConfig is how [Turns.Drain] goes on with a hot key's tasks. Run and
+// HoldConfig is how turns.Drain goes on with a hot key's tasks. Run and
 // Locate are required; the rest defaults. Its functions are called from
 // many holds at once.
 type holdConfig struct {
@@ -67,10 +67,10 @@ type holdConfig struct {
 	// Run runs task t, which the hold took out of its queue, as its own
 	// run in held.Turn: it moves the hold's lease on to that position
 	// ([Lease.Next]; an error there, or a task that holds another position,
-	// is a wait: the task goes back to its queue, [Turns.Later]), runs
-	// the handler, and ends the run ([Turns.EndTask]), with [Lease.Drain]
+	// is a wait: the task goes back to its queue, turns.Later), runs
+	// the handler, and ends the run (turns.EndTask), with [Lease.Drain]
 	// set so that the hold goes on. Its error is read with the engine's
-	// [IsFailure] and [Turns.RetryDelay], as the server's are
+	// [IsFailure] and turns.RetryDelay, as the server's are
 	// (Runner.ServerConfig). ctx ends with the task's timeout or deadline, and when
 	// the hold's lease is lost; in it, asynq.GetTaskID, GetQueueName,
 	// GetRetryCount and GetMaxRetry report t's, as in a run asynq started.
@@ -124,7 +124,7 @@ func (c *holdConfig) busy() bool             { return c.Busy != nil && c.Busy() 
 
 // hold is a drained hold: the lease kept for the key's next tasks.
 type hold struct {
-	t       *Turns
+	t       *turns
 	cfg     *holdConfig
 	lease   *Lease
 	key     string
@@ -144,7 +144,7 @@ type hold struct {
 }
 
 // Drain goes on with key's next tasks under lease, whose commit kept the
-// lock for the next position (see [Turns.Pass] and [Lease.Kept]), as the
+// lock for the next position (see turns.Pass and [Lease.Kept]), as the
 // comment at the top of hold.go tells, and ends the hold: the lease is
 // released when Drain returns. ctx is the context of the hold's first
 // run, which asynq ends at the task's deadline or a shutdown, and started
@@ -155,7 +155,7 @@ type hold struct {
 // waiting (its quantum spent while others waited, the server busy, or its
 // time half spent). What goes wrong on the way is logged, and ends the
 // hold: the next task then runs from its queue.
-func (t *Turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
+func (t *turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
 	_, folds := t.l.rdb.(*redis.Client)
 	h := &hold{t: t, cfg: cfg, lease: lease, key: lease.Key(), folds: folds, started: started, count: 1, qstart: started}
 	hctx := cmp.Or(lease.HoldContext(), ctx)
@@ -327,7 +327,7 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 // task in asynq and take the next task out of its queue in its own round
 // trip: the hold sends the step ([asynqwire.PipeStep]) in a pipeline right
 // after the commit (a store's commit script, or the release script of
-// [Turns.Pass]: commitStep), guarded so that it writes nothing unless
+// turns.Pass: commitStep), guarded so that it writes nothing unless
 // that commit kept the lock for the next position (the lock still the
 // lease's, the sequence done up to the task's position). A drained task
 // then costs one round trip, the commit, instead of two. The step learns
@@ -341,11 +341,11 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 // position pos, the record and the parked mark of the position after it:
 // none on a Cluster, where the sequence and the queue are in two slots.
 func (h *hold) peekBehind(pos int64) asynqwire.StepOptions {
-	if !h.folds || h.lease.SeqKey() == "" {
+	if !h.folds || h.lease.seqKey() == "" {
 		return asynqwire.StepOptions{}
 	}
 	n := strconv.FormatInt(pos+1, 10)
-	return asynqwire.StepOptions{PeekKey: h.lease.SeqKey(), PeekFields: []string{"p:" + n, "k:" + n}}
+	return asynqwire.StepOptions{PeekKey: h.lease.seqKey(), PeekFields: []string{"p:" + n, "k:" + n}}
 }
 
 // foldNext sets the commit step of the run of c, claimed for position

@@ -81,7 +81,7 @@ func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
 // "p:<position>" (the record "<taken at> <label>") and "k:<position>"
 // (set while that position's holder is parked) tell who is behind the
 // lease, or "" when the lease holds no turn (not ModeTurn).
-func (s *Lease) SeqKey() string {
+func (s *Lease) seqKey() string {
 	if s.mode != ModeTurn {
 		return ""
 	}
@@ -94,7 +94,7 @@ func (s *Lease) Stats() leaseStats { return s.stats }
 // Mode returns how the lease was granted: ModeFree without a position,
 // ModeTurn in its position's turn, ModePassed for a position that was
 // already finished, or whose key's sequence does not exist
-// ([Lease.SequenceGone]).
+// (see sequenceGone).
 func (s *Lease) Mode() Mode { return s.mode }
 
 // SequenceGone reports whether the lease was granted at once, without
@@ -102,8 +102,8 @@ func (s *Lease) Mode() Mode { return s.mode }
 // (SeqConfig.Retention) or was lost with its Redis, or the task's
 // positions were handed out under another prefix than the Locker's (a
 // Client and a Runner built on Sequencers of two SeqConfig.Prefix, in two
-// programs configured apart). [Turns.Take] logs it.
-func (s *Lease) SequenceGone() bool { return s.seqGone }
+// programs configured apart). turns.Take logs it.
+func (s *Lease) sequenceGone() bool { return s.seqGone }
 
 // Turn returns the position the lease was acquired for (zero for none).
 func (s *Lease) Turn() Turn {
@@ -151,7 +151,7 @@ func (s *Lease) RetryAt(t time.Time) {
 }
 
 // Drain asks the commit of the lease's turn (a store script's, see
-// [Handoff], or [Turns.Pass]'s release) to keep the lock, rather than
+// [Handoff], or turns.Pass's release) to keep the lock, rather than
 // release it, when it passes the turn on to a holder that is parked: the
 // holder of the lease then goes on with that position itself (see
 // [Lease.Kept] and [Lease.Next]), in the same hold, with the same fence.
@@ -331,7 +331,7 @@ type Handoff struct {
 // CommitStep is work that a draining lease's holder sends in the round
 // trip of the commit that may keep the lock for the next position (a
 // store's script with lock_commit, or the release script of
-// [Turns.Pass]): queued on pipe right after the commit, it runs right
+// turns.Pass): queued on pipe right after the commit, it runs right
 // after it, on the same Redis, and can tell from what the commit wrote
 // whether it kept the lock (h names the lock, its owner and the sequence).
 // It must write nothing unless the commit kept the lock, and it must read

@@ -106,7 +106,7 @@ func (w Wait) Or(d Wait) Wait {
 
 // Validate returns an error for a negative field or a MinDelay above
 // MaxDelay.
-func (w Wait) Validate() error {
+func (w Wait) validate() error {
 	switch {
 	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
 		return fmt.Errorf("keyorder: negative wait %+v", w)
@@ -229,7 +229,7 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 	case cfg.WaitTimeout < time.Millisecond:
 		return nil, fmt.Errorf("keyorder: WaitTimeout %v below a millisecond", cfg.WaitTimeout)
 	}
-	if err := cfg.Wait.Validate(); err != nil {
+	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
 	return &Locker{
@@ -488,7 +488,7 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
 	w = w.Or(l.cfg.Wait)
-	if err := w.Validate(); err != nil {
+	if err := w.validate(); err != nil {
 		return nil, err
 	}
 	wake, err := l.register(ctx, key, turn.Pos)

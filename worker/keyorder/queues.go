@@ -40,7 +40,7 @@ type queueTasksConfig struct {
 // queues, where their positions' labels say (Locate): it brings parked
 // tasks back to the front of their queues, and tells the fate of a head
 // that waited for its task longer than the GapWait. A [Runner]'s Turns
-// ask the Runner's; a program that takes turns with [Turns] itself (the
+// ask the Runner's; a program that takes turns with turns itself (the
 // order domain's worker does) builds one, and wraps its HeadFate when it
 // has more to do with a head's task (queueTasks.HeadTask).
 //

@@ -59,7 +59,7 @@ type RunnerConfig struct {
 	// queues, say) gives its own.
 	Locate Locate
 	// DrainMax and DrainFor are the quantum of a hold of a hot key's lock
-	// ([Turns.Drain]), described here for every layer that sets it: after
+	// (turns.Drain), described here for every layer that sets it: after
 	// a task of a key succeeds in its turn, when the key's next task is
 	// parked, the Runner keeps the lock, takes that task out of its queue
 	// itself and runs it in the same hold, with the same fence, as its own
@@ -247,7 +247,7 @@ func clientLabel(_, label string) ([]string, string, bool) {
 type Runner struct {
 	rdb   redis.UniversalClient
 	l     *Locker
-	turns *Turns
+	turns *turns
 	// headSeq reads the sequences one position deep, for Head and Blocked.
 	headSeq *Sequencer
 	// tasks finds the tasks of positions in the queues, for the Turns, Head
@@ -282,7 +282,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
 	}
 	cfg.Wait = cfg.Wait.Or(DefaultWait)
-	if err := cfg.Wait.Validate(); err != nil {
+	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -395,10 +395,10 @@ func IsFailure(err error) bool {
 }
 
 // RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner
-// ([Turns.RetryDelay]): the delay the run chose (how long a parked task
+// (turns.RetryDelay): the delay the run chose (how long a parked task
 // stays away, the backoff of a failure, taken when it failed so that the
 // tasks behind it wait as long), or RunnerConfig.RetryDelay.
-func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
+func (r *Runner) retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	return r.turns.RetryDelay(n, err, t)
 }
 
@@ -660,7 +660,7 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 	})
 }
 
-// run runs next inside lease and ends tr's run ([Turns.EndTask]): the
+// run runs next inside lease and ends tr's run (turns.EndTask): the
 // turn passes on when the task's work is done (applied or archived), and
 // stays when the task will run again; the lock is kept when the key's next
 // task is parked (see RunnerConfig.DrainMax).
@@ -721,7 +721,7 @@ func (r *Runner) keyField() string { return cmp.Or(r.cfg.KeyField, "key") }
 // an hour) is none the sequence handed out (a task enqueued by hand,
 // which would hold every later task back), so it is only checked.
 func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
-	return lease.SequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
+	return lease.sequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
 }
 
 // runnerTasks is a Runner's taskSource: its QueueTasks, with
@@ -750,19 +750,19 @@ func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (s
 // Created finishes the position that creator (a task's ID, described as
 // by in the log) reserved in the sequence of key created (see
 // [AtOnce].Link): created exists now, or, when err is not nil, never
-// will. A failure is logged. See [Turns.Created].
+// will. A failure is logged. See turns.Created.
 func (r *Runner) Created(ctx context.Context, created, creator, by string, err error) {
 	r.turns.Created(ctx, created, creator, by, err)
 }
 
 // NotCreated returns why key was to be created and was not ("" when its
-// sequence logged no such outcome); see [Turns.NotCreated].
+// sequence logged no such outcome); see turns.NotCreated.
 func (r *Runner) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
 	return r.turns.NotCreated(ctx, key, creation)
 }
 
 // Skipped returns why position pos of key, reserved under label, was
-// given up without its turn, or ""; see [Turns.Skipped].
+// given up without its turn, or ""; see turns.Skipped.
 func (r *Runner) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
 	return r.turns.Skipped(ctx, key, pos, label)
 }

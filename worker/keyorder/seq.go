@@ -121,7 +121,7 @@ type SeqConfig struct {
 	// (Prefix+"released"). Programs that enqueue and run the same tasks
 	// must use the same one: a Runner whose prefix is not its Clients'
 	// finds no sequence, and runs every task unordered (and logs a
-	// warning for each, see [Lease.SequenceGone]). Give each program's
+	// warning for each). Give each program's
 	// key space its own, so that two programs on one Redis do not share
 	// sequences and locks by chance. It must not contain a brace.
 	// Defaults to DefaultPrefix ("keyorder:").
@@ -154,7 +154,7 @@ type SeqConfig struct {
 // Redis, with their retention and their cap. It is the one owner of the
 // sequences: the [Client] that reserves positions at acceptance, the
 // [Locker] whose scripts (and a store's commit, through [Commit]) pass a
-// turn on and hand the lock off, the [Turns] and the [Runner] are all
+// turn on and hand the lock off, the turns and the [Runner] are all
 // built on one, and take their prefix, notice channel, retention and cap
 // from it, so that they cannot disagree. Build one per key space and
 // share it; a producer and a worker in two processes each build theirs
