@@ -82,15 +82,9 @@ const (
 	BlockedUnreadable = "unreadable"
 )
 
-// BlockedReasons returns every reason of a [Blocked] key, in the order
-// their constants are documented.
-func blockedReasons() []string {
-	return []string{BlockedHeld, BlockedFailing, BlockedGap, BlockedStale, BlockedScheduled, BlockedWaiting, BlockedUnreadable}
-}
-
 // The defaults of a [BlockedQuery].
 const (
-	// DefaultBlockedScan is the default of BlockedQuery.Scan.
+	// defaultBlockedScan is the default of BlockedQuery.Scan.
 	defaultBlockedScan = 2000
 	// DefaultBlockedAfter is the default of BlockedQuery.After.
 	DefaultBlockedAfter = time.Minute
@@ -105,7 +99,7 @@ type BlockedQuery struct {
 	Queues []string
 	// Scan bounds the read: at most Scan tasks of each set of each queue,
 	// and Scan keys on hold; past it, BlockedKeys.Truncated. Defaults to
-	// DefaultBlockedScan (2000).
+	// defaultBlockedScan (2000).
 	Scan int64
 	// After is how long a head may wait, from when its position was
 	// handed out, before its key counts as blocked. A key on hold counts
@@ -161,13 +155,13 @@ type Blocked struct {
 	Since time.Time
 	// Fate says, for BlockedGap, why the head's task will not come.
 	Fate string
-	// Stale is, for BlockedStale, the task that holds the key up.
+	// staleHold is, for BlockedStale, the task that holds the key up.
 	Stale *staleHold
 	// Err is, for BlockedUnreadable, the error that reading the key met.
 	Err error
 }
 
-// Stale is the task that holds up a [BlockedStale] key.
+// staleHold is the task that holds up a [BlockedStale] key.
 type staleHold struct {
 	// Holder is the meta of the key's lock's holder, and HolderTTL the
 	// lock's lease left (it expires by itself at 0): "" and 0 when the

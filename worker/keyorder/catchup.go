@@ -26,7 +26,7 @@ import (
 // newest applied position. A store on the lock's own Redis fails over
 // together with the sequence and never runs ahead of it.
 
-// MaxAhead is how far ahead of Redis's clock a store's newest fence may
+// maxAhead is how far ahead of Redis's clock a store's newest fence may
 // be for [Lease.CatchUp] to take it: a day, in microseconds (fences are
 // Redis TIME in microseconds, see [Lease.Fence]). A promoted replica's
 // clock is behind its old master's by its skew; a fence further ahead is
@@ -92,7 +92,7 @@ func AheadOf(err error) *StoreAhead {
 //
 // KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] (optional) sequence
 // ARGV[1] owner token, ARGV[2] the store's newest fence ("0" for none),
-// ARGV[3] fence retention in ms, ARGV[4] MaxAhead in µs; with KEYS[3]:
+// ARGV[3] fence retention in ms, ARGV[4] maxAhead in µs; with KEYS[3]:
 // ARGV[5] the lease's position, ARGV[6] the store's newest applied position
 // ("0" for none), ARGV[7] maxOffset
 //

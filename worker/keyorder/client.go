@@ -18,7 +18,7 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 )
 
-// SeqField is the member of a task's JSON payload that carries its position
+// seqField is the member of a task's JSON payload that carries its position
 // in its key's sequence. [Client.Enqueue] appends it; [Runner] reads it. A
 // payload given to Enqueue must not have it.
 const seqField = "seq"
@@ -93,7 +93,7 @@ type Enqueued struct {
 	LinkPos int64
 }
 
-// Label returns the label a [Client] reserves a task's position under: its
+// taskLabel returns the label a [Client] reserves a task's position under: its
 // queue and its task ID, so that a Runner finds the task of a position.
 func taskLabel(queue, taskID string) string { return queue + " " + taskID }
 
@@ -162,7 +162,7 @@ type AtOnce struct {
 	// Claim, when not "", is a Redis key that the script sets to
 	// ClaimValue for ClaimTTL (at least 1 ms) when it does not exist, before
 	// anything else: when it exists, the script writes nothing and
-	// EnqueueAtOnce returns a [*ClaimedError] with its value. A task ID
+	// EnqueueAtOnce returns an error matching [ErrClaimed]. A task ID
 	// that its queue holds already is claimed all the same (and
 	// EnqueueAtOnce returns asynq.ErrTaskIDConflict, having taken no
 	// position): a producer that dedupes by an ID of its own claims it so.
@@ -198,10 +198,11 @@ func (x *AtOnce) checkClaim() error {
 // shards). [Client.Enqueue] then takes two steps.
 var ErrNotAtOnce = errors.New("keyorder: not enqueued in one script")
 
-// ErrClaimed is matched by a [*ClaimedError].
+// ErrClaimed is matched by the error of [Client.EnqueueAtOnce] when
+// [AtOnce].Claim exists already (the script then wrote nothing).
 var ErrClaimed = errors.New("keyorder: claimed already")
 
-// ClaimedError is the error of [Client.EnqueueAtOnce] when [AtOnce].Claim
+// claimedError is the error of [Client.EnqueueAtOnce] when [AtOnce].Claim
 // exists: nothing was written. Value is the claim's.
 type claimedError struct {
 	Key, Value string
@@ -217,7 +218,7 @@ func (e *claimedError) Is(target error) bool { return target == ErrClaimed }
 // more in that step. opts are asynq's, as for Enqueue.
 //
 // It returns an error matching [ErrNotAtOnce] when it cannot (nothing is
-// written: take two steps), a [*ClaimedError] when x.Claim exists, an
+// written: take two steps), an error matching [ErrClaimed] when x.Claim exists, an
 // error matching asynq.ErrTaskIDConflict when the queue holds the task ID
 // already (x.Claim, if any, is then set, and no position is taken), a
 // [*FullError] past SeqConfig.MaxWaiting, [ErrPayload], and Redis
@@ -400,7 +401,7 @@ func options(opts []asynq.Option) (enqueueOptions, error) {
 	return o, nil
 }
 
-// MaxTaskIDLen bounds the task ID a [Client] enqueues, in bytes.
+// maxTaskIDLen bounds the task ID a [Client] enqueues, in bytes.
 const maxTaskIDLen = 128
 
 // defaultMaxRetry is asynq's default MaxRetry.
@@ -436,7 +437,7 @@ func withSeq(body []byte, pos int64) []byte {
 	return append(out, '}')
 }
 
-// Position reads the position a [Client] gave a task from its payload: 0
+// payloadPos reads the position a [Client] gave a task from its payload: 0
 // for a payload without one (a task enqueued otherwise runs without
 // order). It returns an error for a payload that is no JSON object, or
 // whose "seq" is not a positive integer.

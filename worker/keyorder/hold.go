@@ -27,7 +27,7 @@ import (
 // takes that task out of asynq itself, runs it in the same hold, with the
 // same fence, as its own run, records its end in asynq as asynq's
 // processor would (completed with its retention, retried with its
-// backoff, or archived), and goes on for a quantum (HoldConfig.Max and
+// backoff, or archived), and goes on for a quantum (holdConfig.Max and
 // For; [RunnerConfig].DrainMax says how long it lasts and when the hold
 // yields): hot keys then take turns with other keys' tasks and spread
 // over the servers.
@@ -41,9 +41,9 @@ import (
 
 // The defaults of a hold's quantum.
 const (
-	// DefaultDrainMax is the default of HoldConfig.Max.
+	// DefaultDrainMax is the default of holdConfig.Max.
 	DefaultDrainMax = 100
-	// DefaultDrainFor is the default of HoldConfig.For.
+	// DefaultDrainFor is the default of holdConfig.For.
 	DefaultDrainFor = time.Second
 )
 
@@ -52,7 +52,7 @@ const (
 // asynqwire.LeaseDuration).
 const leaseEvery = asynqwire.LeaseDuration / 3
 
-// HoldConfig is how turns.Drain goes on with a hot key's tasks. Run and
+// holdConfig is how turns.Drain goes on with a hot key's tasks. Run and
 // Locate are required; the rest defaults. Its functions are called from
 // many holds at once.
 type holdConfig struct {
@@ -96,7 +96,7 @@ type holdConfig struct {
 	Failed func(ctx context.Context, t *asynq.Task, held held, err error)
 }
 
-// Held is what holdConfig.Run learns of a task that a hold took out of
+// held is what holdConfig.Run learns of a task that a hold took out of
 // its queue.
 type held struct {
 	// Lease is the hold's lease, kept for Turn by the run before.
@@ -432,7 +432,7 @@ func (h *hold) putBack(ctx context.Context, c *asynqwire.Claimed) {
 var errHoldEnded = errors.New("keyorder: the hold ended before the task ran")
 
 // run runs claimed task c in the hold, whose context is hctx, as its own
-// run (HoldConfig.Run), and returns how it ended, for asynq, as asynq's
+// run (holdConfig.Run), and returns how it ended, for asynq, as asynq's
 // processor decides it. ctx is the context of the hold's first run, which
 // asynq ends at a shutdown.
 func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.Outcome {

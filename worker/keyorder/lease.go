@@ -19,7 +19,7 @@ import (
 // errReleased cancels a kept lease's context once the lease is released.
 var errReleased = errors.New("keyorder: lease released")
 
-// Stats describes how a lease was acquired.
+// leaseStats describes how a lease was acquired.
 type leaseStats struct {
 	Waited        time.Duration // from the first attempt to the lock
 	Attempts      int           // acquire scripts run
@@ -88,7 +88,7 @@ func (s *Lease) seqKey() string {
 	return s.l.seq.SeqKey(s.key)
 }
 
-// Stats returns how the lease was acquired.
+// leaseStats returns how the lease was acquired.
 func (s *Lease) Stats() leaseStats { return s.stats }
 
 // Mode returns how the lease was granted: ModeFree without a position,
@@ -328,7 +328,7 @@ type Handoff struct {
 	lease *Lease
 }
 
-// CommitStep is work that a draining lease's holder sends in the round
+// commitStep is work that a draining lease's holder sends in the round
 // trip of the commit that may keep the lock for the next position (a
 // store's script with lock_commit, or the release script of
 // turns.Pass): queued on pipe right after the commit, it runs right

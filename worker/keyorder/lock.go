@@ -283,11 +283,11 @@ func printable(s string) bool {
 	})
 }
 
-// MaxReasonLen bounds the reason of a hold or a skip, and the name of who
+// maxReasonLen bounds the reason of a hold or a skip, and the name of who
 // holds, in bytes.
 const maxReasonLen = 1024
 
-// checkReason refuses a reason (or a principal) longer than MaxReasonLen
+// checkReason refuses a reason (or a principal) longer than maxReasonLen
 // or with control or format characters: it is stored in the key's
 // sequence, and shown to people.
 func checkReason(what, s string) error {

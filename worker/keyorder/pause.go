@@ -28,7 +28,7 @@ import (
 // the set checks each key's sequence ([Status].Paused).
 
 // ErrPaused is returned by [Sequencer.Pause] for a sequence paused already;
-// a *PausedError carries that pause.
+// its message says since when, by whom and why.
 var ErrPaused = errors.New("keyorder: sequence is paused already")
 
 // ErrNotPaused is returned by [Sequencer.Resume] for a sequence that is not
@@ -49,7 +49,7 @@ type Pause struct {
 	At     time.Time `json:"at"`
 }
 
-// PausedError is a [Sequencer.Pause] of a sequence already paused. It
+// pausedError is a [Sequencer.Pause] of a sequence already paused. It
 // matches [ErrPaused].
 type pausedError struct {
 	Key   string
@@ -85,8 +85,8 @@ func (q *Sequencer) PausedKey() string { return q.prefix + "held" }
 // reason: the holder of the head parks instead of taking its turn, until
 // Resume; positions are still handed out. The head's holder that runs
 // already finishes its work. A sequence that does not exist is made paused;
-// a paused sequence does not expire. It returns the pause, a *PausedError
-// (ErrPaused) when the sequence was paused already, an error matching
+// a paused sequence does not expire. It returns the pause, an error matching
+// ErrPaused (which says the pause it has) when the sequence was paused already, an error matching
 // ErrPauseIndex when only the index failed (see the type's comment), and
 // Redis errors, wrapped. It refuses a by or a reason longer than
 // maxReasonLen or with control or format characters. It costs two round
@@ -150,7 +150,7 @@ func (q *Sequencer) Resume(ctx context.Context, key string) (Pause, settlement, 
 	return p, st, nil
 }
 
-// PausedSince is an entry of the index of paused keys.
+// pausedSince is an entry of the index of paused keys.
 type pausedSince struct {
 	Key   string
 	Since time.Time

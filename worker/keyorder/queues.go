@@ -16,7 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/tracing"
 )
 
-// QueueTasksConfig tunes a queueTasks. Key is required; the rest
+// queueTasksConfig tunes a queueTasks. Key is required; the rest
 // defaults.
 type queueTasksConfig struct {
 	// Key returns the key of a task (see [RunnerConfig].Key). The fate of a
@@ -36,7 +36,7 @@ type queueTasksConfig struct {
 	KeyField string
 }
 
-// QueueTasks is the engine's taskSource for tasks that wait in asynq's
+// queueTasks is the engine's taskSource for tasks that wait in asynq's
 // queues, where their positions' labels say (Locate): it brings parked
 // tasks back to the front of their queues, and tells the fate of a head
 // that waited for its task longer than the GapWait. A [Runner]'s Turns
@@ -44,7 +44,7 @@ type queueTasksConfig struct {
 // order domain's worker does) builds one, and wraps its HeadFate when it
 // has more to do with a head's task (queueTasks.HeadTask).
 //
-// A QueueTasks is safe for concurrent use. It starts no goroutine and
+// A queueTasks is safe for concurrent use. It starts no goroutine and
 // owns no connection: rdb stays the caller's to close.
 type queueTasks struct {
 	rdb  redis.UniversalClient
@@ -54,7 +54,7 @@ type queueTasks struct {
 
 var _ taskSource = (*queueTasks)(nil)
 
-// NewQueueTasks returns the QueueTasks of the tasks on rdb. It returns an
+// newQueueTasks returns the queueTasks of the tasks on rdb. It returns an
 // error when rdb or cfg.Key is nil.
 func newQueueTasks(rdb redis.UniversalClient, cfg queueTasksConfig) (*queueTasks, error) {
 	if rdb == nil || cfg.Key == nil {

@@ -201,7 +201,7 @@ func checkTask(t *asynq.Task, opts []asynq.Option) (enqueueOptions, []byte, erro
 // Void gives up the reservation's positions, whose task will never exist,
 // with why in the keys' sequence logs, and wakes the parked task that a
 // void of a head hands the turn to (through ClientConfig.Locate). It runs
-// even when ctx is done, bounded by DefaultSettleTimeout. It returns the
+// even when ctx is done, bounded by defaultSettleTimeout. It returns the
 // first error; a failed void costs the key only the Runners' GapWait.
 func (r *Reservation) Void(ctx context.Context, why string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultSettleTimeout)

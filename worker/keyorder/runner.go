@@ -90,7 +90,7 @@ type RunnerConfig struct {
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
 	// KeyField names the key in the log lines of the key's turns (see
-	// TurnsConfig.KeyField). Defaults to "key".
+	// turnsConfig.KeyField). Defaults to "key".
 	KeyField string
 	// OnWait, when set, is called once per run that finds its key held
 	// (or not yet in its turn) and starts waiting (Config.OnWait). It
@@ -394,14 +394,6 @@ func IsFailure(err error) bool {
 	return true
 }
 
-// RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner
-// (turns.RetryDelay): the delay the run chose (how long a parked task
-// stays away, the backoff of a failure, taken when it failed so that the
-// tasks behind it wait as long), or RunnerConfig.RetryDelay.
-func (r *Runner) retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	return r.turns.RetryDelay(n, err, t)
-}
-
 // Run is what a handler wrapped by [Runner.Handler] learns of its run.
 type Run struct {
 	// Key is the task's key, Pos its position (0 for a task without one,
@@ -629,7 +621,7 @@ func (r *Runner) handlerOf(t *asynq.Task) (asynq.Handler, bool) {
 	return found, found != nil
 }
 
-// runHeld is the Runner's HoldConfig.Run: it runs task t, which a hold
+// runHeld is the Runner's holdConfig.Run: it runs task t, which a hold
 // took out of its queue for position held.Turn, with the handler that ran
 // its type before, in the hold's lease, as a run of its own (observed).
 func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
@@ -724,7 +716,7 @@ func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
 	return lease.sequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
 }
 
-// runnerTasks is a Runner's taskSource: its QueueTasks, with
+// runnerTasks is a Runner's taskSource: its queueTasks, with
 // RunnerConfig.HeadDue for a head whose task is due later.
 type runnerTasks struct{ r *Runner }
 
@@ -767,7 +759,7 @@ func (r *Runner) Skipped(ctx context.Context, key string, pos int64, label strin
 	return r.turns.Skipped(ctx, key, pos, label)
 }
 
-// TaskFate reads, from its asynq state, the fate of the task that holds
+// taskFate reads, from its asynq state, the fate of the task that holds
 // the head of a key's sequence, for a taskSource.HeadFate: why it will never
 // take its turn (archived, or completed without passing it on), "" when
 // it will; later says it runs only at info.NextProcessAt (scheduled, or

@@ -39,7 +39,7 @@ const (
 // fields of at most this many positions.
 const MaxStatusPage = 1000
 
-// MaxLabelLen bounds a position's label, in bytes.
+// maxLabelLen bounds a position's label, in bytes.
 const maxLabelLen = 256
 
 // ErrNotYourTurn is matched by the [*TurnError] that AcquireTurn returns
@@ -225,7 +225,7 @@ func checkLabel(key, label, ref string) error {
 	return nil
 }
 
-// ReserveCmd is a reservation queued on a pipeline by
+// reserveCmd is a reservation queued on a pipeline by
 // [Sequencer.ReserveIn]; read it after the pipeline ran.
 type reserveCmd struct {
 	cmd *redis.Cmd
@@ -278,7 +278,7 @@ func (q *Sequencer) LoadScripts(ctx context.Context) error {
 }
 
 // ReserveIn queues on pipe the reservation of the next position of key's
-// sequence under label (1 to MaxLabelLen bytes, which AcquireTurn will ask
+// sequence under label (1 to maxLabelLen bytes, which AcquireTurn will ask
 // for), with an optional reference (ref, unique within the key) under which
 // [Sequencer.Finish] can find the position again. It lets a caller reserve
 // positions of several keys, and run other commands, in one round trip.
@@ -334,7 +334,7 @@ func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64,
 	return c.Pos()
 }
 
-// Settlement is what settling a position did.
+// settlement is what settling a position did.
 type settlement struct {
 	// Done is false when the position was not in the expected state and
 	// nothing changed.

@@ -22,7 +22,7 @@ import (
 // the error also matches asynq.SkipRetry, and asynq archives the task.
 var ErrOutOfBudget = errors.New("keyorder: out of its failure budget")
 
-// TaskRun is one run of an asynq task in its key's turn, for
+// taskRun is one run of an asynq task in its key's turn, for
 // turns.TakeTask and turns.EndTask.
 type taskRun struct {
 	// Key is the task's key, Turn its position (zero for a task without
@@ -106,7 +106,7 @@ func (tr *taskRun) OutOfBudget() error {
 //
 //   - a wait that ran out, or a park, is an error that spends no retry
 //     ([IsFailure] is false) and that turns.RetryDelay turns into the
-//     park's delay plus a random busy delay (TurnsConfig.BusyRetryMin
+//     park's delay plus a random busy delay (turnsConfig.BusyRetryMin
 //     and BusyRetryMax); it matches [ErrBusy] or [ErrNotYourTurn], and
 //     [*ParkError] or [*BusyError];
 //   - a position that is not the task's ([ErrBadPosition]) is noted in the
@@ -159,7 +159,7 @@ func (t *turns) Later(err error) error {
 //     (asynq.RevokeTask: asynq deletes the task) are final: the turn
 //     passes on, and an archived or revoked task is noted under tr.Label;
 //   - a failure within the budget goes back with the backoff of
-//     TurnsConfig.RetryDelay, chosen now so that the positions behind it
+//     turnsConfig.RetryDelay, chosen now so that the positions behind it
 //     wait just as long (turns.Pass's retryAt); one past it is archived
 //     with an error that matches [ErrOutOfBudget];
 //   - an error that is no failure (a wait, a lost lease: [IsFailure]),
@@ -203,7 +203,7 @@ func (t *turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *taskRun, 
 // chose (how long a parked task stays away, the backoff of a failure,
 // taken when it failed so that the tasks behind it wait as long), a
 // random busy delay for another error that is no failure (a lost lease, a
-// stale fence, asynq's expired lease), or TurnsConfig.RetryDelay.
+// stale fence, asynq's expired lease), or turnsConfig.RetryDelay.
 func (t *turns) RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 	var later *laterError
 	switch {

@@ -16,7 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/tracing"
 )
 
-// Tasks is what a turns asks of the queue whose tasks hold a key's
+// taskSource is what a turns asks of the queue whose tasks hold a key's
 // positions (asynq, in the worker). Its methods are called from many
 // goroutines at once.
 type taskSource interface {
@@ -30,7 +30,7 @@ type taskSource interface {
 	Wake(ctx context.Context, key string, labels []string) error
 }
 
-// TurnsConfig tunes a turns. The zero value means all defaults.
+// turnsConfig tunes a turns. The zero value means all defaults.
 type turnsConfig struct {
 	// GapWait is how long the head of a sequence may wait for its holder
 	// before turns.Take asks taskSource.HeadFate whether it will come, and
@@ -71,10 +71,10 @@ const DefaultMaxRetryWait = (390625 + 15 + 780) * time.Second
 // DefaultGapWait is the default of turnsConfig.GapWait.
 const DefaultGapWait = 30 * time.Second
 
-// DefaultSettleTimeout is the default of turnsConfig.SettleTimeout.
+// defaultSettleTimeout is the default of turnsConfig.SettleTimeout.
 const defaultSettleTimeout = 5 * time.Second
 
-// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
+// defaultBusyRetryMin and defaultBusyRetryMax are the defaults of
 // turnsConfig.BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
 const (
 	defaultBusyRetryMin = 100 * time.Millisecond
@@ -97,7 +97,7 @@ func (e *ParkError) Error() string {
 }
 func (e *ParkError) Unwrap() error { return e.Err }
 
-// Taken is what a turns.Take did before it returned, also on an error.
+// taken is what a turns.Take did before it returned, also on an error.
 type taken struct {
 	// Waited is how long it waited for the lock and the turn.
 	Waited time.Duration
@@ -106,7 +106,7 @@ type taken struct {
 	Skipped int
 }
 
-// Turns is the one owner of the per-key sequence's turns on the holders'
+// turns is the one owner of the per-key sequence's turns on the holders'
 // side: it takes a key's lock in a position's turn (waiting, parking, and
 // skipping a head whose holder will never come, which it learns from
 // taskSource), passes the turn on when the work ends, and settles the
@@ -126,7 +126,7 @@ type turns struct {
 	log   *zap.Logger
 }
 
-// NewTurns returns the Turns of l's keys, asking tasks about their
+// newTurns returns the Turns of l's keys, asking tasks about their
 // holders. It returns an error for a nil argument or a negative setting.
 func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
 	if l == nil || tasks == nil {
