@@ -675,7 +675,7 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	if k := o.cfg.Kinds.Of(h.Type); k != nil && from == "" {
 		if p, err := k.Parse(h.Payload); err == nil {
 			if c, ok := p.(tasks.Creator); ok {
-				o.run.Turns().Created(ctx, c.Creates(), h.TaskID, "exchange "+h.TaskID+" of "+req.OrderNo, errors.New(why))
+				o.run.Created(ctx, c.Creates(), h.TaskID, "exchange "+h.TaskID+" of "+req.OrderNo, errors.New(why))
 				res.Detail += "; the creation of " + c.Creates() + " it was to make is settled as not made"
 			}
 		}

@@ -31,7 +31,7 @@ type Head struct {
 	Key string
 	Pos int64
 	// Label is the label the position was reserved under (for a
-	// [Client]'s, [Label]).
+	// [Client]'s, taskLabel).
 	Label string
 	// TaskID names the head's task, and Queue the queue that holds it
 	// or, when none does, the first it may be in (see
@@ -92,7 +92,7 @@ func (r *Runner) Head(ctx context.Context, key string) (Head, error) {
 // does not expire. It returns an error matching [ErrNothingToDo] when key
 // is on hold already.
 //
-// by and reason are at most [MaxReasonLen] bytes each, without control or
+// by and reason are at most maxReasonLen bytes each, without control or
 // format characters: they stay in the key's sequence while it is held.
 func (r *Runner) Hold(ctx context.Context, key, by, reason string) error {
 	_, err := r.l.Sequencer().Pause(ctx, key, by, reason)
@@ -254,7 +254,7 @@ func (e *StateError) Error() string {
 func (e *StateError) Is(target error) bool { return target == ErrNothingToDo }
 
 // Wake brings the parked tasks of positions of key, given by their labels
-// in the order of their positions (a [Settlement]'s Wake), to the front of
+// in the order of their positions (a settlement's Wake), to the front of
 // their queues, so that they run next rather than after their park delay:
 // the first ends up first in line. Each is looked for in the queues
 // RunnerConfig.Locate gives; a task still active (on its way to its park)
@@ -270,8 +270,3 @@ func (r *Runner) Wake(ctx context.Context, key string, labels []string) error {
 // the reads and records of a program's own actions: [Sequencer.Status],
 // [Sequencer.Pause], [Sequencer.Record].
 func (r *Runner) Sequencer() *Sequencer { return r.l.Sequencer() }
-
-// Turns returns the Runner's Turns, for the settlements a program makes
-// outside a run, such as [Turns.Created]: they wake the parked holders
-// through the Runner ([Runner.Wake]).
-func (r *Runner) Turns() *Turns { return r.turns }

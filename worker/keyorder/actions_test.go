@@ -378,7 +378,7 @@ func TestTurnsOfARunnerSettleACreation(t *testing.T) {
 	startServer(t, db.Client, r, 2, rc.wrap(nil))
 
 	settled := time.Now()
-	r.Turns().Created(ctx, "NEW", "ev1", "ev1 of OLD", nil)
+	r.Created(ctx, "NEW", "ev1", "ev1 of OLD", nil)
 	eventually(t, func() bool { return len(rc.succeeded("NEW")) == 1 }, "task 1 did not run after the creation")
 	require.Less(t, time.Since(settled), 10*time.Second, "the creation did not bring task 1 back promptly")
 

@@ -82,16 +82,10 @@ const (
 	BlockedUnreadable = "unreadable"
 )
 
-// BlockedReasons returns every reason of a [Blocked] key, in the order
-// their constants are documented.
-func BlockedReasons() []string {
-	return []string{BlockedHeld, BlockedFailing, BlockedGap, BlockedStale, BlockedScheduled, BlockedWaiting, BlockedUnreadable}
-}
-
 // The defaults of a [BlockedQuery].
 const (
-	// DefaultBlockedScan is the default of BlockedQuery.Scan.
-	DefaultBlockedScan = 2000
+	// defaultBlockedScan is the default of BlockedQuery.Scan.
+	defaultBlockedScan = 2000
 	// DefaultBlockedAfter is the default of BlockedQuery.After.
 	DefaultBlockedAfter = time.Minute
 	// blockedReaders bounds the keys Blocked reads at once.
@@ -105,7 +99,7 @@ type BlockedQuery struct {
 	Queues []string
 	// Scan bounds the read: at most Scan tasks of each set of each queue,
 	// and Scan keys on hold; past it, BlockedKeys.Truncated. Defaults to
-	// DefaultBlockedScan (2000).
+	// defaultBlockedScan (2000).
 	Scan int64
 	// After is how long a head may wait, from when its position was
 	// handed out, before its key counts as blocked. A key on hold counts
@@ -153,7 +147,7 @@ type Blocked struct {
 	// Head.Held is the hold, for BlockedHeld: a key is on hold when its
 	// sequence says so, whatever the index of holds lists.
 	Head Head
-	// Reason is one of [BlockedReasons].
+	// Reason is one of blockedReasons.
 	Reason string
 	// Since is when the key stopped moving: when its head's position was
 	// handed out, or for a key on hold when it was held. For an
@@ -161,14 +155,14 @@ type Blocked struct {
 	Since time.Time
 	// Fate says, for BlockedGap, why the head's task will not come.
 	Fate string
-	// Stale is, for BlockedStale, the task that holds the key up.
-	Stale *Stale
+	// staleHold is, for BlockedStale, the task that holds the key up.
+	Stale *staleHold
 	// Err is, for BlockedUnreadable, the error that reading the key met.
 	Err error
 }
 
-// Stale is the task that holds up a [BlockedStale] key.
-type Stale struct {
+// staleHold is the task that holds up a [BlockedStale] key.
+type staleHold struct {
 	// Holder is the meta of the key's lock's holder, and HolderTTL the
 	// lock's lease left (it expires by itself at 0): "" and 0 when the
 	// lock is free.
@@ -201,7 +195,7 @@ func (r *Runner) Blocked(ctx context.Context, q BlockedQuery) (BlockedKeys, erro
 		return BlockedKeys{}, fmt.Errorf("keyorder: blocked keys: want queues and no negative bound, got %d queues, scan %d, after %v",
 			len(q.Queues), q.Scan, q.After)
 	}
-	q.Scan = cmp.Or(q.Scan, DefaultBlockedScan)
+	q.Scan = cmp.Or(q.Scan, defaultBlockedScan)
 	q.After = cmp.Or(q.After, DefaultBlockedAfter)
 	if q.Now.IsZero() {
 		q.Now = time.Now()
@@ -389,12 +383,12 @@ func (h *Head) fill(info *asynq.TaskInfo) {
 // no longer runs: one no queue of q holds, one that is not active, or one
 // active with its lease ended. A holder whose meta does not read "<task
 // type> <task ID>" (the Runner's and the worker's) is taken as running.
-func (r *Runner) stale(ctx context.Context, q BlockedQuery, h Head, info *asynq.TaskInfo) (*Stale, error) {
+func (r *Runner) stale(ctx context.Context, q BlockedQuery, h Head, info *asynq.TaskInfo) (*staleHold, error) {
 	holder, err := r.l.Sequencer().Holder(ctx, h.Key)
 	if err != nil {
 		return nil, err
 	}
-	s := &Stale{TaskID: h.TaskID, Queue: info.Queue, State: info.State.String()}
+	s := &staleHold{TaskID: h.TaskID, Queue: info.Queue, State: info.State.String()}
 	if holder.Held {
 		s.Holder, s.HolderTTL = holder.Meta, holder.TTL
 	}

@@ -26,12 +26,12 @@ import (
 // newest applied position. A store on the lock's own Redis fails over
 // together with the sequence and never runs ahead of it.
 
-// MaxAhead is how far ahead of Redis's clock a store's newest fence may
+// maxAhead is how far ahead of Redis's clock a store's newest fence may
 // be for [Lease.CatchUp] to take it: a day, in microseconds (fences are
 // Redis TIME in microseconds, see [Lease.Fence]). A promoted replica's
 // clock is behind its old master's by its skew; a fence further ahead is
 // no fence this engine handed out, and is not followed.
-const MaxAhead = int64(24 * 3600 * 1_000_000)
+const maxAhead = int64(24 * 3600 * 1_000_000)
 
 // maxOffset bounds the offset of a key's positions (see [Lease.Seq]): an
 // offset above it would take positions past what Lua's doubles hold
@@ -92,7 +92,7 @@ func AheadOf(err error) *StoreAhead {
 //
 // KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] (optional) sequence
 // ARGV[1] owner token, ARGV[2] the store's newest fence ("0" for none),
-// ARGV[3] fence retention in ms, ARGV[4] MaxAhead in µs; with KEYS[3]:
+// ARGV[3] fence retention in ms, ARGV[4] maxAhead in µs; with KEYS[3]:
 // ARGV[5] the lease's position, ARGV[6] the store's newest applied position
 // ("0" for none), ARGV[7] maxOffset
 //
@@ -153,7 +153,7 @@ return {1, num(fence), num(o)}
 // [Lease.Seq] is above a.Pos. It reports whether the lease's write can go
 // again: its fence or its position moved. It costs one round trip.
 //
-// It refuses (with an error) a fence more than [MaxAhead] ahead of Redis's
+// It refuses (with an error) a fence more than maxAhead ahead of Redis's
 // clock, and a position more than 2^50 after the lease's: no failover
 // makes those, only a store that answers wrongly.
 func (s *Lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err error) {
@@ -161,7 +161,7 @@ func (s *Lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err erro
 		return false, fmt.Errorf("keyorder: catch %s up: negative %+v", s.key, a)
 	}
 	keys := []string{s.l.lockKey(s.key), s.l.fenceKey(s.key)}
-	args := []any{s.owner, a.Fence, s.l.cfg.FenceRetention.Milliseconds(), MaxAhead}
+	args := []any{s.owner, a.Fence, s.l.cfg.FenceRetention.Milliseconds(), maxAhead}
 	turn := s.Turn()
 	if s.mode == ModeTurn && turn.Pos > 0 {
 		keys = append(keys, s.l.seq.SeqKey(s.key))

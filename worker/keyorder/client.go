@@ -18,10 +18,10 @@ import (
 	"github.com/orderworker/orderworker/internal/asynqwire"
 )
 
-// SeqField is the member of a task's JSON payload that carries its position
+// seqField is the member of a task's JSON payload that carries its position
 // in its key's sequence. [Client.Enqueue] appends it; [Runner] reads it. A
 // payload given to Enqueue must not have it.
-const SeqField = "seq"
+const seqField = "seq"
 
 // ErrPayload is matched by the error of [Client.Enqueue] for a payload that
 // cannot carry a position: not a JSON object, or one with a "seq" member.
@@ -42,7 +42,7 @@ type ClientConfig struct {
 	// label (see RunnerConfig.Locate): a void of a key's head (an enqueue
 	// refused after its position was taken) wakes the parked task it
 	// hands the turn to there. Defaults to reading a Client's label
-	// ([Label]); it must be the Runners' RunnerConfig.Locate.
+	// (taskLabel); it must be the Runners' RunnerConfig.Locate.
 	Locate Locate
 }
 
@@ -93,11 +93,11 @@ type Enqueued struct {
 	LinkPos int64
 }
 
-// Label returns the label a [Client] reserves a task's position under: its
+// taskLabel returns the label a [Client] reserves a task's position under: its
 // queue and its task ID, so that a Runner finds the task of a position.
-func Label(queue, taskID string) string { return queue + " " + taskID }
+func taskLabel(queue, taskID string) string { return queue + " " + taskID }
 
-// parseLabel reverses [Label].
+// parseLabel reverses taskLabel.
 func parseLabel(label string) (queue, taskID string, ok bool) {
 	queue, taskID, ok = strings.Cut(label, " ")
 	return queue, taskID, ok && queue != "" && taskID != ""
@@ -105,14 +105,14 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 
 // Enqueue enqueues t for key: it takes the next position of key's
 // sequence and enqueues t with that position appended to its payload as
-// the member "seq" ([SeqField]). A [Runner] runs key's tasks one at a time
+// the member "seq" (seqField). A [Runner] runs key's tasks one at a time
 // in the order of their positions.
 //
 // t's type must not be blank, and its payload must be a JSON object
 // without a "seq" member ([ErrPayload]).
 // key is 1 to [MaxKeyLen] bytes of printable UTF-8 without spaces or
 // braces ([ErrInvalidKey]). opts are asynq's options. asynq.Queue (default
-// "default") and asynq.TaskID (1 to [MaxTaskIDLen] bytes) must be
+// "default") and asynq.TaskID (1 to maxTaskIDLen bytes) must be
 // printable UTF-8 without spaces: labels and the release's wake lists are
 // split at spaces and newlines. asynq.TaskID defaults to a random UUID; an
 // ID its queue holds already is refused with asynq.ErrTaskIDConflict, and
@@ -129,7 +129,7 @@ func parseLabel(label string) (queue, taskID string, ok bool) {
 // with asynq.ProcessIn, asynq.ProcessAt or asynq.Deadline, it takes the
 // position, then enqueues with asynq's Client; when that enqueue fails
 // otherwise than by a conflict, the position stays, and the Runners skip
-// it once they are sure no task holds it (see [TurnsConfig.GapWait]). A
+// it once they are sure no task holds it (see turnsConfig.GapWait). A
 // task scheduled later holds its key's later tasks until it has run:
 // schedule no further ahead than the key may wait.
 //
@@ -141,7 +141,7 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 	if err != nil {
 		return Enqueued{}, err
 	}
-	label := Label(o.queue, o.id)
+	label := taskLabel(o.queue, o.id)
 	if _, one := c.rdb.(*redis.Client); one && !o.later {
 		return c.atOnce(ctx, key, t.Type(), body, o, AtOnce{Label: label})
 	}
@@ -156,13 +156,13 @@ func (c *Client) Enqueue(ctx context.Context, key string, t *asynq.Task, opts ..
 // the task and its position. The zero value adds nothing.
 type AtOnce struct {
 	// Label is the label of the task's position, which a Runner's
-	// RunnerConfig.Locate reads back. Defaults to [Label] of the task's
+	// RunnerConfig.Locate reads back. Defaults to taskLabel of the task's
 	// queue and ID.
 	Label string
 	// Claim, when not "", is a Redis key that the script sets to
 	// ClaimValue for ClaimTTL (at least 1 ms) when it does not exist, before
 	// anything else: when it exists, the script writes nothing and
-	// EnqueueAtOnce returns a [*ClaimedError] with its value. A task ID
+	// EnqueueAtOnce returns an error matching [ErrClaimed]. A task ID
 	// that its queue holds already is claimed all the same (and
 	// EnqueueAtOnce returns asynq.ErrTaskIDConflict, having taken no
 	// position): a producer that dedupes by an ID of its own claims it so.
@@ -198,17 +198,18 @@ func (x *AtOnce) checkClaim() error {
 // shards). [Client.Enqueue] then takes two steps.
 var ErrNotAtOnce = errors.New("keyorder: not enqueued in one script")
 
-// ErrClaimed is matched by a [*ClaimedError].
+// ErrClaimed is matched by the error of [Client.EnqueueAtOnce] when
+// [AtOnce].Claim exists already (the script then wrote nothing).
 var ErrClaimed = errors.New("keyorder: claimed already")
 
-// ClaimedError is the error of [Client.EnqueueAtOnce] when [AtOnce].Claim
+// claimedError is the error of [Client.EnqueueAtOnce] when [AtOnce].Claim
 // exists: nothing was written. Value is the claim's.
-type ClaimedError struct {
+type claimedError struct {
 	Key, Value string
 }
 
-func (e *ClaimedError) Error() string        { return "keyorder: " + e.Key + " is claimed already" }
-func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
+func (e *claimedError) Error() string        { return "keyorder: " + e.Key + " is claimed already" }
+func (e *claimedError) Is(target error) bool { return target == ErrClaimed }
 
 // EnqueueAtOnce enqueues t for key, as [Client.Enqueue] does on one Redis,
 // in one script and one round trip, with x's claim, linked reservation
@@ -217,7 +218,7 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrClaimed }
 // more in that step. opts are asynq's, as for Enqueue.
 //
 // It returns an error matching [ErrNotAtOnce] when it cannot (nothing is
-// written: take two steps), a [*ClaimedError] when x.Claim exists, an
+// written: take two steps), an error matching [ErrClaimed] when x.Claim exists, an
 // error matching asynq.ErrTaskIDConflict when the queue holds the task ID
 // already (x.Claim, if any, is then set, and no position is taken), a
 // [*FullError] past SeqConfig.MaxWaiting, [ErrPayload], and Redis
@@ -236,7 +237,7 @@ func (c *Client) EnqueueAtOnce(ctx context.Context, key string, t *asynq.Task, x
 // atOnce runs enqueueScript for key's task of type typ and payload body
 // (positionless), of options o, with x.
 func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enqueueOptions, x AtOnce) (Enqueued, error) {
-	label := cmp.Or(x.Label, Label(o.queue, o.id))
+	label := cmp.Or(x.Label, taskLabel(o.queue, o.id))
 	seqKey, ttl, maxWaiting, err := c.seq.reserveArgs(key, label, "")
 	if err != nil {
 		return Enqueued{}, err
@@ -290,7 +291,7 @@ func (c *Client) atOnce(ctx context.Context, key, typ string, body []byte, o enq
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, reserveError(key, err))
 	case len(res) == 2 && res[0] == "claimed":
 		v, _ := res[1].(string)
-		return Enqueued{}, &ClaimedError{Key: x.Claim, Value: v}
+		return Enqueued{}, &claimedError{Key: x.Claim, Value: v}
 	case len(res) == 1 && res[0] == "exists":
 		return Enqueued{}, fmt.Errorf("keyorder: enqueue %s for %s: %w", o.id, key, asynq.ErrTaskIDConflict)
 	case len(res) != 3 || res[0] != "ok":
@@ -395,16 +396,16 @@ func options(opts []asynq.Option) (enqueueOptions, error) {
 		return o, fmt.Errorf("keyorder: queue %q must be 1 to %d bytes of printable UTF-8 without spaces", o.queue, MaxKeyLen)
 	case o.id == "":
 		o.id = uuid.NewString()
-	case len(o.id) > MaxTaskIDLen || !printable(o.id):
+	case len(o.id) > maxTaskIDLen || !printable(o.id):
 		// A label ("<queue> <id>") and a wake list (labels joined by
 		// newlines) must read back as they were written.
-		return o, fmt.Errorf("keyorder: task ID %q must be 1 to %d bytes of printable UTF-8 without spaces", o.id, MaxTaskIDLen)
+		return o, fmt.Errorf("keyorder: task ID %q must be 1 to %d bytes of printable UTF-8 without spaces", o.id, maxTaskIDLen)
 	}
 	return o, nil
 }
 
-// MaxTaskIDLen bounds the task ID a [Client] enqueues, in bytes.
-const MaxTaskIDLen = 128
+// maxTaskIDLen bounds the task ID a [Client] enqueues, in bytes.
+const maxTaskIDLen = 128
 
 // defaultMaxRetry is asynq's default MaxRetry.
 const defaultMaxRetry = 25
@@ -416,7 +417,7 @@ func positionless(payload []byte) ([]byte, error) {
 	if err := json.Unmarshal(payload, &members); err != nil || members == nil {
 		return nil, ErrPayload
 	}
-	if _, ok := members[SeqField]; ok {
+	if _, ok := members[seqField]; ok {
 		return nil, ErrPayload
 	}
 	if len(members) == 0 {
@@ -439,22 +440,22 @@ func withSeq(body []byte, pos int64) []byte {
 	return append(out, '}')
 }
 
-// Position reads the position a [Client] gave a task from its payload: 0
+// payloadPos reads the position a [Client] gave a task from its payload: 0
 // for a payload without one (a task enqueued otherwise runs without
 // order). It returns an error for a payload that is no JSON object, or
 // whose "seq" is not a positive integer.
-func Position(payload []byte) (int64, error) {
+func payloadPos(payload []byte) (int64, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &members); err != nil || members == nil {
 		return 0, fmt.Errorf("keyorder: the payload is not a JSON object")
 	}
-	raw, ok := members[SeqField]
+	raw, ok := members[seqField]
 	if !ok {
 		return 0, nil
 	}
 	pos, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || pos <= 0 {
-		return 0, fmt.Errorf("keyorder: the payload's %q is %s, not a positive integer", SeqField, clip(string(raw)))
+		return 0, fmt.Errorf("keyorder: the payload's %q is %s, not a positive integer", seqField, clip(string(raw)))
 	}
 	return pos, nil
 }

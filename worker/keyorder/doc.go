@@ -92,8 +92,8 @@
 // sequence: it expired (SeqConfig.Retention) or was lost, or the Client
 // that enqueued it was built on a Sequencer of another Prefix than the
 // Runner's (two programs configured apart; one program that builds both
-// on one Sequencer cannot); the Runner logs a warning for each
-// ([Lease.SequenceGone]). A key is serial by design: its tasks run no
+// on one Sequencer cannot); the Runner logs a warning for each.
+// A key is serial by design: its tasks run no
 // faster than one handler after another.
 //
 // # What it costs
@@ -125,38 +125,31 @@
 //
 // # The parts
 //
-// [Client] and [Runner] are built on the parts below them. Every part is
-// built on one [Sequencer], the key space, which owns the sequence:
-// reserving a position at acceptance (the Client), passing the turn on and
-// handing the lock off (the Locker's scripts, [Turns], a store's
-// [Commit]) all take their keys from it.
+// [Client] and [Runner] are built on one [Sequencer], the key space, which
+// owns the sequence: reserving a position at acceptance (the Client),
+// passing the turn on and handing the lock off (the lock's scripts, the
+// Runner, a store's [Commit]) all take their keys from it.
 //
+//   - [Sequencer]: the key space, and the per-key sequence of positions,
+//     with its log, its pause and its status. Its Lua is the engine's
+//     alone: a position is reserved and its task enqueued together only by
+//     the Client's one script ([Client.EnqueueAtOnce], which also takes a
+//     producer's claim and a linked position), and passed on only by the
+//     engine's lock scripts and a store's commit through [Commit].
 //   - [Locker]: the per-key lock, with fencing tokens, self-renewing
 //     leases and waiting woken by release notices (one shared Pub/Sub
-//     subscription per Locker, fanned out to its local waiters).
-//   - [Sequencer]: the key space, and the per-key sequence of positions,
-//     with its log, its pause and its status. Its Lua is the engine's alone: a position is
-//     reserved and its task enqueued together only by the Client's one
-//     script ([Client.EnqueueAtOnce], which also takes a producer's claim
-//     and a linked position), and passed on only by the engine's lock
-//     scripts and a store's commit through [Commit].
-//   - [Turns]: the one owner of the turns on the holders' side: it takes a
-//     turn (waiting, parking a position too far back, and skipping a head
-//     whose task will never come, which it learns from [Tasks]), passes it
-//     on when the work ends, and settles the positions of holders that end
-//     without their turn. A task's run reads as [Turns.TakeTask], run,
-//     commit, [Turns.EndTask]: those two decide what asynq gets (a wait
-//     spends no retry, a failure backs off within its budget and is
-//     archived past it, with [ErrOutOfBudget]), for the [Runner].
-//   - [QueueTasks]: the [Tasks] that Turns ask about the tasks behind the
-//     positions, in asynq's queues: it wakes a parked task when its turn
-//     comes, and tells whether a head that waits for its task will ever
-//     get it (the gap check). The Runner's Turns ask one, with
-//     [RunnerConfig].HeadDue's word on a head due later.
+//     subscription per Locker, fanned out to its local waiters). A Runner
+//     has its own; a program takes one only to hold a key by hand.
+//   - The Runner's turns, behind the package line: they take a turn
+//     (waiting, parking a position too far back, skipping a head whose
+//     task will never come, which they learn from asynq's queues: the gap
+//     check, with [RunnerConfig].HeadDue's word on a head due later), pass
+//     it on when the work ends, settle the positions of holders that end
+//     without their turn, and decide what asynq gets (a wait spends no
+//     retry, a failure backs off within its budget and is archived past
+//     it, with [ErrOutOfBudget]). A hold of a hot key runs the key's parked
+//     tasks under the lock that their predecessor's commit kept.
 //   - [Commit]: the hook a store on the lock's own Redis is handed with a
 //     write, to check the lock's newest fence and pass the turn on in its
 //     commit script ([CommitLua]).
-//   - [Turns.Drain]: the hold of a hot key, which runs the key's parked
-//     tasks under the lock that their predecessor's commit kept
-//     ([HoldConfig] says where a task is and how to run it).
 package keyorder

@@ -65,3 +65,25 @@ func (q *Sequencer) ReserveArgs(key, label, ref string) (string, int64, int64, e
 func (r *Runner) HeadFate(ctx context.Context, key string, pos int64, label string) (string, time.Duration, error) {
 	return r.tasks.HeadFate(ctx, key, &TurnError{Key: key, Head: pos, Pos: pos + 1, Label: label})
 }
+
+// The parts behind the package line, for the external tests.
+const MaxAhead = maxAhead
+const MaxReasonLen = maxReasonLen
+const MaxTaskIDLen = maxTaskIDLen
+const SeqField = seqField
+
+type ClaimedError = claimedError
+type CommitStep = commitStep
+type PausedError = pausedError
+type QueueTasksConfig = queueTasksConfig
+type ReserveCmd = reserveCmd
+type Stale = staleHold
+type TaskRun = taskRun
+type TurnsConfig = turnsConfig
+
+var Label = taskLabel
+var NewQueueTasks = newQueueTasks
+var NewTurns = newTurns
+var Position = payloadPos
+
+type Turns = turns

@@ -23,11 +23,11 @@ import (
 // unfinished tasks of its key is parked (in asynq's retry set, its
 // position marked parked), and the task before it hands it the turn. When
 // a run in its turn succeeds and the key's next task is parked, the turn
-// passes on while the lock is kept ([Lease.Drain]): [Turns.Drain] then
+// passes on while the lock is kept ([Lease.Drain]): turns.Drain then
 // takes that task out of asynq itself, runs it in the same hold, with the
 // same fence, as its own run, records its end in asynq as asynq's
 // processor would (completed with its retention, retried with its
-// backoff, or archived), and goes on for a quantum (HoldConfig.Max and
+// backoff, or archived), and goes on for a quantum (holdConfig.Max and
 // For; [RunnerConfig].DrainMax says how long it lasts and when the hold
 // yields): hot keys then take turns with other keys' tasks and spread
 // over the servers.
@@ -41,9 +41,9 @@ import (
 
 // The defaults of a hold's quantum.
 const (
-	// DefaultDrainMax is the default of HoldConfig.Max.
+	// DefaultDrainMax is the default of holdConfig.Max.
 	DefaultDrainMax = 100
-	// DefaultDrainFor is the default of HoldConfig.For.
+	// DefaultDrainFor is the default of holdConfig.For.
 	DefaultDrainFor = time.Second
 )
 
@@ -52,13 +52,13 @@ const (
 // asynqwire.LeaseDuration).
 const leaseEvery = asynqwire.LeaseDuration / 3
 
-// HoldConfig is how [Turns.Drain] goes on with a hot key's tasks. Run and
+// holdConfig is how turns.Drain goes on with a hot key's tasks. Run and
 // Locate are required; the rest defaults. Its functions are called from
 // many holds at once.
-type HoldConfig struct {
+type holdConfig struct {
 	// Max and For are the hold's quantum, as [RunnerConfig].DrainMax and
 	// DrainFor describe it. A Max of 1 turns the drain off (see
-	// [HoldConfig.Drains]). Default to DefaultDrainMax and DefaultDrainFor.
+	// holdConfig.Drains). Default to DefaultDrainMax and DefaultDrainFor.
 	Max int
 	For time.Duration
 	// Locate returns where the task of a position of key waits, given its
@@ -67,15 +67,15 @@ type HoldConfig struct {
 	// Run runs task t, which the hold took out of its queue, as its own
 	// run in held.Turn: it moves the hold's lease on to that position
 	// ([Lease.Next]; an error there, or a task that holds another position,
-	// is a wait: the task goes back to its queue, [Turns.Later]), runs
-	// the handler, and ends the run ([Turns.EndTask]), with [Lease.Drain]
+	// is a wait: the task goes back to its queue, turns.Later), runs
+	// the handler, and ends the run (turns.EndTask), with [Lease.Drain]
 	// set so that the hold goes on. Its error is read with the engine's
-	// [IsFailure] and [Turns.RetryDelay], as the server's are
+	// [IsFailure] and turns.RetryDelay, as the server's are
 	// (Runner.ServerConfig). ctx ends with the task's timeout or deadline, and when
 	// the hold's lease is lost; in it, asynq.GetTaskID, GetQueueName,
 	// GetRetryCount and GetMaxRetry report t's, as in a run asynq started.
 	// It returns the run's error, as an asynq handler would.
-	Run func(ctx context.Context, t *asynq.Task, held Held) error
+	Run func(ctx context.Context, t *asynq.Task, held held) error
 	// Busy reports whether more than half of the server's slots are in
 	// use: a busy server's holds yield at the end of their quantum even
 	// when no task waits, so that hot keys spread over the servers.
@@ -93,12 +93,12 @@ type HoldConfig struct {
 	// recorded in asynq, as asynq calls its Config.ErrorHandler; not for
 	// a run that goes back to its queue because the hold's first run was
 	// cancelled (a shutdown).
-	Failed func(ctx context.Context, t *asynq.Task, held Held, err error)
+	Failed func(ctx context.Context, t *asynq.Task, held held, err error)
 }
 
-// Held is what [HoldConfig.Run] learns of a task that a hold took out of
+// held is what holdConfig.Run learns of a task that a hold took out of
 // its queue.
-type Held struct {
+type held struct {
 	// Lease is the hold's lease, kept for Turn by the run before.
 	Lease *Lease
 	// Turn is the position the hold passed the turn on to.
@@ -113,19 +113,19 @@ type Held struct {
 // Drains reports whether a run should ask its commit to keep the lock
 // for the key's next task ([Lease.Drain]): when the drain is on
 // (Max above 1) and the server is not stopping.
-func (c *HoldConfig) Drains() bool {
+func (c *holdConfig) Drains() bool {
 	return c.max() > 1 && (c.Stopping == nil || !c.Stopping())
 }
 
-func (c *HoldConfig) max() int               { return cmp.Or(c.Max, DefaultDrainMax) }
-func (c *HoldConfig) quantum() time.Duration { return cmp.Or(c.For, DefaultDrainFor) }
-func (c *HoldConfig) stopping() bool         { return c.Stopping != nil && c.Stopping() }
-func (c *HoldConfig) busy() bool             { return c.Busy != nil && c.Busy() }
+func (c *holdConfig) max() int               { return cmp.Or(c.Max, DefaultDrainMax) }
+func (c *holdConfig) quantum() time.Duration { return cmp.Or(c.For, DefaultDrainFor) }
+func (c *holdConfig) stopping() bool         { return c.Stopping != nil && c.Stopping() }
+func (c *holdConfig) busy() bool             { return c.Busy != nil && c.Busy() }
 
 // hold is a drained hold: the lease kept for the key's next tasks.
 type hold struct {
-	t       *Turns
-	cfg     *HoldConfig
+	t       *turns
+	cfg     *holdConfig
 	lease   *Lease
 	key     string
 	folds   bool
@@ -144,7 +144,7 @@ type hold struct {
 }
 
 // Drain goes on with key's next tasks under lease, whose commit kept the
-// lock for the next position (see [Turns.Pass] and [Lease.Kept]), as the
+// lock for the next position (see turns.Pass and [Lease.Kept]), as the
 // comment at the top of hold.go tells, and ends the hold: the lease is
 // released when Drain returns. ctx is the context of the hold's first
 // run, which asynq ends at the task's deadline or a shutdown, and started
@@ -155,7 +155,7 @@ type hold struct {
 // waiting (its quantum spent while others waited, the server busy, or its
 // time half spent). What goes wrong on the way is logged, and ends the
 // hold: the next task then runs from its queue.
-func (t *Turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *HoldConfig) (runs int, yielded bool) {
+func (t *turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
 	_, folds := t.l.rdb.(*redis.Client)
 	h := &hold{t: t, cfg: cfg, lease: lease, key: lease.Key(), folds: folds, started: started, count: 1, qstart: started}
 	hctx := cmp.Or(lease.HoldContext(), ctx)
@@ -327,7 +327,7 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 // task in asynq and take the next task out of its queue in its own round
 // trip: the hold sends the step ([asynqwire.PipeStep]) in a pipeline right
 // after the commit (a store's commit script, or the release script of
-// [Turns.Pass]: [CommitStep]), guarded so that it writes nothing unless
+// turns.Pass: commitStep), guarded so that it writes nothing unless
 // that commit kept the lock for the next position (the lock still the
 // lease's, the sequence done up to the task's position). A drained task
 // then costs one round trip, the commit, instead of two. The step learns
@@ -341,11 +341,11 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 // position pos, the record and the parked mark of the position after it:
 // none on a Cluster, where the sequence and the queue are in two slots.
 func (h *hold) peekBehind(pos int64) asynqwire.StepOptions {
-	if !h.folds || h.lease.SeqKey() == "" {
+	if !h.folds || h.lease.seqKey() == "" {
 		return asynqwire.StepOptions{}
 	}
 	n := strconv.FormatInt(pos+1, 10)
-	return asynqwire.StepOptions{PeekKey: h.lease.SeqKey(), PeekFields: []string{"p:" + n, "k:" + n}}
+	return asynqwire.StepOptions{PeekKey: h.lease.seqKey(), PeekFields: []string{"p:" + n, "k:" + n}}
 }
 
 // foldNext sets the commit step of the run of c, claimed for position
@@ -432,7 +432,7 @@ func (h *hold) putBack(ctx context.Context, c *asynqwire.Claimed) {
 var errHoldEnded = errors.New("keyorder: the hold ended before the task ran")
 
 // run runs claimed task c in the hold, whose context is hctx, as its own
-// run (HoldConfig.Run), and returns how it ended, for asynq, as asynq's
+// run (holdConfig.Run), and returns how it ended, for asynq, as asynq's
 // processor decides it. ctx is the context of the hold's first run, which
 // asynq ends at a shutdown.
 func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.Outcome {
@@ -442,7 +442,7 @@ func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.O
 	// first task, whose run's context this derives from.
 	rctx, _ = asynqwire.TaskContext(rctx, c)
 	t := asynq.NewTask(c.Type, c.Payload)
-	held := Held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
+	held := held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
 	err := h.cfg.Run(rctx, t, held)
 	if err != nil && ctx.Err() == nil && h.cfg.Failed != nil {
 		h.cfg.Failed(rctx, t, held, err)

@@ -19,8 +19,8 @@ import (
 // errReleased cancels a kept lease's context once the lease is released.
 var errReleased = errors.New("keyorder: lease released")
 
-// Stats describes how a lease was acquired.
-type Stats struct {
+// leaseStats describes how a lease was acquired.
+type leaseStats struct {
 	Waited        time.Duration // from the first attempt to the lock
 	Attempts      int           // acquire scripts run
 	WokenByNotice int           // waits ended by a release notice
@@ -38,7 +38,7 @@ type Lease struct {
 	meta  string
 	// fence is the lease's fencing token; CatchUp raises it.
 	fence atomic.Int64
-	stats Stats
+	stats leaseStats
 	turn  Turn
 	mode  Mode
 	// seqGone says the lease's position was granted without order
@@ -56,7 +56,7 @@ type Lease struct {
 	byStore  bool  // a store script released it (Handoff.Released), or passOn did
 	kept     Turn  // the next position, when a commit kept the lock for it (Drain)
 	offset   int64 // the key's position offset (see Seq)
-	step     CommitStep
+	step     commitStep
 	holdCtx  context.Context
 	stop     chan struct{} // closed by Release to end the renewal
 	done     chan struct{} // closed when the renewal goroutine has ended
@@ -81,20 +81,20 @@ func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
 // "p:<position>" (the record "<taken at> <label>") and "k:<position>"
 // (set while that position's holder is parked) tell who is behind the
 // lease, or "" when the lease holds no turn (not ModeTurn).
-func (s *Lease) SeqKey() string {
+func (s *Lease) seqKey() string {
 	if s.mode != ModeTurn {
 		return ""
 	}
 	return s.l.seq.SeqKey(s.key)
 }
 
-// Stats returns how the lease was acquired.
-func (s *Lease) Stats() Stats { return s.stats }
+// leaseStats returns how the lease was acquired.
+func (s *Lease) Stats() leaseStats { return s.stats }
 
 // Mode returns how the lease was granted: ModeFree without a position,
 // ModeTurn in its position's turn, ModePassed for a position that was
 // already finished, or whose key's sequence does not exist
-// ([Lease.SequenceGone]).
+// (see sequenceGone).
 func (s *Lease) Mode() Mode { return s.mode }
 
 // SequenceGone reports whether the lease was granted at once, without
@@ -102,8 +102,8 @@ func (s *Lease) Mode() Mode { return s.mode }
 // (SeqConfig.Retention) or was lost with its Redis, or the task's
 // positions were handed out under another prefix than the Locker's (a
 // Client and a Runner built on Sequencers of two SeqConfig.Prefix, in two
-// programs configured apart). [Turns.Take] logs it.
-func (s *Lease) SequenceGone() bool { return s.seqGone }
+// programs configured apart). turns.Take logs it.
+func (s *Lease) sequenceGone() bool { return s.seqGone }
 
 // Turn returns the position the lease was acquired for (zero for none).
 func (s *Lease) Turn() Turn {
@@ -151,7 +151,7 @@ func (s *Lease) RetryAt(t time.Time) {
 }
 
 // Drain asks the commit of the lease's turn (a store script's, see
-// [Handoff], or [Turns.Pass]'s release) to keep the lock, rather than
+// [Handoff], or turns.Pass's release) to keep the lock, rather than
 // release it, when it passes the turn on to a holder that is parked: the
 // holder of the lease then goes on with that position itself (see
 // [Lease.Kept] and [Lease.Next]), in the same hold, with the same fence.
@@ -327,29 +327,29 @@ type Handoff struct {
 	// the index stays exact; "" when the lease holds no turn or the key
 	// space keeps no index (a Cluster: they are in another slot).
 	Backlog, BacklogSum string
-	// Step, when not nil (with Keep), is the lease's [CommitStep]: the
+	// Step, when not nil (with Keep), is the lease's commitStep: the
 	// store sends it in a pipeline right after its script, in the same
 	// round trip (see [Lease.SetCommitStep]).
-	Step  CommitStep
+	Step  commitStep
 	lease *Lease
 }
 
-// CommitStep is work that a draining lease's holder sends in the round
+// commitStep is work that a draining lease's holder sends in the round
 // trip of the commit that may keep the lock for the next position (a
 // store's script with lock_commit, or the release script of
-// [Turns.Pass]): queued on pipe right after the commit, it runs right
+// turns.Pass): queued on pipe right after the commit, it runs right
 // after it, on the same Redis, and can tell from what the commit wrote
 // whether it kept the lock (h names the lock, its owner and the sequence).
 // It must write nothing unless the commit kept the lock, and it must read
 // its own result after pipe's execution: a failed step (a NOSCRIPT, say)
 // must leave the commit's result alone.
-type CommitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
+type commitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
 
 // SetCommitStep sets the step to send with the lease's next commit that
 // may keep the lock (nil for none), in place of the one set before. The
 // step only makes sense on a single Redis, where the lock's keys and the
 // step's are on one node. It is safe for concurrent use.
-func (s *Lease) SetCommitStep(step CommitStep) {
+func (s *Lease) SetCommitStep(step commitStep) {
 	s.mu.Lock()
 	s.step = step
 	s.mu.Unlock()
@@ -357,7 +357,7 @@ func (s *Lease) SetCommitStep(step CommitStep) {
 
 // commitStep returns the step of a commit that may keep the lock: nil
 // unless the lease drains.
-func (s *Lease) commitStep() CommitStep {
+func (s *Lease) commitStep() commitStep {
 	if !s.drain.Load() {
 		return nil
 	}

@@ -106,7 +106,7 @@ func (w Wait) Or(d Wait) Wait {
 
 // Validate returns an error for a negative field or a MinDelay above
 // MaxDelay.
-func (w Wait) Validate() error {
+func (w Wait) validate() error {
 	switch {
 	case w.MinDelay < 0 || w.MaxDelay < 0 || w.Deadline < 0 || w.StuckAfter < 0:
 		return fmt.Errorf("keyorder: negative wait %+v", w)
@@ -229,7 +229,7 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 	case cfg.WaitTimeout < time.Millisecond:
 		return nil, fmt.Errorf("keyorder: WaitTimeout %v below a millisecond", cfg.WaitTimeout)
 	}
-	if err := cfg.Wait.Validate(); err != nil {
+	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
 	return &Locker{
@@ -283,18 +283,18 @@ func printable(s string) bool {
 	})
 }
 
-// MaxReasonLen bounds the reason of a hold or a skip, and the name of who
+// maxReasonLen bounds the reason of a hold or a skip, and the name of who
 // holds, in bytes.
-const MaxReasonLen = 1024
+const maxReasonLen = 1024
 
-// checkReason refuses a reason (or a principal) longer than MaxReasonLen
+// checkReason refuses a reason (or a principal) longer than maxReasonLen
 // or with control or format characters: it is stored in the key's
 // sequence, and shown to people.
 func checkReason(what, s string) error {
-	if len(s) > MaxReasonLen || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
+	if len(s) > maxReasonLen || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
 		return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 	}) {
-		return fmt.Errorf("keyorder: %s must be UTF-8 of at most %d bytes without control or format characters", what, MaxReasonLen)
+		return fmt.Errorf("keyorder: %s must be UTF-8 of at most %d bytes without control or format characters", what, maxReasonLen)
 	}
 	return nil
 }
@@ -484,11 +484,11 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
-	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > MaxLabelLen)) {
+	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > maxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
 	w = w.Or(l.cfg.Wait)
-	if err := w.Validate(); err != nil {
+	if err := w.validate(); err != nil {
 		return nil, err
 	}
 	wake, err := l.register(ctx, key, turn.Pos)
@@ -499,7 +499,7 @@ func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	start := time.Now()
 	deadline := start.Add(w.Deadline)
 
-	var st Stats
+	var st leaseStats
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

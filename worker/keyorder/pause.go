@@ -28,7 +28,7 @@ import (
 // the set checks each key's sequence ([Status].Paused).
 
 // ErrPaused is returned by [Sequencer.Pause] for a sequence paused already;
-// a *PausedError carries that pause.
+// its message says since when, by whom and why.
 var ErrPaused = errors.New("keyorder: sequence is paused already")
 
 // ErrNotPaused is returned by [Sequencer.Resume] for a sequence that is not
@@ -49,19 +49,19 @@ type Pause struct {
 	At     time.Time `json:"at"`
 }
 
-// PausedError is a [Sequencer.Pause] of a sequence already paused. It
+// pausedError is a [Sequencer.Pause] of a sequence already paused. It
 // matches [ErrPaused].
-type PausedError struct {
+type pausedError struct {
 	Key   string
 	Pause Pause
 }
 
-func (e *PausedError) Error() string {
+func (e *pausedError) Error() string {
 	return fmt.Sprintf("keyorder: %s is on hold already, since %s by %s: %s", e.Key, e.Pause.At.Format(time.RFC3339), e.Pause.By, e.Pause.Reason)
 }
 
 // Is reports whether target is ErrPaused.
-func (e *PausedError) Is(target error) bool { return target == ErrPaused }
+func (e *pausedError) Is(target error) bool { return target == ErrPaused }
 
 // parsePause reads the field h: {"by", "reason", "at" (ms, decimal)}.
 func parsePause(h string) (Pause, error) {
@@ -85,11 +85,11 @@ func (q *Sequencer) PausedKey() string { return q.prefix + "held" }
 // reason: the holder of the head parks instead of taking its turn, until
 // Resume; positions are still handed out. The head's holder that runs
 // already finishes its work. A sequence that does not exist is made paused;
-// a paused sequence does not expire. It returns the pause, a *PausedError
-// (ErrPaused) when the sequence was paused already, an error matching
+// a paused sequence does not expire. It returns the pause, an error matching
+// ErrPaused (which says the pause it has) when the sequence was paused already, an error matching
 // ErrPauseIndex when only the index failed (see the type's comment), and
 // Redis errors, wrapped. It refuses a by or a reason longer than
-// [MaxReasonLen] or with control or format characters. It costs two round
+// maxReasonLen or with control or format characters. It costs two round
 // trips.
 func (q *Sequencer) Pause(ctx context.Context, key, by, reason string) (Pause, error) {
 	if err := checkKey(key, ""); err != nil {
@@ -109,7 +109,7 @@ func (q *Sequencer) Pause(ctx context.Context, key, by, reason string) (Pause, e
 		return Pause{}, err
 	}
 	if done != 1 {
-		return Pause{}, &PausedError{Key: key, Pause: p}
+		return Pause{}, &pausedError{Key: key, Pause: p}
 	}
 	if err := q.rdb.ZAdd(ctx, q.PausedKey(), redis.Z{Score: float64(p.At.UnixMilli()), Member: key}).Err(); err != nil {
 		return p, fmt.Errorf("pause %s: %w: %w", key, ErrPauseIndex, err)
@@ -123,35 +123,35 @@ func (q *Sequencer) Pause(ctx context.Context, key, by, reason string) (Pause, e
 // It returns the pause it ended, [ErrNotPaused] when there was none, an
 // error matching ErrPauseIndex when only the index failed, and Redis
 // errors, wrapped. It costs two round trips.
-func (q *Sequencer) Resume(ctx context.Context, key string) (Pause, Settlement, error) {
+func (q *Sequencer) Resume(ctx context.Context, key string) (Pause, settlement, error) {
 	if err := checkKey(key, ""); err != nil {
-		return Pause{}, Settlement{}, err
+		return Pause{}, settlement{}, err
 	}
 	res, err := resumeScript.Run(ctx, q.rdb, []string{q.SeqKey(key), q.lockKey(key)}, q.channel, q.retention.Milliseconds()).Slice()
 	if err != nil {
-		return Pause{}, Settlement{}, fmt.Errorf("resume %s: %w", key, err)
+		return Pause{}, settlement{}, fmt.Errorf("resume %s: %w", key, err)
 	}
 	done, _ := res[0].(int64)
 	if done != 1 {
 		// Not paused: the index may still list it (a failed index write).
 		_ = q.rdb.ZRem(ctx, q.PausedKey(), key).Err()
-		return Pause{}, Settlement{}, fmt.Errorf("resume %s: %w", key, ErrNotPaused)
+		return Pause{}, settlement{}, fmt.Errorf("resume %s: %w", key, ErrNotPaused)
 	}
 	h, _ := res[1].(string)
 	wake, _ := res[2].(string)
 	p, err := parsePause(h)
 	if err != nil {
-		return Pause{}, Settlement{}, err
+		return Pause{}, settlement{}, err
 	}
-	st := Settlement{Done: true, Wake: splitWake(wake)}
+	st := settlement{Done: true, Wake: splitWake(wake)}
 	if err := q.rdb.ZRem(ctx, q.PausedKey(), key).Err(); err != nil {
 		return p, st, fmt.Errorf("resume %s: %w: %w", key, ErrPauseIndex, err)
 	}
 	return p, st, nil
 }
 
-// PausedSince is an entry of the index of paused keys.
-type PausedSince struct {
+// pausedSince is an entry of the index of paused keys.
+type pausedSince struct {
 	Key   string
 	Since time.Time
 }
@@ -160,7 +160,7 @@ type PausedSince struct {
 // limit entries from offset. The index is best effort (see [Pause]): read
 // each key's [Status].Paused for the truth. It costs one round trip and
 // returns Redis errors, wrapped.
-func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]PausedSince, error) {
+func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]pausedSince, error) {
 	if offset < 0 || limit <= 0 {
 		return nil, fmt.Errorf("keyorder: paused keys from %d, %d of them", offset, limit)
 	}
@@ -168,10 +168,10 @@ func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]Paus
 	if err != nil {
 		return nil, fmt.Errorf("paused keys: %w", err)
 	}
-	out := make([]PausedSince, 0, len(zs))
+	out := make([]pausedSince, 0, len(zs))
 	for _, z := range zs {
 		key, _ := z.Member.(string)
-		out = append(out, PausedSince{Key: key, Since: time.UnixMilli(int64(z.Score)).UTC()})
+		out = append(out, pausedSince{Key: key, Since: time.UnixMilli(int64(z.Score)).UTC()})
 	}
 	return out, nil
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/orderworker/orderworker/internal/tracing"
 )
 
-// QueueTasksConfig tunes a [QueueTasks]. Key is required; the rest
+// queueTasksConfig tunes a queueTasks. Key is required; the rest
 // defaults.
-type QueueTasksConfig struct {
+type queueTasksConfig struct {
 	// Key returns the key of a task (see [RunnerConfig].Key). The fate of a
 	// head reads it to tell a task of the key that holds another position
 	// (a duplicate whose void was lost: the position is a gap) from a task
@@ -29,34 +29,34 @@ type QueueTasksConfig struct {
 	Locate Locate
 	// Logger receives a warning for each queue that asynq's set of queues
 	// had lost while a head's task in it existed (a failover), which a
-	// read of the head lists again ([QueueTasks.HeadTask], and a Runner's
+	// read of the head lists again (queueTasks.HeadTask, and a Runner's
 	// [Runner.Head]). Defaults to discarding.
 	Logger *zap.Logger
 	// KeyField names the key in those log lines. Defaults to "key".
 	KeyField string
 }
 
-// QueueTasks is the engine's [Tasks] for tasks that wait in asynq's
+// queueTasks is the engine's taskSource for tasks that wait in asynq's
 // queues, where their positions' labels say (Locate): it brings parked
 // tasks back to the front of their queues, and tells the fate of a head
 // that waited for its task longer than the GapWait. A [Runner]'s Turns
-// ask the Runner's; a program that takes turns with [Turns] itself (the
+// ask the Runner's; a program that takes turns with turns itself (the
 // order domain's worker does) builds one, and wraps its HeadFate when it
-// has more to do with a head's task ([QueueTasks.HeadTask]).
+// has more to do with a head's task (queueTasks.HeadTask).
 //
-// A QueueTasks is safe for concurrent use. It starts no goroutine and
+// A queueTasks is safe for concurrent use. It starts no goroutine and
 // owns no connection: rdb stays the caller's to close.
-type QueueTasks struct {
+type queueTasks struct {
 	rdb  redis.UniversalClient
 	insp *asynq.Inspector
-	cfg  QueueTasksConfig
+	cfg  queueTasksConfig
 }
 
-var _ Tasks = (*QueueTasks)(nil)
+var _ taskSource = (*queueTasks)(nil)
 
-// NewQueueTasks returns the QueueTasks of the tasks on rdb. It returns an
+// newQueueTasks returns the queueTasks of the tasks on rdb. It returns an
 // error when rdb or cfg.Key is nil.
-func NewQueueTasks(rdb redis.UniversalClient, cfg QueueTasksConfig) (*QueueTasks, error) {
+func newQueueTasks(rdb redis.UniversalClient, cfg queueTasksConfig) (*queueTasks, error) {
 	if rdb == nil || cfg.Key == nil {
 		return nil, errors.New("keyorder: NewQueueTasks needs a Redis client and QueueTasksConfig.Key")
 	}
@@ -67,25 +67,25 @@ func NewQueueTasks(rdb redis.UniversalClient, cfg QueueTasksConfig) (*QueueTasks
 		cfg.Logger = zap.NewNop()
 	}
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
-	return &QueueTasks{rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}, nil
+	return &queueTasks{rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}, nil
 }
 
 // Wake brings the parked tasks of labels (positions of key, in the order
 // of their positions) to the front of their queues, as [Wake] does.
-func (q *QueueTasks) Wake(ctx context.Context, key string, labels []string) error {
+func (q *queueTasks) Wake(ctx context.Context, key string, labels []string) error {
 	return moveLabels(ctx, q.rdb, q.cfg.Locate, key, labels, asynqwire.FrontInTransit)
 }
 
 // HeadFate says why te's head of key's sequence, which waited for its
 // task longer than the GapWait, will never take its turn (see
-// [QueueTasks.HeadTask]); "" when it will, with the delay until it runs
+// queueTasks.HeadTask); "" when it will, with the delay until it runs
 // when it runs only later (scheduled, or backing off).
-func (q *QueueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error) {
+func (q *queueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error) {
 	why, info, err := q.HeadTask(ctx, key, te)
 	if err != nil || why != "" {
 		return why, 0, err
 	}
-	if _, later := TaskFate(info); later {
+	if _, later := taskFate(info); later {
 		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
 	}
 	return "", 0, nil
@@ -100,7 +100,7 @@ func (q *QueueTasks) HeadFate(ctx context.Context, key string, te *TurnError) (w
 // it will come, and info is then the task as read. A task of a queue that
 // asynq's set of queues lost (a failover) lists its queue again, with a
 // warning. It returns an error, wrapped, when a task cannot be read.
-func (q *QueueTasks) HeadTask(ctx context.Context, key string, te *TurnError) (why string, info *asynq.TaskInfo, err error) {
+func (q *queueTasks) HeadTask(ctx context.Context, key string, te *TurnError) (why string, info *asynq.TaskInfo, err error) {
 	h := Head{Key: key, Label: te.Label}
 	info, err = q.look(ctx, &h, true)
 	switch {
@@ -117,7 +117,7 @@ func (q *QueueTasks) HeadTask(ctx context.Context, key string, te *TurnError) (w
 // key); "" when it has not, and when no queue holds it. It only reads
 // (see look). Turns.Take asks it, with no GapWait, to skip a head whose
 // turn's end a failover lost.
-func (q *QueueTasks) headEnded(ctx context.Context, key string, te *TurnError) (string, error) {
+func (q *queueTasks) headEnded(ctx context.Context, key string, te *TurnError) (string, error) {
 	h := Head{Key: key, Label: te.Label}
 	info, err := q.look(ctx, &h, false)
 	switch {
@@ -142,7 +142,7 @@ func namesNoTask(label string) string { return fmt.Sprintf("its label %q names n
 // failover) lists its queue again (asynqwire.TaskInfo), with a warning;
 // without, it only reads, and such a task is an error
 // (asynqwire.LookTaskInfo).
-func (q *QueueTasks) look(ctx context.Context, h *Head, relist bool) (*asynq.TaskInfo, error) {
+func (q *queueTasks) look(ctx context.Context, h *Head, relist bool) (*asynq.TaskInfo, error) {
 	queues, id, ok := q.cfg.Locate(h.Key, h.Label)
 	if !ok || len(queues) == 0 {
 		return nil, errNoTask
@@ -178,16 +178,16 @@ func (q *QueueTasks) look(ctx context.Context, h *Head, relist bool) (*asynq.Tas
 // when it will. A task whose payload holds another position of key will
 // not; one that holds a position of another key (key was its
 // [AtOnce].Link) settles key's position from there, and comes.
-func (q *QueueTasks) fate(key string, pos int64, label string, info *asynq.TaskInfo) string {
+func (q *queueTasks) fate(key string, pos int64, label string, info *asynq.TaskInfo) string {
 	queues, id, _ := q.cfg.Locate(key, label)
 	if info == nil {
 		return fmt.Sprintf("task %s is not in queue %s: never enqueued, refused, or deleted", id, strings.Join(queues, " or "))
 	}
-	if p, err := Position(info.Payload); err == nil && p != pos {
+	if p, err := payloadPos(info.Payload); err == nil && p != pos {
 		if own, err := q.cfg.Key(asynq.NewTask(info.Type, info.Payload)); err == nil && own == key {
 			return fmt.Sprintf("task %s holds position %d, not this one", id, p)
 		}
 	}
-	why, _ := TaskFate(info)
+	why, _ := taskFate(info)
 	return why
 }

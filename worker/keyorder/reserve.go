@@ -36,7 +36,7 @@ type Reservation struct {
 }
 
 // Reserve takes the next position of key under x.Label (required: the
-// label of the task to come, a [Label] of its queue and task ID for a
+// label of the task to come, a taskLabel of its queue and task ID for a
 // Runner with the default RunnerConfig.Locate), and with x.Link the
 // linked position of another key (never parked, not capped), sets x.Claim
 // when it does not exist, and runs x.Pipe's commands, in one round trip:
@@ -65,7 +65,7 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 		return nil, err
 	}
 	var claim *redis.StatusCmd
-	var own, link *ReserveCmd
+	var own, link *reserveCmd
 	_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		if x.Claim != "" {
 			claim = pipe.SetArgs(ctx, x.Claim, x.ClaimValue, redis.SetArgs{Mode: "NX", Get: true, TTL: x.ClaimTTL})
@@ -131,7 +131,7 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 		}
 		_ = r.Void(ctx, why)
 		if ownClaim {
-			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultSettleTimeout)
+			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultSettleTimeout)
 			_ = releaseClaim.Run(vctx, c.rdb, []string{x.Claim}, x.ClaimValue).Err()
 			cancel()
 		}
@@ -141,7 +141,7 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 }
 
 // noScript reports whether c ran without Redis having the script.
-func noScript(c *ReserveCmd) bool {
+func noScript(c *reserveCmd) bool {
 	if c == nil {
 		return false
 	}
@@ -201,10 +201,10 @@ func checkTask(t *asynq.Task, opts []asynq.Option) (enqueueOptions, []byte, erro
 // Void gives up the reservation's positions, whose task will never exist,
 // with why in the keys' sequence logs, and wakes the parked task that a
 // void of a head hands the turn to (through ClientConfig.Locate). It runs
-// even when ctx is done, bounded by DefaultSettleTimeout. It returns the
+// even when ctx is done, bounded by defaultSettleTimeout. It returns the
 // first error; a failed void costs the key only the Runners' GapWait.
 func (r *Reservation) Void(ctx context.Context, why string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultSettleTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultSettleTimeout)
 	defer cancel()
 	var first error
 	void := func(key, label string, pos int64) {

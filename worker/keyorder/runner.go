@@ -54,12 +54,12 @@ type RunnerConfig struct {
 	// ok is false for a label that names no task. The Runner looks a task
 	// up there to wake it, to tell the fate of a head, to run it in a
 	// hold, and for the actions. It must be safe for concurrent use.
-	// Defaults to reading a [Client]'s label ([Label]): its one queue. A
+	// Defaults to reading a [Client]'s label (taskLabel): its one queue. A
 	// program whose labels say less (a key's tasks spread over shard
 	// queues, say) gives its own.
 	Locate Locate
 	// DrainMax and DrainFor are the quantum of a hold of a hot key's lock
-	// ([Turns.Drain]), described here for every layer that sets it: after
+	// (turns.Drain), described here for every layer that sets it: after
 	// a task of a key succeeds in its turn, when the key's next task is
 	// parked, the Runner keeps the lock, takes that task out of its queue
 	// itself and runs it in the same hold, with the same fence, as its own
@@ -90,7 +90,7 @@ type RunnerConfig struct {
 	// outcome stands either way). Defaults to discarding.
 	Logger *zap.Logger
 	// KeyField names the key in the log lines of the key's turns (see
-	// TurnsConfig.KeyField). Defaults to "key".
+	// turnsConfig.KeyField). Defaults to "key".
 	KeyField string
 	// OnWait, when set, is called once per run that finds its key held
 	// (or not yet in its turn) and starts waiting (Config.OnWait). It
@@ -142,7 +142,7 @@ type Admission struct {
 	// RunnerConfig.Key.
 	Key string
 	// Label is the label its position was reserved under; "" for a
-	// [Client]'s ([Label] of its queue and ID). A task without a
+	// [Client]'s (taskLabel of its queue and ID). A task without a
 	// position is noted under it when it is archived.
 	Label string
 	// Wait is how the task waits for its key's lock and its turn; zero
@@ -189,7 +189,7 @@ type Report struct {
 	// Lock says how the lock and the turn were waited for, over every
 	// round of the run; Skipped counts the heads it skipped before its
 	// turn (their tasks never came).
-	Lock    Stats
+	Lock    leaseStats
 	Skipped int
 	// Final says the run's work is done for good (applied, archived or
 	// revoked, or its position abandoned): its turn passed on.
@@ -247,15 +247,15 @@ func clientLabel(_, label string) ([]string, string, bool) {
 type Runner struct {
 	rdb   redis.UniversalClient
 	l     *Locker
-	turns *Turns
+	turns *turns
 	// headSeq reads the sequences one position deep, for Head and Blocked.
 	headSeq *Sequencer
 	// tasks finds the tasks of positions in the queues, for the Turns, Head
 	// and Blocked.
-	tasks *QueueTasks
+	tasks *queueTasks
 	insp  *asynq.Inspector
 	cfg   RunnerConfig
-	hold  HoldConfig
+	hold  holdConfig
 
 	handlers    sync.Map     // task type -> the handler that ran it, for the holds
 	seen        sync.Map     // queue -> true: the queues tasks came from
@@ -282,7 +282,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
 	}
 	cfg.Wait = cfg.Wait.Or(DefaultWait)
-	if err := cfg.Wait.Validate(); err != nil {
+	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -296,13 +296,13 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := NewQueueTasks(seq.rdb, QueueTasksConfig{Key: cfg.Key, Locate: cfg.Locate, Logger: cfg.Logger, KeyField: cfg.KeyField})
+	tasks, err := newQueueTasks(seq.rdb, queueTasksConfig{Key: cfg.Key, Locate: cfg.Locate, Logger: cfg.Logger, KeyField: cfg.KeyField})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
 	}
 	r := &Runner{rdb: seq.rdb, l: l, tasks: tasks, insp: tasks.insp, cfg: cfg, headSeq: seq.paged(1)}
-	r.turns, err = NewTurns(l, runnerTasks{r}, TurnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
+	r.turns, err = newTurns(l, runnerTasks{r}, turnsConfig{GapWait: cfg.GapWait, Logger: cfg.Logger, KeyField: cfg.KeyField,
 		RetryDelay: cfg.RetryDelay, BusyRetryMin: cfg.BusyRetryMin, BusyRetryMax: cfg.BusyRetryMax})
 	if err != nil {
 		_ = l.Close()
@@ -312,7 +312,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if holdLocate == nil {
 		holdLocate = cfg.Locate
 	}
-	r.hold = HoldConfig{
+	r.hold = holdConfig{
 		Max: cfg.DrainMax, For: cfg.DrainFor, Locate: holdLocate, Run: r.runHeld,
 		Busy: r.busy, Queues: r.queues, Stopping: r.stopping.Load,
 	}
@@ -385,7 +385,8 @@ func (r *Runner) busy() bool {
 // that waited for its turn or its key's lock, or lost its key mid-run
 // ([ErrLost], [ErrStaleFence]), or whose write the replicas did not
 // confirm ([ErrNotReplicated]), or whose key's Redis was unreachable
-// before its turn (see [Turns.TakeTask]), did not fail.
+// before its turn (a connection refused, reset or timed out; a Cluster
+// or a replica between two masters), did not fail.
 func IsFailure(err error) bool {
 	var u *unavailableError
 	switch {
@@ -396,14 +397,6 @@ func IsFailure(err error) bool {
 		return false
 	}
 	return true
-}
-
-// RetryDelay is asynq's Config.RetryDelayFunc for tasks run by a Runner
-// ([Turns.RetryDelay]): the delay the run chose (how long a parked task
-// stays away, the backoff of a failure, taken when it failed so that the
-// tasks behind it wait as long), or RunnerConfig.RetryDelay.
-func (r *Runner) RetryDelay(n int, err error, t *asynq.Task) time.Duration {
-	return r.turns.RetryDelay(n, err, t)
 }
 
 // Run is what a handler wrapped by [Runner.Handler] learns of its run.
@@ -544,7 +537,7 @@ func (r *Runner) phase(ctx context.Context, p Phase, rep *Report) (context.Conte
 // it, into rep and the run it returns. An error, which archives the task,
 // says why it cannot run; it is noted in the key's sequence log (and the
 // position used up, for Admission.Abandon) when the key is known.
-func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *TaskRun, error) {
+func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *taskRun, error) {
 	var a Admission
 	var err error
 	if r.cfg.Admit != nil {
@@ -560,7 +553,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 			err = fmt.Errorf("keyorder: task %s: its key: %w", clip(rep.TaskID), err)
 		}
 	}
-	pos, perr := Position(t.Payload())
+	pos, perr := payloadPos(t.Payload())
 	if perr != nil && err == nil {
 		err = fmt.Errorf("keyorder: task %s of %s: %w", clip(rep.TaskID), key, perr)
 	}
@@ -572,10 +565,10 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 		return Wait{}, nil, err
 	}
 	if a.Label == "" && pos > 0 {
-		a.Label = Label(rep.Queue, rep.TaskID)
+		a.Label = taskLabel(rep.Queue, rep.TaskID)
 	}
 	rep.Key, rep.Pos = key, pos
-	tr := &TaskRun{Key: key, Meta: clip(t.Type() + " " + rep.TaskID), Label: a.Label, Task: t,
+	tr := &taskRun{Key: key, Meta: clip(t.Type() + " " + rep.TaskID), Label: a.Label, Task: t,
 		Retried: rep.Retried, MaxRetry: rep.MaxRetry}
 	if pos > 0 {
 		tr.Turn = Turn{Pos: pos, Label: a.Label}
@@ -596,7 +589,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 }
 
 // take admits t and takes its key's lock in its turn, for the run of rep.
-func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*TaskRun, *Lease, error) {
+func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*taskRun, *Lease, error) {
 	w, tr, err := r.admit(ctx, t, rep)
 	if err != nil {
 		return nil, nil, err
@@ -633,10 +626,10 @@ func (r *Runner) handlerOf(t *asynq.Task) (asynq.Handler, bool) {
 	return found, found != nil
 }
 
-// runHeld is the Runner's HoldConfig.Run: it runs task t, which a hold
+// runHeld is the Runner's holdConfig.Run: it runs task t, which a hold
 // took out of its queue for position held.Turn, with the handler that ran
 // its type before, in the hold's lease, as a run of its own (observed).
-func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
+func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 	rep := &Report{Started: time.Now(), Queue: held.Queue, TaskID: held.ID, Retried: held.Retried,
 		MaxRetry: held.MaxRetry, Held: held.Runs, Prev: held.Lease.Turn()}
 	return r.observe(ctx, t, rep, func(ctx context.Context) error {
@@ -664,11 +657,11 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held Held) error {
 	})
 }
 
-// run runs next inside lease and ends tr's run ([Turns.EndTask]): the
+// run runs next inside lease and ends tr's run (turns.EndTask): the
 // turn passes on when the task's work is done (applied or archived), and
 // stays when the task will run again; the lock is kept when the key's next
 // task is parked (see RunnerConfig.DrainMax).
-func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *TaskRun) (err error) {
+func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *taskRun) (err error) {
 	if skip := tr.OutOfBudget(); skip != nil {
 		// Failed past its budget already, by runs asynq counted without
 		// us (a run that outlived its deadline): archived in its turn,
@@ -725,10 +718,10 @@ func (r *Runner) keyField() string { return cmp.Or(r.cfg.KeyField, "key") }
 // an hour) is none the sequence handed out (a task enqueued by hand,
 // which would hold every later task back), so it is only checked.
 func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
-	return lease.SequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
+	return lease.sequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
 }
 
-// runnerTasks is a Runner's [Tasks]: its QueueTasks, with
+// runnerTasks is a Runner's taskSource: its queueTasks, with
 // RunnerConfig.HeadDue for a head whose task is due later.
 type runnerTasks struct{ r *Runner }
 
@@ -748,7 +741,7 @@ func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (s
 	if err != nil || why != "" {
 		return why, 0, err
 	}
-	if _, later := TaskFate(info); !later {
+	if _, later := taskFate(info); !later {
 		return "", 0, nil // a pending, active or aggregating task: it comes
 	}
 	d, err := t.r.cfg.HeadDue(ctx, key, te, info)
@@ -758,30 +751,30 @@ func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (s
 // Created finishes the position that creator (a task's ID, described as
 // by in the log) reserved in the sequence of key created (see
 // [AtOnce].Link): created exists now, or, when err is not nil, never
-// will. A failure is logged. See [Turns.Created].
+// will. A failure is logged. See turns.Created.
 func (r *Runner) Created(ctx context.Context, created, creator, by string, err error) {
 	r.turns.Created(ctx, created, creator, by, err)
 }
 
 // NotCreated returns why key was to be created and was not ("" when its
-// sequence logged no such outcome); see [Turns.NotCreated].
+// sequence logged no such outcome); see turns.NotCreated.
 func (r *Runner) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
 	return r.turns.NotCreated(ctx, key, creation)
 }
 
 // Skipped returns why position pos of key, reserved under label, was
-// given up without its turn, or ""; see [Turns.Skipped].
+// given up without its turn, or ""; see turns.Skipped.
 func (r *Runner) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
 	return r.turns.Skipped(ctx, key, pos, label)
 }
 
-// TaskFate reads, from its asynq state, the fate of the task that holds
-// the head of a key's sequence, for a [Tasks.HeadFate]: why it will never
+// taskFate reads, from its asynq state, the fate of the task that holds
+// the head of a key's sequence, for a taskSource.HeadFate: why it will never
 // take its turn (archived, or completed without passing it on), "" when
 // it will; later says it runs only at info.NextProcessAt (scheduled, or
 // backing off in the retry set). A pending, active or aggregating task
 // comes.
-func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
+func taskFate(info *asynq.TaskInfo) (why string, later bool) {
 	switch info.State {
 	case asynq.TaskStateArchived:
 		return fmt.Sprintf("task %s was archived: %s", info.ID, clip(info.LastErr)), false
@@ -796,7 +789,7 @@ func TaskFate(info *asynq.TaskInfo) (why string, later bool) {
 // Locate is where the task of a position of key waits, given its label:
 // the queues to look in, in order, and its task ID; ok is false for a
 // label that names no task (see RunnerConfig.Locate). nil means a
-// [Client]'s labels ([Label]).
+// [Client]'s labels (taskLabel).
 type Locate = func(key, label string) (queues []string, taskID string, ok bool)
 
 // Wake brings the parked tasks of positions of key, given by their labels

@@ -815,5 +815,5 @@ func TestRunnerTakesAnUnreachableRedisForNoFailure(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	require.False(t, keyorder.IsFailure(err), "an unreachable Redis counted as the task's failure: %v", err)
-	require.LessOrEqual(t, r.RetryDelay(3, err, task), 50*time.Millisecond, "not the busy delay")
+	require.LessOrEqual(t, r.ServerConfig(asynq.Config{}).RetryDelayFunc(3, err, task), 50*time.Millisecond, "not the busy delay")
 }

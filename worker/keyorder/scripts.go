@@ -453,7 +453,7 @@ return 1
 //	seq_splice(body, pos)
 //
 // which returns body, a JSON object trimmed of space and without a "seq"
-// member, with "seq": pos appended as its last member ([SeqField]: how a
+// member, with "seq": pos appended as its last member (seqField: how a
 // task carries its position). The Client's enqueueScript includes it to
 // take a position in the round trip that enqueues its task (and a
 // producer's claim and linked position: [Client.EnqueueAtOnce]); s must be

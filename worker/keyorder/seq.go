@@ -39,8 +39,8 @@ const (
 // fields of at most this many positions.
 const MaxStatusPage = 1000
 
-// MaxLabelLen bounds a position's label, in bytes.
-const MaxLabelLen = 256
+// maxLabelLen bounds a position's label, in bytes.
+const maxLabelLen = 256
 
 // ErrNotYourTurn is matched by the [*TurnError] that AcquireTurn returns
 // when the position was not yet next at the wait deadline, or when the head
@@ -121,7 +121,7 @@ type SeqConfig struct {
 	// (Prefix+"released"). Programs that enqueue and run the same tasks
 	// must use the same one: a Runner whose prefix is not its Clients'
 	// finds no sequence, and runs every task unordered (and logs a
-	// warning for each, see [Lease.SequenceGone]). Give each program's
+	// warning for each). Give each program's
 	// key space its own, so that two programs on one Redis do not share
 	// sequences and locks by chance. It must not contain a brace.
 	// Defaults to DefaultPrefix ("keyorder:").
@@ -154,7 +154,7 @@ type SeqConfig struct {
 // Redis, with their retention and their cap. It is the one owner of the
 // sequences: the [Client] that reserves positions at acceptance, the
 // [Locker] whose scripts (and a store's commit, through [Commit]) pass a
-// turn on and hand the lock off, the [Turns] and the [Runner] are all
+// turn on and hand the lock off, the turns and the [Runner] are all
 // built on one, and take their prefix, notice channel, retention and cap
 // from it, so that they cannot disagree. Build one per key space and
 // share it; a producer and a worker in two processes each build theirs
@@ -220,17 +220,17 @@ func checkLabel(key, label, ref string) error {
 	switch {
 	case checkKey(key, "") != nil:
 		return checkKey(key, "")
-	case label == "" || len(label) > MaxLabelLen:
-		return fmt.Errorf("keyorder: label of %d bytes, want 1 to %d", len(label), MaxLabelLen)
-	case len(ref) > MaxLabelLen:
-		return fmt.Errorf("keyorder: reference of %d bytes, at most %d", len(ref), MaxLabelLen)
+	case label == "" || len(label) > maxLabelLen:
+		return fmt.Errorf("keyorder: label of %d bytes, want 1 to %d", len(label), maxLabelLen)
+	case len(ref) > maxLabelLen:
+		return fmt.Errorf("keyorder: reference of %d bytes, at most %d", len(ref), maxLabelLen)
 	}
 	return nil
 }
 
-// ReserveCmd is a reservation queued on a pipeline by
+// reserveCmd is a reservation queued on a pipeline by
 // [Sequencer.ReserveIn]; read it after the pipeline ran.
-type ReserveCmd struct {
+type reserveCmd struct {
 	cmd *redis.Cmd
 	key string
 }
@@ -238,7 +238,7 @@ type ReserveCmd struct {
 // Pos returns the position handed out, or the reservation's error. An
 // error that starts with NOSCRIPT means Redis did not have the script
 // loaded; see [Sequencer.ReserveIn].
-func (c *ReserveCmd) Pos() (int64, error) {
+func (c *reserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
 		if full := fullError(c.key, err); full != nil {
@@ -281,7 +281,7 @@ func (q *Sequencer) LoadScripts(ctx context.Context) error {
 }
 
 // ReserveIn queues on pipe the reservation of the next position of key's
-// sequence under label (1 to MaxLabelLen bytes, which AcquireTurn will ask
+// sequence under label (1 to maxLabelLen bytes, which AcquireTurn will ask
 // for), with an optional reference (ref, unique within the key) under which
 // [Sequencer.Finish] can find the position again. It lets a caller reserve
 // positions of several keys, and run other commands, in one round trip.
@@ -289,7 +289,7 @@ func (q *Sequencer) LoadScripts(ctx context.Context) error {
 // and run the pipeline again. It is for seeding many positions at once
 // (tests, tools); a program that accepts tasks reserves with
 // [Client.Reserve], which also enqueues, voids and claims.
-func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*ReserveCmd, error) {
+func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return nil, err
 	}
@@ -297,9 +297,9 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 }
 
 // reserveIn is ReserveIn of a label and ref already checked.
-func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *ReserveCmd {
+func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *reserveCmd {
 	cmd := reserveScript.EvalSha(ctx, pipe, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting)
-	return &ReserveCmd{cmd: cmd, key: key}
+	return &reserveCmd{cmd: cmd, key: key}
 }
 
 // reserveArgs checks a reservation of key's sequence under label and ref,
@@ -333,12 +333,12 @@ func (q *Sequencer) Reserve(ctx context.Context, key, label, ref string) (int64,
 	if err := checkLabel(key, label, ref); err != nil {
 		return 0, err
 	}
-	c := &ReserveCmd{cmd: reserveScript.Run(ctx, q.rdb, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting), key: key}
+	c := &reserveCmd{cmd: reserveScript.Run(ctx, q.rdb, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting), key: key}
 	return c.Pos()
 }
 
-// Settlement is what settling a position did.
-type Settlement struct {
+// settlement is what settling a position did.
+type settlement struct {
 	// Done is false when the position was not in the expected state and
 	// nothing changed.
 	Done bool
@@ -348,7 +348,7 @@ type Settlement struct {
 }
 
 // settle runs settleScript.
-func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want, kind, why string) (Settlement, error) {
+func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want, kind, why string) (settlement, error) {
 	p := ""
 	if pos > 0 {
 		p = strconv.FormatInt(pos, 10)
@@ -356,18 +356,18 @@ func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want
 	res, err := settleScript.Run(ctx, q.rdb, append([]string{q.SeqKey(key), q.lockKey(key)}, q.backlogKeys(q.SeqKey(key))...),
 		p, ref, want, kind, why, q.channel, q.retention.Milliseconds()).Slice()
 	if err != nil {
-		return Settlement{}, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)
+		return settlement{}, fmt.Errorf("settle %s position %s: %w", key, cmp.Or(p, "ref "+ref), err)
 	}
 	n, _ := res[0].(int64)
 	wake, _ := res[1].(string)
-	return Settlement{Done: n == 1, Wake: splitWake(wake)}, nil
+	return settlement{Done: n == 1, Wake: splitWake(wake)}, nil
 }
 
 // Void gives up position pos of key, reserved under label, because its
 // holder will never come (its task was refused). The cursor passes it
 // without waiting; the reason is logged. Nothing changes (Done is false)
 // when the position is not pending under label.
-func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (Settlement, error) {
+func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
 	return q.settle(ctx, key, pos, "", "~"+label, "v", reason)
 }
 
@@ -376,7 +376,7 @@ func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reas
 // gone. The reason is logged. It returns false, and changes nothing, when
 // pos is no longer the head or its record changed: someone else settled it,
 // or its holder finished.
-func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, reason string) (Settlement, error) {
+func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, reason string) (settlement, error) {
 	return q.settle(ctx, key, pos, "", "="+record, "s", reason)
 }
 
@@ -385,7 +385,7 @@ func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, rea
 // that did its work without taking the lock in turn (or could not take it
 // at all). The cursor passes it when it gets there. Nothing changes (Done
 // is false) when the position is not pending (under label, when given).
-func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (Settlement, error) {
+func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
 	want := ""
 	if label != "" {
 		want = "~" + label

@@ -14,21 +14,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The run of an asynq task in its key's turn: what [Turns.TakeTask] and
-// [Turns.EndTask] decide for asynq. A [Runner] is built on them, and so is
+// The run of an asynq task in its key's turn: what turns.TakeTask and
+// turns.EndTask decide for asynq. A [Runner] is built on them, and so is
 // a program that wraps its handlers itself (the order domain's worker,
 // which adds its spans, metrics and settlements around the same steps):
 // what a wait, a failure within its budget and one past it become is
 // decided here once.
 
 // ErrOutOfBudget is matched by the error of a task that failed more times
-// than its failure budget (its asynq MaxRetry less one, see [TaskRun]):
+// than its failure budget (its asynq MaxRetry less one, see taskRun):
 // the error also matches asynq.SkipRetry, and asynq archives the task.
 var ErrOutOfBudget = errors.New("keyorder: out of its failure budget")
 
-// TaskRun is one run of an asynq task in its key's turn, for
-// [Turns.TakeTask] and [Turns.EndTask].
-type TaskRun struct {
+// taskRun is one run of an asynq task in its key's turn, for
+// turns.TakeTask and turns.EndTask.
+type taskRun struct {
 	// Key is the task's key, Turn its position (zero for a task without
 	// one, which runs under the lock but without order), Meta what the
 	// lock records of its holder (see [Locker.Acquire]).
@@ -36,7 +36,7 @@ type TaskRun struct {
 	Turn Turn
 	Meta string
 	// Label is what a task that ends for good without its work (archived
-	// or revoked) is noted under in its key's sequence log ([Turns.Note]):
+	// or revoked) is noted under in its key's sequence log (turns.Note):
 	// Turn's label, or the caller's own for a task without a position;
 	// with neither, nothing is noted.
 	Label string
@@ -51,10 +51,10 @@ type TaskRun struct {
 // before the task is archived, its MaxRetry less one. One try is kept for
 // a wait, which asynq would otherwise archive once its retries are spent
 // (a [Client] sets a task's asynq MaxRetry one above the budget asked for).
-func (tr *TaskRun) Budget() int { return max(tr.MaxRetry-1, 0) }
+func (tr *taskRun) Budget() int { return max(tr.MaxRetry-1, 0) }
 
 // laterError is a run that goes back to its queue for delay: a wait (no
-// failure), or a failure within its budget. [Turns.RetryDelay] reads the
+// failure), or a failure within its budget. turns.RetryDelay reads the
 // delay.
 type laterError struct {
 	err   error
@@ -98,19 +98,19 @@ func (e *budgetError) Unwrap() []error {
 // asynq counted without the handler seeing them end (runs that outlived
 // their deadline). It matches ErrOutOfBudget and asynq.SkipRetry; nil when
 // the task is within its budget or has no position.
-func (tr *TaskRun) OutOfBudget() error {
+func (tr *taskRun) OutOfBudget() error {
 	if tr.Turn.Pos == 0 || tr.Retried <= tr.Budget() {
 		return nil
 	}
 	return &budgetError{failed: tr.Retried, budget: tr.Budget(), deadlineOutlived: true}
 }
 
-// TakeTask takes tr.Key's lock in tr.Turn's position (see [Turns.Take]),
+// TakeTask takes tr.Key's lock in tr.Turn's position (see turns.Take),
 // waiting by policy w, and says what asynq gets when it does not:
 //
 //   - a wait that ran out, or a park, is an error that spends no retry
-//     ([IsFailure] is false) and that [Turns.RetryDelay] turns into the
-//     park's delay plus a random busy delay (TurnsConfig.BusyRetryMin
+//     ([IsFailure] is false) and that turns.RetryDelay turns into the
+//     park's delay plus a random busy delay (turnsConfig.BusyRetryMin
 //     and BusyRetryMax); it matches [ErrBusy] or [ErrNotYourTurn], and
 //     [*ParkError] or [*BusyError];
 //   - a position that is not the task's ([ErrBadPosition]) is noted in the
@@ -127,7 +127,7 @@ func (tr *TaskRun) OutOfBudget() error {
 // A task on its last try (Retried at MaxRetry: asynq archives it on any
 // error, a wait included) waits for its turn until a second before its
 // context's deadline.
-func (t *Turns) TakeTask(ctx context.Context, tr *TaskRun, w Wait) (*Lease, Taken, error) {
+func (t *turns) TakeTask(ctx context.Context, tr *taskRun, w Wait) (*Lease, taken, error) {
 	if tr.Retried >= tr.MaxRetry {
 		if dl, ok := ctx.Deadline(); ok {
 			w.Deadline = max(time.Until(dl)-time.Second, w.Deadline)
@@ -190,7 +190,7 @@ func unavailable(err error) bool {
 // the error of a run that goes back to its queue after a random busy delay
 // without spending a retry (a task that a hold passed the turn to and that
 // cannot take it, say).
-func (t *Turns) Later(err error) error {
+func (t *turns) Later(err error) error {
 	return &laterError{err: err, delay: t.busyDelay()}
 }
 
@@ -204,8 +204,8 @@ func (t *Turns) Later(err error) error {
 //     (asynq.RevokeTask: asynq deletes the task) are final: the turn
 //     passes on, and an archived or revoked task is noted under tr.Label;
 //   - a failure within the budget goes back with the backoff of
-//     TurnsConfig.RetryDelay, chosen now so that the positions behind it
-//     wait just as long ([Turns.Pass]'s retryAt); one past it is archived
+//     turnsConfig.RetryDelay, chosen now so that the positions behind it
+//     wait just as long (turns.Pass's retryAt); one past it is archived
 //     with an error that matches [ErrOutOfBudget];
 //   - an error that is no failure (a wait, a lost lease: [IsFailure]),
 //     and any error of a run whose context asynq ended (its deadline, a
@@ -213,7 +213,7 @@ func (t *Turns) Later(err error) error {
 //
 // A handler error of a run that lost its lease is wrapped to match
 // [ErrLost].
-func (t *Turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *TaskRun, err error) (_ error, final bool) {
+func (t *turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *taskRun, err error) (_ error, final bool) {
 	if cause := context.Cause(runCtx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
 		err = fmt.Errorf("%w: %w", cause, err)
 	}
@@ -244,12 +244,12 @@ func (t *Turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *TaskRun, 
 }
 
 // RetryDelay is asynq's Config.RetryDelayFunc for tasks run through
-// [Turns.TakeTask] and [Turns.EndTask] (a [Runner]'s): the delay the run
+// turns.TakeTask and turns.EndTask (a [Runner]'s): the delay the run
 // chose (how long a parked task stays away, the backoff of a failure,
 // taken when it failed so that the tasks behind it wait as long), a
 // random busy delay for another error that is no failure (a lost lease, a
-// stale fence, asynq's expired lease), or TurnsConfig.RetryDelay.
-func (t *Turns) RetryDelay(n int, err error, task *asynq.Task) time.Duration {
+// stale fence, asynq's expired lease), or turnsConfig.RetryDelay.
+func (t *turns) RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 	var later *laterError
 	switch {
 	case errors.As(err, &later):
@@ -261,7 +261,7 @@ func (t *Turns) RetryDelay(n int, err error, task *asynq.Task) time.Duration {
 }
 
 // busyDelay is a random delay between BusyRetryMin and BusyRetryMax.
-func (t *Turns) busyDelay() time.Duration {
+func (t *turns) busyDelay() time.Duration {
 	lo, hi := t.cfg.BusyRetryMin, t.cfg.BusyRetryMax
 	return lo + rand.N(hi-lo+1)
 }

@@ -16,24 +16,24 @@ import (
 	"github.com/orderworker/orderworker/internal/tracing"
 )
 
-// Tasks is what a [Turns] asks of the queue whose tasks hold a key's
+// taskSource is what a turns asks of the queue whose tasks hold a key's
 // positions (asynq, in the worker). Its methods are called from many
 // goroutines at once.
-type Tasks interface {
+type taskSource interface {
 	// HeadFate says why the task holding the head of key's sequence
 	// (te.Head under te.Label) will never take its turn: a reason to skip
 	// the position, or "" when it will come. When it exists and runs only
 	// later (scheduled, backing off), delay says how long from now.
 	HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error)
 	// Wake brings the parked holders of the labels a settlement handed
-	// back ([Lease.Wake], [Settlement].Wake) to the front of their queues.
+	// back ([Lease.Wake], settlement.Wake) to the front of their queues.
 	Wake(ctx context.Context, key string, labels []string) error
 }
 
-// TurnsConfig tunes a [Turns]. The zero value means all defaults.
-type TurnsConfig struct {
+// turnsConfig tunes a turns. The zero value means all defaults.
+type turnsConfig struct {
 	// GapWait is how long the head of a sequence may wait for its holder
-	// before [Turns.Take] asks [Tasks.HeadFate] whether it will come, and
+	// before turns.Take asks taskSource.HeadFate whether it will come, and
 	// the longest a parked waiter stays away. Defaults to 30 seconds.
 	GapWait time.Duration
 	// SettleTimeout bounds the sequence writes made after a holder's work
@@ -47,12 +47,12 @@ type TurnsConfig struct {
 	// order domain logs "order_no").
 	KeyField string
 	// RetryDelay is the backoff of a failed task after n failures, chosen
-	// by [Turns.EndTask] when it fails (the tasks behind it wait as long).
+	// by turns.EndTask when it fails (the tasks behind it wait as long).
 	// Defaults to asynq.DefaultRetryDelayFunc.
 	RetryDelay asynq.RetryDelayFunc
 	// BusyRetryMin and BusyRetryMax bound the random delay after which a
 	// task that only waited, or lost its key, runs again (see
-	// [Turns.TakeTask] and [Turns.RetryDelay]). Default 100 ms and 1 s.
+	// turns.TakeTask and turns.RetryDelay). Default 100 ms and 1 s.
 	BusyRetryMin, BusyRetryMax time.Duration
 	// MaxRetryWait is the longest backoff a failing head can have earned
 	// (the retry policy's longest): a head's mark of when it runs again
@@ -63,25 +63,25 @@ type TurnsConfig struct {
 	MaxRetryWait time.Duration
 }
 
-// DefaultMaxRetryWait is the default of [TurnsConfig.MaxRetryWait]: the
+// DefaultMaxRetryWait is the default of turnsConfig.MaxRetryWait: the
 // longest backoff asynq.DefaultRetryDelayFunc gives in asynq's default
 // budget of 25 retries (25⁴ + 15 + 30·26 seconds, about 4.5 days).
 const DefaultMaxRetryWait = (390625 + 15 + 780) * time.Second
 
-// DefaultGapWait is the default of [TurnsConfig.GapWait].
+// DefaultGapWait is the default of turnsConfig.GapWait.
 const DefaultGapWait = 30 * time.Second
 
-// DefaultSettleTimeout is the default of [TurnsConfig.SettleTimeout].
-const DefaultSettleTimeout = 5 * time.Second
+// defaultSettleTimeout is the default of turnsConfig.SettleTimeout.
+const defaultSettleTimeout = 5 * time.Second
 
-// DefaultBusyRetryMin and DefaultBusyRetryMax are the defaults of
-// [TurnsConfig].BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
+// defaultBusyRetryMin and defaultBusyRetryMax are the defaults of
+// turnsConfig.BusyRetryMin and BusyRetryMax, and of a [Runner]'s.
 const (
-	DefaultBusyRetryMin = 100 * time.Millisecond
-	DefaultBusyRetryMax = time.Second
+	defaultBusyRetryMin = 100 * time.Millisecond
+	defaultBusyRetryMax = time.Second
 )
 
-// ParkError is returned by [Turns.Take] for a holder that goes back to its
+// ParkError is returned by turns.Take for a holder that goes back to its
 // queue for Delay without its turn: its position is too far back, its
 // wait ran out, the head backs off after a failure, or the head's task
 // runs only later. It matches [ErrNotYourTurn], and Delay is at most the
@@ -97,8 +97,8 @@ func (e *ParkError) Error() string {
 }
 func (e *ParkError) Unwrap() error { return e.Err }
 
-// Taken is what a [Turns.Take] did before it returned, also on an error.
-type Taken struct {
+// taken is what a turns.Take did before it returned, also on an error.
+type taken struct {
 	// Waited is how long it waited for the lock and the turn.
 	Waited time.Duration
 	// Skipped counts the head positions it skipped because their holders
@@ -106,37 +106,37 @@ type Taken struct {
 	Skipped int
 }
 
-// Turns is the one owner of the per-key sequence's turns on the holders'
+// turns is the one owner of the per-key sequence's turns on the holders'
 // side: it takes a key's lock in a position's turn (waiting, parking, and
 // skipping a head whose holder will never come, which it learns from
-// [Tasks]), passes the turn on when the work ends, and settles the
+// taskSource), passes the turn on when the work ends, and settles the
 // positions of holders that end without their turn. A run of an asynq
-// task reads as [Turns.TakeTask], run (the store's commit may pass the
-// turn on, see [Commit]), [Turns.EndTask]: the [Runner]'s, and the order
+// task reads as turns.TakeTask, run (the store's commit may pass the
+// turn on, see [Commit]), turns.EndTask: the [Runner]'s, and the order
 // domain's worker's, which adds its spans and metrics around them.
 //
 // A Turns is safe for concurrent use. It starts no goroutine; the Locker's
 // retries of releases whose reply was lost call back, through the last
 // Turns built on it, the parked holders they find.
-type Turns struct {
+type turns struct {
 	l     *Locker
 	seq   *Sequencer
-	tasks Tasks
-	cfg   TurnsConfig
+	tasks taskSource
+	cfg   turnsConfig
 	log   *zap.Logger
 }
 
-// NewTurns returns the Turns of l's keys, asking tasks about their
+// newTurns returns the Turns of l's keys, asking tasks about their
 // holders. It returns an error for a nil argument or a negative setting.
-func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
+func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
 	if l == nil || tasks == nil {
 		return nil, errors.New("keyorder: turns need a locker and tasks")
 	}
 	if cfg.GapWait < 0 || cfg.SettleTimeout < 0 {
 		return nil, errors.New("keyorder: turns: GapWait and SettleTimeout must not be negative")
 	}
-	cfg.BusyRetryMin = cmp.Or(cfg.BusyRetryMin, DefaultBusyRetryMin)
-	cfg.BusyRetryMax = cmp.Or(cfg.BusyRetryMax, max(DefaultBusyRetryMax, cfg.BusyRetryMin))
+	cfg.BusyRetryMin = cmp.Or(cfg.BusyRetryMin, defaultBusyRetryMin)
+	cfg.BusyRetryMax = cmp.Or(cfg.BusyRetryMax, max(defaultBusyRetryMax, cfg.BusyRetryMin))
 	if cfg.BusyRetryMin < 0 || cfg.BusyRetryMax < cfg.BusyRetryMin {
 		return nil, fmt.Errorf("keyorder: turns: BusyRetryMin %v and BusyRetryMax %v must be 0 <= min <= max", cfg.BusyRetryMin, cfg.BusyRetryMax)
 	}
@@ -144,13 +144,13 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 		cfg.RetryDelay = asynq.DefaultRetryDelayFunc
 	}
 	cfg.GapWait = cmp.Or(cfg.GapWait, DefaultGapWait)
-	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, DefaultSettleTimeout)
+	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, defaultSettleTimeout)
 	cfg.MaxRetryWait = cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait)
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	t := &Turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}
+	t := &turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}
 	// The Locker's retries of releases whose reply was lost call back
 	// through the Turns the holders that those releases found parked.
 	wake := t.wake
@@ -162,9 +162,9 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // waiting by policy w. A position more than two behind the head, or one
 // that waited its deadline, is parked: Take returns a [*ParkError] with
 // the delay after which its holder should look again (the call back of
-// the release before it brings it back sooner, see [Tasks.Wake]). When
+// the release before it brings it back sooner, see taskSource.Wake). When
 // the head has waited for its holder longer than GapWait, Take asks
-// [Tasks.HeadFate] about it once, skips it when its holder will never
+// taskSource.HeadFate about it once, skips it when its holder will never
 // come (the skip is logged in the sequence with the reason), and tries
 // again. Sooner, the holder of the position next in line asks once, when
 // the head was reserved more than a second ago (or GapWait, if shorter;
@@ -178,8 +178,8 @@ func NewTurns(l *Locker, tasks Tasks, cfg TurnsConfig) (*Turns, error) {
 // It returns a [*BusyError] when the lock stayed held past w's deadline,
 // errors matching [ErrBadPosition] for a position that is not the
 // caller's, and Redis and HeadFate errors, wrapped.
-func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, Taken, error) {
-	var done Taken
+func (t *turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, taken, error) {
+	var done taken
 	checked := int64(0) // the head found to exist: no need to look again
 	probed := int64(0)  // the head asked once whether its task ended
 	for {
@@ -192,7 +192,7 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 		var busy *BusyError
 		switch {
 		case err == nil:
-			if lease.SequenceGone() {
+			if lease.sequenceGone() {
 				tracing.Log(ctx, t.log).Warn("the key's sequence does not exist: the task runs without order; it expired or was lost, or the task's positions were handed out under another key prefix than this worker's",
 					zap.String(t.cfg.KeyField, key), zap.Int64("seq", turn.Pos), zap.String("holder", meta))
 			}
@@ -253,15 +253,15 @@ func (t *Turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 // park is the ParkError of a waiter for a head that runs again only after
 // d: no later than GapWait, so that a head whose task is deleted meanwhile
 // is found and skipped within about GapWait.
-func (t *Turns) park(te *TurnError, d time.Duration) *ParkError {
+func (t *turns) park(te *TurnError, d time.Duration) *ParkError {
 	return &ParkError{Err: te, Delay: min(d, t.cfg.GapWait)}
 }
 
 // resolveHead skips the head of te, which has waited for its holder longer
-// than GapWait, when [Tasks.HeadFate] says it will never come. It reports
+// than GapWait, when taskSource.HeadFate says it will never come. It reports
 // whether the head was skipped (by this call or, meanwhile, another), or
 // how long before its holder runs.
-func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (skipped bool, delay time.Duration, err error) {
+func (t *turns) resolveHead(ctx context.Context, key string, te *TurnError) (skipped bool, delay time.Duration, err error) {
 	why, delay, err := t.tasks.HeadFate(ctx, key, te)
 	if err != nil || why == "" {
 		return false, delay, err
@@ -282,13 +282,13 @@ func (t *Turns) resolveHead(ctx context.Context, key string, te *TurnError) (ski
 // question costs a read.
 const endedAfter = time.Second
 
-// headEnder is implemented by [Tasks] that can say at once, with no
+// headEnder is implemented by the tasks that can say at once, with no
 // GapWait, that the head of key's sequence will never take its turn
 // because its task has ended: it completed or was archived without the
 // end of its turn, which a failover can lose with the key's master while
 // the task's end, recorded on its queue's master, survives. why is "" for
 // a task that has not ended or that no queue holds (that one may still be
-// on its way: HeadFate decides after GapWait). [QueueTasks] and the
+// on its way: HeadFate decides after GapWait). queueTasks and the
 // Runner's Tasks implement it.
 type headEnder interface {
 	headEnded(ctx context.Context, key string, te *TurnError) (why string, err error)
@@ -298,7 +298,7 @@ type headEnder interface {
 // ([HeadEnder]), and reports whether the head is gone (skipped by this
 // call or meanwhile by someone else). A failed read or skip is logged and
 // reported as false: the waiter waits as it would have, GapWait at most.
-func (t *Turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
+func (t *turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
 	he, ok := t.tasks.(headEnder)
 	if !ok {
 		return false
@@ -320,7 +320,7 @@ func (t *Turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
 // skipHead skips te's head of key for why, logs the skip and wakes the
 // holders it hands the turn to. A head skipped meanwhile by someone else,
 // or whose holder came, is no error (the caller tries again either way).
-func (t *Turns) skipHead(ctx context.Context, key string, te *TurnError, why string) error {
+func (t *turns) skipHead(ctx context.Context, key string, te *TurnError, why string) error {
 	st, err := t.seq.Skip(ctx, key, te.Head, te.Record, why)
 	if err != nil {
 		return fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
@@ -351,9 +351,9 @@ func (t *Turns) skipHead(ctx context.Context, key string, te *TurnError, why str
 // position's holder is parked and the key is not paused: Pass then returns
 // that position and true, and the caller goes on with it in the same hold
 // ([Lease.Next]), or releases the lease and calls its holder back
-// ([Turns.Release]). A store's commit may have kept it already (see
+// (turns.Release). A store's commit may have kept it already (see
 // [Handoff.Kept]).
-func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) (Turn, bool) {
+func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) (Turn, bool) {
 	switch {
 	case done:
 		lease.Finish()
@@ -381,16 +381,16 @@ func (t *Turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 }
 
 // ReleaseKept releases a lease that a commit kept for the next position
-// (see [Turns.Pass]) without calling that position's holder back: the
+// (see turns.Pass) without calling that position's holder back: the
 // caller sends it to its queue itself.
-func (t *Turns) ReleaseKept(ctx context.Context, lease *Lease) {
+func (t *turns) ReleaseKept(ctx context.Context, lease *Lease) {
 	t.l.release(ctx, lease, true)
 }
 
 // Release releases a lease that a commit kept for the next position (see
-// [Turns.Pass]) when its holder does not go on with it, and calls that
+// turns.Pass) when its holder does not go on with it, and calls that
 // position's holder back, as a release would have.
-func (t *Turns) Release(ctx context.Context, lease *Lease) {
+func (t *turns) Release(ctx context.Context, lease *Lease) {
 	next, kept := lease.Kept()
 	t.l.release(ctx, lease, true)
 	if kept {
@@ -403,7 +403,7 @@ func (t *Turns) Release(ctx context.Context, lease *Lease) {
 // outcome logged in the sequence, and wakes the holders that called
 // back. A failure is logged: the position is then skipped by the gap
 // check.
-func (t *Turns) Abandon(ctx context.Context, key string, turn Turn, outcome string) {
+func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome string) {
 	if turn.Pos == 0 {
 		return
 	}
@@ -421,7 +421,7 @@ func (t *Turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 // for none) under label ended for good without its work, and why (see
 // [Sequencer.Note]): the note outlives the holder's own record. A failure
 // loses the note and is logged.
-func (t *Turns) Note(ctx context.Context, key string, pos int64, label, reason string) {
+func (t *turns) Note(ctx context.Context, key string, pos int64, label, reason string) {
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
 	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
@@ -442,10 +442,10 @@ const notCreated = "not created: "
 // Created finishes the position that creator (an event ID, described as
 // by in the log, e.g. "exchange E of SO1") reserved in created's sequence:
 // created exists now, or, when err is not nil, never will (the reason is
-// logged in created's sequence, where [Turns.NotCreated] finds it). The
+// logged in created's sequence, where turns.NotCreated finds it). The
 // changes of created accepted after the creator can then go. A failure is
 // logged: they then wait for the gap check.
-func (t *Turns) Created(ctx context.Context, created, creator, by string, err error) {
+func (t *turns) Created(ctx context.Context, created, creator, by string, err error) {
 	outcome := "created by " + by
 	if err != nil {
 		outcome = notCreated + by + " was rejected: " + clip(err.Error())
@@ -462,14 +462,14 @@ func (t *Turns) Created(ctx context.Context, created, creator, by string, err er
 
 // NotCreated returns why key was to be created and was not ("" when its
 // sequence logged no such outcome), for the error of a change of a key
-// that does not exist: the outcome [Turns.Created] logged for a creation
+// that does not exist: the outcome turns.Created logged for a creation
 // that did not happen ("exchange E of SO1 was rejected: ..."), or, for a
 // position whose label creation reports true for (the position a creator
 // reserved in key's sequence; nil: none) that was skipped or voided,
 // "position N (label) was skipped: why" (the skip's reason: an operator's
 // names who and why). The newest such entry of the log wins; the log keeps
 // the latest 20 entries. A read error is returned, wrapped.
-func (t *Turns) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
+func (t *turns) NotCreated(ctx context.Context, key string, creation func(label string) bool) (string, error) {
 	st, err := t.seq.Status(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("why %s was not created: %w", key, err)
@@ -491,7 +491,7 @@ func (t *Turns) NotCreated(ctx context.Context, key string, creation func(label 
 // skipped: why"), or "" when key's sequence log has no such entry (the log
 // keeps the latest 20), for the error of a holder that comes after its
 // position was passed. A read error is returned, wrapped.
-func (t *Turns) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
+func (t *turns) Skipped(ctx context.Context, key string, pos int64, label string) (string, error) {
 	st, err := t.seq.Status(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("why %s position %d was passed: %w", key, pos, err)
@@ -513,9 +513,9 @@ func settledText(e Settled) string {
 	return fmt.Sprintf("position %d (%s) was %s at %s: %s", e.Pos, e.Label, verb, e.At.Format(time.RFC3339), e.Reason)
 }
 
-// wake hands labels to [Tasks.Wake]; a failure only costs those holders
+// wake hands labels to taskSource.Wake; a failure only costs those holders
 // their park delay, and is logged.
-func (t *Turns) wake(ctx context.Context, key string, labels []string) {
+func (t *turns) wake(ctx context.Context, key string, labels []string) {
 	if len(labels) == 0 {
 		return
 	}
@@ -532,7 +532,7 @@ func (t *Turns) wake(ctx context.Context, key string, labels []string) {
 
 // settleCtx is a context for the writes after a holder's work: it
 // survives ctx's cancellation and ends after SettleTimeout.
-func (t *Turns) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (t *turns) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), t.cfg.SettleTimeout)
 }
 
