@@ -103,6 +103,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
@@ -345,7 +346,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
-	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds), Locate: o.locate, Logger: log, KeyField: "order_no"})
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds), Locate: o.locate, Logger: logging.Slog(log), KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}

@@ -17,6 +17,7 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -164,6 +165,17 @@ func Log(ctx context.Context, log *zap.Logger) *zap.Logger {
 		return log.With(f...)
 	}
 	return log
+}
+
+// Slog is [Log] for a *slog.Logger (the engine's, package keyorder): log
+// with the trace_id and span_id of ctx's span, or log itself when ctx
+// carries no valid span context.
+func Slog(ctx context.Context, log *slog.Logger) *slog.Logger {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return log
+	}
+	return log.With(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 }
 
 // LogFields returns the trace_id and span_id fields of ctx's span, or nil

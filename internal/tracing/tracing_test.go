@@ -1,8 +1,10 @@
 package tracing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -204,6 +206,21 @@ func TestLogFields(t *testing.T) {
 	assert.Equal(t, want, entries[0].ContextMap())
 	assert.Equal(t, want, entries[1].ContextMap())
 	assert.Empty(t, entries[2].ContextMap())
+}
+
+func TestSlog(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	require.Same(t, log, tracing.Slog(t.Context(), log), "the same logger without a span")
+
+	tracer, _ := sdkTracer(t)
+	ctx, span := tracer.Start(t.Context(), "work")
+	defer span.End()
+	sc := span.SpanContext()
+	tracing.Slog(ctx, log).Info("log")
+	assert.Contains(t, buf.String(), `"trace_id":"`+sc.TraceID().String()+`"`)
+	assert.Contains(t, buf.String(), `"span_id":"`+sc.SpanID().String()+`"`)
 }
 
 func TestRecordError(t *testing.T) {
