@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/runctx"
 )
 
 // ErrStaleFence is for a store to wrap when it refuses a write whose fence
@@ -451,7 +452,9 @@ type Run struct {
 	Commit Commit
 }
 
-type runKey struct{}
+// runKey is the context key of a handler's Run, shared with package
+// keyordertest.
+type runKey = runctx.Key
 
 // RunFrom returns the [Run] of a handler's context, and false outside a
 // Runner's handler.
