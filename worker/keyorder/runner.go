@@ -354,6 +354,22 @@ func (r *Runner) Close() error {
 	return r.l.Close()
 }
 
+// Shutdown stops the Runner and srv, the asynq server that runs its
+// handlers, in the one right order: the Runner's holds end before their
+// next task ([Runner.Stop]), then srv shuts down (srv.Shutdown: it waits
+// up to its Config.ShutdownTimeout for the tasks in flight), then the
+// Runner's subscription closes ([Runner.Close]), whose error it returns. A
+// nil srv (a Runner that runs no server) only closes. It is the whole of
+// a program's stop, in place of those three calls; the Redis client stays
+// the caller's. Call it once, after srv.Start.
+func (r *Runner) Shutdown(srv *asynq.Server) error {
+	r.Stop()
+	if srv != nil {
+		srv.Shutdown()
+	}
+	return r.Close()
+}
+
 // ServerConfig returns c with the Runner's IsFailure and RetryDelayFunc,
 // which the asynq server running its handlers must use. The Runner also
 // reads c's Queues and Concurrency (asynq's defaults when unset), for its

@@ -734,6 +734,27 @@ func TestARunnerWarnsOfATaskWhoseSequenceIsGone(t *testing.T) {
 	require.Equal(t, 1, logs.FilterMessageSnippet("sequence does not exist").Len())
 }
 
+// Runner.Shutdown is a program's whole stop: the holds, the server, the
+// Runner; the Runner's Close after it is a no-op.
+func TestRunnerShutdownStopsTheServerAndTheRunner(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r, err := keyorder.NewRunner(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.RunnerConfig{Key: keyOf})
+	require.NoError(t, err)
+	rc := newRecorder()
+	srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
+		Concurrency: 2, LogLevel: asynq.FatalLevel, TaskCheckInterval: 10 * time.Millisecond}))
+	require.NoError(t, srv.Start(r.Handler(rc.wrap(nil))))
+	enqueue(t, newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{}), "K", 1)
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "the task did not run")
+	require.NoError(t, r.Shutdown(srv))
+	require.NoError(t, r.Close(), "closing again")
+
+	other, err := keyorder.NewRunner(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.RunnerConfig{Key: keyOf})
+	require.NoError(t, err)
+	require.NoError(t, other.Shutdown(nil), "no server: it only closes")
+}
+
 // A Runner given no Logger still warns of tasks whose key's sequence does
 // not exist (here: a Client on another prefix), through slog.Default, once
 // a minute however many such tasks and keys run; the Report says so of
