@@ -19,9 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
@@ -159,7 +156,6 @@ func TestExtractInvalid(t *testing.T) {
 			require.NotNil(t, ctx)
 			assert.False(t, sc.IsValid())
 			assert.False(t, trace.SpanContextFromContext(ctx).IsValid())
-			assert.Nil(t, tracing.LogFields(ctx))
 		})
 	}
 }
@@ -182,30 +178,6 @@ func TestTracerOfNilIsNil(t *testing.T) {
 	t.Parallel()
 	assert.Nil(t, tracing.Tracer(nil), "no tracer without a provider")
 	assert.NotNil(t, tracing.Tracer(sdktrace.NewTracerProvider()))
-}
-
-func TestLogFields(t *testing.T) {
-	t.Parallel()
-	assert.Nil(t, tracing.LogFields(t.Context()), "no span")
-
-	tracer, _ := sdkTracer(t)
-	ctx, span := tracer.Start(t.Context(), "work")
-	defer span.End()
-	sc := span.SpanContext()
-
-	core, logs := observer.New(zapcore.DebugLevel)
-	log := zap.New(core)
-	log.Info("fields", tracing.LogFields(ctx)...)
-	tracing.Log(ctx, log).Info("log")
-	tracing.Log(t.Context(), log).Info("without")
-	require.Equal(t, log, tracing.Log(t.Context(), log), "the same logger without a span")
-
-	entries := logs.AllUntimed()
-	require.Len(t, entries, 3)
-	want := map[string]any{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String()}
-	assert.Equal(t, want, entries[0].ContextMap())
-	assert.Equal(t, want, entries[1].ContextMap())
-	assert.Empty(t, entries[2].ContextMap())
 }
 
 func TestSlog(t *testing.T) {
