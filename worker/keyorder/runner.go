@@ -336,6 +336,8 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 // would then put the hold's first task back in its queue, to run again).
 // A task that a hold had taken and not run goes back to the front of its
 // queue. Stop is safe to call more than once, and from any goroutine.
+// [Runner.Shutdown] calls it in its order; a program that stops its
+// server itself calls it first.
 func (r *Runner) Stop() { r.stopping.Store(true) }
 
 // CheckNotices makes sure that the Redis user may publish and subscribe to
@@ -348,7 +350,8 @@ func (r *Runner) Stop() { r.stopping.Store(true) }
 func (r *Runner) CheckNotices(ctx context.Context) error { return r.l.CheckNotices(ctx) }
 
 // Close stops the Runner's holds and its subscription, once the asynq
-// server has shut down. The Redis client stays the caller's.
+// server has shut down ([Runner.Shutdown] does both, in order). Close is
+// safe to call more than once. The Redis client stays the caller's.
 func (r *Runner) Close() error {
 	r.Stop()
 	return r.l.Close()
