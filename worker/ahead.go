@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/worker/keyorder"
 )
 
@@ -58,7 +58,7 @@ func (w *Worker) bringForward(ctx context.Context, orderNo string, te *keyorder.
 	if err != nil {
 		return fmt.Errorf("bring task %s of position %d forward: %w", info.ID, te.Head, err)
 	}
-	tracing.Log(ctx, w.log).Warn("head scheduled further ahead than any producer schedules; brought forward",
+	logging.WithTrace(ctx, w.log).Warn("head scheduled further ahead than any producer schedules; brought forward",
 		zap.String("order_no", orderNo), zap.Int64("seq", te.Head), zap.String("task_id", info.ID),
 		zap.String("queue", info.Queue), zap.String("state", info.State.String()), zap.Time("due", info.NextProcessAt),
 		zap.Duration("max_schedule_ahead", bound), zap.Bool("moved", moved), zap.String("found", state))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
@@ -215,7 +216,7 @@ func (w *Worker) logRun(ctx context.Context, d *Done) {
 	if d.Err != nil {
 		fields = append(fields, zap.Error(d.Err))
 	}
-	fields = append(fields, tracing.LogFields(ctx)...)
+	fields = append(fields, logging.TraceFields(ctx)...)
 	ce.Write(fields...)
 }
 

@@ -87,6 +87,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
@@ -498,7 +499,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		OnHold:       func(d keyorder.HoldDone) { cfg.Metrics.observeHold(d.Runs, d.Yielded) },
 		WaitReplicas: cfg.WaitReplicas,
 		WaitTimeout:  cfg.WaitTimeout,
-		Logger:       log,
+		Logger:       logging.Slog(log),
 		KeyField:     "order_no",
 		OnWait:       cfg.OnLockWait,
 		Admit:        w.admit,

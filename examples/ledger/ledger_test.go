@@ -484,9 +484,7 @@ func (e *env) workerWith(t *testing.T, n int, wrap func(asynq.Handler) asynq.Han
 	}))
 	require.NoError(t, srv.Start(mux))
 	t.Cleanup(func() {
-		runner.Stop()
-		srv.Shutdown()
-		assert.NoError(t, runner.Close())
+		assert.NoError(t, runner.Shutdown(srv))
 		_ = rdb.Close()
 	})
 	return runner

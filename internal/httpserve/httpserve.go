@@ -23,7 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/logging"
 )
 
 // The defaults of [Config].
@@ -235,7 +235,7 @@ func AccessLog(log *zap.Logger, next http.Handler) http.Handler {
 		if info.Trace.IsValid() {
 			ctx = trace.ContextWithSpanContext(ctx, info.Trace)
 		}
-		fields = append(fields, tracing.LogFields(ctx)...)
+		fields = append(fields, logging.TraceFields(ctx)...)
 		ce.Write(fields...)
 	})
 }

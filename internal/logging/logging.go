@@ -3,7 +3,9 @@
 //
 // It keeps no global logger: the binary builds one in run, passes it down,
 // and names child loggers after the package that uses them. It is for cmd/*
-// packages; libraries take a *zap.Logger and never build one.
+// packages; libraries take a *zap.Logger and never build one, except that
+// the engine (package keyorder) takes a *slog.Logger, which [Slog] makes of
+// a *zap.Logger.
 package logging
 
 import (

@@ -103,8 +103,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderkeys"
-	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/orders"
@@ -345,7 +345,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Ops, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
-	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds), Locate: o.locate, Logger: log, KeyField: "order_no"})
+	run, err := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: orderkeys.OrderNo(cfg.Kinds), Locate: o.locate, Logger: logging.Slog(log), KeyField: "order_no"})
 	if err != nil {
 		return nil, fmt.Errorf("orderops: %w", err)
 	}
@@ -414,7 +414,7 @@ func (o *Ops) Do(ctx context.Context, a Action, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	tracing.Log(ctx, o.log).Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
+	logging.WithTrace(ctx, o.log).Info("operator action", zap.String("action", string(a)), zap.String("order_no", req.OrderNo),
 		zap.String("principal", req.By), zap.String("reason", req.Reason), zap.Int64("seq", res.Seq),
 		zap.String("task_id", res.TaskID), zap.String("detail", res.Detail))
 	o.annotate(ctx, a, req, res)
@@ -559,9 +559,9 @@ func (o *Ops) annotate(ctx context.Context, a Action, req Request, res Result) {
 	err := o.notes.Annotate(ctx, req.OrderNo, note(action, req))
 	switch {
 	case errors.Is(err, orders.ErrNotFound):
-		tracing.Log(ctx, o.log).Debug("no note of the action in the order's history: the store has no such order", zap.String("order_no", req.OrderNo))
+		logging.WithTrace(ctx, o.log).Debug("no note of the action in the order's history: the store has no such order", zap.String("order_no", req.OrderNo))
 	case err != nil:
-		tracing.Log(ctx, o.log).Warn("could not note the action in the order's history; the sequence log keeps it",
+		logging.WithTrace(ctx, o.log).Warn("could not note the action in the order's history; the sequence log keeps it",
 			zap.String("order_no", req.OrderNo), zap.String("action", string(a)), zap.Error(err))
 	}
 }
@@ -735,7 +735,7 @@ func (o *Ops) hold(ctx context.Context, req Request, res *Result) error {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	case errors.Is(err, keyorder.ErrPauseIndex):
 		res.Warning = "the order is held, but the index of held orders could not be written: the blocked list does not show the hold (" + err.Error() + ")"
-		tracing.Log(ctx, o.log).Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+		logging.WithTrace(ctx, o.log).Warn("order held, but not listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
@@ -775,7 +775,7 @@ func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
 		return fmt.Errorf("%w: order %s is not on hold", ErrRefused, req.OrderNo)
 	case errors.Is(err, keyorder.ErrPauseIndex):
 		res.Warning = "the order is resumed, but the index of held orders could not be written: the blocked list still shows the hold (" + err.Error() + ")"
-		tracing.Log(ctx, o.log).Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
+		logging.WithTrace(ctx, o.log).Warn("order resumed, but still listed among the held orders", zap.String("order_no", req.OrderNo), zap.Error(err))
 	case err != nil:
 		return fmt.Errorf("orderops: %w", err)
 	}
@@ -792,7 +792,7 @@ func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
 		return
 	}
 	if err := o.run.Wake(ctx, orderNo, labels); err != nil {
-		tracing.Log(ctx, o.log).Warn("could not bring the parked changes back; they come back after their park delay",
+		logging.WithTrace(ctx, o.log).Warn("could not bring the parked changes back; they come back after their park delay",
 			zap.String("order_no", orderNo), zap.Error(err))
 	}
 }
@@ -801,7 +801,7 @@ func (o *Ops) wake(ctx context.Context, orderNo string, labels []string) {
 // effect already: a failure is logged (the audit line keeps it).
 func (o *Ops) record(ctx context.Context, orderNo string, pos int64, label, text string) {
 	if err := o.seq.Record(ctx, orderNo, pos, label, text); err != nil {
-		tracing.Log(ctx, o.log).Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
+		logging.WithTrace(ctx, o.log).Warn("could not record the action in the order's sequence log", zap.String("order_no", orderNo), zap.Error(err))
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/notice"
 	"github.com/orderworker/orderworker/internal/orderkeys"
-	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -351,7 +351,7 @@ func (c *Cache) Invalidate(ctx context.Context, tok string) error {
 	if err != nil {
 		return fmt.Errorf("invalidate token: %w", err)
 	}
-	tracing.Log(ctx, c.log).Debug("token invalidated", zap.String("token_fp", fingerprint(tok)), zap.Bool("deleted", n == 1))
+	logging.WithTrace(ctx, c.log).Debug("token invalidated", zap.String("token_fp", fingerprint(tok)), zap.Bool("deleted", n == 1))
 	return nil
 }
 

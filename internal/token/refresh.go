@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/internal/logging"
 )
 
 const (
@@ -179,7 +179,7 @@ func (c *Cache) acquire(ctx context.Context, prev, owner string) (acquired, erro
 		if len(res) == 2 {
 			ms, _ = res[1].(int64)
 		}
-		tracing.Log(ctx, c.log).Warn("token refresh lock taken over: its lease was longer than any refresh sets, or it had none",
+		logging.WithTrace(ctx, c.log).Warn("token refresh lock taken over: its lease was longer than any refresh sets, or it had none",
 			zap.Duration("lease_left", time.Duration(ms)*time.Millisecond), zap.Duration("longest_lease", max(c.cfg.LockTTL, c.cfg.FailureBackoff)))
 		return acquired{locked: true}, nil
 	case int64(3):
@@ -231,14 +231,14 @@ func (c *Cache) fetch(ctx context.Context, owner string) (entry, error) {
 	case err != nil:
 		c.release(ctx, owner, 0)
 		err = fmt.Errorf("store token: %w", err)
-		tracing.Log(ctx, c.log).Warn("token fetched but not stored", zap.String("token_fp", fp), zap.Error(err))
+		logging.WithTrace(ctx, c.log).Warn("token fetched but not stored", zap.String("token_fp", fp), zap.Error(err))
 	case stored == 0:
 		// Our lease ran out during the fetch, another replica took over and
 		// stored a token already: keep it, ours still serves this process.
-		tracing.Log(ctx, c.log).Info("token fetched after lock lease ran out; not stored",
+		logging.WithTrace(ctx, c.log).Info("token fetched after lock lease ran out; not stored",
 			zap.String("token_fp", fp), zap.Duration("took", d))
 	default:
-		tracing.Log(ctx, c.log).Info("token refreshed",
+		logging.WithTrace(ctx, c.log).Info("token refreshed",
 			zap.String("token_fp", fp), zap.Duration("ttl", lifetime), zap.Duration("took", d))
 	}
 	c.hook(d, err)
@@ -258,7 +258,7 @@ func (c *Cache) release(ctx context.Context, owner string, backoff time.Duration
 	defer cancel()
 	if err := releaseScript.Run(rctx, c.rdb, c.keys[1:], owner, backoff.Milliseconds()).Err(); err != nil {
 		// The lease ends by itself; nothing else to do.
-		tracing.Log(ctx, c.log).Warn("token refresh lock not released", zap.Error(err))
+		logging.WithTrace(ctx, c.log).Warn("token refresh lock not released", zap.Error(err))
 	}
 }
 

@@ -2,7 +2,7 @@
 // conventions, on OpenTelemetry's API alone: it carries a change's W3C trace
 // context in its task's payload across the queue ([Inject], [Extract]),
 // names the spans, their events and attributes, and joins log lines to the
-// trace ([Log], [LogFields]).
+// trace ([Slog]; package logging's WithTrace for zap).
 //
 // Tracing is off unless configured (package telemetry sets the SDK up for
 // the binaries): every instrumented component (producer, intake, worker,
@@ -17,6 +17,7 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,7 +25,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
-	"go.uber.org/zap"
 )
 
 // ScopeName is the instrumentation scope of orderworker's own spans.
@@ -155,25 +155,18 @@ func RecordError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// Log returns log with the trace_id and span_id of ctx's span, so that
-// every line written while a task or a request runs joins its trace; it
-// returns log itself when ctx carries no valid span context (tracing off,
-// or not sampled and not propagated), at no cost.
-func Log(ctx context.Context, log *zap.Logger) *zap.Logger {
-	if f := LogFields(ctx); f != nil {
-		return log.With(f...)
-	}
-	return log
-}
-
-// LogFields returns the trace_id and span_id fields of ctx's span, or nil
-// when ctx carries no valid span context.
-func LogFields(ctx context.Context) []zap.Field {
+// Slog returns log with the trace_id and span_id of ctx's span, so that
+// every line written while a task runs joins its trace; it returns log
+// itself when ctx carries no valid span context (tracing off, or not
+// sampled and not propagated), at no cost. It is for the engine (package
+// keyorder), which logs with log/slog; package logging's WithTrace is the
+// same for a *zap.Logger.
+func Slog(ctx context.Context, log *slog.Logger) *slog.Logger {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
-		return nil
+		return log
 	}
-	return []zap.Field{zap.Stringer("trace_id", sc.TraceID()), zap.Stringer("span_id", sc.SpanID())}
+	return log.With(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 }
 
 // ExtractEnv returns ctx carrying the remote span context of the

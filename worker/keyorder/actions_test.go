@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
 )
@@ -391,7 +392,7 @@ func TestRunnerLogsTheKeyAsKeyField(t *testing.T) {
 	db := redistest.New(t)
 	const gapWait = 100 * time.Millisecond
 	core, logs := observer.New(zap.WarnLevel)
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: gapWait, KeyField: "account", Logger: zap.New(core)})
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: gapWait, KeyField: "account", Logger: logging.Slog(zap.New(core))})
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: gapWait})
 	gone := enqueue(t, c, "G", 1, asynq.ProcessIn(time.Hour))
 	require.NoError(t, asynq.NewInspectorFromRedisClient(db.Client).DeleteTask(gone.Queue, gone.TaskID))

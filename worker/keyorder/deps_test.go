@@ -11,7 +11,7 @@ import (
 
 // The engine knows keys, not orders: of this module, it builds on the
 // packages below it only (asynq's layout, the notice fan-out, tracing,
-// the replicas' WAIT),
+// the replicas' WAIT, the context key it shares with keyordertest),
 // never on the order domain above it (tasks, producer, worker, the stores).
 func TestTheEngineImportsNothingOfTheOrderDomain(t *testing.T) {
 	t.Parallel()
@@ -25,5 +25,6 @@ func TestTheEngineImportsNothingOfTheOrderDomain(t *testing.T) {
 		}
 	}
 	slices.Sort(ours)
-	require.Equal(t, []string{"internal/asynqwire", "internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder"}, ours)
+	require.Equal(t, []string{"internal/asynqwire", "internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder",
+		"worker/keyorder/internal/runctx"}, ours)
 }

@@ -14,22 +14,41 @@
 // with a [Client] built on it instead of asynq's Client, naming the key;
 // wrap the handlers with a [Runner] built on it; give the asynq server the
 // Runner's [Runner.ServerConfig]; read the fence in the handler with
-// [RunFrom]; call [Runner.Stop] before the server's Shutdown:
+// [RunFrom]; stop with [Runner.Shutdown]:
 //
 //	seq, _ := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: "ledger:"})
 //	c, _ := keyorder.NewClient(seq, keyorder.ClientConfig{})
 //	c.Enqueue(ctx, "acct-42", asynq.NewTask("ledger:post", payload), asynq.Queue("ledger"))
 //
-//	r, _ := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: accountOf})
-//	defer r.Close()
+//	r, _ := keyorder.NewRunner(seq, keyorder.RunnerConfig{Key: accountOf, Logger: slog.Default()})
 //	mux := asynq.NewServeMux()
 //	mux.Handle("ledger:post", r.Handler(asynq.HandlerFunc(post)))
 //	srv := asynq.NewServerFromRedisClient(rdb, r.ServerConfig(asynq.Config{Queues: map[string]int{"ledger": 1}}))
+//	srv.Start(mux)
+//	defer r.Shutdown(srv)
 //
 // The example of [Runner] is a whole program (the tests compile it; it
 // needs a Redis to run). examples/ledger is a module on the engine alone,
 // with a fence-checking store, tests, and a program to run against any
 // Redis (go run ./cmd/ledger there).
+//
+// # Stopping
+//
+// A program stops in one order, which [Runner.Shutdown] is: the Runner's
+// holds end before their next task ([Runner.Stop]), so that none outlives
+// the server's ShutdownTimeout (asynq would put its first task back, to
+// run again); then the asynq server shuts down; then the Runner closes its
+// subscription ([Runner.Close]). A [Client] holds nothing to stop. The
+// Redis client, which every part shares, is the program's to close last.
+//
+// # Logging and testing
+//
+// Every part takes a *slog.Logger (log/slog); without one it logs
+// nothing, except the warning that a key's sequence does not exist (a
+// Client and a Runner on two prefixes, or an expired sequence), which a
+// Runner sends to slog.Default at most once a minute, and [Report] counts
+// ([Report].SequenceGone). Package keyordertest runs a handler with a
+// [Run] in its context, without asynq or Redis, for unit tests.
 //
 // # Guarantees
 //
@@ -92,8 +111,8 @@
 // sequence: it expired (SeqConfig.Retention) or was lost, or the Client
 // that enqueued it was built on a Sequencer of another Prefix than the
 // Runner's (two programs configured apart; one program that builds both
-// on one Sequencer cannot); the Runner logs a warning for each.
-// A key is serial by design: its tasks run no
+// on one Sequencer cannot); the Runner logs a warning for each
+// (Report.SequenceGone), to slog.Default once a minute without a Logger. A key is serial by design: its tasks run no
 // faster than one handler after another.
 //
 // # What it costs

@@ -56,7 +56,6 @@ func ExampleRunner() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer r.Close()
 	mux := asynq.NewServeMux()
 	mux.Handle("ledger:post", r.Handler(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		run, _ := keyorder.RunFrom(ctx)
@@ -67,11 +66,14 @@ func ExampleRunner() {
 	})))
 	srv := asynq.NewServerFromRedisClient(rdb, r.ServerConfig(asynq.Config{Queues: map[string]int{"ledger": 1}}))
 	if err := srv.Start(mux); err != nil {
+		_ = r.Close()
 		log.Fatal(err)
 	}
+	// The whole stop: the holds, then the server, then the Runner.
 	defer func() {
-		r.Stop() // the holds end before their next task
-		srv.Shutdown()
+		if err := r.Shutdown(srv); err != nil {
+			log.Print(err)
+		}
 	}()
 }
 

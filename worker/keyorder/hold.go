@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/tracing"
@@ -188,8 +188,8 @@ func (t *turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg 
 			prev = nil
 			if err != nil {
 				if nc := (*asynqwire.NotClaimedError)(nil); !errors.As(err, &nc) {
-					tracing.Log(ctx, t.log).Warn("could not take the key's next task in the hold; releasing it",
-						zap.String(t.cfg.KeyField, h.key), zap.String("label", next.Label), zap.Error(err))
+					tracing.Slog(ctx, t.log).Warn("could not take the key's next task in the hold; releasing it",
+						slog.String(t.cfg.KeyField, h.key), slog.String("label", next.Label), errAttr(err))
 				}
 				t.Release(ctx, lease)
 				break
@@ -253,8 +253,8 @@ func (h *hold) othersWaiting(ctx context.Context) bool {
 	}
 	waiting, err := asynqwire.AnyPending(ctx, h.t.l.rdb, h.cfg.Queues())
 	if err != nil {
-		tracing.Log(ctx, h.t.log).Warn("could not read whether other tasks wait; the hold yields",
-			zap.String(h.t.cfg.KeyField, h.key), zap.Error(err))
+		tracing.Slog(ctx, h.t.log).Warn("could not read whether other tasks wait; the hold yields",
+			slog.String(h.t.cfg.KeyField, h.key), errAttr(err))
 		return true
 	}
 	return waiting
@@ -271,8 +271,8 @@ func (h *hold) yield(ctx context.Context, next Turn) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
 	if err := moveLabels(sctx, h.t.l.rdb, h.cfg.Locate, h.key, []string{next.Label}, asynqwire.BackInTransit); err != nil {
-		tracing.Log(ctx, h.t.log).Warn("could not send the key's next task back to its queue; it comes back after its park delay",
-			zap.String(h.t.cfg.KeyField, h.key), zap.String("label", next.Label), zap.Error(err))
+		tracing.Slog(ctx, h.t.log).Warn("could not send the key's next task back to its queue; it comes back after its park delay",
+			slog.String(h.t.cfg.KeyField, h.key), slog.String("label", next.Label), errAttr(err))
 	}
 }
 
@@ -317,8 +317,8 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
 	if _, _, err := asynqwire.Step(sctx, h.t.l.rdb, o, "", ""); err != nil {
-		tracing.Log(ctx, h.t.log).Warn("could not record a drained task's end in asynq; it runs again once its lease ends, and replays",
-			zap.String("task_id", o.Task.ID), zap.Error(err))
+		tracing.Slog(ctx, h.t.log).Warn("could not record a drained task's end in asynq; it runs again once its lease ends, and replays",
+			slog.String("task_id", o.Task.ID), errAttr(err))
 	}
 }
 
@@ -400,16 +400,16 @@ func (h *hold) folded(ctx context.Context, prev *asynqwire.Outcome) (*asynqwire.
 		// before. A NOSCRIPT (Redis restarted or flushed its scripts) is
 		// expected once; anything else (a user without the queue's keys,
 		// say) would cost a round trip per task.
-		log := tracing.Log(ctx, h.t.log).Warn
+		log := tracing.Slog(ctx, h.t.log).Warn
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			log = tracing.Log(ctx, h.t.log).Debug
+			log = tracing.Slog(ctx, h.t.log).Debug
 		}
-		log("the commit's step failed; the next task is taken apart", zap.String(h.t.cfg.KeyField, h.key), zap.Error(err))
+		log("the commit's step failed; the next task is taken apart", slog.String(h.t.cfg.KeyField, h.key), errAttr(err))
 		return nil, prev, nil
 	}
 	if prev != nil && prev.Err != nil {
-		tracing.Log(ctx, h.t.log).Warn("a drained task failed after its commit, which recorded it completed",
-			zap.String("task_id", prev.Task.ID), zap.Error(prev.Err))
+		tracing.Slog(ctx, h.t.log).Warn("a drained task failed after its commit, which recorded it completed",
+			slog.String("task_id", prev.Task.ID), errAttr(prev.Err))
 	}
 	h.mu.Lock()
 	h.leased = append(h.leased, c)
@@ -423,8 +423,8 @@ func (h *hold) putBack(ctx context.Context, c *asynqwire.Claimed) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
 	if _, _, err := asynqwire.Step(sctx, h.t.l.rdb, &asynqwire.Outcome{Task: c, Err: errHoldEnded, Requeue: true}, "", ""); err != nil {
-		tracing.Log(ctx, h.t.log).Warn("could not put a task taken for the hold back in its queue; it runs once its lease ends",
-			zap.String("task_id", c.ID), zap.Error(err))
+		tracing.Slog(ctx, h.t.log).Warn("could not put a task taken for the hold back in its queue; it runs once its lease ends",
+			slog.String("task_id", c.ID), errAttr(err))
 	}
 }
 
@@ -524,7 +524,7 @@ func (h *hold) keepLeases(ctx context.Context) (stop func()) {
 			h.mu.Unlock()
 			for _, c := range leased {
 				if err := asynqwire.ExtendLease(ctx, h.t.l.rdb, c.Queue, c.ID, time.Now().Add(asynqwire.LeaseDuration)); err != nil && ctx.Err() == nil {
-					tracing.Log(ctx, h.t.log).Warn("could not extend a drained task's asynq lease", zap.String("task_id", c.ID), zap.Error(err))
+					tracing.Slog(ctx, h.t.log).Warn("could not extend a drained task's asynq lease", slog.String("task_id", c.ID), errAttr(err))
 				}
 			}
 		}

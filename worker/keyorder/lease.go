@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/tracing"
 )
@@ -97,7 +97,7 @@ func (s *Lease) Stats() leaseStats { return s.stats }
 // (see sequenceGone).
 func (s *Lease) Mode() Mode { return s.mode }
 
-// SequenceGone reports whether the lease was granted at once, without
+// sequenceGone reports whether the lease was granted at once, without
 // order (ModePassed), because its key has no sequence: it expired
 // (SeqConfig.Retention) or was lost with its Redis, or the task's
 // positions were handed out under another prefix than the Locker's (a
@@ -237,8 +237,8 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	// The logger of the rare lines below, built when one is written: not
 	// for every run (with tracing on it also formats the trace and span
 	// IDs).
-	log := func() *zap.Logger {
-		return tracing.Log(ctx, s.l.log).With(zap.String("key", s.key), zap.Int64("fence", s.fence.Load()))
+	log := func() *slog.Logger {
+		return tracing.Slog(ctx, s.l.log).With(slog.String("key", s.key), slog.Int64("fence", s.fence.Load()))
 	}
 	for {
 		select {
@@ -269,12 +269,12 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 			cancel(ErrLost)
 			return
 		case time.Now().After(expires):
-			log().Warn("lease lost: renewals failing", zap.Error(err))
+			log().Warn("lease lost: renewals failing", errAttr(err))
 			cancel(fmt.Errorf("%w: renewals failing: %w", ErrLost, err))
 			return
 		default:
 			// Try again soon: the lease is still running.
-			log().Info("lease renewal failed; retrying", zap.Error(err))
+			log().Info("lease renewal failed; retrying", errAttr(err))
 			t.Reset(min(every, time.Until(expires)) / 4)
 		}
 	}
@@ -545,7 +545,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		// have run with its reply lost, calling the next holder back to
 		// nobody. Call it back now if it waits for that.
 		if wake, err = s.l.rewake(ctx, s.key, s.turn.Pos); err != nil {
-			s.l.log.Info("could not call the next holder back after a release found its lock gone", zap.String("key", s.key), zap.Error(err))
+			s.l.log.Info("could not call the next holder back after a release found its lock gone", slog.String("key", s.key), errAttr(err))
 		}
 	}
 	s.mu.Lock()

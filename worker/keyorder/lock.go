@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/notice"
 	"github.com/orderworker/orderworker/internal/tracing"
@@ -144,7 +144,7 @@ type Config struct {
 	ReleaseTimeout time.Duration
 	// Logger receives renewal problems and release failures of Do.
 	// Defaults to a no-op logger.
-	Logger *zap.Logger
+	Logger *slog.Logger
 	// OnWait, when set, is called once per Acquire that finds the key held
 	// (or, for AcquireTurn, not yet its turn) and starts waiting, with the
 	// key, the waiter's meta and the holder's (for a turn, the head's
@@ -180,7 +180,7 @@ type Locker struct {
 	rdb     redis.UniversalClient
 	cfg     Config
 	channel string
-	log     *zap.Logger
+	log     *slog.Logger
 
 	seq     *Sequencer
 	notices *notice.Channel // the release notices, fanned out to the waiters
@@ -212,7 +212,7 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
 	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = discard
 	}
 	if cfg.Jitter == nil {
 		cfg.Jitter = uniform
@@ -660,9 +660,9 @@ func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
 	case errors.Is(rerr, ErrNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
-		tracing.Log(ctx, l.log).Warn("lease ended before the work did", zap.String("key", lease.key), zap.Int64("fence", lease.Fence()))
+		tracing.Slog(ctx, l.log).Warn("lease ended before the work did", slog.String("key", lease.key), slog.Int64("fence", lease.Fence()))
 	case !errors.Is(rerr, ErrNotHeld):
-		tracing.Log(ctx, l.log).Warn("release failed; the lock expires with its lease",
-			zap.String("key", lease.key), zap.Int64("fence", lease.Fence()), zap.Error(rerr))
+		tracing.Slog(ctx, l.log).Warn("release failed; the lock expires with its lease",
+			slog.String("key", lease.key), slog.Int64("fence", lease.Fence()), errAttr(rerr))
 	}
 }

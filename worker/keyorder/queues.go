@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/tracing"
@@ -31,7 +31,7 @@ type queueTasksConfig struct {
 	// had lost while a head's task in it existed (a failover), which a
 	// read of the head lists again (queueTasks.HeadTask, and a Runner's
 	// [Runner.Head]). Defaults to discarding.
-	Logger *zap.Logger
+	Logger *slog.Logger
 	// KeyField names the key in those log lines. Defaults to "key".
 	KeyField string
 }
@@ -64,7 +64,7 @@ func newQueueTasks(rdb redis.UniversalClient, cfg queueTasksConfig) (*queueTasks
 		cfg.Locate = clientLabel
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = discard
 	}
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
 	return &queueTasks{rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg}, nil
@@ -155,8 +155,8 @@ func (q *queueTasks) look(ctx context.Context, h *Head, relist bool) (*asynq.Tas
 			var relisted bool
 			info, relisted, err = asynqwire.TaskInfo(ctx, q.insp, q.rdb, queue, id)
 			if relisted {
-				tracing.Log(ctx, q.cfg.Logger).Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
-					zap.String(q.cfg.KeyField, h.Key), zap.String("queue", queue), zap.String("task_id", id))
+				tracing.Slog(ctx, q.cfg.Logger).Warn("queue was missing from asynq's set of queues while its tasks exist; listed it again",
+					slog.String(q.cfg.KeyField, h.Key), slog.String("queue", queue), slog.String("task_id", id))
 			}
 		} else {
 			info, err = asynqwire.LookTaskInfo(ctx, q.insp, q.rdb, queue, id)

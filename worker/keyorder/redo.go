@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 // A release whose reply is lost (its link cut mid-call, a timeout) may
@@ -113,7 +113,7 @@ func (l *Locker) redoLoop() {
 			case time.Now().Before(r.until):
 				left = append(left, r)
 			default:
-				l.log.Warn("release still unknown; its turn passes with the gap check", zap.String("key", r.key), zap.Int64("seq", r.pos))
+				l.log.Warn("release still unknown; its turn passes with the gap check", slog.String("key", r.key), slog.Int64("seq", r.pos))
 			}
 		}
 		l.redoMu.Lock()
@@ -149,7 +149,7 @@ func (l *Locker) redoOnce(r redo) bool {
 	}
 	if wake != "" {
 		l.log.Info("release answered after its link came back; calling the next holder back",
-			zap.String("key", r.key), zap.Int64("seq", r.pos))
+			slog.String("key", r.key), slog.Int64("seq", r.pos))
 		if cb := l.onWake.Load(); cb != nil {
 			(*cb)(ctx, r.key, splitWake(wake))
 		}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/runctx"
 )
 
 // ErrStaleFence is for a store to wrap when it refuses a write whose fence
@@ -87,8 +89,14 @@ type RunnerConfig struct {
 	WaitReplicas int
 	WaitTimeout  time.Duration
 	// Logger receives the skips and what goes wrong after a run (the run's
-	// outcome stands either way). Defaults to discarding.
-	Logger *zap.Logger
+	// outcome stands either way), and a warning for each task whose key's
+	// sequence does not exist ([Report].SequenceGone). Defaults to
+	// discarding, except that warning: without a Logger it goes to
+	// slog.Default, at most once a minute, since a Client and a Runner on
+	// two key prefixes lose every task's order without another sign. A
+	// program on zap gives a *slog.Logger over its zap core (package
+	// go.uber.org/zap/exp/zapslog, or a handler of its own).
+	Logger *slog.Logger
 	// KeyField names the key in the log lines of the key's turns (see
 	// turnsConfig.KeyField). Defaults to "key".
 	KeyField string
@@ -186,6 +194,11 @@ type Report struct {
 	Locked bool
 	Fence  int64
 	Mode   Mode
+	// SequenceGone says the lock was granted without order because the
+	// key's sequence does not exist: it expired or
+	// was lost, or the Client that enqueued the task used another key
+	// prefix. A program counts it (its metrics) from Observe.
+	SequenceGone bool
 	// Lock says how the lock and the turn were waited for, over every
 	// round of the run; Skipped counts the heads it skipped before its
 	// turn (their tasks never came).
@@ -285,9 +298,6 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
 	if cfg.Locate == nil {
 		cfg.Locate = clientLabel
 	}
@@ -308,6 +318,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("%w (RunnerConfig)", err)
 	}
+	r.cfg.Logger = cmp.Or(r.cfg.Logger, discard) // the Turns took a nil one: loud when a sequence is gone
 	holdLocate := cfg.HoldLocate
 	if holdLocate == nil {
 		holdLocate = cfg.Locate
@@ -325,6 +336,8 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 // would then put the hold's first task back in its queue, to run again).
 // A task that a hold had taken and not run goes back to the front of its
 // queue. Stop is safe to call more than once, and from any goroutine.
+// [Runner.Shutdown] calls it in its order; a program that stops its
+// server itself calls it first.
 func (r *Runner) Stop() { r.stopping.Store(true) }
 
 // CheckNotices makes sure that the Redis user may publish and subscribe to
@@ -337,10 +350,27 @@ func (r *Runner) Stop() { r.stopping.Store(true) }
 func (r *Runner) CheckNotices(ctx context.Context) error { return r.l.CheckNotices(ctx) }
 
 // Close stops the Runner's holds and its subscription, once the asynq
-// server has shut down. The Redis client stays the caller's.
+// server has shut down ([Runner.Shutdown] does both, in order). Close is
+// safe to call more than once. The Redis client stays the caller's.
 func (r *Runner) Close() error {
 	r.Stop()
 	return r.l.Close()
+}
+
+// Shutdown stops the Runner and srv, the asynq server that runs its
+// handlers, in the one right order: the Runner's holds end before their
+// next task ([Runner.Stop]), then srv shuts down (srv.Shutdown: it waits
+// up to its Config.ShutdownTimeout for the tasks in flight), then the
+// Runner's subscription closes ([Runner.Close]), whose error it returns. A
+// nil srv (a Runner that runs no server) only closes. It is the whole of
+// a program's stop, in place of those three calls; the Redis client stays
+// the caller's. Call it once, after srv.Start.
+func (r *Runner) Shutdown(srv *asynq.Server) error {
+	r.Stop()
+	if srv != nil {
+		srv.Shutdown()
+	}
+	return r.Close()
 }
 
 // ServerConfig returns c with the Runner's IsFailure and RetryDelayFunc,
@@ -438,7 +468,9 @@ type Run struct {
 	Commit Commit
 }
 
-type runKey struct{}
+// runKey is the context key of a handler's Run, shared with package
+// keyordertest.
+type runKey = runctx.Key
 
 // RunFrom returns the [Run] of a handler's context, and false outside a
 // Runner's handler.
@@ -601,6 +633,7 @@ func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*taskRun
 		st := lease.Stats()
 		st.Waited += taken.Waited // waits of earlier rounds (a skipped head)
 		rep.Locked, rep.Fence, rep.Mode, rep.Lock = true, lease.Fence(), lease.Mode(), st
+		rep.SequenceGone = lease.sequenceGone()
 	}
 	end(err)
 	return tr, lease, err
@@ -674,8 +707,8 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep 
 		if v := recover(); v != nil {
 			// A handler bug: a failure like any other, and the key's lock
 			// is released now rather than at the end of its lease.
-			r.cfg.Logger.Error("handler panicked", zap.String(r.keyField(), rep.Key), zap.String("task_id", rep.TaskID),
-				zap.Any("panic", v), zap.Stack("stack"))
+			r.cfg.Logger.Error("handler panicked", slog.String(r.keyField(), rep.Key), slog.String("task_id", rep.TaskID),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
 			err = fmt.Errorf("keyorder: panic in the %s handler: %v", clip(tr.Task.Type()), v)
 		}
 		// When asynq's context for the run is done (its deadline, a
@@ -692,15 +725,15 @@ func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep 
 	// in this hold.
 	return lease.WriteCaughtUp(wctx, func() error {
 		if tries++; tries > 1 {
-			r.cfg.Logger.Info("store ahead of the key's Redis; caught up", zap.String(r.keyField(), rep.Key),
-				zap.Int64("fence", lease.Fence()), zap.Int64("seq", lease.Seq()))
+			r.cfg.Logger.Info("store ahead of the key's Redis; caught up", slog.String(r.keyField(), rep.Key),
+				slog.Int64("fence", lease.Fence()), slog.Int64("seq", lease.Seq()))
 		}
 		run.Fence, run.Pos = lease.Fence(), lease.Seq()
 		run.Record = lease.Mode() == ModeTurn || recordsOutOfTurn(lease, rep.Pos, time.Now())
 		return next.ProcessTask(context.WithValue(wctx, runKey{}, run), tr.Task)
 	}, func(a StoreAhead, cerr error) {
-		r.cfg.Logger.Warn("store ahead of the key's Redis; not caught up", zap.String(r.keyField(), rep.Key),
-			zap.Int64("store_fence", a.Fence), zap.Int64("store_seq", a.Pos), zap.Error(cerr))
+		r.cfg.Logger.Warn("store ahead of the key's Redis; not caught up", slog.String(r.keyField(), rep.Key),
+			slog.Int64("store_fence", a.Fence), slog.Int64("store_seq", a.Pos), errAttr(cerr))
 	})
 }
 

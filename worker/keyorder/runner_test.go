@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
 )
@@ -715,7 +718,7 @@ func TestARunnerWarnsOfATaskWhoseSequenceIsGone(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	core, logs := observer.New(zap.WarnLevel)
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{KeyField: "account", Logger: zap.New(core)})
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{KeyField: "account", Logger: logging.Slog(zap.New(core))})
 	rc := newRecorder()
 	startServer(t, db.Client, r, 2, rc.wrap(nil))
 	c := newClient(t, db.Client, db.Prefix+"elsewhere:", keyorder.ClientConfig{})
@@ -744,7 +747,7 @@ func TestRunnerSkipsAHeadWhoseTurnsEndWasLost(t *testing.T) {
 	t.Parallel()
 	db := redistest.New(t)
 	ctx := context.Background()
-	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: 5 * time.Minute, Logger: zaptest.NewLogger(t),
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{GapWait: 5 * time.Minute, Logger: logging.Slog(zaptest.NewLogger(t)),
 		Wait: keyorder.Wait{Deadline: time.Minute}})
 	c := newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{ParkFor: time.Second})
 	e1 := enqueue(t, c, "K", 1, asynq.Retention(time.Hour))
@@ -816,4 +819,96 @@ func TestRunnerTakesAnUnreachableRedisForNoFailure(t *testing.T) {
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	require.False(t, keyorder.IsFailure(err), "an unreachable Redis counted as the task's failure: %v", err)
 	require.LessOrEqual(t, r.ServerConfig(asynq.Config{}).RetryDelayFunc(3, err, task), 50*time.Millisecond, "not the busy delay")
+}
+
+// Runner.Shutdown is a program's whole stop: the holds, the server, the
+// Runner; the Runner's Close after it is a no-op.
+func TestRunnerShutdownStopsTheServerAndTheRunner(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	r, err := keyorder.NewRunner(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.RunnerConfig{Key: keyOf})
+	require.NoError(t, err)
+	rc := newRecorder()
+	srv := asynq.NewServerFromRedisClient(db.Client, r.ServerConfig(asynq.Config{
+		Concurrency: 2, LogLevel: asynq.FatalLevel, TaskCheckInterval: 10 * time.Millisecond}))
+	require.NoError(t, srv.Start(r.Handler(rc.wrap(nil))))
+	enqueue(t, newClient(t, db.Client, db.Prefix, keyorder.ClientConfig{}), "K", 1)
+	eventually(t, func() bool { return len(rc.succeeded("K")) == 1 }, "the task did not run")
+	require.NoError(t, r.Shutdown(srv))
+	require.NoError(t, r.Close(), "closing again")
+
+	other, err := keyorder.NewRunner(space(t, db.Client, db.Prefix, keyorder.SeqConfig{}), keyorder.RunnerConfig{Key: keyOf})
+	require.NoError(t, err)
+	require.NoError(t, other.Shutdown(nil), "no server: it only closes")
+}
+
+// A Runner given no Logger still warns of tasks whose key's sequence does
+// not exist (here: a Client on another prefix), through slog.Default, once
+// a minute however many such tasks and keys run; the Report says so of
+// each run.
+// Not parallel: it sets slog.Default.
+func TestARunnerWithoutLoggerWarnsOnceThroughSlogDefault(t *testing.T) {
+	rec := &slogRecords{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	db := redistest.New(t)
+	var gone atomic.Int32
+	r := newRunner(t, db.Client, db.Prefix, keyorder.RunnerConfig{
+		Observe: func(ctx context.Context, _ *asynq.Task, rep *keyorder.Report, run func(context.Context) error) error {
+			err := run(ctx)
+			if rep.SequenceGone {
+				gone.Add(1)
+			}
+			return err
+		},
+	})
+	rc := newRecorder()
+	startServer(t, db.Client, r, 2, rc.wrap(nil))
+	c := newClient(t, db.Client, db.Prefix+"elsewhere:", keyorder.ClientConfig{})
+	keys := []string{"K", "L", "M"}
+	for _, key := range keys {
+		enqueue(t, c, key, 1)
+	}
+	for _, key := range keys {
+		eventually(t, func() bool { return len(rc.succeeded(key)) == 1 }, "the task of %s did not run", key)
+	}
+	eventually(t, func() bool { return gone.Load() == int32(len(keys)) }, "the reports did not say the sequence was gone")
+	warned := rec.matching("sequence does not exist")
+	require.Len(t, warned, 1, "one warning a minute: %v", warned)
+	require.Equal(t, slog.LevelWarn, warned[0].Level)
+	attrs := map[string]string{}
+	warned[0].Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+	require.Contains(t, keys, attrs["key"])
+	require.Equal(t, db.Prefix+"lock:", attrs["prefix"], "the Runner's prefix, not the Client's")
+}
+
+// slogRecords is a slog.Handler that keeps the records it is given.
+type slogRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *slogRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h *slogRecords) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *slogRecords) WithGroup(string) slog.Handler            { return h }
+func (h *slogRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+
+// matching returns the records whose message contains snippet.
+func (h *slogRecords) matching(snippet string) []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []slog.Record
+	for _, r := range h.recs {
+		if strings.Contains(r.Message, snippet) {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 
 	"github.com/orderworker/orderworker/internal/tracing"
 )
@@ -41,8 +42,13 @@ type turnsConfig struct {
 	// that survives the work's cancellation. Defaults to 5 seconds.
 	SettleTimeout time.Duration
 	// Logger receives what goes wrong in those writes (the work's outcome
-	// stands either way) and the skips. Defaults to discarding.
-	Logger *zap.Logger
+	// stands either way), the skips, and a warning for each lease granted
+	// on a key whose sequence does not exist (Report.SequenceGone).
+	// Defaults to discarding, except that warning: without a Logger it
+	// goes to slog.Default, at most once a minute,
+	// since a Client and a Runner on two key prefixes lose every task's
+	// order without another sign.
+	Logger *slog.Logger
 	// KeyField names the key in those log lines. Defaults to "key" (the
 	// order domain logs "order_no").
 	KeyField string
@@ -123,8 +129,18 @@ type turns struct {
 	seq   *Sequencer
 	tasks taskSource
 	cfg   turnsConfig
-	log   *zap.Logger
+	log   *slog.Logger
+	// loudGone says no Logger was given: a sequence found gone is warned
+	// of through slog.Default, at most once per goneWarnEvery
+	// (goneAt, Unix ns of the last warning).
+	loudGone bool
+	goneAt   atomic.Int64
 }
+
+// goneWarnEvery is how often, at most, a turns (a [Runner]'s)
+// given no Logger warns through slog.Default of a lease granted on a key
+// whose sequence does not exist (see TurnsConfig.Logger).
+const goneWarnEvery = time.Minute
 
 // newTurns returns the Turns of l's keys, asking tasks about their
 // holders. It returns an error for a nil argument or a negative setting.
@@ -147,15 +163,33 @@ func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, defaultSettleTimeout)
 	cfg.MaxRetryWait = cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait)
 	cfg.KeyField = cmp.Or(cfg.KeyField, "key")
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+	loud := cfg.Logger == nil
+	if loud {
+		cfg.Logger = discard
 	}
-	t := &turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger}
+	t := &turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger, loudGone: loud}
 	// The Locker's retries of releases whose reply was lost call back
 	// through the Turns the holders that those releases found parked.
 	wake := t.wake
 	l.onWake.Store(&wake)
 	return t, nil
+}
+
+// warnGone warns that key's sequence does not exist, for the lease of
+// position pos granted to meta: to the Logger, or, without one, to
+// slog.Default at most once per goneWarnEvery.
+func (t *turns) warnGone(ctx context.Context, key, meta string, pos int64) {
+	log := t.log
+	if t.loudGone {
+		now, last := time.Now().UnixNano(), t.goneAt.Load()
+		if last != 0 && now-last < int64(goneWarnEvery) || !t.goneAt.CompareAndSwap(last, now) {
+			return
+		}
+		log = slog.Default()
+	}
+	tracing.Slog(ctx, log).Warn("the key's sequence does not exist: the task runs without order; it expired or was lost, or the task's positions were handed out under another key prefix than this worker's",
+		slog.String(t.cfg.KeyField, key), slog.Int64("seq", pos), slog.String("holder", meta),
+		slog.String("prefix", t.seq.prefix))
 }
 
 // Take takes key's lock in turn's position (a zero turn: without order),
@@ -193,8 +227,7 @@ func (t *turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 		switch {
 		case err == nil:
 			if lease.sequenceGone() {
-				tracing.Log(ctx, t.log).Warn("the key's sequence does not exist: the task runs without order; it expired or was lost, or the task's positions were handed out under another key prefix than this worker's",
-					zap.String(t.cfg.KeyField, key), zap.Int64("seq", turn.Pos), zap.String("holder", meta))
+				t.warnGone(ctx, key, meta, turn.Pos)
 			}
 			return lease, done, nil
 		case errors.As(err, &busy):
@@ -213,9 +246,9 @@ func (t *turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (
 		case te.Retry > t.cfg.MaxRetryWait:
 			// No failure earns that: look at the head as at one that
 			// does not come (below).
-			tracing.Log(ctx, t.log).Warn("the head's retry mark is further out than any backoff; not waited for",
-				zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head), zap.Duration("retry_in", te.Retry),
-				zap.Duration("max_retry_wait", t.cfg.MaxRetryWait))
+			tracing.Slog(ctx, t.log).Warn("the head's retry mark is further out than any backoff; not waited for",
+				slog.String(t.cfg.KeyField, key), slog.Int64("seq", te.Head), slog.Duration("retry_in", te.Retry),
+				slog.Duration("max_retry_wait", t.cfg.MaxRetryWait))
 		case te.Retry > 0:
 			// The head failed and runs again later: so do we, just after,
 			// unless its success calls us back first.
@@ -295,7 +328,7 @@ type headEnder interface {
 }
 
 // endedHead skips te's head of key when the Tasks say its task has ended
-// ([HeadEnder]), and reports whether the head is gone (skipped by this
+// (headEnder), and reports whether the head is gone (skipped by this
 // call or meanwhile by someone else). A failed read or skip is logged and
 // reported as false: the waiter waits as it would have, GapWait at most.
 func (t *turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
@@ -309,8 +342,8 @@ func (t *turns) endedHead(ctx context.Context, key string, te *TurnError) bool {
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			tracing.Log(ctx, t.log).Warn("could not ask whether the head's task ended; waiting for it",
-				zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head), zap.Error(err))
+			tracing.Slog(ctx, t.log).Warn("could not ask whether the head's task ended; waiting for it",
+				slog.String(t.cfg.KeyField, key), slog.Int64("seq", te.Head), errAttr(err))
 		}
 		return false
 	}
@@ -326,8 +359,8 @@ func (t *turns) skipHead(ctx context.Context, key string, te *TurnError, why str
 		return fmt.Errorf("skip position %d of %s: %w", te.Head, key, err)
 	}
 	if st.Done {
-		tracing.Log(ctx, t.log).Warn("position skipped", zap.String(t.cfg.KeyField, key), zap.Int64("seq", te.Head),
-			zap.String("label", te.Label), zap.String("reason", why))
+		tracing.Slog(ctx, t.log).Warn("position skipped", slog.String(t.cfg.KeyField, key), slog.Int64("seq", te.Head),
+			slog.String("label", te.Label), slog.String("reason", why))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent(tracing.EventSkipped, trace.WithAttributes(tracing.AttrHeadSeq.Int64(te.Head),
@@ -369,7 +402,7 @@ func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 	if done && ok && !byStore && lease.drain.Load() {
 		kept, err := lease.passOn(ctx)
 		if err != nil {
-			tracing.Log(ctx, t.log).Warn("could not pass the turn on in the hold; releasing", zap.String("key", lease.key), zap.Error(err))
+			tracing.Slog(ctx, t.log).Warn("could not pass the turn on in the hold; releasing", slog.String("key", lease.key), errAttr(err))
 		}
 		if next, ok := lease.Kept(); kept && ok {
 			return next, true
@@ -411,8 +444,8 @@ func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 	defer cancel()
 	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
 	if err != nil {
-		tracing.Log(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
-			zap.String(t.cfg.KeyField, key), zap.Int64("seq", turn.Pos), zap.Error(err))
+		tracing.Slog(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
+			slog.String(t.cfg.KeyField, key), slog.Int64("seq", turn.Pos), errAttr(err))
 	}
 	t.wake(ctx, key, st.Wake)
 }
@@ -425,8 +458,8 @@ func (t *turns) Note(ctx context.Context, key string, pos int64, label, reason s
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
 	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
-		tracing.Log(ctx, t.log).Warn("could not note the archived task in its order's sequence",
-			zap.String(t.cfg.KeyField, key), zap.Int64("seq", pos), zap.Error(err))
+		tracing.Slog(ctx, t.log).Warn("could not note the archived task in its order's sequence",
+			slog.String(t.cfg.KeyField, key), slog.Int64("seq", pos), errAttr(err))
 	}
 }
 
@@ -454,8 +487,8 @@ func (t *turns) Created(ctx context.Context, created, creator, by string, err er
 	defer cancel()
 	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
 	if serr != nil {
-		tracing.Log(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
-			zap.String(t.cfg.KeyField, created), zap.String("event_id", creator), zap.Error(serr))
+		tracing.Slog(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
+			slog.String(t.cfg.KeyField, created), slog.String("event_id", creator), errAttr(serr))
 	}
 	t.wake(ctx, created, st.Wake)
 }
@@ -525,8 +558,8 @@ func (t *turns) wake(ctx context.Context, key string, labels []string) {
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
 	if err := t.tasks.Wake(ctx, key, labels); err != nil {
-		tracing.Log(ctx, t.log).Warn("could not bring parked tasks back; they come back after their park delay",
-			zap.String(t.cfg.KeyField, key), zap.Strings("labels", labels), zap.Error(err))
+		tracing.Slog(ctx, t.log).Warn("could not bring parked tasks back; they come back after their park delay",
+			slog.String(t.cfg.KeyField, key), slog.Any("labels", labels), errAttr(err))
 	}
 }
 

@@ -96,7 +96,6 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer runner.Close()
 	mux := asynq.NewServeMux()
 	mux.Handle(ledger.TypePost, runner.Handler(store.Handler()))
 	srv := asynq.NewServerFromRedisClient(rdb, runner.ServerConfig(asynq.Config{
@@ -106,12 +105,12 @@ func run(ctx context.Context) error {
 		LogLevel:          asynq.ErrorLevel,
 	}))
 	if err := srv.Start(mux); err != nil {
+		_ = runner.Close()
 		return fmt.Errorf("start the worker: %w", err)
 	}
-	defer func() {
-		runner.Stop() // the holds end before their next entry
-		srv.Shutdown()
-	}()
+	// The whole stop, in its one order: the holds end before their next
+	// entry, the server shuts down, the Runner closes.
+	defer func() { _ = runner.Shutdown(srv) }()
 
 	if err := waitDecided(ctx, store, accounts, len(entries)); err != nil {
 		return err
