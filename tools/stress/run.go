@@ -243,7 +243,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		store, seedStore, ordersRDB = up.store, up.client, up.rdb
 	}
 	// The acceptance's link: through a proxy of its own when cut.
-	prodRDB := redis.UniversalClient(rdb)
+	prodRDB := rdb
 	var intake *links
 	if c.IntakeCutEvery > 0 && c.Redis == redisSingle {
 		if intake, err = newLinks(be.url, 1); err != nil {
