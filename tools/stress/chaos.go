@@ -39,8 +39,11 @@ type workerPool struct {
 	pids    map[string]int // the process of each log file
 	starts  []int
 	killed  map[*benchkit.Process]bool
-	crashes []string // logs of workers that exited on their own
-	calm    bool     // the chaos is over: every worker works at the normal pace
+	crashes []string       // logs of workers that exited on their own
+	calm    bool           // the chaos is over: every worker works at the normal pace
+	slots   map[string]int // the slot of each log file
+
+	trouble troubleLog // the nemeses aimed at each slot (stall.go)
 }
 
 func (p *workerPool) startAll() error {
@@ -49,6 +52,7 @@ func (p *workerPool) startAll() error {
 	p.procs = make([]*benchkit.Process, p.c.Workers)
 	p.logs = make([]string, p.c.Workers)
 	p.pids = map[string]int{}
+	p.slots = map[string]int{}
 	p.starts = make([]int, p.c.Workers)
 	p.killed = map[*benchkit.Process]bool{}
 	for slot := range p.c.Workers {
@@ -82,6 +86,7 @@ func (p *workerPool) start(slot int) error {
 	}
 	p.procs[slot], p.logs[slot] = proc, log
 	p.pids[log] = proc.Pid()
+	p.slots[log] = slot
 	go p.watch(proc, log)
 	return nil
 }
@@ -111,6 +116,9 @@ func (p *workerPool) killProc(slot int, proc *benchkit.Process) error {
 	p.mu.Lock()
 	p.killed[proc] = true
 	p.mu.Unlock()
+	// A killed holder's orders wait for its lock's TTL and its tasks'
+	// asynq leases (30 s) to end.
+	p.trouble.add(slot, "SIGKILL", p.c.LockTTL+35*time.Second)
 	proc.Kill()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -127,6 +135,13 @@ func (p *workerPool) current(slot int) (*benchkit.Process, string) {
 	return p.procs[slot], p.logs[slot]
 }
 
+// slotOf returns the slot of the process that wrote the log file path.
+func (p *workerPool) slotOf(path string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slots[path]
+}
+
 // pidOf returns the process that wrote the log file path.
 func (p *workerPool) pidOf(path string) int {
 	p.mu.Lock()
@@ -138,6 +153,7 @@ func (p *workerPool) pidOf(path string) int {
 // then continues it. A worker killed meanwhile is left alone.
 func (p *workerPool) pause(ctx context.Context, slot int, d time.Duration) {
 	proc, _ := p.current(slot)
+	p.trouble.add(slot, "SIGSTOP", d+time.Second)
 	pauseProc(ctx, proc, d)
 }
 
@@ -294,6 +310,9 @@ func (ch *chaos) runSwitches(ctx, chaosCtx context.Context) error {
 			return fmt.Errorf("%s: %w", sw.name, err)
 		}
 		s := switched{name: sw.name, detail: detail, began: began, took: took}
+		if sw.promoted != nil {
+			s.served = sw.promoted()
+		}
 		ch.switched = append(ch.switched, s)
 		fmt.Fprintf(ch.out, "redis %v into the chaos: %s\n", time.Since(start).Round(100*time.Millisecond), s)
 	}

@@ -98,6 +98,9 @@ func (r *results) violations() int {
 	if r.api != nil {
 		n += len(r.api.findings)
 	}
+	if r.hot != nil {
+		n += len(r.hot.stalls)
+	}
 	if r.hot != nil && len(r.hot.actions) == 0 {
 		// The phase must hit at least one hold; a later planned kill that
 		// finds the floods drained already (a busy machine drains them
@@ -610,6 +613,11 @@ func (r *results) print(out io.Writer, took time.Duration, limit int) {
 			what = "hot-order phase: planned actions that found no hold (not a violation: others hit one)"
 		}
 		show(what, r.hot.uncovered)
+		var stalls []string
+		for _, w := range r.hot.stalls {
+			stalls = append(stalls, w.String())
+		}
+		show(fmt.Sprintf("HOT ORDERS STALLED past %v after a promotion", maxPromotionStall), stalls)
 	}
 	if n := r.violations(); n > 0 {
 		fmt.Fprintf(out, "\nFAIL: %d violations\n", n)

@@ -201,6 +201,9 @@ type logLine struct {
 	TaskIDs []string `json:"task_ids"`
 }
 
+// logTimeLayout is the workers' log time (zap's ISO 8601 encoder).
+const logTimeLayout = "2006-01-02T15:04:05.000Z0700"
+
 // The log messages the phase reads (worker/middleware.go, worker/worker.go).
 const (
 	msgTaskDone  = "task done"
@@ -459,6 +462,7 @@ func (h *hot) target(ctx context.Context, wg *sync.WaitGroup) {
 			wg.Go(func() { h.activeAfter(ctx, a) })
 		default:
 			frozen[best.proc] = true
+			h.pool.trouble.add(best.slot, "SIGSTOP", h.c.PauseFor+time.Second)
 			wg.Go(func() { pauseProc(ctx, best.proc, h.c.PauseFor) })
 		}
 		fmt.Fprintf(h.out, "hot: %s of worker %d (pid %d) %v into the chaos phase, %d runs into a hold of %s (last %s, seq %d; holds of %d hot orders)\n",
@@ -541,11 +545,14 @@ type hotReport struct {
 	// Holds running at the Redis switches: for each switch, the runs of
 	// each hot order logged as drained in the second before it began.
 	atSwitch []string
+	// The hot orders' waits after each promotion (stall.go), and those
+	// past the bound that no nemesis explains.
+	waits, stalls []promotionWait
 }
 
 // report reads the workers' logs in dir once the run has drained and
 // returns the phase's evidence.
-func (h *hot) report(dir string, switches []switched) (*hotReport, error) {
+func (h *hot) report(dir string, switches []switched, accepted map[string]time.Time) (*hotReport, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := &hotReport{nos: h.nos, changes: h.c.HotChanges, at: h.at, actions: h.actions, uncovered: h.uncovered,
@@ -560,8 +567,9 @@ func (h *hot) report(dir string, switches []switched) (*hotReport, error) {
 			killedOrder[a.pid] = a.orderNo
 		}
 	}
+	runs := map[string][]hotRun{}
 	for _, path := range logs {
-		pid := h.pool.pidOf(path)
+		pid, slot := h.pool.pidOf(path), h.pool.slotOf(path)
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
@@ -580,6 +588,9 @@ func (h *hot) report(dir string, switches []switched) (*hotReport, error) {
 			switch {
 			case l.Msg == msgTaskDone && slices.Contains(h.nos, l.OrderNo):
 				r.done[l.OrderNo]++
+				if at, err := time.Parse(logTimeLayout, l.TS); err == nil {
+					runs[l.OrderNo] = append(runs[l.OrderNo], hotRun{at: at, event: l.EventID, slot: slot})
+				}
 				if l.Drained {
 					r.drained[l.OrderNo]++
 					if o, ok := killedOrder[pid]; ok && o == l.OrderNo {
@@ -600,6 +611,10 @@ func (h *hot) report(dir string, switches []switched) (*hotReport, error) {
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 	}
+	for _, rs := range runs {
+		slices.SortFunc(rs, func(a, b hotRun) int { return a.at.Compare(b.at) })
+	}
+	r.waits, r.stalls = promotionWaits(switches, h.nos, runs, accepted, &h.pool.trouble, h.c.LockTTL)
 	for _, s := range switches {
 		per := map[string]int{}
 		for _, smp := range h.samples {
@@ -656,6 +671,22 @@ func (r *hotReport) print(out io.Writer, appliedBy map[string]string) {
 	}
 	for _, s := range r.atSwitch {
 		fmt.Fprintf(out, "               %s\n", s)
+	}
+	if len(r.waits) > 0 {
+		var worst time.Duration
+		explained := 0
+		for _, w := range r.waits {
+			if len(w.explained) > 0 {
+				explained++
+				continue
+			}
+			worst = max(worst, w.wait)
+		}
+		fmt.Fprintf(out, "               after the promotions: %d waits of a hot order measured, the longest %v (bound %v); %d with a nemesis on its worker, not bounded\n",
+			len(r.waits), worst.Round(time.Millisecond), maxPromotionStall, explained)
+		for _, w := range r.waits {
+			fmt.Fprintf(out, "                 %s\n", w)
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ type links struct {
 	n       int                 // worker slots
 	proxies []*faultproxy.Proxy // the Redis links, by slot; nil when not proxied
 	api     []*faultproxy.Proxy // the order API links, by slot; nil when not proxied
+	trouble *troubleLog         // records each nemesis by slot (stall.go); nil for the intake's
 	mu      sync.Mutex
 	cuts    int
 	resets  int
@@ -87,6 +88,7 @@ func (ls *links) cut(ctx context.Context, slot int, d time.Duration) {
 	ls.mu.Lock()
 	ls.cuts++
 	ls.mu.Unlock()
+	ls.trouble.add(slot, "link cut", d+time.Second)
 	for _, p := range ls.of(slot) {
 		p.Blackhole()
 		defer p.Heal()
@@ -104,6 +106,7 @@ func (ls *links) reset(slot int) {
 	ls.mu.Lock()
 	ls.resets++
 	ls.mu.Unlock()
+	ls.trouble.add(slot, "link reset", time.Second)
 	for _, p := range ls.of(slot) {
 		p.Reset()
 	}
@@ -114,6 +117,7 @@ func (ls *links) slow(ctx context.Context, slot int, latency, d time.Duration) {
 	ls.mu.Lock()
 	ls.slows++
 	ls.mu.Unlock()
+	ls.trouble.add(slot, "slow link", d)
 	for _, p := range ls.of(slot) {
 		p.Delay(latency)
 		defer p.Delay(0)

@@ -320,6 +320,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		}
 	}
 	if ls != nil {
+		ls.trouble = &pool.trouble
 		var what []string
 		if ls.proxies != nil {
 			what = append(what, "Redis link")
@@ -423,7 +424,11 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		res.placement, _ = placement(be.cluster, res.nos, c.Shards)
 	}
 	if hp != nil {
-		if res.hot, err = hp.report(dir, ch.switched); err != nil {
+		accepted := make(map[string]time.Time, len(l.tasks))
+		for _, t := range l.tasks {
+			accepted[t.EventID] = l.start.Add(t.At)
+		}
+		if res.hot, err = hp.report(dir, ch.switched, accepted); err != nil {
 			return err
 		}
 	}

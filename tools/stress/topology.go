@@ -38,6 +38,9 @@ type redisSwitch struct {
 	// do carries it out and returns what happened (the old and the new
 	// master) and how long the switch took (until the new master served).
 	do func(ctx context.Context) (detail string, took time.Duration, err error)
+	// promoted returns when the last switch saw its new master serve
+	// (redisproc's Promoted, or the restart's end).
+	promoted func() time.Time
 }
 
 // switched is a switch as it ran.
@@ -45,6 +48,7 @@ type switched struct {
 	name, detail string
 	began        time.Duration // into the chaos phase
 	took         time.Duration
+	served       time.Time // when the new master (or the restarted one) served
 }
 
 func (s switched) String() string {
@@ -79,14 +83,17 @@ func startSingle(c settings, dir string) (*backend, error) {
 		},
 	}
 	if c.RedisRestart {
+		var up time.Time
 		b.switches = append(b.switches, redisSwitch{
 			at:   c.Duration / 2,
 			name: "redis restart (SIGKILL, then up again on its AOF)",
 			do: func(context.Context) (string, time.Duration, error) {
 				at := time.Now()
 				err := srv.Restart()
-				return srv.Addr(), time.Since(at), err
+				up = time.Now()
+				return srv.Addr(), up.Sub(at), err
 			},
+			promoted: func() time.Time { return up },
 		})
 	}
 	return b, nil
@@ -135,7 +142,7 @@ func startSentinel(c settings) (*backend, error) {
 		}
 	}
 	for i := 1; i <= 2; i++ {
-		b.switches = append(b.switches, redisSwitch{at: c.Duration * time.Duration(i) / 3, name: name, do: do})
+		b.switches = append(b.switches, redisSwitch{at: c.Duration * time.Duration(i) / 3, name: name, do: do, promoted: g.Promoted})
 	}
 	return b, nil
 }
@@ -174,6 +181,7 @@ func startCluster(c settings) (*backend, error) {
 					old, cur, err := cl.FailoverAfterLag(ctx, shard, c.Lag)
 					return old + " → " + cur + " (" + old + " back as its replica, in sync)", time.Since(at) - c.Lag, err
 				},
+				promoted: cl.Promoted,
 			})
 		}
 		return b, nil
@@ -190,6 +198,7 @@ func startCluster(c settings) (*backend, error) {
 			old, cur, err := cl.Failover(ctx, graceful)
 			return old + " → " + cur, time.Since(at), err
 		},
+		promoted: cl.Promoted,
 	}, {
 		at:   c.Duration * 2 / 3,
 		name: fmt.Sprintf("SIGKILL of the master of shard %d (%s), then it rejoins", crashed, how),
@@ -206,6 +215,7 @@ func startCluster(c settings) (*backend, error) {
 			}
 			return fmt.Sprintf("%s → %s; %s back as its replica, in sync, %v later", old, cur, old, time.Since(at).Round(time.Millisecond)), took, nil
 		},
+		promoted: cl.Promoted,
 	}}
 	return b, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,6 +118,7 @@ func (c *Cluster) Failover(ctx context.Context, i int) (old, cur string, err err
 	if err != nil {
 		return "", "", err
 	}
+	c.promoted.mark()
 	c.master[i] = newIdx
 	return old, cur, nil
 }
@@ -312,6 +314,7 @@ func (g *SentinelGroup) FailoverAfterLag(ctx context.Context, lag time.Duration)
 	if err != nil {
 		return "", "", err
 	}
+	g.promoted.mark()
 	cur = replica.Addr()
 	ch, cp, _ := net.SplitHostPort(cur)
 	if err := oldProc.StartWith("--replicaof", ch, cp); err != nil {
@@ -403,6 +406,7 @@ func (c *Cluster) FailoverAfterLag(ctx context.Context, i int, lag time.Duration
 	if err != nil {
 		return "", "", err
 	}
+	c.promoted.mark()
 	c.master[i] = newIdx
 	if err := oldProc.Start(); err != nil {
 		return "", "", fmt.Errorf("redisproc: start the old master again: %w", err)
@@ -420,3 +424,32 @@ func (c *Cluster) FailoverAfterLag(ctx context.Context, i int, lag time.Duration
 	}
 	return old, cur, nil
 }
+
+// promotion is the instant the last switch of a [Cluster] or a
+// [SentinelGroup] saw its new master serve. It is safe for concurrent use.
+type promotion struct{ at atomic.Int64 } // UnixNano, 0 before any switch
+
+func (p *promotion) mark() { p.at.Store(time.Now().UnixNano()) }
+
+func (p *promotion) get() time.Time {
+	if n := p.at.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Promoted returns when the last switch made by the cluster's methods
+// ([Cluster.Failover], [Cluster.KillMaster], [Cluster.KillMasterInSync],
+// [Cluster.FailoverAfterLag]) saw its new master serve: every running node
+// reporting cluster_state:ok and naming it as the shard's master, at most a
+// poll (20 ms) and one round of reads later. It is the zero time before any
+// switch, and may be read while a switch runs.
+func (c *Cluster) Promoted() time.Time { return c.promoted.get() }
+
+// Promoted returns when the last switch made by the group's methods
+// ([SentinelGroup.Failover], [SentinelGroup.FailoverInSync],
+// [SentinelGroup.FailoverWhenReady], [SentinelGroup.FailoverAfterLag]) saw
+// its new master serve: every sentinel naming it and it reporting the
+// master's role, at most a poll (20 ms) and one round of reads later. It
+// is the zero time before any switch, and may be read while a switch runs.
+func (g *SentinelGroup) Promoted() time.Time { return g.promoted.get() }

@@ -72,6 +72,8 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	master [ClusterMasters]int // index in nodes of shard i's master now
+
+	promoted promotion
 }
 
 // StartCluster starts a cluster and waits until every node reports
@@ -339,6 +341,7 @@ func (c *Cluster) KillMaster(ctx context.Context, i int) (old, cur string, err e
 	if err != nil {
 		return "", "", err
 	}
+	c.promoted.mark()
 	c.master[i] = newIdx
 	return old, cur, nil
 }
@@ -486,6 +489,8 @@ func crc16(s string) uint16 {
 type SentinelGroup struct {
 	data      []*Process // the first master, then its replica
 	sentinels []*Process
+
+	promoted promotion
 }
 
 // StartSentinel starts a Sentinel group with 128 databases and waits until
@@ -703,6 +708,7 @@ func (g *SentinelGroup) Failover(ctx context.Context) (old, cur string, err erro
 	if err != nil {
 		return "", "", err
 	}
+	g.promoted.mark()
 	return old, cur, nil
 }
 
