@@ -195,7 +195,12 @@ type Locker struct {
 	redoStopped bool
 	redoStop    chan struct{}
 	redoWG      sync.WaitGroup
-	onWake      atomic.Pointer[func(ctx context.Context, key string, labels []string)]
+	// The turns ended lately, ended again after Redis was unreachable
+	// (reassert.go), and whether their probing goroutine runs; under
+	// redoMu, stopped with the redos.
+	endedTurns []endedTurn
+	probing    bool
+	onWake     atomic.Pointer[func(ctx context.Context, key string, labels []string)]
 }
 
 // New returns a Locker of seq's keys, on seq's Redis: Lockers that should

@@ -390,6 +390,10 @@ func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 	switch {
 	case done:
 		lease.Finish()
+		if lease.mode == ModeTurn {
+			// Kept to be ended again if Redis loses it (reassert.go).
+			t.l.ended(lease.key, lease.owner, lease.Turn().Pos)
+		}
 	case !retryAt.IsZero():
 		lease.RetryAt(retryAt)
 	}
