@@ -13,7 +13,9 @@ import (
 // from redisproc's Promoted: every node or sentinel naming the new master),
 // and each hot order with a change still to run then, the wait is from the
 // later of the promotion and that change's acceptance to the first run of
-// the order that a worker logged as done after the promotion. It is read
+// the order that a worker logged as done after the promotion (the first
+// run of a change not run before: a task run again waited for nothing;
+// an order whose changes had all run is not measured). It is read
 // from the workers' logs (their clock is the machine's, whatever the
 // Redis clocks say), and bounded by maxPromotionStall.
 //
@@ -94,6 +96,22 @@ func (w promotionWait) String() string {
 	return s
 }
 
+// firstRuns returns the first run of each change of rs (sorted by time):
+// a later one is a task brought back after its run (a killed worker's, or
+// one whose end a failover lost, by the recoverer), which ran its change
+// already and waited for nothing.
+func firstRuns(rs []hotRun) []hotRun {
+	seen := make(map[string]bool, len(rs))
+	out := make([]hotRun, 0, len(rs))
+	for _, r := range rs {
+		if !seen[r.event] {
+			seen[r.event] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // promotionWaits measures, for each switch that served and each hot order
 // of nos, the wait after the promotion; runs are each order's logged runs,
 // accepted each change's acceptance, lockTTL the workers' LOCK_TTL. It
@@ -105,7 +123,7 @@ func promotionWaits(switches []switched, nos []string, runs map[string][]hotRun,
 			continue
 		}
 		for _, no := range nos {
-			rs := runs[no] // sorted by time
+			rs := firstRuns(runs[no])
 			i, _ := slices.BinarySearchFunc(rs, s.served, func(r hotRun, t time.Time) int { return r.at.Compare(t) })
 			if i == len(rs) {
 				continue // nothing of it ran after the promotion: its flood had drained

@@ -9,7 +9,8 @@ import (
 // promotion on synthetic runs: a wait past it with no nemesis on the
 // order's workers is a stall; one with a nemesis is listed only; a change
 // accepted after the promotion is measured from its acceptance; an order
-// with nothing run after the promotion is not measured.
+// with nothing run after the promotion, or only a change run again, is not
+// measured.
 func TestPromotionWaits(t *testing.T) {
 	p := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return p.Add(d) }
@@ -22,7 +23,8 @@ func TestPromotionWaits(t *testing.T) {
 		"SLOW":    {{at: at(-time.Second), event: "s1", slot: 1}, {at: at(2500 * time.Millisecond), event: "s2", slot: 1}},
 		"KILLED":  {{at: at(-time.Second), event: "k1", slot: 2}, {at: at(8 * time.Second), event: "k2", slot: 3}},
 		"LATE":    {{at: at(-time.Second), event: "l1", slot: 1}, {at: at(5200 * time.Millisecond), event: "l2", slot: 1}},
-		"DRAINED": {{at: at(-3 * time.Second), event: "d1", slot: 0}},
+		// Its change run again (a task brought back) waited for nothing.
+		"DRAINED": {{at: at(-3 * time.Second), event: "d1", slot: 0}, {at: at(30 * time.Second), event: "d1", slot: 1}},
 	}
 	accepted := map[string]time.Time{"l2": at(5 * time.Second), "s2": at(-2 * time.Second)}
 	var tl troubleLog
