@@ -153,14 +153,34 @@ func (l *Locker) reassert(down time.Time) {
 		}
 		positions[h] = append(positions[h], e.pos)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
+	defer cancel()
+	// One pipeline for every holder and key, so that the last key waits
+	// for one round trip, not for the scripts of all before it (go-redis
+	// splits it by slot on a Cluster).
+	run := func() []*redis.Cmd {
+		cmds := make([]*redis.Cmd, len(order))
+		_, _ = l.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, h := range order {
+				keys := append([]string{l.lockKey(h.key)}, l.seq.withBacklog(l.seq.SeqKey(h.key))...)
+				cmds[i] = reassertScript.EvalSha(ctx, pipe, keys, append([]any{h.owner, l.channel}, positions[h]...)...)
+			}
+			return nil
+		}) // each command keeps its own error
+		return cmds
+	}
+	cmds := run()
+	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return noScriptErr(c.Err()) }) {
+		// A promoted master without the script in its cache.
+		if err := reassertScript.Load(ctx, l.rdb).Err(); err == nil {
+			cmds = run()
+		}
+	}
 	passed := 0
-	for _, h := range order {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
-		keys := append([]string{l.lockKey(h.key)}, l.seq.withBacklog(l.seq.SeqKey(h.key))...)
-		args := append([]any{h.owner, l.channel}, positions[h]...)
-		res, err := reassertScript.Run(ctx, l.rdb, keys, args...).Slice()
-		if err != nil {
-			cancel()
+	for i, cmd := range cmds {
+		h := order[i]
+		res, err := cmd.Slice()
+		if err != nil || len(res) != 2 {
 			l.log.Warn("could not end a turn again after Redis came back; its key waits for its task's lease",
 				slog.String("key", h.key), errAttr(err))
 			continue
@@ -177,7 +197,6 @@ func (l *Locker) reassert(down time.Time) {
 				(*cb)(ctx, h.key, splitWake(wake))
 			}
 		}
-		cancel()
 	}
 	if len(order) > 0 {
 		l.log.Info("Redis answers again after a failed probe; ended again the turns of the window before",
