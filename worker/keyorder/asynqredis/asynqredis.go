@@ -29,8 +29,8 @@ import (
 	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
-// AllQueues is the Redis set of every queue's name, which asynq's
-// Inspector and asynqmon list the queues from.
+// AllQueues is "asynq:queues", the Redis set of every queue's name,
+// which asynq's Inspector and asynqmon list the queues from.
 const AllQueues = asynqwire.AllQueues
 
 // QueueKey returns the prefix of queue's keys, "asynq:{<queue>}:": every
@@ -95,7 +95,8 @@ func ACL() Patterns {
 
 // ErrUnlisted is matched by the error of [LookTaskInfo] for a task that
 // exists in a queue missing from [AllQueues]: asynq's Inspector cannot
-// read it, yet it is not gone.
+// read it, yet it is not gone. It is the engine's own layout's sentinel,
+// handed out as it is.
 var ErrUnlisted = asynqwire.ErrQueueUnlisted
 
 // TaskInfo reads task id of queue with insp, as insp.GetTaskInfo does,
@@ -155,7 +156,8 @@ func Listed(ctx context.Context, rdb redis.UniversalClient, names []string) (tot
 
 // Stats is one queue's summary, as asynq's Inspector gives it
 // (GetQueueInfo), read by [ReadStats] without trusting the members of the
-// queue's lists and sets.
+// queue's lists and sets. (It is the engine's own summary, field for
+// field: ReadStats converts one to the other, which the compiler checks.)
 type Stats struct {
 	// Pending, Active, Scheduled, Retry, Archived and Completed are the
 	// sizes of the queue's lists and sets, whatever their members are:
