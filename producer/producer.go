@@ -26,7 +26,7 @@
 // On one Redis (or a Sentinel group's master) accepting a new change costs
 // one round trip: one script claims the event ID, takes the positions and
 // enqueues the task carrying them, all or nothing, writing the task as
-// asynq's Client would (see internal/asynqwire). On a Redis Cluster the
+// asynq's Client would (see package keyorder). On a Redis Cluster the
 // claim, the positions and the queue live in different slots, so it costs
 // two: the claim and the positions in one pipeline, then asynq's enqueue.
 // A change sent again (its event ID claimed before) and a scheduled one
@@ -72,7 +72,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/replwait"
 	"github.com/orderworker/orderworker/internal/tracing"
@@ -324,9 +323,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if err := asynqwire.CheckVersion(); err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
 	}
 	seq, err := orderkeys.Sequencer(rdb, cfg.KeyPrefix, orderkeys.Use{MaxWaiting: int64(max(cfg.MaxWaiting, 0))})
 	if err != nil {

@@ -17,8 +17,9 @@ import (
 // needs seq to be the last field the payload encodes. Every field of the
 // payload is set (filled), so that an optional field added after Seq (one
 // left out when empty, like a trace context) fails this test as a field
-// always written does. asynqwire's package doc lists this among the
-// contract an upgrade checks.
+// always written does. The package doc of keyorder's asynq layout
+// (worker/keyorder/internal/asynqwire) lists this among the contract an
+// upgrade checks.
 func TestSeqSpliceMatchesTheEncoding(t *testing.T) {
 	t.Parallel()
 	for _, k := range tasks.Kinds() {

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // TestShardOfGolden pins the shard hash: systems that enqueue by hand
@@ -219,7 +219,7 @@ func spreads(queue string) bool {
 	k := tasks.NewKind[tasks.ModifyPayload]("order:probe", "probe", queue, 1)
 	seen := map[int]bool{}
 	for _, q := range k.ShardQueues(3) {
-		seen[redisproc.Slot(asynqwire.PendingKey(q))*3/16384] = true
+		seen[redisproc.Slot(asynqredis.PendingKey(q))*3/16384] = true
 	}
 	return len(seen) == 3
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // aheadBound is, for a Worker with cfg, how far ahead the task of an order's next change (info, in
@@ -54,7 +54,7 @@ func backoffCeiling(n int) time.Duration {
 // meanwhile (it ran, or someone moved it) is left alone: it comes, or the
 // next gap check sees it again.
 func (w *Worker) bringForward(ctx context.Context, orderNo string, te *keyorder.TurnError, info *asynq.TaskInfo, bound time.Duration) error {
-	moved, state, err := asynqwire.Forward(ctx, w.rdb, info.Queue, info.ID)
+	moved, state, err := asynqredis.Forward(ctx, w.rdb, info.Queue, info.ID)
 	if err != nil {
 		return fmt.Errorf("bring task %s of position %d forward: %w", info.ID, te.Head, err)
 	}

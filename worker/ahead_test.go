@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // The workers wait for a scheduled head as far ahead as the producers
@@ -49,7 +49,7 @@ func TestAHeadScheduledTooFarAheadIsBroughtForward(t *testing.T) {
 	far, err := p.EnqueueModify(ctx, no, tasks.Changes{Remark: new("far")}, producer.WithEventID("ahead-far"), producer.WithProcessIn(time.Hour))
 	require.NoError(t, err)
 	// A Redis user (the intake's may ZADD the scheduled sets) moves it.
-	require.NoError(t, e.db.Client.ZAdd(ctx, asynqwire.ScheduledKey(far.Queue),
+	require.NoError(t, e.db.Client.ZAdd(ctx, asynqredis.ScheduledKey(far.Queue),
 		redis.Z{Score: float64(time.Now().Add(48 * time.Hour).Unix()), Member: "ahead-far"}).Err())
 	info, err := e.insp.GetTaskInfo(far.Queue, "ahead-far")
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
@@ -21,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -382,10 +382,10 @@ func TestGapCheckListsAnUnlistedQueueAgain(t *testing.T) {
 	_, err = p.EnqueueModify(t.Context(), "SO-UNL", tasks.Changes{Remark: new("behind")}, producer.WithEventID("behind"))
 	require.NoError(t, err)
 	r.waitFor(t, "behind", 30*time.Second, worker.OutcomeWaiting)
-	require.NoError(t, e.db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, e.db.Client.SRem(t.Context(), asynqredis.AllQueues, tasks.QueueModify).Err())
 
 	require.Eventually(t, func() bool {
-		listed, err := e.db.Client.SIsMember(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Result()
+		listed, err := e.db.Client.SIsMember(t.Context(), asynqredis.AllQueues, tasks.QueueModify).Result()
 		return err == nil && listed
 	}, 30*time.Second, 20*time.Millisecond, "the gap check lists the queue again")
 	st, err := e.sequencer().Status(t.Context(), "SO-UNL")

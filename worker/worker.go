@@ -86,12 +86,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/tracing"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -466,9 +466,6 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 	if rdb == nil || store == nil {
 		return nil, errors.New("worker: nil redis client or store")
 	}
-	if err := asynqwire.CheckVersion(); err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
 	for _, k := range cfg.Kinds {
 		if err := k.Check(store); err != nil {
 			return nil, err
@@ -558,7 +555,7 @@ func (w *Worker) Start() error {
 // recoverLoop brings dead workers' tasks back (see Config.RecoverAfter)
 // until ctx ends, and removes the task IDs that name no task (ghosts)
 // from the lease set, the active list and the front of the pending list
-// of each queue (see asynqwire.Recover), counting them in
+// of each queue (see asynqredis.Recover), counting them in
 // orderworker_ghost_tasks_removed_total. Shutdown ends it and waits for it.
 func (w *Worker) recoverLoop(ctx context.Context) {
 	defer close(w.recoverDone)
@@ -572,7 +569,7 @@ func (w *Worker) recoverLoop(ctx context.Context) {
 		}
 		for q := range w.queues {
 			rctx, cancel := context.WithTimeout(ctx, w.cfg.RecoverEvery)
-			got, err := asynqwire.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
+			got, err := asynqredis.Recover(rctx, w.rdb, q, w.cfg.RecoverAfter)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				w.log.Warn("recover dead workers' tasks", zap.String("queue", q), zap.Error(err))

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // The tests in this file run the dashboard as a Redis user with the
@@ -190,7 +190,7 @@ func TestBlockedGaugesPastGhosts(t *testing.T) {
 	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(queue, true) })
 	intake := asDashboard(t, db, acl.Intake)
 	ctx := t.Context()
-	retry := asynqwire.RetryKey(queue)
+	retry := asynqredis.RetryKey(queue)
 	due, err := db.Client.ZScore(ctx, retry, sc.Retried).Result()
 	require.NoError(t, err)
 	ghosts := func(from, n int) {

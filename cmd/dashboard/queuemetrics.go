@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // queueScrapeTimeout bounds the reads behind the queue gauges at each
@@ -33,7 +33,7 @@ const queueScrapeTimeout = 5 * time.Second
 // Unlike asynq's collector, which reads every queue asynq lists and fails
 // for all of them when one read fails (asynq v0.25.1's memory sampling
 // fails on one member that names no task, which the intake's Redis user
-// may LPUSH or ZADD), each queue is read on its own (asynqwire.ReadQueueStats:
+// may LPUSH or ZADD), each queue is read on its own (asynqredis.ReadStats:
 // one script of a bounded number of commands, that passes over such members).
 // A queue whose read fails (Redis down, a key of the wrong type, the
 // scrape's time out) costs only its own series: the scrape sends
@@ -91,7 +91,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for _, q := range c.queues {
-		s, err := asynqwire.ReadQueueStats(ctx, c.rdb, q)
+		s, err := asynqredis.ReadStats(ctx, c.rdb, q)
 		if err != nil {
 			c.log.Warn("could not read a queue for the metrics; its gauges are left out of this scrape", zap.String("queue", q), zap.Error(err))
 			gauge(c.up, 0, q)

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // TestQueueGaugesSurviveGhosts plants what review N2 planted, as the
@@ -35,15 +35,15 @@ func TestQueueGaugesSurviveGhosts(t *testing.T) {
 	intake := db.AsUser(t, rules...).Client
 	ctx := t.Context()
 	year := float64(time.Now().Add(365 * 24 * time.Hour).Unix())
-	require.NoError(t, intake.ZAdd(ctx, asynqwire.ScheduledKey(queue), redis.Z{Score: year, Member: "ghost-1"}).Err())
-	require.NoError(t, intake.ZAdd(ctx, asynqwire.RetryKey(queue), redis.Z{Score: year, Member: "ghost-2"}).Err())
-	require.NoError(t, intake.LPush(ctx, asynqwire.PendingKey(queue), "ghost-3").Err())
-	require.NoError(t, intake.SAdd(ctx, asynqwire.AllQueues, "order_zz").Err())
-	require.NoError(t, intake.LPush(ctx, asynqwire.PendingKey("order_zz"), "z-1").Err())
+	require.NoError(t, intake.ZAdd(ctx, asynqredis.ScheduledKey(queue), redis.Z{Score: year, Member: "ghost-1"}).Err())
+	require.NoError(t, intake.ZAdd(ctx, asynqredis.RetryKey(queue), redis.Z{Score: year, Member: "ghost-2"}).Err())
+	require.NoError(t, intake.LPush(ctx, asynqredis.PendingKey(queue), "ghost-3").Err())
+	require.NoError(t, intake.SAdd(ctx, asynqredis.AllQueues, "order_zz").Err())
+	require.NoError(t, intake.LPush(ctx, asynqredis.PendingKey("order_zz"), "z-1").Err())
 	t.Cleanup(func() {
 		_ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue("order_zz", true)
-		db.Client.Del(context.Background(), asynqwire.PendingKey("order_zz"))
-		db.Client.SRem(context.Background(), asynqwire.AllQueues, "order_zz")
+		db.Client.Del(context.Background(), asynqredis.PendingKey("order_zz"))
+		db.Client.SRem(context.Background(), asynqredis.AllQueues, "order_zz")
 	})
 	_, err = asynq.NewInspectorFromRedisClient(db.Client).GetQueueInfo(queue)
 	require.Error(t, err, "asynq's Inspector fails on the ghosts: the test plants what breaks its collector")
@@ -79,8 +79,8 @@ func TestQueueGaugesOneQueueFails(t *testing.T) {
 	db := redistest.New(t)
 	enqueueOrders(t, db)
 	ctx := t.Context()
-	require.NoError(t, db.Client.Set(ctx, asynqwire.PendingKey(tasks.QueueExchange), "not a list", 0).Err())
-	t.Cleanup(func() { db.Client.Del(context.Background(), asynqwire.PendingKey(tasks.QueueExchange)) })
+	require.NoError(t, db.Client.Set(ctx, asynqredis.PendingKey(tasks.QueueExchange), "not a list", 0).Err())
+	t.Cleanup(func() { db.Client.Del(context.Background(), asynqredis.PendingKey(tasks.QueueExchange)) })
 
 	d := startDashboard(t, testEnv(db))
 	r := d.get(t, "/metrics", bearerAuth(testToken))

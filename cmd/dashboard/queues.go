@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // asynqmon v0.7.2's UI pastes queue and group names into the URLs of its
@@ -260,12 +260,12 @@ const (
 
 // unknownQueues returns, sorted, up to maxListedQueues of the queues asynq
 // knows (its set of queues, which its Inspector and asynqmon list, read
-// with asynqwire) that the deployment does not define, and how many there are in all:
+// with asynqredis) that the deployment does not define, and how many there are in all:
 // what the order page lists as suspicious. It costs one pipeline (SCARD and
 // a SISMEMBER per queue of the deployment) and, when there are any, at most
 // maxScans SSCAN calls; past those it returns the names found so far.
 func (q *queueSet) unknownQueues(ctx context.Context, rdb redis.UniversalClient) ([]string, int, error) {
-	card, listed, err := asynqwire.QueuesListed(ctx, rdb, slices.Collect(maps.Keys(q.known)))
+	card, listed, err := asynqredis.Listed(ctx, rdb, slices.Collect(maps.Keys(q.known)))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -281,7 +281,7 @@ func (q *queueSet) unknownQueues(ctx context.Context, rdb redis.UniversalClient)
 	var out []string
 	var cursor uint64
 	for range maxScans {
-		names, next, err := asynqwire.ScanQueues(ctx, rdb, cursor, scanCount)
+		names, next, err := asynqredis.Scan(ctx, rdb, cursor, scanCount)
 		if err != nil {
 			return nil, 0, err
 		}

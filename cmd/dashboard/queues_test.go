@@ -15,10 +15,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // testShards is the deployment of the queue guard's tests: three shards,
@@ -249,8 +249,8 @@ func plantQueues(t *testing.T, db *redistest.DB, names ...string) {
 	for i, n := range names {
 		members[i] = n
 	}
-	require.NoError(t, db.Client.SAdd(t.Context(), asynqwire.AllQueues, members...).Err())
-	t.Cleanup(func() { _ = db.Client.SRem(context.Background(), asynqwire.AllQueues, members...).Err() })
+	require.NoError(t, db.Client.SAdd(t.Context(), asynqredis.AllQueues, members...).Err())
+	t.Cleanup(func() { _ = db.Client.SRem(context.Background(), asynqredis.AllQueues, members...).Err() })
 }
 
 // TestPlantedQueues checks, on a writable dashboard against a real Redis,
@@ -308,7 +308,7 @@ func TestPlantedQueues(t *testing.T) {
 	requireNoSecrets(t, d.logs.String())
 
 	// Without planted queues the search view says nothing of them.
-	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, plantedDelete, plantedArchive, "default").Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqredis.AllQueues, plantedDelete, plantedArchive, "default").Err())
 	r = d.get(t, "/orders", basic)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	assert.NotContains(t, r.body, "suspicious")
@@ -334,7 +334,7 @@ func TestUnknownQueuesIsBounded(t *testing.T) {
 		assert.True(t, strings.HasPrefix(n, "planted-"), n)
 	}
 
-	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, "order_modify:1").Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqredis.AllQueues, "order_modify:1").Err())
 	names, total, err = newQueueSet(tasks.Shards{}, tasks.Kinds(), zap.NewNop()).unknownQueues(t.Context(), db.Client)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, total)

@@ -16,7 +16,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/orderworker/orderworker/cmd/internal/orderstore"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/intake"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -27,6 +26,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -128,7 +128,7 @@ func TestEveryKindEverywhere(t *testing.T) {
 			assert.True(t, tasks.Shards{Count: 3}.Accepts(k, "SO1001", k.QueueFor("SO1001", 3)))
 			masters := map[int]bool{}
 			for _, q := range k.ShardQueues(3) {
-				masters[redisproc.Slot(asynqwire.PendingKey(q))*3/16384] = true
+				masters[redisproc.Slot(asynqredis.PendingKey(q))*3/16384] = true
 			}
 			assert.Len(t, masters, 3, "the 3 shard queues of %s land on 3 different masters of 3: name its queue otherwise (docs/adding-a-task-type.md)", k.Queue)
 

@@ -47,8 +47,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orderkeys"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // Process names an orderworker process whose Redis user this package
@@ -227,7 +227,7 @@ type keys struct {
 }
 
 func newKeys(prefix string) keys {
-	p := escape(prefix)
+	p, q := escape(prefix), asynqredis.ACL()
 	return keys{
 		orders:  p + "order:{*",
 		notes:   p + "order:{*}:notes",
@@ -240,22 +240,22 @@ func newKeys(prefix string) keys {
 		waits:   p + "wait:{*",
 		token:   p + `token:{upstream}*`,
 
-		asynq:      asynqwire.Patterns.All,
-		queueKeys:  asynqwire.Patterns.Queues,
-		taskKeys:   asynqwire.Patterns.Tasks,
-		pending:    asynqwire.Patterns.Pending,
-		scheduled:  asynqwire.Patterns.Scheduled,
-		retry:      asynqwire.Patterns.Retry,
-		allQueues:  asynqwire.AllQueues,
-		servers:    asynqwire.Patterns.Servers,
-		workers:    asynqwire.Patterns.Workers,
-		servers0:   asynqwire.ServersKey,
-		workers0:   asynqwire.WorkersKey,
-		schedulers: asynqwire.SchedulersKey,
+		asynq:      q.All,
+		queueKeys:  q.Queues,
+		taskKeys:   q.Tasks,
+		pending:    q.Pending,
+		scheduled:  q.Scheduled,
+		retry:      q.Retry,
+		allQueues:  asynqredis.AllQueues,
+		servers:    q.Servers,
+		workers:    q.Workers,
+		servers0:   q.ServersSet,
+		workers0:   q.WorkersSet,
+		schedulers: q.SchedulersSet,
 
 		released:     p + "lock:released",
 		tokenChannel: p + "token:{upstream}:refreshed",
-		cancel:       asynqwire.CancelChannel,
+		cancel:       q.Cancel,
 	}
 }
 

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -437,7 +437,7 @@ func TestGetTaskOfAnUnlistedQueue(t *testing.T) {
 	e := newEnvOn(t, db.AsUser(t, rules...).Client, db.Prefix, nil)
 	t.Cleanup(func() { _ = asynq.NewInspectorFromRedisClient(db.Client).DeleteQueue(tasks.QueueModify, true) })
 	require.Equal(t, http.StatusAccepted, e.post(t, "/v1/orders/SO1/modify", "evt-unlisted", modifyBody).status)
-	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqredis.AllQueues, tasks.QueueModify).Err())
 
 	r := e.do(t, http.MethodGet, "/v1/tasks/evt-unlisted", "", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -445,11 +445,11 @@ func TestGetTaskOfAnUnlistedQueue(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.body, &got))
 	assert.Equal(t, "pending", got.State)
 	assert.Equal(t, tasks.QueueModify, got.Queue)
-	listed, err := db.Client.SIsMember(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Result()
+	listed, err := db.Client.SIsMember(t.Context(), asynqredis.AllQueues, tasks.QueueModify).Result()
 	require.NoError(t, err)
 	assert.True(t, listed, "listed again")
 
-	require.NoError(t, db.Client.SRem(t.Context(), asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, db.Client.SRem(t.Context(), asynqredis.AllQueues, tasks.QueueModify).Err())
 	r = e.do(t, http.MethodGet, "/v1/tasks/evt-none", "", nil)
 	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
 	r = e.post(t, "/v1/orders/SO1/modify", "evt-unlisted", modifyBody)

@@ -15,11 +15,11 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/httpserve"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -279,7 +279,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		message: "no such task in " + strings.Join(queues, " or ")})
 }
 
-// taskInfo is asynqwire.TaskInfo bounded by ctx: asynq's Inspector takes
+// taskInfo is asynqredis.TaskInfo bounded by ctx: asynq's Inspector takes
 // no context, so the read runs on a goroutine of its own and ctx's end
 // answers for it, with ctx's error, wrapped. The goroutine then ends with
 // the read, which the Redis client's own timeouts bound; its answer is
@@ -292,7 +292,7 @@ func (s *Server) taskInfo(ctx context.Context, queue, id string) (*asynq.TaskInf
 	}
 	done := make(chan answer, 1)
 	go func() {
-		info, relisted, err := asynqwire.TaskInfo(ctx, s.inspector, s.rdb, queue, id)
+		info, relisted, err := asynqredis.TaskInfo(ctx, s.inspector, s.rdb, queue, id)
 		done <- answer{info, relisted, err}
 	}()
 	select {

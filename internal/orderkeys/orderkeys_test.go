@@ -4,11 +4,11 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -36,13 +36,13 @@ func TestWakeLooksInEveryPlacement(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 	front := func(q string) string {
-		id, err := db.Client.LIndex(ctx, asynqwire.PendingKey(q), -1).Result()
+		id, err := db.Client.LIndex(ctx, asynqredis.PendingKey(q), -1).Result()
 		require.NoError(t, err)
 		return id
 	}
 	require.Equal(t, "parked", front("order_modify"), "asynq dequeues from the right: the first enqueued is first")
-	require.NoError(t, db.Client.LRem(ctx, asynqwire.PendingKey("order_modify"), 1, "parked").Err())
-	require.NoError(t, db.Client.LPush(ctx, asynqwire.PendingKey("order_modify"), "parked").Err())
+	require.NoError(t, db.Client.LRem(ctx, asynqredis.PendingKey("order_modify"), 1, "parked").Err())
+	require.NoError(t, db.Client.LPush(ctx, asynqredis.PendingKey("order_modify"), "parked").Err())
 	require.Equal(t, "a", front("order_modify"))
 
 	labels := []string{tasks.PositionLabel(tasks.TypeModify, "parked"), tasks.PositionLabel(tasks.TypeModify, "absent")}

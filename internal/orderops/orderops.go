@@ -102,7 +102,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/logging"
 	"github.com/orderworker/orderworker/internal/orderkeys"
 	"github.com/orderworker/orderworker/tasks"
@@ -653,7 +652,7 @@ func (o *Ops) skip(ctx context.Context, req Request, res *Result) error {
 	sk, err := o.run.SkipHead(ctx, h, why)
 	var se *keyorder.StateError
 	switch {
-	case errors.As(err, &se) && se.State == asynqwire.StateActive:
+	case errors.As(err, &se) && se.State == asynq.TaskStateActive.String():
 		return fmt.Errorf("%w: the head's task %s started meanwhile and runs right now; wait for it to end and skip again if it fails", ErrRefused, h.TaskID)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: the head's task %s could not be archived: asynq has it %s", ErrRefused, h.TaskID, se.State)

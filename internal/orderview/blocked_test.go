@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/orderview"
@@ -24,6 +23,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -339,10 +339,10 @@ func TestBlockedCycleHeldAndStaleLock(t *testing.T) {
 	b.modify(t, "SOD", "D1")
 	q := tasks.QueueModify
 	ended := time.Now().Add(-time.Minute).Truncate(time.Second)
-	require.NoError(t, b.rdb.LRem(ctx, asynqwire.PendingKey(q), 0, "D1").Err())
-	require.NoError(t, b.rdb.LPush(ctx, asynqwire.ActiveKey(q), "D1").Err())
-	require.NoError(t, b.rdb.HSet(ctx, asynqwire.TaskKey(q, "D1"), "state", "active").Err())
-	require.NoError(t, b.rdb.ZAdd(ctx, asynqwire.LeaseKey(q), redis.Z{Score: float64(ended.Unix()), Member: "D1"}).Err())
+	require.NoError(t, b.rdb.LRem(ctx, asynqredis.PendingKey(q), 0, "D1").Err())
+	require.NoError(t, b.rdb.LPush(ctx, asynqredis.ActiveKey(q), "D1").Err())
+	require.NoError(t, b.rdb.HSet(ctx, asynqredis.TaskKey(q, "D1"), "state", "active").Err())
+	require.NoError(t, b.rdb.ZAdd(ctx, asynqredis.LeaseKey(q), redis.Z{Score: float64(ended.Unix()), Member: "D1"}).Err())
 
 	now := time.Now().Add(later)
 	page, err := b.reader(t, func() time.Time { return now }).Blocked(ctx, orderview.BlockedQuery{})
@@ -462,7 +462,7 @@ func TestBlockedListsAFailingHeadBehindGhosts(t *testing.T) {
 	b.put(t, "SO24")
 	b.modify(t, "SO24", "fail-24")
 	b.run(t, map[string]bool{"fail-24": true}, map[string]string{"fail-24": worker.OutcomeError})
-	retry := asynqwire.RetryKey(tasks.QueueModify)
+	retry := asynqredis.RetryKey(tasks.QueueModify)
 	due, err := b.rdb.ZScore(ctx, retry, "fail-24").Result()
 	require.NoError(t, err)
 	const n = 2001

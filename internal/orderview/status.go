@@ -12,9 +12,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -547,7 +547,7 @@ func (rf ref) key() string { return rf.id + "@" + strings.Join(rf.queues, ",") }
 // in each of a ref's queues in turn, until one has it. A task asynq does
 // not have is absent from found, which is keyed by ref.key. A task that
 // exists in a queue missing from asynq's set of queues, which the
-// Inspector cannot read (asynqwire.LookTaskInfo), is not taken for missing:
+// Inspector cannot read (asynqredis.LookTaskInfo), is not taken for missing:
 // it is in unlisted, by the same key, with its queue. lookup only reads.
 func (r *Reader) lookup(ctx context.Context, refs []ref) (found map[string]*asynq.TaskInfo, unlisted map[string]string, err error) {
 	found, unlisted = map[string]*asynq.TaskInfo{}, map[string]string{}
@@ -559,11 +559,11 @@ func (r *Reader) lookup(ctx context.Context, refs []ref) (found map[string]*asyn
 		}
 		looked[key] = true
 		for _, q := range rf.queues {
-			info, err := asynqwire.LookTaskInfo(ctx, r.insp, r.rdb, q, rf.id)
+			info, err := asynqredis.LookTaskInfo(ctx, r.insp, r.rdb, q, rf.id)
 			if errors.Is(err, asynq.ErrTaskNotFound) {
 				continue
 			}
-			if errors.Is(err, asynqwire.ErrQueueUnlisted) {
+			if errors.Is(err, asynqredis.ErrUnlisted) {
 				unlisted[key] = q
 				break
 			}

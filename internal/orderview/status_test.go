@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orderview"
 	"github.com/orderworker/orderworker/internal/testkit/orderviewtest"
@@ -21,6 +20,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -407,7 +407,7 @@ func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
 	}
 	ctx := t.Context()
 	orderviewtest.Later(t, e.db.Client, e.db.Prefix, "SO31")
-	require.NoError(t, e.db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, e.db.Client.SRem(ctx, asynqredis.AllQueues, tasks.QueueModify).Err())
 
 	st, err := e.reader.Status(ctx, "SO31")
 	require.NoError(t, err)
@@ -426,7 +426,7 @@ func TestAnUnlistedQueueIsNoMissingTask(t *testing.T) {
 	require.Equal(t, orderview.ReasonUnreadable, got["SO31"].Reason, "%+v", got["SO31"])
 	assert.Contains(t, got["SO31"].Explanation, "missing from asynq's set of queues")
 
-	listed, err := e.db.Client.SIsMember(ctx, asynqwire.AllQueues, tasks.QueueModify).Result()
+	listed, err := e.db.Client.SIsMember(ctx, asynqredis.AllQueues, tasks.QueueModify).Result()
 	require.NoError(t, err)
 	assert.False(t, listed, "a view only reads")
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -22,6 +21,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // The cluster mode (-cluster, make bench-cluster) measures how the Redis
@@ -203,7 +203,7 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	for _, addr := range cl.Masters() {
 		m := clusterMaster{Addr: addr}
 		for _, q := range queues {
-			if cl.MasterOf(asynqwire.QueueKey(q)) == addr {
+			if cl.MasterOf(asynqredis.QueueKey(q)) == addr {
 				m.Queues = append(m.Queues, q)
 			}
 		}
@@ -278,7 +278,7 @@ func runClusterShards(ctx context.Context, cl *redisproc.Cluster, opts *rediscon
 	r.Seconds = end.Sub(start).Seconds()
 	r.TasksPerS = tasksN / r.Seconds
 	r.WorkerCPUPerTask = float64(selfCPU) / float64(time.Microsecond) / tasksN
-	_, r.Archived, _ = asynqwire.Finished(ctx, admin, queues)
+	_, r.Archived, _ = asynqredis.Finished(ctx, admin, queues)
 	var total time.Duration
 	for i := range r.Masters {
 		total += after[i].cpu - before[i].cpu

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -23,6 +22,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -405,7 +405,7 @@ func runFlood(ctx context.Context, opts *redisconn.Options, c settings) (floodRe
 		return r, err
 	}
 	r.Holds, r.ChangesPerHold, r.HoldsYielded = h.Holds, h.perHold(), h.Yielded
-	_, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
+	_, r.Archived, _ = asynqredis.Finished(ctx, admin, singleQueues)
 	return r, nil
 }
 
@@ -539,7 +539,7 @@ func runFloodReplicas(ctx context.Context, opts *redisconn.Options, c settings, 
 	r.RunsPerChange = float64(h.Runs-int64(2*c.FloodQuiet)) / float64(c.FloodTasks)
 	r.RunsNote = "from the processes' orderworker_task_duration_seconds, less one run per quiet change"
 	r.Holds, r.ChangesPerHold, r.HoldsYielded = h.Holds, h.perHold(), h.Yielded
-	_, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
+	_, r.Archived, _ = asynqredis.Finished(ctx, admin, singleQueues)
 	return r, nil
 }
 
@@ -666,7 +666,7 @@ func runFloodPlain(ctx context.Context, opts *redisconn.Options, c settings) (fl
 			r.History++
 		}
 	}
-	_, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
+	_, r.Archived, _ = asynqredis.Finished(ctx, admin, singleQueues)
 	return r, nil
 }
 

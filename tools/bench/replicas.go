@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/redisconn"
 	"github.com/orderworker/orderworker/tools/benchkit"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // replicaResult is one run of -replicas: k worker processes of one system.
@@ -179,7 +179,7 @@ func runReplicaSet(ctx context.Context, opts *redisconn.Options, c settings, sc 
 	r.CmdsPerTask = float64(benchkit.Sum(d)) / n
 	r.WorkerCPUPerTask = float64(workerCPU) / float64(time.Microsecond) / n
 	r.RedisCPUPerTask = float64(redisCPU-redisCPU0) / float64(time.Microsecond) / n
-	_, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
+	_, r.Archived, _ = asynqredis.Finished(ctx, admin, singleQueues)
 	return r, nil
 }
 

@@ -10,10 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // report is everything one run measured; it is also the JSON output.
@@ -415,16 +415,16 @@ func (rep *report) printTracingCost(out io.Writer) {
 
 // scriptNames names the round trips the worker path makes, by CallName.
 // asynq's scripts are named by the shapes of their first two keys
-// (benchkit.KeyShape), which package asynqwire spells.
+// (benchkit.KeyShape), which package asynqredis spells.
 var scriptNames = map[string]string{
-	evalsha(asynqwire.PendingKey(""), asynqwire.PausedKey("")):    "asynq dequeue (one per queue tried)",
-	evalsha(asynqwire.ActiveKey(""), asynqwire.LeaseKey("")):      "asynq done",
-	evalsha(asynqwire.TaskKey("", "*"), asynqwire.ActiveKey("")):  "asynq retry (back to the queue to wait)",
-	evalsha(asynqwire.TaskKey("", "*"), asynqwire.PendingKey("")): "requeue front (wake a parked task)",
-	evalsha(asynqwire.RetryKey(""), asynqwire.PendingKey("")):     "asynq forward (retry set to queue)",
-	"evalsha ow:lock:{} ow:lock:{}:fence":                         "lock acquire",
-	"evalsha ow:lock:{} ow:lock:{}:seq":                           "lock release",
-	"evalsha ow:order:{} ow:order:{}:history":                     "store commit (with the release)",
+	evalsha(asynqredis.PendingKey(""), asynqredis.PausedKey("")):    "asynq dequeue (one per queue tried)",
+	evalsha(asynqredis.ActiveKey(""), asynqredis.LeaseKey("")):      "asynq done",
+	evalsha(asynqredis.TaskKey("", "*"), asynqredis.ActiveKey("")):  "asynq retry (back to the queue to wait)",
+	evalsha(asynqredis.TaskKey("", "*"), asynqredis.PendingKey("")): "requeue front (wake a parked task)",
+	evalsha(asynqredis.RetryKey(""), asynqredis.PendingKey("")):     "asynq forward (retry set to queue)",
+	"evalsha ow:lock:{} ow:lock:{}:fence":                           "lock acquire",
+	"evalsha ow:lock:{} ow:lock:{}:seq":                             "lock release",
+	"evalsha ow:order:{} ow:order:{}:history":                       "store commit (with the release)",
 }
 
 func evalsha(key1, key2 string) string { return "evalsha " + key1 + " " + key2 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/orders/redisstore"
 	"github.com/orderworker/orderworker/internal/orders/storehook"
 	"github.com/orderworker/orderworker/internal/redisconn"
@@ -25,6 +24,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/worker"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -409,7 +409,7 @@ func runScenario(ctx context.Context, opts *redisconn.Options, c settings, sc sc
 	n := float64(sc.Tasks)
 	r.Seconds = end.Sub(start).Seconds()
 	r.TasksPerS = n / r.Seconds
-	r.Completed, r.Archived, _ = asynqwire.Finished(ctx, admin, singleQueues)
+	r.Completed, r.Archived, _ = asynqredis.Finished(ctx, admin, singleQueues)
 	// The monitor's own commands: its INFO and its ZCARD polls (asynq runs
 	// no ZCARD while processing).
 	r.Commands = benchkit.Delta(before, after)

@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -248,16 +248,16 @@ type Progress struct {
 	Finished int64
 }
 
-// WaitFinished polls [Finished] of queues every poll until n tasks are
+// WaitFinished polls [asynqredis.Finished] of the queues names every poll until n tasks are
 // completed or archived, and returns the samples taken (the last one at or
 // past n). It returns ctx's cause when ctx ends first, with the samples so
 // far.
-func WaitFinished(ctx context.Context, rdb redis.UniversalClient, queues []string, n int64, poll time.Duration) ([]Progress, error) {
+func WaitFinished(ctx context.Context, rdb redis.UniversalClient, names []string, n int64, poll time.Duration) ([]Progress, error) {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	var samples []Progress
 	for {
-		c, a, err := asynqwire.Finished(ctx, rdb, queues)
+		c, a, err := asynqredis.Finished(ctx, rdb, names)
 		if err == nil {
 			samples = append(samples, Progress{At: time.Now(), Finished: c + a})
 			if c+a >= n {

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/tools/benchkit"
 	"github.com/orderworker/orderworker/tools/stress/history"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 )
@@ -476,9 +476,9 @@ func archiveClass(t enqueued, lastErr string) string {
 // taskOutcome reads task id of queue as asynq has it. A task is lost only
 // when asynq does not have it: a queue missing from asynq's set of queues
 // (a failover of the chaos can lose it) whose task exists is listed again,
-// as a worker's gap check does (asynqwire.TaskInfo), and the task read.
+// as a worker's gap check does (asynqredis.TaskInfo), and the task read.
 func taskOutcome(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, queue, id string) (outcome, error) {
-	info, _, err := asynqwire.TaskInfo(ctx, insp, rdb, queue, id)
+	info, _, err := asynqredis.TaskInfo(ctx, insp, rdb, queue, id)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		// ErrQueueNotFound is left only when the task's hash is gone too.

@@ -11,10 +11,10 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/config"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // The suite itself is run by `make stress`; these tests only check its
@@ -201,12 +201,12 @@ func TestTaskOutcomeOfAnUnlistedQueue(t *testing.T) {
 	t.Cleanup(func() { _ = insp.DeleteQueue(tasks.QueueModify, true) })
 	_, err := cli.EnqueueContext(ctx, asynq.NewTask(tasks.TypeModify, []byte(`{}`)), asynq.Queue(tasks.QueueModify), asynq.TaskID("ev-1"))
 	require.NoError(t, err)
-	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, db.Client.SRem(ctx, asynqredis.AllQueues, tasks.QueueModify).Err())
 
 	o, err := taskOutcome(ctx, db.Client, insp, tasks.QueueModify, "ev-1")
 	require.NoError(t, err)
 	require.Equal(t, "pending", o.state)
-	require.NoError(t, db.Client.SRem(ctx, asynqwire.AllQueues, tasks.QueueModify).Err())
+	require.NoError(t, db.Client.SRem(ctx, asynqredis.AllQueues, tasks.QueueModify).Err())
 	o, err = taskOutcome(ctx, db.Client, insp, tasks.QueueModify, "ev-none")
 	require.NoError(t, err)
 	require.Equal(t, "lost", o.state)

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redisproc"
 	"github.com/orderworker/orderworker/tasks"
+	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
 )
 
 // The topologies of -redis.
@@ -230,7 +230,7 @@ func placement(cl *redisproc.Cluster, nos []string, shards tasks.Shards) (orders
 		orders[cl.ShardOf(prefix+"order:{"+no+"}")]++
 	}
 	for _, q := range shards.AllQueues(tasks.Kinds()) {
-		queues[cl.ShardOf(asynqwire.QueueKey(q))]++
+		queues[cl.ShardOf(asynqredis.QueueKey(q))]++
 	}
 	return orders, queues
 }

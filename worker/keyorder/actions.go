@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // The operator's actions on a key, and the blocked-keys read. They act on

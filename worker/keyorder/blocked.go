@@ -12,7 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // The blocked-keys read ([Runner.Blocked]) answers, without a key: which

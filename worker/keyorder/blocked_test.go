@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // blockedByKey reads every blocked key of queue "default" as of an hour

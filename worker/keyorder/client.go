@@ -15,7 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // seqField is the member of a task's JSON payload that carries its position

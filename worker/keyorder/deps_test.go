@@ -25,6 +25,32 @@ func TestTheEngineImportsNothingOfTheOrderDomain(t *testing.T) {
 		}
 	}
 	slices.Sort(ours)
-	require.Equal(t, []string{"internal/asynqwire", "internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder",
-		"worker/keyorder/internal/runctx"}, ours)
+	require.Equal(t, []string{"internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder",
+		"worker/keyorder/internal/asynqwire", "worker/keyorder/internal/runctx"}, ours)
+}
+
+// The engine owns asynq's private layout: of the module's packages, tests
+// included, only the engine's own tree imports it (Go's internal rule
+// says so at build time; this names the rule). Everything else reads
+// asynq's data through the engine's API, its public face
+// worker/keyorder/asynqredis included.
+func TestOnlyTheEngineImportsAsynqsLayout(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/orderworker/orderworker/"
+	const layout = module + "worker/keyorder/internal/asynqwire"
+	out, err := exec.Command("go", "list", "-f",
+		"{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}",
+		module+"...").Output()
+	require.NoError(t, err)
+	var importers []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) > 0 && slices.Contains(f[1:], layout) {
+			importers = append(importers, strings.TrimPrefix(f[0], module))
+		}
+	}
+	require.NotEmpty(t, importers, "the engine imports its layout")
+	for _, p := range importers {
+		require.True(t, p == "worker/keyorder" || strings.HasPrefix(p, "worker/keyorder/"), "%s imports asynq's layout", p)
+	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // The drain of a hot key.

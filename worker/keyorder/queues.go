@@ -12,8 +12,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/tracing"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // queueTasksConfig tunes a queueTasks. Key is required; the rest

@@ -17,7 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 	"github.com/orderworker/orderworker/worker/keyorder/internal/runctx"
 )
 

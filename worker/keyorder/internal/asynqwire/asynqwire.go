@@ -2,11 +2,17 @@
 // key name, script and raw read or write of asynq's data that orderworker
 // makes lives here. No other package spells an asynq key, builds one, runs
 // a Redis command on one or writes Lua that touches asynq's data
-// (TestOnlyThisPackageSpellsAsynqKeys walks the module's non-test files);
-// everything else goes through asynq's public Client, Inspector and Server,
-// or through this package. It is not for orderworker's policy (which queue
-// a task is in, when to wake it: packages tasks, requeue and worker), so an
-// asynq upgrade reads this package and nothing else.
+// (TestOnlyThisPackageSpellsAsynqKeys walks the module's non-test files).
+// It is the engine's (package keyorder's): sitting under worker/keyorder,
+// no package outside the engine may import it. Everything else goes
+// through asynq's public Client, Inspector and Server, through the
+// engine's API, or through the engine's public face of this package,
+// worker/keyorder/asynqredis, which hands out the few of its names the
+// tools around the engine need (key names and ACL patterns, the task
+// reads, the dashboards' counts, Recover and Forward). It is not for
+// policy (which queue a task is in, when to wake it: packages keyorder,
+// tasks and worker), so an asynq upgrade reads this package and nothing
+// else.
 //
 // What it provides:
 //   - key names: [AllQueues], [QueueKey], [TaskKey], [PendingKey],
@@ -25,7 +31,8 @@
 //     [Finished], [QueuesListed] and [ScanQueues]; bounded pages of the
 //     retry and scheduled sets and of the expired leases with their task
 //     messages ([SetTasks], [ExpiredLeases], [LeaseEnd]), which the
-//     blocked-orders list (internal/orderview) finds its candidates in.
+//     engine's blocked read (keyorder.Runner.Blocked) finds its
+//     candidates in.
 //
 // # What orderworker relies on
 //

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,8 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// asynqwirePath is this package's import path.
-const asynqwirePath = "github.com/orderworker/orderworker/internal/asynqwire"
+// asynqwirePath is this package's import path, and asynqredisPath that of
+// its public face (package asynqredis), whose names the rules below treat
+// as this package's.
+const (
+	asynqwirePath  = "github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
+	asynqredisPath = "github.com/orderworker/orderworker/worker/keyorder/asynqredis"
+)
 
 var (
 	// asynqKey matches an asynq key, key prefix or channel in a string:
@@ -47,8 +53,8 @@ var (
 func layoutSpellings(fset *token.FileSet, f *ast.File) []string {
 	wire := map[string]bool{} // the names asynqwire is imported under
 	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == asynqwirePath {
-			name := "asynqwire"
+		if p, _ := strconv.Unquote(imp.Path.Value); p == asynqwirePath || p == asynqredisPath {
+			name := path.Base(p)
 			if imp.Name != nil {
 				name = imp.Name.Name
 			}
@@ -114,13 +120,16 @@ func layoutSpellings(fset *token.FileSet, f *ast.File) []string {
 
 // TestOnlyThisPackageSpellsAsynqKeys keeps asynq's private Redis layout in
 // one package: no production (non-test) Go file of the module outside
-// internal/asynqwire spells an asynq key, builds one, or runs a Redis
-// command on one (see layoutSpellings). Two bugs came from copies of the
+// this package and its public face (worker/keyorder/asynqredis, which
+// hands this package's names out as they are) spells an asynq key, builds
+// one, or runs a Redis command on one (see layoutSpellings). Two bugs came from copies of the
 // layout elsewhere; an asynq upgrade checks this package only.
 func TestOnlyThisPackageSpellsAsynqKeys(t *testing.T) {
 	t.Parallel()
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..", "..")
 	own, err := filepath.Abs(".")
+	require.NoError(t, err)
+	face, err := filepath.Abs(filepath.Join("..", "..", "asynqredis"))
 	require.NoError(t, err)
 	var found []string
 	files := 0
@@ -131,7 +140,7 @@ func TestOnlyThisPackageSpellsAsynqKeys(t *testing.T) {
 		}
 		if d.IsDir() {
 			name := d.Name()
-			if abs, _ := filepath.Abs(path); abs == own || path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+			if abs, _ := filepath.Abs(path); abs == own || abs == face || path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
 				return filepath.SkipDir
 			}
 			return nil
@@ -149,7 +158,7 @@ func TestOnlyThisPackageSpellsAsynqKeys(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Greater(t, files, 50, "the walk reads the module's files")
-	require.Empty(t, found, "asynq's layout outside internal/asynqwire; use or add its functions")
+	require.Empty(t, found, "asynq's layout outside asynqwire; use or add its functions")
 }
 
 // layoutSpellings flags what spells asynq's layout and leaves alone what
@@ -172,6 +181,8 @@ func TestLayoutSpellings(t *testing.T) {
 		{"a raw write of asynq's set", `func f() { rdb.SAdd(ctx, asynqwire.AllQueues, q) }`, true},
 		{"a copy of asynqwire's key", `const allQueues = asynqwire.AllQueues`, true},
 		{"a copy under an alias", `var all = aw.AllQueues`, true},
+		{"a raw read of the public face's key", `func f() { rdb.LLen(ctx, asynqredis.PendingKey(q)) }`, true},
+		{"a key built from the public face's prefix", `var k = asynqredis.QueueKey(q) + "paused"`, true},
 		{"a key made for a use", `var key = asynqwire.PendingKey(q)`, false},
 		{"asynq's import path", `var p = "github.com/hibiken/asynq"`, false},
 		{"a log message naming asynq", `var m = "asynq: server stopped; asynq's queues listed"`, false},
@@ -184,7 +195,7 @@ func TestLayoutSpellings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			src := "package p\n\nimport (\n\t\"github.com/hibiken/asynq\"\n\t\"" + asynqwirePath + "\"\n\taw \"" + asynqwirePath + "\"\n)\n\n" + tt.src + "\n"
+			src := "package p\n\nimport (\n\t\"github.com/hibiken/asynq\"\n\t\"" + asynqwirePath + "\"\n\taw \"" + asynqwirePath + "\"\n\t\"" + asynqredisPath + "\"\n)\n\n" + tt.src + "\n"
 			fset := token.NewFileSet()
 			f, err := parser.ParseFile(fset, "p.go", src, parser.SkipObjectResolution)
 			require.NoError(t, err)

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.Main(m)) }

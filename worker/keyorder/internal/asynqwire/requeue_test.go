@@ -10,8 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/orderworker/orderworker/internal/acl"
-	"github.com/orderworker/orderworker/internal/asynqwire"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
