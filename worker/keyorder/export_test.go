@@ -87,3 +87,6 @@ var NewTurns = newTurns
 var Position = payloadPos
 
 type Turns = turns
+
+// Stuck is stuck, for the tests of the tasks a hold could not end.
+func (l *Locker) Stuck(queue, id string, err error) { l.stuck(queue, id, err) }

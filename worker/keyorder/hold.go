@@ -317,8 +317,9 @@ func (h *hold) settle(ctx context.Context, o *asynqwire.Outcome) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
 	if _, _, err := asynqwire.Step(sctx, h.t.l.rdb, o, "", ""); err != nil {
-		tracing.Slog(ctx, h.t.log).Warn("could not record a drained task's end in asynq; it runs again once its lease ends, and replays",
+		tracing.Slog(ctx, h.t.log).Warn("could not record a drained task's end in asynq; it runs again once Redis answers (or its lease ends), and replays",
 			slog.String("task_id", o.Task.ID), errAttr(err))
+		h.t.l.stuck(o.Task.Queue, o.Task.ID, err)
 	}
 }
 
@@ -423,8 +424,9 @@ func (h *hold) putBack(ctx context.Context, c *asynqwire.Claimed) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.cfg.SettleTimeout)
 	defer cancel()
 	if _, _, err := asynqwire.Step(sctx, h.t.l.rdb, &asynqwire.Outcome{Task: c, Err: errHoldEnded, Requeue: true}, "", ""); err != nil {
-		tracing.Slog(ctx, h.t.log).Warn("could not put a task taken for the hold back in its queue; it runs once its lease ends",
+		tracing.Slog(ctx, h.t.log).Warn("could not put a task taken for the hold back in its queue; it runs once Redis answers (or its lease ends)",
 			slog.String("task_id", c.ID), errAttr(err))
+		h.t.l.stuck(c.Queue, c.ID, err)
 	}
 }
 

@@ -199,6 +199,7 @@ type Locker struct {
 	// (reassert.go), and whether their probing goroutine runs; under
 	// redoMu, stopped with the redos.
 	endedTurns []endedTurn
+	stuckTasks []stuckTask
 	probing    bool
 	onWake     atomic.Pointer[func(ctx context.Context, key string, labels []string)]
 }

@@ -3,10 +3,13 @@ package keyorder
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // A failover loses the writes its old master acknowledged and its replica
@@ -51,6 +54,32 @@ const reassertProbe = 200 * time.Millisecond
 // dropped (a key whose end is dropped and lost waits for its task's lease).
 const maxEnded = 1 << 17
 
+// stuckTask is a task taken for a hold whose end (or return unrun) the
+// hold could not record in asynq, Redis unreachable: it stays active with
+// its lease, run by no one, until the lease ends.
+type stuckTask struct{ queue, id string }
+
+// stuck keeps task id of queue, whose end a hold could not record because
+// Redis did not answer (err), to bring it back at once when Redis answers
+// again (probeLoop), rather than when its lease ends. An error that Redis
+// answered leaves the task alone: it is not known to be stuck.
+func (l *Locker) stuck(queue, id string, err error) {
+	if !unavailable(err) && !unknownOutcome(err) {
+		return
+	}
+	l.redoMu.Lock()
+	defer l.redoMu.Unlock()
+	if l.redoStopped || len(l.stuckTasks) >= maxEnded {
+		return
+	}
+	l.stuckTasks = append(l.stuckTasks, stuckTask{queue: queue, id: id})
+	if !l.probing {
+		l.probing = true
+		l.redoWG.Add(1)
+		go l.probeLoop()
+	}
+}
+
 // endedTurn is a turn a holder ended.
 type endedTurn struct {
 	key, owner string
@@ -94,6 +123,9 @@ func (l *Locker) probeLoop() {
 			return
 		case <-t.C:
 		}
+		l.redoMu.Lock()
+		stuck := len(l.stuckTasks)
+		l.redoMu.Unlock()
 		err := l.probe()
 		switch {
 		case err != nil && down.IsZero():
@@ -103,6 +135,9 @@ func (l *Locker) probeLoop() {
 			l.reassert(down)
 			down = time.Time{}
 		}
+		if err == nil && stuck > 0 {
+			l.unstick(stuck)
+		}
 		l.redoMu.Lock()
 		cut := time.Now().Add(-reassertWindow)
 		if !down.IsZero() {
@@ -110,7 +145,7 @@ func (l *Locker) probeLoop() {
 		}
 		i, _ := slices.BinarySearchFunc(l.endedTurns, cut, func(e endedTurn, t time.Time) int { return e.at.Compare(t) })
 		l.endedTurns = slices.Delete(l.endedTurns, 0, i)
-		if len(l.endedTurns) == 0 && down.IsZero() {
+		if len(l.endedTurns) == 0 && len(l.stuckTasks) == 0 && down.IsZero() {
 			l.probing = false
 			l.redoMu.Unlock()
 			return
@@ -128,6 +163,47 @@ func (l *Locker) probe() error {
 	}
 	return l.rdb.Ping(ctx).Err()
 }
+
+// unstick brings back the first n stuck tasks, which a hold could not end
+// in asynq while Redis was unreachable (stuck), now that Redis answers: it
+// ends each one's lease and brings the queue's tasks whose lease ended
+// back to the front of their queue (asynqwire.Recover), so that each runs
+// again in its turn (or, when its turn passed, finds that out and ends)
+// rather than when its lease would have ended. A task that someone took
+// again meanwhile would run twice: the fence keeps its store safe, as
+// after any lease that ends.
+func (l *Locker) unstick(n int) {
+	l.redoMu.Lock()
+	todo := slices.Clone(l.stuckTasks[:n])
+	l.stuckTasks = slices.Delete(l.stuckTasks, 0, n)
+	l.redoMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
+	defer cancel()
+	queues := map[string]bool{}
+	for _, st := range todo {
+		if err := asynqwire.ExtendLease(ctx, l.rdb, st.queue, st.id, time.Unix(1, 0)); err != nil {
+			l.log.Warn("could not bring back a task whose end Redis did not record; it runs once its lease ends",
+				slog.String("task_id", st.id), errAttr(err))
+			continue
+		}
+		queues[st.queue] = true
+	}
+	for _, q := range slices.Sorted(maps.Keys(queues)) {
+		rec, err := asynqwire.Recover(ctx, l.rdb, q, unstickMargin)
+		if err != nil {
+			l.log.Warn("could not bring back the tasks whose end Redis did not record; they run once their leases end",
+				slog.String("queue", q), errAttr(err))
+			continue
+		}
+		l.log.Info("brought back the tasks whose end Redis did not record while it was unreachable",
+			slog.String("queue", q), slog.Any("task_ids", rec.IDs))
+	}
+}
+
+// unstickMargin is the margin of unstick's Recover: a task stuck here has
+// its lease ended at the epoch, and another task's lease that ended longer
+// ago than this belongs to a worker that is gone.
+const unstickMargin = 10 * time.Second
 
 // reassert ends again the turns ended before down (when a probe first
 // failed), within reassertWindow of it: one script per holder and key, in

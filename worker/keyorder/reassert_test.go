@@ -2,7 +2,10 @@ package keyorder_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/orderworker/orderworker/internal/testkit/faultproxy"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/internal/asynqwire"
 )
 
 // A failover loses the end of a turn: the promoted master has the key's
@@ -89,4 +93,37 @@ func TestRunnerEndsAgainTheTurnsAFailoverLost(t *testing.T) {
 	require.Less(t, time.Since(healed), 5*time.Second, "not within about a second of the heal")
 	require.Equal(t, []int{1, 2}, rc.succeeded("K"))
 	require.NotEmpty(t, logs.matching("ended turns again"), "the turn was not ended again")
+}
+
+// A task taken for a hold whose end the hold could not record (Redis did
+// not answer) is run by no one until its lease ends: the Locker brings it
+// back to its queue as soon as Redis answers. One whose write Redis
+// answered with an error is not known to be stuck and is left alone.
+func TestLockerBringsBackATaskStuckWhileRedisWasUnreachable(t *testing.T) {
+	t.Parallel()
+	db := redistest.New(t)
+	ctx := t.Context()
+	q := "stuck_" + strings.Trim(db.Prefix, ":")
+	cli := asynq.NewClientFromRedisClient(db.Client)
+	for _, id := range []string{"lost", "refused"} {
+		_, err := cli.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id), asynq.Retention(time.Hour))
+		require.NoError(t, err)
+		_, _, err = asynqwire.Step(ctx, db.Client, nil, q, id)
+		require.NoError(t, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(db.Client)
+	state := func(id string) asynq.TaskState {
+		info, err := insp.GetTaskInfo(q, id)
+		require.NoError(t, err)
+		return info.State
+	}
+	require.Equal(t, asynq.TaskStateActive, state("lost"))
+
+	answered := db.Client.Eval(ctx, "return redis.error_reply('ERR refused')", nil).Err()
+	require.Error(t, answered)
+	l := newLocker(t, db, keyorder.Config{})
+	l.Stuck(q, "refused", answered)
+	l.Stuck(q, "lost", fmt.Errorf("end lost: %w", syscall.ECONNREFUSED))
+	eventually(t, func() bool { return state("lost") == asynq.TaskStatePending }, "the stuck task was not brought back")
+	require.Equal(t, asynq.TaskStateActive, state("refused"), "a task whose write Redis refused was brought back")
 }

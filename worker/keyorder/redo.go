@@ -164,7 +164,7 @@ func (l *Locker) stopRedo() {
 		l.redoStopped = true
 		close(l.redoStop)
 	}
-	l.redos, l.endedTurns = nil, nil
+	l.redos, l.endedTurns, l.stuckTasks = nil, nil, nil
 	l.redoMu.Unlock()
 	l.redoWG.Wait()
 }
