@@ -682,7 +682,7 @@ func (r *hotReport) print(out io.Writer, appliedBy map[string]string) {
 			}
 			worst = max(worst, w.wait)
 		}
-		fmt.Fprintf(out, "               after the promotions: %d waits of a hot order measured, the longest %v (bound %v); %d with a nemesis on its worker, not bounded\n",
+		fmt.Fprintf(out, "               after the promotions: %d waits of a hot order measured, the longest %v with no nemesis on its worker (bound %v); %d behind a nemesis of its worker, bounded from the end of what the nemesis leaves\n",
 			len(r.waits), worst.Round(time.Millisecond), maxPromotionStall, explained)
 		for _, w := range r.waits {
 			fmt.Fprintf(out, "                 %s\n", w)

@@ -23,8 +23,11 @@ import (
 // explains it: the worker that ran the order last before the promotion, or
 // first after it, was killed, frozen, cut off, reset or slowed in the
 // window from LOCK_TTL before the promotion to that first run (the trouble
-// log below). Those are listed, not counted: a killed holder's order waits
-// for its lock and its tasks' leases whether or not Redis switched.
+// log below), and the first run came within the bound of the end of what
+// that nemesis leaves behind (a kill: its lock's TTL and its tasks' asynq
+// leases; a freeze, a cut or a slow spell: its length and a second; a
+// reset: a second). A killed holder's order waits for its lock and its
+// tasks' leases whether or not Redis switched.
 
 // maxPromotionStall is the bound issue 44 sets: no hot order waits more
 // than a second after a promotion.
@@ -145,7 +148,15 @@ func promotionWaits(switches []switched, nos []string, runs map[string][]hotRun,
 				w.explained = trouble.on(slots, s.served.Add(-lockTTL), first.at)
 			}
 			all = append(all, w)
-			if w.wait > maxPromotionStall && len(w.explained) == 0 {
+			// A nemesis explains the wait only up to the end of what it
+			// leaves behind: past that, the bound holds again.
+			end := from
+			for _, tr := range w.explained {
+				if tr.to.After(end) {
+					end = tr.to
+				}
+			}
+			if first.at.Sub(end) > maxPromotionStall {
 				stalls = append(stalls, w)
 			}
 		}
