@@ -87,3 +87,11 @@ var NewTurns = newTurns
 var Position = payloadPos
 
 type Turns = turns
+
+// Halt is the halt that the gap check writes for an archived head under
+// FailureHalt (Runner.haltArchived), alone: a test writes it without the
+// archive, as a worker that died between its release and asynq's archive
+// would leave it.
+func (r *Runner) Halt(ctx context.Context, key string, pos int64, label, why string) (bool, error) {
+	return r.l.Sequencer().halt(ctx, key, pos, label, why)
+}
