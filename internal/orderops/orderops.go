@@ -599,11 +599,18 @@ func (o *Ops) retry(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	o.result(h, res)
-	if p := h.Held; p != nil {
+	halted := h.Held != nil && h.Held.Halted != "" && h.Held.Halted == h.Label
+	if p := h.Held; p != nil && !halted {
 		return fmt.Errorf("%w: order %s is on hold (by %s: %s): resume it, and its head runs at once", ErrRefused, req.OrderNo, p.By, p.Reason)
 	}
 	switch h.State {
 	case asynq.TaskStateRetry.String(), asynq.TaskStateScheduled.String():
+	case asynq.TaskStateArchived.String():
+		// A halted order's head runs again in its place, and the halt
+		// ends (keyorder.Runner.RetryHead).
+		if !halted {
+			return fmt.Errorf("%w: the head's task %s is %s: it will not run again; skip it so the order goes on", ErrRefused, h.TaskID, h.State)
+		}
 	case keyorder.StateMissing:
 		return fmt.Errorf("%w: the head (position %d, %s) has no task: it will not come; skip it", ErrRefused, h.Pos, h.Label)
 	case asynq.TaskStateActive.String():
