@@ -288,7 +288,8 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // ([RunFrom]). Wrap the handlers with [Runner.Handler], and give the asynq
 // server [Runner.ServerConfig]: a task that waits for its turn then spends
 // no retry, and a failing task blocks the tasks behind it while it backs
-// off, then is archived past its failure budget, and the next one runs.
+// off, then is archived past its failure budget, and the next one runs
+// (or, under [FailureHalt], its key halts: see RunnerConfig.Failure).
 //
 // A hot key's tasks run in holds of its lock (see RunnerConfig.DrainMax):
 // the handler of the task that took the lock goes on with the key's next
