@@ -776,6 +776,12 @@ func (o *Ops) known(ctx context.Context, orderNo string) error {
 
 // resume ends the hold and brings the parked head back.
 func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
+	if h, err := o.head(ctx, req.OrderNo); err == nil && h.Held != nil && h.Held.Halted != "" && h.State == asynq.TaskStateArchived.String() {
+		// It would only halt again (the gap check halts an archived head
+		// of a halting kind).
+		o.result(h, res)
+		return fmt.Errorf("%w: order %s is halted: its change %s failed past its retries (%s); retry it in its place or skip it", ErrRefused, req.OrderNo, h.TaskID, h.Held.Reason)
+	}
 	p, st, err := o.seq.Resume(ctx, req.OrderNo)
 	switch {
 	case errors.Is(err, keyorder.ErrNotPaused):
