@@ -402,8 +402,8 @@ func (c Config) validate() error {
 		if c.kindNamed(name) == nil {
 			return fmt.Errorf("worker: failure policy for unknown kind %q", name)
 		}
-		if _, err := keyorder.ParseFailurePolicy(string(f)); err != nil {
-			return fmt.Errorf("worker: %s: %w", name, err)
+		if f != Halt && f != Continue {
+			return fmt.Errorf("worker: %s: failure policy %q, want %s or %s", name, f, Halt, Continue)
 		}
 	}
 	for name, w := range c.Waits {

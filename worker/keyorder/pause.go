@@ -82,9 +82,6 @@ func parsePause(h string) (Pause, error) {
 	return Pause{By: raw.By, Reason: raw.Reason, At: time.UnixMilli(ms).UTC(), Halted: raw.Halted}, nil
 }
 
-// haltBy is [Pause].By of a halt.
-const haltBy = "keyorder"
-
 // halt halts key at its head pos, reserved under label, for why (see
 // haltScript), and lists it in the index of paused keys (best effort, as
 // for Pause). It reports whether it halted the key: false when pos is
