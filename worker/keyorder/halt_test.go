@@ -225,9 +225,23 @@ func TestHaltOnCluster(t *testing.T) {
 	queue := strings.NewReplacer(" ", "", "{", "", "}", "").Replace(db.Prefix) + "q"
 	t.Cleanup(func() { cleanAsynq(t, db.Client, queue) })
 	keys := db.Cluster.OnEachMaster(func(i int) string { return fmt.Sprint("HK-", i) })
+	haltAndRetry(t, db.NewClient(t), db.Prefix, queue, keys[len(keys)-1])
+}
+
+// TestHaltOnSentinel halts a key through a Sentinel group's master.
+func TestHaltOnSentinel(t *testing.T) {
+	t.Parallel()
+	db := redistest.NewSentinel(t)
+	queue := strings.NewReplacer(" ", "", "{", "", "}", "").Replace(db.Prefix) + "q"
+	haltAndRetry(t, db.NewClient(t), db.Prefix, queue, "HS")
+}
+
+// haltAndRetry halts key with a task of MaxRetry 0 that fails once, then
+// retries its head: both tasks run, in order.
+func haltAndRetry(t *testing.T, rdb redis.UniversalClient, prefix, queue, key string) {
+	t.Helper()
 	var fails atomic.Int32
-	s := newHaltSetup(t, db.NewClient(t), db.Prefix, queue, haltAll, failFirst(1, 1, &fails), true)
-	key := keys[0]
+	s := newHaltSetup(t, rdb, prefix, queue, haltAll, failFirst(1, 1, &fails), true)
 	e1 := s.enqueue(t, key, 1)
 	s.enqueue(t, key, 2)
 	s.requireHalted(t, key, e1, 2, "boom", "boom")
