@@ -30,6 +30,15 @@ type Kind struct {
 	// turn, unless Config.Waits says otherwise. A zero field means
 	// DefaultWait's.
 	Wait Wait
+	// Failure is what becomes of an order whose change of the kind fails
+	// past its failure budget, unless Config.Failures says otherwise:
+	// [Halt] (NewKind's default) keeps the change its order's head and
+	// runs nothing behind it, the order listed as blocked "halted" with
+	// the last error, until an operator retries or skips it; [Continue]
+	// archives it and the order's next change goes on. An archived head
+	// of a halting kind is never skipped by the gap check either,
+	// whatever archived it. The zero value means Continue.
+	Failure FailurePolicy
 
 	// apply runs the handler on a store that implements the write and a
 	// payload of the handler's type; nil for an entry not made by NewKind.
@@ -42,7 +51,8 @@ type Kind struct {
 	payload func(p tasks.Payload) bool
 }
 
-// NewKind returns the worker's entry for the kind of payload type P
+// NewKind returns the worker's entry for the kind of payload type P, with
+// the failure policy [Halt]
 // (P's Kind method names it, as river's AddWorker[T] reads T's kind):
 // handle applies a valid payload of the kind to a store that implements
 // S, the write the kind needs (such as orders.Modifier), inside the
@@ -66,9 +76,10 @@ type Kind struct {
 func NewKind[P tasks.Payload, S any](wait Wait, handle func(ctx context.Context, store S, p P) error) Kind {
 	var zero P
 	return Kind{
-		Kind:  kindOf(zero),
-		Wait:  wait.Or(DefaultWait()),
-		write: reflect.TypeFor[S](),
+		Kind:    kindOf(zero),
+		Wait:    wait.Or(DefaultWait()),
+		Failure: Halt,
+		write:   reflect.TypeFor[S](),
 		has: func(store orders.Store) bool {
 			_, ok := store.(S)
 			_, fwd := store.(orders.Forwarder)
@@ -160,6 +171,22 @@ func (k Kind) Apply(ctx context.Context, store orders.Store, p tasks.Payload) er
 	}
 	return k.apply(ctx, store, p)
 }
+
+// FailurePolicy is what becomes of an order whose change fails past its
+// failure budget (see [Kind.Failure] and [Config.Failures]): the engine's
+// keyorder.FailurePolicy.
+type FailurePolicy = keyorder.FailurePolicy
+
+// The failure policies of a kind.
+const (
+	// Halt keeps a change that failed past its budget its order's head:
+	// nothing behind it runs until an operator acts. The default of the
+	// kinds NewKind makes (docs/guarantees.md says why).
+	Halt = keyorder.FailureHalt
+	// Continue archives a change that failed past its budget, and the
+	// order's next change goes on.
+	Continue = keyorder.FailureContinue
+)
 
 // Wait is how a task waits for its order's lock and for its turn (see
 // [Config.Waits] and [Kind.Wait]). A zero field means the default: the

@@ -225,6 +225,15 @@ func (w *Worker) logRun(ctx context.Context, d *Done) {
 // contract: an unknown type or a malformed payload; a task on a queue that
 // is none of its placements (its position is used up, since the gap check
 // would not find it there); a task whose ID is not its event ID.
+// failure is the Runner's RunnerConfig.Failure: the failure policy of the
+// task's kind (Config.Failures); Continue for a type of no kind.
+func (w *Worker) failure(t *asynq.Task) keyorder.FailurePolicy {
+	if k := w.cfg.kindOf(t.Type()); k != nil {
+		return w.cfg.Failures[k.Kind.Name]
+	}
+	return Continue
+}
+
 func (w *Worker) admit(ctx context.Context, t *asynq.Task) (keyorder.Admission, error) {
 	r := runFrom(ctx)
 	k := w.cfg.kindOf(t.Type())

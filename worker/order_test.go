@@ -600,7 +600,7 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 		return nil
 	})
 	r := newRuns()
-	e.startWorker(worker.Config{OnDone: r.add, Kinds: failing}, nil)
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: failing, Failures: map[string]worker.FailurePolicy{"modify": worker.Continue}}, nil)
 	p := e.producer(producer.Config{})
 	_, err := p.EnqueueModify(t.Context(), "SO-FAIL", tasks.Changes{Remark: new("x")}, producer.WithEventID("doomed"), producer.WithMaxRetry(1))
 	require.NoError(t, err)
@@ -618,6 +618,39 @@ func TestFailureBudgetThenArchive(t *testing.T) {
 	// next change's run may beat.
 	e.waitState(tasks.QueueModify, "doomed", asynq.TaskStateArchived)
 	requireNote(t, e, "SO-FAIL", d.Seq, tasks.PositionLabel(tasks.TypeModify, "doomed"), "archived: ", "out of its failure budget")
+}
+
+// TestFailureBudgetThenHalt is the default failure policy of the
+// contract's kinds: a modify that fails past its budget (MaxRetry 0) is
+// archived and halts its order, which keeps it as its head, listed as
+// halted with the error, and applies nothing behind it.
+func TestFailureBudgetThenHalt(t *testing.T) {
+	e := newEnv(t)
+	e.seed("SO-HALT")
+	failing := storehook.Kinds(nil, func(_ context.Context, _, ev, _ string) error {
+		if ev == "doomed" {
+			return errors.New("upstream said 500")
+		}
+		return nil
+	})
+	r := newRuns()
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: failing}, nil)
+	p := e.producer(producer.Config{})
+	_, err := p.EnqueueModify(t.Context(), "SO-HALT", tasks.Changes{Remark: new("x")}, producer.WithEventID("doomed"), producer.WithMaxRetry(0))
+	require.NoError(t, err)
+	_, err = p.EnqueueModify(t.Context(), "SO-HALT", tasks.Changes{Remark: new("after")}, producer.WithEventID("after-doomed"))
+	require.NoError(t, err)
+	d := r.waitFor(t, "doomed", 30*time.Second, worker.OutcomeRejected)
+	require.ErrorContains(t, d.Err, "out of its failure budget")
+	e.waitState(tasks.QueueModify, "doomed", asynq.TaskStateArchived)
+	st, err := e.sequencer().Status(t.Context(), "SO-HALT")
+	require.NoError(t, err)
+	require.NotNil(t, st.Paused, "the order is not halted")
+	require.Equal(t, tasks.PositionLabel(tasks.TypeModify, "doomed"), st.Paused.Halted)
+	require.Contains(t, st.Paused.Reason, "upstream said 500")
+	require.Equal(t, int64(2), st.Waiting, "the halted head and the change behind it")
+	requireNote(t, e, "SO-HALT", d.Seq, tasks.PositionLabel(tasks.TypeModify, "doomed"), "halted: ", "out of its failure budget")
+	require.NotContains(t, r.outcomes("after-doomed"), worker.OutcomeOK, "the change behind the halted head was applied")
 }
 
 // requireNote checks that the sequence log of order no has a note of
@@ -835,7 +868,7 @@ func TestAChangePastItsBudgetIsArchivedWithoutRunningAgain(t *testing.T) {
 		return nil
 	}
 	r := newRuns()
-	e.startWorker(worker.Config{OnDone: r.add, Kinds: storehook.Kinds(nil, hook)}, nil)
+	e.startWorker(worker.Config{OnDone: r.add, Kinds: storehook.Kinds(nil, hook), Failures: map[string]worker.FailurePolicy{"modify": worker.Continue}}, nil)
 	p := e.producer(producer.Config{Timeout: time.Second})
 	for _, id := range []string{"pb-1", "pb-2"} {
 		_, err := p.EnqueueModify(t.Context(), "SO-PB", tasks.Changes{Remark: new(id)}, producer.WithEventID(id), producer.WithMaxRetry(0))

@@ -175,6 +175,10 @@ type Config struct {
 	// the kind's default (see [Kind.Wait]). Defaults to the kinds'
 	// defaults.
 	Waits map[string]Wait
+	// Failures sets, by kind name, the failure policy of the kind's
+	// changes (see [Kind.Failure]): Halt or Continue. Defaults to the
+	// kinds' own (Halt for the contract's).
+	Failures map[string]FailurePolicy
 	// KeyPrefix starts the Redis keys of the orders' locks, fencing tokens
 	// and sequences, which live under KeyPrefix+"lock:" (with the release
 	// notice channel KeyPrefix+"lock:released"). It must be the
@@ -320,6 +324,18 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	c.Waits = waits
+	failures := make(map[string]FailurePolicy, len(c.Kinds))
+	for _, k := range c.Kinds {
+		if k.Kind != nil {
+			failures[k.Kind.Name] = cmp.Or(c.Failures[k.Kind.Name], k.Failure, Continue)
+		}
+	}
+	for name, f := range c.Failures {
+		if _, ok := failures[name]; !ok {
+			failures[name] = f // unknown: validate says so
+		}
+	}
+	c.Failures = failures
 	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
 	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTL)
 	c.GapWait = cmp.Or(c.GapWait, DefaultGapWait)
@@ -381,6 +397,14 @@ func (c Config) validate() error {
 	}
 	if err := c.Shards.Validate(); err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	for name, f := range c.Failures {
+		if c.kindNamed(name) == nil {
+			return fmt.Errorf("worker: failure policy for unknown kind %q", name)
+		}
+		if f != Halt && f != Continue {
+			return fmt.Errorf("worker: %s: failure policy %q, want %s or %s", name, f, Halt, Continue)
+		}
 	}
 	for name, w := range c.Waits {
 		if c.kindNamed(name) == nil {
@@ -503,6 +527,7 @@ func New(rdb redis.UniversalClient, store orders.Store, cfg Config) (*Worker, er
 		Observe:      w.observe,
 		Phase:        w.phase,
 		HeadDue:      w.headDue,
+		Failure:      w.failure,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)

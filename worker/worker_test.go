@@ -398,6 +398,8 @@ func TestConfigValidation(t *testing.T) {
 		{"zero weight", worker.Config{Queues: map[string]int{tasks.QueueModify: 0, tasks.QueueExchange: 1}}},
 		{"min over max", worker.Config{Waits: map[string]worker.Wait{"modify": {MinDelay: time.Second, MaxDelay: time.Millisecond}}}},
 		{"wait of an unknown kind", worker.Config{Waits: map[string]worker.Wait{"no-such-kind": {Deadline: time.Second}}}},
+		{"failure policy of an unknown kind", worker.Config{Failures: map[string]worker.FailurePolicy{"no-such-kind": worker.Halt}}},
+		{"unknown failure policy", worker.Config{Failures: map[string]worker.FailurePolicy{"modify": "stop"}}},
 		{"negative gap wait", worker.Config{GapWait: -time.Second}},
 		{"negative schedule bound", worker.Config{MaxScheduleAhead: -time.Second}},
 		{"negative shutdown", worker.Config{ShutdownTimeout: -time.Second}},

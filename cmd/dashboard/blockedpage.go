@@ -208,6 +208,7 @@ type rowAction struct {
 //     order will never run (orderops.SkipsCreation of c's ExchangeState;
 //     otherwise the skip is refused: the exchange, on its own order's
 //     row, is what to skip or hold);
+//   - halted: retry (in its place, ending the halt), skip;
 //   - held: resume;
 //   - unreadable: none (no action can read its sequence).
 //
@@ -217,6 +218,8 @@ func blockedActions(reason string, c *orderview.Creation) []orderops.Action {
 	switch reason {
 	case orderview.ReasonFailing, orderview.ReasonScheduled:
 		return []orderops.Action{orderops.Retry, orderops.Skip, orderops.Hold}
+	case orderview.ReasonHalted:
+		return []orderops.Action{orderops.Retry, orderops.Skip}
 	case orderview.ReasonCreation:
 		if c != nil && !orderops.SkipsCreation(c.ExchangeState) {
 			return []orderops.Action{orderops.Hold}

@@ -354,6 +354,7 @@ func TestBlockedActions(t *testing.T) {
 		orderview.ReasonCreation:   {orderops.Skip, orderops.Hold},
 		orderview.ReasonWaiting:    {orderops.Skip, orderops.Hold},
 		orderview.ReasonHeld:       {orderops.Resume},
+		orderview.ReasonHalted:     {orderops.Retry, orderops.Skip},
 		orderview.ReasonUnreadable: nil,
 	}
 	for _, reason := range orderview.Reasons() {

@@ -46,6 +46,7 @@ type settings struct {
 	WaitReplicas   int
 	WaitTimeout    time.Duration
 	Waits          map[string]*worker.Wait // by kind name
+	Failures       map[string]*string      // by kind name: halt or continue
 	GapWait        time.Duration
 	DrainMax       int
 	DrainFor       time.Duration
@@ -96,6 +97,16 @@ func declare(s *config.Set, c *settings) {
 		s.Duration(&w.MaxDelay, flag+"max", env+"MAX", k.Wait.MaxDelay, "longest random delay of "+article(name)+" waiting for its order or its turn").Check(config.Positive[time.Duration]).Of(waitMax, name)
 		s.Duration(&w.Deadline, flag+"deadline", env+"DEADLINE", k.Wait.Deadline, "how long "+article(name)+" waits for its order or its turn before going back to the queue (not a failure)").Check(config.Positive[time.Duration]).Of(waitDeadline, name)
 	}
+	failure := &config.Family[string]{Flag: "<kind>-failure", Env: "<KIND>_FAILURE", Default: string(worker.Halt),
+		Usage: "what becomes of an order whose change of the kind fails past its retries: halt (the change stays the order's head, nothing behind it runs, and the order is listed as blocked halted until an operator retries or skips it; docs/operations.md) or continue (archived; the order's next change goes on)" + perKind}
+	c.Failures = make(map[string]*string)
+	for _, k := range worker.Kinds() {
+		f := new(string)
+		c.Failures[k.Kind.Name] = f
+		name := k.Kind.Name
+		s.String(f, name+"-failure", strings.ToUpper(name)+"_FAILURE", string(k.Failure),
+			"what becomes of an order whose "+name+" fails past its retries: halt or continue").Check(checkFailure).Of(failure, name)
+	}
 	s.Duration(&c.GapWait, "gap-wait", "GAP_WAIT", worker.DefaultGapWait, "how long an order's next position may stay without its task before the tasks behind it check with asynq and skip it if the task does not exist").Check(config.Positive[time.Duration])
 	s.Int(&c.DrainMax, "drain-max", "WORKER_DRAIN_MAX", worker.DefaultDrainMax, "most changes of one order a worker runs in one quantum of a hold of its lock, the first included; 1 turns the drain off (the quantum: docs/guarantees.md, the holder drains)").Check(config.Positive[int])
 	s.Duration(&c.DrainFor, "drain-for", "WORKER_DRAIN_FOR", worker.DefaultDrainFor, "longest time of one quantum of a hold of an order's lock (see WORKER_DRAIN_MAX)").Check(config.Positive[time.Duration])
@@ -104,6 +115,14 @@ func declare(s *config.Set, c *settings) {
 	s.Duration(&c.Shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout, "how long SIGTERM lets tasks in flight finish before they go back to their queue").Check(config.Positive[time.Duration])
 	s.Duration(&c.SimulateWork, "simulate-work", "WORKER_SIMULATE_WORK", 0, "testing aid: every task works this long inside its lock before it writes; 0 in production").Check(config.NonNegative[time.Duration])
 	orderstore.Declare(s, &c.OrderStore)
+}
+
+// checkFailure accepts a failure policy: halt or continue.
+func checkFailure(s string) error {
+	if p := worker.FailurePolicy(s); p != worker.Halt && p != worker.Continue {
+		return errors.New("want halt or continue")
+	}
+	return nil
 }
 
 func noBraces(s string) error {
@@ -285,6 +304,10 @@ func (c *runSettings) newWorker(rdb redis.UniversalClient, store orders.Store, m
 	for name, w := range c.Waits {
 		waits[name] = *w
 	}
+	failures := make(map[string]worker.FailurePolicy, len(c.Failures))
+	for name, f := range c.Failures {
+		failures[name] = worker.FailurePolicy(*f)
+	}
 	return worker.New(rdb, store, worker.Config{
 		Kinds:           kinds,
 		KeyPrefix:       c.Prefix,
@@ -297,6 +320,7 @@ func (c *runSettings) newWorker(rdb redis.UniversalClient, store orders.Store, m
 		Shards:          c.Shards,
 		StrictPriority:  c.StrictPriority,
 		Waits:           waits,
+		Failures:        failures,
 		GapWait:         c.GapWait,
 		DrainMax:        c.DrainMax,
 		DrainFor:        c.DrainFor,

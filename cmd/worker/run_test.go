@@ -107,6 +107,7 @@ func TestRunRejectsBadSettings(t *testing.T) {
 		{"unknown queue", map[string]string{"WORKER_QUEUES": "default=1"}, "unknown queue"},
 		{"negative timeout", map[string]string{"SHUTDOWN_TIMEOUT": "-1s"}, "SHUTDOWN_TIMEOUT"},
 		{"min over max", map[string]string{"MODIFY_WAIT_MIN": "2s", "MODIFY_WAIT_MAX": "1s"}, "modify wait"},
+		{"unknown failure policy", map[string]string{"MODIFY_FAILURE": "stop"}, "MODIFY_FAILURE"},
 		{"short metrics token", map[string]string{"METRICS_TOKENS": "0123456789abcdef,tooshort"}, "METRICS_TOKENS (-metrics-tokens): httpauth: bad configuration: bearer key #2"},
 	}
 	for _, tt := range tests {
@@ -119,6 +120,32 @@ func TestRunRejectsBadSettings(t *testing.T) {
 			require.Error(t, err)
 			require.True(t, strings.Contains(err.Error(), tt.want), "%v", err)
 			require.NotContains(t, err.Error(), "tooshort", "no secret in the error")
+		})
+	}
+}
+
+// TestFailurePolicyPerKind reads each kind's failure policy: halt by
+// default, and MODIFY_FAILURE=continue overrides the modify kind's alone.
+func TestFailurePolicyPerKind(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{"defaults", map[string]string{}, map[string]string{"modify": "halt", "exchange": "halt"}},
+		{"modify continues", map[string]string{"MODIFY_FAILURE": "continue"}, map[string]string{"modify": "continue", "exchange": "halt"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c settings
+			s := config.NewSet("worker", func(k string) string { return tt.env[k] })
+			declare(s, &c)
+			require.NoError(t, s.Parse(nil))
+			got := map[string]string{}
+			for name, f := range c.Failures {
+				got[name] = *f
+			}
+			require.Equal(t, tt.want, got)
 		})
 	}
 }

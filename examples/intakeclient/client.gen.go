@@ -46,6 +46,7 @@ const (
 	BlockedReasonCreation   BlockedReason = "creation"
 	BlockedReasonFailing    BlockedReason = "failing"
 	BlockedReasonGap        BlockedReason = "gap"
+	BlockedReasonHalted     BlockedReason = "halted"
 	BlockedReasonHeld       BlockedReason = "held"
 	BlockedReasonLockStale  BlockedReason = "lock_stale"
 	BlockedReasonScheduled  BlockedReason = "scheduled"
@@ -61,6 +62,8 @@ func (e BlockedReason) Valid() bool {
 	case BlockedReasonFailing:
 		return true
 	case BlockedReasonGap:
+		return true
+	case BlockedReasonHalted:
 		return true
 	case BlockedReasonHeld:
 		return true
@@ -440,6 +443,26 @@ type BlockedFailing struct {
 	TaskId  string `json:"task_id"`
 }
 
+// BlockedHalted The head's task failed past its failure budget and its kind's failure policy is `halt`: the task is archived, stays the order's head, and nothing behind it is applied until an operator retries it in its place (`retry`, which ends the halt) or skips it (`skip`).
+type BlockedHalted struct {
+	// At When the order was halted.
+	At time.Time `json:"at"`
+
+	// LastError The failure that halted the order.
+	LastError string `json:"last_error"`
+
+	// Queue A queue of the contract: a task kind's queue (such as
+	// `order_modify`; the pattern names every kind's), or, with a shard
+	// count N above 1 (QUEUE_SHARDS), the order's shard of one,
+	// `<queue>:<CRC-32 of order_no mod N>` such as `order_modify:2` (see
+	// the README's task contract).
+	//
+	//
+	// Examples: order_modify, order_exchange:2
+	Queue  Queue  `json:"queue"`
+	TaskId string `json:"task_id"`
+}
+
 // BlockedHold defines model for BlockedHold.
 type BlockedHold struct {
 	At     *time.Time `json:"at,omitempty"`
@@ -482,7 +505,10 @@ type BlockedOrder struct {
 	// task, or it ended without taking its turn). The changes behind it
 	// wait until a task behind it, running after the workers' gap wait
 	// (GAP_WAIT) has passed since the position was reserved, skips it.
-	Gap       *Gap              `json:"gap,omitempty"`
+	Gap *Gap `json:"gap,omitempty"`
+
+	// Halted The head's task failed past its failure budget and its kind's failure policy is `halt`: the task is archived, stays the order's head, and nothing behind it is applied until an operator retries it in its place (`retry`, which ends the halt) or skips it (`skip`).
+	Halted    *BlockedHalted    `json:"halted,omitempty"`
 	Head      *Position         `json:"head,omitempty"`
 	Hold      *BlockedHold      `json:"hold,omitempty"`
 	Lock      *BlockedLock      `json:"lock,omitempty"`
@@ -1281,7 +1307,10 @@ type ClientInterface interface {
 	// the order's sequence) has waited longer than `BLOCKED_AFTER`
 	// (default 1 minute), or that an operator holds, oldest first, each
 	// with its reason and the details of it: `failing` (the head's task
-	// fails and backs off: its last error, attempts and next run), `gap`
+	// fails and backs off: its last error, attempts and next run),
+	// `halted` (the head's task failed past its budget and its kind
+	// halts: archived, it stays the head and nothing behind it is applied
+	// until an operator retries it in its place or skips it), `gap`
 	// (the head's task will not come: the time left of the gap wait),
 	// `lock_stale` (a worker that is gone holds the head's task or the
 	// lock), `creation` (a replacement that waits for its creation by an
@@ -1485,7 +1514,10 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // the order's sequence) has waited longer than `BLOCKED_AFTER`
 // (default 1 minute), or that an operator holds, oldest first, each
 // with its reason and the details of it: `failing` (the head's task
-// fails and backs off: its last error, attempts and next run), `gap`
+// fails and backs off: its last error, attempts and next run),
+// `halted` (the head's task failed past its budget and its kind
+// halts: archived, it stays the head and nothing behind it is applied
+// until an operator retries it in its place or skips it), `gap`
 // (the head's task will not come: the time left of the gap wait),
 // `lock_stale` (a worker that is gone holds the head's task or the
 // lock), `creation` (a replacement that waits for its creation by an
@@ -2338,7 +2370,10 @@ type ClientWithResponsesInterface interface {
 	// the order's sequence) has waited longer than `BLOCKED_AFTER`
 	// (default 1 minute), or that an operator holds, oldest first, each
 	// with its reason and the details of it: `failing` (the head's task
-	// fails and backs off: its last error, attempts and next run), `gap`
+	// fails and backs off: its last error, attempts and next run),
+	// `halted` (the head's task failed past its budget and its kind
+	// halts: archived, it stays the head and nothing behind it is applied
+	// until an operator retries it in its place or skips it), `gap`
 	// (the head's task will not come: the time left of the gap wait),
 	// `lock_stale` (a worker that is gone holds the head's task or the
 	// lock), `creation` (a replacement that waits for its creation by an
@@ -3877,7 +3912,10 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 // the order's sequence) has waited longer than `BLOCKED_AFTER`
 // (default 1 minute), or that an operator holds, oldest first, each
 // with its reason and the details of it: `failing` (the head's task
-// fails and backs off: its last error, attempts and next run), `gap`
+// fails and backs off: its last error, attempts and next run),
+// `halted` (the head's task failed past its budget and its kind
+// halts: archived, it stays the head and nothing behind it is applied
+// until an operator retries it in its place or skips it), `gap`
 // (the head's task will not come: the time left of the gap wait),
 // `lock_stale` (a worker that is gone holds the head's task or the
 // lock), `creation` (a replacement that waits for its creation by an

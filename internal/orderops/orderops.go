@@ -598,11 +598,18 @@ func (o *Ops) retry(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	o.result(h, res)
-	if p := h.Held; p != nil {
+	halted := h.Held != nil && h.Held.Halted != "" && h.Held.Halted == h.Label
+	if p := h.Held; p != nil && !halted {
 		return fmt.Errorf("%w: order %s is on hold (by %s: %s): resume it, and its head runs at once", ErrRefused, req.OrderNo, p.By, p.Reason)
 	}
 	switch h.State {
 	case asynq.TaskStateRetry.String(), asynq.TaskStateScheduled.String():
+	case asynq.TaskStateArchived.String():
+		// A halted order's head runs again in its place, and the halt
+		// ends (keyorder.Runner.RetryHead).
+		if !halted {
+			return fmt.Errorf("%w: the head's task %s is %s: it will not run again; skip it so the order goes on", ErrRefused, h.TaskID, h.State)
+		}
 	case keyorder.StateMissing:
 		return fmt.Errorf("%w: the head (position %d, %s) has no task: it will not come; skip it", ErrRefused, h.Pos, h.Label)
 	case asynq.TaskStateActive.String():
@@ -768,6 +775,12 @@ func (o *Ops) known(ctx context.Context, orderNo string) error {
 
 // resume ends the hold and brings the parked head back.
 func (o *Ops) resume(ctx context.Context, req Request, res *Result) error {
+	if h, err := o.head(ctx, req.OrderNo); err == nil && h.Held != nil && h.Held.Halted != "" && h.State == asynq.TaskStateArchived.String() {
+		// It would only halt again (the gap check halts an archived head
+		// of a halting kind).
+		o.result(h, res)
+		return fmt.Errorf("%w: order %s is halted: its change %s failed past its retries (%s); retry it in its place or skip it", ErrRefused, req.OrderNo, h.TaskID, h.Held.Reason)
+	}
 	p, st, err := o.seq.Resume(ctx, req.OrderNo)
 	switch {
 	case errors.Is(err, keyorder.ErrNotPaused):

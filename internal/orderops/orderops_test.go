@@ -287,6 +287,47 @@ func TestRetryNow(t *testing.T) {
 	require.Equal(t, "carol", n.Worker)
 }
 
+// A modify that fails past its budget (MaxRetry 0) halts its order: a
+// resume is refused, and a retry runs it again in its place, the halt
+// ended, and the change behind it follows, in order.
+func TestRetryAHaltedOrderRunsItsHeadInPlace(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	failed := false
+	e := newEnv(t, func(_ context.Context, _, ev, _ string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev == "h-1" && !failed {
+			failed = true
+			return errors.New("upstream said 500")
+		}
+		return nil
+	})
+	ctx := t.Context()
+	r, err := e.p.EnqueueModify(ctx, "SO1", tasks.Changes{Remark: new("one")}, producer.WithEventID("h-1"), producer.WithMaxRetry(0))
+	require.NoError(t, err)
+	e.modify("h-2", "two")
+	e.waitRun("h-1", worker.OutcomeRejected)
+	e.waitState(tasks.QueueModify, "h-1", asynq.TaskStateArchived)
+	st, err := e.seq.Status(ctx, "SO1")
+	require.NoError(t, err)
+	require.NotNil(t, st.Paused, "not halted")
+	require.Equal(t, tasks.PositionLabel(tasks.TypeModify, "h-1"), st.Paused.Halted)
+
+	_, err = e.ops.Do(ctx, orderops.Resume, orderops.Request{OrderNo: "SO1", By: "carol", Reason: "go on"})
+	require.ErrorIs(t, err, orderops.ErrRefused, "a resume of a halted order")
+	require.ErrorContains(t, err, "retry it in its place or skip it")
+
+	res, err := e.ops.Do(ctx, orderops.Retry, orderops.Request{OrderNo: "SO1", By: "carol", Reason: "upstream fixed"})
+	require.NoError(t, err)
+	require.Equal(t, r.Seq, res.Seq)
+	require.Equal(t, "h-1", res.TaskID)
+	e.waitApplied("SO1", "h-1", "h-2")
+	st, err = e.seq.Status(ctx, "SO1")
+	require.NoError(t, err)
+	require.Nil(t, st.Paused, "still halted")
+}
+
 // Skip archives a failing head with the reason and uses up its position:
 // the order goes on with the changes behind it, in order.
 func TestSkip(t *testing.T) {

@@ -48,6 +48,11 @@ const (
 	// ReasonFailing is a head whose task failed and backs off in asynq's
 	// retry set: see BlockedOrder.Failing.
 	ReasonFailing = "failing"
+	// ReasonHalted is an order whose head failed past its budget under
+	// the halt failure policy (its kind's): the change stays the head,
+	// archived, and nothing behind it is applied until an operator
+	// retries it in its place or skips it. See BlockedOrder.Halted.
+	ReasonHalted = "halted"
 	// ReasonGap is a head whose task will not come (deleted, never
 	// enqueued, archived or completed without its turn): the workers skip
 	// it when the gap wait ends. See BlockedOrder.Gap.
@@ -84,7 +89,7 @@ const (
 // Reasons returns every reason of a [BlockedOrder], in the order the list
 // documents them.
 func Reasons() []string {
-	return []string{ReasonFailing, ReasonGap, ReasonLockStale, ReasonCreation, ReasonScheduled, ReasonHeld, ReasonWaiting, ReasonUnreadable}
+	return []string{ReasonFailing, ReasonHalted, ReasonGap, ReasonLockStale, ReasonCreation, ReasonScheduled, ReasonHeld, ReasonWaiting, ReasonUnreadable}
 }
 
 // The bounds of a [BlockedQuery].
@@ -150,7 +155,7 @@ type BlockedPage struct {
 
 // BlockedOrder is an order of the blocked-orders list: why its next change
 // is not applied, and since when. Exactly one of the detail fields
-// (Failing, Gap, Lock, Creation, Scheduled, Hold) is set, by Reason, but
+// (Failing, Halted, Gap, Lock, Creation, Scheduled, Hold) is set, by Reason, but
 // for ReasonWaiting, which has none.
 type BlockedOrder struct {
 	OrderNo string `json:"order_no"`
@@ -177,6 +182,17 @@ type BlockedOrder struct {
 	Creation  *Creation  `json:"creation,omitempty"`
 	Scheduled *Scheduled `json:"scheduled,omitempty"`
 	Hold      *Hold      `json:"hold,omitempty"`
+	Halted    *Halted    `json:"halted,omitempty"`
+}
+
+// Halted is an order halted by its head's failure past its budget.
+type Halted struct {
+	// TaskID and Queue name the head's task, archived.
+	TaskID string `json:"task_id"`
+	Queue  string `json:"queue"`
+	// LastError is the failure that halted the order; At when.
+	LastError string    `json:"last_error"`
+	At        time.Time `json:"at"`
 }
 
 // Failing is a head whose task fails and backs off.
@@ -392,8 +408,15 @@ func (r *Reader) blockedOrder(ctx context.Context, now time.Time, k keyorder.Blo
 		b.Head = &Position{Seq: h.Pos, Next: true, State: PositionReserved, Label: h.Label, TaskID: h.TaskID,
 			Queue: h.Queue, TaskState: h.State, ReservedAt: h.Since, RetryAt: h.RetryAt}
 	}
-	if k.Reason == keyorder.BlockedHeld {
+	switch k.Reason {
+	case keyorder.BlockedHeld:
 		r.held(&b, h.Held)
+		return b, nil
+	case keyorder.BlockedHalted:
+		ht := &Halted{TaskID: h.TaskID, Queue: h.Queue, LastError: h.Held.Reason, At: h.Held.At.UTC()}
+		b.Reason, b.Halted = ReasonHalted, ht
+		b.Explanation = fmt.Sprintf("Halted since %s: its next change, task %s, failed past its retries (%s) and its kind halts: nothing behind it is applied (%s wait) until an operator retries it in its place or skips it.",
+			ht.At.Format(time.RFC3339), cmp.Or(ht.TaskID, h.Label), ht.LastError, Count(b.Waiting))
 		return b, nil
 	}
 	if _, id, from, ok := r.cfg.Kinds.ParseLabel(h.Label); ok && from != "" {

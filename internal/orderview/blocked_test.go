@@ -481,3 +481,28 @@ func TestBlockedListsAFailingHeadBehindGhosts(t *testing.T) {
 	require.Equal(t, n, page.Ghosts)
 	require.False(t, page.Truncated)
 }
+
+// With a real worker, a modify that fails past its budget (MaxRetry 0)
+// halts its order, listed as halted with the failure and the task, the
+// change behind it waiting.
+func TestBlockedListsAHaltedOrder(t *testing.T) {
+	e := newEnv(t, orderview.Config{})
+	b := newBlockedEnv(t, e.db.Client, e.db.Prefix, tasks.Shards{})
+	b.put(t, "SOH")
+	b.modify(t, "SOH", "H1", producer.WithMaxRetry(0))
+	b.modify(t, "SOH", "H2")
+	b.run(t, map[string]bool{"H1": true}, map[string]string{"H1": worker.OutcomeRejected})
+	r := b.reader(t, time.Now)
+	page, err := r.Blocked(t.Context(), orderview.BlockedQuery{Reason: orderview.ReasonHalted})
+	require.NoError(t, err)
+	h, ok := byOrder(page)["SOH"]
+	require.True(t, ok, "%+v", page)
+	require.Equal(t, orderview.ReasonHalted, h.Reason)
+	require.NotNil(t, h.Halted)
+	assert.Equal(t, "H1", h.Halted.TaskID)
+	assert.Contains(t, h.Halted.LastError, "upstream said 503 for H1")
+	assert.False(t, h.Halted.At.IsZero())
+	assert.EqualValues(t, 2, h.Waiting)
+	assert.Contains(t, h.Explanation, "retries it in its place or skips it")
+	assert.EqualValues(t, 1, page.Counts[orderview.ReasonHalted])
+}

@@ -103,8 +103,15 @@ func (r *Runner) Hold(ctx context.Context, key, by, reason string) error {
 }
 
 // Resume ends key's hold and calls its head's task back. It returns an
-// error matching [ErrNothingToDo] when key is not on hold.
+// error matching [ErrNothingToDo] when key is not on hold, and when it is
+// halted ([FailureHalt]) with its head's task archived: resuming would
+// only halt it again; retry the head ([Runner.Retry]) or skip it
+// ([Runner.Skip]). A halted key whose head's task runs again (moved by
+// hand out of the archive) resumes.
 func (r *Runner) Resume(ctx context.Context, key string) error {
+	if h, err := r.Head(ctx, key); err == nil && h.Held != nil && h.Held.Halted != "" && h.State == asynq.TaskStateArchived.String() {
+		return fmt.Errorf("%w: %s is halted by its head's failure (%s): retry the head or skip it", ErrNothingToDo, key, h.Held.Reason)
+	}
 	_, st, err := r.l.Sequencer().Resume(ctx, key)
 	if errors.Is(err, ErrNotPaused) {
 		return fmt.Errorf("%w: %w", ErrNothingToDo, err)
@@ -116,9 +123,11 @@ func (r *Runner) Resume(ctx context.Context, key string) error {
 }
 
 // Retry runs the head's task of key now, when it backs off after a
-// failure (or runs only later). It returns an error matching
-// [ErrNothingToDo] when the key is on hold, the task is due or running
-// already, or will never run again (skip it instead).
+// failure (or runs only later), or, for a key halted by its head's failure
+// ([FailureHalt]), runs the archived task again in its place and ends the
+// halt. It returns an error matching [ErrNothingToDo] when the key is on
+// hold, the task is due or running already, or will never run again
+// (skip it instead).
 func (r *Runner) Retry(ctx context.Context, key string) error {
 	h, err := r.Head(ctx, key)
 	if err != nil {
@@ -137,27 +146,52 @@ func (r *Runner) Retry(ctx context.Context, key string) error {
 // for a caller that read and checked the head itself: it runs h's task,
 // whatever the head is now.
 //
+// A halted key's head ([Pause].Halted: h.Held names h's position) is run
+// again in its place: its archived task is moved to pending first, then
+// the halt ends (the task, parked meanwhile by the halt, is called back);
+// a crash between the two leaves the key halted, its task waiting, and
+// the action can be repeated. The task runs with the failures it had: one
+// more failure past its budget halts the key again.
+//
 // It returns an error matching [ErrNothingToDo], and runs nothing, when h
-// is on hold or its task neither backs off nor is scheduled (as h says),
-// and ctx's error when ctx is done. Otherwise it returns RunTask's error
-// as it is: asynq refuses a task that started or came due since h was
-// read, and returns an error matching asynq.ErrTaskNotFound for one that
-// is gone.
+// is on hold or its task neither backs off nor is scheduled (nor, halted,
+// archived) (as h says), and ctx's error when ctx is done. Otherwise it
+// returns RunTask's error as it is: asynq refuses a task that started or
+// came due since h was read, and returns an error matching
+// asynq.ErrTaskNotFound for one that is gone.
 func (r *Runner) RetryHead(ctx context.Context, h Head) error {
+	halted := h.Held != nil && h.Held.Halted != "" && h.Held.Halted == h.Label
 	switch {
-	case h.Held != nil:
+	case h.Held != nil && !halted:
 		return fmt.Errorf("%w: %s is on hold: resume it, and its head runs at once", ErrNothingToDo, h.Key)
-	case h.State != asynq.TaskStateRetry.String() && h.State != asynq.TaskStateScheduled.String():
+	case h.State != asynq.TaskStateRetry.String() && h.State != asynq.TaskStateScheduled.String() &&
+		(!halted || h.State != asynq.TaskStateArchived.String()):
 		return fmt.Errorf("%w: the head's task of %s is %s", ErrNothingToDo, h.Key, h.State)
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	}
-	return r.insp.RunTask(h.Queue, h.TaskID)
+	if err := r.insp.RunTask(h.Queue, h.TaskID); err != nil || !halted {
+		return err
+	}
+	return r.endHalt(ctx, h.Key, nil)
+}
+
+// endHalt ends key's halt and brings back the parked holders its end
+// called, and those of wake.
+func (r *Runner) endHalt(ctx context.Context, key string, wake []string) error {
+	_, st, err := r.l.Sequencer().Resume(ctx, key)
+	if errors.Is(err, ErrNotPaused) || errors.Is(err, ErrPauseIndex) {
+		err = nil // ended meanwhile, or ended with the index stale
+	}
+	if werr := r.Wake(ctx, key, append(wake, st.Wake...)); err == nil {
+		err = werr
+	}
+	return err
 }
 
 // Skip gives up the head of key: it archives the head's task with reason
 // (unless it is archived, completed or missing already) and passes the
-// turn on, so the next task runs. It refuses, with an error matching
+// turn on, so the next task runs; a halt of key by that head ends with it. It refuses, with an error matching
 // [ErrNothingToDo] (a *[StateError]), a head whose task runs right now: a
 // task is never both run and skipped.
 func (r *Runner) Skip(ctx context.Context, key, reason string) error {
@@ -229,6 +263,16 @@ func (r *Runner) SkipHead(ctx context.Context, h Head, reason string) (Skipped, 
 		return sk, err
 	}
 	sk.Done, sk.Wake = st.Done, st.Wake
+	if sk.Done && h.Held != nil && h.Held.Halted != "" && h.Held.Halted == h.Label {
+		// The halt was this head's: it ends with it. A crash before
+		// this leaves the key halted with the next task at its head,
+		// parked; resuming it goes on.
+		_, rs, err := r.l.Sequencer().Resume(ctx, h.Key)
+		if err != nil && !errors.Is(err, ErrNotPaused) && !errors.Is(err, ErrPauseIndex) {
+			return sk, fmt.Errorf("keyorder: end the halt of %s after its head was skipped: %w", h.Key, err)
+		}
+		sk.Wake = append(sk.Wake, rs.Wake...)
+	}
 	return sk, nil
 }
 

@@ -53,14 +53,21 @@ const (
 	// BlockedHeld is a key on hold ([Runner.Hold]): its tasks are accepted
 	// and none runs until [Runner.Resume].
 	BlockedHeld = "held"
+	// BlockedHalted is a key halted by its head's failure past its budget
+	// ([FailureHalt]): the head's task is archived, no task behind it
+	// runs, and Head.Held is the halt (its Reason the task's last error,
+	// Halted the head's label), until an operator retries the head in its
+	// place ([Runner.Retry]) or skips it ([Runner.Skip]).
+	BlockedHalted = "halted"
 	// BlockedFailing is a head whose task failed and backs off in asynq's
 	// retry set: past its failure budget it is archived and the key goes
-	// on.
+	// on, or halts under FailureHalt.
 	BlockedFailing = "failing"
 	// BlockedGap is a head whose task will not come (never enqueued,
 	// deleted, archived, completed without its turn, or holding another
 	// position): Blocked.Fate says which. The Runners skip it when their
-	// GapWait ends.
+	// GapWait ends, except an archived task that halts
+	// (RunnerConfig.Failure): its key is halted instead.
 	BlockedGap = "gap"
 	// BlockedStale is a key held up by a worker that is gone: the head's
 	// task is active in asynq with its lease ended, or the key's lock is
@@ -177,7 +184,7 @@ type staleHold struct {
 	LeaseEnded time.Time
 }
 
-// Blocked reads the keys whose head does not move: held, failing, waiting
+// Blocked reads the keys whose head does not move: held, halted, failing, waiting
 // for a task that will not come, held up by a worker that is gone,
 // scheduled for later, or waiting for longer than q.After; see the
 // comment above [BlockedHeld] for how it finds them without scanning the
@@ -308,6 +315,9 @@ func (r *Runner) blocked(ctx context.Context, q BlockedQuery, key string) (*Bloc
 	// best effort, and may still list a key whose hold ended (see Pause).
 	if st.Paused != nil {
 		b.Reason, b.Since = BlockedHeld, st.Paused.At
+		if st.Paused.Halted != "" {
+			b.Reason = BlockedHalted
+		}
 		if hasHead {
 			switch _, err := r.tasks.look(ctx, &b.Head, false); {
 			case errors.Is(err, errNoTask):

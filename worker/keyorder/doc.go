@@ -77,11 +77,15 @@
 //     asynq.MaxRetry the task carries (even 0).
 //   - Failures block their key, boundedly. A failing task keeps its turn
 //     and backs off; the tasks behind it wait. Past its failure budget
-//     (asynq.MaxRetry) it is archived with the reason, and the next runs.
+//     (asynq.MaxRetry) it is archived with the reason, and the next runs;
+//     or, under [FailureHalt] ([RunnerConfig].Failure), its key halts: it
+//     stays the head and nothing behind it runs until an operator retries
+//     or skips it.
 //   - No position is lost. A position whose task will never come (its
 //     enqueue failed, it was deleted, archived before its turn) is skipped
 //     once the Runner is sure, after [RunnerConfig].GapWait, and the skip
-//     is logged in the key's sequence.
+//     is logged in the key's sequence; an archived head of a task under
+//     FailureHalt is never skipped: it halts its key.
 //   - Operators act per key: [Runner.Hold], [Runner.Resume],
 //     [Runner.Skip] and [Runner.Retry], and [Runner.Blocked] lists the keys
 //     that do not move, and why, without scanning the keyspace. A program with

@@ -90,3 +90,11 @@ type Turns = turns
 
 // Stuck is stuck, for the tests of the tasks a hold could not end.
 func (l *Locker) Stuck(queue, id string, err error) { l.stuck(queue, id, err) }
+
+// Halt is the halt that the gap check writes for an archived head under
+// FailureHalt (Runner.haltArchived), alone: a test writes it without the
+// archive, as a worker that died between its release and asynq's archive
+// would leave it.
+func (r *Runner) Halt(ctx context.Context, key string, pos int64, label, why string) (bool, error) {
+	return r.l.Sequencer().halt(ctx, key, pos, label, why)
+}

@@ -52,6 +52,7 @@ type Lease struct {
 	wake     string    // the parked next holder's label, once released
 	finished bool      // Finish: the turn is done
 	retryAt  time.Time // RetryAt: when the holder runs again
+	halt     string    // halt: the reason to halt the key at the turn
 	released bool
 	byStore  bool  // a store script released it (Handoff.Released), or passOn did
 	kept     Turn  // the next position, when a commit kept the lock for it (Drain)
@@ -150,6 +151,16 @@ func (s *Lease) RetryAt(t time.Time) {
 	s.mu.Unlock()
 }
 
+// haltTurn asks Release, for a turn that stays (not finished), to halt
+// the key at the lease's position for why, in the release's own script
+// (seq_halt): the key is then paused, and no position behind runs (see
+// [FailureHalt]).
+func (s *Lease) haltTurn(why string) {
+	s.mu.Lock()
+	s.halt = why
+	s.mu.Unlock()
+}
+
 // Drain asks the commit of the lease's turn (a store script's, see
 // [Handoff], or turns.Pass's release) to keep the lock, rather than
 // release it, when it passes the turn on to a holder that is parked: the
@@ -181,7 +192,7 @@ func (s *Lease) Next(turn Turn) error {
 		return fmt.Errorf("keyorder: lease of %s was not kept for position %d", s.key, turn.Pos)
 	}
 	s.turn, s.kept = turn, Turn{}
-	s.finished, s.retryAt, s.wake = false, time.Time{}, ""
+	s.finished, s.retryAt, s.wake, s.halt = false, time.Time{}, "", ""
 	s.drain.Store(false)
 	s.handingOff.Store(false)
 	return nil
@@ -500,7 +511,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 	s.released = true
 	stop, done, cancel, byStore := s.stop, s.done, s.cancel, s.byStore
-	finished, retryAt := s.finished, s.retryAt
+	finished, retryAt, halt := s.finished, s.retryAt, s.halt
 	s.mu.Unlock()
 	if stop != nil {
 		close(stop)
@@ -524,6 +535,9 @@ func (s *Lease) Release(ctx context.Context) error {
 		}
 		keys = append(keys, s.l.seq.withBacklog(s.l.seq.SeqKey(s.key))...)
 		args = append(args, s.turn.Pos, adv, at)
+		if halt != "" && !finished {
+			args = append(args, "", halt, s.turn.Label)
+		}
 	}
 	res, err := releaseScript.Run(ctx, s.l.rdb, keys, args...).Slice()
 	if err != nil {

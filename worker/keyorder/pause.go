@@ -43,10 +43,16 @@ var ErrPauseIndex = errors.New("keyorder: the index of paused keys was not updat
 
 // Pause is a paused sequence's pause: who paused it, why, and when (Redis
 // clock).
+//
+// A halt is a pause too (see [FailureHalt]): By is "keyorder", Reason the
+// last error of the head's task, and Halted the head's label.
 type Pause struct {
 	By     string    `json:"by"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Halted is, for a halt, the label of the head position whose task
+	// failed past its budget; "" for an operator's hold.
+	Halted string `json:"halted,omitempty"`
 }
 
 // pausedError is a [Sequencer.Pause] of a sequence already paused. It
@@ -65,7 +71,7 @@ func (e *pausedError) Is(target error) bool { return target == ErrPaused }
 
 // parsePause reads the field h: {"by", "reason", "at" (ms, decimal)}.
 func parsePause(h string) (Pause, error) {
-	var raw struct{ By, Reason, At string }
+	var raw struct{ By, Reason, At, Halted string }
 	if err := json.Unmarshal([]byte(h), &raw); err != nil {
 		return Pause{}, fmt.Errorf("sequence: bad pause %q: %w", h, err)
 	}
@@ -73,7 +79,34 @@ func parsePause(h string) (Pause, error) {
 	if err != nil {
 		return Pause{}, fmt.Errorf("sequence: bad pause time %q", raw.At)
 	}
-	return Pause{By: raw.By, Reason: raw.Reason, At: time.UnixMilli(ms).UTC()}, nil
+	return Pause{By: raw.By, Reason: raw.Reason, At: time.UnixMilli(ms).UTC(), Halted: raw.Halted}, nil
+}
+
+// halt halts key at its head pos, reserved under label, for why (see
+// haltScript), and lists it in the index of paused keys (best effort, as
+// for Pause). It reports whether it halted the key: false when pos is
+// not the head any more, or the key is paused already. It returns Redis
+// errors, wrapped.
+func (q *Sequencer) halt(ctx context.Context, key string, pos int64, label, why string) (bool, error) {
+	n, err := haltScript.Run(ctx, q.rdb, []string{q.SeqKey(key)}, pos, label, clip(why)).Int()
+	if err != nil {
+		return false, fmt.Errorf("halt %s: %w", key, err)
+	}
+	if n == 1 {
+		_ = q.indexHalt(ctx, key) // best effort: the sequence is the truth
+	}
+	return n == 1, nil
+}
+
+// indexHalt lists a halted key in the index of paused keys, unless it is
+// listed already; a failure is returned, wrapped, and leaves the key found
+// by the blocked read only through the tasks parked behind its head.
+func (q *Sequencer) indexHalt(ctx context.Context, key string) error {
+	err := q.rdb.ZAddNX(ctx, q.PausedKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: key}).Err()
+	if err != nil {
+		return fmt.Errorf("halt %s: %w: %w", key, ErrPauseIndex, err)
+	}
+	return nil
 }
 
 // PausedKey returns the Redis key of the index of paused keys: a sorted set

@@ -137,11 +137,47 @@ type RunnerConfig struct {
 	// info.NextProcessAt. It may move the task (bring it forward, say)
 	// and return 0. An error is Redis's, and the gap check runs again.
 	HeadDue func(ctx context.Context, key string, te *TurnError, info *asynq.TaskInfo) (time.Duration, error)
+	// Failure, when set, says what becomes of a task's key when the
+	// task fails past its failure budget ([ErrOutOfBudget]) in its turn:
+	// [FailureContinue] archives the task and the key's next task runs;
+	// [FailureHalt] archives it too, but halts the key: nothing behind
+	// it runs until an operator acts ([Runner.Retry], [Runner.Skip]),
+	// and [Runner.Blocked] lists it as [BlockedHalted]. Under FailureHalt
+	// an archived head (however it came to be archived) is never skipped
+	// by the gap check: it halts its key too. A rejection of the
+	// handler's own (asynq.SkipRetry) is an outcome, not a failure past
+	// its budget: the turn passes on under either policy. Defaults to
+	// FailureContinue for every task, asynq's own behaviour and the
+	// engine's before the policy existed.
+	Failure func(*asynq.Task) FailurePolicy
 	// HoldLocate, when set, is where a hold looks for the parked task of
 	// the key's next position (see DrainMax), given its label; ok false
 	// keeps a hold from taking it (a position held by another key's
 	// task, say), and it then runs from its queue. Defaults to Locate.
 	HoldLocate Locate
+}
+
+// FailurePolicy says what becomes of a key whose head's task fails past
+// its failure budget (see [RunnerConfig].Failure).
+type FailurePolicy string
+
+// The failure policies.
+const (
+	// FailureContinue archives the task and passes its key's turn on: the
+	// next task of the key runs. The zero FailurePolicy means it.
+	FailureContinue FailurePolicy = "continue"
+	// FailureHalt archives the task and halts its key in the same script
+	// that releases the key's lock: the task stays its key's head, no
+	// task behind it runs, and the key is listed as [BlockedHalted] with
+	// the task's last error ([Pause].Halted names its position), until an
+	// operator retries the head in its place ([Runner.Retry]) or skips it
+	// ([Runner.Skip]).
+	FailureHalt FailurePolicy = "halt"
+)
+
+// halts reports whether t's key halts when t fails past its budget.
+func (r *Runner) halts(t *asynq.Task) bool {
+	return r.cfg.Failure != nil && r.cfg.Failure(t) == FailureHalt
 }
 
 // Admission is what [RunnerConfig].Admit says of a task before its turn.
@@ -240,7 +276,8 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // ([RunFrom]). Wrap the handlers with [Runner.Handler], and give the asynq
 // server [Runner.ServerConfig]: a task that waits for its turn then spends
 // no retry, and a failing task blocks the tasks behind it while it backs
-// off, then is archived past its failure budget, and the next one runs.
+// off, then is archived past its failure budget, and the next one runs
+// (or, under [FailureHalt], its key halts: see RunnerConfig.Failure).
 //
 // A hot key's tasks run in holds of its lock (see RunnerConfig.DrainMax):
 // the handler of the task that took the lock goes on with the key's next
@@ -604,6 +641,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 		Retried: rep.Retried, MaxRetry: rep.MaxRetry}
 	if pos > 0 {
 		tr.Turn = Turn{Pos: pos, Label: a.Label}
+		tr.Halt = r.halts(t)
 	}
 	if err != nil {
 		if !errors.Is(err, asynq.SkipRetry) {
@@ -763,22 +801,68 @@ func (t runnerTasks) Wake(ctx context.Context, key string, labels []string) erro
 }
 
 func (t runnerTasks) headEnded(ctx context.Context, key string, te *TurnError) (string, error) {
-	return t.r.tasks.headEnded(ctx, key, te)
+	why, err := t.r.tasks.headEnded(ctx, key, te)
+	if err != nil || why == "" || t.r.cfg.Failure == nil {
+		return why, err
+	}
+	h := Head{Key: key, Label: te.Label}
+	info, err := t.r.tasks.look(ctx, &h, false)
+	if err != nil {
+		return "", err
+	}
+	if halted, err := t.r.haltArchived(ctx, key, te, info); err != nil || halted {
+		return "", err // not skipped: halted, or looked at again after GapWait
+	}
+	return why, nil
 }
 
 func (t runnerTasks) HeadFate(ctx context.Context, key string, te *TurnError) (string, time.Duration, error) {
-	if t.r.cfg.HeadDue == nil {
-		return t.r.tasks.HeadFate(ctx, key, te)
-	}
 	why, info, err := t.r.tasks.HeadTask(ctx, key, te)
-	if err != nil || why != "" {
-		return why, 0, err
+	if err != nil {
+		return "", 0, err
 	}
-	if _, later := taskFate(info); !later {
+	if why != "" {
+		if halted, err := t.r.haltArchived(ctx, key, te, info); err != nil || halted {
+			return "", t.r.turns.cfg.GapWait, err // the waiter parks: the key is halted
+		}
+		return why, 0, nil
+	}
+	_, later := taskFate(info)
+	switch {
+	case !later:
 		return "", 0, nil // a pending, active or aggregating task: it comes
+	case t.r.cfg.HeadDue == nil:
+		return "", max(time.Until(info.NextProcessAt), time.Millisecond), nil
 	}
 	d, err := t.r.cfg.HeadDue(ctx, key, te, info)
 	return "", d, err
+}
+
+// haltArchived halts key at te's head when its task, read as info, is
+// archived and halts by RunnerConfig.Failure: the gap check never skips
+// such a head. It is how a halt survives a crash, or an archive that did
+// not come from the task's run (asynq's recoverer, an operator in
+// asynqmon): the run's own halt, written in its release before asynq
+// archives the task, is the usual way. It reports whether the key is
+// to be left alone (halted now, or by the time of the read); false for a
+// head that is not such a task.
+func (r *Runner) haltArchived(ctx context.Context, key string, te *TurnError, info *asynq.TaskInfo) (bool, error) {
+	if info == nil || info.State != asynq.TaskStateArchived || !r.halts(asynq.NewTask(info.Type, info.Payload)) {
+		return false, nil
+	}
+	if p, perr := payloadPos(info.Payload); perr != nil || p != te.Head {
+		return false, nil //nolint:nilerr // a task without this position: a gap, skipped as before
+	}
+	why := fmt.Sprintf("task %s was archived: %s", info.ID, clip(info.LastErr))
+	done, err := r.l.Sequencer().halt(ctx, key, te.Head, te.Label, why)
+	if err != nil {
+		return false, err
+	}
+	if done {
+		r.cfg.Logger.Warn("the head's task was found archived under the halt policy; key halted",
+			slog.String(r.keyField(), key), slog.Int64("seq", te.Head), slog.String("task_id", info.ID), slog.String("reason", why))
+	}
+	return true, nil
 }
 
 // Created finishes the position that creator (a task's ID, described as

@@ -32,8 +32,9 @@ import "github.com/redis/go-redis/v9"
 //	         found pos by x before the repeat voided it) voids it. Deleted when pos is settled ahead of
 //	         its turn (a position under a reference always is), else with
 //	         the sequence.
-//	h        the key is paused (an operator's hold, see [Sequencer.Pause]):
-//	         {"by", "reason", "at"} as JSON; the head's holder parks
+//	h        the key is paused (an operator's hold, see [Sequencer.Pause],
+//	         or a halt, see [FailureHalt]): {"by", "reason", "at"} as
+//	         JSON, with "halted" (the head's label) for a halt; the head's holder parks
 //	         instead of taking its turn, and the sequence does not expire
 //	         (it is persisted) while the field is there
 //	log      the latest positions settled without a turn, and the outcomes
@@ -397,7 +398,9 @@ return {1, s, mode, offset}
 // position, ARGV[4] "1" to move the sequence past it, ARGV[5] when the
 // holder runs again, in ms since the epoch ("" for unknown), recorded for
 // the waiters behind it when the turn stays, ARGV[6] "1" to keep the lock
-// when the turn passes to a parked holder (lock_commit's keep)
+// when the turn passes to a parked holder (lock_commit's keep), ARGV[7]
+// (optional) when the turn stays: halt the key at the position for this
+// reason (seq_halt, the label being ARGV[8])
 //
 // Returns {released, wake}: released is 1 when released, 0 when the caller
 // no longer held the lock (it expired, or someone else holds it now):
@@ -405,12 +408,13 @@ return {1, s, mode, offset}
 // marked, 2 when it kept the lock for the next position; wake holds the
 // labels of the parked holders it called (see lock_commit), empty when
 // none.
-var releaseScript = redis.NewScript(CommitLua + `
+var releaseScript = redis.NewScript(CommitLua + haltLua + `
 local s, pos = KEYS[2], tonumber(ARGV[3])
 if s and ARGV[4] ~= '1' and ARGV[5] ~= '' then
   local d = tonumber(redis.call('HGET', s, 'd'))
   if d and pos == d + 1 then redis.call('HSET', s, 'r:' .. num(pos), ARGV[5]) end
 end
+if s and ARGV[4] ~= '1' and ARGV[7] and ARGV[7] ~= '' then seq_halt(s, pos, ARGV[8], ARGV[7]) end
 local released, wake = lock_commit(KEYS[1], ARGV[1], ARGV[2], s, pos, ARGV[4] == '1', nil, ARGV[6] == '1', KEYS[3], KEYS[4])
 return {released, wake}
 `)
@@ -706,6 +710,44 @@ local h = cjson.encode({by = ARGV[1], reason = ARGV[2], at = num(nowms())})
 redis.call('HSET', KEYS[1], 'h', h)
 redis.call('PERSIST', KEYS[1])
 return {1, h}
+`)
+
+// haltLua defines the Lua function
+//
+//	seq_halt(s, pos, label, why)
+//
+// that halts the sequence s at its head pos, reserved under label, after
+// the head's task failed past its budget under [FailureHalt]: it pauses s
+// as pauseScript does, the field h recording by "keyorder", why (the
+// task's last error) and halted (the label), and persists s. It writes
+// nothing and returns 0 when pos is not the head, its record is not
+// label's, or s is paused already (an operator's hold stays as it is: the
+// archived head is halted by the gap check once it ends); 1 when it
+// halted s. It needs the helpers of commonLua.
+const haltLua = `
+local function seq_halt(s, pos, label, why)
+  local m = redis.call('HMGET', s, 'd', 'p:' .. num(pos), 'h')
+  local d = tonumber(m[1])
+  if not d or pos ~= d + 1 or m[3] then return 0 end
+  local rec = m[2]
+  local sp = rec and string.find(rec, ' ', 1, true)
+  if not sp or not string.find(string.sub(rec, 1, 1), '%d') or string.sub(rec, sp + 1) ~= label then return 0 end
+  redis.call('HSET', s, 'h', cjson.encode({by = 'keyorder', reason = why, at = num(nowms()), halted = label}))
+  redis.call('PERSIST', s)
+  return 1
+end
+`
+
+// haltScript halts a sequence at its head (seq_halt), for the gap check
+// that finds the head's task archived under [FailureHalt] without the
+// halt its run would have written (see Runner.haltArchived).
+//
+// KEYS[1] sequence
+// ARGV[1] the head's position, ARGV[2] its label, ARGV[3] why
+//
+// Returns 1 when it halted the sequence, 0 when it wrote nothing.
+var haltScript = redis.NewScript(commonLua + haltLua + `
+return seq_halt(KEYS[1], tonumber(ARGV[1]), ARGV[2], ARGV[3])
 `)
 
 // resumeScript ends a sequence's pause: it deletes the field h, lets the

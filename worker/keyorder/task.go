@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"syscall"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderworker/orderworker/internal/tracing"
 )
 
 // The run of an asynq task in its key's turn: what turns.TakeTask and
@@ -45,6 +48,9 @@ type taskRun struct {
 	// Retried and MaxRetry are asynq's: the task's retry count before
 	// this run, and its MaxRetry.
 	Retried, MaxRetry int
+	// Halt says the task's key halts when the task fails past its budget
+	// in its turn ([FailureHalt]).
+	Halt bool
 }
 
 // Budget is the run's failure budget: how many failures asynq retries
@@ -227,6 +233,24 @@ func (t *turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *taskRun, 
 		}
 	}
 	final = ctx.Err() == nil && (err == nil || gone)
+	if final && tr.Halt && lease.Mode() == ModeTurn && errors.Is(err, ErrOutOfBudget) {
+		// The halt rides in the release, before asynq archives the task:
+		// a crash after it leaves the key halted, and one before it
+		// leaves the task to asynq's recoverer, which retries it within
+		// the try a Client keeps (see taskRun.Budget); an archived head
+		// found by the gap check halts its key too (Runner.haltArchived).
+		lease.haltTurn(clip(err.Error()))
+		t.Pass(ctx, lease, false, time.Time{}, false)
+		t.Note(ctx, tr.Key, tr.Turn.Pos, tr.Label, "halted: "+err.Error())
+		sctx, cancel := t.settleCtx(ctx)
+		defer cancel()
+		if ierr := t.seq.indexHalt(sctx, tr.Key); ierr != nil {
+			tracing.Slog(ctx, t.log).Warn("key halted, but not listed in the index of paused keys", slog.String(t.cfg.KeyField, tr.Key), errAttr(ierr))
+		}
+		tracing.Slog(ctx, t.log).Warn("key halted: its head failed past its budget", slog.String(t.cfg.KeyField, tr.Key),
+			slog.Int64("seq", tr.Turn.Pos), slog.String("label", tr.Turn.Label), errAttr(err))
+		return err, false
+	}
 	var retryAt time.Time
 	var later *laterError
 	if !final && errors.As(err, &later) {
