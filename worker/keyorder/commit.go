@@ -11,7 +11,7 @@ package keyorder
 // the script that commits the write's last step also releases the lock
 // and passes the key's turn on (Handoff, with [CommitLua]'s lock_commit),
 // which saves the release's round trip per task. A write with more steps
-// after it leaves the release to the engine. *Lease implements it. Stores
+// after it leaves the release to the engine. *lease implements it. Stores
 // that cannot use it ignore it.
 type Commit interface {
 	// FenceKey returns the key of the lock's newest handed-out fence. It
@@ -25,4 +25,4 @@ type Commit interface {
 	Handoff() *Handoff
 }
 
-var _ Commit = (*Lease)(nil)
+var _ Commit = (*lease)(nil)

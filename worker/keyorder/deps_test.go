@@ -26,5 +26,5 @@ func TestTheEngineImportsNothingOfTheOrderDomain(t *testing.T) {
 	}
 	slices.Sort(ours)
 	require.Equal(t, []string{"internal/asynqwire", "internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder",
-		"worker/keyorder/internal/runctx"}, ours)
+		"worker/keyorder/internal/lockhook", "worker/keyorder/internal/runctx"}, ours)
 }

@@ -155,10 +155,11 @@
 //     the Client's one script ([Client.EnqueueAtOnce], which also takes a
 //     producer's claim and a linked position), and passed on only by the
 //     engine's lock scripts and a store's commit through [Commit].
-//   - [Locker]: the per-key lock, with fencing tokens, self-renewing
-//     leases and waiting woken by release notices (one shared Pub/Sub
-//     subscription per Locker, fanned out to its local waiters). A Runner
-//     has its own; a program takes one only to hold a key by hand.
+//   - The lock, behind the package line: per key, with fencing tokens,
+//     self-renewing leases and waiting woken by release notices (one
+//     shared Pub/Sub subscription per Runner, fanned out to its local
+//     waiters). A test that must hold a key by hand takes it with
+//     keyordertest.NewLocker.
 //   - The Runner's turns, behind the package line: they take a turn
 //     (waiting, parking a position too far back, skipping a head whose
 //     task will never come, which they learn from asynq's queues: the gap

@@ -87,3 +87,12 @@ var NewTurns = newTurns
 var Position = payloadPos
 
 type Turns = turns
+
+// The lock, behind the package line (the product takes it in a Runner's
+// turns; keyordertest.NewLocker holds a key by hand in other packages'
+// tests).
+type Locker = locker
+type Lease = lease
+type Config = lockConfig
+
+var New = newLocker

@@ -15,9 +15,9 @@ import (
 
 // A key's sequence orders the acquisitions of its lock. [Sequencer.Reserve]
 // hands out positions (1, 2, 3, … above a starting point), and
-// [Locker.AcquireTurn] admits the holder of a position only once every
+// locker.AcquireTurn admits the holder of a position only once every
 // position before it is finished: its holder's work was done
-// ([Lease.Finish] then Release), or the position was voided, skipped or
+// (lease.Finish then Release), or the position was voided, skipped or
 // finished without a hold ([Sequencer.Void], [Sequencer.Skip],
 // [Sequencer.Finish]). A waiter is woken by the notice of the position
 // before it, and only that waiter is.
@@ -90,7 +90,7 @@ type TurnError struct {
 	// back.
 	Paused *Pause
 	// Parked says the position is marked parked: whoever passes the turn
-	// to it gets its label back ([Lease.Wake], Settlement.Wake) and must
+	// to it gets its label back (lease.Wake, Settlement.Wake) and must
 	// bring its holder back. When Parked is false the position is marked
 	// as waiting in place, which only a waiter that goes on waiting should
 	// leave behind.
@@ -113,7 +113,7 @@ func (e *TurnError) Error() string {
 // Is reports whether target is ErrNotYourTurn.
 func (e *TurnError) Is(target error) bool { return target == ErrNotYourTurn }
 
-// SeqConfig tunes a [Sequencer]: the key space of the Clients, Lockers and
+// SeqConfig tunes a [Sequencer]: the key space of the Clients, lockers and
 // Runners built on it. The zero value is valid and means all defaults.
 type SeqConfig struct {
 	// Prefix starts every Redis key of the key space (the sequences, the
@@ -153,7 +153,7 @@ type SeqConfig struct {
 // Sequencer is a key space: the per-key sequences under one prefix, on one
 // Redis, with their retention and their cap. It is the one owner of the
 // sequences: the [Client] that reserves positions at acceptance, the
-// [Locker] whose scripts (and a store's commit, through [Commit]) pass a
+// locker whose scripts (and a store's commit, through [Commit]) pass a
 // turn on and hand the lock off, the turns and the [Runner] are all
 // built on one, and take their prefix, notice channel, retention and cap
 // from it, so that they cannot disagree. Build one per key space and
@@ -343,7 +343,7 @@ type settlement struct {
 	// nothing changed.
 	Done bool
 	// Wake are the labels of the positions whose parked holders were
-	// called (see [Lease.Wake]): the caller must bring them back.
+	// called (see lease.Wake): the caller must bring them back.
 	Wake []string
 }
 
