@@ -1,9 +1,9 @@
 package keyorder
 
 // Commit is the engine's hook for a store whose data lives on the lock's
-// own Redis (the order domain's Redis store): the one way such a store
-// reaches the key's lock and sequence, handed to it with the write (for
-// the order domain, in orders.Write.Commit), never through the context.
+// own Redis: the one way such a store reaches the key's lock and
+// sequence, handed to it with the write ([Run].Commit, which the handler
+// passes on to its store), never through the context.
 //
 // Given one, every write also refuses a fence older than the newest the
 // lock has handed out (FenceKey), so a holder whose lease has passed to

@@ -4,8 +4,7 @@
 // order's changes, a device's commands) and must apply in order.
 //
 // It knows keys, positions, tasks and fences, never what a key stands for.
-// orderworker's order domain (package worker) is built on it, with one key
-// per order number; examples/ledger posts entries per account on it alone.
+// examples/ledger posts entries per account on it alone.
 //
 // # Use
 //
@@ -128,8 +127,8 @@
 // then cost about one round trip each, and run about as fast as plain
 // asynq runs unordered tasks. A parked task whose predecessor failed, or
 // whose hold yielded to other keys, is called back through its queue
-// instead. The order domain's worker, a Runner, goes one step further: its
-// Redis store's commit script also passes the turn on ([Run].Commit).
+// instead. A store on the engine's Redis goes one step further: its commit
+// script also passes the turn on ([Run].Commit).
 //
 // # Joining every run
 //
@@ -139,8 +138,7 @@
 // Observe (around each run, a hold's included, with a [Report] of what
 // the run did: for the log line, metrics and spans), Phase (the lock and
 // the end of a run), HeadDue (a head whose task is due later), HoldLocate
-// (what a hold may take), OnHold and OnWait. The order domain's worker is
-// a Runner joined this way.
+// (what a hold may take), OnHold and OnWait.
 //
 // # The parts
 //

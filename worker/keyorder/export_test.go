@@ -1,6 +1,8 @@
 package keyorder
 
 import (
+	"github.com/redis/go-redis/v9"
+
 	"context"
 	"errors"
 	"fmt"
@@ -96,3 +98,28 @@ type Lease = lease
 type Config = lockConfig
 
 var New = newLocker
+
+// The lock's errors and the Sequencer's pipelined reservation, for the
+// external tests.
+var (
+	ErrClosed  = errClosed
+	ErrNotHeld = errNotHeld
+)
+
+func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
+	return q.noteAt(ctx, key, pos, label, outcome)
+}
+
+func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]pausedSince, error) {
+	return q.pausedKeys(ctx, offset, limit)
+}
+
+func (q *Sequencer) LoadScripts(ctx context.Context) error { return q.loadScripts(ctx) }
+
+func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
+	return q.reservePiped(ctx, pipe, key, label, ref)
+}
+
+func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
+	return q.voidPos(ctx, key, pos, label, reason)
+}

@@ -290,7 +290,7 @@ func (s *lease) refresh(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// Refresh extends the lease to a full TTL once. It returns ErrNotHeld when
+// Refresh extends the lease to a full TTL once. It returns errNotHeld when
 // the lock is gone or owned by someone else. Kept leases renew themselves
 // and need no Refresh.
 func (s *lease) Refresh(ctx context.Context) error {
@@ -299,7 +299,7 @@ func (s *lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("renew %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("renew %s: %w", s.key, errNotHeld)
 	}
 	return nil
 }
@@ -468,7 +468,7 @@ func (s *lease) passOn(ctx context.Context) (bool, error) {
 	case n != 1:
 		// Not held any more (0: the lease ended first), or kept with a
 		// reply that names no position: Release runs the script again,
-		// which releases a lock still ours and reports ErrNotHeld
+		// which releases a lock still ours and reports errNotHeld
 		// otherwise, so that a late end is logged as without a drain.
 		s.handingOff.Store(false)
 		return false, nil
@@ -486,7 +486,7 @@ func (s *lease) passOn(ctx context.Context) (bool, error) {
 // survives ctx's cancellation, bounded by lockConfig.ReleaseTimeout, so a
 // cancelled task still releases its lock. It costs one round trip.
 //
-// It returns ErrNotHeld when the lock was no longer held by this lease (it
+// It returns errNotHeld when the lock was no longer held by this lease (it
 // expired, was taken over, or was already released); nothing of the lock is
 // deleted then. After Handoff.Released it only stops the renewal and
 // returns nil. Other errors are Redis errors; the lock then expires with its
@@ -496,7 +496,7 @@ func (s *lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	if s.released {
 		s.mu.Unlock()
-		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("release %s: %w", s.key, errNotHeld)
 	}
 	s.released = true
 	stop, done, cancel, byStore := s.stop, s.done, s.cancel, s.byStore
@@ -552,7 +552,7 @@ func (s *lease) Release(ctx context.Context) error {
 	s.wake = wake
 	s.mu.Unlock()
 	if n == 0 {
-		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("release %s: %w", s.key, errNotHeld)
 	}
 	return nil
 }

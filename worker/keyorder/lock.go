@@ -28,10 +28,10 @@ var (
 	// ErrBusy is matched by the [*BusyError] that Acquire returns when the
 	// key was still held at the wait deadline.
 	ErrBusy = errors.New("keyorder: key is held")
-	// ErrNotHeld is returned by Release when the lock is no longer held by
+	// errNotHeld is returned by Release when the lock is no longer held by
 	// the lease (it expired and may have been taken by someone else, or it
 	// was already released). Nothing is deleted then.
-	ErrNotHeld = errors.New("keyorder: not held")
+	errNotHeld = errors.New("keyorder: not held")
 	// ErrLost is the cause of a kept lease's context cancellation when a
 	// renewal found the lock gone or taken, or when renewals kept failing
 	// until the lease may have expired.
@@ -39,8 +39,8 @@ var (
 	// ErrInvalidKey is returned for an empty or too long key, or one with a
 	// brace (braces would break the Redis Cluster hash tag).
 	ErrInvalidKey = errors.New("keyorder: invalid key")
-	// ErrClosed is returned by Acquire after the locker was closed.
-	ErrClosed = errors.New("keyorder: locker closed")
+	// errClosed is returned by Acquire after the locker was closed.
+	errClosed = errors.New("keyorder: locker closed")
 )
 
 // DefaultPrefix is the default of SeqConfig.Prefix: neutral, the engine's
@@ -454,7 +454,7 @@ func (l *locker) TryAcquire(ctx context.Context, key, meta string) (*lease, erro
 // to waiters and in logs, e.g. "order:exchange <task id>".
 //
 // It returns a [*BusyError] (errors.Is ErrBusy) when the key is still held at
-// the deadline, the context's cause when ctx ends first, [ErrClosed] after
+// the deadline, the context's cause when ctx ends first, errClosed after
 // Close, and Redis errors wrapped with the key. An uncontended Acquire costs
 // one round trip.
 func (l *locker) Acquire(ctx context.Context, key, meta string, w Wait) (*lease, error) {
@@ -605,7 +605,7 @@ func traceWait(span trace.Span, a attempt, last string) string {
 // subscription does no I/O here: a stalled Redis stalls no Acquire.
 func (l *locker) register(ctx context.Context, key string, pos int64) (*notice.Waiter, error) {
 	if l.closed.Load() {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	w := l.notices.Wait(l.lockKey(key), func(next string) bool {
 		n, err := strconv.ParseInt(next, 10, 64)
@@ -639,7 +639,7 @@ var ErrNoNotices = notice.ErrNoPermission
 // Close stops the shared subscription and the retries of releases whose
 // outcome is unknown, and waits for their goroutines. Leases already handed
 // out stay valid and can still be released. Close is safe to call more
-// than once; Acquire after Close returns ErrClosed.
+// than once; Acquire after Close returns errClosed.
 func (l *locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -657,11 +657,11 @@ func (l *locker) Close() error {
 func (l *locker) release(ctx context.Context, lease *lease, ok bool) {
 	switch rerr := lease.Release(ctx); {
 	case rerr == nil:
-	case errors.Is(rerr, ErrNotHeld) && ok:
+	case errors.Is(rerr, errNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
 		tracing.Slog(ctx, l.log).Warn("lease ended before the work did", slog.String("key", lease.key), slog.Int64("fence", lease.Fence()))
-	case !errors.Is(rerr, ErrNotHeld):
+	case !errors.Is(rerr, errNotHeld):
 		tracing.Slog(ctx, l.log).Warn("release failed; the lock expires with its lease",
 			slog.String("key", lease.key), slog.Int64("fence", lease.Fence()), errAttr(rerr))
 	}

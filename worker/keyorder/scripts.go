@@ -208,7 +208,7 @@ end
 // HMGET: {owner or false, w or false}.
 //
 // Every redis.call in a script costs about as much as a small command
-// (measured: BenchmarkScriptCost in internal/orders/redisstore), so the
+// (measured by a store's benchmark of its commit script), so the
 // usual path (the next position is waiting for its holder or not taken
 // yet) reads the sequence once, writes it twice and the lock once.
 const CommitLua = commonLua + `

@@ -18,7 +18,7 @@ import (
 // locker.AcquireTurn admits the holder of a position only once every
 // position before it is finished: its holder's work was done
 // (lease.Finish then Release), or the position was voided, skipped or
-// finished without a hold ([Sequencer.Void], [Sequencer.Skip],
+// finished without a hold (Sequencer.voidPos, [Sequencer.Skip],
 // [Sequencer.Finish]). A waiter is woken by the notice of the position
 // before it, and only that waiter is.
 //
@@ -132,9 +132,8 @@ type SeqConfig struct {
 	// the positions still waiting were all handed out within it. A
 	// sequence that expired starts again above every earlier position; a
 	// holder of a position of the expired sequence is then admitted at
-	// once, unordered, and an order store that keeps the newest position
-	// applied (the Redis store does) still refuses it if a later change
-	// was applied. Keep it above the longest time a position may wait for
+	// once, unordered, and a store that keeps the newest position
+	// applied still refuses it if a later task was applied. Keep it above the longest time a position may wait for
 	// its holder (retries and scheduled tasks). Defaults to 7 days.
 	Retention time.Duration
 	// MaxWaiting caps the positions of one sequence waiting at once
@@ -229,7 +228,7 @@ func checkLabel(key, label, ref string) error {
 }
 
 // reserveCmd is a reservation queued on a pipeline by
-// [Sequencer.ReserveIn]; read it after the pipeline ran.
+// Sequencer.reservePiped; read it after the pipeline ran.
 type reserveCmd struct {
 	cmd *redis.Cmd
 	key string
@@ -237,7 +236,7 @@ type reserveCmd struct {
 
 // Pos returns the position handed out, or the reservation's error. An
 // error that starts with NOSCRIPT means Redis did not have the script
-// loaded; see [Sequencer.ReserveIn].
+// loaded; see Sequencer.reservePiped.
 func (c *reserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
@@ -267,20 +266,20 @@ func fullError(key string, err error) *FullError {
 }
 
 // noScriptErr reports whether err says that Redis lacked a script that a
-// pipelined call ran by its SHA; run [Sequencer.LoadScripts] and the
+// pipelined call ran by its SHA; run Sequencer.loadScripts and the
 // pipeline again.
 func noScriptErr(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// LoadScripts loads the scripts that [Sequencer.ReserveIn] runs by SHA. A
+// loadScripts loads the scripts that Sequencer.reservePiped runs by SHA. A
 // plain [Sequencer.Reserve] loads them by itself.
-func (q *Sequencer) LoadScripts(ctx context.Context) error {
+func (q *Sequencer) loadScripts(ctx context.Context) error {
 	if err := reserveScript.Load(ctx, q.rdb).Err(); err != nil {
 		return fmt.Errorf("keyorder: load scripts: %w", err)
 	}
 	return nil
 }
 
-// ReserveIn queues on pipe the reservation of the next position of key's
+// reservePiped queues on pipe the reservation of the next position of key's
 // sequence under label (1 to maxLabelLen bytes, which AcquireTurn will ask
 // for), with an optional reference (ref, unique within the key) under which
 // [Sequencer.Finish] can find the position again. It lets a caller reserve
@@ -289,21 +288,21 @@ func (q *Sequencer) LoadScripts(ctx context.Context) error {
 // and run the pipeline again. It is for seeding many positions at once
 // (tests, tools); a program that accepts tasks reserves with
 // [Client.Reserve], which also enqueues, voids and claims.
-func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
+func (q *Sequencer) reservePiped(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
 	if err := checkLabel(key, label, ref); err != nil {
 		return nil, err
 	}
 	return q.reserveIn(ctx, pipe, key, label, ref), nil
 }
 
-// reserveIn is ReserveIn of a label and ref already checked.
+// reserveIn is reservePiped of a label and ref already checked.
 func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *reserveCmd {
 	cmd := reserveScript.EvalSha(ctx, pipe, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting)
 	return &reserveCmd{cmd: cmd, key: key}
 }
 
 // reserveArgs checks a reservation of key's sequence under label and ref,
-// as [Sequencer.ReserveIn] does, and returns what a script that calls
+// as Sequencer.reservePiped does, and returns what a script that calls
 // seq_reserve (see reserveLua) passes it: the sequence's Redis key, to
 // put among the script's KEYS, its retention in milliseconds and the cap
 // of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
@@ -325,7 +324,7 @@ func reserveError(key string, err error) error {
 }
 
 // Reserve hands out the next position of key's sequence under label, as
-// ReserveIn does, in one round trip. Positions of one key strictly increase
+// reservePiped does, in one round trip. Positions of one key strictly increase
 // in the order the reservations reach Redis. A position reserved here has
 // no task: it is a gap until the Runners skip it (tests and tools make
 // gaps so); a program that accepts tasks reserves with a [Client].
@@ -363,11 +362,11 @@ func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want
 	return settlement{Done: n == 1, Wake: splitWake(wake)}, nil
 }
 
-// Void gives up position pos of key, reserved under label, because its
+// voidPos gives up position pos of key, reserved under label, because its
 // holder will never come (its task was refused). The cursor passes it
 // without waiting; the reason is logged. Nothing changes (Done is false)
 // when the position is not pending under label.
-func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
+func (q *Sequencer) voidPos(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
 	return q.settle(ctx, key, pos, "", "~"+label, "v", reason)
 }
 
@@ -393,9 +392,9 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 	return q.settle(ctx, key, pos, ref, want, "f", outcome)
 }
 
-// Note records, in the log of key's sequence (see [Status].Log), an
+// noteAt records, in the log of key's sequence (see [Status].Log), an
 // outcome that the holder of position pos, reserved under label, wants kept
-// after its turn: for orderworker, that its task was archived, which the
+// after its turn (that its task was archived, say), which the
 // turn's release passes on like any finished work. pos 0 notes the outcome
 // of work without a position (a task enqueued without one). It moves
 // nothing, keeps the sequence (and so the note) for at least the
@@ -403,7 +402,7 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 // not for every turn. It does nothing, and returns nil, when the sequence
 // does not exist: a note never creates one. It returns an error for a bad
 // key, label or position and Redis errors, wrapped.
-func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
+func (q *Sequencer) noteAt(ctx context.Context, key string, pos int64, label, outcome string) error {
 	if err := checkLabel(key, label, ""); err != nil {
 		return err
 	}
@@ -445,7 +444,7 @@ type Settled struct {
 	Pos int64 `json:"pos"`
 	// At is when (Redis clock).
 	At time.Time `json:"at"`
-	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]),
+	// Kind is "void" (Sequencer.voidPos), "skip" ([Sequencer.Skip]),
 	// "finish" ([Sequencer.Finish]), "note" ([Sequencer.Note]) or "action"
 	// ([Sequencer.Record]).
 	Kind string `json:"kind"`
@@ -602,8 +601,8 @@ func parseStatus(res []any, page int) (Status, error) {
 type Holder struct {
 	// Held is false when the lock is free; the other fields are then zero.
 	Held bool
-	// Meta describes the holder, as its Acquire gave it (for orderworker
-	// "<task type> <task ID>").
+	// Meta describes the holder: for a Runner's task, "<task type>
+	// <task ID>".
 	Meta string
 	// Fence is the holder's fencing token.
 	Fence int64

@@ -457,16 +457,15 @@ func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 func (t *turns) Note(ctx context.Context, key string, pos int64, label, reason string) {
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
+	if err := t.seq.noteAt(ctx, key, pos, label, clip(reason)); err != nil {
 		tracing.Slog(ctx, t.log).Warn("could not note the archived task in its order's sequence",
 			slog.String(t.cfg.KeyField, key), slog.Int64("seq", pos), errAttr(err))
 	}
 }
 
-// CreationRef is the reference of the position that creator, the event
-// ID of a change that creates a key (an exchange creating its
-// replacement), reserves in the created key's sequence: the changes of the
-// created key accepted after it wait for the creation.
+// CreationRef is the reference of the position that creator, the ID of a
+// task that creates a key, reserves in the created key's sequence: the
+// tasks of the created key accepted after it wait for the creation.
 func CreationRef(creator string) string { return "c:" + creator }
 
 // notCreated starts the outcome of a creation that did not happen.
