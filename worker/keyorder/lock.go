@@ -299,29 +299,30 @@ func checkReason(what, s string) error {
 	return nil
 }
 
-// Turn is a position in a key's sequence, to acquire in turn with
-// locker.AcquireTurn. The zero Turn means no position: the lock alone.
+// Turn is a position in a key's sequence, whose turn a run takes (see
+// [Report].Prev). The zero Turn means no position: the lock alone.
 type Turn struct {
 	// Pos is the position, as [Sequencer.Reserve] handed it out.
 	Pos int64
-	// Label is the label it was reserved under; AcquireTurn refuses a
-	// position reserved under another label ([ErrBadPosition]).
+	// Label is the label it was reserved under; a run refuses a position
+	// reserved under another label ([ErrBadPosition]).
 	Label string
 }
 
-// Mode says how a lease was granted.
+// Mode says how a run's lock was granted ([Run].Mode).
 type Mode string
 
-// The modes of a lease.
+// The modes of a run's lock.
 const (
-	// ModeFree is a lease taken without a position.
+	// ModeFree is a lock taken without a position (a task enqueued
+	// without the engine's Client).
 	ModeFree Mode = "free"
-	// ModeTurn is a lease taken in its position's turn; lease.Finish
-	// and Release pass the turn on.
+	// ModeTurn is a lock taken in its position's turn; the run's end
+	// passes the turn on.
 	ModeTurn Mode = "turn"
-	// ModePassed is a lease whose position was already finished (or whose
-	// sequence is gone): it was granted at once, like ModeFree, and
-	// finishing it moves nothing.
+	// ModePassed is a lock whose position was already finished (or whose
+	// sequence is gone): it was granted at once, like ModeFree, and the
+	// run's end moves nothing.
 	ModePassed Mode = "passed"
 )
 

@@ -42,8 +42,9 @@ func (l *Locker) Acquire(ctx context.Context, key, holder string) (*Lease, error
 
 // AcquireTurn takes key's lock in the turn of position pos, reserved under
 // label (what the position's task carries), waiting up to deadline for the
-// turn, as a Runner does for a task: its release passes the turn on when
-// a store's commit (through [Lease.Handoff]) did not.
+// turn, as a Runner does for a task. The turn passes on only with a store's
+// commit given the lease ([Lease.Handoff]); a lease released without one
+// leaves pos the head, as a Runner's task that did not finish.
 func (l *Locker) AcquireTurn(ctx context.Context, key, holder string, pos int64, label string, deadline time.Duration) (*Lease, error) {
 	return leaseOf(l.l.AcquireTurn(ctx, key, holder, pos, label, deadline))
 }
@@ -92,5 +93,6 @@ func (l *Lease) FenceKey() string { return l.l.FenceKey() }
 func (l *Lease) Handoff() *keyorder.Handoff { return l.l.Handoff() }
 
 // Release releases the lock (a no-op when a store's commit already did)
-// and stops its renewal; a lease in a position's turn passes the turn on.
+// and stops its renewal. It returns an error when the lock was no longer
+// this lease's (it expired, and someone else may hold it).
 func (l *Lease) Release(ctx context.Context) error { return l.l.Release(ctx) }
