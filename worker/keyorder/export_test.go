@@ -117,7 +117,10 @@ func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]paus
 func (q *Sequencer) LoadScripts(ctx context.Context) error { return q.loadScripts(ctx) }
 
 func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
-	return q.reservePiped(ctx, pipe, key, label, ref)
+	if err := checkLabel(key, label, ref); err != nil {
+		return nil, err
+	}
+	return q.reserveIn(ctx, pipe, key, label, ref), nil
 }
 
 func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {

@@ -228,7 +228,7 @@ func checkLabel(key, label, ref string) error {
 }
 
 // reserveCmd is a reservation queued on a pipeline by
-// Sequencer.reservePiped; read it after the pipeline ran.
+// Sequencer.reserveIn; read it after the pipeline ran.
 type reserveCmd struct {
 	cmd *redis.Cmd
 	key string
@@ -236,7 +236,7 @@ type reserveCmd struct {
 
 // Pos returns the position handed out, or the reservation's error. An
 // error that starts with NOSCRIPT means Redis did not have the script
-// loaded; see Sequencer.reservePiped.
+// loaded; see Sequencer.reserveIn.
 func (c *reserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
@@ -270,7 +270,7 @@ func fullError(key string, err error) *FullError {
 // pipeline again.
 func noScriptErr(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// loadScripts loads the scripts that Sequencer.reservePiped runs by SHA. A
+// loadScripts loads the scripts that reserveIn runs by SHA. A
 // plain [Sequencer.Reserve] loads them by itself.
 func (q *Sequencer) loadScripts(ctx context.Context) error {
 	if err := reserveScript.Load(ctx, q.rdb).Err(); err != nil {
@@ -279,30 +279,15 @@ func (q *Sequencer) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// reservePiped queues on pipe the reservation of the next position of key's
-// sequence under label (1 to maxLabelLen bytes, which AcquireTurn will ask
-// for), with an optional reference (ref, unique within the key) under which
-// [Sequencer.Finish] can find the position again. It lets a caller reserve
-// positions of several keys, and run other commands, in one round trip.
-// The script runs by its SHA: when Pos reports NOSCRIPT, load the scripts
-// and run the pipeline again. It is for seeding many positions at once
-// (tests, tools); a program that accepts tasks reserves with
-// [Client.Reserve], which also enqueues, voids and claims.
-func (q *Sequencer) reservePiped(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
-	if err := checkLabel(key, label, ref); err != nil {
-		return nil, err
-	}
-	return q.reserveIn(ctx, pipe, key, label, ref), nil
-}
-
-// reserveIn is reservePiped of a label and ref already checked.
+// reserveIn queues on pipe the reservation of the next position of key's
+// sequence under a label and ref already checked, by the script's SHA.
 func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *reserveCmd {
 	cmd := reserveScript.EvalSha(ctx, pipe, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting)
 	return &reserveCmd{cmd: cmd, key: key}
 }
 
 // reserveArgs checks a reservation of key's sequence under label and ref,
-// as Sequencer.reservePiped does, and returns what a script that calls
+// as Sequencer.reserveIn does, and returns what a script that calls
 // seq_reserve (see reserveLua) passes it: the sequence's Redis key, to
 // put among the script's KEYS, its retention in milliseconds and the cap
 // of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
@@ -324,7 +309,7 @@ func reserveError(key string, err error) error {
 }
 
 // Reserve hands out the next position of key's sequence under label, as
-// reservePiped does, in one round trip. Positions of one key strictly increase
+// reserveIn does, in one round trip. Positions of one key strictly increase
 // in the order the reservations reach Redis. A position reserved here has
 // no task: it is a gap until the Runners skip it (tests and tools make
 // gaps so); a program that accepts tasks reserves with a [Client].
