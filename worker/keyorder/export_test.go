@@ -126,3 +126,6 @@ func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, la
 func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
 	return q.voidPos(ctx, key, pos, label, reason)
 }
+
+// Or is Wait's defaulting, for the Runner's tests.
+func (w Wait) Or(d Wait) Wait { return w.or(d) }

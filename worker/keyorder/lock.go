@@ -93,9 +93,9 @@ type Wait struct {
 	StuckAfter time.Duration
 }
 
-// Or returns w with each zero field taken from d: how a Wait's zero fields
+// or returns w with each zero field taken from d: how a Wait's zero fields
 // mean a default.
-func (w Wait) Or(d Wait) Wait {
+func (w Wait) or(d Wait) Wait {
 	return Wait{
 		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
 		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
@@ -207,7 +207,7 @@ func newLocker(seq *Sequencer, cfg lockConfig) (*locker, error) {
 		return nil, errors.New("keyorder: a locker needs a Sequencer from NewSequencer")
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	cfg.Wait = cfg.Wait.Or(DefaultWait)
+	cfg.Wait = cfg.Wait.or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
 	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
@@ -488,7 +488,7 @@ func (l *locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w
 	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > maxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
-	w = w.Or(l.cfg.Wait)
+	w = w.or(l.cfg.Wait)
 	if err := w.validate(); err != nil {
 		return nil, err
 	}

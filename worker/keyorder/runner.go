@@ -298,7 +298,7 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if cfg.DrainMax < 0 || cfg.DrainFor < 0 {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
 	}
-	cfg.Wait = cfg.Wait.Or(DefaultWait)
+	cfg.Wait = cfg.Wait.or(DefaultWait)
 	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
@@ -621,7 +621,7 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 		}
 		return Wait{}, nil, err
 	}
-	return a.Wait.Or(r.cfg.Wait), tr, nil
+	return a.Wait.or(r.cfg.Wait), tr, nil
 }
 
 // take admits t and takes its key's lock in its turn, for the run of rep.
