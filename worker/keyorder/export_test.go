@@ -129,3 +129,7 @@ func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reas
 
 // Or is Wait's defaulting, for the Runner's tests.
 func (w Wait) Or(d Wait) Wait { return w.or(d) }
+
+func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
+	return q.finish(ctx, key, pos, label, ref, outcome)
+}

@@ -15,11 +15,10 @@ import (
 
 // A key's sequence orders the acquisitions of its lock. [Sequencer.Reserve]
 // hands out positions (1, 2, 3, … above a starting point), and
-// locker.AcquireTurn admits the holder of a position only once every
-// position before it is finished: its holder's work was done
-// (lease.Finish then Release), or the position was voided, skipped or
-// finished without a hold (Sequencer.voidPos, [Sequencer.Skip],
-// [Sequencer.Finish]). A waiter is woken by the notice of the position
+// A run takes the turn of a position only once every position before it
+// is finished: its holder's work was done, or the position was voided (an
+// enqueue refused), skipped ([Sequencer.Skip], [Runner.Skip]) or finished
+// without a hold (a creation, [Runner.Created]). A waiter is woken by the notice of the position
 // before it, and only that waiter is.
 //
 // The sequence knows nothing of what a position stands for: each is
@@ -364,12 +363,12 @@ func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, rea
 	return q.settle(ctx, key, pos, "", "="+record, "s", reason)
 }
 
-// Finish marks position pos of key (reserved under label), or, with pos 0,
+// finish marks position pos of key (reserved under label), or, with pos 0,
 // the position reserved under ref, as finished with outcome, by a holder
 // that did its work without taking the lock in turn (or could not take it
 // at all). The cursor passes it when it gets there. Nothing changes (Done
 // is false) when the position is not pending (under label, when given).
-func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
+func (q *Sequencer) finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
 	want := ""
 	if label != "" {
 		want = "~" + label
@@ -429,9 +428,9 @@ type Settled struct {
 	Pos int64 `json:"pos"`
 	// At is when (Redis clock).
 	At time.Time `json:"at"`
-	// Kind is "void" (Sequencer.voidPos), "skip" ([Sequencer.Skip]),
-	// "finish" ([Sequencer.Finish]), "note" ([Sequencer.Note]) or "action"
-	// ([Sequencer.Record]).
+	// Kind is "void" (an enqueue refused), "skip" ([Sequencer.Skip]),
+	// "finish" (a turn's work done, a creation), "note" (an outcome kept
+	// after the turn) or "action" ([Sequencer.Record]).
 	Kind string `json:"kind"`
 	// Label is the label the position was reserved under.
 	Label string `json:"label"`

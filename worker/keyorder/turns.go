@@ -442,7 +442,7 @@ func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
+	st, err := t.seq.finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
 	if err != nil {
 		tracing.Slog(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
 			slog.String(t.cfg.KeyField, key), slog.Int64("seq", turn.Pos), errAttr(err))
@@ -484,7 +484,7 @@ func (t *turns) Created(ctx context.Context, created, creator, by string, err er
 	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
+	st, serr := t.seq.finish(ctx, created, 0, "", CreationRef(creator), outcome)
 	if serr != nil {
 		tracing.Slog(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
 			slog.String(t.cfg.KeyField, created), slog.String("event_id", creator), errAttr(serr))

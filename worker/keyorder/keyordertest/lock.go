@@ -43,8 +43,9 @@ func (l *Locker) Acquire(ctx context.Context, key, holder string) (*Lease, error
 // AcquireTurn takes key's lock in the turn of position pos, reserved under
 // label (what the position's task carries), waiting up to deadline for the
 // turn, as a Runner does for a task. The turn passes on only with a store's
-// commit given the lease ([Lease.Handoff]); a lease released without one
-// leaves pos the head, as a Runner's task that did not finish.
+// commit given the lease ([Lease.Handoff]) or a [Lease.Finish]; a lease
+// released without either leaves pos the head, as a Runner's task that
+// did not finish.
 func (l *Locker) AcquireTurn(ctx context.Context, key, holder string, pos int64, label string, deadline time.Duration) (*Lease, error) {
 	return leaseOf(l.l.AcquireTurn(ctx, key, holder, pos, label, deadline))
 }
@@ -64,6 +65,7 @@ type Lease struct {
 type engineLease interface {
 	keyorder.Commit
 	Fence() int64
+	Finish()
 	Release(ctx context.Context) error
 }
 
@@ -91,6 +93,12 @@ func (l *Lease) FenceKey() string { return l.l.FenceKey() }
 // Handoff returns what a store's commit script needs to release the lock
 // and pass its turn on ([keyorder.Commit]).
 func (l *Lease) Handoff() *keyorder.Handoff { return l.l.Handoff() }
+
+// Finish says that the work of the lease's position is done, as a
+// Runner's run that ended: Release then passes the turn on to the next
+// position. Without it (and without a store's commit) the position stays
+// the head. It matters only for a lease taken with AcquireTurn.
+func (l *Lease) Finish() { l.l.Finish() }
 
 // Release releases the lock (a no-op when a store's commit already did)
 // and stops its renewal. It returns an error when the lock was no longer
