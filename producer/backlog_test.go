@@ -13,6 +13,7 @@ import (
 	"github.com/orderworker/orderworker/producer"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 )
 
 // An order's backlog is capped (Config.MaxWaiting): a change past it is
@@ -65,8 +66,13 @@ func TestBacklogCap(t *testing.T) {
 			require.NoError(t, err)
 			st, err = q.Status(t.Context(), "SO1")
 			require.NoError(t, err)
-			_, err = q.Finish(t.Context(), "SO1", st.Pending[0].Pos, st.Pending[0].Label, "", "done")
+			l, err := keyordertest.NewLocker(q)
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+			done, err := l.AcquireTurn(t.Context(), "SO1", "test", st.Pending[0].Pos, st.Pending[0].Label, time.Second)
+			require.NoError(t, err)
+			done.Finish()
+			require.NoError(t, done.Release(t.Context()))
 			_, err = e.p.EnqueueModify(t.Context(), "SO1", tasks.Changes{Remark: new("r")}, append(tt.opts, producer.WithEventID("ev-over"))...)
 			require.NoError(t, err, "sent again once there is room, with the same event ID")
 		})

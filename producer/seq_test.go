@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -200,9 +201,10 @@ func TestRepeatedExchangeKeepsItsCreation(t *testing.T) {
 			require.Len(t, before.Pending, 3, "the creation, and the repeats', voided")
 
 			// What the worker does once the exchange is applied.
-			st, err := q.Finish(t.Context(), "SO2", 0, "", keyorder.CreationRef("x-1"), "created by exchange x-1 of SO1")
+			r, err := keyorder.NewRunner(q, keyorder.RunnerConfig{Key: func(*asynq.Task) (string, error) { return "", nil }})
 			require.NoError(t, err)
-			require.True(t, st.Done, "the creation position is settled")
+			t.Cleanup(func() { _ = r.Close() })
+			r.Created(t.Context(), "SO2", "x-1", "exchange x-1 of SO1", nil)
 			after, err := q.Status(t.Context(), "SO2")
 			require.NoError(t, err)
 			assert.Equal(t, after.Last, after.Done, "the cursor passed the creation and the voided repeats: nothing waits for the gap check")

@@ -8,7 +8,8 @@ import "github.com/orderworker/orderworker/worker/keyorder"
 // unfinished changes of its order is parked (the producer puts its task in
 // asynq's retry set, its position marked parked), and the change before it
 // hands it the turn. When a run in its turn commits, and the order's next
-// change is parked, the commit keeps the order's lock (keyorder.Lease.Drain),
+// change is parked, the commit keeps the order's lock (the engine's drain,
+// keyorder.RunnerConfig.DrainMax),
 // and the engine's hold (the Runner's) takes that change's task
 // out of asynq itself, runs it here in the same hold, with the same fence,
 // as its own run (its log line, metrics, span and OnDone), records its end

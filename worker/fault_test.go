@@ -12,6 +12,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -70,10 +71,10 @@ func TestStalledHolderCannotWriteLate(t *testing.T) {
 	require.NoError(t, e.db.Client.Del(t.Context(), e.db.Prefix+"lock:{SO-P}").Err())
 	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
-	other, err := keyorder.New(space, keyorder.Config{})
+	other, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	defer other.Close()
-	leaseB, err := other.Acquire(t.Context(), "SO-P", "B", keyorder.Wait{})
+	leaseB, err := other.Acquire(t.Context(), "SO-P", "B")
 	require.NoError(t, err)
 
 	select {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -207,7 +208,9 @@ type Wait struct {
 func DefaultWait() Wait { return waitOf(keyorder.DefaultWait) }
 
 // Or returns w with each zero field taken from d.
-func (w Wait) Or(d Wait) Wait { return waitOf(w.lock().Or(d.lock())) }
+func (w Wait) Or(d Wait) Wait {
+	return Wait{MinDelay: cmp.Or(w.MinDelay, d.MinDelay), MaxDelay: cmp.Or(w.MaxDelay, d.MaxDelay), Deadline: cmp.Or(w.Deadline, d.Deadline)}
+}
 
 // Validate returns an error for a negative field or a MinDelay above
 // MaxDelay.

@@ -21,6 +21,7 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -707,11 +708,11 @@ func TestMalformedPayloadTakesNoLock(t *testing.T) {
 	c := e.db.NewClient(t)
 	space, err := keyorder.NewSequencer(c, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
-	l, err := keyorder.New(space, keyorder.Config{})
+	l, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
 	// SO2 is held: a task that took its lock would wait for it.
-	held, err := l.TryAcquire(t.Context(), "SO2", "someone else")
+	held, err := l.Acquire(t.Context(), "SO2", "someone else")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
 	r := newRuns()

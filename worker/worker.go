@@ -201,7 +201,7 @@ type Config struct {
 	// the task runs again after a busy delay, its retries kept. Set it
 	// with the HTTP order store, whose orders outlive the Redis failover;
 	// keep it at most the replicas each master has, or no change applies
-	// (see keyorder.Config.WaitReplicas and docs/scaling.md). Defaults to
+	// (see keyorder.RunnerConfig.WaitReplicas and docs/scaling.md). Defaults to
 	// 0: no wait.
 	WaitReplicas int
 	// WaitTimeout bounds each wait of WaitReplicas. Defaults to

@@ -17,6 +17,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -250,10 +251,10 @@ func TestBusyGoesBackWithoutUsingRetries(t *testing.T) {
 	// Someone else holds the order.
 	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
-	l, err := keyorder.New(space, keyorder.Config{})
+	l, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	held, err := l.TryAcquire(t.Context(), "SO-BUSY", "order:exchange elsewhere")
+	held, err := l.Acquire(t.Context(), "SO-BUSY", "order:exchange elsewhere")
 	require.NoError(t, err)
 
 	e.startWorker(worker.Config{

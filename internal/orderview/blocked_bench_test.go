@@ -59,22 +59,28 @@ func BenchmarkBlocked(b *testing.B) {
 	}
 }
 
-// seedSequences gives n orders a change waiting in their sequences, in
-// pipelines of 1,000 reservations.
+// seedSequences gives n orders a change waiting in their sequences, 16
+// reservations at a time.
 func seedSequences(tb testing.TB, rdb redis.UniversalClient, prefix string, n int) {
 	tb.Helper()
 	ctx := context.Background()
 	seq, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
 	require.NoError(tb, err)
-	require.NoError(tb, seq.LoadScripts(ctx))
-	for start := 0; start < n; start += 1000 {
-		pipe := rdb.Pipeline()
-		for i := start; i < min(start+1000, n); i++ {
-			no := fmt.Sprintf("SO%d", i)
-			_, err := seq.ReserveIn(ctx, pipe, no, tasks.PositionLabel(tasks.Modify.Type, no+"-1"), "")
-			require.NoError(tb, err)
-		}
-		_, err := pipe.Exec(ctx)
-		require.NoError(tb, err)
+	const workers = 16
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := w; i < n; i += workers {
+				no := fmt.Sprintf("SO%d", i)
+				if _, err := seq.Reserve(ctx, no, tasks.PositionLabel(tasks.Modify.Type, no+"-1"), ""); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		require.NoError(tb, <-errs)
 	}
 }

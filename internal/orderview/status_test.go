@@ -21,6 +21,7 @@ import (
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
 	"github.com/orderworker/orderworker/worker/keyorder/asynqredis"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -160,18 +161,18 @@ func TestStatusOfAGapAndAHeldLock(t *testing.T) {
 	require.NoError(t, e.store.Put(t.Context(), orders.Order{No: "SO-G", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
-	l, err := keyorder.New(space, keyorder.Config{})
+	l, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	ghost := tasks.PositionLabel(tasks.TypeModify, "ev-ghost")
-	gp, err := l.Sequencer().Reserve(t.Context(), "SO-G", ghost, "")
+	gp, err := space.Reserve(t.Context(), "SO-G", ghost, "")
 	require.NoError(t, err)
 	p, err := producer.New(e.db.Client, producer.Config{KeyPrefix: e.db.Prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	r, err := p.EnqueueModify(t.Context(), "SO-G", tasks.Changes{Remark: new("behind")}, producer.WithEventID("ev-behind"))
 	require.NoError(t, err)
-	lease, err := l.Acquire(t.Context(), "SO-G", "order:exchange ev-holder", keyorder.Wait{})
+	lease, err := l.Acquire(t.Context(), "SO-G", "order:exchange ev-holder")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lease.Release(t.Context()) })
 
@@ -299,10 +300,10 @@ func TestStatusFindsTasksInTheirShards(t *testing.T) {
 	require.NoError(t, err)
 	space, err := keyorder.NewSequencer(e.db.Client, keyorder.SeqConfig{Prefix: e.db.Prefix + "lock:"})
 	require.NoError(t, err)
-	l, err := keyorder.New(space, keyorder.Config{})
+	l, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	lease, err := l.Acquire(t.Context(), "SO1001", "order:modify old", keyorder.Wait{})
+	lease, err := l.Acquire(t.Context(), "SO1001", "order:modify old")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lease.Release(t.Context()) })
 

@@ -1,6 +1,6 @@
 // Package replwait confirms that a Redis master's replicas have its writes
 // (Redis WAIT), for the producer's WAIT_REPLICAS and the engine's
-// (keyorder.Config.WaitReplicas).
+// (keyorder.RunnerConfig.WaitReplicas).
 //
 // WAIT counts the writes of the connection it runs on, and a pooled client
 // gives no such connection; so [Confirm] writes a marker key in each

@@ -31,7 +31,7 @@ import (
 //   - the scheduled set of each queue: a head that runs only later;
 //   - the expired leases of each queue: a task active on a worker that is
 //     gone;
-//   - the keys on hold (the index of holds, [Sequencer.PausedKeys]).
+//   - the keys on hold (the index of holds, Sequencer.pausedKeys).
 //
 // Each task is mapped to its key (RunnerConfig.Key), and to the keys it
 // linked ([BlockedQuery].Linked); the keys are deduplicated, and only they
@@ -289,7 +289,7 @@ func (r *Runner) candidates(ctx context.Context, q BlockedQuery) (out []string, 
 			}
 		}
 	}
-	ps, err := r.l.Sequencer().PausedKeys(ctx, 0, q.Scan+1)
+	ps, err := r.l.Sequencer().pausedKeys(ctx, 0, q.Scan+1)
 	if err != nil {
 		return nil, false, 0, err
 	}

@@ -20,20 +20,20 @@ import (
 // as rejected, or wait until the new master's clock passed the old fences.
 //
 // So a store that refuses a write tells what it has seen ([StoreAhead]),
-// and the holder moves the key above it ([Lease.CatchUp]) and writes
+// and the holder moves the key above it (lease.CatchUp) and writes
 // again, in the same hold: its fence above the store's newest, and its
 // key's positions, by an offset kept in the sequence, above the store's
 // newest applied position. A store on the lock's own Redis fails over
 // together with the sequence and never runs ahead of it.
 
 // maxAhead is how far ahead of Redis's clock a store's newest fence may
-// be for [Lease.CatchUp] to take it: a day, in microseconds (fences are
-// Redis TIME in microseconds, see [Lease.Fence]). A promoted replica's
+// be for lease.CatchUp to take it: a day, in microseconds (fences are
+// Redis TIME in microseconds, see lease.Fence). A promoted replica's
 // clock is behind its old master's by its skew; a fence further ahead is
 // no fence this engine handed out, and is not followed.
 const maxAhead = int64(24 * 3600 * 1_000_000)
 
-// maxOffset bounds the offset of a key's positions (see [Lease.Seq]): an
+// maxOffset bounds the offset of a key's positions (see lease.Seq): an
 // offset above it would take positions past what Lua's doubles hold
 // exactly.
 const maxOffset = int64(1) << 50
@@ -43,7 +43,7 @@ const maxOffset = int64(1) << 50
 // the key that the lease's Redis may have lost in a failover: Fence, its
 // newest fence, when it refused the write's fence as stale; Pos, the
 // newest position applied, when it refused the write's position as
-// passed. Zero means not known. A [Runner] (and [Lease.CatchUp]'s other
+// passed. Zero means not known. A [Runner] (and lease.CatchUp's other
 // callers) moves the key above it and runs the task again in the same
 // hold.
 type StoreAhead struct {
@@ -150,13 +150,13 @@ return {1, num(fence), num(o)}
 // once: it raises the key's fence counter to a.Fence, and, while the lease
 // holds the lock, gives it a fence above a.Fence; in the lease's turn
 // (ModeTurn) it raises the offset of the key's positions so that
-// [Lease.Seq] is above a.Pos. It reports whether the lease's write can go
+// lease.Seq is above a.Pos. It reports whether the lease's write can go
 // again: its fence or its position moved. It costs one round trip.
 //
 // It refuses (with an error) a fence more than maxAhead ahead of Redis's
 // clock, and a position more than 2^50 after the lease's: no failover
 // makes those, only a store that answers wrongly.
-func (s *Lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err error) {
+func (s *lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err error) {
 	if a.Fence < 0 || a.Pos < 0 {
 		return false, fmt.Errorf("keyorder: catch %s up: negative %+v", s.key, a)
 	}
@@ -199,19 +199,19 @@ func (s *Lease) CatchUp(ctx context.Context, a StoreAhead) (moved bool, err erro
 }
 
 // maxCatchUps bounds how often one write is caught up with its store and
-// sent again ([Lease.WriteCaughtUp]): once for the position and once for
+// sent again (lease.WriteCaughtUp): once for the position and once for
 // the fence is all a failover needs.
 const maxCatchUps = 2
 
 // WriteCaughtUp runs write, the lease's write to its store, and when the
 // store refuses it with what it has seen that the key's Redis lost in a
-// failover ([StoreAhead]), moves the key above it ([Lease.CatchUp]) and
+// failover ([StoreAhead]), moves the key above it (lease.CatchUp) and
 // runs write again at once, at most twice more: write reads the lease's
-// [Lease.Fence] and [Lease.Seq] each time. A catch-up that fails is passed
+// lease.Fence and lease.Seq each time. A catch-up that fails is passed
 // to onError (nil: ignored) and ends the loop. It returns write's last
 // error. The [Runner] writes this way; a program that wraps its handlers
 // itself calls it around its store write.
-func (s *Lease) WriteCaughtUp(ctx context.Context, write func() error, onError func(a StoreAhead, err error)) error {
+func (s *lease) WriteCaughtUp(ctx context.Context, write func() error, onError func(a StoreAhead, err error)) error {
 	write = s.confirmed(ctx, write)
 	err := write()
 	for range maxCatchUps {
@@ -234,10 +234,10 @@ func (s *Lease) WriteCaughtUp(ctx context.Context, write func() error, onError f
 // Seq returns the position to give the store with the lease's write: the
 // lease's position plus its key's offset, which is 0 until a store showed
 // that it had applied positions that the key's Redis lost in a failover
-// ([Lease.CatchUp]). It grows only, so the positions a store records stay
+// (lease.CatchUp). It grows only, so the positions a store records stay
 // in the order the key's tasks were enqueued. It is 0 for a lease without
 // a position.
-func (s *Lease) Seq() int64 {
+func (s *lease) Seq() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.turn.Pos == 0 {
@@ -247,9 +247,9 @@ func (s *Lease) Seq() int64 {
 }
 
 // confirmed returns write run only once the replicas confirmed the
-// lease's key ([Lease.replicated]): write itself when
-// [Config.WaitReplicas] is 0.
-func (s *Lease) confirmed(ctx context.Context, write func() error) func() error {
+// lease's key (lease.replicated): write itself when
+// lockConfig.WaitReplicas is 0.
+func (s *lease) confirmed(ctx context.Context, write func() error) func() error {
 	if s.l.cfg.WaitReplicas == 0 {
 		return write
 	}

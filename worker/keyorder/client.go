@@ -171,9 +171,8 @@ type AtOnce struct {
 	// Link, when not "", is another key whose next position the script
 	// reserves too, under LinkLabel and LinkRef (see
 	// [Sequencer.Reserve]): not capped by MaxWaiting, and never parked
-	// (Enqueued.LinkPos). A task that opens another key's sequence (the
-	// order domain's exchange, which creates an order) holds its first
-	// position so.
+	// (Enqueued.LinkPos). A task that opens another key's sequence (one
+	// that creates a key) holds its first position so.
 	Link, LinkLabel, LinkRef string
 	// Pipe, when set, queues commands to run right after the script, in
 	// its round trip (a WAIT for replicas, say); the caller reads their

@@ -1,9 +1,9 @@
 package keyorder
 
 // Commit is the engine's hook for a store whose data lives on the lock's
-// own Redis (the order domain's Redis store): the one way such a store
-// reaches the key's lock and sequence, handed to it with the write (for
-// the order domain, in orders.Write.Commit), never through the context.
+// own Redis: the one way such a store reaches the key's lock and
+// sequence, handed to it with the write ([Run].Commit, which the handler
+// passes on to its store), never through the context.
 //
 // Given one, every write also refuses a fence older than the newest the
 // lock has handed out (FenceKey), so a holder whose lease has passed to
@@ -11,7 +11,7 @@ package keyorder
 // the script that commits the write's last step also releases the lock
 // and passes the key's turn on (Handoff, with [CommitLua]'s lock_commit),
 // which saves the release's round trip per task. A write with more steps
-// after it leaves the release to the engine. *Lease implements it. Stores
+// after it leaves the release to the engine. *lease implements it. Stores
 // that cannot use it ignore it.
 type Commit interface {
 	// FenceKey returns the key of the lock's newest handed-out fence. It
@@ -25,4 +25,4 @@ type Commit interface {
 	Handoff() *Handoff
 }
 
-var _ Commit = (*Lease)(nil)
+var _ Commit = (*lease)(nil)

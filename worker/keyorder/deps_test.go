@@ -26,7 +26,7 @@ func TestTheEngineImportsNothingOfTheOrderDomain(t *testing.T) {
 	}
 	slices.Sort(ours)
 	require.Equal(t, []string{"internal/notice", "internal/replwait", "internal/tracing", "worker/keyorder",
-		"worker/keyorder/internal/asynqwire", "worker/keyorder/internal/runctx"}, ours)
+		"worker/keyorder/internal/asynqwire", "worker/keyorder/internal/lockhook", "worker/keyorder/internal/runctx"}, ours)
 }
 
 // The engine owns asynq's private layout: of the module's packages, tests

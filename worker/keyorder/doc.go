@@ -4,8 +4,7 @@
 // order's changes, a device's commands) and must apply in order.
 //
 // It knows keys, positions, tasks and fences, never what a key stands for.
-// orderworker's order domain (package worker) is built on it, with one key
-// per order number; examples/ledger posts entries per account on it alone.
+// examples/ledger posts entries per account on it alone.
 //
 // # Use
 //
@@ -132,8 +131,8 @@
 // then cost about one round trip each, and run about as fast as plain
 // asynq runs unordered tasks. A parked task whose predecessor failed, or
 // whose hold yielded to other keys, is called back through its queue
-// instead. The order domain's worker, a Runner, goes one step further: its
-// Redis store's commit script also passes the turn on ([Run].Commit).
+// instead. A store on the engine's Redis goes one step further: its commit
+// script also passes the turn on ([Run].Commit).
 //
 // # Joining every run
 //
@@ -143,8 +142,7 @@
 // Observe (around each run, a hold's included, with a [Report] of what
 // the run did: for the log line, metrics and spans), Phase (the lock and
 // the end of a run), HeadDue (a head whose task is due later), HoldLocate
-// (what a hold may take), OnHold and OnWait. The order domain's worker is
-// a Runner joined this way.
+// (what a hold may take), OnHold and OnWait.
 //
 // # The parts
 //
@@ -159,10 +157,11 @@
 //     the Client's one script ([Client.EnqueueAtOnce], which also takes a
 //     producer's claim and a linked position), and passed on only by the
 //     engine's lock scripts and a store's commit through [Commit].
-//   - [Locker]: the per-key lock, with fencing tokens, self-renewing
-//     leases and waiting woken by release notices (one shared Pub/Sub
-//     subscription per Locker, fanned out to its local waiters). A Runner
-//     has its own; a program takes one only to hold a key by hand.
+//   - The lock, behind the package line: per key, with fencing tokens,
+//     self-renewing leases and waiting woken by release notices (one
+//     shared Pub/Sub subscription per Runner, fanned out to its local
+//     waiters). A test that must hold a key by hand takes it with
+//     keyordertest.NewLocker.
 //   - The Runner's turns, behind the package line: they take a turn
 //     (waiting, parking a position too far back, skipping a head whose
 //     task will never come, which they learn from asynq's queues: the gap

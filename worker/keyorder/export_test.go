@@ -1,6 +1,8 @@
 package keyorder
 
 import (
+	"github.com/redis/go-redis/v9"
+
 	"context"
 	"errors"
 	"fmt"
@@ -89,7 +91,7 @@ var Position = payloadPos
 type Turns = turns
 
 // Stuck is stuck, for the tests of the tasks a hold could not end.
-func (l *Locker) Stuck(queue, id string, err error) { l.stuck(queue, id, err) }
+func (l *locker) Stuck(queue, id string, err error) { l.stuck(queue, id, err) }
 
 // Halt is the halt that the gap check writes for an archived head under
 // FailureHalt (Runner.haltArchived), alone: a test writes it without the
@@ -97,4 +99,48 @@ func (l *Locker) Stuck(queue, id string, err error) { l.stuck(queue, id, err) }
 // would leave it.
 func (r *Runner) Halt(ctx context.Context, key string, pos int64, label, why string) (bool, error) {
 	return r.l.Sequencer().halt(ctx, key, pos, label, why)
+}
+
+// The lock, behind the package line (the product takes it in a Runner's
+// turns; keyordertest.NewLocker holds a key by hand in other packages'
+// tests).
+type Locker = locker
+type Lease = lease
+type Config = lockConfig
+
+var New = newLocker
+
+// The lock's errors and the Sequencer's pipelined reservation, for the
+// external tests.
+var (
+	ErrClosed  = errClosed
+	ErrNotHeld = errNotHeld
+)
+
+func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
+	return q.noteAt(ctx, key, pos, label, outcome)
+}
+
+func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]pausedSince, error) {
+	return q.pausedKeys(ctx, offset, limit)
+}
+
+func (q *Sequencer) LoadScripts(ctx context.Context) error { return q.loadScripts(ctx) }
+
+func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
+	if err := checkLabel(key, label, ref); err != nil {
+		return nil, err
+	}
+	return q.reserveIn(ctx, pipe, key, label, ref), nil
+}
+
+func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
+	return q.voidPos(ctx, key, pos, label, reason)
+}
+
+// Or is Wait's defaulting, for the Runner's tests.
+func (w Wait) Or(d Wait) Wait { return w.or(d) }
+
+func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
+	return q.finish(ctx, key, pos, label, ref, outcome)
 }

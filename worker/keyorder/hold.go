@@ -23,7 +23,7 @@ import (
 // unfinished tasks of its key is parked (in asynq's retry set, its
 // position marked parked), and the task before it hands it the turn. When
 // a run in its turn succeeds and the key's next task is parked, the turn
-// passes on while the lock is kept ([Lease.Drain]): turns.Drain then
+// passes on while the lock is kept (lease.Drain): turns.Drain then
 // takes that task out of asynq itself, runs it in the same hold, with the
 // same fence, as its own run, records its end in asynq as asynq's
 // processor would (completed with its retention, retried with its
@@ -66,9 +66,9 @@ type holdConfig struct {
 	Locate Locate
 	// Run runs task t, which the hold took out of its queue, as its own
 	// run in held.Turn: it moves the hold's lease on to that position
-	// ([Lease.Next]; an error there, or a task that holds another position,
+	// (lease.Next; an error there, or a task that holds another position,
 	// is a wait: the task goes back to its queue, turns.Later), runs
-	// the handler, and ends the run (turns.EndTask), with [Lease.Drain]
+	// the handler, and ends the run (turns.EndTask), with lease.Drain
 	// set so that the hold goes on. Its error is read with the engine's
 	// [IsFailure] and turns.RetryDelay, as the server's are
 	// (Runner.ServerConfig). ctx ends with the task's timeout or deadline, and when
@@ -99,8 +99,8 @@ type holdConfig struct {
 // held is what holdConfig.Run learns of a task that a hold took out of
 // its queue.
 type held struct {
-	// Lease is the hold's lease, kept for Turn by the run before.
-	Lease *Lease
+	// lease is the hold's lease, kept for Turn by the run before.
+	lease *lease
 	// Turn is the position the hold passed the turn on to.
 	Turn Turn
 	// Queue and ID name the task; Retried and MaxRetry are asynq's.
@@ -111,7 +111,7 @@ type held struct {
 }
 
 // Drains reports whether a run should ask its commit to keep the lock
-// for the key's next task ([Lease.Drain]): when the drain is on
+// for the key's next task (lease.Drain): when the drain is on
 // (Max above 1) and the server is not stopping.
 func (c *holdConfig) Drains() bool {
 	return c.max() > 1 && (c.Stopping == nil || !c.Stopping())
@@ -126,7 +126,7 @@ func (c *holdConfig) busy() bool             { return c.Busy != nil && c.Busy() 
 type hold struct {
 	t       *turns
 	cfg     *holdConfig
-	lease   *Lease
+	lease   *lease
 	key     string
 	folds   bool
 	started time.Time
@@ -144,7 +144,7 @@ type hold struct {
 }
 
 // Drain goes on with key's next tasks under lease, whose commit kept the
-// lock for the next position (see turns.Pass and [Lease.Kept]), as the
+// lock for the next position (see turns.Pass and lease.Kept), as the
 // comment at the top of hold.go tells, and ends the hold: the lease is
 // released when Drain returns. ctx is the context of the hold's first
 // run, which asynq ends at the task's deadline or a shutdown, and started
@@ -155,7 +155,7 @@ type hold struct {
 // waiting (its quantum spent while others waited, the server busy, or its
 // time half spent). What goes wrong on the way is logged, and ends the
 // hold: the next task then runs from its queue.
-func (t *turns) Drain(ctx context.Context, lease *Lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
+func (t *turns) Drain(ctx context.Context, lease *lease, started time.Time, cfg *holdConfig) (runs int, yielded bool) {
 	_, folds := t.l.rdb.(*redis.Client)
 	h := &hold{t: t, cfg: cfg, lease: lease, key: lease.Key(), folds: folds, started: started, count: 1, qstart: started}
 	hctx := cmp.Or(lease.HoldContext(), ctx)
@@ -444,7 +444,7 @@ func (h *hold) run(ctx, hctx context.Context, c *asynqwire.Claimed) *asynqwire.O
 	// first task, whose run's context this derives from.
 	rctx, _ = asynqwire.TaskContext(rctx, c)
 	t := asynq.NewTask(c.Type, c.Payload)
-	held := held{Lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
+	held := held{lease: h.lease, Turn: h.next, Queue: c.Queue, ID: c.ID, Retried: c.Retried, MaxRetry: c.MaxRetry, Runs: h.count}
 	err := h.cfg.Run(rctx, t, held)
 	if err != nil && ctx.Err() == nil && h.cfg.Failed != nil {
 		h.cfg.Failed(rctx, t, held, err)

@@ -28,11 +28,11 @@ type leaseStats struct {
 	TurnWaits     int           // attempts that found it not yet the position's turn
 }
 
-// Lease is a held lock. Its methods are safe for concurrent use. A lease must
+// lease is a held lock. Its methods are safe for concurrent use. A lease must
 // be released with Release; a lease that is never released expires after the
-// Locker's TTL (if it was not kept).
-type Lease struct {
-	l     *Locker
+// locker's TTL (if it was not kept).
+type lease struct {
+	l     *locker
 	key   string
 	owner string
 	meta  string
@@ -65,24 +65,24 @@ type Lease struct {
 }
 
 // Key returns the key the lease locks.
-func (s *Lease) Key() string { return s.key }
+func (s *lease) Key() string { return s.key }
 
 // Fence returns the lease's fencing token: strictly greater than that of
 // every earlier lease on the key. Pass it with every write the lock guards.
-// [Lease.CatchUp] may raise it.
-func (s *Lease) Fence() int64 { return s.fence.Load() }
+// lease.CatchUp may raise it.
+func (s *lease) Fence() int64 { return s.fence.Load() }
 
 // FenceKey returns the Redis key that holds the newest fence handed out for
 // the lease's key. A store on the same Redis can refuse a fence older than
 // it, which shuts out a former holder as soon as the lock changes hands
 // (see [Hold]). It carries the key's hash tag.
-func (s *Lease) FenceKey() string { return s.l.fenceKey(s.key) }
+func (s *lease) FenceKey() string { return s.l.fenceKey(s.key) }
 
 // SeqKey returns the Redis key of the key's sequence, whose fields
 // "p:<position>" (the record "<taken at> <label>") and "k:<position>"
 // (set while that position's holder is parked) tell who is behind the
 // lease, or "" when the lease holds no turn (not ModeTurn).
-func (s *Lease) seqKey() string {
+func (s *lease) seqKey() string {
 	if s.mode != ModeTurn {
 		return ""
 	}
@@ -90,24 +90,24 @@ func (s *Lease) seqKey() string {
 }
 
 // leaseStats returns how the lease was acquired.
-func (s *Lease) Stats() leaseStats { return s.stats }
+func (s *lease) Stats() leaseStats { return s.stats }
 
 // Mode returns how the lease was granted: ModeFree without a position,
 // ModeTurn in its position's turn, ModePassed for a position that was
 // already finished, or whose key's sequence does not exist
 // (see sequenceGone).
-func (s *Lease) Mode() Mode { return s.mode }
+func (s *lease) Mode() Mode { return s.mode }
 
 // sequenceGone reports whether the lease was granted at once, without
 // order (ModePassed), because its key has no sequence: it expired
 // (SeqConfig.Retention) or was lost with its Redis, or the task's
-// positions were handed out under another prefix than the Locker's (a
+// positions were handed out under another prefix than the locker's (a
 // Client and a Runner built on Sequencers of two SeqConfig.Prefix, in two
 // programs configured apart). turns.Take logs it.
-func (s *Lease) sequenceGone() bool { return s.seqGone }
+func (s *lease) sequenceGone() bool { return s.seqGone }
 
 // Turn returns the position the lease was acquired for (zero for none).
-func (s *Lease) Turn() Turn {
+func (s *lease) Turn() Turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.turn
@@ -117,7 +117,7 @@ func (s *Lease) Turn() Turn {
 // outcome: Release then moves the sequence on to the next position. Without
 // Finish, Release keeps the position next (the holder will run again).
 // It matters only for a lease in ModeTurn, and is safe for concurrent use.
-func (s *Lease) Finish() {
+func (s *lease) Finish() {
 	s.mu.Lock()
 	s.finished = true
 	s.mu.Unlock()
@@ -128,7 +128,7 @@ func (s *Lease) Finish() {
 // it now is, and the two after it, which are to wait in place. The caller
 // must bring their holders back, since no waiter listens for them. It is
 // empty otherwise. It is safe for concurrent use.
-func (s *Lease) Wake() []string {
+func (s *lease) Wake() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return splitWake(s.wake)
@@ -145,7 +145,7 @@ func splitWake(s string) []string {
 // RetryAt says when the holder of an unfinished turn will run again, so that
 // the positions waiting behind it can stop waiting until then (see
 // TurnError.Retry). Release records it.
-func (s *Lease) RetryAt(t time.Time) {
+func (s *lease) RetryAt(t time.Time) {
 	s.mu.Lock()
 	s.retryAt = t
 	s.mu.Unlock()
@@ -155,7 +155,7 @@ func (s *Lease) RetryAt(t time.Time) {
 // the key at the lease's position for why, in the release's own script
 // (seq_halt): the key is then paused, and no position behind runs (see
 // [FailureHalt]).
-func (s *Lease) haltTurn(why string) {
+func (s *lease) haltTurn(why string) {
 	s.mu.Lock()
 	s.halt = why
 	s.mu.Unlock()
@@ -165,27 +165,27 @@ func (s *Lease) haltTurn(why string) {
 // [Handoff], or turns.Pass's release) to keep the lock, rather than
 // release it, when it passes the turn on to a holder that is parked: the
 // holder of the lease then goes on with that position itself (see
-// [Lease.Kept] and [Lease.Next]), in the same hold, with the same fence.
+// lease.Kept and lease.Next), in the same hold, with the same fence.
 // The commit releases as usual when the next holder is not parked, the key
 // is paused, or the work did not succeed. It matters only in ModeTurn and
 // is safe for concurrent use.
-func (s *Lease) Drain(on bool) { s.drain.Store(on && s.mode == ModeTurn) }
+func (s *lease) Drain(on bool) { s.drain.Store(on && s.mode == ModeTurn) }
 
 // Kept returns the position whose turn the last commit passed on while it
-// kept the lock (see [Lease.Drain]): its holder is parked, and the lease's
+// kept the lock (see lease.Drain): its holder is parked, and the lease's
 // holder is to run it (or, failing that, release the lease and call the
 // holder back). It returns false when the lock was not kept.
-func (s *Lease) Kept() (Turn, bool) {
+func (s *lease) Kept() (Turn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.kept, s.kept.Pos > 0
 }
 
-// Next moves a lease kept by its commit (see [Lease.Kept]) on to the next
+// Next moves a lease kept by its commit (see lease.Kept) on to the next
 // position, turn, for the holder's next piece of work: the lease is then as
 // if acquired in turn's turn, with the same fence and the same renewal.
 // It returns an error when the lease was not kept for turn.
-func (s *Lease) Next(turn Turn) error {
+func (s *lease) Next(turn Turn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released || s.kept != turn || turn.Pos == 0 {
@@ -208,10 +208,10 @@ func keptTurn(wake string) Turn {
 	return Turn{Pos: pos, Label: label}
 }
 
-// HoldContext returns the context that [Lease.Keep] returned: the work of
-// every position the lease goes on with (see [Lease.Next]) derives from
+// HoldContext returns the context that lease.Keep returned: the work of
+// every position the lease goes on with (see lease.Next) derives from
 // it, so that a lost lease cancels it. It returns nil before Keep.
-func (s *Lease) HoldContext() context.Context {
+func (s *lease) HoldContext() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.holdCtx
@@ -224,7 +224,7 @@ func (s *Lease) HoldContext() context.Context {
 // failed renewal is retried at a quarter of the time left. Renewal stops on Release, on ctx's end, or on
 // loss; its goroutine never outlives Release. Keep may be called once; later
 // calls, and calls after Release, return ctx unchanged.
-func (s *Lease) Keep(ctx context.Context) context.Context {
+func (s *lease) Keep(ctx context.Context) context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stop != nil || s.released {
@@ -236,7 +236,7 @@ func (s *Lease) Keep(ctx context.Context) context.Context {
 	return wctx
 }
 
-func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
+func (s *lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 	defer close(s.done)
 	ttl := s.l.cfg.TTL
 	every := ttl / 3
@@ -292,7 +292,7 @@ func (s *Lease) renew(ctx context.Context, cancel context.CancelCauseFunc) {
 }
 
 // refresh runs the renewal script once.
-func (s *Lease) refresh(ctx context.Context) (bool, error) {
+func (s *lease) refresh(ctx context.Context) (bool, error) {
 	n, err := refreshScript.Run(ctx, s.l.rdb, []string{s.l.lockKey(s.key)},
 		s.owner, s.l.cfg.TTL.Milliseconds()).Int()
 	if err != nil {
@@ -301,16 +301,16 @@ func (s *Lease) refresh(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// Refresh extends the lease to a full TTL once. It returns ErrNotHeld when
+// Refresh extends the lease to a full TTL once. It returns errNotHeld when
 // the lock is gone or owned by someone else. Kept leases renew themselves
 // and need no Refresh.
-func (s *Lease) Refresh(ctx context.Context) error {
+func (s *lease) Refresh(ctx context.Context) error {
 	ok, err := s.refresh(ctx)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("renew %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("renew %s: %w", s.key, errNotHeld)
 	}
 	return nil
 }
@@ -324,7 +324,7 @@ type Handoff struct {
 	Key     string // the lock hash, with the key's hash tag
 	Owner   string // the lease's owner token
 	Channel string // the release notice channel
-	// Keep is lock_commit's keep (see [Lease.Drain]): when true, the script
+	// Keep is lock_commit's keep (see lease.Drain): when true, the script
 	// may keep the lock for the next position; it then reports it with
 	// [Handoff.Kept].
 	Keep bool
@@ -340,9 +340,9 @@ type Handoff struct {
 	Backlog, BacklogSum string
 	// Step, when not nil (with Keep), is the lease's commitStep: the
 	// store sends it in a pipeline right after its script, in the same
-	// round trip (see [Lease.SetCommitStep]).
+	// round trip (see lease.SetCommitStep).
 	Step  commitStep
-	lease *Lease
+	lease *lease
 }
 
 // commitStep is work that a draining lease's holder sends in the round
@@ -360,7 +360,7 @@ type commitStep func(ctx context.Context, pipe redis.Pipeliner, h *Handoff)
 // may keep the lock (nil for none), in place of the one set before. The
 // step only makes sense on a single Redis, where the lock's keys and the
 // step's are on one node. It is safe for concurrent use.
-func (s *Lease) SetCommitStep(step commitStep) {
+func (s *lease) SetCommitStep(step commitStep) {
 	s.mu.Lock()
 	s.step = step
 	s.mu.Unlock()
@@ -368,7 +368,7 @@ func (s *Lease) SetCommitStep(step commitStep) {
 
 // commitStep returns the step of a commit that may keep the lock: nil
 // unless the lease drains.
-func (s *Lease) commitStep() commitStep {
+func (s *lease) commitStep() commitStep {
 	if !s.drain.Load() {
 		return nil
 	}
@@ -400,7 +400,7 @@ func (h *Handoff) Released(finished bool, wake string) {
 // Kept tells the lease that a store script passed its turn on and kept the
 // lock (lock_commit returned 2, with wake "<position> <label>" of the next
 // position, whose parked holder the lease's holder is to run: see
-// [Lease.Kept]). A wake that does not read as a position is taken for a
+// lease.Kept). A wake that does not read as a position is taken for a
 // release of the lock by the script. It is safe for concurrent use.
 func (h *Handoff) Kept(wake string) {
 	t := keptTurn(wake)
@@ -417,7 +417,7 @@ func (h *Handoff) Kept(wake string) {
 // Handoff returns what a store script needs to release the lease with the
 // work's commit. Handing it out changes nothing until the store calls
 // Committing.
-func (s *Lease) Handoff() *Handoff {
+func (s *lease) Handoff() *Handoff {
 	h := &Handoff{Key: s.l.lockKey(s.key), Owner: s.owner, Channel: s.l.channel, lease: s}
 	if s.mode == ModeTurn {
 		h.SeqKey, h.Pos = s.l.seq.SeqKey(s.key), s.Turn().Pos
@@ -433,11 +433,11 @@ func (s *Lease) Handoff() *Handoff {
 }
 
 // passOn finishes the lease's turn with the release script and keeps the
-// lock when the next holder is parked (see [Lease.Drain]), while the
+// lock when the next holder is parked (see lease.Drain), while the
 // renewal goes on. It reports whether it kept the lock; when it did not,
-// the lock is released (or was not held) and [Lease.Release] then only
+// the lock is released (or was not held) and lease.Release then only
 // stops the renewal. An error leaves everything to Release.
-func (s *Lease) passOn(ctx context.Context) (bool, error) {
+func (s *lease) passOn(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cfg.ReleaseTimeout)
 	defer cancel()
 	s.handingOff.Store(true)
@@ -479,7 +479,7 @@ func (s *Lease) passOn(ctx context.Context) (bool, error) {
 	case n != 1:
 		// Not held any more (0: the lease ended first), or kept with a
 		// reply that names no position: Release runs the script again,
-		// which releases a lock still ours and reports ErrNotHeld
+		// which releases a lock still ours and reports errNotHeld
 		// otherwise, so that a late end is logged as without a drain.
 		s.handingOff.Store(false)
 		return false, nil
@@ -491,23 +491,23 @@ func (s *Lease) passOn(ctx context.Context) (bool, error) {
 // Release stops the renewal (waiting for its goroutine), cancels the kept
 // context, and deletes the lock if this lease still holds it, waking the
 // waiters. For a lease in its turn (ModeTurn) it also passes the turn on
-// when the lease was finished ([Lease.Finish]), even if the lock was lost
+// when the lease was finished (lease.Finish), even if the lock was lost
 // meanwhile (the work is done either way), and otherwise records
-// [Lease.RetryAt] for the waiters behind it. It runs on a context that
-// survives ctx's cancellation, bounded by Config.ReleaseTimeout, so a
+// lease.RetryAt for the waiters behind it. It runs on a context that
+// survives ctx's cancellation, bounded by lockConfig.ReleaseTimeout, so a
 // cancelled task still releases its lock. It costs one round trip.
 //
-// It returns ErrNotHeld when the lock was no longer held by this lease (it
+// It returns errNotHeld when the lock was no longer held by this lease (it
 // expired, was taken over, or was already released); nothing of the lock is
 // deleted then. After Handoff.Released it only stops the renewal and
 // returns nil. Other errors are Redis errors; the lock then expires with its
 // lease, and a finished turn stays next until its holder's work is found
 // done (see [Sequencer.Skip]).
-func (s *Lease) Release(ctx context.Context) error {
+func (s *lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	if s.released {
 		s.mu.Unlock()
-		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("release %s: %w", s.key, errNotHeld)
 	}
 	s.released = true
 	stop, done, cancel, byStore := s.stop, s.done, s.cancel, s.byStore
@@ -566,7 +566,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	s.wake = wake
 	s.mu.Unlock()
 	if n == 0 {
-		return fmt.Errorf("release %s: %w", s.key, ErrNotHeld)
+		return fmt.Errorf("release %s: %w", s.key, errNotHeld)
 	}
 	return nil
 }

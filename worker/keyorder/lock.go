@@ -28,10 +28,10 @@ var (
 	// ErrBusy is matched by the [*BusyError] that Acquire returns when the
 	// key was still held at the wait deadline.
 	ErrBusy = errors.New("keyorder: key is held")
-	// ErrNotHeld is returned by Release when the lock is no longer held by
+	// errNotHeld is returned by Release when the lock is no longer held by
 	// the lease (it expired and may have been taken by someone else, or it
 	// was already released). Nothing is deleted then.
-	ErrNotHeld = errors.New("keyorder: not held")
+	errNotHeld = errors.New("keyorder: not held")
 	// ErrLost is the cause of a kept lease's context cancellation when a
 	// renewal found the lock gone or taken, or when renewals kept failing
 	// until the lease may have expired.
@@ -39,8 +39,8 @@ var (
 	// ErrInvalidKey is returned for an empty or too long key, or one with a
 	// brace (braces would break the Redis Cluster hash tag).
 	ErrInvalidKey = errors.New("keyorder: invalid key")
-	// ErrClosed is returned by Acquire after the Locker was closed.
-	ErrClosed = errors.New("keyorder: locker closed")
+	// errClosed is returned by Acquire after the locker was closed.
+	errClosed = errors.New("keyorder: locker closed")
 )
 
 // DefaultPrefix is the default of SeqConfig.Prefix: neutral, the engine's
@@ -71,8 +71,8 @@ const (
 	MaxMetaLen = 256
 )
 
-// Wait is a waiting policy for [Locker.Acquire]. A zero field means the
-// Locker's default (Config.Wait), and a zero Config.Wait field means the
+// Wait is a waiting policy for locker.Acquire. A zero field means the
+// locker's default (lockConfig.Wait), and a zero lockConfig.Wait field means the
 // package default.
 type Wait struct {
 	// MinDelay is the shortest random delay between two attempts.
@@ -93,9 +93,9 @@ type Wait struct {
 	StuckAfter time.Duration
 }
 
-// Or returns w with each zero field taken from d: how a Wait's zero fields
+// or returns w with each zero field taken from d: how a Wait's zero fields
 // mean a default.
-func (w Wait) Or(d Wait) Wait {
+func (w Wait) or(d Wait) Wait {
 	return Wait{
 		MinDelay:   cmp.Or(w.MinDelay, d.MinDelay),
 		MaxDelay:   cmp.Or(w.MaxDelay, d.MaxDelay),
@@ -121,13 +121,13 @@ func (w Wait) validate() error {
 // worker.Kinds).
 var DefaultWait = Wait{MinDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond, Deadline: 5 * time.Second}
 
-// DefaultTTL is the default of Config.TTL.
+// DefaultTTL is the default of lockConfig.TTL.
 const DefaultTTL = 30 * time.Second
 
-// Config tunes a Locker. The zero value is valid and means all defaults.
+// lockConfig tunes a locker. The zero value is valid and means all defaults.
 // The key space (the keys' prefix, the notice channel, the sequences'
-// retention) is the [Sequencer]'s the Locker is built on.
-type Config struct {
+// retention) is the [Sequencer]'s the locker is built on.
+type lockConfig struct {
 	// TTL is the lease: how long a lock outlives a holder that died without
 	// releasing it. A kept lease renews every TTL/3. Defaults to 30s.
 	TTL time.Duration
@@ -156,7 +156,7 @@ type Config struct {
 	Jitter func(lo, hi time.Duration) time.Duration
 	// WaitReplicas is how many replicas of the key's master must have the
 	// key's state before a lease's write to its store goes out
-	// ([Lease.WriteCaughtUp]): its lock and fence, its positions (their
+	// (lease.WriteCaughtUp): its lock and fence, its positions (their
 	// offset after a catch-up), and, where the queue shares the master,
 	// the task. A failover then cannot hand out again a fence or a
 	// position that a store has seen, and a task that only the old master
@@ -173,12 +173,12 @@ type Config struct {
 	WaitTimeout time.Duration
 }
 
-// Locker hands out leases on keys. It is safe for concurrent use. It owns
+// locker hands out leases on keys. It is safe for concurrent use. It owns
 // one pub/sub subscription, started by the first Acquire and stopped by
 // Close; the Redis client stays the caller's to close.
-type Locker struct {
+type locker struct {
 	rdb     redis.UniversalClient
-	cfg     Config
+	cfg     lockConfig
 	channel string
 	log     *slog.Logger
 
@@ -188,7 +188,7 @@ type Locker struct {
 
 	// The releases whose outcome is unknown, tried again (redo.go), and
 	// the call back of the parked holders they find (set by the Turns
-	// built on the Locker).
+	// built on the locker).
 	redoMu      sync.Mutex
 	redos       []redo
 	redoRunning bool
@@ -204,16 +204,16 @@ type Locker struct {
 	onWake     atomic.Pointer[func(ctx context.Context, key string, labels []string)]
 }
 
-// New returns a Locker of seq's keys, on seq's Redis: Lockers that should
+// newLocker returns a locker of seq's keys, on seq's Redis: lockers that should
 // exclude each other, and the Clients whose positions AcquireTurn honours,
 // are built on Sequencers of the same SeqConfig.Prefix. It returns an
 // error when seq is nil or cfg is invalid.
-func New(seq *Sequencer, cfg Config) (*Locker, error) {
+func newLocker(seq *Sequencer, cfg lockConfig) (*locker, error) {
 	if !seq.valid() {
-		return nil, errors.New("keyorder: New needs a Sequencer from NewSequencer")
+		return nil, errors.New("keyorder: a locker needs a Sequencer from NewSequencer")
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	cfg.Wait = cfg.Wait.Or(DefaultWait)
+	cfg.Wait = cfg.Wait.or(DefaultWait)
 	cfg.FenceRetention = cmp.Or(cfg.FenceRetention, 24*time.Hour)
 	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, 5*time.Second)
 	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
@@ -238,7 +238,7 @@ func New(seq *Sequencer, cfg Config) (*Locker, error) {
 	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
-	return &Locker{
+	return &locker{
 		rdb:      seq.rdb,
 		cfg:      cfg,
 		channel:  seq.channel,
@@ -256,16 +256,16 @@ func uniform(lo, hi time.Duration) time.Duration {
 	return lo + rand.N(hi-lo+1)
 }
 
-// TTL returns the lease length of this Locker's locks.
-func (l *Locker) TTL() time.Duration { return l.cfg.TTL }
+// TTL returns the lease length of this locker's locks.
+func (l *locker) TTL() time.Duration { return l.cfg.TTL }
 
-// Sequencer returns the Sequencer the Locker was built on.
-func (l *Locker) Sequencer() *Sequencer { return l.seq }
+// Sequencer returns the Sequencer the locker was built on.
+func (l *locker) Sequencer() *Sequencer { return l.seq }
 
 // lockKey and fenceKey build the two keys of a lock; both carry the hash tag
 // {key}.
-func (l *Locker) lockKey(key string) string  { return l.seq.lockKey(key) }
-func (l *Locker) fenceKey(key string) string { return l.seq.lockKey(key) + ":fence" }
+func (l *locker) lockKey(key string) string  { return l.seq.lockKey(key) }
+func (l *locker) fenceKey(key string) string { return l.seq.lockKey(key) + ":fence" }
 
 // checkKey refuses a key the engine cannot carry: empty, longer than
 // MaxKeyLen, with braces (the hash tag), or with what is not printable
@@ -305,35 +305,36 @@ func checkReason(what, s string) error {
 	return nil
 }
 
-// Turn is a position in a key's sequence, to acquire in turn with
-// [Locker.AcquireTurn]. The zero Turn means no position: the lock alone.
+// Turn is a position in a key's sequence, whose turn a run takes (see
+// [Report].Prev). The zero Turn means no position: the lock alone.
 type Turn struct {
 	// Pos is the position, as [Sequencer.Reserve] handed it out.
 	Pos int64
-	// Label is the label it was reserved under; AcquireTurn refuses a
-	// position reserved under another label ([ErrBadPosition]).
+	// Label is the label it was reserved under; a run refuses a position
+	// reserved under another label ([ErrBadPosition]).
 	Label string
 }
 
-// Mode says how a lease was granted.
+// Mode says how a run's lock was granted ([Run].Mode).
 type Mode string
 
-// The modes of a lease.
+// The modes of a run's lock.
 const (
-	// ModeFree is a lease taken without a position.
+	// ModeFree is a lock taken without a position (a task enqueued
+	// without the engine's Client).
 	ModeFree Mode = "free"
-	// ModeTurn is a lease taken in its position's turn; [Lease.Finish]
-	// and Release pass the turn on.
+	// ModeTurn is a lock taken in its position's turn; the run's end
+	// passes the turn on.
 	ModeTurn Mode = "turn"
-	// ModePassed is a lease whose position was already finished (or whose
-	// sequence is gone): it was granted at once, like ModeFree, and
-	// finishing it moves nothing.
+	// ModePassed is a lock whose position was already finished (or whose
+	// sequence is gone): it was granted at once, like ModeFree, and the
+	// run's end moves nothing.
 	ModePassed Mode = "passed"
 )
 
 // attempt is what one acquire script run found.
 type attempt struct {
-	lease *Lease
+	lease *lease
 	// held: the lock is held by someone else.
 	heldTTL time.Duration
 	holder  string
@@ -344,7 +345,7 @@ type attempt struct {
 
 // try makes one attempt; park asks to be marked parked when it is not the
 // position's turn.
-func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool) (attempt, error) {
+func (l *locker) try(ctx context.Context, key, meta string, turn Turn, park bool) (attempt, error) {
 	owner := uuid.NewString()
 	keys := []string{l.lockKey(key), l.fenceKey(key)}
 	args := []any{owner, l.cfg.TTL.Milliseconds(), meta, l.cfg.FenceRetention.Milliseconds()}
@@ -373,7 +374,7 @@ func (l *Locker) try(ctx context.Context, key, meta string, turn Turn, park bool
 		if err != nil || offset < 0 {
 			return attempt{}, fmt.Errorf("acquire %s: bad position offset %q", key, os)
 		}
-		lease := &Lease{l: l, key: key, owner: owner, meta: meta, turn: turn, mode: Mode(mode), offset: offset}
+		lease := &lease{l: l, key: key, owner: owner, meta: meta, turn: turn, mode: Mode(mode), offset: offset}
 		lease.fence.Store(fence)
 		if mode == "gone" {
 			lease.mode, lease.seqGone = ModePassed, true
@@ -440,7 +441,7 @@ func parseFence(v any) (int64, error) {
 // it returns a [*BusyError] at once (Waited is zero). meta describes the
 // holder to waiters and in logs (at most MaxMetaLen bytes). It costs one
 // Redis round trip.
-func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, error) {
+func (l *locker) TryAcquire(ctx context.Context, key, meta string) (*lease, error) {
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
@@ -456,14 +457,14 @@ func (l *Locker) TryAcquire(ctx context.Context, key, meta string) (*Lease, erro
 }
 
 // Acquire takes the lock of key, waiting by policy w (zero fields mean the
-// Locker's defaults) while someone else holds it. meta describes the holder
+// locker's defaults) while someone else holds it. meta describes the holder
 // to waiters and in logs, e.g. "order:exchange <task id>".
 //
 // It returns a [*BusyError] (errors.Is ErrBusy) when the key is still held at
-// the deadline, the context's cause when ctx ends first, [ErrClosed] after
+// the deadline, the context's cause when ctx ends first, errClosed after
 // Close, and Redis errors wrapped with the key. An uncontended Acquire costs
 // one round trip.
-func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease, error) {
+func (l *locker) Acquire(ctx context.Context, key, meta string, w Wait) (*lease, error) {
 	return l.AcquireTurn(ctx, key, meta, Turn{}, w)
 }
 
@@ -472,13 +473,13 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 // [Sequencer]). It waits by policy w, as Acquire does, both for its turn and
 // for the lock; the notice of the turn before it wakes it. A zero turn is
 // Acquire. A position that is already finished, or whose sequence expired,
-// is granted at once, without order ([ModePassed]); see [Lease.Mode].
+// is granted at once, without order ([ModePassed]); see lease.Mode.
 //
 // The two positions right after the head (the one whose turn it is) wait
 // in place. A position further back is parked at once: AcquireTurn returns
 // a [*TurnError] (errors.Is ErrNotYourTurn) with Parked set, and when it
 // comes within two of the head, the release that passes the turn on hands
-// its label back ([Lease.Wake], Settlement.Wake) so that the caller brings
+// its label back (lease.Wake, Settlement.Wake) so that the caller brings
 // its holder back. A waiter in place parks too, with a last attempt,
 // when the deadline passes, when the head's holder runs again only after
 // the deadline, and when the head was reserved more than w.StuckAfter ago.
@@ -486,14 +487,14 @@ func (l *Locker) Acquire(ctx context.Context, key, meta string, w Wait) (*Lease,
 // ([Sequencer.Pause]), it returns at once a parked [*TurnError] with
 // Paused set. It also returns an error matching [ErrBadPosition] when the
 // position is not the caller's. An uncontended AcquireTurn in turn costs one round trip.
-func (l *Locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, error) {
+func (l *locker) AcquireTurn(ctx context.Context, key, meta string, turn Turn, w Wait) (*lease, error) {
 	if err := checkKey(key, meta); err != nil {
 		return nil, err
 	}
 	if turn.Pos < 0 || (turn.Pos > 0 && (turn.Label == "" || len(turn.Label) > maxLabelLen)) {
 		return nil, fmt.Errorf("%w: position %d with a label of %d bytes", ErrBadPosition, turn.Pos, len(turn.Label))
 	}
-	w = w.Or(l.cfg.Wait)
+	w = w.or(l.cfg.Wait)
 	if err := w.validate(); err != nil {
 		return nil, err
 	}
@@ -609,9 +610,9 @@ func traceWait(span trace.Span, a attempt, last string) string {
 // first look is missed; if Redis does not confirm in time the waiter goes
 // on without notices, which only costs the random delays. Starting the
 // subscription does no I/O here: a stalled Redis stalls no Acquire.
-func (l *Locker) register(ctx context.Context, key string, pos int64) (*notice.Waiter, error) {
+func (l *locker) register(ctx context.Context, key string, pos int64) (*notice.Waiter, error) {
 	if l.closed.Load() {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	w := l.notices.Wait(l.lockKey(key), func(next string) bool {
 		n, err := strconv.ParseInt(next, 10, 64)
@@ -626,12 +627,12 @@ func (l *Locker) register(ctx context.Context, key string, pos int64) (*notice.W
 
 // CheckNotices makes sure that the Redis user may publish and subscribe to
 // the notice channel. When it may not, waiters cannot be woken by notices:
-// CheckNotices then turns the subscription off for this Locker (waiters
+// CheckNotices then turns the subscription off for this locker (waiters
 // poll with their random delays, which is slower but correct) and returns
 // an error matching [ErrNoNotices] that names the channel the user's ACL
 // needs (for example `&keyorder:released`). Call it before the first
 // Acquire; later calls only report.
-func (l *Locker) CheckNotices(ctx context.Context) error {
+func (l *locker) CheckNotices(ctx context.Context) error {
 	if err := l.notices.Check(ctx); err != nil {
 		return fmt.Errorf("keyorder: %w", err)
 	}
@@ -645,8 +646,8 @@ var ErrNoNotices = notice.ErrNoPermission
 // Close stops the shared subscription and the retries of releases whose
 // outcome is unknown, and waits for their goroutines. Leases already handed
 // out stay valid and can still be released. Close is safe to call more
-// than once; Acquire after Close returns ErrClosed.
-func (l *Locker) Close() error {
+// than once; Acquire after Close returns errClosed.
+func (l *locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
@@ -660,14 +661,14 @@ func (l *Locker) Close() error {
 // release releases lease after its holder's work (Turns.Pass), logging
 // what goes wrong. ok says whether
 // the work ended without an error.
-func (l *Locker) release(ctx context.Context, lease *Lease, ok bool) {
+func (l *locker) release(ctx context.Context, lease *lease, ok bool) {
 	switch rerr := lease.Release(ctx); {
 	case rerr == nil:
-	case errors.Is(rerr, ErrNotHeld) && ok:
+	case errors.Is(rerr, errNotHeld) && ok:
 		// The work finished, but the lease had ended first (a stall past
 		// the TTL): only the fence kept a newer holder safe.
 		tracing.Slog(ctx, l.log).Warn("lease ended before the work did", slog.String("key", lease.key), slog.Int64("fence", lease.Fence()))
-	case !errors.Is(rerr, ErrNotHeld):
+	case !errors.Is(rerr, errNotHeld):
 		tracing.Slog(ctx, l.log).Warn("release failed; the lock expires with its lease",
 			slog.String("key", lease.key), slog.Int64("fence", lease.Fence()), errAttr(rerr))
 	}

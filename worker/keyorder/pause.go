@@ -15,7 +15,7 @@ import (
 // A key's sequence can be paused: its positions are still handed out
 // (changes are still accepted), but the holder of the head does not take
 // its turn; it parks ([TurnError].Paused) until [Sequencer.Resume] calls it
-// back. For orderworker this is an operator's hold of an order.
+// back: an operator's hold of a key.
 //
 // The pause is the field h of the sequence's hash, read by the acquire
 // script in the HMGET that reads the position anyway: it costs the workers
@@ -189,11 +189,11 @@ type pausedSince struct {
 	Since time.Time
 }
 
-// PausedKeys reads the index of paused keys, oldest pause first: at most
+// pausedKeys reads the index of paused keys, oldest pause first: at most
 // limit entries from offset. The index is best effort (see [Pause]): read
 // each key's [Status].Paused for the truth. It costs one round trip and
 // returns Redis errors, wrapped.
-func (q *Sequencer) PausedKeys(ctx context.Context, offset, limit int64) ([]pausedSince, error) {
+func (q *Sequencer) pausedKeys(ctx context.Context, offset, limit int64) ([]pausedSince, error) {
 	if offset < 0 || limit <= 0 {
 		return nil, fmt.Errorf("keyorder: paused keys from %d, %d of them", offset, limit)
 	}

@@ -21,7 +21,7 @@ import (
 // its change was applied and its holder is alive: every hot key of the
 // failed master stalls for that long.
 //
-// So the Locker keeps the turn ends it made in the last reassertWindow
+// So the locker keeps the turn ends it made in the last reassertWindow
 // (their key, the holder's owner token and the position), and, while it
 // keeps any, probes Redis every reassertProbe (PING; on a Cluster, each
 // master). When a probe fails and a later one succeeds (the master was
@@ -40,17 +40,17 @@ import (
 // Locker ended a turn in the last reassertWindow; the ends cost one script
 // per holder and key after a failure.
 
-// reassertWindow is how long the Locker keeps a turn's end to end it again
+// reassertWindow is how long the locker keeps a turn's end to end it again
 // after Redis was unreachable: longer than the replication lag that a
 // failover can lose (docs/scaling.md), and than the time between the lag's
 // start and the first failed probe.
 const reassertWindow = 10 * time.Second
 
-// reassertProbe is how often the Locker probes Redis while it keeps turn
+// reassertProbe is how often the locker probes Redis while it keeps turn
 // ends: the part of a failover's stall that it adds, at most.
 const reassertProbe = 200 * time.Millisecond
 
-// maxEnded bounds the turn ends the Locker keeps; past it the oldest are
+// maxEnded bounds the turn ends the locker keeps; past it the oldest are
 // dropped (a key whose end is dropped and lost waits for its task's lease).
 const maxEnded = 1 << 17
 
@@ -63,7 +63,7 @@ type stuckTask struct{ queue, id string }
 // Redis did not answer (err), to bring it back at once when Redis answers
 // again (probeLoop), rather than when its lease ends. An error that Redis
 // answered leaves the task alone: it is not known to be stuck.
-func (l *Locker) stuck(queue, id string, err error) {
+func (l *locker) stuck(queue, id string, err error) {
 	if !unavailable(err) && !unknownOutcome(err) {
 		return
 	}
@@ -89,9 +89,9 @@ type endedTurn struct {
 
 // ended keeps the end of key's turn at pos by owner, so that it can be
 // ended again after Redis was unreachable, and starts the probing
-// goroutine (owned by the Locker: Close stops it and waits) if it does
+// goroutine (owned by the locker: Close stops it and waits) if it does
 // not run.
-func (l *Locker) ended(key, owner string, pos int64) {
+func (l *locker) ended(key, owner string, pos int64) {
 	l.redoMu.Lock()
 	defer l.redoMu.Unlock()
 	if l.redoStopped {
@@ -109,10 +109,10 @@ func (l *Locker) ended(key, owner string, pos int64) {
 	}
 }
 
-// probeLoop probes Redis every reassertProbe while the Locker keeps turn
+// probeLoop probes Redis every reassertProbe while the locker keeps turn
 // ends, and ends them again once Redis answers after a failed probe
 // (reassert). It returns when it keeps none.
-func (l *Locker) probeLoop() {
+func (l *locker) probeLoop() {
 	defer l.redoWG.Done()
 	t := time.NewTicker(reassertProbe)
 	defer t.Stop()
@@ -155,7 +155,7 @@ func (l *Locker) probeLoop() {
 }
 
 // probe pings Redis: every master of a Cluster, the one server otherwise.
-func (l *Locker) probe() error {
+func (l *locker) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), reassertProbe)
 	defer cancel()
 	if c, ok := l.rdb.(*redis.ClusterClient); ok {
@@ -172,7 +172,7 @@ func (l *Locker) probe() error {
 // rather than when its lease would have ended. A task that someone took
 // again meanwhile would run twice: the fence keeps its store safe, as
 // after any lease that ends.
-func (l *Locker) unstick(n int) {
+func (l *locker) unstick(n int) {
 	l.redoMu.Lock()
 	todo := slices.Clone(l.stuckTasks[:n])
 	l.stuckTasks = slices.Delete(l.stuckTasks, 0, n)
@@ -210,7 +210,7 @@ const unstickMargin = 10 * time.Second
 // the order of its positions (reassertScript), calling back the holders
 // whose turn it then is. A turn whose script fails stays unended here: its
 // key waits for its task's lease, as it would have.
-func (l *Locker) reassert(down time.Time) {
+func (l *locker) reassert(down time.Time) {
 	l.redoMu.Lock()
 	var todo []endedTurn
 	for _, e := range l.endedTurns {

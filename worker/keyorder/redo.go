@@ -15,7 +15,7 @@ import (
 // its sender gave up on it, and the reply goes to a connection the client
 // has closed. A release that passed the turn on then called the next
 // position's parked holder back to nobody, and that holder waits out its
-// whole park. So the Locker runs such a release again, in the background,
+// whole park. So the locker runs such a release again, in the background,
 // until Redis answers; and a release that finds its position finished and
 // the lock free (the first one ran, or a store's commit did, without its
 // reply reaching the holder) calls the next position's parked holder back
@@ -50,7 +50,7 @@ return string.sub(rec, sp + 1)
 
 // rewake returns the label of the parked holder that a lost release of
 // key's position pos called back to nobody (see rewakeScript), or "".
-func (l *Locker) rewake(ctx context.Context, key string, pos int64) (string, error) {
+func (l *locker) rewake(ctx context.Context, key string, pos int64) (string, error) {
 	label, err := rewakeScript.Run(ctx, l.rdb, []string{l.lockKey(key), l.seq.SeqKey(key)}, pos).Text()
 	if err != nil {
 		return "", fmt.Errorf("keyorder: call back the holder after %s's position %d: %w", key, pos, err)
@@ -65,7 +65,7 @@ type redo struct {
 	until      time.Time
 }
 
-// redoEvery is how often the Locker tries its unknown releases again, and
+// redoEvery is how often the locker tries its unknown releases again, and
 // redoFor (in TTLs) how long it keeps trying: a partition of some minutes
 // heals within it.
 const (
@@ -74,8 +74,8 @@ const (
 )
 
 // redoLater queues r, starting the goroutine that retries it (owned by the
-// Locker: Close stops it and waits).
-func (l *Locker) redoLater(r redo) {
+// locker: Close stops it and waits).
+func (l *locker) redoLater(r redo) {
 	l.redoMu.Lock()
 	defer l.redoMu.Unlock()
 	if l.redoStopped {
@@ -92,7 +92,7 @@ func (l *Locker) redoLater(r redo) {
 // redoLoop retries the unknown releases every redoEvery until each gets an
 // answer or its time is up, then ends; redoLater starts another when one
 // comes.
-func (l *Locker) redoLoop() {
+func (l *locker) redoLoop() {
 	defer l.redoWG.Done()
 	t := time.NewTicker(redoEvery)
 	defer t.Stop()
@@ -130,7 +130,7 @@ func (l *Locker) redoLoop() {
 // redoOnce runs r's release again, and calls back the next position's
 // holder when the release finds its turn passed without it; it reports
 // whether Redis answered.
-func (l *Locker) redoOnce(r redo) bool {
+func (l *locker) redoOnce(r redo) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
 	defer cancel()
 	res, err := releaseScript.Run(ctx, l.rdb, append([]string{l.lockKey(r.key)}, l.seq.withBacklog(l.seq.SeqKey(r.key))...),
@@ -158,7 +158,7 @@ func (l *Locker) redoOnce(r redo) bool {
 }
 
 // stopRedo stops the retrying goroutine and waits for it (Close).
-func (l *Locker) stopRedo() {
+func (l *locker) stopRedo() {
 	l.redoMu.Lock()
 	if !l.redoStopped {
 		l.redoStopped = true

@@ -10,15 +10,15 @@ import (
 )
 
 // ErrNotReplicated is matched by the error a lease's write returns, unsent,
-// when fewer than [Config.WaitReplicas] replicas confirmed the key's state
-// within [Config.WaitTimeout] (see [Lease.WriteCaughtUp]). It is no failure
+// when fewer than lockConfig.WaitReplicas replicas confirmed the key's state
+// within lockConfig.WaitTimeout (see lease.WriteCaughtUp). It is no failure
 // ([IsFailure]): the task runs again after a busy delay, its retries kept.
 var ErrNotReplicated = errors.New("keyorder: not confirmed by the replicas")
 
-// DefaultWaitTimeout is the default of Config.WaitTimeout.
+// DefaultWaitTimeout is the default of lockConfig.WaitTimeout.
 const DefaultWaitTimeout = time.Second
 
-// replicated returns nil once [Config.WaitReplicas] replicas have every
+// replicated returns nil once lockConfig.WaitReplicas replicas have every
 // write the key's master made so far: the lease's lock and fence, the
 // key's positions, and, where the queue shares the master (one Redis,
 // Sentinel), the task the lease runs and its state. At once when
@@ -29,10 +29,10 @@ const DefaultWaitTimeout = time.Second
 // master (replwait.Confirm, as the producer does): a replica that has the
 // marker has everything the master wrote before it. It
 // returns an error matching [ErrNotReplicated] when fewer replicas
-// acknowledged within [Config.WaitTimeout] or when a call failed (wrapping
+// acknowledged within lockConfig.WaitTimeout or when a call failed (wrapping
 // Redis's error too): either way the write is not sent, and the task is no
 // worse for it.
-func (s *Lease) replicated(ctx context.Context) error {
+func (s *lease) replicated(ctx context.Context) error {
 	n := s.l.cfg.WaitReplicas
 	if n == 0 {
 		return nil

@@ -85,7 +85,7 @@ func (c *Client) Reserve(ctx context.Context, key string, x AtOnce) (*Reservatio
 		// in a failover): load the script and take again only what that
 		// master refused. On a Cluster the other key may live on a master
 		// that ran it: taking that again would leave a position behind.
-		if loadErr = c.seq.LoadScripts(ctx); loadErr == nil {
+		if loadErr = c.seq.loadScripts(ctx); loadErr == nil {
 			_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 				if againOwn {
 					own = c.seq.reserveIn(ctx, pipe, key, x.Label, "")
@@ -211,7 +211,7 @@ func (r *Reservation) Void(ctx context.Context, why string) error {
 		if pos <= 0 {
 			return
 		}
-		st, err := r.c.seq.Void(ctx, key, pos, label, why)
+		st, err := r.c.seq.voidPos(ctx, key, pos, label, why)
 		if err == nil {
 			err = Wake(ctx, r.c.rdb, r.c.cfg.Locate, key, st.Wake)
 		}

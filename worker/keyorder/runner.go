@@ -83,9 +83,13 @@ type RunnerConfig struct {
 	// hold did: for metrics (how many tasks a hold runs, how often holds
 	// yield). It must not block. Defaults to nil.
 	OnHold func(HoldDone)
-	// WaitReplicas and WaitTimeout are the Locker's (Config.WaitReplicas):
-	// how many replicas must have the key's state before a run's handler
-	// runs. Default 0 (no wait) and DefaultWaitTimeout.
+	// WaitReplicas is how many replicas of the key's master must have the
+	// key's state (its lock, fence and positions) before a run's handler
+	// runs, so that a failover cannot hand out again a fence or a position
+	// a store has seen; a run not confirmed within WaitTimeout (each WAIT)
+	// ends with an error matching [ErrNotReplicated], which is no failure.
+	// It costs a round trip per run. Default 0 (no wait) and
+	// DefaultWaitTimeout.
 	WaitReplicas int
 	WaitTimeout  time.Duration
 	// Logger receives the skips and what goes wrong after a run (the run's
@@ -101,7 +105,7 @@ type RunnerConfig struct {
 	// turnsConfig.KeyField). Defaults to "key".
 	KeyField string
 	// OnWait, when set, is called once per run that finds its key held
-	// (or not yet in its turn) and starts waiting (Config.OnWait). It
+	// (or not yet in its turn) and starts waiting (lockConfig.OnWait). It
 	// must not block. Defaults to nil.
 	OnWait func(key, meta, holder string)
 
@@ -296,7 +300,7 @@ func clientLabel(_, label string) ([]string, string, bool) {
 // Redis client stays the caller's to close.
 type Runner struct {
 	rdb   redis.UniversalClient
-	l     *Locker
+	l     *locker
 	turns *turns
 	// headSeq reads the sequences one position deep, for Head and Blocked.
 	headSeq *Sequencer
@@ -331,14 +335,14 @@ func NewRunner(seq *Sequencer, cfg RunnerConfig) (*Runner, error) {
 	if cfg.DrainMax < 0 || cfg.DrainFor < 0 {
 		return nil, fmt.Errorf("keyorder: RunnerConfig: DrainMax %d and DrainFor %v must not be negative", cfg.DrainMax, cfg.DrainFor)
 	}
-	cfg.Wait = cfg.Wait.Or(DefaultWait)
+	cfg.Wait = cfg.Wait.or(DefaultWait)
 	if err := cfg.Wait.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Locate == nil {
 		cfg.Locate = clientLabel
 	}
-	l, err := New(seq, Config{TTL: cfg.TTL, Logger: cfg.Logger, OnWait: cfg.OnWait,
+	l, err := newLocker(seq, lockConfig{TTL: cfg.TTL, Logger: cfg.Logger, OnWait: cfg.OnWait,
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout})
 	if err != nil {
 		return nil, err
@@ -470,7 +474,7 @@ func IsFailure(err error) bool {
 type Run struct {
 	// Key is the task's key, Pos its position (0 for a task without one,
 	// which runs under the lock but without order): the one to give the
-	// store, [Lease.Seq], which is above every position the store applied
+	// store, lease.Seq, which is above every position the store applied
 	// even when a failover lost some in Redis (see [StoreAhead]).
 	Key string
 	Pos int64
@@ -559,7 +563,7 @@ func (r *Runner) Handler(next asynq.Handler) asynq.Handler {
 		if _, ok := r.seen.Load(rep.Queue); !ok {
 			r.seen.Store(rep.Queue, true)
 		}
-		var kept *Lease
+		var kept *lease
 		err := r.observe(ctx, t, rep, func(ctx context.Context) error {
 			tr, lease, err := r.take(ctx, t, rep)
 			if err != nil {
@@ -655,11 +659,11 @@ func (r *Runner) admit(ctx context.Context, t *asynq.Task, rep *Report) (Wait, *
 		}
 		return Wait{}, nil, err
 	}
-	return a.Wait.Or(r.cfg.Wait), tr, nil
+	return a.Wait.or(r.cfg.Wait), tr, nil
 }
 
 // take admits t and takes its key's lock in its turn, for the run of rep.
-func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*taskRun, *Lease, error) {
+func (r *Runner) take(ctx context.Context, t *asynq.Task, rep *Report) (*taskRun, *lease, error) {
 	w, tr, err := r.admit(ctx, t, rep)
 	if err != nil {
 		return nil, nil, err
@@ -702,7 +706,7 @@ func (r *Runner) handlerOf(t *asynq.Task) (asynq.Handler, bool) {
 // its type before, in the hold's lease, as a run of its own (observed).
 func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 	rep := &Report{Started: time.Now(), Queue: held.Queue, TaskID: held.ID, Retried: held.Retried,
-		MaxRetry: held.MaxRetry, Held: held.Runs, Prev: held.Lease.Turn()}
+		MaxRetry: held.MaxRetry, Held: held.Runs, Prev: held.lease.Turn()}
 	return r.observe(ctx, t, rep, func(ctx context.Context) error {
 		_, tr, err := r.admit(ctx, t, rep)
 		if err != nil {
@@ -712,19 +716,19 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 		switch {
 		case !ok:
 			err = fmt.Errorf("no handler of the Runner has run a %s task yet", clip(t.Type()))
-		case tr.Key != held.Lease.Key() || tr.Turn != held.Turn:
-			err = fmt.Errorf("task of %s holds position %d, not %d of %s, which the hold passed on to", tr.Key, tr.Turn.Pos, held.Turn.Pos, held.Lease.Key())
+		case tr.Key != held.lease.Key() || tr.Turn != held.Turn:
+			err = fmt.Errorf("task of %s holds position %d, not %d of %s, which the hold passed on to", tr.Key, tr.Turn.Pos, held.Turn.Pos, held.lease.Key())
 		default:
-			err = held.Lease.Next(held.Turn)
+			err = held.lease.Next(held.Turn)
 		}
 		if err != nil {
 			// Back to its queue, where it takes its turn as any task does.
 			return r.turns.Later(fmt.Errorf("%w: %w", ErrNotYourTurn, err))
 		}
-		rep.Locked, rep.Fence, rep.Mode = true, held.Lease.Fence(), ModeTurn
+		rep.Locked, rep.Fence, rep.Mode = true, held.lease.Fence(), ModeTurn
 		_, end := r.phase(ctx, PhaseLock, rep) // granted in the hold: no wait
 		end(nil)
-		return r.run(ctx, h, held.Lease, rep, tr)
+		return r.run(ctx, h, held.lease, rep, tr)
 	})
 }
 
@@ -732,7 +736,7 @@ func (r *Runner) runHeld(ctx context.Context, t *asynq.Task, held held) error {
 // turn passes on when the task's work is done (applied or archived), and
 // stays when the task will run again; the lock is kept when the key's next
 // task is parked (see RunnerConfig.DrainMax).
-func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *Lease, rep *Report, tr *taskRun) (err error) {
+func (r *Runner) run(ctx context.Context, next asynq.Handler, lease *lease, rep *Report, tr *taskRun) (err error) {
 	if skip := tr.OutOfBudget(); skip != nil {
 		// Failed past its budget already, by runs asynq counted without
 		// us (a run that outlived its deadline): archived in its turn,
@@ -788,7 +792,7 @@ func (r *Runner) keyField() string { return cmp.Or(r.cfg.KeyField, "key") }
 // (positions start at Redis TIME in µs: pos above the clock by more than
 // an hour) is none the sequence handed out (a task enqueued by hand,
 // which would hold every later task back), so it is only checked.
-func recordsOutOfTurn(lease *Lease, pos int64, now time.Time) bool {
+func recordsOutOfTurn(lease *lease, pos int64, now time.Time) bool {
 	return lease.sequenceGone() && pos > 0 && pos <= now.Add(time.Hour).UnixMicro()
 }
 

@@ -10,7 +10,7 @@ import "github.com/redis/go-redis/v9"
 //	w      present once a waiter has found the lock held
 //
 // and the newest fencing token handed out for the key is a string at
-// fenceKey, kept for Config.FenceRetention after the last acquire.
+// fenceKey, kept for lockConfig.FenceRetention after the last acquire.
 //
 // The key's sequence (see [Sequencer]) is a hash at seqKey with the fields
 //
@@ -41,7 +41,7 @@ import "github.com/redis/go-redis/v9"
 //	         noted by holders after theirs, as JSON (seq_log)
 //	o        the offset of the positions given to the key's store, once
 //	         a store showed it had applied positions that a failover lost
-//	         (see Lease.CatchUp and Lease.Seq); absent for 0
+//	         (see lease.CatchUp and lease.Seq); absent for 0
 //
 // All three keys share the hash tag {key}, so every script touches one
 // Cluster slot. Positions start at Redis TIME in microseconds (see
@@ -190,16 +190,16 @@ end
 // and returns two values: 1 when it released the lock, 0 when the lock was
 // not owner's (nothing of the lock is touched then), 2 when it kept it (see
 // keep); and the label of the next position when its holder is parked
-// (empty otherwise), which the caller must bring back (see [Lease.Wake]),
+// (empty otherwise), which the caller must bring back (see lease.Wake),
 // or, when it kept the lock, "<next position> <label>": the position the
 // caller is to run itself. keep (a boolean) asks to keep the
 // lock instead of releasing it when it passed the turn on to a parked
 // holder and the key is not paused: the holder drains the key (see
-// [Lease.Drain]); otherwise it releases as without keep. held, when not nil, is what
+// lease.Drain); otherwise it releases as without keep. held, when not nil, is what
 // lock_held(lk) returned earlier in the same script, so that the lock is
 // read once. A store's script on the same Redis includes it to release a
 // lease and finish its turn in the round trip that commits the work (see
-// [Lease.Handoff]); lk and s must then be among that script's KEYS. ix and
+// lease.Handoff); lk and s must then be among that script's KEYS. ix and
 // sum are the key space's index of backlogs ([Handoff].Backlog and
 // BacklogSum, among the KEYS too when not ""), which a move of the cursor
 // keeps counting; nil or "" when the key space keeps none (a Cluster). It
@@ -209,7 +209,7 @@ end
 // HMGET: {owner or false, w or false}.
 //
 // Every redis.call in a script costs about as much as a small command
-// (measured: BenchmarkScriptCost in internal/orders/redisstore), so the
+// (measured by a store's benchmark of its commit script), so the
 // usual path (the next position is waiting for its holder or not taken
 // yet) reads the sequence once, writes it twice and the lock once.
 const CommitLua = commonLua + `
@@ -315,7 +315,7 @@ end
 //	                   "passed" (the position is finished), "gone" (the
 //	                   sequence does not exist) or "free" (no position
 //	                   given); offset is the sequence's field o ("0"
-//	                   without one: see Lease.Seq)
+//	                   without one: see lease.Seq)
 //	{0, pttl, holder}  held by someone else (a waiter mark is set)
 //	{2, head, record, retry at, now, parked}
 //	                   not the position's turn yet: head is the next

@@ -15,11 +15,10 @@ import (
 
 // A key's sequence orders the acquisitions of its lock. [Sequencer.Reserve]
 // hands out positions (1, 2, 3, … above a starting point), and
-// [Locker.AcquireTurn] admits the holder of a position only once every
-// position before it is finished: its holder's work was done
-// ([Lease.Finish] then Release), or the position was voided, skipped or
-// finished without a hold ([Sequencer.Void], [Sequencer.Skip],
-// [Sequencer.Finish]). A waiter is woken by the notice of the position
+// A run takes the turn of a position only once every position before it
+// is finished: its holder's work was done, or the position was voided (an
+// enqueue refused), skipped ([Sequencer.Skip], [Runner.Skip]) or finished
+// without a hold (a creation, [Runner.Created]). A waiter is woken by the notice of the position
 // before it, and only that waiter is.
 //
 // The sequence knows nothing of what a position stands for: each is
@@ -90,7 +89,7 @@ type TurnError struct {
 	// back.
 	Paused *Pause
 	// Parked says the position is marked parked: whoever passes the turn
-	// to it gets its label back ([Lease.Wake], Settlement.Wake) and must
+	// to it gets its label back (lease.Wake, Settlement.Wake) and must
 	// bring its holder back. When Parked is false the position is marked
 	// as waiting in place, which only a waiter that goes on waiting should
 	// leave behind.
@@ -113,7 +112,7 @@ func (e *TurnError) Error() string {
 // Is reports whether target is ErrNotYourTurn.
 func (e *TurnError) Is(target error) bool { return target == ErrNotYourTurn }
 
-// SeqConfig tunes a [Sequencer]: the key space of the Clients, Lockers and
+// SeqConfig tunes a [Sequencer]: the key space of the Clients, lockers and
 // Runners built on it. The zero value is valid and means all defaults.
 type SeqConfig struct {
 	// Prefix starts every Redis key of the key space (the sequences, the
@@ -132,9 +131,8 @@ type SeqConfig struct {
 	// the positions still waiting were all handed out within it. A
 	// sequence that expired starts again above every earlier position; a
 	// holder of a position of the expired sequence is then admitted at
-	// once, unordered, and an order store that keeps the newest position
-	// applied (the Redis store does) still refuses it if a later change
-	// was applied. Keep it above the longest time a position may wait for
+	// once, unordered, and a store that keeps the newest position
+	// applied still refuses it if a later task was applied. Keep it above the longest time a position may wait for
 	// its holder (retries and scheduled tasks). Defaults to 7 days.
 	Retention time.Duration
 	// MaxWaiting caps the positions of one sequence waiting at once
@@ -153,7 +151,7 @@ type SeqConfig struct {
 // Sequencer is a key space: the per-key sequences under one prefix, on one
 // Redis, with their retention and their cap. It is the one owner of the
 // sequences: the [Client] that reserves positions at acceptance, the
-// [Locker] whose scripts (and a store's commit, through [Commit]) pass a
+// locker whose scripts (and a store's commit, through [Commit]) pass a
 // turn on and hand the lock off, the turns and the [Runner] are all
 // built on one, and take their prefix, notice channel, retention and cap
 // from it, so that they cannot disagree. Build one per key space and
@@ -229,7 +227,7 @@ func checkLabel(key, label, ref string) error {
 }
 
 // reserveCmd is a reservation queued on a pipeline by
-// [Sequencer.ReserveIn]; read it after the pipeline ran.
+// Sequencer.reserveIn; read it after the pipeline ran.
 type reserveCmd struct {
 	cmd *redis.Cmd
 	key string
@@ -237,7 +235,7 @@ type reserveCmd struct {
 
 // Pos returns the position handed out, or the reservation's error. An
 // error that starts with NOSCRIPT means Redis did not have the script
-// loaded; see [Sequencer.ReserveIn].
+// loaded; see Sequencer.reserveIn.
 func (c *reserveCmd) Pos() (int64, error) {
 	s, err := c.cmd.Text()
 	if err != nil {
@@ -267,43 +265,28 @@ func fullError(key string, err error) *FullError {
 }
 
 // noScriptErr reports whether err says that Redis lacked a script that a
-// pipelined call ran by its SHA; run [Sequencer.LoadScripts] and the
+// pipelined call ran by its SHA; run Sequencer.loadScripts and the
 // pipeline again.
 func noScriptErr(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// LoadScripts loads the scripts that [Sequencer.ReserveIn] runs by SHA. A
+// loadScripts loads the scripts that reserveIn runs by SHA. A
 // plain [Sequencer.Reserve] loads them by itself.
-func (q *Sequencer) LoadScripts(ctx context.Context) error {
+func (q *Sequencer) loadScripts(ctx context.Context) error {
 	if err := reserveScript.Load(ctx, q.rdb).Err(); err != nil {
 		return fmt.Errorf("keyorder: load scripts: %w", err)
 	}
 	return nil
 }
 
-// ReserveIn queues on pipe the reservation of the next position of key's
-// sequence under label (1 to maxLabelLen bytes, which AcquireTurn will ask
-// for), with an optional reference (ref, unique within the key) under which
-// [Sequencer.Finish] can find the position again. It lets a caller reserve
-// positions of several keys, and run other commands, in one round trip.
-// The script runs by its SHA: when Pos reports NOSCRIPT, load the scripts
-// and run the pipeline again. It is for seeding many positions at once
-// (tests, tools); a program that accepts tasks reserves with
-// [Client.Reserve], which also enqueues, voids and claims.
-func (q *Sequencer) ReserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) (*reserveCmd, error) {
-	if err := checkLabel(key, label, ref); err != nil {
-		return nil, err
-	}
-	return q.reserveIn(ctx, pipe, key, label, ref), nil
-}
-
-// reserveIn is ReserveIn of a label and ref already checked.
+// reserveIn queues on pipe the reservation of the next position of key's
+// sequence under a label and ref already checked, by the script's SHA.
 func (q *Sequencer) reserveIn(ctx context.Context, pipe redis.Pipeliner, key, label, ref string) *reserveCmd {
 	cmd := reserveScript.EvalSha(ctx, pipe, q.withBacklog(q.SeqKey(key)), label, q.retention.Milliseconds(), ref, q.maxWaiting)
 	return &reserveCmd{cmd: cmd, key: key}
 }
 
 // reserveArgs checks a reservation of key's sequence under label and ref,
-// as [Sequencer.ReserveIn] does, and returns what a script that calls
+// as Sequencer.reserveIn does, and returns what a script that calls
 // seq_reserve (see reserveLua) passes it: the sequence's Redis key, to
 // put among the script's KEYS, its retention in milliseconds and the cap
 // of positions waiting ([SeqConfig.MaxWaiting], 0 for none). Such a script
@@ -325,7 +308,7 @@ func reserveError(key string, err error) error {
 }
 
 // Reserve hands out the next position of key's sequence under label, as
-// ReserveIn does, in one round trip. Positions of one key strictly increase
+// reserveIn does, in one round trip. Positions of one key strictly increase
 // in the order the reservations reach Redis. A position reserved here has
 // no task: it is a gap until the Runners skip it (tests and tools make
 // gaps so); a program that accepts tasks reserves with a [Client].
@@ -343,7 +326,7 @@ type settlement struct {
 	// nothing changed.
 	Done bool
 	// Wake are the labels of the positions whose parked holders were
-	// called (see [Lease.Wake]): the caller must bring them back.
+	// called (see lease.Wake): the caller must bring them back.
 	Wake []string
 }
 
@@ -363,11 +346,11 @@ func (q *Sequencer) settle(ctx context.Context, key string, pos int64, ref, want
 	return settlement{Done: n == 1, Wake: splitWake(wake)}, nil
 }
 
-// Void gives up position pos of key, reserved under label, because its
+// voidPos gives up position pos of key, reserved under label, because its
 // holder will never come (its task was refused). The cursor passes it
 // without waiting; the reason is logged. Nothing changes (Done is false)
 // when the position is not pending under label.
-func (q *Sequencer) Void(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
+func (q *Sequencer) voidPos(ctx context.Context, key string, pos int64, label, reason string) (settlement, error) {
 	return q.settle(ctx, key, pos, "", "~"+label, "v", reason)
 }
 
@@ -380,12 +363,12 @@ func (q *Sequencer) Skip(ctx context.Context, key string, pos int64, record, rea
 	return q.settle(ctx, key, pos, "", "="+record, "s", reason)
 }
 
-// Finish marks position pos of key (reserved under label), or, with pos 0,
+// finish marks position pos of key (reserved under label), or, with pos 0,
 // the position reserved under ref, as finished with outcome, by a holder
 // that did its work without taking the lock in turn (or could not take it
 // at all). The cursor passes it when it gets there. Nothing changes (Done
 // is false) when the position is not pending (under label, when given).
-func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
+func (q *Sequencer) finish(ctx context.Context, key string, pos int64, label, ref, outcome string) (settlement, error) {
 	want := ""
 	if label != "" {
 		want = "~" + label
@@ -393,9 +376,9 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 	return q.settle(ctx, key, pos, ref, want, "f", outcome)
 }
 
-// Note records, in the log of key's sequence (see [Status].Log), an
+// noteAt records, in the log of key's sequence (see [Status].Log), an
 // outcome that the holder of position pos, reserved under label, wants kept
-// after its turn: for orderworker, that its task was archived, which the
+// after its turn (that its task was archived, say), which the
 // turn's release passes on like any finished work. pos 0 notes the outcome
 // of work without a position (a task enqueued without one). It moves
 // nothing, keeps the sequence (and so the note) for at least the
@@ -403,7 +386,7 @@ func (q *Sequencer) Finish(ctx context.Context, key string, pos int64, label, re
 // not for every turn. It does nothing, and returns nil, when the sequence
 // does not exist: a note never creates one. It returns an error for a bad
 // key, label or position and Redis errors, wrapped.
-func (q *Sequencer) Note(ctx context.Context, key string, pos int64, label, outcome string) error {
+func (q *Sequencer) noteAt(ctx context.Context, key string, pos int64, label, outcome string) error {
 	if err := checkLabel(key, label, ""); err != nil {
 		return err
 	}
@@ -445,9 +428,9 @@ type Settled struct {
 	Pos int64 `json:"pos"`
 	// At is when (Redis clock).
 	At time.Time `json:"at"`
-	// Kind is "void" ([Sequencer.Void]), "skip" ([Sequencer.Skip]),
-	// "finish" ([Sequencer.Finish]), "note" ([Sequencer.Note]) or "action"
-	// ([Sequencer.Record]).
+	// Kind is "void" (an enqueue refused), "skip" ([Sequencer.Skip]),
+	// "finish" (a turn's work done, a creation), "note" (an outcome kept
+	// after the turn) or "action" ([Sequencer.Record]).
 	Kind string `json:"kind"`
 	// Label is the label the position was reserved under.
 	Label string `json:"label"`
@@ -602,8 +585,8 @@ func parseStatus(res []any, page int) (Status, error) {
 type Holder struct {
 	// Held is false when the lock is free; the other fields are then zero.
 	Held bool
-	// Meta describes the holder, as its Acquire gave it (for orderworker
-	// "<task type> <task ID>").
+	// Meta describes the holder: for a Runner's task, "<task type>
+	// <task ID>".
 	Meta string
 	// Fence is the holder's fencing token.
 	Fence int64

@@ -34,7 +34,7 @@ var ErrOutOfBudget = errors.New("keyorder: out of its failure budget")
 type taskRun struct {
 	// Key is the task's key, Turn its position (zero for a task without
 	// one, which runs under the lock but without order), Meta what the
-	// lock records of its holder (see [Locker.Acquire]).
+	// lock records of its holder (see locker.Acquire).
 	Key  string
 	Turn Turn
 	Meta string
@@ -133,7 +133,7 @@ func (tr *taskRun) OutOfBudget() error {
 // A task on its last try (Retried at MaxRetry: asynq archives it on any
 // error, a wait included) waits for its turn until a second before its
 // context's deadline.
-func (t *turns) TakeTask(ctx context.Context, tr *taskRun, w Wait) (*Lease, taken, error) {
+func (t *turns) TakeTask(ctx context.Context, tr *taskRun, w Wait) (*lease, taken, error) {
 	if tr.Retried >= tr.MaxRetry {
 		if dl, ok := ctx.Deadline(); ok {
 			w.Deadline = max(time.Until(dl)-time.Second, w.Deadline)
@@ -202,7 +202,7 @@ func (t *turns) Later(err error) error {
 
 // EndTask ends tr's run under lease, given the handler's error (a panic
 // made into one) and runCtx, the context the handler ran with
-// ([Lease.Keep]'s): it decides what asynq gets, passes the turn on when
+// (lease.Keep's): it decides what asynq gets, passes the turn on when
 // the task's work is done, and returns that error and whether the work
 // is done (final):
 //
@@ -219,7 +219,7 @@ func (t *turns) Later(err error) error {
 //
 // A handler error of a run that lost its lease is wrapped to match
 // [ErrLost].
-func (t *turns) EndTask(ctx, runCtx context.Context, lease *Lease, tr *taskRun, err error) (_ error, final bool) {
+func (t *turns) EndTask(ctx, runCtx context.Context, lease *lease, tr *taskRun, err error) (_ error, final bool) {
 	if cause := context.Cause(runCtx); errors.Is(cause, ErrLost) && err != nil && !errors.Is(err, ErrLost) {
 		err = fmt.Errorf("%w: %w", cause, err)
 	}

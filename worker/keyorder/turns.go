@@ -27,7 +27,7 @@ type taskSource interface {
 	// later (scheduled, backing off), delay says how long from now.
 	HeadFate(ctx context.Context, key string, te *TurnError) (why string, delay time.Duration, err error)
 	// Wake brings the parked holders of the labels a settlement handed
-	// back ([Lease.Wake], settlement.Wake) to the front of their queues.
+	// back (lease.Wake, settlement.Wake) to the front of their queues.
 	Wake(ctx context.Context, key string, labels []string) error
 }
 
@@ -121,11 +121,11 @@ type taken struct {
 // turn on, see [Commit]), turns.EndTask: the [Runner]'s, and the order
 // domain's worker's, which adds its spans and metrics around them.
 //
-// A Turns is safe for concurrent use. It starts no goroutine; the Locker's
+// A Turns is safe for concurrent use. It starts no goroutine; the locker's
 // retries of releases whose reply was lost call back, through the last
 // Turns built on it, the parked holders they find.
 type turns struct {
-	l     *Locker
+	l     *locker
 	seq   *Sequencer
 	tasks taskSource
 	cfg   turnsConfig
@@ -144,7 +144,7 @@ const goneWarnEvery = time.Minute
 
 // newTurns returns the Turns of l's keys, asking tasks about their
 // holders. It returns an error for a nil argument or a negative setting.
-func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
+func newTurns(l *locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
 	if l == nil || tasks == nil {
 		return nil, errors.New("keyorder: turns need a locker and tasks")
 	}
@@ -168,7 +168,7 @@ func newTurns(l *Locker, tasks taskSource, cfg turnsConfig) (*turns, error) {
 		cfg.Logger = discard
 	}
 	t := &turns{l: l, seq: l.Sequencer(), tasks: tasks, cfg: cfg, log: cfg.Logger, loudGone: loud}
-	// The Locker's retries of releases whose reply was lost call back
+	// The locker's retries of releases whose reply was lost call back
 	// through the Turns the holders that those releases found parked.
 	wake := t.wake
 	l.onWake.Store(&wake)
@@ -212,7 +212,7 @@ func (t *turns) warnGone(ctx context.Context, key, meta string, pos int64) {
 // It returns a [*BusyError] when the lock stayed held past w's deadline,
 // errors matching [ErrBadPosition] for a position that is not the
 // caller's, and Redis and HeadFate errors, wrapped.
-func (t *turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*Lease, taken, error) {
+func (t *turns) Take(ctx context.Context, key, meta string, turn Turn, w Wait) (*lease, taken, error) {
 	var done taken
 	checked := int64(0) // the head found to exist: no need to look again
 	probed := int64(0)  // the head asked once whether its task ended
@@ -377,16 +377,16 @@ func (t *turns) skipHead(ctx context.Context, key string, te *TurnError, why str
 // lock then expires with its lease; ok says the work succeeded, for the
 // log) and wakes the parked holders the release handed back, on contexts
 // that survive ctx's cancellation (the release's bounded by
-// Config.ReleaseTimeout, the wake's by SettleTimeout).
+// lockConfig.ReleaseTimeout, the wake's by SettleTimeout).
 //
-// With [Lease.Drain] set, a turn that is done after work that succeeded
+// With lease.Drain set, a turn that is done after work that succeeded
 // passes on to the next position while the lock is kept, when that
 // position's holder is parked and the key is not paused: Pass then returns
 // that position and true, and the caller goes on with it in the same hold
-// ([Lease.Next]), or releases the lease and calls its holder back
+// (lease.Next), or releases the lease and calls its holder back
 // (turns.Release). A store's commit may have kept it already (see
 // [Handoff.Kept]).
-func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.Time, ok bool) (Turn, bool) {
+func (t *turns) Pass(ctx context.Context, lease *lease, done bool, retryAt time.Time, ok bool) (Turn, bool) {
 	switch {
 	case done:
 		lease.Finish()
@@ -412,7 +412,7 @@ func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 			return next, true
 		}
 	}
-	t.l.release(ctx, lease, ok) // on its own context: see Lease.Release
+	t.l.release(ctx, lease, ok) // on its own context: see lease.Release
 	t.wake(ctx, lease.key, lease.Wake())
 	return Turn{}, false
 }
@@ -420,14 +420,14 @@ func (t *turns) Pass(ctx context.Context, lease *Lease, done bool, retryAt time.
 // ReleaseKept releases a lease that a commit kept for the next position
 // (see turns.Pass) without calling that position's holder back: the
 // caller sends it to its queue itself.
-func (t *turns) ReleaseKept(ctx context.Context, lease *Lease) {
+func (t *turns) ReleaseKept(ctx context.Context, lease *lease) {
 	t.l.release(ctx, lease, true)
 }
 
 // Release releases a lease that a commit kept for the next position (see
 // turns.Pass) when its holder does not go on with it, and calls that
 // position's holder back, as a release would have.
-func (t *turns) Release(ctx context.Context, lease *Lease) {
+func (t *turns) Release(ctx context.Context, lease *lease) {
 	next, kept := lease.Kept()
 	t.l.release(ctx, lease, true)
 	if kept {
@@ -446,7 +446,7 @@ func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	st, err := t.seq.Finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
+	st, err := t.seq.finish(ctx, key, turn.Pos, turn.Label, "", clip(outcome))
 	if err != nil {
 		tracing.Slog(ctx, t.log).Warn("could not use up the position of an archived task; it is skipped after the gap check",
 			slog.String(t.cfg.KeyField, key), slog.Int64("seq", turn.Pos), errAttr(err))
@@ -461,16 +461,15 @@ func (t *turns) Abandon(ctx context.Context, key string, turn Turn, outcome stri
 func (t *turns) Note(ctx context.Context, key string, pos int64, label, reason string) {
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	if err := t.seq.Note(ctx, key, pos, label, clip(reason)); err != nil {
+	if err := t.seq.noteAt(ctx, key, pos, label, clip(reason)); err != nil {
 		tracing.Slog(ctx, t.log).Warn("could not note the archived task in its order's sequence",
 			slog.String(t.cfg.KeyField, key), slog.Int64("seq", pos), errAttr(err))
 	}
 }
 
-// CreationRef is the reference of the position that creator, the event
-// ID of a change that creates a key (an exchange creating its
-// replacement), reserves in the created key's sequence: the changes of the
-// created key accepted after it wait for the creation.
+// CreationRef is the reference of the position that creator, the ID of a
+// task that creates a key, reserves in the created key's sequence: the
+// tasks of the created key accepted after it wait for the creation.
 func CreationRef(creator string) string { return "c:" + creator }
 
 // notCreated starts the outcome of a creation that did not happen.
@@ -489,7 +488,7 @@ func (t *turns) Created(ctx context.Context, created, creator, by string, err er
 	}
 	ctx, cancel := t.settleCtx(ctx)
 	defer cancel()
-	st, serr := t.seq.Finish(ctx, created, 0, "", CreationRef(creator), outcome)
+	st, serr := t.seq.finish(ctx, created, 0, "", CreationRef(creator), outcome)
 	if serr != nil {
 		tracing.Slog(ctx, t.log).Warn("could not mark the replacement's creation; its next changes wait for the gap check",
 			slog.String(t.cfg.KeyField, created), slog.String("event_id", creator), errAttr(serr))

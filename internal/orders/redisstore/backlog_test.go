@@ -8,6 +8,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -23,7 +24,7 @@ func TestCommitCountsInTheBacklog(t *testing.T) {
 	require.NoError(t, err)
 	seq, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
-	locker, err := keyorder.New(seq, keyorder.Config{})
+	locker, err := keyordertest.NewLocker(seq)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
 	require.NoError(t, s.Put(ctx, orders.Order{No: "SO1", Address: "1 Main St", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
@@ -37,7 +38,7 @@ func TestCommitCountsInTheBacklog(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, keyorder.Backlog{Keys: 1, Positions: 2, Deepest: 2}, got)
 
-	l, err := locker.AcquireTurn(ctx, "SO1", "test", keyorder.Turn{Pos: pos[0], Label: "order:modify e0"}, keyorder.Wait{Deadline: time.Second})
+	l, err := locker.AcquireTurn(ctx, "SO1", "test", pos[0], "order:modify e0", time.Second)
 	require.NoError(t, err)
 	remark := "ring"
 	wctx := orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "host-1", StartedAt: time.Now(), Seq: pos[0], NoResult: true, Commit: l})

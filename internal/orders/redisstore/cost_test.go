@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -86,7 +87,7 @@ func BenchmarkScriptCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	locker, err := keyorder.New(seq, keyorder.Config{})
+	locker, err := keyordertest.NewLocker(seq)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", keyorder.Turn{Pos: p, Label: label}, keyorder.Wait{Deadline: time.Second})
+		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", p, label, time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -153,9 +154,9 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 		}
 		pos[i] = p
 	})
-	leases := make([]*keyorder.Lease, n)
+	leases := make([]*keyordertest.Lease, n)
 	measure("acquire", func(i int) {
-		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", keyorder.Turn{Pos: pos[i], Label: label(i)}, keyorder.Wait{Deadline: time.Second})
+		l, err := locker.AcquireTurn(ctx, orderNo(i), "bench", pos[i], label(i), time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,7 +173,7 @@ redis.call('HSET', KEYS[1], 'p', ARGV[1]) redis.call('PEXPIRE', KEYS[1], 100000)
 
 // commit applies a modify under lease l with its hand-off, as the worker
 // does, and releases l (a no-op after the hand-off).
-func commit(b *testing.B, s *Store, l *keyorder.Lease, event, no string, pos int64) {
+func commit(b *testing.B, s *Store, l *keyordertest.Lease, event, no string, pos int64) {
 	b.Helper()
 	r := "ring " + event
 	ctx := orders.WithWrite(context.Background(), orders.Write{Fence: l.Fence(), Worker: "host-1-bench",

@@ -18,6 +18,7 @@ import (
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -98,10 +99,10 @@ func TestEveryKindCommitsInItsLastStep(t *testing.T) {
 
 			space, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 			require.NoError(t, err)
-			locker, err := keyorder.New(space, keyorder.Config{})
+			locker, err := keyordertest.NewLocker(space)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = locker.Close() })
-			lease, err := locker.TryAcquire(t.Context(), "SO1", e.Kind.Type)
+			lease, err := locker.Acquire(t.Context(), "SO1", e.Kind.Type)
 			require.NoError(t, err)
 			lockKey := db.Prefix + "lock:{SO1}"
 

@@ -18,6 +18,7 @@ import (
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/tasks"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 	"github.com/orderworker/orderworker/worker/orders/storetest"
 )
@@ -753,15 +754,15 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.NoError(t, s.Put(t.Context(), orders.Order{No: "SO1", Address: "a", Items: []orders.Item{{SKU: "A", Qty: 1}}}))
 	space, err := keyorder.NewSequencer(db.Client, keyorder.SeqConfig{Prefix: db.Prefix + "lock:"})
 	require.NoError(t, err)
-	locker, err := keyorder.New(space, keyorder.Config{})
+	locker, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
-	write := func(l *keyorder.Lease) context.Context {
+	write := func(l *keyordertest.Lease) context.Context {
 		return orders.WithWrite(t.Context(), orders.Write{Fence: l.Fence(), Commit: l})
 	}
 	lockKey := db.Prefix + "lock:{SO1}"
 
-	lease, err := locker.TryAcquire(t.Context(), "SO1", "modify")
+	lease, err := locker.Acquire(t.Context(), "SO1", "modify")
 	require.NoError(t, err)
 	r := "x"
 	_, err = s.Modify(write(lease), "ev-1", "SO1", orders.Changes{Remark: &r})
@@ -769,7 +770,7 @@ func TestHandoffReleasesWithTheCommit(t *testing.T) {
 	require.Zero(t, db.Client.Exists(t.Context(), lockKey).Val(), "released by the commit")
 	require.NoError(t, lease.Release(t.Context()), "nothing left to release")
 
-	lease, err = locker.TryAcquire(t.Context(), "SO1", "exchange")
+	lease, err = locker.Acquire(t.Context(), "SO1", "exchange")
 	require.NoError(t, err)
 	_, err = s.Exchange(write(lease), "ev-2", "SO1", orders.Exchange{Items: []orders.Item{{SKU: "B", Qty: 1}}, NewOrderNo: "SO2"})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/orderworker/orderworker/internal/testkit/conntest"
 	"github.com/orderworker/orderworker/internal/testkit/redistest"
 	"github.com/orderworker/orderworker/worker/keyorder"
+	"github.com/orderworker/orderworker/worker/keyorder/keyordertest"
 	"github.com/orderworker/orderworker/worker/orders"
 )
 
@@ -30,10 +31,10 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	require.NoError(t, err)
 	space, err := keyorder.NewSequencer(rdb, keyorder.SeqConfig{Prefix: prefix + "lock:"})
 	require.NoError(t, err)
-	locker, err := keyorder.New(space, keyorder.Config{})
+	locker, err := keyordertest.NewLocker(space)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locker.Close() })
-	write := func(l *keyorder.Lease) context.Context {
+	write := func(l *keyordertest.Lease) context.Context {
 		return orders.WithWrite(ctx, orders.Write{Fence: l.Fence(), Worker: "w", Commit: l})
 	}
 	items := []orders.Item{{SKU: "A", Qty: 1}}
@@ -41,7 +42,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 	for i, no := range nos {
 		require.NoError(t, s.Put(ctx, orders.Order{No: no, Address: "old", Items: items}), no)
 
-		lease, err := locker.TryAcquire(ctx, no, "modify")
+		lease, err := locker.Acquire(ctx, no, "modify")
 		require.NoError(t, err)
 		addr := "new " + no
 		res, err := s.Modify(write(lease), "ev-m-"+no, no, orders.Changes{Address: &addr})
@@ -61,7 +62,7 @@ func exerciseStore(t *testing.T, rdb redis.UniversalClient, prefix string, nos, 
 		require.Len(t, h, 2, no)
 		assert.Equal(t, "ev-m-"+no, h[1].EventID)
 
-		lease, err = locker.TryAcquire(ctx, no, "exchange")
+		lease, err = locker.Acquire(ctx, no, "exchange")
 		require.NoError(t, err)
 		x := orders.Exchange{Items: []orders.Item{{SKU: "B", Qty: 2}}, NewOrderNo: news[i], Reason: "test"}
 		res, err = s.Exchange(write(lease), "ev-x-"+no, no, x)

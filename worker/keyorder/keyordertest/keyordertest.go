@@ -7,7 +7,9 @@
 // It tests the handler, not the engine: there is no lock, no turn, no
 // lease that renews or is lost, and the Commit hook hands nothing off.
 // The engine's own guarantees are tested in package keyorder, against a
-// real Redis. It is for tests only.
+// real Redis. A test that needs a real lock outside a Runner (a key held
+// by someone else, a store's commit that passes the turn on) takes it
+// with [NewLocker], on a real Redis. It is for tests only.
 package keyordertest
 
 import (
