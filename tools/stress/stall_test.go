@@ -19,11 +19,11 @@ func TestPromotionWaits(t *testing.T) {
 		{name: "failover", began: 10 * time.Second, served: p},
 	}
 	runs := map[string][]hotRun{
-		"FAST":    {{at: at(-time.Second), event: "f1", slot: 0}, {at: at(300 * time.Millisecond), event: "f2", slot: 0}},
-		"SLOW":    {{at: at(-time.Second), event: "s1", slot: 1}, {at: at(2500 * time.Millisecond), event: "s2", slot: 1}},
-		"KILLED":  {{at: at(-time.Second), event: "k1", slot: 2}, {at: at(8 * time.Second), event: "k2", slot: 3}},
-		"LATE":    {{at: at(-time.Second), event: "l1", slot: 1}, {at: at(5200 * time.Millisecond), event: "l2", slot: 1}},
-		"RESET":   {{at: at(-time.Second), event: "r1", slot: 4}, {at: at(9 * time.Second), event: "r2", slot: 4}},
+		"FAST":   {{at: at(-time.Second), event: "f1", slot: 0}, {at: at(300 * time.Millisecond), event: "f2", slot: 0}},
+		"SLOW":   {{at: at(-time.Second), event: "s1", slot: 1}, {at: at(2500 * time.Millisecond), event: "s2", slot: 1}},
+		"KILLED": {{at: at(-time.Second), event: "k1", slot: 2}, {at: at(8 * time.Second), event: "k2", slot: 3}},
+		"LATE":   {{at: at(-time.Second), event: "l1", slot: 1}, {at: at(5200 * time.Millisecond), event: "l2", slot: 1}},
+		"RESET":  {{at: at(-time.Second), event: "r1", slot: 4}, {at: at(9 * time.Second), event: "r2", slot: 4}},
 		// Its change run again (a task brought back) waited for nothing.
 		"DRAINED": {{at: at(-3 * time.Second), event: "d1", slot: 0}, {at: at(30 * time.Second), event: "d1", slot: 1}},
 	}
