@@ -73,11 +73,7 @@ func (l *locker) stuck(queue, id string, err error) {
 		return
 	}
 	l.stuckTasks = append(l.stuckTasks, stuckTask{queue: queue, id: id})
-	if !l.probing {
-		l.probing = true
-		l.redoWG.Add(1)
-		go l.probeLoop()
-	}
+	l.startProbe()
 }
 
 // endedTurn is a turn a holder ended.
@@ -99,9 +95,17 @@ func (l *locker) ended(key, owner string, pos int64) {
 	}
 	now := time.Now() // under the mutex: the turns stay in time order
 	if len(l.endedTurns) >= maxEnded {
-		l.endedTurns = slices.Delete(l.endedTurns, 0, len(l.endedTurns)-maxEnded+1)
+		// Drop the oldest quarter at once: an append stays O(1) amortized
+		// on the run's path, however long the cap holds.
+		l.endedTurns = slices.Delete(l.endedTurns, 0, maxEnded/4)
 	}
 	l.endedTurns = append(l.endedTurns, endedTurn{key: key, owner: owner, pos: pos, at: now})
+	l.startProbe()
+}
+
+// startProbe starts the probing goroutine (owned by the locker: Close
+// stops it and waits) unless it runs; redoMu is held.
+func (l *locker) startProbe() {
 	if !l.probing {
 		l.probing = true
 		l.redoWG.Add(1)
